@@ -1,0 +1,349 @@
+"""Vectorised ranking-metric definitions: the one place each metric is defined.
+
+Input is a batch of queries as flat arrays with offsets (:class:`RankedLists`); output is one score
+per query and metric. Pure numpy: no Beam, no I/O. Definitions follow trec_eval 10.0
+(``usnistgov/trec_eval``: ``form_res_rels.c`` and the ``m_*.c`` file named in each docstring) where
+trec_eval has the measure; ERR follows Chapelle et al. 2009.
+
+Conventions (see ``docs/metrics.md``):
+
+* ``grades[i]`` is the judged grade of the item at rank ``i`` of its query, ``NaN`` when the item is
+  not in the qrels. A negative grade means "in the pool but not judged" (trec_eval's
+  ``RELVALUE_UNJUDGED``); it is neither relevant nor judged non-relevant.
+* relevant means ``grade >= relevance_level`` (default 1); judged non-relevant means
+  ``0 <= grade < relevance_level``.
+* gains are the raw grades (``gain="linear"``, trec_eval) or ``2**grade - 1`` (``"exponential"``,
+  Burges et al. 2005); only positive grades gain.
+* the ideal DCG uses every positive judgment of the query (``ideal="judgments"``, trec_eval) or
+  only the grades of the served items (``ideal="served"``, TFMA / scikit-learn style).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .names import MetricSpec
+
+__all__ = ["RankedLists", "MetricOptions", "compute", "GAINS", "IDEALS"]
+
+GAINS = ("linear", "exponential")
+IDEALS = ("judgments", "served")
+
+
+@dataclass(frozen=True)
+class MetricOptions:
+    """Named conventions that change a metric's value (documented in ``docs/metrics.md``).
+
+    relevance_level: grade at or above which an item is relevant (trec_eval ``-l``), default 1.
+    gain: ``"linear"`` (trec_eval, gain = grade) or ``"exponential"`` (gain = 2**grade - 1).
+    ideal: ``"judgments"`` (ideal DCG from all judged items, trec_eval) or ``"served"``.
+    err_max_grade: the maximum grade g_max of ERR's satisfaction probability (2**g - 1) / 2**g_max;
+        default 4 (grades 0-4, as TREC Web track's gdeval). A larger grade raises ``ValueError``.
+    """
+
+    relevance_level: float = 1
+    gain: str = "linear"
+    ideal: str = "judgments"
+    err_max_grade: float = 4
+
+    def __post_init__(self):
+        if self.gain not in GAINS:
+            raise ValueError(f"gain must be one of {GAINS}, got {self.gain!r}")
+        if self.ideal not in IDEALS:
+            raise ValueError(f"ideal must be one of {IDEALS}, got {self.ideal!r}")
+        if not self.err_max_grade > 0:
+            raise ValueError("err_max_grade must be positive")
+
+
+@dataclass
+class RankedLists:
+    """A batch of ranked lists, flat.
+
+    offsets: int64, shape (n_queries + 1,); query q's ranked items are ``offsets[q]:offsets[q+1]``.
+    grades: float64, shape (offsets[-1],): grade of the item at each rank (rank order), NaN if the
+        item has no judgment, negative if it is in the pool but unjudged.
+    judged_offsets: int64, shape (n_queries + 1,): slices of the judgment histogram per query.
+    judged_values: float64: distinct non-negative judged grades of each query, descending.
+    judged_counts: int64: how many judgments of the query have that grade.
+    """
+
+    offsets: np.ndarray
+    grades: np.ndarray
+    judged_offsets: np.ndarray
+    judged_values: np.ndarray
+    judged_counts: np.ndarray
+
+    @property
+    def num_queries(self) -> int:
+        return len(self.offsets) - 1
+
+    @classmethod
+    def from_lists(cls, ranked: list, judged: list) -> "RankedLists":
+        """Build from Python lists: ``ranked[q]`` the grades in rank order (None/NaN = unjudged),
+        ``judged[q]`` the grades of all judgments of query q (any order; negatives ignored)."""
+        if len(ranked) != len(judged):
+            raise ValueError("ranked and judged must have one entry per query")
+        lengths = np.fromiter((len(r) for r in ranked), dtype=np.int64, count=len(ranked))
+        offsets = np.zeros(len(ranked) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = [np.nan if x is None else float(x) for r in ranked for x in r]
+        grades = np.asarray(flat, dtype=np.float64)
+        hv, hc, hl = [], [], []
+        for j in judged:
+            arr = np.asarray([float(x) for x in j], dtype=np.float64)
+            arr = arr[arr >= 0]
+            vals, counts = np.unique(arr, return_counts=True)
+            hv.append(vals[::-1])
+            hc.append(counts[::-1])
+            hl.append(len(vals))
+        joff = np.zeros(len(judged) + 1, dtype=np.int64)
+        np.cumsum(hl, out=joff[1:])
+        return cls(
+            offsets=offsets,
+            grades=grades,
+            judged_offsets=joff,
+            judged_values=np.concatenate(hv) if hv else np.zeros(0),
+            judged_counts=np.concatenate(hc).astype(np.int64) if hc else np.zeros(0, np.int64),
+        )
+
+
+class _Batch:
+    """Lazily computed intermediate arrays shared by the metrics of one call."""
+
+    def __init__(self, lists: RankedLists, opts: MetricOptions):
+        self.lists = lists
+        self.opts = opts
+        self.n = lists.num_queries
+        off = np.asarray(lists.offsets, dtype=np.int64)
+        self.off = off
+        self.lengths = np.diff(off)
+        self.N = int(off[-1])
+        g = np.asarray(lists.grades, dtype=np.float64)
+        if g.shape != (self.N,):
+            raise ValueError(f"grades has shape {g.shape}, offsets say {self.N} ranked items")
+        self.g = g
+        self.qidx = np.repeat(np.arange(self.n), self.lengths)
+        self.rank = np.arange(1, self.N + 1, dtype=np.int64) - np.repeat(off[:-1], self.lengths)
+        with np.errstate(invalid="ignore"):
+            self.judged = g >= 0
+            self.rel = self.judged & (g >= opts.relevance_level)
+        # judgment histogram
+        joff = np.asarray(lists.judged_offsets, dtype=np.int64)
+        hv = np.asarray(lists.judged_values, dtype=np.float64)
+        hc = np.asarray(lists.judged_counts, dtype=np.int64)
+        hq = np.repeat(np.arange(self.n), np.diff(joff))
+        self.hv, self.hc, self.hq, self.joff = hv, hc, hq, joff
+        self.num_rel = np.bincount(hq, weights=hc * (hv >= opts.relevance_level), minlength=self.n)
+        self.num_nonrel = np.bincount(hq, weights=hc * ((hv >= 0) & (hv < opts.relevance_level)), minlength=self.n)
+        self._cache: dict = {}
+
+    # ---- helpers -------------------------------------------------------------------------
+    def segsum(self, weights) -> np.ndarray:
+        return np.bincount(self.qidx, weights=weights, minlength=self.n)
+
+    def within(self, name, values) -> np.ndarray:
+        """Inclusive cumulative sum of ``values`` inside each query."""
+        if name not in self._cache:
+            c = np.cumsum(values, dtype=np.float64)
+            before = np.concatenate(([0.0], c))[self.off[:-1]]
+            self._cache[name] = c - np.repeat(before, self.lengths)
+        return self._cache[name]
+
+    @property
+    def cum_rel(self):
+        return self.within("cum_rel", self.rel)
+
+    def top(self, k):
+        return self.rank <= k
+
+    def per_rel(self, numer):
+        """numer / num_rel, 0 where the query has no relevant judgment (trec_eval)."""
+        out = np.zeros(self.n)
+        np.divide(numer, self.num_rel, out=out, where=self.num_rel > 0)
+        return out
+
+    def gain(self, grades):
+        with np.errstate(invalid="ignore"):
+            pos = grades > 0
+        g = np.where(pos, grades, 0.0)
+        if self.opts.gain == "exponential":
+            g = np.where(pos, np.exp2(g) - 1.0, 0.0)
+        return g
+
+    @property
+    def discounted_gain(self):
+        if "dg" not in self._cache:
+            self._cache["dg"] = self.gain(self.g) / np.log2(self.rank + 1.0)
+        return self._cache["dg"]
+
+    def ideal(self, k):
+        """Ideal DCG at cutoff k (None = no cutoff), one value per query."""
+        key = ("idcg", k)
+        if key in self._cache:
+            return self._cache[key]
+        if self.opts.ideal == "served":
+            with np.errstate(invalid="ignore"):
+                pos = self.g > 0
+            vals = self.g[pos]
+            q = self.qidx[pos]
+            order = np.lexsort((-vals, q))
+            vals, q = vals[order], q[order]
+            counts = np.bincount(q, minlength=self.n)
+        else:
+            pos = self.hv > 0
+            hv, hc, hq = self.hv[pos], self.hc[pos], self.hq[pos]
+            if k is not None:
+                # keep only what the cutoff needs: the first k positive grades of each query
+                c = np.cumsum(hc)
+                qc = np.bincount(hq, weights=hc, minlength=self.n)
+                before = np.concatenate(([0], np.cumsum(qc)))[:-1].astype(np.int64)
+                excl = c - hc - before[hq]
+                hc = np.clip(k - excl, 0, hc)
+            vals = np.repeat(hv, hc)
+            q = np.repeat(hq, hc)
+            counts = np.bincount(q, minlength=self.n)
+        ioff = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(counts, out=ioff[1:])
+        irank = np.arange(1, len(vals) + 1) - np.repeat(ioff[:-1], counts)
+        w = self.gain(vals) / np.log2(irank + 1.0)
+        if k is not None:
+            w = np.where(irank <= k, w, 0.0)
+        out = np.bincount(q, weights=w, minlength=self.n)
+        self._cache[key] = out
+        return out
+
+
+# ---- the definitions -----------------------------------------------------------------------
+
+def _num_ret(b: _Batch, k):
+    """trec_eval m_num_ret.c: number of ranked items (after the depth cut)."""
+    return b.lengths.astype(np.float64)
+
+
+def _num_rel(b: _Batch, k):
+    """trec_eval m_num_rel.c: number of judgments with grade >= relevance level."""
+    return b.num_rel.astype(np.float64)
+
+
+def _num_rel_ret(b: _Batch, k):
+    """trec_eval m_num_rel_ret.c: relevant items among the ranked ones."""
+    return b.segsum(b.rel)
+
+
+def _precision(b: _Batch, k):
+    """trec_eval m_P.c: relevant in the top k / k (k fixed even if fewer items are ranked)."""
+    return b.segsum(b.rel & b.top(k)) / float(k)
+
+
+def _recall(b: _Batch, k):
+    """trec_eval m_recall.c: relevant in the top k / num_rel (0 when num_rel is 0)."""
+    return b.per_rel(b.segsum(b.rel & b.top(k)))
+
+
+def _success(b: _Batch, k):
+    """trec_eval m_success.c: 1 if a relevant item is in the top k, else 0."""
+    return (b.segsum(b.rel & b.top(k)) > 0).astype(np.float64)
+
+
+def _recip_rank(b: _Batch, k):
+    """trec_eval m_recip_rank.c: 1 / rank of the first relevant item, 0 if none (within the top
+    k when a cutoff is given: RR@k, the per-query term of MRR@k)."""
+    first = b.rel & (b.cum_rel == 1)
+    if k is not None:
+        first &= b.top(k)
+    return b.segsum(np.where(first, 1.0 / b.rank, 0.0))
+
+
+def _ap(b: _Batch, k):
+    """trec_eval m_map.c / m_map_cut.c: sum of precision at each relevant item's rank (within the
+    top k for map_cut), divided by num_rel (all relevant judgments, retrieved or not)."""
+    sel = b.rel if k is None else b.rel & b.top(k)
+    return b.per_rel(b.segsum(np.where(sel, b.cum_rel / b.rank, 0.0)))
+
+
+def _rprec(b: _Batch, k):
+    """trec_eval m_Rprec.c: precision at rank R = num_rel."""
+    return b.per_rel(b.segsum(b.rel & (b.rank <= b.num_rel[b.qidx])))
+
+
+def _bpref(b: _Batch, k):
+    """trec_eval m_bpref.c (Buckley and Voorhees 2004): for each relevant ranked item,
+    1 - min(n, R) / min(N, R) with n the judged non-relevant items ranked above it, R = num_rel,
+    N = judged non-relevant items of the query; summed and divided by R. Unjudged items are skipped."""
+    nonrel_above = b.within("cum_nonrel", b.judged & ~b.rel)
+    R = b.num_rel[b.qidx]
+    NN = b.num_nonrel[b.qidx]
+    denom = np.minimum(NN, R)
+    term = np.ones(b.N)
+    has = b.rel & (nonrel_above > 0)
+    np.subtract(1.0, np.minimum(nonrel_above, R) / np.where(denom > 0, denom, 1.0), out=term, where=has)
+    return b.per_rel(b.segsum(np.where(b.rel, term, 0.0)))
+
+
+def _dcg(b: _Batch, k):
+    """DCG (Jarvelin and Kekalainen 2002) as trec_eval's m_ndcg.c computes it: sum over ranks r of
+    gain / log2(r + 1); within the top k when a cutoff is given."""
+    w = b.discounted_gain if k is None else np.where(b.top(k), b.discounted_gain, 0.0)
+    return b.segsum(w)
+
+
+def _ndcg(b: _Batch, k):
+    """trec_eval m_ndcg.c (no cutoff) and m_ndcg_cut.c: DCG / ideal DCG, 0 when the ideal is 0.
+    The ideal ranks the query's positive judgments by grade, cut at k when a cutoff is given."""
+    dcg = _dcg(b, k)
+    ideal = b.ideal(k)
+    out = np.zeros(b.n)
+    np.divide(dcg, ideal, out=out, where=ideal > 0)
+    return out
+
+
+def _err(b: _Batch, k):
+    """Expected reciprocal rank at k (Chapelle, Metzler, Zhang and Grinspan, CIKM 2009):
+    sum_r (1/r) R_r prod_{i<r} (1 - R_i), R = (2**g - 1) / 2**g_max, unjudged and negative grades 0."""
+    gmax = b.opts.err_max_grade
+    sel = b.top(k)
+    g = b.g[sel]
+    with np.errstate(invalid="ignore"):
+        if np.any(g > gmax):
+            raise ValueError(f"err@{k}: grade {np.nanmax(g):g} exceeds err_max_grade={gmax:g}; "
+                             "pass a larger err_max_grade")
+        pos = g > 0
+    R = np.where(pos, (np.exp2(np.where(pos, g, 0.0)) - 1.0) / np.exp2(gmax), 0.0)
+    M = np.zeros((b.n, k))
+    M[b.qidx[sel], b.rank[sel] - 1] = R
+    stay = np.cumprod(1.0 - M, axis=1)
+    reach = np.concatenate((np.ones((b.n, 1)), stay[:, :-1]), axis=1)
+    return (M * reach / np.arange(1, k + 1)).sum(axis=1)
+
+
+_FUNCS = {
+    "num_ret": _num_ret,
+    "num_rel": _num_rel,
+    "num_rel_ret": _num_rel_ret,
+    "P": _precision,
+    "recall": _recall,
+    "success": _success,
+    "recip_rank": _recip_rank,
+    "map": _ap,
+    "Rprec": _rprec,
+    "bpref": _bpref,
+    "dcg": _dcg,
+    "ndcg": _ndcg,
+    "err": _err,
+}
+
+
+def compute(lists: RankedLists, specs: list[MetricSpec], options: MetricOptions | None = None) -> np.ndarray:
+    """Score every query of ``lists`` on every metric of ``specs``.
+
+    Returns float64, shape (len(specs), lists.num_queries): row i holds specs[i]'s per-query scores.
+    Raises ValueError on inconsistent shapes or an ERR grade above ``err_max_grade``.
+    """
+    opts = options or MetricOptions()
+    b = _Batch(lists, opts)
+    out = np.empty((len(specs), b.n), dtype=np.float64)
+    for i, spec in enumerate(specs):
+        out[i] = _FUNCS[spec.family](b, spec.k)
+    return out

@@ -1,0 +1,258 @@
+"""Metric names as users write them, parsed into :class:`MetricSpec`.
+
+Accepted spellings (case of the family name is ignored, ``P`` and ``p`` are the same):
+
+==============  ===========================================  ====================
+family          forms                                        trec_eval name
+==============  ===========================================  ====================
+P               ``P@5``, ``P_5``, ``P.5``, ``precision@5``    ``P_5``
+recall          ``recall@100``, ``recall_100``, ``R@100``     ``recall_100``
+success         ``success@1``, ``success_1``, ``hit@1``       ``success_1``
+recip_rank      ``recip_rank``, ``mrr``, ``rr``               ``recip_rank``
+recip_rank@k    ``mrr@10``, ``rr@10``, ``recip_rank@10``      (none)
+map             ``map``, ``ap``                               ``map``
+map@k           ``map@100``, ``map_cut_100``, ``ap@100``      ``map_cut_100``
+Rprec           ``Rprec``, ``r-precision``, ``R-prec``        ``Rprec``
+bpref           ``bpref``                                     ``bpref``
+dcg / dcg@k     ``dcg``, ``dcg@10``, ``dcg_cut_10``           (none)
+ndcg            ``ndcg``                                      ``ndcg``
+ndcg@k          ``ndcg@10``, ``ndcg_cut_10``, ``ndcg_cut.10`` ``ndcg_cut_10``
+err@k           ``err@20``, ``err_20``, ``err``               (none)
+num_ret         ``num_ret``                                   ``num_ret``
+num_rel         ``num_rel``                                   ``num_rel``
+num_rel_ret     ``num_rel_ret``                               ``num_rel_ret``
+==============  ===========================================  ====================
+
+trec_eval's parameter lists expand to several specs: ``P.5,10`` gives ``P@5`` and ``P@10``.
+``all_trec`` expands to every implemented trec_eval measure at trec_eval's default cutoffs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "MetricSpec",
+    "MetricNameError",
+    "parse_metric",
+    "parse_metrics",
+    "TREC_DEFAULT_CUTOFFS",
+    "ALL_TREC",
+    "OFFICIAL_TREC",
+]
+
+# trec_eval's default cutoffs for P, recall, map_cut and ndcg_cut; success has its own.
+TREC_DEFAULT_CUTOFFS = (5, 10, 15, 20, 30, 100, 200, 500, 1000)
+TREC_SUCCESS_CUTOFFS = (1, 5, 10)
+
+
+class MetricNameError(ValueError):
+    """An unknown or malformed metric name."""
+
+
+@dataclass(frozen=True, order=True)
+class MetricSpec:
+    """One metric at one cutoff.
+
+    ``family`` is one of :data:`FAMILIES`; ``k`` is the cutoff (``None`` for no cutoff).
+    """
+
+    family: str
+    k: int | None = None
+
+    @property
+    def name(self) -> str:
+        """Canonical name used in result rows, e.g. ``ndcg@10``, ``P@5``, ``map``."""
+        if self.family == "recip_rank" and self.k is not None:
+            return f"mrr@{self.k}"
+        base = _DISPLAY[self.family]
+        return base if self.k is None else f"{base}@{self.k}"
+
+    @property
+    def trec_name(self) -> str | None:
+        """The name trec_eval prints for this measure, or ``None`` if trec_eval lacks it."""
+        f, k = self.family, self.k
+        if k is None:
+            return f if f in _TREC_PLAIN else None
+        return f"{_TREC_CUT[f]}_{k}" if f in _TREC_CUT else None
+
+    @property
+    def is_count(self) -> bool:
+        """True for num_ret / num_rel / num_rel_ret (trec_eval sums them in ``all``)."""
+        return self.family in ("num_ret", "num_rel", "num_rel_ret")
+
+    def __str__(self) -> str:  # pragma: no cover - convenience
+        return self.name
+
+
+# family -> display base
+_DISPLAY = {
+    "P": "P",
+    "recall": "recall",
+    "success": "success",
+    "recip_rank": "recip_rank",
+    "map": "map",
+    "Rprec": "Rprec",
+    "bpref": "bpref",
+    "dcg": "dcg",
+    "ndcg": "ndcg",
+    "err": "err",
+    "num_ret": "num_ret",
+    "num_rel": "num_rel",
+    "num_rel_ret": "num_rel_ret",
+}
+FAMILIES = tuple(_DISPLAY)
+
+# families whose cutoff versions trec_eval prints, and the prefix it uses
+_TREC_CUT = {"P": "P", "recall": "recall", "success": "success", "map": "map_cut", "ndcg": "ndcg_cut"}
+
+# families trec_eval prints without a cutoff
+_TREC_PLAIN = {"num_ret", "num_rel", "num_rel_ret", "map", "Rprec", "bpref", "recip_rank", "ndcg"}
+
+# families that need a cutoff / accept no cutoff
+_NEEDS_K = {"P", "recall", "success"}
+_NO_K = {"Rprec", "bpref", "num_ret", "num_rel", "num_rel_ret"}
+
+_ALIASES = {
+    "p": "P",
+    "precision": "P",
+    "prec": "P",
+    "recall": "recall",
+    "r": "recall",
+    "success": "success",
+    "hit": "success",
+    "hits": "success",
+    "hitrate": "success",
+    "hit_rate": "success",
+    "recip_rank": "recip_rank",
+    "mrr": "recip_rank",
+    "rr": "recip_rank",
+    "map": "map",
+    "ap": "map",
+    "map_cut": "map",
+    "rprec": "Rprec",
+    "r-prec": "Rprec",
+    "r-precision": "Rprec",
+    "r_precision": "Rprec",
+    "bpref": "bpref",
+    "dcg": "dcg",
+    "dcg_cut": "dcg",
+    "ndcg": "ndcg",
+    "ndcg_cut": "ndcg",
+    "err": "err",
+    "num_ret": "num_ret",
+    "num_rel": "num_rel",
+    "num_rel_ret": "num_rel_ret",
+}
+
+ACCEPTED = (
+    "P@k P_k P.k1,k2 precision@k | recall@k recall_k | success@k success_k hit@k | "
+    "recip_rank mrr rr mrr@k rr@k | map ap map@k map_cut_k | Rprec | bpref | "
+    "dcg dcg@k | ndcg ndcg@k ndcg_cut_k ndcg_cut.k1,k2 | err@k (default k=20 for plain 'err') | "
+    "num_ret num_rel num_rel_ret | all_trec"
+)
+
+_ERR_DEFAULT_K = 20
+
+_FORM = re.compile(r"^(?P<base>[A-Za-z][A-Za-z_\-]*?)(?:(?:@|_|\.)(?P<params>[0-9][0-9,.]*))?$")
+
+
+def _specs_for(family: str, ks: list[int | None], raw: str) -> list[MetricSpec]:
+    out = []
+    for k in ks:
+        if k is None:
+            if family in _NEEDS_K:
+                raise MetricNameError(f"metric {raw!r} needs a cutoff, e.g. {family}@10. Accepted: {ACCEPTED}")
+            if family == "err":
+                k = _ERR_DEFAULT_K
+        else:
+            if family in _NO_K:
+                raise MetricNameError(f"metric {raw!r} takes no cutoff. Accepted: {ACCEPTED}")
+            if k < 1:
+                raise MetricNameError(f"metric {raw!r}: cutoff must be a positive integer")
+        out.append(MetricSpec(family, k))
+    return out
+
+
+def _parse_one(raw: str) -> list[MetricSpec]:
+    name = raw.strip()
+    if not name:
+        raise MetricNameError(f"empty metric name. Accepted: {ACCEPTED}")
+    low = name.lower()
+    if low == "all_trec":
+        return list(ALL_TREC)
+    if low == "official":
+        return list(OFFICIAL_TREC)
+    # exact family names (with underscores of their own) first
+    if low in _ALIASES and low not in ("map_cut", "ndcg_cut", "dcg_cut"):
+        return _specs_for(_ALIASES[low], [None], raw)
+    m = _FORM.match(name)
+    if not m:
+        raise MetricNameError(f"unknown metric {raw!r}. Accepted: {ACCEPTED}")
+    base = m.group("base").lower().rstrip("_-")
+    params = m.group("params")
+    if base not in _ALIASES:
+        raise MetricNameError(f"unknown metric {raw!r}. Accepted: {ACCEPTED}")
+    family = _ALIASES[base]
+    if params is None:
+        return _specs_for(family, [None], raw)
+    ks: list[int | None] = []
+    for part in params.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            raise MetricNameError(f"metric {raw!r}: cutoff {part!r} is not a number. Accepted: {ACCEPTED}") from None
+        if value != int(value):
+            # trec_eval truncates fractional cutoffs (ndcg_cut.23.4 -> 23)
+            value = int(value)
+        ks.append(int(value))
+    if not ks:
+        raise MetricNameError(f"metric {raw!r}: empty cutoff list. Accepted: {ACCEPTED}")
+    return _specs_for(family, ks, raw)
+
+
+def parse_metric(name: str) -> list[MetricSpec]:
+    """Parse one user-written metric name into one or more specs.
+
+    Raises :class:`MetricNameError` (a ``ValueError``) listing the accepted forms.
+    """
+    if not isinstance(name, str):
+        raise MetricNameError(f"metric names are strings, got {type(name).__name__}")
+    return _parse_one(name)
+
+
+def parse_metrics(names) -> list[MetricSpec]:
+    """Parse a name or an iterable of names; duplicates are dropped, first order kept."""
+    if isinstance(names, (str, MetricSpec)):
+        names = [names]
+    seen: dict[MetricSpec, None] = {}
+    for n in names:
+        specs = [n] if isinstance(n, MetricSpec) else parse_metric(n)
+        for s in specs:
+            seen.setdefault(s, None)
+    if not seen:
+        raise MetricNameError(f"no metrics requested. Accepted: {ACCEPTED}")
+    return list(seen)
+
+
+def _trec_set(with_extras: bool) -> tuple[MetricSpec, ...]:
+    specs = [MetricSpec("num_ret"), MetricSpec("num_rel"), MetricSpec("num_rel_ret"), MetricSpec("map"),
+             MetricSpec("Rprec"), MetricSpec("bpref"), MetricSpec("recip_rank")]
+    specs += [MetricSpec("P", k) for k in TREC_DEFAULT_CUTOFFS]
+    if with_extras:
+        specs += [MetricSpec("recall", k) for k in TREC_DEFAULT_CUTOFFS]
+        specs += [MetricSpec("ndcg")]
+        specs += [MetricSpec("ndcg", k) for k in TREC_DEFAULT_CUTOFFS]
+        specs += [MetricSpec("map", k) for k in TREC_DEFAULT_CUTOFFS]
+        specs += [MetricSpec("success", k) for k in TREC_SUCCESS_CUTOFFS]
+    return tuple(specs)
+
+
+#: every implemented trec_eval measure at trec_eval's default cutoffs (``-m all_trec``)
+ALL_TREC = _trec_set(True)
+#: the implemented part of trec_eval's default ("official") output, used when no ``-m`` is given
+OFFICIAL_TREC = _trec_set(False)

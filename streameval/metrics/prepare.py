@@ -1,0 +1,220 @@
+"""From columnar run and qrels arrays to :class:`~streameval.metrics.kernel.RankedLists`.
+
+Pure numpy. The ordering is trec_eval's (``form_res_rels.c``): score descending, ties broken by
+docno descending in plain byte order (``strcmp``); the run's rank column is ignored. With
+``tie_break="position"`` ties are broken by the logged position (ascending) instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .kernel import RankedLists
+
+__all__ = ["Prepared", "prepare", "factorize", "rank_order", "ORDERS", "TIE_BREAKS"]
+
+ORDERS = ("score", "position")
+TIE_BREAKS = ("docno", "position")
+
+
+def rank_order(query_codes, scores, item_codes, positions=None, *, order: str = "score",
+               tie_break: str = "docno") -> np.ndarray:
+    """The permutation that lays items out query by query, each query in rank order.
+
+    ``order="score"``: score descending, ties broken by ``tie_break``: ``"docno"`` (item code
+    descending, trec_eval's ``comp_sim_docno``) or ``"position"`` (logged position ascending).
+    ``order="position"``: logged position ascending (impression logs without scores). Remaining
+    ties always fall to item code descending, so the order is total. ``item_codes`` must sort like the item ids (see :func:`factorize`).
+    All arrays are 1-D of one length; raises ValueError when positions are needed and missing.
+    """
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    if tie_break not in TIE_BREAKS:
+        raise ValueError(f"tie_break must be one of {TIE_BREAKS}, got {tie_break!r}")
+    q = np.asarray(query_codes)
+    d = np.asarray(item_codes)
+    if order == "score" and tie_break == "docno":
+        return np.lexsort((-d, -np.asarray(scores, dtype=np.float64), q))
+    if positions is None:
+        raise ValueError(f"order={order!r}, tie_break={tie_break!r} needs logged positions")
+    pos = np.asarray(positions, dtype=np.float64)
+    if order == "position":
+        return np.lexsort((-d, pos, q))
+    return np.lexsort((-d, pos, -np.asarray(scores, dtype=np.float64), q))
+
+
+@dataclass
+class Prepared:
+    """A run joined to its qrels, ready for :func:`~streameval.metrics.kernel.compute`.
+
+    qids: the evaluated query ids, in ``lists`` order (sorted).
+    lists: the ranked lists.
+    unjudged_qids: query ids of the run that have no judgment at all (left out of the averages).
+    missing_qids: query ids with judgments but no ranked items (scored 0 when ``complete``,
+        otherwise left out).
+    """
+
+    qids: np.ndarray
+    lists: RankedLists
+    unjudged_qids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    missing_qids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+
+
+def _as_key_array(a) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype.kind in "iu":
+        return a
+    if a.dtype.kind == "O":
+        a = a.astype(str)
+    if a.dtype.kind not in "US":
+        a = a.astype(str)
+    return a
+
+
+def factorize(*arrays):
+    """Encode several arrays of keys over one shared vocabulary.
+
+    Returns (vocabulary sorted ascending, [codes per input array]). Strings sort in code-point order,
+    which for ASCII and UTF-8 ids is trec_eval's ``strcmp`` order; integer ids sort numerically.
+    """
+    arrays = [_as_key_array(a) for a in arrays]
+    kinds = {a.dtype.kind for a in arrays if len(a)}
+    if len(kinds) > 1:
+        arrays = [a.astype(str) for a in arrays]
+    allk = np.concatenate(arrays) if arrays else np.zeros(0)
+    # sort-based unique: numpy 2's hash-based np.unique is several times slower on ids
+    s = np.sort(allk, kind="stable" if allk.dtype.kind in "US" else None)
+    if len(s):
+        s = s[np.concatenate(([True], s[1:] != s[:-1]))]
+    return s, [np.searchsorted(s, a).astype(np.int64) for a in arrays]
+
+
+def prepare(
+    run_qid,
+    run_docno,
+    run_score,
+    qrels_qid,
+    qrels_docno,
+    qrels_grade,
+    *,
+    depth: int | None = None,
+    complete: bool = False,
+    tie_break: str = "docno",
+    run_position=None,
+    order: str = "score",
+) -> Prepared:
+    """Join a run to its qrels and lay out each query's ranked grades.
+
+    Arguments are 1-D arrays of equal length per side: run query ids, docnos and scores (float);
+    qrels query ids, docnos and grades (numbers). ``depth`` keeps the top ``depth`` items of each
+    query (trec_eval ``-M``). ``complete`` (trec_eval ``-c``) also evaluates queries with judgments
+    but no ranked items (they score 0 on every measure but num_rel). ``tie_break`` is ``"docno"``
+    (trec_eval) or ``"position"`` (ascending ``run_position``); ``order="position"`` ranks by
+    ``run_position`` alone (see :func:`rank_order`).
+
+    Raises ValueError for mismatched lengths, non-finite scores, a docno ranked twice for one query,
+    or a (query, docno) judged twice.
+    """
+    run_score = np.asarray(run_score, dtype=np.float64)
+    qrels_grade = np.asarray(qrels_grade, dtype=np.float64)
+    n_run, n_qrels = len(run_score), len(qrels_grade)
+    if len(run_qid) != n_run or len(run_docno) != n_run:
+        raise ValueError("run_qid, run_docno and run_score must have the same length")
+    if len(qrels_qid) != n_qrels or len(qrels_docno) != n_qrels:
+        raise ValueError("qrels_qid, qrels_docno and qrels_grade must have the same length")
+    if order == "score" and n_run and not np.all(np.isfinite(run_score)):
+        bad = int(np.flatnonzero(~np.isfinite(run_score))[0])
+        raise ValueError(f"run score at row {bad} is not finite ({run_score[bad]})")
+    if n_qrels and not np.all(np.isfinite(qrels_grade)):
+        raise ValueError("qrels grades must be finite numbers")
+
+    qvocab, (rq, jq) = factorize(run_qid, qrels_qid)
+    dvocab, (rd, jd) = factorize(run_docno, qrels_docno)
+    nd = max(len(dvocab), 1)
+
+    # -- order the run: query, then trec_eval's order
+    order = rank_order(rq, run_score, rd, run_position, order=order, tie_break=tie_break)
+    rq, rd = rq[order], rd[order]
+
+    # -- duplicate docnos within a query (trec_eval refuses them)
+    rkey = rq * nd + rd
+    if n_run:
+        sk = np.sort(rkey)
+        dup = np.flatnonzero(sk[1:] == sk[:-1])
+        if len(dup):
+            key = sk[dup[0]]
+            raise ValueError(f"run ranks docno {dvocab[key % nd]!r} twice for query {qvocab[key // nd]!r}")
+
+    # -- qrels sorted by key, duplicates refused
+    jkey = jq * nd + jd
+    jorder = np.argsort(jkey, kind="stable")
+    jkey_s, jgrade_s = jkey[jorder], qrels_grade[jorder]
+    if n_qrels:
+        dup = np.flatnonzero(jkey_s[1:] == jkey_s[:-1])
+        if len(dup):
+            key = jkey_s[dup[0]]
+            raise ValueError(f"qrels judge docno {dvocab[key % nd]!r} twice for query {qvocab[key // nd]!r}")
+
+    # -- which queries are evaluated
+    run_queries = np.unique(rq)
+    judged_queries = np.unique(jq)
+    unjudged = np.setdiff1d(run_queries, judged_queries, assume_unique=True)
+    evaluated = judged_queries if complete else np.intersect1d(run_queries, judged_queries, assume_unique=True)
+    missing = np.setdiff1d(judged_queries, run_queries, assume_unique=True)
+
+    # -- keep run rows of evaluated queries, cut at depth
+    eval_pos = np.full(len(qvocab), -1, dtype=np.int64)
+    eval_pos[evaluated] = np.arange(len(evaluated))
+    qpos = eval_pos[rq]
+    keep = qpos >= 0
+    counts_all = np.bincount(qpos[keep], minlength=len(evaluated))
+    if depth is not None:
+        if depth < 1:
+            raise ValueError("depth must be positive")
+        starts = np.concatenate(([0], np.cumsum(counts_all)))[:-1]
+        kq = qpos[keep]
+        rank0 = np.arange(len(kq)) - np.repeat(starts, counts_all)
+        sub = rank0 < depth
+        idx = np.flatnonzero(keep)[sub]
+        keep = np.zeros(n_run, bool)
+        keep[idx] = True
+    qk, keyk = qpos[keep], rkey[keep]
+    counts = np.bincount(qk, minlength=len(evaluated))
+    offsets = np.zeros(len(evaluated) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+
+    # -- join grades
+    if n_qrels and len(keyk):
+        hit = np.searchsorted(jkey_s, keyk)
+        hitc = np.minimum(hit, n_qrels - 1)
+        found = jkey_s[hitc] == keyk
+        grades = np.where(found, jgrade_s[hitc], np.nan)
+    else:
+        grades = np.full(len(keyk), np.nan)
+
+    # -- judgment histogram of each evaluated query: distinct non-negative grades, descending
+    jpos = eval_pos[jkey_s // nd]
+    jin = (jpos >= 0) & (jgrade_s >= 0)
+    hq, hg = jpos[jin], jgrade_s[jin]
+    horder = np.lexsort((-hg, hq))
+    hq, hg = hq[horder], hg[horder]
+    if len(hq):
+        new = np.concatenate(([True], (hq[1:] != hq[:-1]) | (hg[1:] != hg[:-1])))
+        starts = np.flatnonzero(new)
+        hvals = hg[starts]
+        hcounts = np.diff(np.concatenate((starts, [len(hq)])))
+        hqs = hq[starts]
+    else:
+        hvals, hcounts, hqs = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    joff = np.zeros(len(evaluated) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(hqs, minlength=len(evaluated)), out=joff[1:])
+
+    lists = RankedLists(offsets, grades, joff, hvals.astype(np.float64), hcounts.astype(np.int64))
+    return Prepared(
+        qids=qvocab[evaluated],
+        lists=lists,
+        unjudged_qids=qvocab[unjudged],
+        missing_qids=qvocab[missing],
+    )
