@@ -1,0 +1,144 @@
+"""Mean and second moment of per-query scores, mergeable exactly.
+
+The sum and the sum of squares are kept as Shewchuk partials (non-overlapping floats whose exact
+sum is the exact sum of the inputs; the algorithm behind :func:`math.fsum`). Adding, merging in
+any order and in any split gives the same partials' *value*, so the extracted mean (the correctly
+rounded exact sum divided by the count) is identical to the last bit whatever the order.
+The squares are added exactly too (Veltkamp split), and the variance is computed at extraction
+from the exact sums in rational arithmetic, ``M2 = S2 - S**2 / n`` (the quantity Chan et al.'s
+pairwise update maintains, here with no rounding anywhere), so the standard error is the correctly
+rounded value of the exact sample statistic, order-independent, with no cancellation even when the
+variance is tiny next to the mean.
+
+State (a plain list, so Beam's FastPrimitivesCoder encodes it without pickling):
+``[counts, sums, sumsqs]`` with one entry per metric: ``counts[m]`` an int, ``sums[m]`` and
+``sumsqs[m]`` lists of float partials. Non-finite values are refused with ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+__all__ = [
+    "partials_add",
+    "partials_add_square",
+    "partials_merge",
+    "partials_value",
+    "MeanMoments",
+]
+
+
+def partials_add(partials: list, x: float) -> None:
+    """Add ``x`` to Shewchuk partials in place (exact)."""
+    i = 0
+    for y in partials:
+        if abs(x) < abs(y):
+            x, y = y, x
+        hi = x + y
+        lo = y - (hi - x)
+        if lo:
+            partials[i] = lo
+            i += 1
+        x = hi
+    partials[i:] = [x]
+
+
+_SPLIT = 134217729.0  # 2**27 + 1, Veltkamp's splitter
+
+
+def partials_add_square(partials: list, x: float) -> None:
+    """Add ``x*x`` exactly: Veltkamp's split x = hi + lo (26 and 27 significant bits) makes
+    hi*hi, 2*hi*lo and lo*lo exact doubles, whose sum is exactly x**2."""
+    c = _SPLIT * x
+    hi = c - (c - x)
+    lo = x - hi
+    partials_add(partials, hi * hi)
+    partials_add(partials, 2.0 * hi * lo)
+    partials_add(partials, lo * lo)
+
+
+def partials_merge(into: list, other: list) -> None:
+    """Add every partial of ``other`` into ``into`` (exact)."""
+    for x in other:
+        partials_add(into, x)
+
+
+def partials_value(partials: list) -> float:
+    """The correctly rounded value of the exact sum."""
+    return math.fsum(partials)
+
+
+def _exact(partials: list) -> Fraction:
+    return sum((Fraction(p) for p in partials), Fraction(0))
+
+
+class MeanMoments:
+    """Operations on the mergeable mean state of ``n_metrics`` metrics (see module docstring)."""
+
+    def __init__(self, n_metrics: int):
+        self.n = n_metrics
+
+    def create(self) -> list:
+        return [[0] * self.n, [[] for _ in range(self.n)], [[] for _ in range(self.n)]]
+
+    def add(self, state: list, values) -> list:
+        """Add one observation per metric (``values`` has ``n_metrics`` floats; NaN skips a metric)."""
+        counts, sums, sqs = state
+        for m, x in enumerate(values):
+            x = float(x)
+            if math.isnan(x):
+                continue
+            if math.isinf(x):
+                raise ValueError(f"metric value {x} is not finite")
+            counts[m] += 1
+            partials_add(sums[m], x)
+            partials_add_square(sqs[m], x)
+        return state
+
+    def add_many(self, state: list, matrix) -> list:
+        """Add a batch: ``matrix`` has shape (n_metrics, n_observations)."""
+        counts, sums, sqs = state
+        for m in range(self.n):
+            row = [float(v) for v in matrix[m]]
+            for x in row:
+                if math.isnan(x):
+                    continue
+                if math.isinf(x):
+                    raise ValueError(f"metric value {x} is not finite")
+                counts[m] += 1
+                partials_add(sums[m], x)
+                partials_add_square(sqs[m], x)
+        return state
+
+    def merge(self, states) -> list:
+        out = None
+        for s in states:
+            if out is None:
+                out = [list(s[0]), [list(p) for p in s[1]], [list(p) for p in s[2]]]
+                continue
+            for m in range(self.n):
+                out[0][m] += s[0][m]
+                partials_merge(out[1][m], s[1][m])
+                partials_merge(out[2][m], s[2][m])
+        return out if out is not None else self.create()
+
+    def extract(self, state: list) -> list[tuple[float, int, float]]:
+        """Per metric: (mean, count, standard error of the mean). Empty: (NaN, 0, NaN);
+        one observation: standard error NaN."""
+        out = []
+        counts, sums, sqs = state
+        for m in range(self.n):
+            n = counts[m]
+            if n == 0:
+                out.append((math.nan, 0, math.nan))
+                continue
+            mean = partials_value(sums[m]) / n
+            if n < 2:
+                out.append((mean, n, math.nan))
+                continue
+            S, S2 = _exact(sums[m]), _exact(sqs[m])
+            m2 = S2 - S * S / n
+            var = max(m2, Fraction(0)) / (n - 1)
+            out.append((mean, n, math.sqrt(float(var) / n)))
+        return out

@@ -1,0 +1,197 @@
+"""Per-request ranking state: the served items of one request and the judgments of its query.
+
+Impressions and judgments may arrive in any order and in any number of pieces; states merge by
+union, so any split and merge order gives the same state. The state is a plain list (Beam's
+FastPrimitivesCoder encodes it without pickling)::
+
+    [served, judged, conflicts, min_timestamp]
+    served:   {item_id: [score or None, position, clicked]}
+    judged:   {item_id: grade}
+    conflicts: int, how many times an item came twice with different data (the larger record is
+               kept, so the result does not depend on arrival order)
+    min_timestamp: int microseconds or None, the request's earliest impression
+
+Bounded memory: when every requested metric has a cutoff, pass ``keep=K`` (the largest cutoff) and
+the served items are pruned to the top K in rank order whenever they exceed 2K; the top K of a
+union equals the top K of the union of the parts' top K, so pruning never changes a score. The
+judgments are kept whole (an item served later may need its grade); their memory is the query's
+judgment count, a fixed property of the qrels. Metrics without a cutoff (map, bpref, Rprec, ndcg,
+recip_rank, num_*) need every served item: then ``keep`` is None.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..metrics.kernel import RankedLists
+from ..metrics.prepare import rank_order
+
+__all__ = ["RankingOps", "keep_for"]
+
+
+def keep_for(specs) -> int | None:
+    """The top-K a set of metric specs needs, or None when one has no cutoff."""
+    ks = [s.k for s in specs]
+    if any(k is None for k in ks):
+        return None
+    return max(ks)
+
+
+def _order_key(rec, item, order, tie_break):
+    """Python sort key equal to :func:`rank_order` (ascending key = better rank)."""
+    score, pos = rec[0], rec[1]
+    if order == "position":
+        return (pos, _Desc(item))
+    if tie_break == "docno":
+        return (-score, _Desc(item))
+    return (-score, pos, _Desc(item))
+
+
+class _Desc:
+    """Wraps a string so that sorting ascending orders it descending."""
+
+    __slots__ = ("s",)
+
+    def __init__(self, s):
+        self.s = s
+
+    def __lt__(self, other):
+        return self.s > other.s
+
+    def __eq__(self, other):
+        return self.s == other.s
+
+
+class RankingOps:
+    """create / add / merge / extract for :mod:`ranking` states.
+
+    order, tie_break: as :func:`streameval.metrics.prepare.rank_order`.
+    keep: the top-K to keep (see module docstring), None to keep every served item.
+    depth: trec_eval's ``-M``, the number of ranked items scored per request (None: all).
+    """
+
+    def __init__(self, order: str = "score", tie_break: str = "docno", keep: int | None = None,
+                 depth: int | None = None):
+        self.order = order
+        self.tie_break = tie_break
+        self.depth = depth
+        k = [x for x in (keep, depth) if x is not None]
+        self.keep = min(k) if k else None
+
+    # -- building --------------------------------------------------------------------------
+    @staticmethod
+    def create() -> list:
+        return [{}, {}, 0, None]
+
+    def add_impression(self, state: list, item: str, score, position: int, clicked: bool,
+                       timestamp: int | None = None) -> list:
+        if self.order == "score" and (score is None or not math.isfinite(score)):
+            raise ValueError(f"item {item!r}: score {score!r} cannot be ranked with order='score'")
+        rec = [None if score is None else float(score), int(position), bool(clicked)]
+        served = state[0]
+        old = served.get(item)
+        if old is None:
+            served[item] = rec
+        elif old != rec:
+            state[2] += 1
+            served[item] = max(old, rec, key=_total)
+        if timestamp is not None and (state[3] is None or timestamp < state[3]):
+            state[3] = timestamp
+        self._prune(state)
+        return state
+
+    @staticmethod
+    def add_judgment(state: list, item: str, grade) -> list:
+        judged = state[1]
+        g = float(grade)
+        old = judged.get(item)
+        if old is None:
+            judged[item] = g
+        elif old != g:
+            state[2] += 1
+            judged[item] = max(old, g)
+        return state
+
+    def merge(self, states) -> list:
+        out = self.create()
+        served, judged = out[0], out[1]
+        for s in states:
+            for item, rec in s[0].items():
+                old = served.get(item)
+                if old is None:
+                    served[item] = list(rec)
+                elif old != list(rec):
+                    out[2] += 1
+                    served[item] = max(old, list(rec), key=_total)
+            for item, g in s[1].items():
+                old = judged.get(item)
+                if old is None:
+                    judged[item] = g
+                elif old != g:
+                    out[2] += 1
+                    judged[item] = max(old, g)
+            out[2] += s[2]
+            if s[3] is not None and (out[3] is None or s[3] < out[3]):
+                out[3] = s[3]
+        self._prune(out)
+        return out
+
+    def _prune(self, state: list) -> None:
+        k = self.keep
+        served = state[0]
+        if k is None or len(served) <= 2 * k:
+            return
+        ranked = sorted(served.items(), key=lambda kv: _order_key(kv[1], kv[0], self.order, self.tie_break))
+        state[0] = dict(ranked[:k])
+
+    # -- scoring ---------------------------------------------------------------------------
+    def ranked(self, state: list) -> tuple[list[str], np.ndarray]:
+        """(item ids in rank order, their clicked flags), cut at ``depth``. Uses the same
+        ordering function as the library (:func:`rank_order`)."""
+        served = state[0]
+        items = list(served)
+        if not items:
+            return [], np.zeros(0, dtype=bool)
+        recs = list(served.values())
+        vocab, codes = np.unique(np.asarray(items, dtype=str), return_inverse=True)
+        scores = np.array([math.nan if r[0] is None else r[0] for r in recs], dtype=np.float64)
+        pos = np.array([r[1] for r in recs], dtype=np.float64)
+        perm = rank_order(np.zeros(len(items), np.int64), scores, codes, pos,
+                          order=self.order, tie_break=self.tie_break)
+        if self.depth is not None:
+            perm = perm[: self.depth]
+        clicks = np.array([recs[i][2] for i in perm], dtype=bool)
+        return [items[i] for i in perm], clicks
+
+    def to_lists(self, states: list) -> RankedLists:
+        """Lay out many states (one per request) as :class:`RankedLists` for the kernel."""
+        offsets = np.zeros(len(states) + 1, dtype=np.int64)
+        grades: list = []
+        hv: list = []
+        hc: list = []
+        joff = np.zeros(len(states) + 1, dtype=np.int64)
+        for i, st in enumerate(states):
+            items, _ = self.ranked(st)
+            judged = st[1]
+            grades.extend(judged.get(it, math.nan) for it in items)
+            offsets[i + 1] = offsets[i] + len(items)
+            vals = np.fromiter(judged.values(), dtype=np.float64, count=len(judged))
+            vals = vals[vals >= 0]
+            v, c = np.unique(vals, return_counts=True)
+            hv.append(v[::-1])
+            hc.append(c[::-1])
+            joff[i + 1] = joff[i] + len(v)
+        return RankedLists(
+            offsets=offsets,
+            grades=np.asarray(grades, dtype=np.float64),
+            judged_offsets=joff,
+            judged_values=np.concatenate(hv) if hv else np.zeros(0),
+            judged_counts=np.concatenate(hc).astype(np.int64) if hc else np.zeros(0, np.int64),
+        )
+
+
+def _total(rec):
+    """A total order on served records (None score sorts lowest) for deterministic conflicts."""
+    return (-math.inf if rec[0] is None else rec[0], rec[1], rec[2])
