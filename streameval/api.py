@@ -1,0 +1,144 @@
+"""``streameval.evaluate``: score a run against qrels in one call, in the spirit of ranx.
+
+Inputs may be dicts (``{qid: {docno: score}}`` / ``{qid: {docno: grade}}``), paths to TREC run and
+qrels files, :class:`~streameval.io.trec.TrecRun` / ``TrecQrels`` objects, or pandas DataFrames
+(columns ``q_id``/``query_id``/``qid``, ``doc_id``/``docno``/``item_id``, and ``score`` or
+``rel``/``grade``/``relevance``). pandas is optional and only imported when given a DataFrame.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from .metrics.kernel import MetricOptions, compute
+from .metrics.names import MetricSpec, parse_metrics
+from .metrics.prepare import Prepared, prepare
+
+__all__ = ["evaluate", "Evaluation", "score_queries", "aggregate"]
+
+_Q_COLS = ("q_id", "query_id", "qid")
+_D_COLS = ("doc_id", "docno", "item_id", "doc")
+_S_COLS = ("score",)
+_G_COLS = ("rel", "grade", "relevance", "label")
+
+
+def _pick(df, names, what):
+    for n in names:
+        if n in df.columns:
+            return df[n].to_numpy()
+    raise ValueError(f"DataFrame has no {what} column (looked for {', '.join(names)}); has {list(df.columns)}")
+
+
+def _columns(obj, kind: str):
+    """(qid, docno, value) arrays from any accepted input; kind is 'run' or 'qrels'."""
+    if isinstance(obj, (str, os.PathLike)):
+        from .io import trec
+
+        obj = trec.read_run(obj) if kind == "run" else trec.read_qrels(obj)
+    if hasattr(obj, "qid") and hasattr(obj, "docno"):
+        val = obj.score if kind == "run" else obj.grade
+        return np.asarray(obj.qid), np.asarray(obj.docno), np.asarray(val, dtype=np.float64)
+    if isinstance(obj, dict):
+        q, d, v = [], [], []
+        for qid, docs in obj.items():
+            for doc, val in docs.items():
+                q.append(str(qid))
+                d.append(str(doc))
+                v.append(val)
+        return (np.asarray(q, dtype=str), np.asarray(d, dtype=str), np.asarray(v, dtype=np.float64))
+    if hasattr(obj, "columns") and hasattr(obj, "to_numpy"):  # pandas DataFrame
+        q = _pick(obj, _Q_COLS, "query id").astype(str)
+        d = _pick(obj, _D_COLS, "document id").astype(str)
+        v = _pick(obj, _S_COLS if kind == "run" else _G_COLS, "score" if kind == "run" else "grade")
+        return q, d, np.asarray(v, dtype=np.float64)
+    if isinstance(obj, tuple) and len(obj) == 3:
+        return np.asarray(obj[0]), np.asarray(obj[1]), np.asarray(obj[2], dtype=np.float64)
+    raise TypeError(f"cannot read a {kind} from {type(obj).__name__}: give a dict, a TREC file path, "
+                    "a TrecRun/TrecQrels, a (qid, docno, value) tuple of arrays or a pandas DataFrame")
+
+
+def score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str = "linear",
+                  ideal: str = "judgments", err_max_grade: float = 4, complete: bool = False,
+                  depth: int | None = None, tie_break: str = "docno",
+                  warn: bool = True) -> tuple[list[MetricSpec], Prepared, np.ndarray]:
+    """Per-query scores: (specs, prepared lists, scores of shape (len(specs), n_queries)).
+
+    Options are those of :func:`evaluate`. Raises ValueError / MetricNameError on bad input.
+    """
+    specs = parse_metrics(metrics)
+    opts = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal, err_max_grade=err_max_grade)
+    rq, rd, rs = _columns(run, "run")
+    jq, jd, jg = _columns(qrels, "qrels")
+    prep = prepare(rq, rd, rs, jq, jd, jg, depth=depth, complete=complete, tie_break=tie_break)
+    if warn and len(prep.unjudged_qids):
+        warnings.warn(f"{len(prep.unjudged_qids)} run queries have no judgments and are left out of the "
+                      f"averages (first: {str(prep.unjudged_qids[0])!r})", stacklevel=3)
+    if warn and len(prep.missing_qids) and not complete:
+        warnings.warn(f"{len(prep.missing_qids)} judged queries have no results and are skipped "
+                      "(pass complete=True to score them 0, as trec_eval -c)", stacklevel=3)
+    return specs, prep, compute(prep.lists, specs, opts)
+
+
+def aggregate(values: np.ndarray, spec: MetricSpec) -> float:
+    """The summary of one metric over queries: the mean (exactly rounded sum / count, the rule the
+    mergeable accumulators use, so batch, stream and library agree to the bit), or the total for
+    num_ret / num_rel / num_rel_ret as trec_eval prints them. No queries: NaN."""
+    if len(values) == 0:
+        return math.nan
+    total = math.fsum(values.tolist())
+    return total if spec.is_count else total / len(values)
+
+
+@dataclass
+class Evaluation:
+    """Result of :func:`evaluate`: ``means`` {metric name: value}; ``per_query`` (on request) a
+    DataFrame indexed by query id with one column per metric (a dict of dicts without pandas)."""
+
+    means: dict
+    per_query: object = None
+    num_queries: int = 0
+
+    def __getitem__(self, name):
+        return self.means[name]
+
+    def __iter__(self):
+        return iter(self.means)
+
+
+def evaluate(qrels, run, metrics, *, per_query: bool = False, relevance_level: float = 1,
+             gain: str = "linear", ideal: str = "judgments", err_max_grade: float = 4,
+             complete: bool = False, depth: int | None = None, tie_break: str = "docno"):
+    """Score ``run`` against ``qrels`` on ``metrics`` (names as users write them: ``"ndcg@10"``,
+    ``"map"``, ``"mrr@10"``, ``"P_5"``; a single name or a list).
+
+    Options (defaults are trec_eval's; see docs/metrics.md): ``relevance_level`` (``-l``), ``gain``
+    (``"linear"`` | ``"exponential"``), ``ideal`` (``"judgments"`` | ``"served"``), ``err_max_grade``,
+    ``complete`` (``-c``: judged queries without results score 0), ``depth`` (``-M``),
+    ``tie_break`` (``"docno"``).
+
+    Returns a float when one metric name is given and ``per_query`` is False, else an
+    :class:`Evaluation` with ``means`` ({name: value}) and, when ``per_query``, per-query scores.
+    Run queries without any judgment are left out (a warning says how many).
+    Raises MetricNameError (ValueError) for unknown names, ValueError for malformed input.
+    """
+    specs, prep, values = score_queries(qrels, run, metrics, relevance_level=relevance_level, gain=gain,
+                                        ideal=ideal, err_max_grade=err_max_grade, complete=complete,
+                                        depth=depth, tie_break=tie_break)
+    means = {s.name: aggregate(values[i], s) for i, s in enumerate(specs)}
+    if isinstance(metrics, str) and len(specs) == 1 and not per_query:
+        return means[specs[0].name]
+    table = None
+    if per_query:
+        qids = [str(q) for q in prep.qids]
+        try:
+            import pandas as pd
+        except ImportError:
+            table = {q: {s.name: float(values[i, j]) for i, s in enumerate(specs)} for j, q in enumerate(qids)}
+        else:
+            table = pd.DataFrame(values.T, index=pd.Index(qids, name="query_id"), columns=[s.name for s in specs])
+    return Evaluation(means=means, per_query=table, num_queries=len(prep.qids))

@@ -1,0 +1,155 @@
+"""Property tests: for random inputs, random splits and random merge trees give results identical to
+one pass, and equal to the library function on the whole input."""
+
+import math
+import random
+import statistics
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streameval.accumulators.clicks import ctr_add, ctr_create, ctr_extract, ctr_merge, ctr_pos_add, \
+    ctr_pos_create, ctr_pos_extract, ctr_pos_merge
+from streameval.accumulators.moments import MeanMoments
+from streameval.accumulators.ranking import RankingOps, keep_for
+from streameval.api import aggregate, score_queries
+from streameval.metrics.names import parse_metrics
+
+
+def random_tree_merge(states, merge, rnd):
+    """Merge states in a random binary tree (sometimes via an empty merge)."""
+    states = list(states)
+    while len(states) > 1:
+        i = rnd.randrange(len(states) - 1)
+        a, b = states[i], states[i + 1]
+        parts = [b, a] if rnd.random() < 0.5 else [a, b]
+        if rnd.random() < 0.2:
+            parts.append(merge([]))
+        states[i:i + 2] = [merge(parts)]
+    return states[0] if states else merge([])
+
+
+def split(seq, rnd):
+    seq = list(seq)
+    rnd.shuffle(seq)
+    cuts = sorted(rnd.sample(range(len(seq) + 1), min(len(seq) + 1, rnd.randint(1, 6))))
+    return [seq[a:b] for a, b in zip([0] + cuts, cuts + [len(seq)])]
+
+
+finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(finite, st.floats(0, 1)), max_size=60), st.integers(0, 2**32))
+def test_mean_moments_merge_order_is_exact(rows, seed):
+    rnd = random.Random(seed)
+    mm = MeanMoments(2)
+    one = mm.create()
+    for r in rows:
+        mm.add(one, r)
+    pieces = []
+    for part in split(rows, rnd):
+        s = mm.create()
+        for r in part:
+            mm.add(s, r)
+        pieces.append(s)
+    merged = random_tree_merge(pieces, mm.merge, rnd)
+    got, want = mm.extract(merged), mm.extract(one)
+    for (m1, n1, e1), (m2, n2, e2) in zip(got, want):
+        assert n1 == n2 == len(rows)
+        assert (m1 == m2) or (math.isnan(m1) and math.isnan(m2))
+        assert (e1 == e2) or (math.isnan(e1) and math.isnan(e2))
+    if rows:
+        xs = [r[0] for r in rows]
+        assert got[0][0] == math.fsum(xs) / len(xs)
+    if len(rows) >= 2:
+        ys = [r[1] for r in rows]
+        assert math.isclose(got[1][2], statistics.stdev(ys) / math.sqrt(len(ys)), rel_tol=1e-9, abs_tol=1e-15)
+
+
+def test_mean_moments_empty_and_single():
+    mm = MeanMoments(1)
+    (m, n, e), = mm.extract(mm.merge([]))
+    assert math.isnan(m) and n == 0 and math.isnan(e)
+    (m, n, e), = mm.extract(mm.add(mm.create(), [0.25]))
+    assert (m, n) == (0.25, 1) and math.isnan(e)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3), st.booleans()), max_size=80), st.integers(0, 2**32))
+def test_ctr_states_merge(rows, seed):
+    rnd = random.Random(seed)
+    pieces, ppieces = [], []
+    for part in split(rows, rnd):
+        s, p = ctr_create(), ctr_pos_create()
+        for pos, c in part:
+            ctr_add(s, c)
+            ctr_pos_add(p, pos, c)
+        pieces.append(s)
+        ppieces.append(p)
+    s = random_tree_merge(pieces, ctr_merge, rnd)
+    p = random_tree_merge(ppieces, ctr_pos_merge, rnd)
+    clicks = sum(c for _, c in rows)
+    if rows:
+        assert ctr_extract(s)[:2] == (clicks / len(rows), len(rows))
+    else:
+        assert math.isnan(ctr_extract(s)[0]) and ctr_extract(s)[1] == 0
+    for pos, (rate, n, _) in ctr_pos_extract(p).items():
+        sub = [c for q, c in rows if q == pos]
+        assert (rate, n) == (sum(sub) / len(sub), len(sub))
+
+
+METRIC_SETS = [
+    ["ndcg@5", "P@3", "mrr@5", "err@5", "recall@5", "map@5", "success@1", "dcg@3"],  # all cut: bounded state
+    ["map", "ndcg", "bpref", "Rprec", "recip_rank", "num_ret", "num_rel", "num_rel_ret", "P@5"],
+]
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    n_items=st.integers(0, 25),
+    n_judged=st.integers(0, 30),
+    seed=st.integers(0, 2**32),
+    metric_set=st.sampled_from(range(len(METRIC_SETS))),
+    level=st.sampled_from([1, 2]),
+)
+def test_ranking_state_pieces_equal_library(n_items, n_judged, seed, metric_set, level):
+    rnd = random.Random(seed)
+    specs = parse_metrics(METRIC_SETS[metric_set])
+    items = [f"d{i:02d}" for i in rnd.sample(range(40), n_items)]
+    scores = {it: round(rnd.gauss(0, 1), 1) for it in items}  # ties
+    pool = [f"d{i:02d}" for i in range(40)]
+    judged = {d: rnd.randint(-1, 4) for d in rnd.sample(pool, n_judged)}
+    if not judged:
+        judged = {"zz": 0}
+    events = [("i", it, scores[it], k + 1) for k, it in enumerate(items)] + [("j", d, g, 0) for d, g in judged.items()]
+    # the same event delivered twice must not change anything
+    events += rnd.sample(events, min(3, len(events)))
+    ops = RankingOps(keep=keep_for(specs))
+    pieces = []
+    for part in split(events, rnd):
+        s = ops.create()
+        for kind, it, v, pos in part:
+            if kind == "i":
+                ops.add_impression(s, it, v, pos, False)
+            else:
+                ops.add_judgment(s, it, v)
+        pieces.append(s)
+    state = random_tree_merge(pieces, ops.merge, rnd)
+    assert state[2] == 0  # no conflicts: duplicates are identical
+    from streameval.metrics.kernel import MetricOptions, compute
+
+    got = compute(ops.to_lists([state]), specs, MetricOptions(relevance_level=level))[:, 0]
+    run = {"q": {it: scores[it] for it in items}} if items else {}
+    _, prep, want = score_queries({"q": judged}, run, specs, relevance_level=level, complete=True, warn=False)
+    np.testing.assert_array_equal(got, want[:, 0])
+    if specs and all(s.k is not None for s in specs):
+        assert len(state[0]) <= 2 * max(s.k for s in specs)
+
+
+def test_aggregate_is_fsum_mean_and_total_for_counts():
+    specs = parse_metrics(["map", "num_rel"])
+    v = np.array([0.1, 0.2, 0.3, 1e-17])
+    assert aggregate(v, specs[0]) == math.fsum(v.tolist()) / 4
+    assert aggregate(np.array([3.0, 4.0]), specs[1]) == 7.0
