@@ -1,0 +1,684 @@
+"""TREC run and qrels files, parsed into numpy arrays.
+
+Formats (whitespace-separated columns, one record per line, blank lines
+skipped, as read by trec_eval):
+
+* run:   ``qid Q0 docno rank score tag`` (6 columns, further tokens ignored
+  as trec_eval does; the ``Q0`` column is ignored, so is ``rank`` by
+  trec_eval, which orders a query's documents by score descending, ties by
+  docno descending);
+* qrels: ``qid iter docno grade`` (4 columns; ``iter`` is ignored; grade is
+  an integer, negative = in the pool but unjudged).
+
+Speed: the readers never loop over lines in Python on the happy path.  The
+file is read in one piece, token boundaries are found with numpy on the raw
+bytes, every line is checked to have the right number of tokens, each column
+is gathered into a fixed-width byte matrix, and numbers are parsed with
+vectorised digit arithmetic (decimal numbers of up to 15-16 significant
+digits take the exact fast path ``mantissa / 10**k``; anything else, such as
+exponents, ``inf`` or ``nan``, goes through numpy's string-to-float cast).
+Errors report the file name and the 1-based line number
+(:class:`TrecFormatError`).  Lines whose first non-blank character is ``#``
+are comments and skipped, as in trec_eval.
+
+Files ending in ``.gz`` are decompressed transparently.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+__all__ = [
+    "TrecFormatError",
+    "TrecRun",
+    "TrecQrels",
+    "read_run",
+    "read_qrels",
+    "write_run",
+    "write_qrels",
+    "run_from_dict",
+    "qrels_from_dict",
+    "run_to_dict",
+    "qrels_to_dict",
+    "trec_order",
+]
+
+PathLike = Union[str, os.PathLike]
+
+RUN_COLUMNS = ("qid", "Q0", "docno", "rank", "score", "tag")
+QRELS_COLUMNS = ("qid", "iter", "docno", "grade")
+
+# A column whose longest token is longer than this is gathered with a Python
+# loop instead of a (tokens x width) byte matrix, to bound memory.
+_MAX_MATRIX_WIDTH = 256
+_POW10_FLOAT = 10.0 ** np.arange(23)
+_MAX_EXACT_MANTISSA = 2**53
+
+
+class TrecFormatError(ValueError):
+    """Malformed TREC run or qrels input.  ``path`` and ``lineno`` (1-based) locate it."""
+
+    def __init__(self, path: str, lineno: int, message: str, line: str | None = None):
+        self.path = str(path)
+        self.lineno = int(lineno)
+        self.reason = message
+        text = f"{self.path}:{self.lineno}: {message}"
+        if line is not None:
+            text += f": {line!r}"
+        super().__init__(text)
+
+
+def _str_array(values) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.dtype.kind != "U":
+        if arr.size == 0:
+            return np.zeros(0, dtype="U1")
+        arr = arr.astype(str)
+    return arr
+
+
+@dataclass(eq=False)
+class TrecRun:
+    """A TREC run as parallel arrays, one entry per line of the run file.
+
+    ``qid``/``docno`` are numpy ``str`` arrays, ``score`` float64, ``rank``
+    int64 (the file's rank column; trec_eval ignores it), ``tag`` the run tag
+    of the first line (a run mixing tags keeps the first).
+    """
+
+    qid: np.ndarray
+    docno: np.ndarray
+    score: np.ndarray
+    rank: np.ndarray
+    tag: str = "run"
+
+    def __post_init__(self) -> None:
+        self.qid = _str_array(self.qid)
+        self.docno = _str_array(self.docno)
+        self.score = np.asarray(self.score, dtype=np.float64)
+        self.rank = np.asarray(self.rank, dtype=np.int64)
+        n = len(self.qid)
+        if not (len(self.docno) == len(self.score) == len(self.rank) == n):
+            raise ValueError(
+                f"TrecRun arrays differ in length: qid {n}, docno {len(self.docno)}, "
+                f"score {len(self.score)}, rank {len(self.rank)}"
+            )
+
+    def __len__(self) -> int:
+        return len(self.qid)
+
+    def __repr__(self) -> str:
+        return f"TrecRun(tag={self.tag!r}, lines={len(self)}, queries={len(np.unique(self.qid))})"
+
+
+@dataclass(eq=False)
+class TrecQrels:
+    """TREC relevance judgments as parallel arrays: ``qid``/``docno`` str, ``grade`` int64."""
+
+    qid: np.ndarray
+    docno: np.ndarray
+    grade: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.qid = _str_array(self.qid)
+        self.docno = _str_array(self.docno)
+        self.grade = np.asarray(self.grade, dtype=np.int64)
+        n = len(self.qid)
+        if not (len(self.docno) == len(self.grade) == n):
+            raise ValueError(
+                f"TrecQrels arrays differ in length: qid {n}, docno {len(self.docno)}, grade {len(self.grade)}"
+            )
+
+    def __len__(self) -> int:
+        return len(self.qid)
+
+    def __repr__(self) -> str:
+        return f"TrecQrels(rows={len(self)}, queries={len(np.unique(self.qid))})"
+
+
+# --------------------------------------------------------------------------
+# tokenising
+
+
+def _read_bytes(path: PathLike) -> bytes:
+    p = os.fspath(path)
+    if p.endswith(".gz"):
+        with gzip.open(p, "rb") as f:
+            return f.read()
+    with open(p, "rb") as f:
+        return f.read()
+
+
+_COMMENT_LINE = re.compile(rb"(?m)^[ \t\r\f\v]*#[^\n]*")
+
+
+def _blank_comments(data: bytes) -> bytes:
+    """Replace comment lines (first non-blank character ``#``) by spaces.
+
+    trec_eval skips such lines; blanking them keeps byte offsets and line
+    numbers intact.  Only called when the file contains a ``#``.
+    """
+    return _COMMENT_LINE.sub(lambda m: b" " * len(m.group()), data)
+
+
+_SCAN_CHUNK = 1 << 22  # bytes per numpy pass; keeps temporaries cache-sized
+
+
+def _scan(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Token edges and newline positions of a byte buffer.
+
+    Returns ``(edges, newlines)``: ``edges[0::2]`` are token starts,
+    ``edges[1::2]`` token ends (exclusive); whitespace is ASCII whitespace as
+    ``bytes.split()`` sees it (space, \\t \\n \\v \\f \\r).  Offsets are
+    int32 when the buffer is smaller than 2 GiB (halves the memory of the
+    largest arrays).
+    """
+    n = buf.size
+    idx_dtype = np.int32 if n < 2**31 - 1 else np.int64
+    edge_parts: list[np.ndarray] = []
+    nl_parts: list[np.ndarray] = []
+    prev_ws = True
+    for lo in range(0, n, _SCAN_CHUNK):
+        b = buf[lo:lo + _SCAN_CHUNK]
+        ws = b == 32
+        ws |= (b - np.uint8(9)) < 5
+        shifted = np.empty_like(ws)
+        shifted[0] = prev_ws
+        shifted[1:] = ws[:-1]
+        e = np.flatnonzero(ws != shifted)
+        if lo:
+            e += lo
+        edge_parts.append(e.astype(idx_dtype, copy=False))
+        nlp = np.flatnonzero(b == 10)
+        if lo:
+            nlp += lo
+        nl_parts.append(nlp.astype(idx_dtype, copy=False))
+        prev_ws = bool(ws[-1])
+    if not prev_ws:
+        edge_parts.append(np.array([n], dtype=idx_dtype))
+    if not edge_parts:
+        empty = np.zeros(0, dtype=idx_dtype)
+        return empty, empty
+    return np.concatenate(edge_parts), np.concatenate(nl_parts)
+
+
+class _Tokens:
+    """Token boundaries of a whole file, checked per non-blank line.
+
+    Every non-blank line must have ``ncols`` tokens (at least ``ncols`` when
+    ``allow_extra``; the extra tokens are ignored).  Row ``r`` is the r-th
+    non-blank line.
+    """
+
+    def __init__(self, data: bytes, path: str, ncols: int, columns: tuple[str, ...], allow_extra: bool = False):
+        if b"#" in data:
+            data = _blank_comments(data)
+        self.data = data
+        self.path = path
+        self.ncols = ncols
+        buf = np.frombuffer(data, dtype=np.uint8)
+        self.buf = buf
+        edges, self.newlines = _scan(buf)
+        self.starts = edges[0::2]
+        self.ends = edges[1::2]
+        self.first = None  # uniform layout: token (row, c) is row * ncols + c
+        if not self._uniform():
+            self._general_layout(columns, allow_extra)
+        else:
+            self.n = self.starts.size // ncols
+        self.ascii = bool(buf.size == 0 or int(buf.max()) < 128)
+
+    def _uniform(self) -> bool:
+        """True when every line (no blank ones) has exactly ``ncols`` tokens.
+
+        Linear-time check: with L lines and L * ncols tokens, row r's first
+        token must start after newline r-1 and its last token end before
+        newline r; then each line holds exactly its own row's tokens.
+        """
+        nc = self.ncols
+        nl = self.newlines
+        size = self.buf.size
+        lines = nl.size + (1 if size and self.data[-1:] != b"\n" else 0)
+        if self.starts.size != lines * nc:
+            return False
+        if lines == 0:
+            return True
+        first = self.starts[0::nc]
+        last_end = self.ends[nc - 1::nc]
+        if lines > 1 and not np.all(first[1:] > nl[: lines - 1]):
+            return False
+        k = min(lines, nl.size)
+        return bool(np.all(last_end[:k] <= nl[:k]))
+
+    def _general_layout(self, columns: tuple[str, ...], allow_extra: bool) -> None:
+        nc = self.ncols
+        # tokens per line: line k spans (newline k-1, newline k]
+        line_first = np.searchsorted(self.starts, self.newlines)
+        counts = np.diff(line_first, prepend=0, append=self.starts.size)
+        if allow_extra:
+            bad = np.flatnonzero((counts != 0) & (counts < nc))
+        else:
+            bad = np.flatnonzero((counts != 0) & (counts != nc))
+        if bad.size:
+            k = int(bad[0])
+            what = f"at least {nc}" if allow_extra else f"{nc}"
+            raise TrecFormatError(
+                self.path,
+                k + 1,
+                f"expected {what} columns ({' '.join(columns)}), got {int(counts[k])}",
+                self.line_text(k + 1),
+            )
+        nonblank = counts > 0
+        self.n = int(np.count_nonzero(nonblank))
+        if self.n * nc != self.starts.size or not np.all(counts[nonblank] == nc):
+            self.first = np.concatenate(([0], line_first))[nonblank]
+        else:
+            # blank lines only: the token layout is still uniform
+            self.first = None
+
+    def line_text(self, lineno: int) -> str:
+        k = lineno - 1
+        lo = 0 if k == 0 else int(self.newlines[k - 1]) + 1
+        hi = int(self.newlines[k]) if k < self.newlines.size else len(self.data)
+        return self.data[lo:hi].decode("utf-8", errors="replace").rstrip("\r")
+
+    def lineno_of_token(self, token_index: int) -> int:
+        return int(np.searchsorted(self.newlines, self.starts[token_index])) + 1
+
+    def token(self, token_index: int) -> bytes:
+        return self.data[int(self.starts[token_index]):int(self.ends[token_index])]
+
+    def column_bounds(self, c: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.first is None:
+            return self.starts[c::self.ncols], self.ends[c::self.ncols]
+        idx = self.first + c
+        return self.starts[idx], self.ends[idx]
+
+    def token_index(self, row: int, c: int) -> int:
+        if self.first is None:
+            return row * self.ncols + c
+        return int(self.first[row]) + c
+
+    def matrix(self, c: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(tokens x width) zero-padded byte matrix of column ``c`` and the token lengths.
+
+        ``None`` when the column holds a token longer than ``_MAX_MATRIX_WIDTH``.
+        """
+        s, e = self.column_bounds(c)
+        lengths = e - s
+        if s.size == 0:
+            return np.zeros((0, 1), dtype=np.uint8), lengths
+        width = int(lengths.max())
+        if width > _MAX_MATRIX_WIDTH:
+            return None
+        size = self.buf.size
+        window = sliding_window_view(self.buf, width)  # rows 0 .. size - width
+        last_ok = size - width
+        tail = np.flatnonzero(s > last_ok)  # tokens too close to the end of the file
+        if tail.size:
+            mat = window[np.minimum(s, last_ok)]
+            for i in tail.tolist():
+                lo, ln = int(s[i]), int(lengths[i])
+                mat[i] = 0
+                mat[i, :ln] = self.buf[lo:lo + ln]
+        else:
+            mat = window[s]
+        if width > 1:
+            np.multiply(mat, np.arange(width, dtype=lengths.dtype) < lengths[:, None], out=mat)
+        return mat, lengths
+
+    def column_bytes(self, c: int) -> list[bytes]:
+        s, e = self.column_bounds(c)
+        data = self.data
+        return [data[a:b] for a, b in zip(s.tolist(), e.tolist())]
+
+    def error_at(self, c: int, row: int, message: str) -> TrecFormatError:
+        ti = self.token_index(row, c)
+        lineno = self.lineno_of_token(ti)
+        return TrecFormatError(self.path, lineno, message, self.line_text(lineno))
+
+
+def _strings(tok: _Tokens, c: int, name: str) -> np.ndarray:
+    got = tok.matrix(c)
+    if got is None:
+        items = tok.column_bytes(c)
+        try:
+            return np.array([b.decode("utf-8") for b in items], dtype=str)
+        except UnicodeDecodeError:
+            for row, b in enumerate(items):
+                try:
+                    b.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise tok.error_at(c, row, f"{name} is not valid UTF-8") from None
+            raise
+    mat, _ = got
+    k, width = mat.shape
+    if k == 0:
+        return np.zeros(0, dtype="U1")
+    if tok.ascii:
+        return mat.astype(np.uint32).view(f"U{width}").reshape(k)
+    raw = mat.view(f"S{width}").reshape(k)
+    try:
+        return np.char.decode(raw, "utf-8")
+    except UnicodeDecodeError:
+        for row, b in enumerate(raw.tolist()):
+            try:
+                b.decode("utf-8")
+            except UnicodeDecodeError:
+                raise tok.error_at(c, row, f"{name} is not valid UTF-8") from None
+        raise
+
+
+def _parse_ints(tok: _Tokens, c: int, name: str) -> np.ndarray:
+    got = tok.matrix(c)
+    if got is None:
+        return _slow_numbers(tok, c, name, np.arange(tok.n), np.zeros(tok.n, np.int64), int)
+    mat, lengths = got
+    k, width = mat.shape
+    val = np.zeros(k, dtype=np.int64)
+    if k == 0:
+        return val
+    cols = np.ascontiguousarray(mat.T)  # one contiguous row per character position
+    neg = cols[0] == 45  # '-'
+    signed = neg | (cols[0] == 43)  # '+'
+    ndig = lengths - signed
+    ok = (ndig >= 1) & (ndig <= 18)
+    d = np.empty(k, dtype=np.uint8)
+    active = np.empty(k, dtype=bool)
+    tmp = np.empty(k, dtype=bool)
+    nxt = np.empty(k, dtype=np.int64)
+    for j in range(width):
+        np.subtract(cols[j], np.uint8(48), out=d)
+        np.less(j, lengths, out=active)
+        if j == 0:
+            active &= ~signed
+        # ok &= ~active | (d < 10)
+        np.less(d, 10, out=tmp)
+        tmp |= ~active
+        ok &= tmp
+        np.multiply(val, 10, out=nxt)
+        nxt += d
+        np.copyto(val, nxt, where=active)
+    np.negative(val, out=val, where=neg)
+    bad = np.flatnonzero(~ok)
+    if bad.size:
+        val = _slow_numbers(tok, c, name, bad, val, int)
+    return val
+
+
+def _parse_floats(tok: _Tokens, c: int, name: str) -> np.ndarray:
+    got = tok.matrix(c)
+    if got is None:
+        return _slow_numbers(tok, c, name, np.arange(tok.n), np.zeros(tok.n, np.float64), float)
+    mat, lengths = got
+    k, width = mat.shape
+    if k == 0:
+        return np.zeros(0, dtype=np.float64)
+    cols = np.ascontiguousarray(mat.T)
+    neg = cols[0] == 45
+    signed = neg | (cols[0] == 43)
+    mant = np.zeros(k, dtype=np.int64)
+    ndig = np.zeros(k, dtype=np.int16)
+    nfrac = np.zeros(k, dtype=np.int16)
+    seen_dot = np.zeros(k, dtype=bool)
+    ok = np.ones(k, dtype=bool)
+    d = np.empty(k, dtype=np.uint8)
+    active = np.empty(k, dtype=bool)
+    isdig = np.empty(k, dtype=bool)
+    isdot = np.empty(k, dtype=bool)
+    digit = np.empty(k, dtype=bool)
+    tmp = np.empty(k, dtype=bool)
+    nxt = np.empty(k, dtype=np.int64)
+    for j in range(width):
+        col = cols[j]
+        np.subtract(col, np.uint8(48), out=d)
+        np.less(j, lengths, out=active)
+        if j == 0:
+            active &= ~signed
+        np.less(d, 10, out=isdig)
+        np.equal(col, 46, out=isdot)
+        # a second dot, or any other character, leaves the fast path:
+        # ok &= ~active | isdig | (isdot & ~seen_dot)
+        np.greater(isdot, seen_dot, out=tmp)  # isdot & ~seen_dot
+        tmp |= isdig
+        tmp |= ~active
+        ok &= tmp
+        isdot &= active
+        seen_dot |= isdot
+        np.logical_and(active, isdig, out=digit)
+        np.multiply(mant, 10, out=nxt)
+        nxt += d
+        np.copyto(mant, nxt, where=digit)
+        ndig += digit
+        digit &= seen_dot
+        nfrac += digit
+    ok &= (ndig >= 1) & (ndig <= 18) & (nfrac <= 22)
+    ok &= mant <= _MAX_EXACT_MANTISSA
+    np.minimum(nfrac, 22, out=nfrac)
+    val = mant / _POW10_FLOAT[nfrac]
+    np.negative(val, out=val, where=neg)
+    bad = np.flatnonzero(~ok)
+    if bad.size:
+        # exponents, inf/nan, long mantissas: numpy's own parser, then
+        # per-token Python parsing only to name the offending line.
+        mat_bad = np.ascontiguousarray(mat[bad])
+        raw = mat_bad.view(f"S{width}").reshape(bad.size)
+        try:
+            if (mat_bad == 95).any():  # '_' digit separators: reject (slow path names the line)
+                raise ValueError("underscore")
+            val[bad] = raw.astype(np.float64)
+        except ValueError:
+            val = _slow_numbers(tok, c, name, bad, val, float)
+    return val
+
+
+def _slow_numbers(tok: _Tokens, c: int, name: str, rows: np.ndarray, out: np.ndarray, conv) -> np.ndarray:
+    s, e = tok.column_bounds(c)
+    data = tok.data
+    for row in rows.tolist():
+        text = data[int(s[row]):int(e[row])]
+        try:
+            if b"_" in text:  # Python's int()/float() accept digit separators; TREC tools do not
+                raise ValueError(text)
+            out[row] = conv(text.decode("ascii"))
+        except (ValueError, UnicodeDecodeError, OverflowError):
+            kind = "an integer" if conv is int else "a number"
+            raise tok.error_at(c, row, f"{name} is not {kind}: {text.decode('utf-8', 'replace')!r}") from None
+    return out
+
+
+# --------------------------------------------------------------------------
+# public readers / writers
+
+
+def read_run(path: PathLike, *, strict: bool = False) -> TrecRun:
+    """Read a TREC run file (``qid Q0 docno rank score tag``).
+
+    Blank lines and comment lines (first non-blank character ``#``) are
+    skipped; an empty file gives empty arrays and tag ``""``.  Raises
+    :class:`TrecFormatError` (file, 1-based line) when a line has fewer than
+    6 columns or the rank/score is not a number.  Like trec_eval, tokens after
+    the 6th (the tag) are ignored (trec_eval's own test file
+    ``results.trunc`` has such lines); ``strict=True`` rejects them too.
+    """
+    p = os.fspath(path)
+    tok = _Tokens(_read_bytes(p), p, 6, RUN_COLUMNS, allow_extra=not strict)
+    qid = _strings(tok, 0, "qid")
+    docno = _strings(tok, 2, "docno")
+    rank = _parse_ints(tok, 3, "rank")
+    score = _parse_floats(tok, 4, "score")
+    tag = tok.token(tok.token_index(0, 5)).decode("utf-8", errors="replace") if tok.n else ""
+    return TrecRun(qid=qid, docno=docno, score=score, rank=rank, tag=tag)
+
+
+def read_qrels(path: PathLike) -> TrecQrels:
+    """Read a TREC qrels file (``qid iter docno grade``); ``iter`` is ignored.
+
+    Blank lines and comment lines (first non-blank character ``#``) are
+    skipped; an empty file gives empty arrays.  Raises
+    :class:`TrecFormatError` (file, 1-based line) when a line does not have
+    exactly 4 columns (trec_eval rejects extra qrels columns too) or the
+    grade is not an integer.
+    """
+    p = os.fspath(path)
+    tok = _Tokens(_read_bytes(p), p, 4, QRELS_COLUMNS)
+    qid = _strings(tok, 0, "qid")
+    docno = _strings(tok, 2, "docno")
+    grade = _parse_ints(tok, 3, "grade")
+    return TrecQrels(qid=qid, docno=docno, grade=grade)
+
+
+def _check_token(value: str, what: str) -> None:
+    if not value or any(ch.isspace() for ch in value):
+        raise ValueError(f"{what} {value!r} cannot be written to a TREC file (empty or contains whitespace)")
+
+
+def _open_write(path: PathLike):
+    p = os.fspath(path)
+    parent = os.path.dirname(p)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    if p.endswith(".gz"):
+        return gzip.open(p, "wt", encoding="utf-8", newline="\n")
+    return open(p, "w", encoding="utf-8", newline="\n")
+
+
+def write_run(path: PathLike, run: TrecRun) -> None:
+    """Write ``run`` as a TREC run file, lines in array order.
+
+    Scores are written with ``repr`` (shortest text that reads back to the
+    same float64), so ``read_run(write_run(...))`` round-trips exactly.
+    """
+    tag = run.tag or "run"
+    _check_token(tag, "run tag")
+    qids = run.qid.tolist()
+    docnos = run.docno.tolist()
+    for q in set(qids):
+        _check_token(q, "qid")
+    # docnos are checked lazily via a vectorised test (cheaper for big runs)
+    if len(docnos) and (np.char.str_len(run.docno) == 0).any():
+        raise ValueError("empty docno cannot be written to a TREC file")
+    with _open_write(path) as f:
+        chunk = 200_000
+        ranks = run.rank.tolist()
+        scores = run.score.tolist()
+        for lo in range(0, len(qids), chunk):
+            hi = lo + chunk
+            lines = [
+                f"{q} Q0 {d} {r} {s!r} {tag}\n"
+                for q, d, r, s in zip(qids[lo:hi], docnos[lo:hi], ranks[lo:hi], scores[lo:hi])
+            ]
+            f.write("".join(lines))
+
+
+def write_qrels(path: PathLike, qrels: TrecQrels) -> None:
+    """Write ``qrels`` as a TREC qrels file (``qid 0 docno grade``), lines in array order."""
+    qids = qrels.qid.tolist()
+    for q in set(qids):
+        _check_token(q, "qid")
+    with _open_write(path) as f:
+        f.write(
+            "".join(
+                f"{q} 0 {d} {g}\n" for q, d, g in zip(qids, qrels.docno.tolist(), qrels.grade.tolist())
+            )
+        )
+
+
+def trec_order(qid: np.ndarray, docno: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Indices that put a run in trec_eval's order.
+
+    Queries in order of first appearance; within a query, score descending,
+    ties broken by docno descending (plain string comparison, as trec_eval's
+    ``strcmp``).  The result is a permutation of ``range(len(qid))``.
+    """
+    qid = np.asarray(qid)
+    n = len(qid)
+    if n == 0:
+        return np.zeros(0, dtype=np.intp)
+    uniq, first, inverse = np.unique(qid, return_index=True, return_inverse=True)
+    # rank the unique qids by first appearance
+    appearance = np.empty(len(uniq), dtype=np.intp)
+    appearance[np.argsort(first, kind="stable")] = np.arange(len(uniq))
+    qcode = appearance[inverse.reshape(-1)]
+    # lexsort: last key is primary.  Ascending (score, docno) reversed gives
+    # score descending, docno descending; then a stable sort by query.
+    by_score = np.lexsort((np.asarray(docno), np.asarray(score, dtype=np.float64)))[::-1]
+    return by_score[np.argsort(qcode[by_score], kind="stable")]
+
+
+def _positions_in_order(qid_sorted: np.ndarray) -> np.ndarray:
+    """1-based position within each run of equal consecutive qids."""
+    n = len(qid_sorted)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    new_group = np.ones(n, dtype=bool)
+    new_group[1:] = qid_sorted[1:] != qid_sorted[:-1]
+    group_start = np.maximum.accumulate(np.where(new_group, np.arange(n), 0))
+    return np.arange(n, dtype=np.int64) - group_start + 1
+
+
+def run_from_dict(run: Mapping[str, Mapping[str, float]], tag: str = "run") -> TrecRun:
+    """Build a :class:`TrecRun` from ``{qid: {docno: score}}`` (pytrec_eval's layout).
+
+    Lines are in trec_eval order (queries in dict order, score descending,
+    ties by docno descending) and ``rank`` is the 1-based position in it.
+    """
+    qids: list[str] = []
+    docnos: list[str] = []
+    scores: list[float] = []
+    for q, docs in run.items():
+        for d, s in docs.items():
+            qids.append(str(q))
+            docnos.append(str(d))
+            scores.append(float(s))
+    qid = _str_array(qids)
+    docno = _str_array(docnos)
+    score = np.asarray(scores, dtype=np.float64)
+    order = trec_order(qid, docno, score)
+    qid, docno, score = qid[order], docno[order], score[order]
+    return TrecRun(qid=qid, docno=docno, score=score, rank=_positions_in_order(qid), tag=tag)
+
+
+def qrels_from_dict(qrels: Mapping[str, Mapping[str, int]]) -> TrecQrels:
+    """Build :class:`TrecQrels` from ``{qid: {docno: grade}}`` (rows in dict order)."""
+    qids: list[str] = []
+    docnos: list[str] = []
+    grades: list[int] = []
+    for q, docs in qrels.items():
+        for d, g in docs.items():
+            if isinstance(g, float) and not g.is_integer():
+                raise ValueError(f"grade of ({q!r}, {d!r}) is not an integer: {g!r}")
+            qids.append(str(q))
+            docnos.append(str(d))
+            grades.append(int(g))
+    return TrecQrels(qid=_str_array(qids), docno=_str_array(docnos), grade=np.asarray(grades, dtype=np.int64))
+
+
+def run_to_dict(run: TrecRun) -> dict[str, dict[str, float]]:
+    """``{qid: {docno: score}}``; a (qid, docno) repeated in the run keeps its last score."""
+    out: dict[str, dict[str, float]] = {}
+    for q, d, s in zip(run.qid.tolist(), run.docno.tolist(), run.score.tolist()):
+        inner = out.get(q)
+        if inner is None:
+            inner = out[q] = {}
+        inner[d] = s
+    return out
+
+
+def qrels_to_dict(qrels: TrecQrels) -> dict[str, dict[str, int]]:
+    """``{qid: {docno: grade}}``; a repeated (qid, docno) keeps its last grade."""
+    out: dict[str, dict[str, int]] = {}
+    for q, d, g in zip(qrels.qid.tolist(), qrels.docno.tolist(), qrels.grade.tolist()):
+        inner = out.get(q)
+        if inner is None:
+            inner = out[q] = {}
+        inner[d] = g
+    return out
