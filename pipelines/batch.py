@@ -1,0 +1,398 @@
+"""Batch evaluation job: impression (and judgment) Avro logs in, metric rows and dead letters out.
+
+    python -m pipelines.batch --impressions 'logs/*.avro' --judgments qrels.avro \\
+        --metrics ndcg@10,map --window 1d --slices campaign --output out/
+
+Writes ``metrics.avro`` (metric_result schema), ``metrics.jsonl``, ``dead_letters.avro``
+(dead_letter schema), ``dead_letters.jsonl`` and ``summary.json`` into ``--output``, then prints
+the metric rows as a table and the record counts taken from the pipeline's Beam counters.
+
+Runs on FnApiRunner by default (named explicitly: the default DirectRunner tries to download
+Prism). Arguments this parser does not know are passed to Beam's PipelineOptions, so
+``--runner FlinkRunner --flink_master ...``, ``--runner DataflowRunner --project ...`` or
+``--direct_num_workers 4 --direct_running_mode multi_processing`` work as usual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from streameval.beam.transforms import (
+    NAMESPACE,
+    ClickMetrics,
+    ScoreRankings,
+    ValidateImpressions,
+    ValidateJudgments,
+    parse_window,
+)
+from streameval.io import avro
+from streameval.metrics.names import MetricNameError, parse_metrics
+
+__all__ = ["main", "build_arg_parser", "build_pipeline", "ReadAvro", "format_table", "sort_rows", "split_metrics",
+           "OUTPUT_FILES"]
+
+DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICRO = timedelta(microseconds=1)
+OUTPUT_FILES = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_letters.jsonl", "summary.json")
+
+
+# --------------------------------------------------------------------------------------------
+# arguments
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pipelines.batch",
+        description="Batch ranking and click metrics over impression / judgment Avro logs (Apache Beam). "
+                    "Unknown arguments are passed to Beam's PipelineOptions.")
+    p.add_argument("--impressions", required=True, action="append",
+                   help="Avro file(s) or glob of impressions (impression schema); repeatable")
+    p.add_argument("--judgments", action="append", default=None,
+                   help="Avro file(s) or glob of judgments (judgment schema); repeatable. "
+                        "Without it only click metrics are computed")
+    p.add_argument("--metrics", default=DEFAULT_METRICS,
+                   help=f"comma-separated ranking metrics (default {DEFAULT_METRICS}; e.g. all_trec, err@20)")
+    p.add_argument("--window", default="none",
+                   help="fixed event-time window, aligned to the epoch: e.g. 3600s, 30m, 1h, 1d, or none "
+                        "(default: one global window)")
+    p.add_argument("--slices", action="append", default=[],
+                   help="comma-separated attributes to slice by, each on its own; join attributes with '+' "
+                        "for a combination (campaign+device); repeatable")
+    p.add_argument("--relevance-level", type=float, default=1,
+                   help="grade at or above which an item is relevant (trec_eval -l; default 1)")
+    p.add_argument("--gain", choices=("linear", "exponential"), default="linear")
+    p.add_argument("--ideal", choices=("judgments", "served"), default="judgments")
+    p.add_argument("--err-max-grade", type=float, default=4, help="g_max of ERR (default 4)")
+    p.add_argument("--order", choices=("score", "position"), default="score",
+                   help="rank the served items by score (default) or by logged position")
+    p.add_argument("--tie-break", choices=("docno", "position"), default="docno",
+                   help="score ties broken by item id descending (trec_eval, default) or by position")
+    p.add_argument("--score-precision", choices=("float32", "float64"), default="float32",
+                   help="compare scores in single precision as trec_eval stores them (default) or as given")
+    p.add_argument("--depth", type=int, default=None, help="score the top DEPTH items per request (trec_eval -M)")
+    p.add_argument("--complete", action="store_true",
+                   help="judged queries without a request score 0 (trec_eval -c; global window only)")
+    p.add_argument("--no-ctr", action="store_true", help="do not compute click metrics")
+    p.add_argument("--output", required=True, help="output directory")
+    p.add_argument("--runner", default="FnApiRunner",
+                   help="Beam runner (default FnApiRunner; e.g. PrismRunner, FlinkRunner, SparkRunner, "
+                        "DataflowRunner)")
+    p.add_argument("--quiet", action="store_true", help="do not print the table of metric rows")
+    return p
+
+
+def _slices_from_args(values) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        for part in v.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            names = [n.strip() for n in part.split("+")]
+            if any(not n for n in names):
+                raise ValueError(f"bad --slices value {v!r}")
+            spec = ",".join(names)
+            if spec not in out:
+                out.append(spec)
+    return out
+
+
+def split_metrics(text: str) -> list[str]:
+    """Split a comma list of metric names, keeping trec_eval parameter lists together:
+    ``"P.5,10,map"`` -> ``["P.5,10", "map"]``."""
+    out: list[str] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if out and part.replace(".", "", 1).isdigit() and out[-1][-1:].isdigit():
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    return out
+
+
+def _expand(patterns) -> list[str]:
+    paths: list[str] = []
+    for pat in patterns:
+        if "://" in pat:  # remote file systems: let Beam expand the glob
+            for m in FileSystems.match([pat])[0].metadata_list:
+                paths.append(m.path)
+            if not paths:
+                raise FileNotFoundError(f"no files match the pattern {pat!r}")
+        else:
+            paths.extend(avro.expand_paths(pat))
+    for p in paths:
+        if "://" not in p and not os.path.isfile(p):
+            raise FileNotFoundError(f"input file not found: {p}")
+    return paths
+
+
+# --------------------------------------------------------------------------------------------
+# pipeline pieces
+
+class _ReadAvroFile(beam.DoFn):
+    def __init__(self, name: str):
+        self.name = name
+        self.count = Metrics.counter(NAMESPACE, f"{name}s_read")
+
+    def process(self, path):
+        if "://" in path:
+            import fastavro
+
+            with FileSystems.open(path) as fo:
+                for rec in fastavro.reader(fo):
+                    for k, v in rec.items():
+                        if isinstance(v, datetime):
+                            rec[k] = (v - _EPOCH) // _MICRO
+                    self.count.inc()
+                    yield rec
+            return
+        for block in avro.read_blocks(path, self.name):
+            self.count.inc(len(block))
+            yield from block
+
+
+class ReadAvro(beam.PTransform):
+    """Records of local Avro files (paths expanded in the driver), read with
+    :mod:`streameval.io.avro` so timestamps are int microseconds. Counter ``<name>s_read``.
+    (Files on remote file systems are read with fastavro through Beam's FileSystems.)"""
+
+    def __init__(self, paths, name: str, label=None):
+        super().__init__(label)
+        self.paths = list(paths)
+        self.name = name
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "Paths" >> beam.Create(self.paths)
+                | "Spread" >> beam.Reshuffle()
+                | "ReadFiles" >> beam.ParDo(_ReadAvroFile(self.name)))
+
+
+def _json_line(rec) -> str:
+    from streameval.io.records import to_json_text
+
+    return to_json_text(rec)
+
+
+def _write(pcoll, out_dir: str, stem: str, schema_name: str, label: str):
+    schema = avro.load_schema_json(schema_name)
+    pcoll | f"{label}Avro" >> beam.io.WriteToAvro(
+        FileSystems.join(out_dir, stem), schema=schema, file_name_suffix=".avro", num_shards=1,
+        shard_name_template="")
+    (pcoll
+     | f"{label}Json" >> beam.Map(_json_line)
+     | f"{label}Text" >> beam.io.WriteToText(FileSystems.join(out_dir, stem), file_name_suffix=".jsonl",
+                                             num_shards=1, shard_name_template=""))
+
+
+def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
+    """Add the job's transforms to ``p``: returns (rows, dead_letters) PCollections."""
+    window = parse_window(args.window)
+    slices = _slices_from_args(args.slices)
+    imp_source = ",".join(args.impressions)
+    imps, imp_dead = (p | "ReadImpressions" >> ReadAvro(impression_paths, "impression")
+                      | "ValidateImpressions" >> ValidateImpressions(imp_source))
+    row_parts, dead_parts = [], [imp_dead]
+    if judgment_paths:
+        judg, judg_dead = (p | "ReadJudgments" >> ReadAvro(judgment_paths, "judgment")
+                           | "ValidateJudgments" >> ValidateJudgments(",".join(args.judgments)))
+        dead_parts.append(judg_dead)
+        score = ScoreRankings(judg, split_metrics(args.metrics), window=window, slices=slices,
+                              relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal,
+                              err_max_grade=args.err_max_grade, order=args.order,
+                              tie_break=args.tie_break, depth=args.depth, complete=args.complete,
+                              score_precision=args.score_precision)
+        row_parts.append(imps | "ScoreRankings" >> score)
+        dead_parts.append(score.rejected)
+    if not args.no_ctr:
+        row_parts.append(imps | "ClickMetrics" >> ClickMetrics(window=window, slices=slices))
+    rows = tuple(row_parts) | "AllRows" >> beam.Flatten()
+    dead = tuple(dead_parts) | "AllDeadLetters" >> beam.Flatten()
+    _write(rows, args.output, "metrics", "metric_result", "Metrics")
+    _write(dead, args.output, "dead_letters", "dead_letter", "DeadLetters")
+    return rows, dead
+
+
+# --------------------------------------------------------------------------------------------
+# reporting
+
+def _counters(result) -> dict:
+    """{counter name: value} of the streameval namespace: committed values where the runner
+    supports them, attempted otherwise."""
+    out: dict = {}
+    try:
+        res = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
+    except Exception:  # runner without metrics support
+        return out
+    for c in res.get("counters", []):
+        name = c.key.metric.name
+        try:
+            value = c.committed
+        except Exception:
+            value = None
+        if value is None:
+            value = c.attempted
+        out[name] = out.get(name, 0) + int(value or 0)
+    return out
+
+
+def _read_rows(path: str) -> list[dict]:
+    rows = []
+    with FileSystems.open(path) as fo:
+        for line in fo.read().decode("utf-8").splitlines():
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            for k in ("value", "stderr"):
+                if isinstance(r.get(k), str):
+                    r[k] = float(r[k])
+            rows.append(r)
+    return rows
+
+
+def _metric_rank(names):
+    order = {n: i for i, n in enumerate(names)}
+
+    def key(metric):
+        if metric in order:
+            return (0, order[metric], 0, metric)
+        if metric == "ctr":
+            return (1, 0, 0, metric)
+        if metric.startswith("ctr@pos"):
+            try:
+                return (1, 1, int(metric[7:]), metric)
+            except ValueError:
+                pass
+        return (2, 0, 0, metric)
+
+    return key
+
+
+def _fmt_time(micros) -> str:
+    if micros is None:
+        return "global"
+    dt = datetime.fromtimestamp(micros / 1e6, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ") if micros % 1_000_000 == 0 else dt.isoformat()
+
+
+def sort_rows(rows, metric_names=()):
+    """Rows sorted by window, slice, system, then metric (requested order, then ctr, ctr@pos1...)."""
+    mkey = _metric_rank(list(metric_names))
+    return sorted(rows, key=lambda r: (r["window_start"] is not None, r["window_start"] or 0,
+                                       r["slice"] != "all", r["slice"], r["system"], mkey(r["metric"])))
+
+
+def format_table(rows, metric_names=()) -> str:
+    """A plain-text table of metric rows (sorted as :func:`sort_rows`)."""
+    header = ("window", "slice", "system", "metric", "value", "n", "stderr")
+    lines = []
+    for r in sort_rows(rows, metric_names):
+        v, se = r["value"], r.get("stderr")
+        lines.append((
+            _fmt_time(r["window_start"]), r["slice"], r["system"], r["metric"],
+            "nan" if v is None or math.isnan(v) else f"{v:.4f}",
+            str(r["num_queries"]),
+            "-" if se is None or math.isnan(se) else f"{se:.4f}",
+        ))
+    widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h) for i, h in enumerate(header)]
+    right = {4, 5, 6}
+
+    def fmt(cells):
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    out = [fmt(header), fmt(["-" * w for w in widths])]
+    out.extend(fmt(l) for l in lines)
+    return "\n".join(out)
+
+
+def _report_line(counters: dict) -> str:
+    rejected = {k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith("rejected:") and v}
+    total_rej = sum(rejected.values())
+    parts = [
+        f"read {counters.get('impressions_read', 0)} impression and {counters.get('judgments_read', 0)} "
+        f"judgment records",
+        f"scored {counters.get('requests_scored', 0)} requests",
+        f"{counters.get('requests_unjudged', 0)} requests had no judgments",
+    ]
+    if counters.get("requests_completed"):
+        parts.append(f"{counters['requests_completed']} (query, system) pairs without a request scored 0 (complete)")
+    rej = f"rejected {total_rej} records"
+    if rejected:
+        rej += " (" + "; ".join(f"{k}: {v}" for k, v in sorted(rejected.items())) + ")"
+    parts.append(rej)
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# entry point
+
+def main(argv=None) -> int:
+    parser = build_arg_parser()
+    args, beam_args = parser.parse_known_args(argv)
+    try:
+        metric_specs = parse_metrics(split_metrics(args.metrics))
+        parse_window(args.window)
+        _slices_from_args(args.slices)
+        if args.depth is not None and args.depth < 1:
+            raise ValueError("--depth must be positive")
+        impression_paths = _expand(args.impressions)
+        judgment_paths = _expand(args.judgments) if args.judgments else []
+        if not judgment_paths and args.no_ctr:
+            raise ValueError("nothing to compute: no --judgments and --no-ctr")
+    except (ValueError, MetricNameError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    FileSystems.mkdirs(args.output) if "://" in args.output else os.makedirs(args.output, exist_ok=True)
+    options = PipelineOptions(["--runner", args.runner, *beam_args])
+    start = time.perf_counter()
+    p = beam.Pipeline(options=options)
+    build_pipeline(p, args, impression_paths, judgment_paths)
+    result = p.run()
+    state = result.wait_until_finish()
+    wall = time.perf_counter() - start
+    counters = _counters(result)
+
+    rows = _read_rows(FileSystems.join(args.output, "metrics.jsonl"))
+    names = [s.name for s in metric_specs] if judgment_paths else []
+    summary = {
+        "state": str(state),
+        "wall_seconds": round(wall, 3),
+        "runner": args.runner,
+        "impression_files": impression_paths,
+        "judgment_files": judgment_paths,
+        "metrics": names,
+        "window": args.window,
+        "slices": _slices_from_args(args.slices),
+        "options": {"relevance_level": args.relevance_level, "gain": args.gain, "ideal": args.ideal,
+                    "err_max_grade": args.err_max_grade, "order": args.order, "tie_break": args.tie_break,
+                    "score_precision": args.score_precision, "depth": args.depth, "complete": args.complete, "ctr": not args.no_ctr},
+        "num_rows": len(rows),
+        "counters": dict(sorted(counters.items())),
+        "outputs": [FileSystems.join(args.output, f) for f in OUTPUT_FILES],
+    }
+    with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
+        fo.write(json.dumps(summary, indent=2, sort_keys=False).encode("utf-8"))
+    if not args.quiet:
+        print(format_table(rows, names))
+    print(_report_line(counters))
+    print(f"wrote {len(rows)} metric rows to {args.output} in {wall:.1f} s ({args.runner})")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Beam ``CombineFn`` wrappers around the layer-2 accumulators (no metric logic of their own).
+
+Every accumulator is a plain list / dict of Python primitives, encoded with Beam's
+:class:`~apache_beam.coders.FastPrimitivesCoder` (never pickled objects). ``merge_accumulators([])``
+returns a fresh accumulator; extracting an empty accumulator gives NaN with count 0.
+
+* :class:`RankingStateCombineFn` - one request's served items (inputs: impression dicts).
+* :class:`MeanCombineFn` - exact mean / count / stderr of per-query metric vectors.
+* :class:`CtrCombineFn` - click-through rate (inputs: clicked bools).
+* :class:`CtrByPositionCombineFn` - CTR by position (inputs: ``(position, clicked)``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import apache_beam as beam
+from apache_beam.coders import FastPrimitivesCoder
+
+from ..accumulators import clicks
+from ..accumulators.moments import MeanMoments, partials_value
+from ..accumulators.ranking import RankingOps
+
+__all__ = [
+    "RankingStateCombineFn",
+    "MeanCombineFn",
+    "CtrCombineFn",
+    "CtrByPositionCombineFn",
+    "request_query_id",
+    "request_attributes",
+    "request_state",
+    "request_min_timestamp",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# per request ranking state
+
+def _merge_attrs(into: dict, other: dict) -> None:
+    """Union of attribute maps; on a conflict the smaller value wins (order independent)."""
+    for k, v in other.items():
+        old = into.get(k)
+        if old is None or v < old:
+            into[k] = v
+
+
+class RankingStateCombineFn(beam.CombineFn):
+    """Combines the impression dicts of one request into its ranking state.
+
+    Accumulator (a plain list)::
+
+        [ranking_state, query_id, attributes]
+
+    ``ranking_state`` is :mod:`streameval.accumulators.ranking`'s ``[served, judged, conflicts,
+    min_timestamp]`` (``judged`` stays empty here; judgments are attached when the request is
+    scored); ``query_id`` is the request's query (the smallest one seen if impressions disagree,
+    so the result does not depend on arrival order); ``attributes`` is the union of the
+    impressions' attribute maps (restricted to ``attribute_keys`` when given; on a conflict the
+    smallest value is kept).
+
+    ``extract_output`` returns the accumulator itself (use :func:`request_state` and friends).
+    Impressions with a missing score under ``order="score"`` raise ``ValueError`` (filter them
+    first, as :class:`~streameval.beam.transforms.ScoreRankings` does).
+    """
+
+    def __init__(self, ops: RankingOps, attribute_keys=None):
+        self.ops = ops
+        self.attribute_keys = None if attribute_keys is None else frozenset(attribute_keys)
+
+    def create_accumulator(self):
+        return [self.ops.create(), None, {}]
+
+    def add_input(self, acc, imp):
+        self.ops.add_impression(acc[0], imp["item_id"], imp.get("score"), imp["position"],
+                                imp.get("clicked"), imp.get("timestamp"))
+        q = imp.get("query_id")
+        if q is not None and (acc[1] is None or q < acc[1]):
+            acc[1] = q
+        attrs = imp.get("attributes") or {}
+        if attrs:
+            if self.attribute_keys is not None:
+                attrs = {k: v for k, v in attrs.items() if k in self.attribute_keys}
+            _merge_attrs(acc[2], attrs)
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        accs = list(accumulators)
+        if not accs:
+            return self.create_accumulator()
+        state = self.ops.merge([a[0] for a in accs])
+        qid = None
+        attrs: dict = {}
+        for a in accs:
+            if a[1] is not None and (qid is None or a[1] < qid):
+                qid = a[1]
+            _merge_attrs(attrs, a[2])
+        return [state, qid, attrs]
+
+    def compact(self, acc):
+        return acc
+
+    def extract_output(self, acc):
+        return acc
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()
+
+
+def request_state(acc) -> list:
+    """The :class:`RankingOps` state of a :class:`RankingStateCombineFn` accumulator."""
+    return acc[0]
+
+
+def request_query_id(acc):
+    return acc[1]
+
+
+def request_attributes(acc) -> dict:
+    return acc[2]
+
+
+def request_min_timestamp(acc):
+    return acc[0][3]
+
+
+# --------------------------------------------------------------------------------------------
+# means
+
+class MeanCombineFn(beam.CombineFn):
+    """Exact mean of per-query metric vectors (:class:`MeanMoments`).
+
+    Inputs: a list / array of ``n_metrics`` floats (one query's scores; NaN skips a metric).
+    Output: one tuple ``(value, count, stderr)`` per metric, where value is the mean, or the total
+    (``math.fsum`` of the values, stderr ``None``) for the metrics flagged in ``totals`` (trec_eval's
+    num_ret / num_rel / num_rel_ret). Empty: ``(NaN, 0, NaN)``.
+    """
+
+    def __init__(self, n_metrics: int, totals=None):
+        self.n_metrics = int(n_metrics)
+        self.totals = [bool(t) for t in totals] if totals is not None else [False] * self.n_metrics
+        if len(self.totals) != self.n_metrics:
+            raise ValueError("totals needs one flag per metric")
+        self._mm = MeanMoments(self.n_metrics)
+
+    def create_accumulator(self):
+        return self._mm.create()
+
+    def add_input(self, acc, values):
+        if len(values) != self.n_metrics:
+            raise ValueError(f"expected {self.n_metrics} values, got {len(values)}")
+        return self._mm.add(acc, values)
+
+    def add_inputs(self, acc, elements):
+        for v in elements:
+            acc = self.add_input(acc, v)
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        return self._mm.merge(list(accumulators))
+
+    def compact(self, acc):
+        return acc
+
+    def extract_output(self, acc):
+        out = self._mm.extract(acc)
+        res = []
+        for m, (mean, n, se) in enumerate(out):
+            if self.totals[m]:
+                res.append((partials_value(acc[1][m]) if n else math.nan, n, None if n else math.nan))
+            else:
+                res.append((mean, n, se))
+        return res
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()
+
+
+# --------------------------------------------------------------------------------------------
+# clicks
+
+class CtrCombineFn(beam.CombineFn):
+    """Click-through rate. Inputs: clicked flags. Output: ``(ctr, impressions, stderr)``."""
+
+    def create_accumulator(self):
+        return clicks.ctr_create()
+
+    def add_input(self, acc, clicked):
+        return clicks.ctr_add(acc, bool(clicked))
+
+    def merge_accumulators(self, accumulators):
+        return clicks.ctr_merge(accumulators)
+
+    def extract_output(self, acc):
+        return clicks.ctr_extract(acc)
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()
+
+
+class CtrByPositionCombineFn(beam.CombineFn):
+    """CTR by position. Inputs: ``(position, clicked)``. Output: ``{position: (ctr, impressions,
+    stderr)}`` (positions ascending; empty dict when there was no input). With ``overall=True`` the
+    output is ``(overall (ctr, impressions, stderr), by_position dict)``, the overall rate being the
+    exact integer sum of the positions' counts."""
+
+    def __init__(self, overall: bool = False):
+        self.overall = overall
+
+    def create_accumulator(self):
+        return clicks.ctr_pos_create()
+
+    def add_input(self, acc, element):
+        position, clicked = element
+        return clicks.ctr_pos_add(acc, int(position), bool(clicked))
+
+    def merge_accumulators(self, accumulators):
+        return clicks.ctr_pos_merge(accumulators)
+
+    def extract_output(self, acc):
+        by_pos = clicks.ctr_pos_extract(acc)
+        if not self.overall:
+            return by_pos
+        return clicks.ctr_extract(clicks.ctr_merge(acc.values())), by_pos
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()

@@ -1,0 +1,461 @@
+"""PTransforms users compose: validation, ranking metrics against judgments, click metrics.
+
+* :class:`ValidateImpressions` / :class:`ValidateJudgments` split records into valid ones and dead
+  letters (``{"source", "raw", "reason"}``, the dead_letter schema).
+* :class:`ScoreRankings`: ``impressions | ScoreRankings(judgments, metrics, ...)`` gives metric rows
+  (metric_result dicts), one per (window, slice, system, metric).
+* :class:`ClickMetrics`: ``impressions | ClickMetrics(...)`` gives CTR rows.
+
+All metric values come from :func:`streameval.metrics.kernel.compute` through the layer-2
+accumulators (:mod:`streameval.beam.combiners`); nothing here defines a metric.
+
+Counters (Beam metrics, namespace :data:`NAMESPACE`): ``impressions_valid``, ``judgments_valid``,
+``rejected:<kind>:<reason>`` (one per reason category), ``requests_scored``, ``requests_unjudged``,
+``requests_completed`` (judged queries filled with zeros under ``complete``),
+``impressions_unscorable`` (no score under ``order="score"``), ``click_impressions``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.metrics import Metrics
+
+from ..accumulators.ranking import RankingOps, keep_for
+from ..io import records
+from ..metrics.kernel import MetricOptions, compute
+from ..metrics.names import parse_metrics
+from .combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn
+
+__all__ = [
+    "NAMESPACE",
+    "MISSING",
+    "ValidateImpressions",
+    "ValidateJudgments",
+    "ScoreRankings",
+    "ClickMetrics",
+    "JudgmentsCombineFn",
+    "parse_window",
+    "parse_slices",
+    "slice_labels",
+    "window_bounds",
+    "reason_key",
+]
+
+NAMESPACE = "streameval"
+#: slice value of a request that lacks a slice attribute
+MISSING = "(missing)"
+ALL = "all"
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers (pure Python, shared with pipelines/batch.py)
+
+_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_window(window) -> float | None:
+    """Window size in seconds from ``None``/``"none"``, a number of seconds, or text such as
+    ``"3600s"``, ``"30m"``, ``"1h"``, ``"1d"``, ``"1w"`` (``"3600"`` = seconds). Raises ValueError."""
+    if window is None:
+        return None
+    if isinstance(window, (int, float)) and not isinstance(window, bool):
+        size = float(window)
+    else:
+        text = str(window).strip().lower()
+        if text in ("", "none", "global", "0"):
+            return None
+        m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", text)
+        if not m or m.group(2) not in ("", *_UNITS):
+            raise ValueError(f"cannot parse window {window!r}: use e.g. 3600s, 30m, 1h, 1d or none")
+        size = float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1)
+    if not size > 0 or not math.isfinite(size):
+        raise ValueError(f"window must be a positive duration, got {window!r}")
+    return size
+
+
+def _window_micros(window) -> int | None:
+    size = parse_window(window)
+    if size is None:
+        return None
+    micros = int(round(size * 1_000_000))
+    if micros < 1:
+        raise ValueError(f"window {window!r} is shorter than a microsecond")
+    return micros
+
+
+def window_bounds(timestamp: int | None, size_micros: int | None) -> tuple:
+    """``(window_start, window_end)`` in microseconds of the fixed, epoch-aligned window holding
+    ``timestamp``; ``(None, None)`` for the global window (``size_micros`` None)."""
+    if size_micros is None or timestamp is None:
+        return (None, None)
+    start = timestamp - timestamp % size_micros
+    return (start, start + size_micros)
+
+
+def parse_slices(slices) -> list[tuple[str, ...]]:
+    """Slice specifications: each entry an attribute name (``"campaign"``), a comma-joined
+    combination (``"campaign,device"``) or a tuple/list of names. Duplicates are dropped."""
+    if slices is None:
+        return []
+    if isinstance(slices, str):
+        slices = [slices]
+    out: list[tuple[str, ...]] = []
+    for s in slices:
+        names = tuple(n.strip() for n in (s.split(",") if isinstance(s, str) else s))
+        if not names or any(not n for n in names):
+            raise ValueError(f"bad slice specification {s!r}")
+        if names not in out:
+            out.append(names)
+    return out
+
+
+def slice_labels(attributes: dict | None, slice_specs) -> list[str]:
+    """``["all", "campaign=men", "campaign=men,device=pc", ...]`` for one record; a missing
+    attribute has the value ``"(missing)"``."""
+    attrs = attributes or {}
+    labels = [ALL]
+    for names in slice_specs:
+        labels.append(",".join(f"{n}={attrs.get(n, MISSING)}" for n in names))
+    return labels
+
+
+_GOT = re.compile(r",? got .*$")
+_TAIL = re.compile(r"\s*\([^()]*\)$")
+_BIGNUM = re.compile(r"-?\d{3,}")
+
+
+def reason_key(reason: str) -> str:
+    """A short category of a rejection reason (the values quoted in it removed), for counters:
+    ``"position must be >= 1 (1-based), got 0"`` -> ``"position must be >= 1 (1-based)"``."""
+    r = _GOT.sub("", reason)
+    if r.startswith("score is not finite"):
+        r = _TAIL.sub("", r)
+    r = _BIGNUM.sub("N", r)
+    return r[:120]
+
+
+def _nan_to_none(x):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+# --------------------------------------------------------------------------------------------
+# validation
+
+class _ValidateFn(beam.DoFn):
+    def __init__(self, kind: str, source: str):
+        self.kind = kind
+        self.source = source
+        self.valid = Metrics.counter(NAMESPACE, f"{kind}s_valid")
+
+    def process(self, rec):
+        check = records.check_impression if self.kind == "impression" else records.check_judgment
+        reason = check(rec)
+        if reason is None:
+            self.valid.inc()
+            yield rec
+            return
+        Metrics.counter(NAMESPACE, f"rejected:{self.kind}:{reason_key(reason)}").inc()
+        yield pvalue.TaggedOutput("dead_letters", {"source": self.source, "raw": records.to_json_text(rec),
+                                                   "reason": reason})
+
+
+class _Validate(beam.PTransform):
+    kind = ""
+
+    def __init__(self, source: str, label: str | None = None):
+        super().__init__(label)
+        self.source = str(source)
+
+    def expand(self, pcoll):
+        return pcoll | "Check" >> beam.ParDo(_ValidateFn(self.kind, self.source)).with_outputs(
+            "dead_letters", main="valid")
+
+
+class ValidateImpressions(_Validate):
+    """``valid, dead = records | ValidateImpressions(source)``: impressions passing
+    :func:`streameval.io.records.check_impression`, and dead letters ``{source, raw, reason}``
+    (also ``result.valid`` / ``result.dead_letters``)."""
+
+    kind = "impression"
+
+
+class ValidateJudgments(_Validate):
+    """As :class:`ValidateImpressions` for judgments (:func:`~streameval.io.records.check_judgment`)."""
+
+    kind = "judgment"
+
+
+# --------------------------------------------------------------------------------------------
+# judgments per query
+
+class JudgmentsCombineFn(beam.CombineFn):
+    """The judged dict of one query from its judgment dicts.
+
+    Accumulator ``{item_id: [timestamp, grade]}``; of two judgments of the same item the later
+    (larger ``timestamp``) supersedes the earlier (judgment.avsc), equal timestamps keep the larger
+    grade, so the result does not depend on arrival order. Output: ``{item_id: float grade}``.
+    """
+
+    def create_accumulator(self):
+        return {}
+
+    @staticmethod
+    def _put(acc, item, ts, grade):
+        old = acc.get(item)
+        if old is None or (ts, grade) > (old[0], old[1]):
+            acc[item] = [ts, grade]
+
+    def add_input(self, acc, j):
+        self._put(acc, j["item_id"], int(j.get("timestamp") or 0), float(j["grade"]))
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        accs = iter(accumulators)
+        out = next(accs, None)
+        if out is None:
+            return {}
+        out = dict(out)
+        for a in accs:
+            for item, (ts, g) in a.items():
+                self._put(out, item, ts, g)
+        return out
+
+    def extract_output(self, acc):
+        return {item: g for item, (ts, g) in acc.items()}
+
+    def get_accumulator_coder(self):
+        from apache_beam.coders import FastPrimitivesCoder
+
+        return FastPrimitivesCoder()
+
+
+# --------------------------------------------------------------------------------------------
+# ranking metrics
+
+class _ScoreQueries(beam.DoFn):
+    """One query at a time: all its requests (all systems, windows) scored in one kernel call."""
+
+    def __init__(self, ops: RankingOps, specs, options: MetricOptions, slice_specs, window_micros,
+                 complete: bool):
+        self.ops = ops
+        self.specs = specs
+        self.options = options
+        self.slice_specs = slice_specs
+        self.window_micros = window_micros
+        self.complete = complete and window_micros is None
+        self.scored = Metrics.counter(NAMESPACE, "requests_scored")
+        self.unjudged = Metrics.counter(NAMESPACE, "requests_unjudged")
+        self.completed = Metrics.counter(NAMESPACE, "requests_completed")
+        self.queries = Metrics.counter(NAMESPACE, "queries_scored")
+        self.unscorable = Metrics.counter(NAMESPACE, "impressions_unscorable")
+
+    def process(self, element, systems=()):
+        qid, groups = element
+        reqs = list(groups["requests"])
+        judged_parts = list(groups["judged"])
+        if not judged_parts:
+            for system, request_id, acc in reqs:
+                self.unjudged.inc()
+                ws, we = window_bounds(acc[0][3], self.window_micros)
+                yield pvalue.TaggedOutput("unjudged", {"query_id": qid, "system": system,
+                                                       "request_id": request_id, "window_start": ws})
+            return
+        if len(judged_parts) == 1:
+            judged = judged_parts[0]
+        else:  # not expected after CombinePerKey, but harmless
+            judged = {}
+            for part in judged_parts:
+                judged.update(part)
+        states, keys = [], []
+        present = set()
+        n_scored = 0
+        for system, request_id, acc in reqs:
+            st = acc[0]
+            missing = self.ops.unrankable(st)
+            if missing:
+                # only requests that would be scored need scores; unjudged ones went out above
+                self.unscorable.inc(missing)
+                Metrics.counter(NAMESPACE, "rejected:impression:score needed to rank (order=score)").inc(missing)
+                yield pvalue.TaggedOutput("rejected", {
+                    "source": "ScoreRankings",
+                    "raw": records.to_json_text({"query_id": qid, "system_id": system, "request_id": request_id,
+                                                 "impressions": len(st[0]), "without_score": missing}),
+                    "reason": f"{missing} of the request's {len(st[0])} impressions have no score: "
+                              "order='score' needs a finite score to rank them (use order='position')"})
+                continue
+            states.append([st[0], judged, st[2], st[3]])
+            ws, we = window_bounds(st[3], self.window_micros)
+            keys.append((ws, we, system, slice_labels(acc[2], self.slice_specs)))
+            present.add(system)
+            n_scored += 1
+        self.scored.inc(n_scored)
+        if self.complete:
+            for system in sorted(set(systems) - present):
+                st = self.ops.create()
+                st[1] = judged
+                states.append(st)
+                keys.append((None, None, system, [ALL]))
+                self.completed.inc()
+        if not states:
+            return
+        self.queries.inc()
+        values = compute(self.ops.to_lists(states), self.specs, self.options)
+        cols = values.T.tolist()
+        for (ws, we, system, labels), col in zip(keys, cols):
+            for label in labels:
+                yield ((ws, we, label, system), col)
+
+
+def _rows(element, names):
+    (ws, we, label, system), results = element
+    for name, (value, n, se) in zip(names, results):
+        yield {"window_start": ws, "window_end": we, "slice": label, "system": system, "metric": name,
+               "value": float(value), "num_queries": int(n), "stderr": _nan_to_none(se)}
+
+
+class ScoreRankings(beam.PTransform):
+    """``impressions | ScoreRankings(judgments, metrics, ...)`` -> metric rows (metric_result dicts).
+
+    One row per (window, slice, system, metric): ``value`` is the mean over the requests (for
+    num_ret / num_rel / num_rel_ret the total, as trec_eval prints them), ``num_queries`` the number
+    of requests averaged, ``stderr`` the standard error of the mean (None for totals or one request).
+
+    A request is the set of impressions sharing (system_id, request_id); its query, attributes and
+    earliest timestamp come from its impressions; it belongs to the fixed, epoch-aligned window of
+    ``window`` seconds (or text such as ``"1h"``) holding its earliest impression, or to the global
+    window (``window_start``/``window_end`` None) when ``window`` is None.
+
+    ``slices``: attribute names or comma-joined combinations; each request is counted in slice
+    ``"all"`` and in one slice per specification (``"campaign=men"``, ``"campaign=men,device=pc"``,
+    ``"(missing)"`` for an absent attribute).
+
+    Metric options are those of :func:`streameval.api.evaluate` (``relevance_level``, ``gain``,
+    ``ideal``, ``err_max_grade``, ``depth``; ``order`` / ``tie_break`` / ``score_precision`` of
+    :class:`RankingOps`).
+    ``complete=True`` (trec_eval ``-c``) applies to the global window only (ignored with
+    ``window``): every judged query without a request from a system (systems seen in the
+    impressions) scores 0 on every metric but num_rel for that system, in slice ``"all"``.
+
+    Requests whose query has no judgment are not scored (counter ``requests_unjudged``);
+    impressions without a score under ``order="score"`` are dropped (counter
+    ``impressions_unscorable``). After the transform is applied, ``self.unjudged`` holds those
+    requests (``{query_id, system, request_id, window_start}``) and ``self.rejected`` the dropped
+    impressions as dead letters.
+    """
+
+    def __init__(self, judgments, metrics, window=None, slices=(), relevance_level=1, gain="linear",
+                 ideal="judgments", err_max_grade=4, order="score", tie_break="docno", depth=None,
+                 complete=False, score_precision="float32", label=None):
+        super().__init__(label)
+        self.judgments = judgments
+        self.specs = parse_metrics(metrics)
+        self.options = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal,
+                                     err_max_grade=err_max_grade)
+        if depth is not None and depth < 1:
+            raise ValueError("depth must be positive")
+        # fail early on bad order / tie_break / score_precision
+        from ..metrics.prepare import ORDERS, SCORE_PRECISIONS, TIE_BREAKS
+
+        if order not in ORDERS or tie_break not in TIE_BREAKS or score_precision not in SCORE_PRECISIONS:
+            raise ValueError(f"order must be one of {ORDERS}, tie_break one of {TIE_BREAKS} and "
+                             f"score_precision one of {SCORE_PRECISIONS}")
+        self.ops = RankingOps(order=order, tie_break=tie_break, keep=keep_for(self.specs), depth=depth,
+                              score_precision=score_precision)
+        self.order = order
+        self.window_micros = _window_micros(window)
+        self.slice_specs = parse_slices(slices)
+        self.complete = bool(complete)
+        if self.complete and self.window_micros is not None:
+            logging.getLogger(__name__).warning(
+                "ScoreRankings: complete=True applies to the global window only; ignored with window=%r", window)
+        self.unjudged = None
+        self.rejected = None
+
+    def expand(self, impressions):
+        attr_keys = sorted({n for names in self.slice_specs for n in names})
+        requests = (
+            impressions
+            | "KeyByRequest" >> beam.Map(lambda r: ((r["system_id"], r["request_id"]), r))
+            | "CombineRequests" >> beam.CombinePerKey(RankingStateCombineFn(self.ops, attr_keys))
+        )
+        by_query = requests | "KeyByQuery" >> beam.Map(lambda kv: (kv[1][1], (kv[0][0], kv[0][1], kv[1])))
+        judged = (
+            self.judgments
+            | "KeyJudgments" >> beam.Map(lambda j: (j["query_id"], j))
+            | "CombineJudgments" >> beam.CombinePerKey(JudgmentsCombineFn())
+        )
+        grouped = {"requests": by_query, "judged": judged} | "JoinJudgments" >> beam.CoGroupByKey()
+        extra = {}
+        if self.complete and self.window_micros is None:
+            systems = (requests | "Systems" >> beam.Map(lambda kv: kv[0][0])
+                       | "DistinctSystems" >> beam.Distinct())
+            extra["systems"] = beam.pvalue.AsList(systems)
+        scored = grouped | "ScoreQueries" >> beam.ParDo(
+            _ScoreQueries(self.ops, self.specs, self.options, self.slice_specs, self.window_micros,
+                          self.complete), **extra).with_outputs("unjudged", "rejected", main="scores")
+        self.unjudged = scored.unjudged
+        self.rejected = scored.rejected
+        names = [s.name for s in self.specs]
+        totals = [s.is_count for s in self.specs]
+        return (
+            scored.scores
+            | "Means" >> beam.CombinePerKey(MeanCombineFn(len(self.specs), totals))
+            | "Rows" >> beam.FlatMap(_rows, names)
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# click metrics
+
+def _click_keys(rec, window_micros, slice_specs):
+    ws, we = window_bounds(rec["timestamp"], window_micros)
+    value = (rec["position"], bool(rec["clicked"]))
+    system = rec["system_id"]
+    return [((ws, we, label, system), value) for label in slice_labels(rec.get("attributes"), slice_specs)]
+
+
+def _click_rows(element):
+    (ws, we, label, system), (overall, by_pos) = element
+    base = {"window_start": ws, "window_end": we, "slice": label, "system": system}
+    ctr, n, se = overall
+    yield dict(base, metric="ctr", value=float(ctr), num_queries=int(n), stderr=_nan_to_none(se))
+    for pos, (ctr, n, se) in by_pos.items():
+        yield dict(base, metric=f"ctr@pos{pos}", value=float(ctr), num_queries=int(n),
+                   stderr=_nan_to_none(se))
+
+
+class ClickMetrics(beam.PTransform):
+    """``impressions | ClickMetrics(window=None, slices=())`` -> rows for ``"ctr"`` and
+    ``"ctr@pos{p}"`` per (window, slice, system). Each impression counts in the window of its own
+    timestamp; impressions whose ``clicked`` is null (clicks not logged) are skipped and counted
+    (``click_impressions_not_logged``); ``num_queries`` holds the number of impressions, ``stderr`` the binomial standard
+    error. ``window`` and ``slices`` as in :class:`ScoreRankings`."""
+
+    def __init__(self, window=None, slices=(), label=None):
+        super().__init__(label)
+        self.window_micros = _window_micros(window)
+        self.slice_specs = parse_slices(slices)
+
+    def expand(self, impressions):
+        counted = Metrics.counter(NAMESPACE, "click_impressions")
+
+        no_clicks = Metrics.counter(NAMESPACE, "click_impressions_not_logged")
+
+        def keys(rec, window_micros, slice_specs):
+            if rec.get("clicked") is None:  # clicks not logged (e.g. a TREC run): not an impression for CTR
+                no_clicks.inc()
+                return []
+            counted.inc()
+            return _click_keys(rec, window_micros, slice_specs)
+
+        return (
+            impressions
+            | "KeyClicks" >> beam.FlatMap(keys, self.window_micros, self.slice_specs)
+            | "CombineClicks" >> beam.CombinePerKey(CtrByPositionCombineFn(overall=True))
+            | "ClickRows" >> beam.FlatMap(_click_rows)
+        )
