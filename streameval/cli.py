@@ -1,0 +1,214 @@
+"""The ``streameval`` command.
+
+Subcommands:
+  trec-eval  QRELS RUN [-m MEASURE ...] [-q] [-c] [-l LEVEL] [-M DEPTH]   trec_eval's output format
+  batch      the Beam batch job over Avro impression and judgment logs (see pipelines/batch.py)
+  convert    TREC run/qrels, Open Bandit CSV, LightGBM LETOR and Yandex click logs to Avro
+
+``trec-eval`` starts fast: it imports numpy and this package's metric layer only (no Beam).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main", "trec_eval_main"]
+
+# trec_eval prints measures in the order of its measure table (measures.c), cutoffs ascending.
+_TREC_FAMILY_ORDER = ("num_ret", "num_rel", "num_rel_ret", "map", "Rprec", "bpref", "recip_rank", "P",
+                      "recall", "dcg", "ndcg", "err", "success")
+
+
+def _trec_sort_key(spec):
+    fam = spec.family
+    # trec_eval: ndcg, then ndcg_cut, then map_cut, then success (after the plain measures)
+    if fam == "map" and spec.k is not None:
+        rank = _TREC_FAMILY_ORDER.index("ndcg") + 0.5
+    elif fam == "ndcg" and spec.k is not None:
+        rank = _TREC_FAMILY_ORDER.index("ndcg") + 0.25
+    else:
+        rank = _TREC_FAMILY_ORDER.index(fam)
+    return (rank, -1 if spec.k is None else spec.k)
+
+
+def _trec_eval_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="streameval trec-eval",
+        description="Evaluate a TREC run against TREC qrels and print trec_eval's output format "
+                    "(measure<TAB>query<TAB>value). A drop-in for trec_eval for the implemented measures.",
+    )
+    p.add_argument("qrels", help="TREC qrels file: qid iter docno grade")
+    p.add_argument("run", help="TREC run file: qid Q0 docno rank score tag")
+    p.add_argument("-m", dest="measures", action="append", default=None, metavar="MEASURE",
+                   help="measure(s): trec_eval names (P_10, ndcg_cut_10, map_cut_100, recall_100, success_1, "
+                        "recip_rank, Rprec, bpref, num_rel_ret), trec_eval's parameter forms (P.5,10, "
+                        "ndcg_cut.10), our forms (ndcg@10, mrr@10, err@20), 'all_trec' or 'official' "
+                        "(default). Repeatable.")
+    p.add_argument("-q", dest="per_query", action="store_true", help="also print each query's values")
+    p.add_argument("-c", dest="complete", action="store_true",
+                   help="average over every query of the qrels; queries without results score 0")
+    p.add_argument("-l", dest="level", type=float, default=1,
+                   help="relevance level: grade >= LEVEL is relevant for binary measures (default 1)")
+    p.add_argument("-M", dest="depth", type=int, default=None,
+                   help="evaluate only the top DEPTH documents of each query")
+    p.add_argument("--gain", choices=("linear", "exponential"), default="linear",
+                   help="ndcg/dcg gain: linear (trec_eval, gain = grade) or exponential (2^grade - 1)")
+    p.add_argument("--err-max-grade", type=float, default=4, help="ERR's maximum grade (default 4)")
+    return p
+
+
+def _fmt_value(spec, v) -> str:
+    if spec.is_count:
+        return "%d" % round(v)
+    return "%.4f" % v
+
+
+def trec_eval_main(argv=None, out=None) -> int:
+    """Run ``streameval trec-eval``; returns the exit status (0 ok, 1 bad input)."""
+    import math
+
+    from .api import score_queries
+    from .io import trec
+    from .metrics.names import OFFICIAL_TREC, MetricNameError, parse_metrics
+
+    out = out or sys.stdout
+    args = _trec_eval_parser().parse_args(argv)
+    # trec_eval prints runid and num_q with its default measures, all_trec, or when named
+    asked = [m for m in (args.measures or []) if m not in ("runid", "num_q")]
+    header = not args.measures or any(m in ("all_trec", "official") for m in args.measures)
+    show_runid = header or "runid" in args.measures
+    show_num_q = header or "num_q" in args.measures
+    try:
+        specs = parse_metrics(asked) if asked else ([] if args.measures else list(OFFICIAL_TREC))
+        run = trec.read_run(args.run)
+        qrels = trec.read_qrels(args.qrels)
+        specs = sorted(specs, key=_trec_sort_key)
+        specs, prep, values = score_queries(qrels, run, specs, relevance_level=args.level, gain=args.gain,
+                                            err_max_grade=args.err_max_grade, complete=args.complete,
+                                            depth=args.depth, warn=False)
+    except (MetricNameError, ValueError, OSError) as e:
+        print(f"streameval trec-eval: {e}", file=sys.stderr)
+        return 1
+    if len(prep.qids) == 0:
+        print("streameval trec-eval: no queries with both results and judgments", file=sys.stderr)
+        return 1
+    write = out.write
+    names = [s.trec_name or s.name for s in specs]
+    if args.per_query:
+        for j, q in enumerate(prep.qids):
+            for i, s in enumerate(specs):
+                write("%-22s\t%s\t%s\n" % (names[i], q, _fmt_value(s, values[i, j])))
+    if show_runid:
+        write("%-22s\t%s\t%s\n" % ("runid", "all", run.tag))
+    if show_num_q:
+        write("%-22s\t%s\t%d\n" % ("num_q", "all", len(prep.qids)))
+    for i, s in enumerate(specs):
+        if s.family == "num_rel" and args.complete:
+            # trec_eval 10 (m_num_rel.c, te_calc_avg_num_rel): under -c the summary counts every
+            # qrels line with grade > 0, whatever -l says.
+            total = float((qrels.grade > 0).sum())
+        else:
+            total = math.fsum(values[i].tolist())
+            if not s.is_count:
+                total /= len(prep.qids)
+        write("%-22s\t%s\t%s\n" % (names[i], "all", _fmt_value(s, total)))
+    return 0
+
+
+def _convert_parser(sub) -> None:
+    c = sub.add_parser("convert", help="convert TREC, Open Bandit, LETOR or Yandex logs to Avro")
+    cs = c.add_subparsers(dest="kind", required=True)
+    r = cs.add_parser("trec-run", help="TREC run -> impressions Avro")
+    r.add_argument("run")
+    r.add_argument("output")
+    r.add_argument("--system", default=None, help="system id (default: the run's tag)")
+    r.add_argument("--timestamp", type=int, default=0, help="event time of every impression, micros")
+    q = cs.add_parser("qrels", help="TREC qrels -> judgments Avro")
+    q.add_argument("qrels")
+    q.add_argument("output")
+    o = cs.add_parser("obd", help="Open Bandit Dataset CSV -> impressions Avro")
+    o.add_argument("csv")
+    o.add_argument("output")
+    o.add_argument("--system", required=True, help="logging policy, e.g. bts or random")
+    o.add_argument("--campaign", default=None)
+    lt = cs.add_parser("letor", help="LightGBM LETOR sample -> impressions and judgments Avro")
+    lt.add_argument("data")
+    lt.add_argument("query")
+    lt.add_argument("impressions_output")
+    lt.add_argument("judgments_output")
+    lt.add_argument("--feature", type=int, default=1, help="feature column used as the score")
+    y = cs.add_parser("yandex", help="Yandex WSCD click log sample -> impressions Avro")
+    y.add_argument("log")
+    y.add_argument("output")
+
+
+def _convert_main(args) -> int:
+    from .io import avro, convert, trec
+
+    if args.kind == "trec-run":
+        recs = convert.trec_run_to_impressions(trec.read_run(args.run), system_id=args.system,
+                                               timestamp_micros=args.timestamp)
+        n = _write(avro, args.output, "impression", recs)
+    elif args.kind == "qrels":
+        n = _write(avro, args.output, "judgment", convert.trec_qrels_to_judgments(trec.read_qrels(args.qrels)))
+    elif args.kind == "obd":
+        n = _write(avro, args.output, "impression",
+                   convert.obd_to_impressions(args.csv, args.system, campaign=args.campaign))
+    elif args.kind == "letor":
+        imps, judg = convert.letor_to_records(args.data, args.query, feature=args.feature)
+        n = _write(avro, args.impressions_output, "impression", imps)
+        n += _write(avro, args.judgments_output, "judgment", judg)
+    else:
+        n = _write(avro, args.output, "impression", convert.yandex_to_impressions(args.log))
+    print(f"wrote {n} records", file=sys.stderr)
+    return 0
+
+
+def _write(avro, path, name, records) -> int:
+    records = list(records)
+    avro.write_records(path, name, records)
+    return len(records)
+
+
+class _BeamNoise:
+    """Drops two messages Beam logs on every local run that say nothing about the user's job:
+    the GCP client libraries being absent, and a sink replacing the previous run's output file."""
+
+    def filter(self, record) -> bool:
+        msg = record.getMessage()
+        return not (msg.startswith("apitools not found") or msg.startswith("Deleting 1 existing files"))
+
+
+def _quiet_beam_noise() -> None:
+    import logging
+
+    logging.basicConfig(format="%(levelname)s:%(name)s:%(message)s")
+    noise = _BeamNoise()
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(noise)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "trec-eval":
+        return trec_eval_main(argv[1:])
+    if argv and argv[0] == "batch":
+        _quiet_beam_noise()
+        from pipelines.batch import main as batch_main
+
+        return batch_main(argv[1:])
+    p = argparse.ArgumentParser(prog="streameval", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("trec-eval", help="trec_eval-compatible evaluation of a TREC run (streameval trec-eval -h)")
+    sub.add_parser("batch", help="Beam batch job over Avro logs (streameval batch -h)")
+    _convert_parser(sub)
+    args = p.parse_args(argv)
+    if args.command == "convert":
+        return _convert_main(args)
+    p.print_help()
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
