@@ -64,7 +64,7 @@ def _columns(obj, kind: str):
 
 def score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str = "linear",
                   ideal: str = "judgments", err_max_grade: float = 4, complete: bool = False,
-                  depth: int | None = None, tie_break: str = "docno",
+                  depth: int | None = None, tie_break: str = "docno", score_precision: str = "float32",
                   warn: bool = True) -> tuple[list[MetricSpec], Prepared, np.ndarray]:
     """Per-query scores: (specs, prepared lists, scores of shape (len(specs), n_queries)).
 
@@ -74,7 +74,8 @@ def score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str 
     opts = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal, err_max_grade=err_max_grade)
     rq, rd, rs = _columns(run, "run")
     jq, jd, jg = _columns(qrels, "qrels")
-    prep = prepare(rq, rd, rs, jq, jd, jg, depth=depth, complete=complete, tie_break=tie_break)
+    prep = prepare(rq, rd, rs, jq, jd, jg, depth=depth, complete=complete, tie_break=tie_break,
+                   score_precision=score_precision)
     if warn and len(prep.unjudged_qids):
         warnings.warn(f"{len(prep.unjudged_qids)} run queries have no judgments and are left out of the "
                       f"averages (first: {str(prep.unjudged_qids[0])!r})", stacklevel=3)
@@ -112,14 +113,16 @@ class Evaluation:
 
 def evaluate(qrels, run, metrics, *, per_query: bool = False, relevance_level: float = 1,
              gain: str = "linear", ideal: str = "judgments", err_max_grade: float = 4,
-             complete: bool = False, depth: int | None = None, tie_break: str = "docno"):
+             complete: bool = False, depth: int | None = None, tie_break: str = "docno",
+             score_precision: str = "float32"):
     """Score ``run`` against ``qrels`` on ``metrics`` (names as users write them: ``"ndcg@10"``,
     ``"map"``, ``"mrr@10"``, ``"P_5"``; a single name or a list).
 
     Options (defaults are trec_eval's; see docs/metrics.md): ``relevance_level`` (``-l``), ``gain``
     (``"linear"`` | ``"exponential"``), ``ideal`` (``"judgments"`` | ``"served"``), ``err_max_grade``,
     ``complete`` (``-c``: judged queries without results score 0), ``depth`` (``-M``),
-    ``tie_break`` (``"docno"``).
+    ``tie_break`` (``"docno"``), ``score_precision`` (``"float32"``: scores compared in single
+    precision as trec_eval stores them; ``"float64"``).
 
     Returns a float when one metric name is given and ``per_query`` is False, else an
     :class:`Evaluation` with ``means`` ({name: value}) and, when ``per_query``, per-query scores.
@@ -128,7 +131,7 @@ def evaluate(qrels, run, metrics, *, per_query: bool = False, relevance_level: f
     """
     specs, prep, values = score_queries(qrels, run, metrics, relevance_level=relevance_level, gain=gain,
                                         ideal=ideal, err_max_grade=err_max_grade, complete=complete,
-                                        depth=depth, tie_break=tie_break)
+                                        depth=depth, tie_break=tie_break, score_precision=score_precision)
     means = {s.name: aggregate(values[i], s) for i, s in enumerate(specs)}
     if isinstance(metrics, str) and len(specs) == 1 and not per_query:
         return means[specs[0].name]

@@ -50,3 +50,15 @@ def test_agrees_with_pytrec_eval(seed, level):
         for i, s in enumerate(specs):
             want = expected[str(qid)][s.trec_name]
             assert values[i, j] == pytest.approx(want, abs=1e-9, rel=0), (qid, s.name)
+
+
+def test_scores_equal_in_single_precision_tie_like_trec_eval():
+    """trec_eval keeps scores as C floats: 0.91047674 and 0.91047677 tie and the docno decides."""
+    qrels = {"q": {"d1": 1, "d2": 0}}
+    run = {"q": {"d1": 0.91047677, "d2": 0.91047674, "d3": 0.5}}
+    want = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(run)["q"]["recip_rank"]
+    assert want == 0.5  # d2 > d1 by docno wins the float32 tie
+    specs, _, v = score_queries(qrels, run, ["recip_rank"], warn=False)
+    assert v[0, 0] == want
+    specs, _, v = score_queries(qrels, run, ["recip_rank"], warn=False, score_precision="float64")
+    assert v[0, 0] == 1.0

@@ -5,7 +5,7 @@ union, so any split and merge order gives the same state. The state is a plain l
 FastPrimitivesCoder encodes it without pickling)::
 
     [served, judged, conflicts, min_timestamp]
-    served:   {item_id: [score or None, position, clicked]}
+    served:   {item_id: [score or None, position, clicked (None: clicks not logged)]}
     judged:   {item_id: grade}
     conflicts: int, how many times an item came twice with different data (the larger record is
                kept, so the result does not depend on arrival order)
@@ -39,9 +39,11 @@ def keep_for(specs) -> int | None:
     return max(ks)
 
 
-def _order_key(rec, item, order, tie_break):
+def _order_key(rec, item, order, tie_break, score_precision):
     """Python sort key equal to :func:`rank_order` (ascending key = better rank)."""
     score, pos = rec[0], rec[1]
+    if order == "score" and score_precision == "float32":
+        score = float(np.float32(score))
     if order == "position":
         return (pos, _Desc(item))
     if tie_break == "docno":
@@ -67,15 +69,16 @@ class _Desc:
 class RankingOps:
     """create / add / merge / extract for :mod:`ranking` states.
 
-    order, tie_break: as :func:`streameval.metrics.prepare.rank_order`.
+    order, tie_break, score_precision: as :func:`streameval.metrics.prepare.rank_order`.
     keep: the top-K to keep (see module docstring), None to keep every served item.
     depth: trec_eval's ``-M``, the number of ranked items scored per request (None: all).
     """
 
     def __init__(self, order: str = "score", tie_break: str = "docno", keep: int | None = None,
-                 depth: int | None = None):
+                 depth: int | None = None, score_precision: str = "float32"):
         self.order = order
         self.tie_break = tie_break
+        self.score_precision = score_precision
         self.depth = depth
         k = [x for x in (keep, depth) if x is not None]
         self.keep = min(k) if k else None
@@ -85,11 +88,13 @@ class RankingOps:
     def create() -> list:
         return [{}, {}, 0, None]
 
-    def add_impression(self, state: list, item: str, score, position: int, clicked: bool,
+    def add_impression(self, state: list, item: str, score, position: int, clicked,
                        timestamp: int | None = None) -> list:
-        if self.order == "score" and (score is None or not math.isfinite(score)):
-            raise ValueError(f"item {item!r}: score {score!r} cannot be ranked with order='score'")
-        rec = [None if score is None else float(score), int(position), bool(clicked)]
+        """Add one served item. ``score`` may be None (then the request can only be ranked with
+        ``order="position"``: see :meth:`unrankable`); ``clicked`` None means clicks not logged."""
+        if score is not None and not math.isfinite(score):
+            raise ValueError(f"item {item!r}: score {score!r} is not finite")
+        rec = [None if score is None else float(score), int(position), None if clicked is None else bool(clicked)]
         served = state[0]
         old = served.get(item)
         if old is None:
@@ -138,31 +143,42 @@ class RankingOps:
         self._prune(out)
         return out
 
+    def unrankable(self, state: list) -> int:
+        """How many served items lack the score ``order="score"`` needs (0 when rankable)."""
+        if self.order != "score":
+            return 0
+        return sum(1 for r in state[0].values() if r[0] is None)
+
     def _prune(self, state: list) -> None:
         k = self.keep
         served = state[0]
-        if k is None or len(served) <= 2 * k:
+        if k is None or len(served) <= 2 * k or self.unrankable(state):
             return
-        ranked = sorted(served.items(), key=lambda kv: _order_key(kv[1], kv[0], self.order, self.tie_break))
+        ranked = sorted(served.items(), key=lambda kv: _order_key(kv[1], kv[0], self.order, self.tie_break,
+                                                                   self.score_precision))
         state[0] = dict(ranked[:k])
 
     # -- scoring ---------------------------------------------------------------------------
     def ranked(self, state: list) -> tuple[list[str], np.ndarray]:
-        """(item ids in rank order, their clicked flags), cut at ``depth``. Uses the same
-        ordering function as the library (:func:`rank_order`)."""
+        """(item ids in rank order, their clicked flags (None: not logged), cut at ``depth``. Uses
+        the same ordering function as the library (:func:`rank_order`). Raises ValueError when
+        ``order="score"`` and an item has no score."""
         served = state[0]
         items = list(served)
         if not items:
-            return [], np.zeros(0, dtype=bool)
+            return [], np.zeros(0, dtype=object)
+        missing = self.unrankable(state)
+        if missing:
+            raise ValueError(f"{missing} served items have no score: order='score' cannot rank them")
         recs = list(served.values())
         vocab, codes = np.unique(np.asarray(items, dtype=str), return_inverse=True)
         scores = np.array([math.nan if r[0] is None else r[0] for r in recs], dtype=np.float64)
         pos = np.array([r[1] for r in recs], dtype=np.float64)
         perm = rank_order(np.zeros(len(items), np.int64), scores, codes, pos,
-                          order=self.order, tie_break=self.tie_break)
+                          order=self.order, tie_break=self.tie_break, score_precision=self.score_precision)
         if self.depth is not None:
             perm = perm[: self.depth]
-        clicks = np.array([recs[i][2] for i in perm], dtype=bool)
+        clicks = np.array([recs[i][2] for i in perm], dtype=object)
         return [items[i] for i in perm], clicks
 
     def to_lists(self, states: list) -> RankedLists:
@@ -194,4 +210,4 @@ class RankingOps:
 
 def _total(rec):
     """A total order on served records (None score sorts lowest) for deterministic conflicts."""
-    return (-math.inf if rec[0] is None else rec[0], rec[1], rec[2])
+    return (-math.inf if rec[0] is None else rec[0], rec[1], -1 if rec[2] is None else int(rec[2]))

@@ -13,20 +13,34 @@ import numpy as np
 
 from .kernel import RankedLists
 
-__all__ = ["Prepared", "prepare", "factorize", "rank_order", "ORDERS", "TIE_BREAKS"]
+__all__ = ["Prepared", "prepare", "factorize", "rank_order", "ranking_scores", "ORDERS", "TIE_BREAKS",
+           "SCORE_PRECISIONS"]
 
 ORDERS = ("score", "position")
 TIE_BREAKS = ("docno", "position")
+SCORE_PRECISIONS = ("float32", "float64")
+
+
+def ranking_scores(scores, score_precision: str = "float32") -> np.ndarray:
+    """Scores as the ranking compares them. trec_eval keeps a run's score in a C ``float``
+    (``TEXT_RESULTS.sim`` in trec_format.h), so two scores equal in single precision tie and fall
+    to the docno tie-break: ``"float32"`` (default) reproduces that; ``"float64"`` compares the
+    scores as given."""
+    if score_precision not in SCORE_PRECISIONS:
+        raise ValueError(f"score_precision must be one of {SCORE_PRECISIONS}, got {score_precision!r}")
+    s = np.asarray(scores, dtype=np.float64)
+    return s.astype(np.float32) if score_precision == "float32" else s
 
 
 def rank_order(query_codes, scores, item_codes, positions=None, *, order: str = "score",
-               tie_break: str = "docno") -> np.ndarray:
+               tie_break: str = "docno", score_precision: str = "float32") -> np.ndarray:
     """The permutation that lays items out query by query, each query in rank order.
 
     ``order="score"``: score descending, ties broken by ``tie_break``: ``"docno"`` (item code
     descending, trec_eval's ``comp_sim_docno``) or ``"position"`` (logged position ascending).
     ``order="position"``: logged position ascending (impression logs without scores). Remaining
-    ties always fall to item code descending, so the order is total. ``item_codes`` must sort like the item ids (see :func:`factorize`).
+    ties always fall to item code descending, so the order is total. Scores are compared at
+    ``score_precision`` (see :func:`ranking_scores`). ``item_codes`` must sort like the item ids (see :func:`factorize`).
     All arrays are 1-D of one length; raises ValueError when positions are needed and missing.
     """
     if order not in ORDERS:
@@ -35,14 +49,16 @@ def rank_order(query_codes, scores, item_codes, positions=None, *, order: str = 
         raise ValueError(f"tie_break must be one of {TIE_BREAKS}, got {tie_break!r}")
     q = np.asarray(query_codes)
     d = np.asarray(item_codes)
+    if order == "score":
+        neg = -ranking_scores(scores, score_precision)
     if order == "score" and tie_break == "docno":
-        return np.lexsort((-d, -np.asarray(scores, dtype=np.float64), q))
+        return np.lexsort((-d, neg, q))
     if positions is None:
         raise ValueError(f"order={order!r}, tie_break={tie_break!r} needs logged positions")
     pos = np.asarray(positions, dtype=np.float64)
     if order == "position":
         return np.lexsort((-d, pos, q))
-    return np.lexsort((-d, pos, -np.asarray(scores, dtype=np.float64), q))
+    return np.lexsort((-d, pos, neg, q))
 
 
 @dataclass
@@ -104,6 +120,7 @@ def prepare(
     tie_break: str = "docno",
     run_position=None,
     order: str = "score",
+    score_precision: str = "float32",
 ) -> Prepared:
     """Join a run to its qrels and lay out each query's ranked grades.
 
@@ -135,7 +152,8 @@ def prepare(
     nd = max(len(dvocab), 1)
 
     # -- order the run: query, then trec_eval's order
-    order = rank_order(rq, run_score, rd, run_position, order=order, tie_break=tie_break)
+    order = rank_order(rq, run_score, rd, run_position, order=order, tie_break=tie_break,
+                       score_precision=score_precision)
     rq, rd = rq[order], rd[order]
 
     # -- duplicate docnos within a query (trec_eval refuses them)
