@@ -1,0 +1,37 @@
+# Two entry points, both self-contained on a fresh machine with Python 3.11:
+#   make demo   creates .venv, installs streameval, runs the batch job on the bundled sample
+#   make test   creates .venv, installs streameval with its test extras, runs the test suite
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/streameval batch \
+	  --impressions 'data/sample/impressions/*.avro' \
+	  --judgments 'data/sample/judgments/*.avro' \
+	  --metrics ndcg@10,map,mrr@10,P@10,err@10 \
+	  --slices campaign \
+	  --output out/demo
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/bench_library.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .hypothesis
