@@ -82,33 +82,28 @@ class MeanMoments:
     def create(self) -> list:
         return [[0] * self.n, [[] for _ in range(self.n)], [[] for _ in range(self.n)]]
 
+    @staticmethod
+    def _add_value(state: list, m: int, x) -> None:
+        x = float(x)
+        if math.isnan(x):
+            return
+        if math.isinf(x):
+            raise ValueError(f"metric value {x} is not finite")
+        state[0][m] += 1
+        partials_add(state[1][m], x)
+        partials_add_square(state[2][m], x)
+
     def add(self, state: list, values) -> list:
         """Add one observation per metric (``values`` has ``n_metrics`` floats; NaN skips a metric)."""
-        counts, sums, sqs = state
         for m, x in enumerate(values):
-            x = float(x)
-            if math.isnan(x):
-                continue
-            if math.isinf(x):
-                raise ValueError(f"metric value {x} is not finite")
-            counts[m] += 1
-            partials_add(sums[m], x)
-            partials_add_square(sqs[m], x)
+            self._add_value(state, m, x)
         return state
 
     def add_many(self, state: list, matrix) -> list:
         """Add a batch: ``matrix`` has shape (n_metrics, n_observations)."""
-        counts, sums, sqs = state
         for m in range(self.n):
-            row = [float(v) for v in matrix[m]]
-            for x in row:
-                if math.isnan(x):
-                    continue
-                if math.isinf(x):
-                    raise ValueError(f"metric value {x} is not finite")
-                counts[m] += 1
-                partials_add(sums[m], x)
-                partials_add_square(sqs[m], x)
+            for x in matrix[m]:
+                self._add_value(state, m, x)
         return state
 
     def merge(self, states) -> list:

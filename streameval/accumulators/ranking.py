@@ -95,13 +95,7 @@ class RankingOps:
         if score is not None and not math.isfinite(score):
             raise ValueError(f"item {item!r}: score {score!r} is not finite")
         rec = [None if score is None else float(score), int(position), None if clicked is None else bool(clicked)]
-        served = state[0]
-        old = served.get(item)
-        if old is None:
-            served[item] = rec
-        elif old != rec:
-            state[2] += 1
-            served[item] = max(old, rec, key=_total)
+        state[2] += _put(state[0], item, rec, _total)
         if timestamp is not None and (state[3] is None or timestamp < state[3]):
             state[3] = timestamp
         self._prune(state)
@@ -109,14 +103,7 @@ class RankingOps:
 
     @staticmethod
     def add_judgment(state: list, item: str, grade) -> list:
-        judged = state[1]
-        g = float(grade)
-        old = judged.get(item)
-        if old is None:
-            judged[item] = g
-        elif old != g:
-            state[2] += 1
-            judged[item] = max(old, g)
+        state[2] += _put(state[1], item, float(grade), None)
         return state
 
     def merge(self, states) -> list:
@@ -124,19 +111,9 @@ class RankingOps:
         served, judged = out[0], out[1]
         for s in states:
             for item, rec in s[0].items():
-                old = served.get(item)
-                if old is None:
-                    served[item] = list(rec)
-                elif old != list(rec):
-                    out[2] += 1
-                    served[item] = max(old, list(rec), key=_total)
+                out[2] += _put(served, item, list(rec), _total)
             for item, g in s[1].items():
-                old = judged.get(item)
-                if old is None:
-                    judged[item] = g
-                elif old != g:
-                    out[2] += 1
-                    judged[item] = max(old, g)
+                out[2] += _put(judged, item, g, None)
             out[2] += s[2]
             if s[3] is not None and (out[3] is None or s[3] < out[3]):
                 out[3] = s[3]
@@ -206,6 +183,19 @@ class RankingOps:
             judged_values=np.concatenate(hv) if hv else np.zeros(0),
             judged_counts=np.concatenate(hc).astype(np.int64) if hc else np.zeros(0, np.int64),
         )
+
+
+def _put(d: dict, item, value, key) -> int:
+    """Put ``value`` under ``item``; a different value already there is a conflict (returns 1) and
+    the larger of the two is kept (by ``key``), so the outcome does not depend on arrival order."""
+    old = d.get(item)
+    if old is None:
+        d[item] = value
+        return 0
+    if old == value:
+        return 0
+    d[item] = max(old, value, key=key)
+    return 1
 
 
 def _total(rec):

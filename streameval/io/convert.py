@@ -98,12 +98,7 @@ def trec_run_to_impressions(
         if qid != prev_qid:
             prev_qid = qid
             position = 0
-            if callable(timestamp_micros):
-                ts = ts_cache.get(qid)
-                if ts is None:
-                    ts = ts_cache[qid] = int(timestamp_micros(qid))
-            else:
-                ts = int(timestamp_micros)
+            ts = _timestamp_for(timestamp_micros, qid, ts_cache)
             request_id = f"{system}/{qid}"
         position += 1
         yield {
@@ -122,6 +117,16 @@ def trec_run_to_impressions(
         }
 
 
+def _timestamp_for(spec: TimestampSpec, qid: str, cache: dict) -> int:
+    """The timestamp of query ``qid``: ``spec`` itself, or ``spec(qid)`` computed once per query."""
+    if not callable(spec):
+        return int(spec)
+    ts = cache.get(qid)
+    if ts is None:
+        ts = cache[qid] = int(spec(qid))
+    return ts
+
+
 def trec_qrels_to_judgments(
     qrels: TrecQrels,
     source: str = "qrels",
@@ -136,12 +141,7 @@ def trec_qrels_to_judgments(
     """
     ts_cache: dict[str, int] = {}
     for qid, docno, grade in zip(qrels.qid.tolist(), qrels.docno.tolist(), qrels.grade.tolist()):
-        if callable(timestamp_micros):
-            ts = ts_cache.get(qid)
-            if ts is None:
-                ts = ts_cache[qid] = int(timestamp_micros(qid))
-        else:
-            ts = int(timestamp_micros)
+        ts = _timestamp_for(timestamp_micros, qid, ts_cache)
         yield {"query_id": qid, "item_id": docno, "grade": int(grade), "timestamp": ts, "source": source}
 
 

@@ -90,11 +90,9 @@ def check_impression(rec: Any) -> str | None:
     if position > _INT_MAX:
         return f"position {int(position)} does not fit an Avro int"
 
-    ts = rec["timestamp"]
-    if not _is_int(ts):
-        return f"timestamp must be integer microseconds since the epoch, got {_type_name(ts)} {_short(ts)}"
-    if not _LONG_MIN <= ts <= _LONG_MAX:
-        return f"timestamp {int(ts)} does not fit an Avro long"
+    reason = _check_timestamp(rec["timestamp"])
+    if reason:
+        return reason
 
     score = rec.get("score")
     if score is not None:
@@ -151,15 +149,21 @@ def check_judgment(rec: Any) -> str | None:
         return f"grade must be an integer, got {_type_name(grade)} {_short(grade)}"
     if not _INT_MIN <= grade <= _INT_MAX:
         return f"grade {int(grade)} does not fit an Avro int"
-    ts = rec.get("timestamp")
-    if ts is not None:
-        if not _is_int(ts):
-            return f"timestamp must be integer microseconds since the epoch, got {_type_name(ts)} {_short(ts)}"
-        if not _LONG_MIN <= ts <= _LONG_MAX:
-            return f"timestamp {int(ts)} does not fit an Avro long"
+    if rec.get("timestamp") is not None:
+        reason = _check_timestamp(rec["timestamp"])
+        if reason:
+            return reason
     source = rec.get("source")
     if source is not None and not isinstance(source, str):
         return f"source must be a string, got {_type_name(source)} {_short(source)}"
+    return None
+
+
+def _check_timestamp(ts) -> str | None:
+    if not _is_int(ts):
+        return f"timestamp must be integer microseconds since the epoch, got {_type_name(ts)} {_short(ts)}"
+    if not _LONG_MIN <= ts <= _LONG_MAX:
+        return f"timestamp {int(ts)} does not fit an Avro long"
     return None
 
 

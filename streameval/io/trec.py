@@ -662,23 +662,21 @@ def qrels_from_dict(qrels: Mapping[str, Mapping[str, int]]) -> TrecQrels:
     return TrecQrels(qid=_str_array(qids), docno=_str_array(docnos), grade=np.asarray(grades, dtype=np.int64))
 
 
-def run_to_dict(run: TrecRun) -> dict[str, dict[str, float]]:
-    """``{qid: {docno: score}}``; a (qid, docno) repeated in the run keeps its last score."""
-    out: dict[str, dict[str, float]] = {}
-    for q, d, s in zip(run.qid.tolist(), run.docno.tolist(), run.score.tolist()):
+def _nested(qids, docnos, values) -> dict:
+    out: dict = {}
+    for q, d, v in zip(qids.tolist(), docnos.tolist(), values.tolist()):
         inner = out.get(q)
         if inner is None:
             inner = out[q] = {}
-        inner[d] = s
+        inner[d] = v
     return out
+
+
+def run_to_dict(run: TrecRun) -> dict[str, dict[str, float]]:
+    """``{qid: {docno: score}}``; a (qid, docno) repeated in the run keeps its last score."""
+    return _nested(run.qid, run.docno, run.score)
 
 
 def qrels_to_dict(qrels: TrecQrels) -> dict[str, dict[str, int]]:
     """``{qid: {docno: grade}}``; a repeated (qid, docno) keeps its last grade."""
-    out: dict[str, dict[str, int]] = {}
-    for q, d, g in zip(qrels.qid.tolist(), qrels.docno.tolist(), qrels.grade.tolist()):
-        inner = out.get(q)
-        if inner is None:
-            inner = out[q] = {}
-        inner[d] = g
-    return out
+    return _nested(qrels.qid, qrels.docno, qrels.grade)
