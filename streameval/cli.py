@@ -1,9 +1,7 @@
 """The ``streameval`` command.
 
-Subcommands:
-  trec-eval  QRELS RUN [-m MEASURE ...] [-q] [-c] [-l LEVEL] [-M DEPTH]   trec_eval's output format
-  batch      the Beam batch job over Avro impression and judgment logs (see pipelines/batch.py)
-  convert    TREC run/qrels, Open Bandit CSV, LightGBM LETOR and Yandex click logs to Avro
+Subcommands: see COMMANDS below (trec-eval, batch, ...) and ``convert`` (TREC run/qrels, Open
+Bandit CSV, LightGBM LETOR and Yandex click logs to Avro).
 
 ``trec-eval`` starts fast: it imports numpy and this package's metric layer only (no Beam).
 """
@@ -189,19 +187,33 @@ def _quiet_beam_noise() -> None:
         handler.addFilter(noise)
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "trec-eval":
-        return trec_eval_main(argv[1:])
-    if argv and argv[0] == "batch":
-        _quiet_beam_noise()
-        from pipelines.batch import main as batch_main
+# Subcommands that own their arguments: name -> (module, function, uses Beam, help). Imported only
+# when called, so each command starts with just what it needs.
+COMMANDS = {
+    "trec-eval": ("streameval.cli", "trec_eval_main", False,
+                  "trec_eval-compatible evaluation of a TREC run (streameval trec-eval -h)"),
+    "batch": ("pipelines.batch", "main", True, "Beam batch job over Avro logs (streameval batch -h)"),
+    "stream": ("pipelines.stream", "main", True, "Beam streaming job with event-time windows (streameval stream -h)"),
+    "reconcile": ("streameval.commands.reconcile", "main", False,
+                  "compare two metric tables: differences, one-sided rows, correlation"),
+    "compare": ("streameval.commands.compare", "main", False, "paired comparison of two runs on the same queries"),
+    "report": ("streameval.commands.report", "main", False, "PNG plots and an HTML page from metric rows"),
+}
 
-        return batch_main(argv[1:])
+
+def main(argv=None) -> int:
+    import importlib
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS:
+        module, func, beam, _ = COMMANDS[argv[0]]
+        if beam:
+            _quiet_beam_noise()
+        return getattr(importlib.import_module(module), func)(argv[1:])
     p = argparse.ArgumentParser(prog="streameval", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("trec-eval", help="trec_eval-compatible evaluation of a TREC run (streameval trec-eval -h)")
-    sub.add_parser("batch", help="Beam batch job over Avro logs (streameval batch -h)")
+    for name, (_, _, _, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text)
     _convert_parser(sub)
     args = p.parse_args(argv)
     if args.command == "convert":

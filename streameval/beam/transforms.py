@@ -143,6 +143,24 @@ def _nan_to_none(x):
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
+# every field of schemas/metric_result.avsc, so that all rows have one shape (None: not computed)
+ROW_FIELDS = ("window_start", "window_end", "slice", "system", "metric", "value", "num_queries", "stderr",
+              "ci_low", "ci_high", "ci_level", "ci_method", "pane", "pane_index", "is_final")
+
+
+def metric_row(window_start, window_end, slice_label, system, metric, value, num_queries, stderr,
+               **extra) -> dict:
+    """A metric_result record; fields not given (intervals, panes) are None."""
+    row = dict.fromkeys(ROW_FIELDS)
+    row.update(window_start=window_start, window_end=window_end, slice=slice_label, system=system,
+               metric=metric, value=float(value), num_queries=int(num_queries), stderr=_nan_to_none(stderr))
+    unknown = set(extra) - set(ROW_FIELDS)
+    if unknown:
+        raise TypeError(f"not metric_result fields: {sorted(unknown)}")
+    row.update(extra)
+    return row
+
+
 # --------------------------------------------------------------------------------------------
 # validation
 
@@ -314,8 +332,7 @@ class _ScoreQueries(beam.DoFn):
 def _rows(element, names):
     (ws, we, label, system), results = element
     for name, (value, n, se) in zip(names, results):
-        yield {"window_start": ws, "window_end": we, "slice": label, "system": system, "metric": name,
-               "value": float(value), "num_queries": int(n), "stderr": _nan_to_none(se)}
+        yield metric_row(ws, we, label, system, name, value, n, se)
 
 
 class ScoreRankings(beam.PTransform):
@@ -421,12 +438,10 @@ def _click_keys(rec, window_micros, slice_specs):
 
 def _click_rows(element):
     (ws, we, label, system), (overall, by_pos) = element
-    base = {"window_start": ws, "window_end": we, "slice": label, "system": system}
     ctr, n, se = overall
-    yield dict(base, metric="ctr", value=float(ctr), num_queries=int(n), stderr=_nan_to_none(se))
+    yield metric_row(ws, we, label, system, "ctr", ctr, n, se)
     for pos, (ctr, n, se) in by_pos.items():
-        yield dict(base, metric=f"ctr@pos{pos}", value=float(ctr), num_queries=int(n),
-                   stderr=_nan_to_none(se))
+        yield metric_row(ws, we, label, system, f"ctr@pos{pos}", ctr, n, se)
 
 
 class ClickMetrics(beam.PTransform):

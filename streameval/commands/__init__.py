@@ -1,0 +1,1 @@
+"""Command-line subcommands that own their arguments (registered in ``streameval.cli.COMMANDS``)."""
