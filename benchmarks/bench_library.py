@@ -32,17 +32,21 @@ TREC = {"ndcg_cut.10", "map", "recip_rank", "P.10", "recall.100"}
 
 
 def make_data(n_queries: int, n_docs: int = 100, n_judged: int = 40, seed: int = 7):
-    """Integer ids: query q, documents q*1000 + j. Half the judged documents are retrieved."""
+    """Integer ids, generated cheaply so the peak memory measured is the engines', not the
+    generator's: query q retrieves documents q*100000 + 10*j + u_j (j < n_docs, u_j random in 0..9,
+    so distinct); half the judgments are on retrieved documents (every other rank), half on
+    documents nobody retrieved; grades 0-4."""
     rng = np.random.default_rng(seed)
+    q = np.arange(n_queries, dtype=np.int64)[:, None]
+    local = np.arange(n_docs, dtype=np.int64)[None, :] * 10 + rng.integers(0, 10, size=(n_queries, n_docs))
     rq = np.repeat(np.arange(n_queries, dtype=np.int64), n_docs)
-    perm = np.argsort(rng.random((n_queries, 1000)), axis=1).astype(np.int64)
-    local = perm[:, :n_docs]
-    rd = (np.arange(n_queries, dtype=np.int64)[:, None] * 1000 + local).ravel()
+    rd = (q * 100_000 + local).ravel()
     rs = rng.random(n_queries * n_docs)
-    jq = np.repeat(np.arange(n_queries, dtype=np.int64), n_judged)
     half = n_judged // 2
-    jl = np.concatenate([perm[:, :half], perm[:, n_docs:n_docs + n_judged - half]], axis=1)
-    jd = (np.arange(n_queries, dtype=np.int64)[:, None] * 1000 + jl).ravel()
+    judged_ret = local[:, : 2 * half : 2]
+    judged_new = 50_000 + np.arange(n_judged - half, dtype=np.int64)[None, :] + np.zeros((n_queries, 1), np.int64)
+    jq = np.repeat(np.arange(n_queries, dtype=np.int64), n_judged)
+    jd = (q * 100_000 + np.concatenate([judged_ret, judged_new], axis=1)).ravel()
     jg = rng.integers(0, 5, size=len(jq))
     return rq, rd, rs, jq, jd, jg
 

@@ -107,6 +107,41 @@ def factorize(*arrays):
     return s, [np.searchsorted(s, a).astype(np.int64) for a in arrays]
 
 
+def judgment_histogram(qpos: np.ndarray, grades: np.ndarray, n_queries: int):
+    """Per query, its distinct non-negative judged grades (descending) and how many of each.
+
+    qpos: int64 (M,), the query's position 0..n_queries-1 for each judgment, -1 to skip it;
+    grades: float64 (M,). Returns (offsets (n_queries+1,), values (H,), counts (H,)) as
+    :class:`~streameval.metrics.kernel.RankedLists` wants them. Small integer grades are counted
+    with one bincount; others by a sort.
+    """
+    keep = (qpos >= 0) & (grades >= 0)
+    hq, hg = qpos[keep], grades[keep]
+    top = float(hg.max()) if len(hg) else 0.0
+    if len(hg) and top < 64 and np.all(hg == np.floor(hg)):
+        width = int(top) + 1
+        table = np.bincount(hq * width + hg.astype(np.int64), minlength=n_queries * width)
+        table = table.reshape(n_queries, width)[:, ::-1]  # descending grades
+        nz = table > 0
+        hvals = np.broadcast_to(np.arange(width - 1, -1, -1, dtype=np.float64), table.shape)[nz]
+        hcounts = table[nz]
+        per_query = nz.sum(axis=1)
+    else:
+        order = np.lexsort((-hg, hq))
+        hq, hg = hq[order], hg[order]
+        if len(hq):
+            new = np.concatenate(([True], (hq[1:] != hq[:-1]) | (hg[1:] != hg[:-1])))
+            starts = np.flatnonzero(new)
+            hvals = hg[starts]
+            hcounts = np.diff(np.concatenate((starts, [len(hq)])))
+            per_query = np.bincount(hq[starts], minlength=n_queries)
+        else:
+            hvals, hcounts, per_query = np.zeros(0), np.zeros(0, np.int64), np.zeros(n_queries, np.int64)
+    joff = np.zeros(n_queries + 1, dtype=np.int64)
+    np.cumsum(per_query, out=joff[1:])
+    return joff, hvals.astype(np.float64), hcounts.astype(np.int64)
+
+
 def prepare(
     run_qid,
     run_docno,
@@ -121,6 +156,7 @@ def prepare(
     run_position=None,
     order: str = "score",
     score_precision: str = "float32",
+    fast_path: bool = True,
 ) -> Prepared:
     """Join a run to its qrels and lay out each query's ranked grades.
 
@@ -130,6 +166,9 @@ def prepare(
     but no ranked items (they score 0 on every measure but num_rel). ``tie_break`` is ``"docno"``
     (trec_eval) or ``"position"`` (ascending ``run_position``); ``order="position"`` ranks by
     ``run_position`` alone (see :func:`rank_order`).
+
+    ``fast_path=False`` skips the grouped fast path (:mod:`.grouped`), which gives the same
+    result when it applies; tests compare the two.
 
     Raises ValueError for mismatched lengths, non-finite scores, a docno ranked twice for one query,
     or a (query, docno) judged twice.
@@ -146,6 +185,17 @@ def prepare(
         raise ValueError(f"run score at row {bad} is not finite ({run_score[bad]})")
     if n_qrels and not np.all(np.isfinite(qrels_grade)):
         raise ValueError("qrels grades must be finite numbers")
+
+    if depth is not None and depth < 1:
+        raise ValueError("depth must be positive")
+    if fast_path and order == "score" and tie_break == "docno":
+        from .grouped import prepare_grouped
+
+        fast = prepare_grouped(run_qid, run_docno, run_score, qrels_qid, qrels_docno, qrels_grade, depth=depth,
+                               complete=complete, score_precision=score_precision, as_key_array=_as_key_array,
+                               factorize=factorize, judgment_histogram=judgment_histogram, prepared_cls=Prepared)
+        if fast is not None:
+            return fast
 
     qvocab, (rq, jq) = factorize(run_qid, qrels_qid)
     dvocab, (rd, jd) = factorize(run_docno, qrels_docno)
@@ -212,22 +262,9 @@ def prepare(
     else:
         grades = np.full(len(keyk), np.nan)
 
-    # -- judgment histogram of each evaluated query: distinct non-negative grades, descending
+    # -- judgment histogram of each evaluated query
     jpos = eval_pos[jkey_s // nd]
-    jin = (jpos >= 0) & (jgrade_s >= 0)
-    hq, hg = jpos[jin], jgrade_s[jin]
-    horder = np.lexsort((-hg, hq))
-    hq, hg = hq[horder], hg[horder]
-    if len(hq):
-        new = np.concatenate(([True], (hq[1:] != hq[:-1]) | (hg[1:] != hg[:-1])))
-        starts = np.flatnonzero(new)
-        hvals = hg[starts]
-        hcounts = np.diff(np.concatenate((starts, [len(hq)])))
-        hqs = hq[starts]
-    else:
-        hvals, hcounts, hqs = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    joff = np.zeros(len(evaluated) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(hqs, minlength=len(evaluated)), out=joff[1:])
+    joff, hvals, hcounts = judgment_histogram(jpos, jgrade_s, len(evaluated))
 
     lists = RankedLists(offsets, grades, joff, hvals.astype(np.float64), hcounts.astype(np.int64))
     return Prepared(

@@ -1,0 +1,66 @@
+"""The grouped fast path of prepare() gives exactly the general path's result (and the same errors)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streameval.metrics.prepare import prepare
+
+
+def _collection(seed, str_ids, float_grades):
+    rng = np.random.default_rng(seed)
+    nq = int(rng.integers(1, 12))
+    rq, rd, rs, jq, jd, jg = [], [], [], [], [], []
+    for q in rng.permutation(nq + 3):  # some queries only judged, some only retrieved
+        n = int(rng.integers(0, 30))
+        docs = rng.choice(200, size=n, replace=False)
+        if q < nq + 1:
+            rq += [q] * n
+            rd += list(docs)
+            # float32 near-ties and exact ties
+            rs += list(np.round(rng.normal(size=n), 1) + rng.choice([0, 1e-9], size=n))
+        if q > 0:
+            m = int(rng.integers(0, 25))
+            jdocs = rng.choice(200, size=m, replace=False)
+            jq += [q] * m
+            jd += list(jdocs)
+            g = rng.integers(-1, 5, size=m).astype(float)
+            if float_grades:
+                g = g + rng.choice([0, 0.5], size=m)
+            jg += list(g)
+    conv = (lambda a: np.array([f"d{x}" for x in a], dtype=str)) if str_ids else (lambda a: np.array(a, np.int64))
+    convq = (lambda a: np.array([f"q{x}" for x in a], dtype=str)) if str_ids else (lambda a: np.array(a, np.int64))
+    # the qrels need not be grouped
+    perm = rng.permutation(len(jq))
+    return (convq(rq), conv(rd), np.array(rs, float), convq(jq)[perm] if len(jq) else convq(jq),
+            conv(jd)[perm] if len(jd) else conv(jd), np.array(jg, float)[perm] if len(jg) else np.array(jg, float))
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), str_ids=st.booleans(), float_grades=st.booleans(),
+       depth=st.sampled_from([None, 1, 5, 1000]), complete=st.booleans(),
+       precision=st.sampled_from(["float32", "float64"]))
+def test_fast_path_equals_general(seed, str_ids, float_grades, depth, complete, precision):
+    args = _collection(seed, str_ids, float_grades)
+    kw = dict(depth=depth, complete=complete, score_precision=precision)
+    try:
+        slow = prepare(*args, fast_path=False, **kw)
+    except ValueError as e:
+        with pytest.raises(ValueError, match=str(e).split(" ")[0]):
+            prepare(*args, **kw)
+        return
+    fast = prepare(*args, **kw)
+    assert list(fast.qids) == list(slow.qids)
+    for name in ("offsets", "grades", "judged_offsets", "judged_values", "judged_counts"):
+        np.testing.assert_array_equal(getattr(fast.lists, name), getattr(slow.lists, name), err_msg=name)
+    assert list(fast.unjudged_qids) == list(slow.unjudged_qids)
+    assert list(fast.missing_qids) == list(slow.missing_qids)
+
+
+def test_duplicates_refused_on_both_paths():
+    for fast_path in (True, False):
+        with pytest.raises(ValueError, match="twice"):
+            prepare(["q", "q"], ["a", "a"], [1.0, 0.5], ["q"], ["a"], [1], fast_path=fast_path)
+        with pytest.raises(ValueError, match="twice"):
+            prepare(["q"], ["a"], [1.0], ["q", "q"], ["a", "a"], [1, 2], fast_path=fast_path)
