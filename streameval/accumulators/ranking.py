@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from ..metrics.kernel import RankedLists
-from ..metrics.prepare import rank_order
+from ..metrics.prepare import judgment_histogram, rank_order
 
 __all__ = ["RankingOps", "keep_for"]
 
@@ -162,27 +162,19 @@ class RankingOps:
         """Lay out many states (one per request) as :class:`RankedLists` for the kernel."""
         offsets = np.zeros(len(states) + 1, dtype=np.int64)
         grades: list = []
-        hv: list = []
-        hc: list = []
-        joff = np.zeros(len(states) + 1, dtype=np.int64)
+        jq: list = []
+        jg: list = []
         for i, st in enumerate(states):
             items, _ = self.ranked(st)
             judged = st[1]
             grades.extend(judged.get(it, math.nan) for it in items)
             offsets[i + 1] = offsets[i] + len(items)
-            vals = np.fromiter(judged.values(), dtype=np.float64, count=len(judged))
-            vals = vals[vals >= 0]
-            v, c = np.unique(vals, return_counts=True)
-            hv.append(v[::-1])
-            hc.append(c[::-1])
-            joff[i + 1] = joff[i] + len(v)
-        return RankedLists(
-            offsets=offsets,
-            grades=np.asarray(grades, dtype=np.float64),
-            judged_offsets=joff,
-            judged_values=np.concatenate(hv) if hv else np.zeros(0),
-            judged_counts=np.concatenate(hc).astype(np.int64) if hc else np.zeros(0, np.int64),
-        )
+            jq.extend([i] * len(judged))
+            jg.extend(judged.values())
+        joff, hvals, hcounts = judgment_histogram(np.asarray(jq, dtype=np.int64), np.asarray(jg, dtype=np.float64),
+                                                  len(states))
+        return RankedLists(offsets=offsets, grades=np.asarray(grades, dtype=np.float64), judged_offsets=joff,
+                           judged_values=hvals, judged_counts=hcounts)
 
 
 def _put(d: dict, item, value, key) -> int:
