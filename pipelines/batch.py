@@ -37,8 +37,10 @@ from streameval.beam.transforms import (
     ValidateJudgments,
     parse_window,
 )
+from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetrics, split_metric_names
 from streameval.io import avro
 from streameval.metrics.names import MetricNameError, parse_metrics
+from streameval.metrics.online import parse_online_metric
 
 __all__ = ["main", "build_arg_parser", "build_pipeline", "ReadAvro", "format_table", "sort_rows", "split_metrics",
            "OUTPUT_FILES"]
@@ -63,7 +65,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="Avro file(s) or glob of judgments (judgment schema); repeatable. "
                         "Without it only click metrics are computed")
     p.add_argument("--metrics", default=DEFAULT_METRICS,
-                   help=f"comma-separated ranking metrics (default {DEFAULT_METRICS}; e.g. all_trec, err@20)")
+                   help=f"comma-separated ranking metrics (default {DEFAULT_METRICS}; e.g. all_trec, err@20) and "
+                        "online metrics: auc, auc_hist, gauc[GROUP,WEIGHTING] (GROUP user/query/request, WEIGHTING "
+                        "impressions/clicks/unweighted), clicks@k, rr_first_click, abandonment (ctr and ctr@pos{p} "
+                        "are always computed unless --no-ctr)")
     p.add_argument("--window", default="none",
                    help="fixed event-time window, aligned to the epoch: e.g. 3600s, 30m, 1h, 1d, or none "
                         "(default: one global window)")
@@ -85,6 +90,16 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--complete", action="store_true",
                    help="judged queries without a request score 0 (trec_eval -c; global window only)")
     p.add_argument("--no-ctr", action="store_true", help="do not compute click metrics")
+    p.add_argument("--labels", choices=("auto", *LABEL_SOURCES), default="auto",
+                   help="labels of auc / gauc: clicks (clicked flag) or judgments (grade >= --relevance-level); "
+                        "auto (default): judgments when --judgments is given, else clicks")
+    p.add_argument("--unjudged", choices=UNJUDGED_POLICIES, default="exclude",
+                   help="impressions without a judgment under --labels judgments: exclude (default, counted) or "
+                        "count as non-relevant")
+    p.add_argument("--hist-bins", type=int, default=1000, help="bins of auc_hist (default 1000)")
+    p.add_argument("--hist-range", default="0,1", help="score range LO,HI of auc_hist's bins (default 0,1)")
+    p.add_argument("--group-rows", action="store_true",
+                   help="also write each GAUC group's AUC (metric auc, slice '<group>=<id>')")
     p.add_argument("--output", required=True, help="output directory")
     p.add_argument("--runner", default="FnApiRunner",
                    help="Beam runner (default FnApiRunner; e.g. PrismRunner, FlinkRunner, SparkRunner, "
@@ -122,6 +137,20 @@ def split_metrics(text: str) -> list[str]:
         else:
             out.append(part)
     return out
+
+
+def _hist_range(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"--hist-range wants LO,HI, got {text!r}") from None
+    return lo, hi
+
+
+def split_all_metrics(text: str) -> tuple[list[str], list[str]]:
+    """(ranking metric names, online metric names other than ctr / ctr@pos{p}, which ClickMetrics gives)."""
+    ranking, online = split_metric_names(text)
+    return ranking, [m for m in online if parse_online_metric(m).family != "ctr"]
 
 
 def _expand(patterns) -> list[str]:
@@ -207,11 +236,14 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     imps, imp_dead = (p | "ReadImpressions" >> ReadAvro(impression_paths, "impression")
                       | "ValidateImpressions" >> ValidateImpressions(imp_source))
     row_parts, dead_parts = [], [imp_dead]
+    ranking, online = split_all_metrics(args.metrics)
+    judg = None
     if judgment_paths:
         judg, judg_dead = (p | "ReadJudgments" >> ReadAvro(judgment_paths, "judgment")
                            | "ValidateJudgments" >> ValidateJudgments(",".join(args.judgments)))
         dead_parts.append(judg_dead)
-        score = ScoreRankings(judg, split_metrics(args.metrics), window=window, slices=slices,
+    if judgment_paths and ranking:
+        score = ScoreRankings(judg, ranking, window=window, slices=slices,
                               relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal,
                               err_max_grade=args.err_max_grade, order=args.order,
                               tie_break=args.tie_break, depth=args.depth, complete=args.complete,
@@ -220,6 +252,12 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
         dead_parts.append(score.rejected)
     if not args.no_ctr:
         row_parts.append(imps | "ClickMetrics" >> ClickMetrics(window=window, slices=slices))
+    if online:
+        labels = args.labels if args.labels != "auto" else ("judgments" if judgment_paths else "clicks")
+        row_parts.append(imps | "OnlineMetrics" >> OnlineMetrics(
+            online, window=window, slices=slices, labels=labels, judgments=judg,
+            relevance_level=args.relevance_level, unjudged=args.unjudged, hist_bins=args.hist_bins,
+            hist_range=_hist_range(args.hist_range), group_rows=args.group_rows))
     rows = tuple(row_parts) | "AllRows" >> beam.Flatten()
     dead = tuple(dead_parts) | "AllDeadLetters" >> beam.Flatten()
     _write(rows, args.output, "metrics", "metric_result", "Metrics")
@@ -334,6 +372,9 @@ def _report_line(counters: dict) -> str:
     if rejected:
         rej += " (" + "; ".join(f"{k}: {v}" for k, v in sorted(rejected.items())) + ")"
     parts.append(rej)
+    online = [f"{k.split(':', 1)[1]} {v}" for k, v in sorted(counters.items()) if k.startswith("online:") and v]
+    if online:
+        parts.append("online metrics: " + ", ".join(online))
     return "; ".join(parts)
 
 
@@ -343,16 +384,27 @@ def _report_line(counters: dict) -> str:
 def main(argv=None) -> int:
     parser = build_arg_parser()
     args, beam_args = parser.parse_known_args(argv)
+    # an unquoted glob expands in the shell: the files after the first would reach Beam's options
+    # as unparseable arguments and be ignored; refuse instead
+    stray = [a for a in beam_args if not a.startswith("-") and os.path.exists(a)]
+    if stray:
+        print(f"streameval batch: {len(stray)} file arguments were not read ({stray[0]} ...): quote the "
+              "glob (--impressions 'logs/*.avro') or repeat --impressions for each file", file=sys.stderr)
+        return 2
     try:
-        metric_specs = parse_metrics(split_metrics(args.metrics))
+        ranking, online = split_all_metrics(args.metrics)
+        metric_specs = parse_metrics(ranking) if ranking else []
+        _hist_range(args.hist_range)
         parse_window(args.window)
         _slices_from_args(args.slices)
         if args.depth is not None and args.depth < 1:
             raise ValueError("--depth must be positive")
         impression_paths = _expand(args.impressions)
         judgment_paths = _expand(args.judgments) if args.judgments else []
-        if not judgment_paths and args.no_ctr:
-            raise ValueError("nothing to compute: no --judgments and --no-ctr")
+        if args.labels == "judgments" and not judgment_paths:
+            raise ValueError("--labels judgments needs --judgments")
+        if not judgment_paths and args.no_ctr and not online:
+            raise ValueError("nothing to compute: no --judgments, no online metrics and --no-ctr")
     except (ValueError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -368,7 +420,8 @@ def main(argv=None) -> int:
     counters = _counters(result)
 
     rows = _read_rows(FileSystems.join(args.output, "metrics.jsonl"))
-    names = [s.name for s in metric_specs] if judgment_paths else []
+    names = ([s.name for s in metric_specs] if judgment_paths else []) + \
+        [parse_online_metric(m).name for m in online]
     summary = {
         "state": str(state),
         "wall_seconds": round(wall, 3),
@@ -378,7 +431,9 @@ def main(argv=None) -> int:
         "metrics": names,
         "window": args.window,
         "slices": _slices_from_args(args.slices),
-        "options": {"relevance_level": args.relevance_level, "gain": args.gain, "ideal": args.ideal,
+        "options": {"labels": args.labels, "unjudged": args.unjudged, "hist_bins": args.hist_bins,
+                    "hist_range": args.hist_range, "group_rows": args.group_rows,
+                    "relevance_level": args.relevance_level, "gain": args.gain, "ideal": args.ideal,
                     "err_max_grade": args.err_max_grade, "order": args.order, "tie_break": args.tie_break,
                     "score_precision": args.score_precision, "depth": args.depth, "complete": args.complete, "ctr": not args.no_ctr},
         "num_rows": len(rows),

@@ -194,6 +194,8 @@ COMMANDS = {
                   "trec_eval-compatible evaluation of a TREC run (streameval trec-eval -h)"),
     "batch": ("pipelines.batch", "main", True, "Beam batch job over Avro logs (streameval batch -h)"),
     "stream": ("pipelines.stream", "main", True, "Beam streaming job with event-time windows (streameval stream -h)"),
+    "ope": ("pipelines.ope", "main", True,
+            "off-policy (IPS, SNIPS) estimates of a target policy's CTR from logged propensities (streameval ope -h)"),
     "reconcile": ("streameval.commands.reconcile", "main", False,
                   "compare two metric tables: differences, one-sided rows, correlation"),
     "compare": ("streameval.commands.compare", "main", False, "paired comparison of two runs on the same queries"),

@@ -622,3 +622,14 @@ def test_click_logs_and_judged_runs_in_one_job():
     assert clicks[("logger", "ctr")] == (4 / 12, 12)
     assert clicks[("logger", "ctr@pos1")] == (2 / 4, 4)  # requests 0 and 3 clicked slot 1
     assert not any(s == "ranker" for s, _ in clicks)
+
+
+def test_batch_main_refuses_unquoted_glob(tmp_path, capsys):
+    """`--impressions a*.avro` unquoted: the shell passes several files; all but the first would be
+    ignored by Beam's option parser, so the job refuses with a clear message."""
+    paths = []
+    for i in range(2):
+        paths.append(str(tmp_path / f"a{i}.avro"))
+        avro.write_records(paths[-1], "impression", [])
+    assert batch.main(["--impressions", paths[0], paths[1], "--output", str(tmp_path / "out")]) == 2
+    assert "quote the glob" in capsys.readouterr().err

@@ -1,0 +1,349 @@
+"""Off-policy estimates of a target policy's CTR from another policy's logs (``streameval ope``).
+
+    python -m pipelines.ope --logs 'obd/bts/*/*.csv' --target random --target-logs 'obd/random/*/*.csv'
+    python -m pipelines.ope --logs 'obd/random/*/*.csv' --target bts --target-logs 'obd/bts/*/*.csv'
+    python -m pipelines.ope --logs 'obd/random/*/*.csv' --target logged --target-logs 'obd/bts/*/*.csv'
+
+Reads impression logs with propensities (Avro impression files, or Open Bandit Dataset CSVs which
+are converted with :func:`streameval.io.convert.obd_to_impressions`, the system being the policy
+folder ``bts`` / ``random`` and the campaign the folder below it), and computes per slice (``all``
+and each value of ``--slice``, default ``campaign``) and logging system the IPS and SNIPS estimates
+of the target policy's CTR with standard errors (:class:`~streameval.beam.online.OffPolicyCtr`).
+With ``--target-logs`` (the target policy's own logs) it prints the CTR actually measured for the
+target beside the estimates (:class:`~streameval.beam.transforms.ClickMetrics`).
+
+Targets (the probability that the target shows the logged item at the logged position):
+
+* ``random``: uniform over the slice's catalogue, 1 / n_items. n_items from ``--n-items
+  campaign=80,...`` or, for Open Bandit CSVs, the rows of the campaign's ``item_context.csv``.
+  The command checks it against the target logs' propensities when they are the random policy's.
+* ``bts``: Bernoulli Thompson Sampling with ZOZOTOWN's production prior, the Beta parameters obp
+  0.4.1 ships in ``obp/policy/conf/prior_bts.yaml`` (``--bts-prior`` or the installed obp package;
+  ``pip install --no-deps obp==0.4.1`` suffices: only that file is read), action distribution by
+  Monte Carlo (:func:`~streameval.metrics.online.bts_action_probabilities`, identical to
+  ``obp.policy.BernoulliTS.compute_batch_action_dist``). This is BTS frozen at its parameters at the
+  start of data collection; the deployed BTS updated them during the week.
+* ``logged``: the target policy's own logged propensities (``--target-logs``) at the nearest
+  logged time for the same (slice, item, position) (:class:`~streameval.metrics.online.LoggedPropensityTarget`):
+  the time-varying deployed policy, valid for a context-free policy such as BTS.
+
+Runs Beam's FnApiRunner (``--runner`` and unknown arguments pass to Beam). Writes
+``metrics.{avro,jsonl}`` and ``dead_letters.{avro,jsonl}`` when ``--output`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import math
+import os
+import sys
+import tempfile
+import time
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import batch
+from streameval.beam.online import OffPolicyCtr
+from streameval.beam.transforms import ClickMetrics, ValidateImpressions
+from streameval.io import avro, convert
+from streameval.metrics.online import (
+    LoggedPropensityTarget,
+    TableTarget,
+    UniformTarget,
+    bts_action_probabilities,
+)
+
+__all__ = ["main", "build_arg_parser", "read_bts_prior", "default_bts_prior_path", "TARGETS"]
+
+TARGETS = ("random", "bts", "logged")
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="streameval ope",
+        description="IPS and SNIPS estimates of a target policy's CTR from logs with propensities, beside the "
+                    "CTR measured on the target's own logs. Unknown arguments are passed to Beam.")
+    p.add_argument("--logs", action="extend", nargs="+", required=True,
+                   help="logging policy's impressions: Avro files or Open Bandit CSVs (paths or quoted globs; "
+                        "item_context.csv files are skipped); repeatable")
+    p.add_argument("--target", choices=TARGETS, required=True,
+                   help="random (uniform), bts (Thompson sampling with obp's production prior, Monte Carlo), "
+                        "logged (the target logs' own propensities at the nearest time)")
+    p.add_argument("--target-logs", action="extend", nargs="+", default=None,
+                   help="the target policy's own logs (paths or quoted globs; repeatable): its measured CTR is "
+                        "printed beside the estimates; needed by --target logged")
+    p.add_argument("--slice", default="campaign", help="attribute to slice by (default campaign; 'none': no slices)")
+    p.add_argument("--n-items", default=None,
+                   help="catalogue size per slice for --target random, e.g. all=80,men=34,women=46 or 80")
+    p.add_argument("--bts-prior", default=None,
+                   help="obp's prior_bts.yaml (default: the file of the installed obp package)")
+    p.add_argument("--n-sim", type=int, default=100_000, help="Monte Carlo slates for --target bts (default 100000)")
+    p.add_argument("--seed", type=int, default=12345, help="Monte Carlo seed (default 12345)")
+    p.add_argument("--len-list", type=int, default=3, help="slate length for --target bts (default 3, OBD)")
+    p.add_argument("--system", default=None, help="system id of CSV logs (default: the policy folder name)")
+    p.add_argument("--output", default=None, help="directory for metrics.{avro,jsonl} and dead_letters.{avro,jsonl}")
+    p.add_argument("--runner", default="FnApiRunner", help="Beam runner (default FnApiRunner)")
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# inputs
+
+def _expand(patterns) -> list[str]:
+    paths: list[str] = []
+    for pat in patterns:
+        if os.path.basename(pat) == "item_context.csv":  # Open Bandit catalogue files, read beside the logs
+            continue
+        matches = sorted(glob.glob(pat, recursive=True)) if glob.has_magic(pat) else [pat]
+        if not matches:
+            raise FileNotFoundError(f"no files match the pattern {pat!r}")
+        matches = [m for m in matches if os.path.basename(m) != "item_context.csv"]
+        for m in matches:
+            if not os.path.isfile(m):
+                raise FileNotFoundError(f"input file not found: {m}")
+        paths.extend(matches)
+    return paths
+
+
+def _obd_names(path: str, system: str | None) -> tuple[str, str]:
+    d = os.path.dirname(os.path.abspath(path))
+    return system or os.path.basename(os.path.dirname(d)), os.path.basename(d)
+
+
+def load_records(paths, system=None) -> tuple[list[dict], dict]:
+    """Impression dicts of Avro files and Open Bandit CSVs, and {campaign: catalogue size} from
+    the CSVs' item_context.csv files."""
+    recs: list[dict] = []
+    catalogue: dict = {}
+    for path in paths:
+        if path.lower().endswith(".csv"):
+            sys_id, campaign = _obd_names(path, system)
+            recs.extend(convert.obd_to_impressions(path, sys_id, campaign=campaign))
+            ctx = os.path.join(os.path.dirname(path), "item_context.csv")
+            if os.path.isfile(ctx):
+                with open(ctx, newline="", encoding="utf-8") as f:
+                    catalogue[campaign] = sum(1 for _ in csv.reader(f)) - 1
+        else:
+            recs.extend(avro.read_records(path, "impression"))
+    return recs, catalogue
+
+
+def default_bts_prior_path() -> str | None:
+    """``obp/policy/conf/prior_bts.yaml`` of the installed obp package (found without importing
+    ``obp.policy``, which needs torch), or None."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("obp")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for loc in spec.submodule_search_locations:
+        p = os.path.join(loc, "policy", "conf", "prior_bts.yaml")
+        if os.path.isfile(p):
+            return p
+    return None
+
+
+def read_bts_prior(path: str) -> dict:
+    """{campaign: {"alpha": [...], "beta": [...]}} from obp's prior_bts.yaml (a two-level mapping of
+    number lists; read without a YAML library)."""
+    out: dict = {}
+    campaign = key = None
+    with open(path, encoding="utf-8") as f:
+        for lineno, raw in enumerate(f, 1):
+            line = raw.split("#", 1)[0].rstrip()
+            if not line.strip():
+                continue
+            indent = len(line) - len(line.lstrip())
+            text = line.strip()
+            if text.startswith("- "):
+                if campaign is None or key is None:
+                    raise ValueError(f"{path}:{lineno}: list item outside a campaign's alpha/beta")
+                out[campaign][key].append(float(text[2:]))
+            elif text.endswith(":") and indent == 0:
+                campaign, key = text[:-1].strip(), None
+                out[campaign] = {}
+            elif text.endswith(":") and campaign is not None:
+                key = text[:-1].strip()
+                out[campaign][key] = []
+            else:
+                raise ValueError(f"{path}:{lineno}: unexpected line {text!r}")
+    for c, v in out.items():
+        if set(v) != {"alpha", "beta"} or len(v["alpha"]) != len(v["beta"]):
+            raise ValueError(f"{path}: campaign {c!r} needs alpha and beta lists of one length")
+    return out
+
+
+def _n_items(text, catalogue, slice_attr):
+    if text is None:
+        if not catalogue:
+            raise ValueError("--target random needs --n-items (no item_context.csv next to the logs)")
+        return UniformTarget(catalogue, attribute=slice_attr) if slice_attr else None, catalogue
+    if "=" not in text:
+        return UniformTarget(int(text)), {"*": int(text)}
+    table = {}
+    for part in text.split(","):
+        k, _, v = part.partition("=")
+        table[k.strip()] = int(v)
+    if not slice_attr:
+        raise ValueError("a per-slice --n-items needs --slice")
+    return UniformTarget(table, attribute=slice_attr), table
+
+
+# --------------------------------------------------------------------------------------------
+# report
+
+def _fmt(v, se=None, digits=5):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "nan"
+    s = f"{v:.{digits}f}"
+    if se is not None and not (isinstance(se, float) and math.isnan(se)):
+        s += f" ({se:.{digits}f})"
+    return s
+
+
+def format_report(rows, target_name, target_system) -> str:
+    est = {}
+    measured = {}
+    for r in rows:
+        key = (r["window_start"], r["slice"])
+        if r["metric"].startswith(("ips[", "snips[", "ope[")):
+            est.setdefault((*key, r["system"]), {})[r["metric"]] = r
+        elif r["metric"] == "ctr" and (target_system is None or r["system"] == target_system):
+            measured[key] = r
+    header = ["slice", "logs", "target", "impressions", "IPS (se)", "SNIPS (se)", "measured CTR (se)", "n target",
+              "mean weight", "ESS"]
+    lines = []
+    for (ws, sl, system), m in sorted(est.items(), key=lambda kv: (kv[0][1] != "all", kv[0][1], kv[0][2])):
+        ips = m.get(f"ips[{target_name}]")
+        sn = m.get(f"snips[{target_name}]")
+        mw = m.get(f"ope[{target_name}]:mean_weight")
+        ess = m.get(f"ope[{target_name}]:ess")
+        ctr = measured.get((ws, sl))
+        lines.append([sl, system, target_name, str(ips["num_queries"]), _fmt(ips["value"], ips["stderr"]),
+                      _fmt(sn["value"], sn["stderr"]), _fmt(ctr["value"], ctr["stderr"]) if ctr else "-",
+                      str(ctr["num_queries"]) if ctr else "-", _fmt(mw["value"], digits=3), _fmt(ess["value"], digits=0)])
+    widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h) for i, h in enumerate(header)]
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *(fmt(l) for l in lines)])
+
+
+# --------------------------------------------------------------------------------------------
+# entry point
+
+def main(argv=None) -> int:
+    args, beam_args = build_arg_parser().parse_known_args(argv)
+    stray = [a for a in beam_args if not a.startswith("-") and os.path.exists(a)]
+    if stray:
+        print(f"error: unexpected paths {stray[:3]}: give every log file after --logs / --target-logs", file=sys.stderr)
+        return 2
+    slice_attr = None if args.slice.lower() == "none" else args.slice
+    slices = [slice_attr] if slice_attr else []
+    notes: list[str] = []
+    try:
+        log_paths = _expand(args.logs)
+        target_paths = _expand(args.target_logs) if args.target_logs else []
+        logs, catalogue = load_records(log_paths, args.system)
+        target_recs, target_catalogue = load_records(target_paths) if target_paths else ([], {})
+        target_system = None
+        if target_recs:
+            systems = sorted({r["system_id"] for r in target_recs})
+            target_system = systems[0] if len(systems) == 1 else None
+        if args.target == "random":
+            target, sizes = _n_items(args.n_items, catalogue or target_catalogue, slice_attr)
+            if target is None:
+                raise ValueError("--target random with a per-campaign catalogue needs --slice")
+            name = "random"
+            for c, n in sorted(sizes.items()):
+                notes.append(f"random target: {c}: 1/{n} = {1 / n:.6g} per (item, position)")
+            if target_recs:
+                for c in sorted({(r.get("attributes") or {}).get(slice_attr) for r in target_recs}, key=str):
+                    props = [r["propensity"] for r in target_recs if (r.get("attributes") or {}).get(slice_attr) == c]
+                    p = target({"attributes": {slice_attr: c}, "item_id": "", "position": 1}) if slice_attr else \
+                        target({})
+                    same = sum(1 for x in props if x is not None and p is not None and abs(x - p) <= 1e-12)
+                    notes.append(f"check: target logs {slice_attr}={c}: {same} of {len(props)} propensities equal "
+                                 f"the random target's {p!r}")
+        elif args.target == "bts":
+            path = args.bts_prior or default_bts_prior_path()
+            if path is None:
+                raise ValueError("--target bts needs obp's prior_bts.yaml: pip install --no-deps obp==0.4.1, or "
+                                 "pass --bts-prior PATH")
+            prior = read_bts_prior(path)
+            table = {}
+            for c, ab in prior.items():
+                probs = bts_action_probabilities(ab["alpha"], ab["beta"], args.len_list, args.n_sim, args.seed)
+                for item in range(probs.shape[0]):
+                    for k in range(probs.shape[1]):
+                        table[(c, str(item), k + 1)] = float(probs[item, k])
+            target = TableTarget(table, attribute=slice_attr)
+            name = "bts"
+            notes.append(f"bts target: prior {path}; {args.n_sim} Monte Carlo slates (seed {args.seed}) per campaign; "
+                         f"Monte Carlo se of a probability p: sqrt(p(1-p)/{args.n_sim})")
+            zero = sum(1 for r in logs if target(r) == 0.0)
+            if zero:
+                notes.append(f"bts target: {zero} logged impressions have target probability 0 in {args.n_sim} slates")
+            if target_recs:
+                diffs = [abs(target(r) - r["propensity"]) for r in target_recs
+                         if target(r) is not None and r.get("propensity") is not None]
+                if diffs:
+                    notes.append(f"check: target logs' propensities vs the prior's: mean |difference| "
+                                 f"{sum(diffs) / len(diffs):.4f}, max {max(diffs):.4f} over {len(diffs)} impressions "
+                                 "(the deployed BTS updated its parameters during the logging period)")
+        else:
+            if not target_recs:
+                raise ValueError("--target logged needs --target-logs")
+            target = LoggedPropensityTarget(
+                (((r.get("attributes") or {}).get(slice_attr) if slice_attr else None, r["item_id"], r["position"],
+                  r["timestamp"], r["propensity"]) for r in target_recs if r.get("propensity") is not None),
+                attribute=slice_attr)
+            name = f"{target_system or 'target'}-logged"
+            notes.append(f"logged target: propensities of {len(target_recs)} target-log impressions, nearest time "
+                         "per (slice, item, position)")
+    except (ValueError, FileNotFoundError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    start = time.perf_counter()
+    tmp = tempfile.mkdtemp(prefix="streameval-ope-")
+    logs_path = os.path.join(tmp, "logs.avro")
+    avro.write_records(logs_path, "impression", logs)
+    out_dir = args.output or tmp
+    os.makedirs(out_dir, exist_ok=True)
+    p = beam.Pipeline(options=PipelineOptions(["--runner", args.runner, *beam_args]))
+    imps, dead = (p | "ReadLogs" >> batch.ReadAvro([logs_path], "impression")
+                  | "ValidateLogs" >> ValidateImpressions(",".join(args.logs)))
+    ope = OffPolicyCtr(target, name, slices=slices)
+    parts = [imps | "Ope" >> ope]
+    deads = [dead, ope.rejected]
+    if target_recs:
+        tpath = os.path.join(tmp, "target.avro")
+        avro.write_records(tpath, "impression", target_recs)
+        timps, tdead = (p | "ReadTarget" >> batch.ReadAvro([tpath], "impression")
+                        | "ValidateTarget" >> ValidateImpressions(",".join(args.target_logs)))
+        parts.append(timps | "Measured" >> ClickMetrics(slices=slices)
+                     | "OnlyCtr" >> beam.Filter(lambda r: r["metric"] == "ctr"))
+        deads.append(tdead)
+    rows = tuple(parts) | "Rows" >> beam.Flatten()
+    batch._write(rows, out_dir, "metrics", "metric_result", "Metrics")
+    batch._write(tuple(deads) | "Dead" >> beam.Flatten(), out_dir, "dead_letters", "dead_letter", "Dead")
+    result = p.run()
+    result.wait_until_finish()
+    wall = time.perf_counter() - start
+    counters = batch._counters(result)
+    out_rows = batch._read_rows(os.path.join(out_dir, "metrics.jsonl"))
+    print(format_report(out_rows, name, target_system))
+    for n in notes:
+        print(n)
+    rejected = {k.split(":", 2)[2]: v for k, v in counters.items() if k.startswith("rejected:") and v}
+    print(f"read {len(logs)} log and {len(target_recs)} target-log impressions; estimated from "
+          f"{counters.get('ope:impressions', 0)}; rejected {sum(rejected.values())}"
+          + (" (" + "; ".join(f"{k}: {v}" for k, v in sorted(rejected.items())) + ")" if rejected else "")
+          + f"; {wall:.1f} s ({args.runner})" + (f"; rows in {args.output}" if args.output else ""))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""Mergeable states of the online metrics: exact AUC, histogram AUC, GAUC, click metrics per
+request, off-policy (IPS / SNIPS) sums. No Beam; the values come from
+:mod:`streameval.metrics.online`.
+
+Every state is a plain list / dict of Python primitives (Beam's FastPrimitivesCoder encodes it
+without pickling); ``merge([])`` gives a fresh state, extracting an empty state gives NaN with count
+0. Merging is exact: integer counts, and float sums kept as Shewchuk partials
+(:mod:`streameval.accumulators.moments`), so any split and merge order gives the same value to the
+last bit.
+
+=================  ==========================================================================
+ops                state
+=================  ==========================================================================
+:class:`AucOps`    ``{score: [positives, negatives]}`` (one entry per distinct score: exact)
+:class:`HistAucOps` ``{bin: [positives, negatives]}`` (at most ``bins`` entries: bounded)
+:class:`GaucOps`   ``[groups_used, groups_excluded, [[sum w, sum w a, sum w^2, sum w^2 a,
+                   sum w^2 a^2] partials per weighting]]`` over groups' AUCs a
+:class:`ClickRequestOps` ``[min_timestamp, attributes, {clicked item: position}, logged]`` of
+                   one request
+:class:`OpeOps`    ``[n, [sum w, sum w^2, sum w r, sum w^2 r, sum w^2 r^2] partials]``
+=================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from ..metrics import online as om
+from .moments import partials_add, partials_merge
+
+__all__ = ["AucOps", "HistAucOps", "GaucOps", "ClickRequestOps", "OpeOps", "exact_sum"]
+
+
+def exact_sum(partials: list) -> Fraction:
+    """The exact value of Shewchuk partials as a Fraction."""
+    return sum((Fraction(p) for p in partials), Fraction(0))
+
+
+def _label(label) -> int:
+    if label is True or label is False:
+        return int(label)
+    if isinstance(label, (int, np.integer, np.bool_)) and int(label) in (0, 1):
+        return int(label)
+    raise ValueError(f"label must be a boolean or 0/1, got {label!r}")
+
+
+def _merge_counts(states) -> dict:
+    out: dict = {}
+    for s in states:
+        for k, (p, n) in s.items():
+            o = out.get(k)
+            if o is None:
+                out[k] = [p, n]
+            else:
+                o[0] += p
+                o[1] += n
+    return out
+
+
+def _sorted_counts(state: dict) -> tuple[np.ndarray, np.ndarray]:
+    keys = sorted(state)
+    pos = np.fromiter((state[k][0] for k in keys), dtype=np.int64, count=len(keys))
+    neg = np.fromiter((state[k][1] for k in keys), dtype=np.int64, count=len(keys))
+    return pos, neg
+
+
+# --------------------------------------------------------------------------------------------
+# exact AUC
+
+class AucOps:
+    """Exact AUC: counts of positives and negatives per distinct score (float key). Memory grows
+    with the number of distinct scores; merging adds integer counts, so it is exact."""
+
+    @staticmethod
+    def create() -> dict:
+        return {}
+
+    @staticmethod
+    def add(state: dict, score, label) -> dict:
+        """Add one scored, labelled example. Raises ValueError on a non-finite score or a label
+        other than a boolean / 0 / 1."""
+        s = float(score)
+        if not math.isfinite(s):
+            raise ValueError(f"score {score!r} is not finite")
+        y = _label(label)
+        c = state.get(s)
+        if c is None:
+            c = state[s] = [0, 0]
+        c[1 - y] += 1
+        return state
+
+    @staticmethod
+    def add_many(state: dict, scores, labels) -> dict:
+        """Add arrays of scores and labels (vectorised)."""
+        values, pos, neg = om.auc_counts(scores, labels)
+        for v, p, n in zip(values.tolist(), pos.tolist(), neg.tolist()):
+            c = state.get(v)
+            if c is None:
+                state[v] = [p, n]
+            else:
+                c[0] += p
+                c[1] += n
+        return state
+
+    @staticmethod
+    def merge(states) -> dict:
+        return _merge_counts(states)
+
+    @staticmethod
+    def counts(state: dict) -> tuple[np.ndarray, np.ndarray]:
+        """(positives, negatives) per distinct score, scores ascending."""
+        return _sorted_counts(state)
+
+    @classmethod
+    def extract(cls, state: dict) -> tuple[float, int, float]:
+        """``(auc, examples, DeLong stderr)``; NaN AUC when a class is absent."""
+        pos, neg = cls.counts(state)
+        auc, P, N = om.auc_from_counts(pos, neg)
+        return (auc, P + N, om.auc_delong_stderr(pos, neg))
+
+    @classmethod
+    def summary(cls, state: dict) -> tuple[float, int, int, float]:
+        """``(auc, positives, negatives, DeLong stderr)`` (a group's entry for :class:`GaucOps`)."""
+        pos, neg = cls.counts(state)
+        auc, P, N = om.auc_from_counts(pos, neg)
+        return (auc, P, N, om.auc_delong_stderr(pos, neg))
+
+
+# --------------------------------------------------------------------------------------------
+# histogram AUC
+
+class HistAucOps:
+    """Bounded-memory AUC over ``bins`` equal-width score bins on ``[lo, hi]`` (scores outside
+    fall in the edge bins). At most ``bins`` entries whatever the data. ``extract`` gives the
+    value and its guaranteed error bound (:func:`~streameval.metrics.online.hist_auc_max_error`)."""
+
+    def __init__(self, lo: float = 0.0, hi: float = 1.0, bins: int = 1000):
+        om.hist_bin_index(0.0, lo, hi, bins)  # validates
+        self.lo, self.hi, self.bins = float(lo), float(hi), int(bins)
+
+    @staticmethod
+    def create() -> dict:
+        return {}
+
+    def add(self, state: dict, score, label) -> dict:
+        s = float(score)
+        if not math.isfinite(s):
+            raise ValueError(f"score {score!r} is not finite")
+        y = _label(label)
+        b = int(om.hist_bin_index(s, self.lo, self.hi, self.bins))
+        c = state.get(b)
+        if c is None:
+            c = state[b] = [0, 0]
+        c[1 - y] += 1
+        return state
+
+    def add_many(self, state: dict, scores, labels) -> dict:
+        y = om._labels01(labels, len(np.asarray(scores))).astype(np.int64)
+        b = om.hist_bin_index(scores, self.lo, self.hi, self.bins)
+        pos = np.bincount(b, weights=y, minlength=self.bins).astype(np.int64)
+        tot = np.bincount(b, minlength=self.bins).astype(np.int64)
+        for k in np.flatnonzero(tot).tolist():
+            c = state.get(k)
+            p, n = int(pos[k]), int(tot[k] - pos[k])
+            if c is None:
+                state[k] = [p, n]
+            else:
+                c[0] += p
+                c[1] += n
+        return state
+
+    @staticmethod
+    def merge(states) -> dict:
+        return _merge_counts(states)
+
+    @staticmethod
+    def extract(state: dict) -> tuple[float, int, float, float]:
+        """``(auc, examples, DeLong stderr over the bins, max_error)``."""
+        pos, neg = _sorted_counts(state)
+        auc, P, N = om.auc_from_counts(pos, neg)
+        return (auc, P + N, om.auc_delong_stderr(pos, neg), om.hist_auc_max_error(pos, neg))
+
+
+# --------------------------------------------------------------------------------------------
+# GAUC over group summaries
+
+class GaucOps:
+    """Weighted mean of group AUCs, for several weightings at once
+    (:data:`~streameval.metrics.online.GAUC_WEIGHTINGS`). Add one group at a time (its AUC and
+    class counts, e.g. from :meth:`AucOps.summary`); single-class groups are counted as excluded."""
+
+    def __init__(self, weightings=("impressions",)):
+        self.weightings = tuple(weightings)
+        for w in self.weightings:
+            if w not in om.GAUC_WEIGHTINGS:
+                raise ValueError(f"weighting must be one of {om.GAUC_WEIGHTINGS}, got {w!r}")
+
+    def create(self) -> list:
+        return [0, 0, [[[] for _ in range(5)] for _ in self.weightings]]
+
+    def add_group(self, state: list, auc, n_pos: int, n_neg: int) -> list:
+        if n_pos == 0 or n_neg == 0 or auc is None or math.isnan(auc):
+            state[1] += 1
+            return state
+        state[0] += 1
+        a = float(auc)
+        for i, wname in enumerate(self.weightings):
+            w = float(om.gauc_weights(n_pos, n_neg, wname))
+            sums = state[2][i]
+            for j, x in enumerate((w, w * a, w * w, w * w * a, w * w * a * a)):
+                partials_add(sums[j], x)
+        return state
+
+    def merge(self, states) -> list:
+        out = self.create()
+        for s in states:
+            out[0] += s[0]
+            out[1] += s[1]
+            for i in range(len(self.weightings)):
+                for j in range(5):
+                    partials_merge(out[2][i][j], s[2][i][j])
+        return out
+
+    def extract(self, state: list) -> tuple[list[tuple[float, int, float]], int]:
+        """``([(gauc, groups_used, stderr) per weighting], groups_excluded)``; the sums are taken
+        exactly (Fractions), so the value does not depend on merge order."""
+        n = state[0]
+        out = []
+        for i in range(len(self.weightings)):
+            value, se = om.ratio_from_sums(n, *(exact_sum(p) for p in state[2][i]))
+            out.append((value, n, se))
+        return out, state[1]
+
+
+# --------------------------------------------------------------------------------------------
+# click metrics of one request
+
+def _merge_attrs(into: dict, other: dict) -> None:
+    """Union of attribute maps; on a conflict the smaller value wins (order independent)."""
+    for k, v in other.items():
+        old = into.get(k)
+        if old is None or v < old:
+            into[k] = v
+
+
+class ClickRequestOps:
+    """One request's clicks: ``[min_timestamp, attributes, {clicked item_id: position}, logged]``.
+
+    ``logged`` is true once an impression with a logged click flag (not None) arrived; requests
+    that never log clicks are left out of click metrics. The clicked items merge by union (the
+    same impression delivered twice has no effect; an item clicked at two positions keeps the
+    smaller), so any split and order give the same state. ``attribute_keys`` restricts the
+    attributes kept (the slicing attributes)."""
+
+    def __init__(self, attribute_keys=None):
+        self.attribute_keys = None if attribute_keys is None else frozenset(attribute_keys)
+
+    @staticmethod
+    def create() -> list:
+        return [None, {}, {}, False]
+
+    def add_impression(self, state: list, item_id, position: int, clicked, timestamp=None,
+                       attributes=None) -> list:
+        if timestamp is not None and (state[0] is None or timestamp < state[0]):
+            state[0] = int(timestamp)
+        if attributes:
+            if self.attribute_keys is not None:
+                attributes = {k: v for k, v in attributes.items() if k in self.attribute_keys}
+            _merge_attrs(state[1], attributes)
+        if clicked is not None:
+            state[3] = True
+            if clicked:
+                old = state[2].get(item_id)
+                if old is None or position < old:
+                    state[2][item_id] = int(position)
+        return state
+
+    def merge(self, states) -> list:
+        out = self.create()
+        for s in states:
+            if s[0] is not None and (out[0] is None or s[0] < out[0]):
+                out[0] = s[0]
+            _merge_attrs(out[1], s[1])
+            for item, p in s[2].items():
+                old = out[2].get(item)
+                if old is None or p < old:
+                    out[2][item] = p
+            out[3] = out[3] or s[3]
+        return out
+
+    @staticmethod
+    def terms(states, specs) -> np.ndarray:
+        """Per-request metric values, shape (len(specs), len(states))
+        (:func:`~streameval.metrics.online.click_request_terms`)."""
+        req, pos = [], []
+        for i, s in enumerate(states):
+            for p in s[2].values():
+                req.append(i)
+                pos.append(p)
+        return om.click_request_terms(specs, req, pos, len(states))
+
+
+# --------------------------------------------------------------------------------------------
+# off-policy estimates
+
+class OpeOps:
+    """Sums for IPS and SNIPS: ``[n, [sum w, sum w^2, sum w r, sum w^2 r, sum w^2 r^2]]`` with
+    w = target probability / logging probability and r the reward (click)."""
+
+    @staticmethod
+    def create() -> list:
+        return [0, [[] for _ in range(5)]]
+
+    @staticmethod
+    def add(state: list, reward, target_prob, logging_prob) -> list:
+        """Add one logged impression. Raises ValueError when the logging probability is not in
+        (0, 1], the target probability not in [0, 1] or the reward not finite."""
+        pb, pe, r = float(logging_prob), float(target_prob), float(reward)
+        if not 0.0 < pb <= 1.0:
+            raise ValueError(f"logging probability (propensity) must be in (0, 1], got {logging_prob!r}")
+        if not 0.0 <= pe <= 1.0:
+            raise ValueError(f"target probability must be in [0, 1], got {target_prob!r}")
+        if not math.isfinite(r):
+            raise ValueError(f"reward {reward!r} is not finite")
+        w = pe / pb
+        state[0] += 1
+        for j, x in enumerate((w, w * w, w * r, w * w * r, w * w * r * r)):
+            partials_add(state[1][j], x)
+        return state
+
+    @staticmethod
+    def merge(states) -> list:
+        out = OpeOps.create()
+        for s in states:
+            out[0] += s[0]
+            for j in range(5):
+                partials_merge(out[1][j], s[1][j])
+        return out
+
+    @staticmethod
+    def extract(state: list) -> dict:
+        """``{"ips": (V, n, se), "snips": (V, n, se), "mean_weight": (w, n, None),
+        "ess": (ess, n, None)}``; NaN with n = 0 when empty."""
+        n = state[0]
+        sums = [exact_sum(p) for p in state[1]]
+        ips_v, ips_se = om.ips_from_sums(n, *sums)
+        sn_v, sn_se = om.snips_from_sums(n, *sums)
+        mw, ess = om.ess_from_sums(n, *sums)
+        return {"ips": (ips_v, n, ips_se), "snips": (sn_v, n, sn_se), "mean_weight": (mw, n, None),
+                "ess": (ess, n, None)}

@@ -1,0 +1,585 @@
+"""Online metrics in Beam: CombineFns over :mod:`streameval.accumulators.online` and the
+PTransforms users compose.
+
+* :class:`OnlineMetrics`: ``impressions | OnlineMetrics(metrics=["auc", "gauc[user]", "ctr",
+  "clicks@3", "rr_first_click", "abandonment"], window="1d", slices=["campaign"])`` gives metric
+  rows (``schemas/metric_result.avsc`` dicts, built by :func:`~streameval.beam.transforms.metric_row`)
+  keyed by (window, slice, system, metric).
+* :class:`LabelFromJudgments`: labels impressions with ``grade >= relevance_level`` from judgments
+  (for AUC on judged data such as a learning-to-rank sample).
+* :class:`OffPolicyCtr`: ``impressions | OffPolicyCtr(target, "random")`` gives the IPS and SNIPS
+  estimates of a target policy's CTR from the logging policy's propensities.
+
+CombineFns (inputs -> output; accumulators are plain lists / dicts, FastPrimitivesCoder):
+:class:`AucCombineFn` ``(score, label)`` -> ``(auc, n, stderr)``; :class:`GroupAucCombineFn`
+``(score, label)`` -> ``(auc, n_pos, n_neg, stderr)``; :class:`HistAucCombineFn` ``(score, label)``
+-> ``(auc, n, stderr, max_error)``; :class:`GaucCombineFn` ``(auc, n_pos, n_neg)`` ->
+``([(gauc, groups, stderr) per weighting], groups_excluded)``; :class:`ClickRequestCombineFn`
+impression dicts -> the request's state; :class:`OpeCombineFn` ``(reward, target_prob,
+logging_prob)`` -> ``{"ips", "snips", "mean_weight", "ess"}``.
+
+Counters (namespace ``streameval``): ``online:no_score`` (impressions without a score, left out of
+score-based metrics), ``online:not_labelled`` (``clicked`` null under ``labels="clicks"``),
+``online:unjudged`` (no judgment under ``labels="judgments"``), ``online:no_group:<field>``
+(GAUC group id missing), ``online:requests`` and ``online:requests_not_logged`` (requests whose
+impressions all have ``clicked`` null), ``ope:impressions``, ``ope:not_logged`` and the rejections
+``rejected:impression:<reason>`` of :class:`OffPolicyCtr` (also in its ``rejected`` output).
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.coders import FastPrimitivesCoder
+from apache_beam.metrics import Metrics
+
+from ..accumulators.online import AucOps, ClickRequestOps, GaucOps, HistAucOps, OpeOps
+from ..io import records
+from ..metrics import online as om
+from ..metrics.names import MetricNameError, parse_metrics
+from .combiners import MeanCombineFn
+from .transforms import (
+    NAMESPACE,
+    ClickMetrics,
+    JudgmentsCombineFn,
+    _window_micros,
+    metric_row,
+    parse_slices,
+    parse_window,
+    reason_key,
+    slice_labels,
+    window_bounds,
+)
+
+__all__ = [
+    "AucCombineFn",
+    "GroupAucCombineFn",
+    "HistAucCombineFn",
+    "GaucCombineFn",
+    "ClickRequestCombineFn",
+    "OpeCombineFn",
+    "LabelFromJudgments",
+    "OnlineMetrics",
+    "OffPolicyCtr",
+    "split_metric_names",
+    "LABEL_SOURCES",
+    "UNJUDGED_POLICIES",
+]
+
+LABEL_SOURCES = ("clicks", "judgments")
+UNJUDGED_POLICIES = ("exclude", "nonrelevant")
+
+
+# --------------------------------------------------------------------------------------------
+# CombineFns
+
+class _CountsCombineFn(beam.CombineFn):
+    ops = AucOps
+
+    def create_accumulator(self):
+        return self.ops.create()
+
+    def add_input(self, acc, element):
+        score, label = element
+        return self.ops.add(acc, score, label)
+
+    def merge_accumulators(self, accumulators):
+        return self.ops.merge(accumulators)
+
+    def compact(self, acc):
+        return acc
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()
+
+
+class AucCombineFn(_CountsCombineFn):
+    """Exact AUC (Mann-Whitney, ties one half). Inputs ``(score, label)``; output
+    ``(auc, examples, DeLong stderr)``; empty: ``(NaN, 0, NaN)``."""
+
+    def extract_output(self, acc):
+        return AucOps.extract(acc)
+
+
+class GroupAucCombineFn(_CountsCombineFn):
+    """One group's exact AUC. Inputs ``(score, label)``; output ``(auc, n_pos, n_neg, stderr)``
+    (auc NaN for a single-class group)."""
+
+    def extract_output(self, acc):
+        return AucOps.summary(acc)
+
+
+class HistAucCombineFn(_CountsCombineFn):
+    """Histogram AUC over ``bins`` bins on ``[lo, hi]``. Inputs ``(score, label)``; output
+    ``(auc, examples, stderr, max_error)``, ``|auc - exact AUC| <= max_error``."""
+
+    def __init__(self, lo: float = 0.0, hi: float = 1.0, bins: int = 1000):
+        self.ops = HistAucOps(lo, hi, bins)
+
+    def extract_output(self, acc):
+        return self.ops.extract(acc)
+
+
+class GaucCombineFn(beam.CombineFn):
+    """GAUC from group summaries. Inputs ``(auc, n_pos, n_neg)`` (one per group); output
+    ``([(gauc, groups_used, stderr) per weighting], groups_excluded)``."""
+
+    def __init__(self, weightings=("impressions",)):
+        self.ops = GaucOps(weightings)
+
+    def create_accumulator(self):
+        return self.ops.create()
+
+    def add_input(self, acc, element):
+        auc, n_pos, n_neg = element[:3]
+        return self.ops.add_group(acc, auc, n_pos, n_neg)
+
+    def merge_accumulators(self, accumulators):
+        return self.ops.merge(accumulators)
+
+    def compact(self, acc):
+        return acc
+
+    def extract_output(self, acc):
+        return self.ops.extract(acc)
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()
+
+
+class ClickRequestCombineFn(beam.CombineFn):
+    """The click state of one request (:class:`ClickRequestOps`) from its impression dicts;
+    ``extract_output`` returns the state itself."""
+
+    def __init__(self, attribute_keys=None):
+        self.ops = ClickRequestOps(attribute_keys)
+
+    def create_accumulator(self):
+        return self.ops.create()
+
+    def add_input(self, acc, imp):
+        return self.ops.add_impression(acc, imp["item_id"], imp["position"], imp.get("clicked"),
+                                       imp.get("timestamp"), imp.get("attributes"))
+
+    def merge_accumulators(self, accumulators):
+        return self.ops.merge(accumulators)
+
+    def compact(self, acc):
+        return acc
+
+    def extract_output(self, acc):
+        return acc
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()
+
+
+class OpeCombineFn(beam.CombineFn):
+    """IPS / SNIPS sums. Inputs ``(reward, target_prob, logging_prob)``; output
+    ``{"ips": (V, n, se), "snips": (V, n, se), "mean_weight": (w, n, None), "ess": (ess, n, None)}``."""
+
+    def create_accumulator(self):
+        return OpeOps.create()
+
+    def add_input(self, acc, element):
+        reward, target_prob, logging_prob = element
+        return OpeOps.add(acc, reward, target_prob, logging_prob)
+
+    def merge_accumulators(self, accumulators):
+        return OpeOps.merge(accumulators)
+
+    def compact(self, acc):
+        return acc
+
+    def extract_output(self, acc):
+        return OpeOps.extract(acc)
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()
+
+
+# --------------------------------------------------------------------------------------------
+# names
+
+def _join_parameter_lists(parts: list[str]) -> list[str]:
+    """Keep trec_eval parameter lists together: ``["P.5", "10", "map"]`` -> ``["P.5,10", "map"]``."""
+    out: list[str] = []
+    for part in parts:
+        if out and part.replace(".", "", 1).isdigit() and out[-1][-1:].isdigit():
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    return out
+
+
+def split_metric_names(names) -> tuple[list[str], list[str]]:
+    """Split metric names (a list, or a comma-separated text: commas inside brackets and trec_eval
+    parameter lists such as ``P.5,10`` stay together) into (ranking metrics for ScoreRankings, online metrics for
+    OnlineMetrics). A name is online when :func:`~streameval.metrics.online.parse_online_metric`
+    accepts it, else it must be a ranking metric (:func:`~streameval.metrics.names.parse_metrics`).
+    Raises MetricNameError naming both lists of accepted forms for an unknown name."""
+    if isinstance(names, str):
+        names = _join_parameter_lists(om._split_names(names))
+    ranking, online = [], []
+    for n in names:
+        if om.is_online_metric(n):
+            online.append(n)
+            continue
+        try:
+            parse_metrics([n])
+        except MetricNameError as e:
+            raise MetricNameError(f"{e}; online metrics: {om._ACCEPTED}") from None
+        ranking.append(n)
+    return ranking, online
+
+
+# --------------------------------------------------------------------------------------------
+# labels
+
+def _example(rec, label):
+    """The fields the score-based metrics need."""
+    return {"system_id": rec["system_id"], "timestamp": rec.get("timestamp"),
+            "attributes": rec.get("attributes") or {}, "user_id": rec.get("user_id"),
+            "query_id": rec.get("query_id"), "request_id": rec.get("request_id"),
+            "score": rec.get("score"), "label": label}
+
+
+class _JoinLabels(beam.DoFn):
+    def __init__(self, relevance_level, unjudged):
+        self.relevance_level = relevance_level
+        self.unjudged = unjudged
+        self.counter = Metrics.counter(NAMESPACE, "online:unjudged")
+
+    def process(self, element):
+        (qid, item), groups = element
+        grades = [g for part in groups["judged"] for g in part.values()]
+        grade = max(grades) if grades else None  # one value after CombinePerKey
+        for rec in groups["imps"]:
+            if grade is None or grade < 0:  # negative: pooled but unjudged (trec_eval)
+                if self.unjudged == "exclude":
+                    self.counter.inc()
+                    continue
+                label = False
+            else:
+                label = grade >= self.relevance_level
+            out = dict(rec)
+            out["label"] = bool(label)
+            yield out
+
+
+class LabelFromJudgments(beam.PTransform):
+    """``impressions | LabelFromJudgments(judgments)``: each impression with ``"label"`` set to
+    ``grade >= relevance_level`` of its (query_id, item_id) judgment (the latest judgment wins, as
+    in :class:`~streameval.beam.transforms.JudgmentsCombineFn`). Impressions without a judgment
+    (or with a negative grade, trec_eval's "pooled, unjudged") are dropped and counted
+    (``online:unjudged``) with ``unjudged="exclude"`` (default) or labelled non-relevant with
+    ``unjudged="nonrelevant"`` (trec_eval's convention for ranking metrics)."""
+
+    def __init__(self, judgments, relevance_level=1, unjudged="exclude", label=None):
+        super().__init__(label)
+        if unjudged not in UNJUDGED_POLICIES:
+            raise ValueError(f"unjudged must be one of {UNJUDGED_POLICIES}, got {unjudged!r}")
+        self.judgments = judgments
+        self.relevance_level = relevance_level
+        self.unjudged = unjudged
+
+    def expand(self, impressions):
+        imps = impressions | "KeyImpressions" >> beam.Map(lambda r: ((r["query_id"], r["item_id"]), r))
+        judged = (self.judgments
+                  | "KeyJudgments" >> beam.Map(lambda j: ((j["query_id"], j["item_id"]), j))
+                  | "LatestJudgment" >> beam.CombinePerKey(JudgmentsCombineFn()))
+        return ({"imps": imps, "judged": judged} | "Join" >> beam.CoGroupByKey()
+                | "Label" >> beam.ParDo(_JoinLabels(self.relevance_level, self.unjudged)))
+
+
+# --------------------------------------------------------------------------------------------
+# OnlineMetrics
+
+def _keys(rec, window_micros, slice_specs):
+    ws, we = window_bounds(rec.get("timestamp"), window_micros)
+    return [(ws, we, label, rec["system_id"]) for label in slice_labels(rec.get("attributes"), slice_specs)]
+
+
+def _group_slice(label, group, gid):
+    return f"{group}={gid}" if label == "all" else f"{label},{group}={gid}"
+
+
+class OnlineMetrics(beam.PTransform):
+    """``impressions | OnlineMetrics(metrics, window=None, slices=(), ...)`` -> metric rows.
+
+    ``metrics``: names accepted by :func:`~streameval.metrics.online.parse_online_metric`:
+
+    * ``auc``: exact AUC of the impressions' ``score`` against their label (row ``num_queries``:
+      labelled impressions; ``stderr``: DeLong);
+    * ``auc_hist``: the histogram AUC over ``hist_bins`` bins on ``hist_range``, plus a row
+      ``auc_hist:max_error`` holding its guaranteed error bound;
+    * ``gauc[GROUP,WEIGHTING]``: AUC per group (user_id, query_id or request_id) averaged with
+      weights impressions / clicks (positives) / unweighted (``num_queries``: groups used;
+      ``stderr``: ratio-estimator), plus ``gauc[GROUP]:excluded_groups`` (value: single-class
+      groups left out; ``num_queries``: all groups). ``group_rows=True`` also gives each group's
+      AUC as metric ``auc`` in slice ``"<group>=<id>"`` (``"<slice>,<group>=<id>"``);
+    * ``ctr``: :class:`~streameval.beam.transforms.ClickMetrics`' rows ``ctr`` and every
+      ``ctr@pos{p}``; ``ctr@pos{p}`` alone gives that position's row;
+    * ``clicks@k`` / ``clicks``, ``rr_first_click`` (``[clicked]``), ``abandonment``: means over
+      requests ((system_id, request_id)) with logged clicks (``num_queries``: requests; ``stderr``:
+      of the mean).
+
+    Labels (score-based metrics): ``labels="clicks"`` (default; ``clicked``, impressions with null
+    ``clicked`` left out) or ``"judgments"`` (``grade >= relevance_level`` from ``judgments``, see
+    :class:`LabelFromJudgments` and its ``unjudged`` option). Impressions without a score are left
+    out of the score-based metrics and counted (``online:no_score``).
+
+    Windows: score-based metrics and CTR put each impression in the window of its own timestamp
+    (GAUC groups are formed within a window); per-request metrics put a request in the window of
+    its earliest impression. ``window`` and ``slices`` as in
+    :class:`~streameval.beam.transforms.ScoreRankings`.
+    """
+
+    def __init__(self, metrics, window=None, slices=(), labels="clicks", judgments=None, relevance_level=1,
+                 unjudged="exclude", hist_bins=1000, hist_range=(0.0, 1.0), group_rows=False, label=None):
+        super().__init__(label)
+        self.specs = om.parse_online_metrics(metrics)
+        if not self.specs:
+            raise ValueError("no metrics given")
+        if labels not in LABEL_SOURCES:
+            raise ValueError(f"labels must be one of {LABEL_SOURCES}, got {labels!r}")
+        if labels == "judgments" and judgments is None:
+            raise ValueError("labels='judgments' needs the judgments PCollection")
+        if unjudged not in UNJUDGED_POLICIES:
+            raise ValueError(f"unjudged must be one of {UNJUDGED_POLICIES}, got {unjudged!r}")
+        self.hist = HistAucOps(hist_range[0], hist_range[1], hist_bins)  # validates
+        self.labels = labels
+        self.judgments = judgments
+        self.relevance_level = relevance_level
+        self.unjudged = unjudged
+        self.group_rows = bool(group_rows)
+        parse_window(window)
+        self.window = window
+        self.window_micros = _window_micros(window)
+        self.slice_specs = parse_slices(slices)
+
+    # -- score-based ------------------------------------------------------------------------
+    def _examples(self, impressions):
+        no_score = Metrics.counter(NAMESPACE, "online:no_score")
+        not_labelled = Metrics.counter(NAMESPACE, "online:not_labelled")
+        use_clicks = self.labels == "clicks"
+
+        def scored(rec):
+            if rec.get("score") is None:
+                no_score.inc()
+                return []
+            if use_clicks:
+                if rec.get("clicked") is None:
+                    not_labelled.inc()
+                    return []
+                return [_example(rec, bool(rec["clicked"]))]
+            return [rec]
+
+        out = impressions | "WithScore" >> beam.FlatMap(scored)
+        if use_clicks:
+            return out
+        labelled = out | "Labels" >> LabelFromJudgments(self.judgments, self.relevance_level, self.unjudged)
+        return labelled | "Examples" >> beam.Map(lambda r: _example(r, r["label"]))
+
+    def _score_rows(self, examples, wm, specs):
+        parts = []
+        families = {s.family for s in specs}
+        if families & {"auc", "auc_hist"}:
+            keyed = examples | "KeyExamples" >> beam.FlatMap(
+                lambda r, wm, ss: [(k, (r["score"], r["label"])) for k in _keys(r, wm, ss)], wm, self.slice_specs)
+            if "auc" in families:
+                parts.append(keyed | "Auc" >> beam.CombinePerKey(AucCombineFn())
+                             | "AucRows" >> beam.Map(lambda kv: metric_row(*kv[0], "auc", *kv[1])))
+            if "auc_hist" in families:
+                h = self.hist
+
+                def hist_rows(kv):
+                    (ws, we, label, system), (auc, n, se, bound) = kv
+                    yield metric_row(ws, we, label, system, "auc_hist", auc, n, se)
+                    yield metric_row(ws, we, label, system, "auc_hist:max_error", bound, n, None)
+
+                parts.append(keyed | "HistAuc" >> beam.CombinePerKey(HistAucCombineFn(h.lo, h.hi, h.bins))
+                             | "HistAucRows" >> beam.FlatMap(hist_rows))
+        groups: dict = {}
+        for s in specs:
+            if s.family == "gauc":
+                groups.setdefault(s.group, []).append(s.weighting)
+        for group, weightings in groups.items():
+            parts.extend(self._gauc(examples, wm, group, tuple(weightings)))
+        return parts
+
+    def _gauc(self, examples, wm, group, weightings):
+        field = om.GAUC_GROUPS[group]
+        missing = Metrics.counter(NAMESPACE, f"online:no_group:{field}")
+        slice_specs = self.slice_specs
+
+        def key(r):
+            gid = r.get(field)
+            if gid is None or gid == "":
+                missing.inc()
+                return []
+            return [((*k, gid), (r["score"], r["label"])) for k in _keys(r, wm, slice_specs)]
+
+        per_group = (examples | f"KeyGroups[{group}]" >> beam.FlatMap(key)
+                     | f"GroupAuc[{group}]" >> beam.CombinePerKey(GroupAucCombineFn()))
+        out = []
+        if self.group_rows:
+            def group_row(kv):
+                (ws, we, label, system, gid), (auc, p, n, se) = kv
+                return metric_row(ws, we, _group_slice(label, group, gid), system, "auc", auc, p + n, se)
+
+            out.append(per_group | f"GroupRows[{group}]" >> beam.Map(group_row))
+
+        def gauc_rows(kv):
+            (ws, we, label, system), (results, excluded) = kv
+            for wname, (value, n, se) in zip(weightings, results):
+                yield metric_row(ws, we, label, system, f"gauc[{group},{wname}]", value, n, se)
+            n_used = results[0][1] if results else 0
+            yield metric_row(ws, we, label, system, f"gauc[{group}]:excluded_groups", excluded,
+                             n_used + excluded, None)
+
+        out.append(per_group
+                   | f"Regroup[{group}]" >> beam.Map(lambda kv: (kv[0][:4], kv[1][:3]))
+                   | f"Gauc[{group}]" >> beam.CombinePerKey(GaucCombineFn(weightings))
+                   | f"GaucRows[{group}]" >> beam.FlatMap(gauc_rows))
+        return out
+
+    # -- clicks -----------------------------------------------------------------------------
+    def _request_rows(self, impressions, wm, specs):
+        attr_keys = sorted({n for names in self.slice_specs for n in names})
+        slice_specs = self.slice_specs
+        names = [s.name for s in specs]
+        counted = Metrics.counter(NAMESPACE, "online:requests")
+        not_logged = Metrics.counter(NAMESPACE, "online:requests_not_logged")
+
+        def terms(kv):
+            (system, _), st = kv
+            if not st[3]:
+                not_logged.inc()
+                return
+            counted.inc()
+            col = ClickRequestOps.terms([st], specs)[:, 0].tolist()
+            ws, we = window_bounds(st[0], wm)
+            for label in slice_labels(st[1], slice_specs):
+                yield ((ws, we, label, system), col)
+
+        def rows(kv):
+            (ws, we, label, system), results = kv
+            for name, (value, n, se) in zip(names, results):
+                yield metric_row(ws, we, label, system, name, value, n, se)
+
+        return (impressions
+                | "KeyRequests" >> beam.Map(lambda r: ((r["system_id"], r["request_id"]), r))
+                | "ClickRequests" >> beam.CombinePerKey(ClickRequestCombineFn(attr_keys))
+                | "RequestTerms" >> beam.FlatMap(terms)
+                | "RequestMeans" >> beam.CombinePerKey(MeanCombineFn(len(specs)))
+                | "RequestRows" >> beam.FlatMap(rows))
+
+    def expand(self, impressions):
+        wm = self.window_micros
+        specs = self.specs
+        parts = []
+        score_specs = [s for s in specs if s.needs_scores]
+        if score_specs:
+            examples = self._examples(impressions)
+            parts.extend(self._score_rows(examples, wm, score_specs))
+        ctr_specs = [s for s in specs if s.family == "ctr"]
+        if ctr_specs:
+            all_pos = any(s.k is None for s in ctr_specs)
+            wanted = {s.name for s in ctr_specs}
+            keep = (lambda r: r["metric"] in wanted or r["metric"].startswith("ctr@pos")) if all_pos else \
+                (lambda r: r["metric"] in wanted)
+            parts.append(impressions | "ClickMetrics" >> ClickMetrics(window=self.window, slices=self.slice_specs)
+                         | "KeepCtr" >> beam.Filter(keep))
+        req_specs = [s for s in specs if s.per_request]
+        if req_specs:
+            parts.append(self._request_rows(impressions, wm, req_specs))
+        return tuple(parts) | "OnlineRows" >> beam.Flatten()
+
+
+# --------------------------------------------------------------------------------------------
+# off-policy CTR
+
+@beam.typehints.with_output_types(typing.Tuple[typing.Any, typing.Any])
+class _OpeKeys(beam.DoFn):
+    def __init__(self, target, window_micros, slice_specs):
+        self.target = target
+        self.window_micros = window_micros
+        self.slice_specs = slice_specs
+        self.counted = Metrics.counter(NAMESPACE, "ope:impressions")
+        self.not_logged = Metrics.counter(NAMESPACE, "ope:not_logged")
+
+    @staticmethod
+    def _dead_letter(rec, reason):
+        Metrics.counter(NAMESPACE, f"rejected:impression:{reason_key(reason)}").inc()
+        return {"source": "OffPolicyCtr", "raw": records.to_json_text(rec), "reason": reason}
+
+    def process(self, rec):
+        clicked = rec.get("clicked")
+        if clicked is None:  # clicks not logged: no reward
+            self.not_logged.inc()
+            return
+        pb = rec.get("propensity")
+        if pb is None or not 0.0 < pb <= 1.0:
+            yield pvalue.TaggedOutput("rejected", self._dead_letter(
+                rec, "off-policy estimates need the logging policy's propensity in (0, 1]"))
+            return
+        pe = self.target(rec)
+        if pe is None or not 0.0 <= pe <= 1.0 or (isinstance(pe, float) and math.isnan(pe)):
+            yield pvalue.TaggedOutput("rejected", self._dead_letter(
+                rec, f"target policy gives no probability in [0, 1] for item {rec['item_id']!r} "
+                     f"at position {rec['position']}"))
+            return
+        self.counted.inc()
+        value = (1.0 if clicked else 0.0, float(pe), float(pb))
+        for k in _keys(rec, self.window_micros, self.slice_specs):
+            yield (k, value)
+
+
+class OffPolicyCtr(beam.PTransform):
+    """``impressions | OffPolicyCtr(target, target_name, window=None, slices=())`` -> rows
+    ``ips[<target_name>]`` and ``snips[<target_name>]`` (the target policy's estimated CTR per
+    impression, with standard errors; ``num_queries``: impressions), ``ope[<target_name>]:mean_weight``
+    (mean importance weight, 1 in expectation) and ``ope[<target_name>]:ess`` (Kong's effective
+    sample size), per (window, slice, logging system).
+
+    ``target``: a picklable callable impression dict -> probability that the target policy shows
+    the impression's item at its position (e.g. :class:`~streameval.metrics.online.UniformTarget`,
+    :class:`~streameval.metrics.online.TableTarget`,
+    :class:`~streameval.metrics.online.LoggedPropensityTarget`). The reward is ``clicked``;
+    impressions with ``clicked`` null are skipped and counted (``ope:not_logged``). Impressions
+    without a propensity in (0, 1], or for which the target gives no probability, go to
+    ``self.rejected`` (dead letters with the reason) after the transform is applied."""
+
+    def __init__(self, target, target_name: str, window=None, slices=(), label=None):
+        super().__init__(label)
+        if not callable(target):
+            raise TypeError("target must be a callable impression -> probability")
+        if not target_name or any(c in str(target_name) for c in "[],"):
+            raise ValueError(f"bad target name {target_name!r}")
+        self.target = target
+        self.name = str(target_name)
+        parse_window(window)
+        self.window_micros = _window_micros(window)
+        self.slice_specs = parse_slices(slices)
+        self.rejected = None
+
+    def expand(self, impressions):
+        name = self.name
+        keyed = impressions | "OpeKeys" >> beam.ParDo(
+            _OpeKeys(self.target, self.window_micros, self.slice_specs)).with_outputs("rejected", main="keyed")
+        self.rejected = keyed.rejected
+
+        def rows(kv):
+            (ws, we, label, system), res = kv
+            yield metric_row(ws, we, label, system, f"ips[{name}]", *res["ips"])
+            yield metric_row(ws, we, label, system, f"snips[{name}]", *res["snips"])
+            yield metric_row(ws, we, label, system, f"ope[{name}]:mean_weight", *res["mean_weight"])
+            yield metric_row(ws, we, label, system, f"ope[{name}]:ess", *res["ess"])
+
+        return (keyed.keyed
+                | "Ope" >> beam.CombinePerKey(OpeCombineFn())
+                | "OpeRows" >> beam.FlatMap(rows))
