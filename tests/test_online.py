@@ -727,11 +727,11 @@ def _letor_direct(feature):
 
 
 def test_letor_auc_gauc_ndcg_in_one_run(tmp_path, capsys):
-    from pipelines import online as online_job
+    from pipelines import batch
 
     imps, judg = _letor_files(tmp_path)
     out = tmp_path / "out"
-    rc = online_job.main(["--impressions", str(tmp_path / "imps.avro"), "--judgments", str(tmp_path / "judg.avro"),
+    rc = batch.main(["--impressions", str(tmp_path / "imps.avro"), "--judgments", str(tmp_path / "judg.avro"),
                           "--metrics", "ndcg@10,auc,gauc[query,impressions],gauc[query,clicks],gauc[query,unweighted]",
                           "--group-rows", "--output", str(out)])
     assert rc == 0
