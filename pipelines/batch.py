@@ -38,6 +38,8 @@ from streameval.beam.transforms import (
     parse_window,
 )
 from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetrics, split_metric_names
+from streameval import progress
+from streameval.beam.stats import CompareSystems
 from streameval.io import avro
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.online import parse_online_metric
@@ -100,6 +102,15 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--hist-range", default="0,1", help="score range LO,HI of auc_hist's bins (default 0,1)")
     p.add_argument("--group-rows", action="store_true",
                    help="also write each GAUC group's AUC (metric auc, slice '<group>=<id>')")
+    p.add_argument("--ci", choices=("t", "bootstrap"), default="t",
+                   help="interval of ranking metrics: Student t (default) or Poisson bootstrap percentile; "
+                        "CTR rows always get a Wilson interval")
+    p.add_argument("--ci-level", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
+    p.add_argument("--replicates", type=int, default=200, help="bootstrap replicates (default 200)")
+    p.add_argument("--ci-seed", type=int, default=0, help="keys the hash of the bootstrap weights (default 0)")
+    p.add_argument("--compare-baseline", default=None, metavar="SYSTEM",
+                   help="also compare SYSTEM with every other system on the same queries (paired, per window "
+                        "and slice): comparisons.jsonl")
     p.add_argument("--output", required=True, help="output directory")
     p.add_argument("--runner", default="FnApiRunner",
                    help="Beam runner (default FnApiRunner; e.g. PrismRunner, FlinkRunner, SparkRunner, "
@@ -228,12 +239,20 @@ def _write(pcoll, out_dir: str, stem: str, schema_name: str, label: str):
                                              num_shards=1, shard_name_template=""))
 
 
+def _local_total(paths):
+    """Records in local Avro files (the progress bar's total); None for remote files."""
+    if any("://" in p for p in paths):
+        return None
+    return progress.count_avro_records(paths)
+
+
 def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     """Add the job's transforms to ``p``: returns (rows, dead_letters) PCollections."""
     window = parse_window(args.window)
     slices = _slices_from_args(args.slices)
     imp_source = ",".join(args.impressions)
     imps, imp_dead = (p | "ReadImpressions" >> ReadAvro(impression_paths, "impression")
+                      | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", _local_total(impression_paths)))
                       | "ValidateImpressions" >> ValidateImpressions(imp_source))
     row_parts, dead_parts = [], [imp_dead]
     ranking, online = split_all_metrics(args.metrics)
@@ -247,11 +266,21 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                               relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal,
                               err_max_grade=args.err_max_grade, order=args.order,
                               tie_break=args.tie_break, depth=args.depth, complete=args.complete,
-                              score_precision=args.score_precision)
+                              score_precision=args.score_precision, ci=args.ci, ci_level=args.ci_level,
+                              replicates=args.replicates, ci_seed=args.ci_seed)
         row_parts.append(imps | "ScoreRankings" >> score)
         dead_parts.append(score.rejected)
+        if args.compare_baseline:
+            comparisons = score.scores | "Compare" >> CompareSystems(
+                [s.name for s in score.specs], baseline=args.compare_baseline, replicates=args.replicates,
+                level=args.ci_level, seed=args.ci_seed)
+            (comparisons
+             | "ComparisonsJson" >> beam.Map(_json_line)
+             | "ComparisonsText" >> beam.io.WriteToText(FileSystems.join(args.output, "comparisons"),
+                                                        file_name_suffix=".jsonl", num_shards=1,
+                                                        shard_name_template=""))
     if not args.no_ctr:
-        row_parts.append(imps | "ClickMetrics" >> ClickMetrics(window=window, slices=slices))
+        row_parts.append(imps | "ClickMetrics" >> ClickMetrics(window=window, slices=slices, ci_level=args.ci_level))
     if online:
         labels = args.labels if args.labels != "auto" else ("judgments" if judgment_paths else "clicks")
         row_parts.append(imps | "OnlineMetrics" >> OnlineMetrics(
@@ -295,7 +324,7 @@ def _read_rows(path: str) -> list[dict]:
             if not line.strip():
                 continue
             r = json.loads(line)
-            for k in ("value", "stderr"):
+            for k in ("value", "stderr", "ci_low", "ci_high"):
                 if isinstance(r.get(k), str):
                     r[k] = float(r[k])
             rows.append(r)
@@ -336,15 +365,18 @@ def sort_rows(rows, metric_names=()):
 
 def format_table(rows, metric_names=()) -> str:
     """A plain-text table of metric rows (sorted as :func:`sort_rows`)."""
-    header = ("window", "slice", "system", "metric", "value", "n", "stderr")
+    header = ("window", "slice", "system", "metric", "value", "n", "stderr", "interval")
     lines = []
     for r in sort_rows(rows, metric_names):
         v, se = r["value"], r.get("stderr")
+        lo, hi = r.get("ci_low"), r.get("ci_high")
+        ci = "-" if lo is None or hi is None else f"[{lo:.4f}, {hi:.4f}] {r['ci_level'] * 100:g}% {r['ci_method']}"
         lines.append((
             _fmt_time(r["window_start"]), r["slice"], r["system"], r["metric"],
             "nan" if v is None or math.isnan(v) else f"{v:.4f}",
             str(r["num_queries"]),
             "-" if se is None or math.isnan(se) else f"{se:.4f}",
+            ci,
         ))
     widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h) for i, h in enumerate(header)]
     right = {4, 5, 6}
@@ -405,6 +437,10 @@ def main(argv=None) -> int:
             raise ValueError("--labels judgments needs --judgments")
         if not judgment_paths and args.no_ctr and not online:
             raise ValueError("nothing to compute: no --judgments, no online metrics and --no-ctr")
+        if not 0 < args.ci_level < 1:
+            raise ValueError("--ci-level must be in (0, 1)")
+        if args.replicates < 1:
+            raise ValueError("--replicates must be positive")
     except (ValueError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -416,6 +452,7 @@ def main(argv=None) -> int:
     build_pipeline(p, args, impression_paths, judgment_paths)
     result = p.run()
     state = result.wait_until_finish()
+    progress.close_all()
     wall = time.perf_counter() - start
     counters = _counters(result)
 

@@ -28,8 +28,10 @@ from apache_beam.metrics import Metrics
 from ..accumulators.ranking import RankingOps, keep_for
 from ..io import records
 from ..metrics.kernel import MetricOptions, compute
+from ..metrics import stats
 from ..metrics.names import parse_metrics
 from .combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn
+from .stats import BootstrapMeanCombineFn
 
 __all__ = [
     "NAMESPACE",
@@ -326,13 +328,20 @@ class _ScoreQueries(beam.DoFn):
         cols = values.T.tolist()
         for (ws, we, system, labels), col in zip(keys, cols):
             for label in labels:
-                yield ((ws, we, label, system), col)
+                yield ((ws, we, label, system), (qid, col))
 
 
-def _rows(element, names):
+def _rows(element, names, level):
     (ws, we, label, system), results = element
     for name, (value, n, se) in zip(names, results):
-        yield metric_row(ws, we, label, system, name, value, n, se)
+        yield metric_row(ws, we, label, system, name, value, n, se,
+                         **stats.row_interval(name, value, n, se, level))
+
+
+def _bootstrap_rows(element, names):
+    (ws, we, label, system), results = element
+    for name, fields in zip(names, results):
+        yield metric_row(ws, we, label, system, name, **fields)
 
 
 class ScoreRankings(beam.PTransform):
@@ -367,8 +376,16 @@ class ScoreRankings(beam.PTransform):
 
     def __init__(self, judgments, metrics, window=None, slices=(), relevance_level=1, gain="linear",
                  ideal="judgments", err_max_grade=4, order="score", tie_break="docno", depth=None,
-                 complete=False, score_precision="float32", label=None):
+                 complete=False, score_precision="float32", ci="t", ci_level=stats.DEFAULT_LEVEL,
+                 replicates=200, ci_seed=0, label=None):
         super().__init__(label)
+        if ci not in ("t", "bootstrap"):
+            raise ValueError("ci must be 't' or 'bootstrap'")
+        self.ci = ci
+        self.ci_level = float(ci_level)
+        self.replicates = int(replicates)
+        self.ci_seed = int(ci_seed)
+        self.scores = None
         self.judgments = judgments
         self.specs = parse_metrics(metrics)
         self.options = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal,
@@ -417,12 +434,23 @@ class ScoreRankings(beam.PTransform):
                           self.complete), **extra).with_outputs("unjudged", "rejected", main="scores")
         self.unjudged = scored.unjudged
         self.rejected = scored.rejected
+        # per-query scores ((window_start, window_end, slice, system), (query_id, [value per metric])),
+        # e.g. for streameval.beam.stats.CompareSystems
+        self.scores = scored.scores
         names = [s.name for s in self.specs]
         totals = [s.is_count for s in self.specs]
+        if self.ci == "bootstrap":
+            return (
+                scored.scores
+                | "Means" >> beam.CombinePerKey(BootstrapMeanCombineFn(len(self.specs), self.replicates,
+                                                                       self.ci_level, self.ci_seed, totals))
+                | "Rows" >> beam.FlatMap(_bootstrap_rows, names)
+            )
         return (
             scored.scores
+            | "DropQueryIds" >> beam.Map(lambda kv: (kv[0], kv[1][1]))
             | "Means" >> beam.CombinePerKey(MeanCombineFn(len(self.specs), totals))
-            | "Rows" >> beam.FlatMap(_rows, names)
+            | "Rows" >> beam.FlatMap(_rows, names, self.ci_level)
         )
 
 
@@ -436,12 +464,13 @@ def _click_keys(rec, window_micros, slice_specs):
     return [((ws, we, label, system), value) for label in slice_labels(rec.get("attributes"), slice_specs)]
 
 
-def _click_rows(element):
+def _click_rows(element, level=stats.DEFAULT_LEVEL):
     (ws, we, label, system), (overall, by_pos) = element
     ctr, n, se = overall
-    yield metric_row(ws, we, label, system, "ctr", ctr, n, se)
+    yield metric_row(ws, we, label, system, "ctr", ctr, n, se, **stats.row_interval("ctr", ctr, n, se, level))
     for pos, (ctr, n, se) in by_pos.items():
-        yield metric_row(ws, we, label, system, f"ctr@pos{pos}", ctr, n, se)
+        name = f"ctr@pos{pos}"
+        yield metric_row(ws, we, label, system, name, ctr, n, se, **stats.row_interval(name, ctr, n, se, level))
 
 
 class ClickMetrics(beam.PTransform):
@@ -451,8 +480,9 @@ class ClickMetrics(beam.PTransform):
     (``click_impressions_not_logged``); ``num_queries`` holds the number of impressions, ``stderr`` the binomial standard
     error. ``window`` and ``slices`` as in :class:`ScoreRankings`."""
 
-    def __init__(self, window=None, slices=(), label=None):
+    def __init__(self, window=None, slices=(), ci_level=stats.DEFAULT_LEVEL, label=None):
         super().__init__(label)
+        self.ci_level = float(ci_level)
         self.window_micros = _window_micros(window)
         self.slice_specs = parse_slices(slices)
 
@@ -472,5 +502,5 @@ class ClickMetrics(beam.PTransform):
             impressions
             | "KeyClicks" >> beam.FlatMap(keys, self.window_micros, self.slice_specs)
             | "CombineClicks" >> beam.CombinePerKey(CtrByPositionCombineFn(overall=True))
-            | "ClickRows" >> beam.FlatMap(_click_rows)
+            | "ClickRows" >> beam.FlatMap(_click_rows, self.ci_level)
         )

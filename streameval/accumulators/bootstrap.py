@@ -1,0 +1,385 @@
+"""Mergeable resampling state: the Poisson bootstrap of a mean and the paired comparison of two
+systems (mean difference, t-test, bootstrap interval, sign-flip randomization test).
+
+Both rest on :class:`ReplicateSums`: for ``R`` replicates and each metric ``m`` the exact weighted
+sums ``S[m][r] = sum_q w(q, r) x[q][m]`` (and, for the bootstrap, the weight totals
+``W[m][r] = sum_q w(q, r)`` over the queries where metric ``m`` is not NaN), where the integer
+weight ``w(q, r)`` is a pure function of the query's key and ``r``
+(:func:`streameval.metrics.stats.poisson_weights` or :func:`~streameval.metrics.stats.sign_flips`).
+Because the weights depend on nothing but the key, and the sums are exact, a state gives the same
+replicates to the last bit whatever the split of the input, the merge order and the worker.
+
+Exactness and speed: added values wait in a ``pending`` list (at most :attr:`ReplicateSums.batch`
+queries). A flush cuts every value into three signed 32-bit integer chunks on a fixed binary grid
+(``x * 2**1126 = (c0 + c1 * 2**32 + c2 * 2**64) * 2**(32 b)``, exact for every finite double, the
+smallest subnormal being 2**-1074), multiplies the chunk matrix by the weight matrix (in float64
+BLAS, exact: every product and partial sum is an integer below 512 * 18 * 2**32 < 2**53) and adds the products to a long accumulator
+per replicate: integer limbs, one per 32-bit bucket ``b``, worth ``limb * 2**(32 b - 1126)``
+(Kulisch's exact accumulator with 32-bit digits; limbs are kept below 2**52 by exact carries, so
+they stay int64). Merging adds limbs. Extraction recombines each replicate's limbs into one exact
+integer and rounds it once. So the value of a state is the exact sum, however it was split,
+merged or flushed.
+
+States are plain lists of ints, floats, strings, lists and int-keyed dicts (Beam's
+FastPrimitivesCoder, no pickling):
+
+* ``ReplicateSums``: ``[totals, limbs, pending]`` - ``totals[m]`` a list of ``R`` ints (empty when
+  the weights are signs), ``limbs[m]`` a dict ``{bucket: [R ints]}``, ``pending`` a list of
+  ``[key text, [value per metric]]``.
+* ``PoissonBootstrap``: ``[MeanMoments state, ReplicateSums state]``.
+* ``PairedComparison``: ``[MeanMoments state of (a, b, b - a), bootstrap ReplicateSums state of
+  b - a, sign-flip ReplicateSums state of b - a, number of queries added, kept]`` where ``kept`` is
+  the list ``[key text, [b - a per metric]]`` of every query while there are at most ``exact_max``
+  of them (so the randomization test is exact on small inputs) and ``None`` beyond.
+
+Memory: O(R x metrics) per state (plus the pending batch), whatever the number of queries.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from ..metrics import stats
+from .moments import MeanMoments, partials_value
+
+__all__ = [
+    "DEFAULT_REPLICATES",
+    "DEFAULT_FLIPS",
+    "DEFAULT_EXACT_MAX",
+    "ReplicateSums",
+    "PoissonBootstrap",
+    "PairedComparison",
+]
+
+DEFAULT_REPLICATES = 200
+DEFAULT_FLIPS = 10_000
+DEFAULT_EXACT_MAX = 20
+
+_GRID = 1126  # x * 2**1126 is an integer for every finite double x (smallest subnormal 2**-1074)
+_MASK32 = np.uint64(0xFFFFFFFF)
+_LIMB_MAX = 1 << 52
+
+
+def _chunks(x: np.ndarray):
+    """Exact integer chunks of finite doubles: (buckets (n, 3) int64, chunks (n, 3) int64) with
+    ``x[i] * 2**1126 == sum_j chunks[i, j] * 2**(32 * buckets[i, j])``."""
+    m, e = np.frexp(x)
+    mant = (m * 9007199254740992.0).astype(np.int64)  # |mant| < 2**53, x = mant * 2**(e - 53)
+    t = (e.astype(np.int64) - 53 + _GRID)  # >= 0
+    b = t >> 5
+    o = (t & 31).astype(np.uint64)
+    a = np.abs(mant).astype(np.uint64)
+    c0 = (a << o) & _MASK32
+    c1 = (a >> (np.uint64(32) - o)) & _MASK32
+    c2 = np.where(o == 0, np.uint64(0), a >> (np.uint64(64) - np.where(o == 0, np.uint64(1), o)))
+    sign = np.where(mant < 0, -1, 1).astype(np.int64)
+    chunks = np.stack([c0, c1, c2], axis=1).astype(np.int64) * sign[:, None]
+    buckets = np.stack([b, b + 1, b + 2], axis=1)
+    return buckets, chunks
+
+
+def _carry(acc: dict) -> None:
+    """Keep every limb below 2**52 in magnitude (exactly: the high part of a limb moves to the
+    next bucket), so int64 additions of flushes (< 2**46) and of other states never overflow."""
+    for b in sorted(acc):
+        arr = np.asarray(acc[b], dtype=np.int64)
+        if arr.size and np.abs(arr).max() >= _LIMB_MAX:
+            hi = arr >> 32  # floor, so the low part stays in [0, 2**32)
+            acc[b] = (arr - (hi << 32)).tolist()
+            nxt = acc.get(b + 1)
+            acc[b + 1] = hi.tolist() if nxt is None else (np.asarray(nxt, dtype=np.int64) + hi).tolist()
+
+
+def _add_limbs(acc: dict, b: int, values) -> None:
+    cur = acc.get(b)
+    acc[b] = (np.asarray(values, dtype=np.int64) if cur is None
+              else np.asarray(cur, dtype=np.int64) + np.asarray(values, dtype=np.int64)).tolist()
+
+
+def _limbs_value(acc: dict, r: int) -> list[float]:
+    """The correctly rounded exact sum of each of ``r`` replicates of a limb accumulator."""
+    if not acc:
+        return [0.0] * r
+    exact = [0] * r
+    for b, row in acc.items():
+        sh = 32 * int(b)
+        exact = [e + (v << sh) for e, v in zip(exact, row)]
+    den = 1 << _GRID
+    return [float(Fraction(e, den)) if e else 0.0 for e in exact]
+
+
+class ReplicateSums:
+    """Exact hash-weighted replicate sums of ``n_metrics`` metrics (see the module docstring).
+
+    ``kind="poisson"``: Poisson(1) weights (stream :data:`~streameval.metrics.stats.BOOTSTRAP_STREAM`),
+    with weight totals; ``kind="sign"``: +1 / -1 weights (stream
+    :data:`~streameval.metrics.stats.FLIP_STREAM`), no totals. ``seed`` keys the hash.
+    """
+
+    def __init__(self, n_metrics: int, replicates: int, kind: str = "poisson", seed: int = 0):
+        if kind not in ("poisson", "sign"):
+            raise ValueError("kind must be 'poisson' or 'sign'")
+        if replicates < 0:
+            raise ValueError("replicates must be >= 0")
+        self.n = int(n_metrics)
+        self.r = int(replicates)
+        self.kind = kind
+        self.seed = int(seed)
+        self.with_totals = kind == "poisson"
+        # pending queries per flush: weight matrices stay around a million entries
+        self.batch = max(1, min(512, (1 << 20) // max(self.r, 1)))
+
+    def create(self) -> list:
+        totals = [[0] * self.r for _ in range(self.n)] if self.with_totals else []
+        return [totals, [{} for _ in range(self.n)], []]
+
+    def add(self, state: list, key, values) -> list:
+        """Add one query (``key`` any :func:`~streameval.metrics.stats.stable_key` key) with one value
+        per metric (NaN: the query does not count for that metric). Non-finite values raise."""
+        vals = [float(v) for v in values]
+        if len(vals) != self.n:
+            raise ValueError(f"expected {self.n} values, got {len(vals)}")
+        for v in vals:
+            if math.isinf(v):
+                raise ValueError(f"metric value {v} is not finite")
+        state[2].append([stats.stable_key(key), vals])
+        if len(state[2]) >= self.batch:
+            self.flush(state)
+        return state
+
+    def weights(self, keys) -> np.ndarray:
+        """int64 (len(keys), R): the weights of these keys in every replicate."""
+        if self.kind == "poisson":
+            return stats.poisson_weights(stats.query_seeds(keys, stats.BOOTSTRAP_STREAM, self.seed), self.r)
+        return stats.sign_flips(stats.query_seeds(keys, stats.FLIP_STREAM, self.seed), self.r)
+
+    def flush(self, state: list) -> list:
+        """Fold the pending queries into the limbs (the state's value does not change)."""
+        pending = state[2]
+        if not pending:
+            return state
+        state[2] = []
+        if self.r == 0:
+            return state
+        n = len(pending)
+        x = np.array([p[1] for p in pending], dtype=np.float64).reshape(n, self.n)
+        valid = np.isfinite(x)
+        idx = np.arange(n)[:, None]
+        # one matrix of rows to weight: every metric's chunk rows (one per bucket), then the
+        # validity masks for the weight totals; one product reads the weight matrix once
+        rows, owners = [], []
+        for m in range(self.n):
+            ok = valid[:, m]
+            if not ok.any():
+                continue
+            buckets, chunks = _chunks(np.where(ok, x[:, m], 0.0))
+            ub, inv = np.unique(buckets, return_inverse=True)
+            c = np.zeros((ub.size, n), dtype=np.float64)
+            c[inv.reshape(buckets.shape), np.broadcast_to(idx, buckets.shape)] = chunks
+            rows.append(c)
+            owners.extend((m, b) for b in ub.tolist())
+            if self.with_totals:
+                rows.append(ok.astype(np.float64)[None, :])
+                owners.append((m, None))
+        if not rows:
+            return state
+        w = self.weights([p[0] for p in pending]).astype(np.float64)  # (n, R)
+        # integers below 512 * 18 * 2**32 < 2**53 throughout: the float64 (BLAS) product is exact
+        prod = (np.vstack(rows) @ w).astype(np.int64)
+        touched = set()
+        for (m, b), row in zip(owners, prod):
+            if b is None:
+                state[0][m] = (np.asarray(state[0][m], dtype=np.int64) + row).tolist()
+            elif row.any():
+                _add_limbs(state[1][m], b, row)
+                touched.add(m)
+        for m in touched:
+            _carry(state[1][m])
+        return state
+
+    def merge(self, states) -> list:
+        out = None
+        for s in states:
+            if out is None:
+                out = [[list(t) for t in s[0]], [dict(a) for a in s[1]], list(s[2])]
+                continue
+            for m in range(self.n):
+                if self.with_totals:
+                    out[0][m] = (np.asarray(out[0][m], dtype=np.int64) + np.asarray(s[0][m], dtype=np.int64)).tolist()
+                if s[1][m]:
+                    acc = out[1][m]
+                    for b, row in s[1][m].items():
+                        _add_limbs(acc, b, row)
+                    _carry(acc)
+            out[2].extend(s[2])
+        if out is None:
+            return self.create()
+        if len(out[2]) >= self.batch:
+            self.flush(out)
+        return out
+
+    def extract(self, state: list) -> tuple[np.ndarray, np.ndarray | None]:
+        """(sums (n_metrics, R) float64, each the correctly rounded exact sum; weight totals
+        (n_metrics, R) int64 or None for signs). Flushes the state."""
+        self.flush(state)
+        sums = np.array([_limbs_value(acc, self.r) for acc in state[1]], dtype=np.float64)
+        sums = sums.reshape(self.n, self.r)
+        totals = np.array(state[0], dtype=np.int64).reshape(self.n, self.r) if self.with_totals else None
+        return sums, totals
+
+
+def _replicate_means(sums: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(totals > 0, sums / np.where(totals > 0, totals, 1), np.nan)
+
+
+class PoissonBootstrap:
+    """Poisson bootstrap of the mean of ``n_metrics`` per-query metrics, mergeable exactly.
+
+    Replicate ``r``'s mean of metric ``m`` is ``S[m][r] / W[m][r]`` (a replicate where every weight
+    is 0 is left out; chance ``exp(-n)``). The interval is the percentile interval of those means
+    (:func:`streameval.metrics.stats.percentile_interval`); fewer than two queries give NaN. The
+    value, count and standard error are :class:`MeanMoments`' (the exact mean of the input).
+    """
+
+    def __init__(self, n_metrics: int, replicates: int = DEFAULT_REPLICATES, seed: int = 0):
+        self.n = int(n_metrics)
+        self.replicates = int(replicates)
+        self.mm = MeanMoments(self.n)
+        self.rs = ReplicateSums(self.n, self.replicates, "poisson", seed)
+
+    def create(self) -> list:
+        return [self.mm.create(), self.rs.create()]
+
+    def add(self, state: list, key, values) -> list:
+        vals = [float(v) for v in values]
+        self.mm.add(state[0], vals)
+        self.rs.add(state[1], key, vals)
+        return state
+
+    def merge(self, states) -> list:
+        states = list(states)
+        if not states:
+            return self.create()
+        return [self.mm.merge([s[0] for s in states]), self.rs.merge([s[1] for s in states])]
+
+    def compact(self, state: list) -> list:
+        self.rs.flush(state[1])
+        return state
+
+    def replicate_means(self, state: list) -> np.ndarray:
+        """(n_metrics, R) replicate means (NaN for a replicate with zero total weight)."""
+        sums, totals = self.rs.extract(state[1])
+        return _replicate_means(sums, totals)
+
+    def extract(self, state: list, level: float = stats.DEFAULT_LEVEL) -> list[dict]:
+        """Per metric: ``{value, num_queries, stderr, ci_low, ci_high, ci_level, ci_method}``
+        (``ci_method`` ``"bootstrap"``; the keys of a metric_result row)."""
+        means = self.replicate_means(state)
+        out = []
+        for m, (mean, n, se) in enumerate(self.mm.extract(state[0])):
+            lo, hi = stats.percentile_interval(means[m], level) if n >= 2 else (math.nan, math.nan)
+            out.append({"value": mean, "num_queries": n, "stderr": se, "ci_low": lo, "ci_high": hi,
+                        "ci_level": level, "ci_method": "bootstrap"})
+        return out
+
+
+class PairedComparison:
+    """Paired comparison of systems A and B over the same queries, for ``n_metrics`` metrics.
+
+    Input per query: its key, A's and B's values (a NaN on either side leaves the query out for
+    that metric). The difference is ``b - a``. Extraction gives, per metric: both means, the mean
+    difference, its standard error, its t interval and Poisson bootstrap percentile interval (the
+    same hash-seeded weights as :class:`PoissonBootstrap`, so the resampling is paired), the paired
+    t-test, and the two-sided sign-flip randomization test of the mean difference: exact (all
+    ``2**n`` sign patterns) while at most ``exact_max`` queries were added, else Monte Carlo over
+    ``flips`` hash-seeded sign patterns, ``p = (1 + #{|T_r| >= |T|}) / (flips + 1)``.
+    """
+
+    def __init__(self, n_metrics: int, replicates: int = DEFAULT_REPLICATES, flips: int = DEFAULT_FLIPS,
+                 exact_max: int = DEFAULT_EXACT_MAX, seed: int = 0):
+        self.n = int(n_metrics)
+        self.replicates = int(replicates)
+        self.flips = int(flips)
+        self.exact_max = int(exact_max)
+        if not 0 <= self.exact_max <= 30:
+            raise ValueError("exact_max must be between 0 and 30 (the exact test enumerates 2**n sign patterns)")
+        self.mm = MeanMoments(3 * self.n)
+        self.boot = ReplicateSums(self.n, self.replicates, "poisson", seed)
+        self.signs = ReplicateSums(self.n, self.flips, "sign", seed)
+
+    def create(self) -> list:
+        return [self.mm.create(), self.boot.create(), self.signs.create(), 0,
+                [] if self.exact_max > 0 else None]
+
+    def add(self, state: list, key, a_values, b_values) -> list:
+        a = [float(v) for v in a_values]
+        b = [float(v) for v in b_values]
+        if len(a) != self.n or len(b) != self.n:
+            raise ValueError(f"expected {self.n} values per system")
+        d = []
+        for m in range(self.n):
+            if math.isnan(a[m]) or math.isnan(b[m]):
+                a[m] = b[m] = math.nan
+            d.append(b[m] - a[m])
+        self.mm.add(state[0], a + b + d)
+        self.boot.add(state[1], key, d)
+        self.signs.add(state[2], key, d)
+        state[3] += 1
+        if state[4] is not None:
+            if state[3] <= self.exact_max:
+                state[4].append([stats.stable_key(key), d])
+            else:
+                state[4] = None
+        return state
+
+    def merge(self, states) -> list:
+        states = list(states)
+        if not states:
+            return self.create()
+        count = sum(s[3] for s in states)
+        kept = None
+        if count <= self.exact_max and all(s[4] is not None for s in states):
+            kept = [list(k) for s in states for k in s[4]]
+        return [self.mm.merge([s[0] for s in states]), self.boot.merge([s[1] for s in states]),
+                self.signs.merge([s[2] for s in states]), count, kept]
+
+    def compact(self, state: list) -> list:
+        self.boot.flush(state[1])
+        self.signs.flush(state[2])
+        return state
+
+    def extract(self, state: list, level: float = stats.DEFAULT_LEVEL) -> list[dict]:
+        """Per metric a dict: ``num_queries, mean_a, mean_b, diff, stderr, ci_level, t_low, t_high,
+        boot_low, boot_high, t, p_t, p_perm, perm_method ("exact" | "monte-carlo" | None),
+        perm_samples`` (sign patterns behind p_perm)."""
+        moments = self.mm.extract(state[0])
+        boot_sums, boot_tot = self.boot.extract(state[1])
+        boot_means = _replicate_means(boot_sums, boot_tot)
+        flip_sums, _ = self.signs.extract(state[2])
+        kept = sorted(state[4], key=lambda k: k[0]) if state[4] is not None else None
+        out = []
+        for m in range(self.n):
+            mean_a, n, _ = moments[m]
+            mean_b = moments[self.n + m][0]
+            diff, _, se = moments[2 * self.n + m]
+            t_low, t_high = stats.t_interval(diff, n, se, level)
+            b_low, b_high = stats.percentile_interval(boot_means[m], level) if n >= 2 else (math.nan, math.nan)
+            t, p_t = stats.t_test(diff, n, se)
+            if n == 0:
+                p_perm, method, samples = math.nan, None, 0
+            elif kept is not None:
+                p_perm, method, samples = stats.sign_flip_pvalue_exact([k[1][m] for k in kept]), "exact", 2 ** n
+            elif self.flips > 0:
+                total = partials_value(state[0][1][2 * self.n + m])
+                p_perm, method, samples = stats.sign_flip_pvalue_mc(total, flip_sums[m]), "monte-carlo", self.flips
+            else:
+                p_perm, method, samples = math.nan, None, 0
+            out.append({"num_queries": n, "mean_a": mean_a, "mean_b": mean_b, "diff": diff, "stderr": se,
+                        "ci_level": level, "t_low": t_low, "t_high": t_high, "boot_low": b_low,
+                        "boot_high": b_high, "t": t, "p_t": p_t, "p_perm": p_perm, "perm_method": method,
+                        "perm_samples": samples})
+        return out

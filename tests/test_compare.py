@@ -1,0 +1,304 @@
+"""Paired comparison: the paired t-test against scipy.stats.ttest_rel, the sign-flip test against a
+brute-force enumeration (and scipy.stats.permutation_test), the mergeable state's merge-order
+invariance, the Beam transform, and ``streameval compare`` on synthetic files and on DL-HARD."""
+
+import itertools
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats as sst
+
+from streameval import api
+from streameval.accumulators.bootstrap import PairedComparison
+from streameval.commands import compare
+from streameval.metrics import stats
+
+from .conftest import REPO, data_path
+from .test_stats import coder_round_trip, random_tree_merge, same, split
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*judged queries have no results:UserWarning"),
+    pytest.mark.filterwarnings("ignore:.*run queries have no judgments:UserWarning"),
+]
+
+
+def brute_force_sign_flip(d):
+    """Every sign pattern, sums in exact rationals."""
+    d = [Fraction(x) for x in d]
+    t = abs(sum(d))
+    hits = sum(1 for signs in itertools.product((1, -1), repeat=len(d))
+               if abs(sum(s * x for s, x in zip(signs, d))) >= t)
+    return hits / 2 ** len(d)
+
+
+def feed(pc, a, b, keys=None):
+    s = pc.create()
+    for i in range(len(a)):
+        pc.add(s, keys[i] if keys else f"q{i}", a[i], b[i])
+    return s
+
+
+# --------------------------------------------------------------------------------------------
+# the tests themselves
+
+
+# metric-like values (squares of values below ~1e-154 underflow in any float implementation)
+score = st.one_of(st.just(0.0), st.just(1.0), st.floats(1e-9, 1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(score, score), min_size=2, max_size=50))
+def test_paired_t_matches_scipy(pairs):
+    a = np.array([p[0] for p in pairs])
+    b = np.array([p[1] for p in pairs])
+    pc = PairedComparison(1, replicates=10, flips=0, exact_max=0)
+    res = pc.extract(feed(pc, a[:, None], b[:, None]))[0]
+    d = b - a
+    if np.all(d == d[0]):  # no variance: scipy warns and divides by zero
+        return
+    want = sst.ttest_rel(b, a)
+    assert res["t"] == pytest.approx(want.statistic, rel=1e-9, abs=1e-12)
+    assert res["p_t"] == pytest.approx(want.pvalue, rel=1e-9, abs=1e-15)
+    assert stats.paired_t_test(a, b) == pytest.approx((want.statistic, want.pvalue), rel=1e-9, abs=1e-12)
+    lo, hi = sst.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=sst.sem(d))
+    assert (res["t_low"], res["t_high"]) == pytest.approx((lo, hi), rel=1e-9, abs=1e-12)
+    assert res["diff"] == math.fsum(d.tolist()) / len(d)
+    assert res["mean_a"] == math.fsum(a.tolist()) / len(a) and res["mean_b"] == math.fsum(b.tolist()) / len(b)
+
+
+def test_t_test_edges():
+    assert stats.t_test(0.1, 10, 0.0) == (math.inf, 0.0)
+    assert all(math.isnan(v) for v in stats.t_test(0.0, 10, 0.0))
+    assert all(math.isnan(v) for v in stats.t_test(0.1, 1, math.nan))
+
+
+def test_exact_sign_flip_matches_brute_force_and_scipy():
+    rng = np.random.default_rng(3)
+    for n in range(1, 13):
+        # values on a coarse grid, so exact ties between sign patterns happen
+        d = (rng.integers(-4, 5, size=n) * 0.1).tolist()
+        assert stats.sign_flip_pvalue_exact(d) == brute_force_sign_flip(d), d
+        c = rng.normal(0.05, 0.2, size=n)
+        p = stats.sign_flip_pvalue_exact(c)
+        assert p == brute_force_sign_flip(c.tolist())
+        if n < 2:
+            continue
+        ref = sst.permutation_test((c, np.zeros(n)), lambda x, y, axis: np.mean(x - y, axis=axis),
+                                   permutation_type="samples", n_resamples=math.inf, vectorized=True)
+        assert p == pytest.approx(ref.pvalue, abs=1e-12)
+    assert stats.sign_flip_pvalue_exact([0.0, 0.0]) == 1.0
+    assert stats.sign_flip_pvalue_exact([0.3]) == 1.0
+    assert math.isnan(stats.sign_flip_pvalue_exact([math.nan]))
+    # 26 differences: meet in the middle against scipy's exact enumeration is too slow; check
+    # the symmetry instead (flipping every sign keeps p)
+    d = rng.normal(0.1, 0.3, size=26)
+    assert stats.sign_flip_pvalue_exact(d) == stats.sign_flip_pvalue_exact(-d)
+
+
+def test_state_permutation_p_exact_then_monte_carlo():
+    rng = np.random.default_rng(8)
+    a = rng.random((30, 2))
+    b = a + rng.normal(0.04, 0.15, size=(30, 2))
+    # up to exact_max queries: the exact p-value, to the bit
+    pc = PairedComparison(2, replicates=20, flips=4000, exact_max=14)
+    res = pc.extract(feed(pc, a[:14], b[:14]))
+    for m in range(2):
+        assert res[m]["perm_method"] == "exact" and res[m]["perm_samples"] == 2 ** 14
+        assert res[m]["p_perm"] == brute_force_sign_flip((b[:14, m] - a[:14, m]).tolist())
+    # beyond: Monte Carlo over hash-seeded sign patterns, within sampling error of the exact value
+    res = pc.extract(feed(pc, a, b))
+    for m in range(2):
+        exact = stats.sign_flip_pvalue_exact(b[:, m] - a[:, m])
+        assert res[m]["perm_method"] == "monte-carlo" and res[m]["perm_samples"] == 4000
+        assert abs(res[m]["p_perm"] - exact) <= 4 * math.sqrt(exact * (1 - exact) / 4000) + 1 / 4000
+    # the Monte Carlo p-value is (1 + hits) / (R + 1) over exactly these signs
+    keys = [f"q{i}" for i in range(30)]
+    signs = pc.signs.weights(keys)
+    d = b[:, 0] - a[:, 0]
+    t_obs = math.fsum(d.tolist())
+    reps = [float(sum(Fraction(int(signs[q, r])) * Fraction(d[q]) for q in range(30))) for r in range(4000)]
+    assert res[0]["p_perm"] == (1 + sum(abs(x) >= abs(t_obs) for x in reps)) / 4001
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1), st.one_of(st.floats(0, 1), st.just(math.nan))), max_size=30),
+       st.integers(0, 2 ** 32))
+def test_paired_state_is_identical_whatever_the_split_and_merge_order(rows, seed):
+    rnd = random.Random(seed)
+    pc = PairedComparison(2, replicates=40, flips=300, exact_max=12)
+    data = [(f"q{i}", [a, 0.5 * a], [b, 1 - a]) for i, (a, b) in enumerate(rows)]
+    one = pc.create()
+    for k, a, b in data:
+        pc.add(one, k, a, b)
+    pieces = []
+    for part in split(data, rnd):
+        s = pc.create()
+        for k, a, b in part:
+            pc.add(s, k, a, b)
+        if rnd.random() < 0.5:
+            pc.compact(s)
+        pieces.append(coder_round_trip(s))
+    merged = random_tree_merge(pieces, pc.merge, rnd)
+    got, want = pc.extract(merged), pc.extract(one)
+    for g, w in zip(got, want):
+        assert all(same(g[k], w[k]) for k in g), (g, w)
+    assert (merged[4] is None) == (len(rows) > 12)
+
+
+def test_paired_bootstrap_uses_the_same_weights_as_the_bootstrap():
+    """The difference's replicates are the replicates of B minus those of A (same query keys)."""
+    from streameval.accumulators.bootstrap import PoissonBootstrap
+
+    rng = np.random.default_rng(4)
+    a, b = rng.random(40), rng.random(40)
+    boot = PoissonBootstrap(2, replicates=50)
+    s = boot.create()
+    for i in range(40):
+        boot.add(s, f"q{i}", [a[i], b[i]])
+    means = boot.replicate_means(s)
+    pc = PairedComparison(1, replicates=50, flips=0, exact_max=0)
+    res = pc.extract(feed(pc, a[:, None], b[:, None]))[0]
+    lo, hi = stats.percentile_interval(means[1] - means[0])
+    assert res["boot_low"] == pytest.approx(lo, abs=1e-12) and res["boot_high"] == pytest.approx(hi, abs=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# Beam
+
+
+_SINK: dict = {}
+
+
+def _collect(x, key):
+    _SINK.setdefault(key, []).append(x)
+
+
+def test_compare_systems_transform():
+    import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    from streameval.beam.stats import CompareSystems
+
+    rng = np.random.default_rng(9)
+    elements, scores = [], {}
+    for window in (0, 3600):
+        for q in range(25):
+            for system in ("base", "new", "other"):
+                if system == "other" and q % 5 == 0:
+                    continue  # 'other' misses some queries: they are not paired
+                vals = [float(rng.random()), float(rng.random())]
+                reps = [vals]
+                if system == "new" and q == 3:  # two requests for one query: averaged
+                    reps.append([float(rng.random()), float(rng.random())])
+                for v in reps:
+                    for label in ("all", f"g={q % 2}"):
+                        elements.append(((window, window + 3600, label, system), (f"q{q}", v)))
+                scores[(window, system, q)] = [math.fsum(c) / len(c) for c in zip(*reps)]
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        (p | beam.Create(elements, reshuffle=False)
+         | CompareSystems(["m1", "m2"], baseline="base", replicates=30, flips=500, exact_max=5)
+         | beam.Map(_collect, "compare"))
+    rows = _SINK.pop("compare")
+    assert len(rows) == 2 * 3 * 2 * 2  # windows x slices x pairs x metrics
+    pc = PairedComparison(2, replicates=30, flips=500, exact_max=5)
+    for r in rows:
+        qs = [q for q in range(25) if r["slice"] == "all" or r["slice"] == f"g={q % 2}"]
+        qs = [q for q in qs if (r["window_start"], r["system_b"], q) in scores]
+        s = pc.create()
+        for q in qs:
+            pc.add(s, f"q{q}", scores[(r["window_start"], "base", q)], scores[(r["window_start"], r["system_b"], q)])
+        want = pc.extract(s)[0 if r["metric"] == "m1" else 1]
+        assert r["system_a"] == "base" and r["num_queries"] == len(qs)
+        for k in ("diff", "t_low", "boot_low", "boot_high", "p_t", "p_perm"):
+            assert r[k] == want[k], (k, r)
+
+
+# --------------------------------------------------------------------------------------------
+# the command
+
+
+def write_trec(tmp_path, rng, n_queries=8):
+    qrels, run_a, run_b = [], [], []
+    for q in range(n_queries):
+        for d in range(6):
+            qrels.append(f"{q} 0 d{d} {int(rng.integers(0, 3))}")
+        for name, lines in (("a", run_a), ("b", run_b)):
+            for rank, d in enumerate(rng.permutation(6)):
+                lines.append(f"{q} Q0 d{d} {rank + 1} {10 - rank} {name}")
+    paths = {}
+    for name, lines in (("qrels", qrels), ("a.run", run_a), ("b.run", run_b)):
+        paths[name] = tmp_path / name
+        paths[name].write_text("\n".join(lines) + "\n")
+    return paths
+
+
+def test_compare_command_small(tmp_path, capsys):
+    paths = write_trec(tmp_path, np.random.default_rng(2))
+    rc = compare.main([str(paths["qrels"]), str(paths["a.run"]), str(paths["b.run"]), "-m", "ndcg@5", "-m", "P_3",
+                       "--json"])
+    assert rc == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["metric"] for r in rows] == ["ndcg@5", "P@3"]
+    res = api.evaluate(str(paths["qrels"]), str(paths["a.run"]), ["ndcg@5", "P@3"], per_query=True)
+    res_b = api.evaluate(str(paths["qrels"]), str(paths["b.run"]), ["ndcg@5", "P@3"], per_query=True)
+    for r in rows:
+        a = res.per_query[r["metric"]].to_numpy()
+        b = res_b.per_query[r["metric"]].to_numpy()
+        assert r["system_a"] == "a" and r["system_b"] == "b" and r["num_queries"] == 8
+        assert r["mean_a"] == res.means[r["metric"]] and r["mean_b"] == res_b.means[r["metric"]]
+        assert r["perm_method"] == "exact" and r["p_perm"] == brute_force_sign_flip((b - a).tolist())
+        assert r["p_t"] == pytest.approx(sst.ttest_rel(b, a).pvalue, rel=1e-9)
+    assert compare.main([str(paths["qrels"]), str(paths["a.run"]), str(paths["b.run"]), "-m", "nonsense"]) == 1
+    assert "nonsense" in capsys.readouterr().err
+
+
+def test_compare_dl_hard(capsys):
+    qrels = data_path("dl_hard_passage", "dl_hard-passage.qrels")
+    runs = data_path("dl_hard_passage", "runs")
+    rc = compare.main([str(qrels), str(runs / "bm25.run"), str(runs / "bm25+bert(zs).run"),
+                       str(runs / "bm25+t5(zs).run"), "-l", "2", "-c", "-M", "1000", "-m", "ndcg@10", "-m", "map",
+                       "--json"])
+    assert rc == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 4
+    opts = dict(relevance_level=2, complete=True, depth=1000, per_query=True)
+    base = api.evaluate(str(qrels), str(runs / "bm25.run"), ["ndcg@10", "map"], **opts)
+    assert base.means["map"] == pytest.approx(0.1731, abs=5e-5)  # trec_eval's bm25.run.eval
+    for r in rows:
+        other = api.evaluate(str(qrels), str(runs / (r["system_b"] + ".run")), ["ndcg@10", "map"], **opts)
+        a = base.per_query[r["metric"]].to_numpy()
+        b = other.per_query.loc[base.per_query.index, r["metric"]].to_numpy()
+        assert r["num_queries"] == 50 and r["perm_method"] == "monte-carlo"
+        assert r["mean_a"] == base.means[r["metric"]] and r["mean_b"] == other.means[r["metric"]]
+        assert r["diff"] == pytest.approx((b - a).mean(), abs=1e-15)
+        want = sst.ttest_rel(b, a)
+        assert r["t"] == pytest.approx(want.statistic, rel=1e-9) and r["p_t"] == pytest.approx(want.pvalue, rel=1e-9)
+        assert r["t_low"] < r["diff"] < r["t_high"] and r["boot_low"] < r["diff"] < r["boot_high"]
+        # the randomization test agrees with scipy's (independent random permutations)
+        ref = sst.permutation_test((b, a), lambda x, y, axis: np.mean(x - y, axis=axis), permutation_type="samples",
+                                   n_resamples=20000, vectorized=True, random_state=0).pvalue
+        assert abs(r["p_perm"] - ref) <= 4 * math.sqrt(ref * (1 - ref) / 10000) + 2e-4
+    # the table prints every pair
+    assert compare.main([str(qrels), str(runs / "bm25.run"), str(runs / "bm25+bert(zs).run"), "-l", "2", "-c",
+                         "-M", "1000", "-m", "ndcg@10"]) == 0
+    out = capsys.readouterr().out
+    assert "bm25+bert(zs) vs bm25: 50 paired queries" in out and "ndcg@10" in out
+
+
+def test_compare_and_report_do_not_import_beam(tmp_path):
+    paths = write_trec(tmp_path, np.random.default_rng(1))
+    code = ("import sys; from streameval.cli import main; "
+            f"rc = main(['compare', {str(paths['qrels'])!r}, {str(paths['a.run'])!r}, {str(paths['b.run'])!r}]); "
+            "from streameval.commands import report; "
+            "assert rc == 0 and 'apache_beam' not in sys.modules, sorted(m for m in sys.modules if 'beam' in m)")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)

@@ -1,0 +1,396 @@
+"""Confidence intervals and the mergeable Poisson bootstrap: intervals against scipy.stats, the
+stable weight generator against an independent implementation and the Poisson(1) law, exact
+replicate sums against rational arithmetic, merge-order invariance (hypothesis), coverage by
+simulation, and the Beam CombineFn."""
+
+import hashlib
+import math
+import os
+import random
+import subprocess
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats as sst
+
+from streameval.accumulators.bootstrap import PoissonBootstrap, ReplicateSums
+from streameval.accumulators.moments import MeanMoments
+from streameval.metrics import stats
+
+from .conftest import REPO
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def random_tree_merge(states, merge, rnd):
+    """Merge states in a random binary tree, sometimes through an empty merge."""
+    states = list(states)
+    while len(states) > 1:
+        i = rnd.randrange(len(states) - 1)
+        parts = [states[i + 1], states[i]] if rnd.random() < 0.5 else [states[i], states[i + 1]]
+        if rnd.random() < 0.2:
+            parts.append(merge([]))
+        states[i:i + 2] = [merge(parts)]
+    return states[0] if states else merge([])
+
+
+def split(seq, rnd):
+    seq = list(seq)
+    rnd.shuffle(seq)
+    cuts = sorted(rnd.sample(range(len(seq) + 1), min(len(seq) + 1, rnd.randint(1, 6))))
+    return [seq[a:b] for a, b in zip([0] + cuts, cuts + [len(seq)])]
+
+
+def coder_round_trip(state):
+    """Encode and decode with Beam's FastPrimitivesCoder, refusing any pickled fallback."""
+    from apache_beam.coders import FastPrimitivesCoder
+
+    def check(x):
+        if isinstance(x, bool) or x is None or isinstance(x, (float, str)):
+            return
+        if isinstance(x, int):
+            assert -(1 << 63) <= x < (1 << 63), "int outside int64 would be pickled"
+            return
+        if isinstance(x, (list, tuple)):
+            for v in x:
+                check(v)
+            return
+        if isinstance(x, dict):
+            for k, v in x.items():
+                check(k)
+                check(v)
+            return
+        raise AssertionError(f"{type(x).__name__} in accumulator")
+
+    check(state)
+    c = FastPrimitivesCoder()
+    return c.decode(c.encode(state))
+
+
+def same(a, b):
+    return (a is None and b is None) or a == b or (isinstance(a, float) and isinstance(b, float)
+                                                  and math.isnan(a) and math.isnan(b))
+
+
+# --------------------------------------------------------------------------------------------
+# intervals
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=2, max_size=60),
+       st.floats(0.5, 0.999))
+def test_t_interval_matches_scipy(xs, level):
+    mm = MeanMoments(1)
+    s = mm.create()
+    for x in xs:
+        mm.add(s, [x])
+    mean, n, se = mm.extract(s)[0]
+    lo, hi = stats.t_interval(mean, n, se, level)
+    a = np.array(xs)
+    sem = sst.sem(a)
+    if sem == 0 or not np.isfinite(sem):
+        assert lo == hi == mean
+        return
+    want = sst.t.interval(level, n - 1, loc=a.mean(), scale=sem)
+    scale = max(abs(want[0]), abs(want[1]), sem, 1e-300)
+    assert abs(lo - want[0]) <= 1e-9 * scale and abs(hi - want[1]) <= 1e-9 * scale
+
+
+def test_t_interval_edges():
+    assert all(math.isnan(v) for v in stats.t_interval(0.5, 1, math.nan))
+    assert all(math.isnan(v) for v in stats.t_interval(0.5, 0, math.nan))
+    assert all(math.isnan(v) for v in stats.t_interval(0.5, 10, None))
+    assert stats.t_interval(0.5, 10, 0.0) == (0.5, 0.5)
+    lo, hi = stats.t_interval(1.0, 3, 0.5, 0.9)
+    assert hi - 1.0 == pytest.approx(sst.t.ppf(0.95, 2) * 0.5)
+    with pytest.raises(ValueError):
+        stats.t_interval(0.5, 10, 0.1, 1.5)
+
+
+@pytest.mark.parametrize("level", [0.8, 0.95, 0.99])
+def test_wilson_matches_scipy(level):
+    for n in (1, 2, 7, 50, 1000, 30000):
+        for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
+            if not 0 <= k <= n:
+                continue
+            want = sst.binomtest(k, n).proportion_ci(level, method="wilson")
+            lo, hi = stats.wilson_interval(k, n, level)
+            assert lo == pytest.approx(want.low, abs=1e-12) and hi == pytest.approx(want.high, abs=1e-12), (k, n)
+    lo, hi = stats.wilson_interval(np.array([0, 5]), np.array([10, 0]), level)
+    assert lo[0] == 0.0 and hi[0] > 0 and math.isnan(lo[1]) and math.isnan(hi[1])
+
+
+def test_normal_and_percentile_intervals():
+    lo, hi = stats.normal_interval(0.3, 0.01, 0.9)
+    assert (lo, hi) == pytest.approx(sst.norm.interval(0.9, loc=0.3, scale=0.01))
+    # type 6: the (R + 1) p-th order statistic; 199 values 1..199, 95%: the 5th and 195th
+    reps = np.arange(1, 200, dtype=float)
+    rng = np.random.default_rng(0)
+    assert stats.percentile_interval(rng.permutation(reps), 0.95) == pytest.approx((5.0, 195.0))
+    assert stats.percentile_interval(np.append(reps, np.nan), 0.95) == pytest.approx((5.0, 195.0))
+    # brute force on random replicates: interpolate between order statistics at (R + 1) p
+    r = np.sort(rng.random(137))
+    for p in (0.025, 0.1, 0.9, 0.975):
+        h = (len(r) + 1) * p
+        j = int(math.floor(h))
+        want = r[j - 1] + (h - j) * (r[j] - r[j - 1])
+        got = stats.percentile_interval(r, 1 - 2 * p if p < 0.5 else 2 * p - 1)[0 if p < 0.5 else 1]
+        assert got == pytest.approx(want, rel=1e-12)
+    assert all(math.isnan(v) for v in stats.percentile_interval([0.3], 0.95))
+
+
+def test_row_interval_picks_the_method():
+    ctr = stats.row_interval("ctr@pos2", 0.004, 5000, 0.0009, 0.95)
+    want = sst.binomtest(20, 5000).proportion_ci(0.95, method="wilson")
+    assert ctr["ci_method"] == "wilson" and ctr["ci_level"] == 0.95
+    assert (ctr["ci_low"], ctr["ci_high"]) == pytest.approx((want.low, want.high), abs=1e-12)
+    nd = stats.row_interval("ndcg@10", 0.4, 50, 0.04, 0.9)
+    assert nd["ci_method"] == "t" and (nd["ci_low"], nd["ci_high"]) == stats.t_interval(0.4, 50, 0.04, 0.9)
+    assert stats.row_interval("num_rel", 3000.0, 50, None)["ci_low"] is None
+    assert stats.row_interval("map", 0.2, 1, None)["ci_method"] is None
+    assert stats.row_interval("ctr", math.nan, 0, math.nan)["ci_low"] is None
+
+
+# --------------------------------------------------------------------------------------------
+# the stable weights
+
+_M64 = (1 << 64) - 1
+
+
+def _splitmix64(seed, r):
+    z = (seed + (r + 1) * 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def test_weights_follow_the_documented_scheme():
+    """An independent implementation: hashlib BLAKE2b, splitmix64 in Python ints, scipy's Poisson
+    quantile function on the top 53 bits."""
+    keys = [f"query-{i}" for i in range(200)] + ["1048585", "q1"]
+    seeds = stats.query_seeds(keys, seed=7)
+    got = stats.poisson_weights(seeds, 25)
+    signs = stats.sign_flips(stats.query_seeds(keys, stats.FLIP_STREAM, seed=7), 130)
+    for i, k in enumerate(keys):
+        h = hashlib.blake2b(k.encode(), digest_size=8, key=(7).to_bytes(8, "little"), person=b"streameval-boot")
+        s = int.from_bytes(h.digest(), "little")
+        assert int(seeds[i]) == s
+        u = np.array([_splitmix64(s, r) >> 11 for r in range(25)], dtype=np.float64) / 2.0 ** 53
+        assert got[i].tolist() == sst.poisson.ppf(u, 1.0).astype(int).tolist()
+        hf = hashlib.blake2b(k.encode(), digest_size=8, key=(7).to_bytes(8, "little"), person=b"streameval-flip")
+        sf = int.from_bytes(hf.digest(), "little")
+        want = [1 - 2 * ((_splitmix64(sf, r // 64) >> (r % 64)) & 1) for r in range(130)]
+        assert signs[i].tolist() == want
+    # pinned values: changing the scheme changes every published bootstrap interval
+    assert stats.poisson_weights(stats.query_seeds(["q1"]), 12).tolist() == [[0, 2, 1, 3, 1, 0, 0, 2, 0, 2, 2, 2]]
+    assert stats.stable_key(("a", 3)) == "a\x1f3" and stats.stable_key(b"q") == "q"
+    with pytest.raises(TypeError):
+        stats.stable_key(1.5)
+
+
+def test_poisson_thresholds_are_the_poisson_cdf():
+    t = stats.POISSON_THRESHOLDS.astype(np.float64) / 2.0 ** 53
+    assert np.allclose(t, sst.poisson.cdf(np.arange(len(t)), 1.0), rtol=0, atol=2e-16)
+    assert int(stats.POISSON_THRESHOLDS[-1]) == 1 << 53
+
+
+def test_weights_are_poisson_one_and_independent():
+    keys = [f"k{i}" for i in range(4000)]
+    w = stats.poisson_weights(stats.query_seeds(keys), 100)  # 400,000 draws
+    counts = np.bincount(w.ravel(), minlength=8)
+    probs = sst.poisson.pmf(np.arange(7), 1.0)
+    expected = np.append(probs, 1 - probs.sum()) * w.size
+    observed = np.append(counts[:7], counts[7:].sum())
+    assert sst.chisquare(observed, expected).pvalue > 1e-3
+    assert abs(w.mean() - 1) < 0.01 and abs(w.var() - 1) < 0.02
+    # no correlation between replicates of a key, nor between keys in a replicate
+    assert abs(np.corrcoef(w[:, 0], w[:, 1])[0, 1]) < 0.06
+    assert abs(np.corrcoef(w[0::2].ravel(), w[1::2].ravel())[0, 1]) < 0.01
+    # the user seed gives other weights
+    other = stats.poisson_weights(stats.query_seeds(keys, seed=1), 100)
+    assert (other != w).mean() > 0.5
+    s = stats.sign_flips(stats.query_seeds(keys, stats.FLIP_STREAM), 100)
+    assert set(np.unique(s).tolist()) == {-1, 1} and abs(s.mean()) < 0.01
+
+
+def test_weights_do_not_depend_on_python_hash_seed():
+    code = ("from streameval.metrics import stats; "
+            "print(stats.poisson_weights(stats.query_seeds(['a', 'query 17', ('x', 2)]), 40).tolist())")
+    outs = set()
+    for seed in ("1", "2", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(REPO))
+        outs.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                check=True).stdout)
+    assert len(outs) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# exact replicate sums
+
+
+@pytest.mark.parametrize("kind", ["poisson", "sign"])
+def test_replicate_sums_are_exact(kind):
+    rng = np.random.default_rng(5)
+    n, m, r = 700, 3, 30  # more queries than one flush batch
+    x = rng.random((n, m))
+    x[rng.random((n, m)) < 0.1] = np.nan
+    x[:, 2] *= 1e6
+    x[:6, 1] = [1e-300, 5e-324, -1e200, 3.0, -7.5, 0.0]
+    keys = [f"q{i}" for i in range(n)]
+    rs = ReplicateSums(m, r, kind)
+    state = rs.create()
+    for k, row in zip(keys, x):
+        rs.add(state, k, row)
+    sums, totals = rs.extract(coder_round_trip(state))
+    w = rs.weights(keys)
+    for j in range(m):
+        ok = np.isfinite(x[:, j])
+        for rep in range(r):
+            exact = sum((Fraction(int(w[q, rep])) * Fraction(float(x[q, j])) for q in range(n) if ok[q]), Fraction(0))
+            assert sums[j, rep] == float(exact)
+            if kind == "poisson":
+                assert totals[j, rep] == w[ok, rep].sum()
+    with pytest.raises(ValueError):
+        rs.add(rs.create(), "q", [math.inf, 0.0, 0.0])
+
+
+def test_limbs_carry_without_overflow():
+    """Many large values in one replicate: limbs stay int64 and the sum stays exact."""
+    rs = ReplicateSums(1, 3)
+    state = rs.create()
+    big = float(2 ** 52 - 1) * 2.0 ** 30
+    for i in range(3000):
+        rs.add(state, f"k{i}", [big])
+    states = [state, rs.create()]
+    for i in range(3000, 4000):
+        rs.add(states[1], f"k{i}", [-big / 3])
+    merged = rs.merge([coder_round_trip(s) for s in states])
+    sums, totals = rs.extract(merged)
+    w = rs.weights([f"k{i}" for i in range(4000)])
+    for rep in range(3):
+        exact = Fraction(big) * int(w[:3000, rep].sum()) + Fraction(-big / 3) * int(w[3000:, rep].sum())
+        assert sums[0, rep] == float(exact)
+
+
+# --------------------------------------------------------------------------------------------
+# the bootstrap state
+
+
+finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=6), finite, st.one_of(st.floats(0, 1), st.just(math.nan))),
+                max_size=40),
+       st.integers(0, 2 ** 32), st.sampled_from([0.9, 0.95]))
+def test_bootstrap_is_identical_whatever_the_split_and_merge_order(rows, seed, level):
+    rnd = random.Random(seed)
+    boot = PoissonBootstrap(2, replicates=64, seed=seed % 5)
+    one = boot.create()
+    for key, a, b in rows:
+        boot.add(one, key, [a, b])
+    pieces = []
+    for part in split(rows, rnd):
+        s = boot.create()
+        for key, a, b in part:
+            boot.add(s, key, [a, b])
+        if rnd.random() < 0.5:
+            boot.compact(s)
+        pieces.append(coder_round_trip(s))
+    merged = random_tree_merge(pieces, boot.merge, rnd)
+    got, want = boot.extract(merged, level), boot.extract(one, level)
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys() and all(same(g[k], w[k]) for k in g)
+    means = boot.replicate_means(merged)
+    assert np.array_equal(means, boot.replicate_means(one), equal_nan=True)
+    # brute force: each replicate's mean is the exact weighted sum / the weight total
+    if rows:
+        w = boot.rs.weights([stats.stable_key(r[0]) for r in rows])
+        for m in range(2):
+            vals = [r[1 + m] for r in rows]
+            for rep in range(0, 64, 9):
+                tot = sum(int(w[i, rep]) for i, v in enumerate(vals) if not math.isnan(v))
+                exact = sum((Fraction(int(w[i, rep])) * Fraction(v) for i, v in enumerate(vals) if not math.isnan(v)),
+                            Fraction(0))
+                want_mean = float(exact) / tot if tot else math.nan
+                assert same(means[m, rep], want_mean)
+
+
+def test_bootstrap_edges():
+    boot = PoissonBootstrap(2, replicates=50)
+    empty = boot.extract(boot.merge([]))
+    assert empty[0]["num_queries"] == 0 and math.isnan(empty[0]["value"]) and math.isnan(empty[0]["ci_low"])
+    s = boot.create()
+    boot.add(s, "q", [0.5, math.nan])
+    one = boot.extract(s)
+    assert one[0]["value"] == 0.5 and math.isnan(one[0]["ci_low"]) and one[1]["num_queries"] == 0
+    for i in range(30):
+        boot.add(s, f"q{i}", [0.5, 1.0])
+    res = boot.extract(s)
+    assert res[0]["ci_low"] == res[0]["ci_high"] == 0.5 and res[0]["ci_method"] == "bootstrap"
+
+
+def test_bootstrap_coverage_simulation():
+    """1,000 trials of 100 skewed per-query scores (30% zeros, else Beta(2, 3)), each through the
+    Poisson bootstrap state with the default 200 replicates: the 95% percentile interval covers
+    the true mean within 2 points of 95%. The t interval is checked alongside."""
+    trials, n, true = 1000, 100, 0.7 * 0.4
+    rng = np.random.default_rng(2026)
+    x = np.where(rng.random((trials, n)) < 0.3, 0.0, rng.beta(2.0, 3.0, size=(trials, n)))
+    boot = PoissonBootstrap(1)
+    hits_boot = hits_t = 0
+    for t in range(trials):
+        s = boot.create()
+        for i in range(n):
+            boot.add(s, f"trial{t}/q{i}", [x[t, i]])
+        r = boot.extract(s)[0]
+        hits_boot += r["ci_low"] <= true <= r["ci_high"]
+        lo, hi = stats.t_interval(r["value"], r["num_queries"], r["stderr"])
+        hits_t += lo <= true <= hi
+    assert abs(hits_boot / trials - 0.95) <= 0.02, hits_boot / trials
+    assert abs(hits_t / trials - 0.95) <= 0.02, hits_t / trials
+
+
+# --------------------------------------------------------------------------------------------
+# the Beam CombineFn
+
+
+_SINK: dict = {}
+
+
+def _collect(x, key):
+    _SINK.setdefault(key, []).append(x)
+
+
+def test_bootstrap_combinefn_in_a_pipeline():
+    import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    from streameval.beam.stats import BootstrapMeanCombineFn
+
+    rng = np.random.default_rng(11)
+    data = [(f"sys{i % 2}", (f"q{i // 2}", [float(rng.random()), float(rng.integers(0, 40))]))
+            for i in range(600)]
+    fn = BootstrapMeanCombineFn(2, replicates=80, level=0.9, totals=[False, True])
+    want = {}
+    for system in ("sys0", "sys1"):
+        acc = fn.create_accumulator()
+        for s, el in data:
+            if s == system:
+                fn.add_input(acc, el)
+        want[system] = fn.extract_output(acc)
+    assert want["sys0"][0]["ci_method"] == "bootstrap" and want["sys0"][1]["ci_low"] is None
+    assert want["sys0"][1]["value"] == math.fsum(el[1][1] for s, el in data if s == "sys0")
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        (p | beam.Create(data, reshuffle=False) | beam.Reshuffle()
+         | beam.CombinePerKey(BootstrapMeanCombineFn(2, replicates=80, level=0.9, totals=[False, True]))
+         | beam.Map(_collect, "bootstrap"))
+    got = _SINK.pop("bootstrap")
+    assert len(got) == 2 and dict(got) == want
+    empty = fn.extract_output(fn.merge_accumulators([]))
+    assert empty[0]["num_queries"] == 0 and math.isnan(empty[0]["value"]) and empty[0]["ci_low"] is None
