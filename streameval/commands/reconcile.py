@@ -27,9 +27,10 @@ import argparse
 import csv
 import json
 import math
-import os
 import sys
 from datetime import datetime, timezone
+
+from ..io import results
 
 __all__ = ["main", "read_table", "compare", "correlate", "Comparison"]
 
@@ -119,27 +120,6 @@ def _normalise(rec: dict, where: str) -> dict:
     }
 
 
-def _read_avro(path: str):
-    from ..io import avro
-
-    for i, rec in enumerate(avro.read_records(path)):
-        yield rec, f"{path}: record {i + 1}"
-
-
-def _read_jsonl(path: str):
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TableError(f"{path}:{lineno}: not JSON ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise TableError(f"{path}:{lineno}: not a JSON object")
-            yield rec, f"{path}:{lineno}"
-
-
 def _read_csv(path: str):
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
@@ -152,32 +132,15 @@ def _read_csv(path: str):
             yield rec, f"{path}:{lineno}"
 
 
-def _resolve(path: str) -> str:
-    if os.path.isdir(path):
-        for name in ("metrics.avro", "metrics.jsonl"):
-            p = os.path.join(path, name)
-            if os.path.isfile(p):
-                return p
-        raise TableError(f"{path}: directory without metrics.avro or metrics.jsonl")
-    if not os.path.isfile(path):
-        raise TableError(f"{path}: no such file")
-    return path
-
-
 def read_table(path: str) -> dict:
     """{(window_start, window_end, slice, system, metric): row} of one table (a file, or a job's
     output directory). Rows have ``value``, ``num_queries`` (None when absent) and ``stderr``.
     Raises TableError on an unreadable file or an ambiguous duplicate key."""
-    path = _resolve(path)
-    low = path.lower()
-    if low.endswith(".avro"):
-        source = _read_avro(path)
-    elif low.endswith(".csv"):
-        source = _read_csv(path)
-    elif low.endswith((".jsonl", ".json", ".ndjson")):
-        source = _read_jsonl(path)
-    else:
-        raise TableError(f"{path}: unknown table format (use .avro, .jsonl/.json or .csv)")
+    try:
+        path = results.resolve(path)
+    except FileNotFoundError as e:
+        raise TableError(str(e)) from None
+    source = _read_csv(path) if path.lower().endswith(".csv") else results.iter_rows(path)
     table: dict = {}
     try:
         for rec, where in source:
@@ -194,6 +157,8 @@ def read_table(path: str) -> dict:
     except (OSError, ValueError) as e:
         if isinstance(e, TableError):
             raise
+        if isinstance(e, results.ResultsFormatError):
+            raise TableError(str(e)) from None
         raise TableError(f"{path}: {e}") from None
     return table
 

@@ -21,7 +21,6 @@ import argparse
 import base64
 import html
 import io
-import json
 import math
 import os
 import re
@@ -32,7 +31,6 @@ from datetime import datetime, timezone
 __all__ = ["main", "read_rows", "prepare_rows", "write_report", "build_arg_parser"]
 
 _FLOAT_FIELDS = ("value", "stderr", "ci_low", "ci_high", "ci_level")
-_AVRO_MAGIC = b"Obj\x01"
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -52,16 +50,6 @@ def build_arg_parser() -> argparse.ArgumentParser:
 # --------------------------------------------------------------------------------------------
 # reading
 
-def _resolve(path: str) -> str:
-    if os.path.isdir(path):
-        for name in ("metrics.avro", "metrics.jsonl"):
-            cand = os.path.join(path, name)
-            if os.path.isfile(cand):
-                return cand
-        raise FileNotFoundError(f"{path}: no metrics.avro or metrics.jsonl in this directory")
-    return path
-
-
 def _float(x):
     if x is None:
         return None
@@ -73,24 +61,12 @@ def _float(x):
 def read_rows(paths) -> list[dict]:
     """Metric rows of the given files; each row gets ``_source`` (the file name). Avro files are
     recognised by their magic bytes, anything else is read as JSON lines."""
-    from ..io import avro
+    from ..io import results
 
     rows = []
     for p in paths:
-        path = _resolve(str(p))
-        with open(path, "rb") as fo:
-            magic = fo.read(4)
-        if magic == _AVRO_MAGIC:
-            recs = list(avro.read_records(path))
-        else:
-            recs = []
-            with open(path, encoding="utf-8") as fo:
-                for i, line in enumerate(fo, 1):
-                    if line.strip():
-                        try:
-                            recs.append(json.loads(line))
-                        except json.JSONDecodeError as e:
-                            raise ValueError(f"{path}:{i}: not a JSON line ({e})") from None
+        path = results.resolve(p)
+        recs = [rec for rec, _ in results.iter_rows(path)]
         for r in recs:
             missing = [k for k in ("slice", "system", "metric", "value", "num_queries") if k not in r]
             if missing:
