@@ -2,7 +2,6 @@
 and the batch job end to end. Every pipeline runs on FnApiRunner (named explicitly)."""
 
 import csv
-import itertools
 import json
 import math
 import random

@@ -2,7 +2,6 @@
 bootstrap), and the batch job's paired comparisons equal ``streameval compare``'s."""
 
 import json
-import math
 
 import pytest
 

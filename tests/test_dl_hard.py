@@ -8,7 +8,7 @@ import pytest
 
 from streameval.cli import trec_eval_main
 
-from .conftest import DATA, data_path
+from .conftest import data_path
 from .test_trec_eval_suite import _is_ours, _parse
 
 RUNS = ["bm25.run", "bm25+rm3.run", "bm25+bert(zs).run", "bm25+t5(zs).run", "bm25+rm3+bert(zs).run",

@@ -4,7 +4,6 @@ made by the batch job; and the progress-bar helper."""
 
 import base64
 import io
-import json
 import math
 import os
 import re

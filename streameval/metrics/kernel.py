@@ -20,7 +20,7 @@ Conventions (see ``docs/metrics.md``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
