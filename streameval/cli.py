@@ -193,7 +193,6 @@ COMMANDS = {
     "trec-eval": ("streameval.cli", "trec_eval_main", False,
                   "trec_eval-compatible evaluation of a TREC run (streameval trec-eval -h)"),
     "batch": ("pipelines.batch", "main", True, "Beam batch job over Avro logs (streameval batch -h)"),
-    "stream": ("pipelines.stream", "main", True, "Beam streaming job with event-time windows (streameval stream -h)"),
     "ope": ("pipelines.ope", "main", True,
             "off-policy (IPS, SNIPS) estimates of a target policy's CTR from logged propensities (streameval ope -h)"),
     "reconcile": ("streameval.commands.reconcile", "main", False,
