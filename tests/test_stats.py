@@ -22,28 +22,10 @@ from streameval.accumulators.moments import MeanMoments
 from streameval.metrics import stats
 
 from .conftest import REPO
+from .test_accumulators import random_tree_merge, split
 
 # --------------------------------------------------------------------------------------------
 # helpers
-
-
-def random_tree_merge(states, merge, rnd):
-    """Merge states in a random binary tree, sometimes through an empty merge."""
-    states = list(states)
-    while len(states) > 1:
-        i = rnd.randrange(len(states) - 1)
-        parts = [states[i + 1], states[i]] if rnd.random() < 0.5 else [states[i], states[i + 1]]
-        if rnd.random() < 0.2:
-            parts.append(merge([]))
-        states[i:i + 2] = [merge(parts)]
-    return states[0] if states else merge([])
-
-
-def split(seq, rnd):
-    seq = list(seq)
-    rnd.shuffle(seq)
-    cuts = sorted(rnd.sample(range(len(seq) + 1), min(len(seq) + 1, rnd.randint(1, 6))))
-    return [seq[a:b] for a, b in zip([0] + cuts, cuts + [len(seq)])]
 
 
 def coder_round_trip(state):
