@@ -286,7 +286,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
         row_parts.append(imps | "OnlineMetrics" >> OnlineMetrics(
             online, window=window, slices=slices, labels=labels, judgments=judg,
             relevance_level=args.relevance_level, unjudged=args.unjudged, hist_bins=args.hist_bins,
-            hist_range=_hist_range(args.hist_range), group_rows=args.group_rows))
+            hist_range=_hist_range(args.hist_range), group_rows=args.group_rows, ci_level=args.ci_level))
     rows = tuple(row_parts) | "AllRows" >> beam.Flatten()
     dead = tuple(dead_parts) | "AllDeadLetters" >> beam.Flatten()
     _write(rows, args.output, "metrics", "metric_result", "Metrics")

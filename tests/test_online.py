@@ -813,3 +813,25 @@ def test_online_metrics_bad_arguments():
         OnlineMetrics(["auc"], hist_range=(1, 0))
     with pytest.raises(ValueError):
         OnlineMetrics(["auc"], window="soon")
+
+
+def test_online_rows_carry_intervals():
+    """Every online row with a standard error carries its interval (t from that standard error)."""
+    from scipy import stats as sst
+
+    imps = []
+    for r in range(40):
+        for pos in (1, 2, 3):
+            imps.append({"event_id": f"e{r}{pos}", "request_id": f"r{r}", "query_id": "q", "system_id": "s",
+                         "user_id": f"u{r % 5}", "item_id": f"i{pos}", "position": pos, "score": (r * 7 + pos) % 11 / 10,
+                         "clicked": (r + pos) % 4 == 0, "timestamp": 0, "attributes": {}})
+
+    def build(p):
+        return {"rows": create(p, imps, "I") | OnlineMetrics(["auc", "abandonment"], ci_level=0.9)}
+
+    rows = {r["metric"]: r for r in run_pipeline(build)["rows"]}
+    for m in ("auc", "abandonment"):
+        r = rows[m]
+        assert r["ci_method"] == "t" and r["ci_level"] == 0.9
+        half = sst.t.ppf(0.95, r["num_queries"] - 1) * r["stderr"]
+        assert abs(r["ci_low"] - (r["value"] - half)) < 1e-12 and abs(r["ci_high"] - (r["value"] + half)) < 1e-12

@@ -307,6 +307,17 @@ def _group_slice(label, group, gid):
     return f"{group}={gid}" if label == "all" else f"{label},{group}={gid}"
 
 
+def _with_interval(row: dict, level: float) -> dict:
+    """Fill a row's confidence interval from its value, count and standard error
+    (:func:`streameval.metrics.stats.row_interval`: Wilson for CTR, t otherwise); rows without a
+    standard error (bounds, counts of excluded groups) keep none."""
+    from ..metrics import stats
+
+    if row.get("ci_low") is None:
+        row = dict(row, **stats.row_interval(row["metric"], row["value"], row["num_queries"], row["stderr"], level))
+    return row
+
+
 class OnlineMetrics(beam.PTransform):
     """``impressions | OnlineMetrics(metrics, window=None, slices=(), ...)`` -> metric rows.
 
@@ -339,8 +350,10 @@ class OnlineMetrics(beam.PTransform):
     """
 
     def __init__(self, metrics, window=None, slices=(), labels="clicks", judgments=None, relevance_level=1,
-                 unjudged="exclude", hist_bins=1000, hist_range=(0.0, 1.0), group_rows=False, label=None):
+                 unjudged="exclude", hist_bins=1000, hist_range=(0.0, 1.0), group_rows=False, ci_level=0.95,
+                 label=None):
         super().__init__(label)
+        self.ci_level = ci_level
         self.specs = om.parse_online_metrics(metrics)
         if not self.specs:
             raise ValueError("no metrics given")
@@ -497,7 +510,8 @@ class OnlineMetrics(beam.PTransform):
         req_specs = [s for s in specs if s.per_request]
         if req_specs:
             parts.append(self._request_rows(impressions, wm, req_specs))
-        return tuple(parts) | "OnlineRows" >> beam.Flatten()
+        return (tuple(parts) | "OnlineRows" >> beam.Flatten()
+                | "OnlineIntervals" >> beam.Map(_with_interval, self.ci_level))
 
 
 # --------------------------------------------------------------------------------------------
@@ -554,8 +568,9 @@ class OffPolicyCtr(beam.PTransform):
     without a propensity in (0, 1], or for which the target gives no probability, go to
     ``self.rejected`` (dead letters with the reason) after the transform is applied."""
 
-    def __init__(self, target, target_name: str, window=None, slices=(), label=None):
+    def __init__(self, target, target_name: str, window=None, slices=(), ci_level=0.95, label=None):
         super().__init__(label)
+        self.ci_level = ci_level
         if not callable(target):
             raise TypeError("target must be a callable impression -> probability")
         if not target_name or any(c in str(target_name) for c in "[],"):
@@ -582,4 +597,5 @@ class OffPolicyCtr(beam.PTransform):
 
         return (keyed.keyed
                 | "Ope" >> beam.CombinePerKey(OpeCombineFn())
-                | "OpeRows" >> beam.FlatMap(rows))
+                | "OpeRows" >> beam.FlatMap(rows)
+                | "OpeIntervals" >> beam.Map(_with_interval, self.ci_level))
