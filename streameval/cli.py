@@ -193,6 +193,8 @@ COMMANDS = {
     "trec-eval": ("streameval.cli", "trec_eval_main", False,
                   "trec_eval-compatible evaluation of a TREC run (streameval trec-eval -h)"),
     "batch": ("pipelines.batch", "main", True, "Beam batch job over Avro logs (streameval batch -h)"),
+    "stream": ("pipelines.stream", "main", True,
+               "Beam streaming job with event-time windows, early/on-time/late panes (streameval stream -h)"),
     "ope": ("pipelines.ope", "main", True,
             "off-policy (IPS, SNIPS) estimates of a target policy's CTR from logged propensities (streameval ope -h)"),
     "reconcile": ("streameval.commands.reconcile", "main", False,

@@ -1,0 +1,682 @@
+"""Streaming evaluation job: event-time windows with early, on-time and late panes.
+
+    streameval stream --replay --impressions 'logs/*.avro' --judgments qrels.avro \\
+        --metrics ndcg@10,map --window 1d --allowed-lateness 1h --early-every 30s --output out/
+
+Sources:
+
+* ``--replay``: plays the Avro logs in event-time order with a watermark (a TestStream on Beam's
+  local streaming runner, ``BundleBasedDirectRunner``): ``--replay-step`` of event time per
+  watermark step, ``--replay-pace`` seconds of processing time per step (drives ``--early-every``).
+* ``--watch``: watches ``--impressions`` / ``--judgments`` / ``--clicks`` patterns for new Avro
+  files (``fileio.MatchContinuously``; runners with splittable DoFns: Dataflow, Flink, Prism).
+  Records are timestamped with their event time, so the files should hold current data.
+* ``--pubsub-impressions`` / ``--pubsub-judgments`` / ``--pubsub-clicks`` (subscriptions or
+  topics, JSON messages, event time from the ``timestamp`` field or ``--pubsub-timestamp-attribute``)
+  and ``--kafka-bootstrap`` with ``--kafka-impressions`` etc. (JSON values): Beam's own IOs, on
+  runners that provide them (Dataflow; Flink and Spark with the Java expansion service for Kafka).
+
+Outputs (``--output DIR``): one file set per window and pane through ``fileio.WriteToFiles``,
+``metrics-<window start>-<window end>-<system>-pane<index>-<pane>.{jsonl,avro}`` (metric_result
+schema), plus ``late_data-*.jsonl`` and ``dead_letters-*.jsonl`` (dead_letter shape) and
+``summary.json``. The console shows each pane as it fires (``--quiet``: only the summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import re
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import apache_beam as beam
+from apache_beam.io import fileio
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.transforms import trigger, window
+from apache_beam.utils.timestamp import Timestamp
+
+from pipelines.batch import DEFAULT_METRICS, _expand, _slices_from_args, split_metrics
+from streameval.beam.streaming import Replay, StreamMetrics, WindowSpec, parse_duration, replay_clock
+from streameval.beam.transforms import NAMESPACE
+from streameval.io import avro
+from streameval.metrics.names import MetricNameError, parse_metrics
+
+__all__ = [
+    "main",
+    "build_arg_parser",
+    "ReplayAvro",
+    "WatchAvro",
+    "ReadPubSubEvents",
+    "ReadKafkaEvents",
+    "WriteWindowedFiles",
+    "WriteRecords",
+    "ConsoleTable",
+    "format_pane",
+    "pane_file_stem",
+]
+
+KINDS = ("impressions", "judgments", "clicks")
+_MICRO = timedelta(microseconds=1)
+_SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": None}
+
+
+# --------------------------------------------------------------------------------------------
+# sources
+
+def _read_local(paths, kind):
+    recs = []
+    for path in paths:
+        name = _SCHEMA_OF[kind]
+        recs.extend(avro.read_records(path, name) if name else avro.read_records(path))
+    return recs
+
+
+class ReplayAvro(beam.PTransform):
+    """``p | ReplayAvro(impressions=[paths], judgments=[paths], clicks=[paths])``: the logs
+    replayed in event-time order with a watermark (:class:`~streameval.beam.streaming.Replay`);
+    returns ``{"impressions", "judgments", "clicks"}`` PCollections of record lists. The files
+    are read when the pipeline is built (a replay holds the log in memory)."""
+
+    def __init__(self, impressions=(), judgments=(), clicks=(), step="1h", pace=1.0, label=None):
+        super().__init__(label)
+        self.paths = {"impressions": list(impressions), "judgments": list(judgments), "clicks": list(clicks)}
+        self.step = step
+        self.pace = pace
+        self.counts = {}
+
+    def expand(self, pbegin):
+        recs = {k: _read_local(v, k) for k, v in self.paths.items()}
+        self.counts = {k: len(v) for k, v in recs.items()}
+        return pbegin | "Replay" >> Replay.from_records(recs["impressions"], recs["judgments"], recs["clicks"],
+                                                        step=self.step, pace=self.pace)
+
+
+class _ParseAvroFile(beam.DoFn):
+    """A matched Avro file -> its records in lists of one block, each record list timestamped
+    with its earliest event time (timestamps as int microseconds)."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def process(self, readable):
+        import fastavro
+
+        from apache_beam.transforms.window import TimestampedValue
+
+        with readable.open() as fo:
+            data = fo.read()
+        batch = []
+        for rec in fastavro.reader(io.BytesIO(data)):
+            for k, v in rec.items():
+                if isinstance(v, datetime):
+                    rec[k] = (v - datetime(1970, 1, 1, tzinfo=timezone.utc)) // _MICRO
+            batch.append(rec)
+            if len(batch) >= 1000:
+                yield TimestampedValue(batch, Timestamp(micros=min(int(r.get("timestamp") or 0) for r in batch)))
+                batch = []
+        if batch:
+            yield TimestampedValue(batch, Timestamp(micros=min(int(r.get("timestamp") or 0) for r in batch)))
+
+
+class WatchAvro(beam.PTransform):
+    """New Avro files matching ``pattern`` as they appear (``fileio.MatchContinuously``, every
+    ``interval`` seconds): record lists timestamped with their event time. Needs a runner with
+    splittable DoFns and processing-time watermarks (Dataflow, Flink, Prism)."""
+
+    def __init__(self, pattern, kind="impressions", interval=10.0, label=None):
+        super().__init__(label)
+        self.pattern = pattern
+        self.kind = kind
+        self.interval = float(interval)
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "Match" >> fileio.MatchContinuously(self.pattern, interval=self.interval)
+                | "Read" >> fileio.ReadMatches()
+                | "Parse" >> beam.ParDo(_ParseAvroFile(self.kind)))
+
+
+def _json_event(data, ts_field="timestamp"):
+    from apache_beam.transforms.window import TimestampedValue
+
+    rec = json.loads(data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data)
+    ts = rec.get(ts_field)
+    if isinstance(ts, int) and not isinstance(ts, bool):
+        return TimestampedValue(rec, Timestamp(micros=ts))
+    return rec
+
+
+class ReadPubSubEvents(beam.PTransform):
+    """JSON records from a Pub/Sub subscription (``projects/P/subscriptions/S``) or topic
+    (``projects/P/topics/T``), timestamped with the record's ``timestamp`` (int microseconds)
+    or, with ``timestamp_attribute``, by Pub/Sub from that message attribute (which also gives
+    the runner its watermark)."""
+
+    def __init__(self, source, timestamp_attribute=None, label=None):
+        super().__init__(label)
+        self.source = source
+        self.timestamp_attribute = timestamp_attribute
+
+    def expand(self, pbegin):
+        kw = {"subscription": self.source} if "/subscriptions/" in self.source else {"topic": self.source}
+        return (pbegin
+                | "ReadPubSub" >> beam.io.ReadFromPubSub(timestamp_attribute=self.timestamp_attribute, **kw)
+                | "Decode" >> beam.Map(_json_event))
+
+
+class ReadKafkaEvents(beam.PTransform):
+    """JSON records from a Kafka topic (``apache_beam.io.kafka.ReadFromKafka``, a cross-language
+    transform: the runner needs Beam's Java expansion service), timestamped with the record's
+    ``timestamp`` field."""
+
+    def __init__(self, bootstrap_servers, topic, consumer_config=None, expansion_service=None, label=None):
+        super().__init__(label)
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.consumer_config = dict(consumer_config or {})
+        self.expansion_service = expansion_service
+        self.read = self._make_read()
+
+    def _make_read(self):
+        from apache_beam.io.kafka import ReadFromKafka
+
+        cfg = {"bootstrap.servers": self.bootstrap_servers, "auto.offset.reset": "earliest", **self.consumer_config}
+        kw = {"expansion_service": self.expansion_service} if self.expansion_service else {}
+        return ReadFromKafka(consumer_config=cfg, topics=[self.topic], **kw)
+
+    def expand(self, pbegin):
+        return pbegin | "ReadKafka" >> self.read | "Decode" >> beam.Map(lambda kv: _json_event(kv[1]))
+
+
+# --------------------------------------------------------------------------------------------
+# sinks
+
+def _iso(us) -> str:
+    if us is None:
+        return "global"
+    try:
+        dt = datetime.fromtimestamp(us / 1e6, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return str(us)
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ") if us % 1_000_000 == 0 else dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _safe(text) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", str(text))[:80] or "_"
+
+
+def pane_file_stem(rows) -> str:
+    """``metrics-<start>-<end>-<system>-pane<index>-<pane>[-final]`` for the rows of one pane (one
+    window, one system); a session's key is part of its slice, so it is added too."""
+    r = rows[0]
+    stem = f"metrics-{_iso(r['window_start'])}-{_iso(r['window_end'])}-{_safe(r['system'])}"
+    sl = r["slice"]
+    if sl.startswith(("user=", "request=")):
+        stem += "-" + _safe(sl.split(",", 1)[0])
+    stem += f"-pane{r['pane_index']:03d}-{r['pane']}"
+    if r["is_final"]:
+        stem += "-final"
+    return stem.replace(":", "")
+
+
+class _JsonLinesSink(fileio.FileSink):
+    """Writes each element (a pane: a list of rows) as JSON lines."""
+
+    def open(self, fh):
+        self._fh = fh
+
+    def write(self, rows):
+        from streameval.io.records import to_json_text
+
+        for r in rows:
+            self._fh.write(to_json_text(r).encode("utf-8") + b"\n")
+
+    def flush(self):
+        self._fh.flush()
+
+
+class _AvroSink(fileio.FileSink):
+    """Writes each element (a pane: a list of rows) as one Avro container file (metric_result)."""
+
+    def open(self, fh):
+        self._fh = fh
+        self._rows = []
+
+    def write(self, rows):
+        self._rows.extend(rows)
+
+    def flush(self):
+        import fastavro
+
+        fastavro.writer(self._fh, avro.load_schema("metric_result"), self._rows)
+        self._fh.flush()
+
+
+def _pane_sink(dest):
+    return _AvroSink() if dest.endswith(".avro") else _JsonLinesSink()
+
+
+def _name_by_destination(window, pane, shard_index, total_shards, compression, destination):
+    return destination
+
+
+class WriteWindowedFiles(beam.PTransform):
+    """``panes | WriteWindowedFiles(directory)``: each pane (the list of rows one firing emits for
+    one window and system) to ``<stem>.jsonl`` and ``<stem>.avro`` (see :func:`pane_file_stem`)
+    through ``fileio.WriteToFiles``: one file set per window, one file per pane and format. The
+    panes are re-windowed into the global window with a per-element trigger, so no pane is ever
+    late for the writer (a metric window's rows can be emitted long after its end)."""
+
+    def __init__(self, directory, formats=("jsonl", "avro"), label=None):
+        super().__init__(label)
+        self.directory = directory
+        self.formats = tuple(formats)
+
+    def expand(self, panes):
+        formats = self.formats
+        return (panes
+                | "Formats" >> beam.FlatMap(lambda rows: [(f"{pane_file_stem(rows)}.{f}", rows) for f in formats]
+                                            if rows else [])
+                | "Global" >> beam.WindowInto(window.GlobalWindows(),
+                                              trigger=trigger.Repeatedly(trigger.AfterCount(1)),
+                                              accumulation_mode=trigger.AccumulationMode.DISCARDING)
+                | "Write" >> fileio.WriteToFiles(
+                    self.directory, destination=lambda kv: kv[0], sink=lambda dest: _KeyedSink(_pane_sink(dest)),
+                    file_naming=_name_by_destination, shards=1, max_writers_per_bundle=10_000))
+
+
+class _KeyedSink(fileio.FileSink):
+    """Unwraps (destination, payload) elements for the inner sink."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def open(self, fh):
+        self.inner.open(fh)
+
+    def write(self, kv):
+        self.inner.write(kv[1])
+
+    def flush(self):
+        self.inner.flush()
+
+
+class _AppendJsonl(beam.DoFn):
+    """Records of a bundle to one new JSON-lines file ``<prefix>-<uuid>.jsonl`` (late data and
+    dead letters: unwindowed side outputs)."""
+
+    def __init__(self, directory, prefix):
+        self.directory = directory
+        self.prefix = prefix
+
+    def start_bundle(self):
+        self._recs = []
+
+    def process(self, rec):
+        self._recs.append(rec)
+
+    def finish_bundle(self):
+        if not self._recs:
+            return
+        from streameval.io.records import to_json_text
+
+        path = FileSystems.join(self.directory, f"{self.prefix}-{uuid.uuid4().hex[:12]}.jsonl")
+        with FileSystems.create(path) as fo:
+            for r in self._recs:
+                fo.write(to_json_text(r).encode("utf-8") + b"\n")
+        self._recs = []
+
+
+class WriteRecords(beam.PTransform):
+    """``records | WriteRecords(directory, prefix)``: one JSON-lines file per bundle."""
+
+    def __init__(self, directory, prefix, label=None):
+        super().__init__(label)
+        self.directory = directory
+        self.prefix = prefix
+
+    def expand(self, pcoll):
+        return pcoll | "Append" >> beam.ParDo(_AppendJsonl(self.directory, self.prefix))
+
+
+def format_pane(rows, metric_names=()) -> str:
+    """A pane as text: a header line (pane, index, final, window, system) and a table of its rows."""
+    r0 = rows[0]
+    order = {n: i for i, n in enumerate(metric_names)}
+
+    def mkey(m):
+        if m in order:
+            return (0, order[m], 0)
+        if m.startswith("ctr@pos"):
+            try:
+                return (1, 1, int(m[7:]))
+            except ValueError:
+                pass
+        return (1, 0 if m == "ctr" else 2, 0)
+
+    head = (f"pane {r0['pane']} #{r0['pane_index']}{' final' if r0['is_final'] else ''}  "
+            f"window {_iso(r0['window_start'])} .. {_iso(r0['window_end'])}  system {r0['system']}")
+    lines = []
+    for r in sorted(rows, key=lambda r: (r["slice"] != "all" and not r["slice"].count(",") == 0,
+                                         r["slice"], mkey(r["metric"]))):
+        v, se = r["value"], r.get("stderr")
+        lines.append((r["slice"], r["metric"], "nan" if v is None or math.isnan(v) else f"{v:.4f}",
+                      str(r["num_queries"]), "-" if se is None or math.isnan(se) else f"{se:.4f}"))
+    header = ("slice", "metric", "value", "n", "stderr")
+    widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(header)]
+
+    def fmt(cells):
+        return "  " + "  ".join(c.rjust(w) if i >= 2 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([head, fmt(header)] + [fmt(l) for l in lines])
+
+
+# Panes and side records counted in this process: the local runner drops Beam counters of elements
+# that come from timers (every pane does), so the summary of a local run counts them here.
+LOCAL_COUNTS: dict = {}
+
+
+def _count(key, n=1):
+    LOCAL_COUNTS[key] = LOCAL_COUNTS.get(key, 0) + n
+
+
+class _PanesOut(beam.DoFn):
+    """Counts each pane (``LOCAL_COUNTS``) and prints it unless ``quiet``: one step, since every
+    step after the aggregate costs a bundle per aggregate bundle on the local runner."""
+
+    def __init__(self, metric_names, quiet):
+        self.metric_names = list(metric_names)
+        self.quiet = quiet
+
+    def process(self, rows):
+        if not rows:
+            return
+        _count(f"panes_{rows[0]['pane']}")
+        if rows[0]["is_final"]:
+            _count("panes_final")
+        if not self.quiet:
+            sys.stdout.write(format_pane(rows, self.metric_names) + "\n\n")
+            sys.stdout.flush()
+
+
+class _SideOut(_AppendJsonl):
+    """Counts the records the stream set aside and, with a directory, writes them per bundle:
+    ``late_data-*.jsonl`` (late data) and ``dead_letters-*.jsonl`` (the rest)."""
+
+    def process(self, rec):
+        src = rec.get("source", "")
+        late = src.startswith("late:")
+        _count(src if src.startswith(("late:", "unmatched:")) else "dead_letters")
+        if self.directory:
+            (self._late if late else self._dead).append(rec)
+
+    def start_bundle(self):
+        self._late, self._dead = [], []
+
+    def finish_bundle(self):
+        for prefix, recs in (("late_data", self._late), ("dead_letters", self._dead)):
+            if recs:
+                self._recs, self.prefix = recs, prefix
+                super().finish_bundle()
+        self._late, self._dead = [], []
+
+
+class _PrintPanes(beam.DoFn):
+    def __init__(self, metric_names, stream=None):
+        self.metric_names = list(metric_names)
+        self.stream = stream
+
+    def process(self, rows):
+        if rows:
+            out = self.stream or sys.stdout
+            out.write(format_pane(rows, self.metric_names) + "\n\n")
+            out.flush()
+
+
+class ConsoleTable(beam.PTransform):
+    """``panes | ConsoleTable(metric_names)``: prints each pane as it fires (the process's
+    stdout: meaningful on the local runner)."""
+
+    def __init__(self, metric_names=(), label=None):
+        super().__init__(label)
+        self.metric_names = list(metric_names)
+
+    def expand(self, panes):
+        return panes | "Print" >> beam.ParDo(_PrintPanes(self.metric_names))
+
+
+# --------------------------------------------------------------------------------------------
+# arguments
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="streameval stream",
+        description="Streaming ranking and click metrics over impression / judgment / click events, in "
+                    "event-time windows with early, on-time and late panes (Apache Beam). Unknown arguments "
+                    "are passed to Beam's PipelineOptions.")
+    src = p.add_argument_group("sources (one of --replay, --watch, Pub/Sub, Kafka)")
+    src.add_argument("--impressions", action="append", default=[],
+                     help="Avro file(s) or glob of impressions (--replay, --watch); repeatable")
+    src.add_argument("--judgments", action="append", default=[], help="Avro file(s) or glob of judgments")
+    src.add_argument("--clicks", action="append", default=[],
+                     help="Avro file(s) or glob of click events {request_id, item_id, timestamp, system_id?}")
+    src.add_argument("--replay", action="store_true",
+                     help="replay the files in event-time order with a watermark (local streaming runner)")
+    src.add_argument("--replay-step", default="1h", help="event time per watermark step of the replay (default 1h)")
+    src.add_argument("--replay-pace", type=float, default=1.0,
+                     help="processing-time seconds per replay step (drives --early-every; default 1)")
+    src.add_argument("--watch", action="store_true", help="watch the patterns for new Avro files (MatchContinuously)")
+    src.add_argument("--watch-interval", type=float, default=10.0, help="seconds between matches (default 10)")
+    for k in KINDS:
+        src.add_argument(f"--pubsub-{k}", default=None, help=f"Pub/Sub subscription or topic of {k} (JSON)")
+        src.add_argument(f"--kafka-{k}", default=None, help=f"Kafka topic of {k} (JSON values)")
+    src.add_argument("--pubsub-timestamp-attribute", default=None, help="Pub/Sub attribute holding the event time")
+    src.add_argument("--kafka-bootstrap", default=None, help="Kafka bootstrap servers (host:port,...)")
+    src.add_argument("--kafka-expansion-service", default=None, help="address of a running expansion service")
+
+    w = p.add_argument_group("windows and triggers")
+    w.add_argument("--window", default=None, help="fixed window size (1h, 1d, ...); with --every: sliding")
+    w.add_argument("--every", default=None, help="period of sliding windows (the size a multiple of it)")
+    w.add_argument("--sessions", default=None, metavar="GAP", help="session windows with this gap instead")
+    w.add_argument("--session-key", choices=("user", "request"), default="user")
+    w.add_argument("--early-every", default=None, help="early panes every this much processing time (e.g. 30s)")
+    w.add_argument("--early-count", type=int, default=None, help="early panes every N request updates")
+    w.add_argument("--allowed-lateness", default="0", help="data this late still updates a window (default 0)")
+    w.add_argument("--attribution-delay", default="30m", help="click events join impressions this recent (30m)")
+
+    m = p.add_argument_group("metrics (as streameval batch)")
+    m.add_argument("--metrics", default=DEFAULT_METRICS)
+    m.add_argument("--slices", action="append", default=[])
+    m.add_argument("--relevance-level", type=float, default=1)
+    m.add_argument("--gain", choices=("linear", "exponential"), default="linear")
+    m.add_argument("--ideal", choices=("judgments", "served"), default="judgments")
+    m.add_argument("--err-max-grade", type=float, default=4)
+    m.add_argument("--order", choices=("score", "position"), default="score")
+    m.add_argument("--tie-break", choices=("docno", "position"), default="docno")
+    m.add_argument("--score-precision", choices=("float32", "float64"), default="float32")
+    m.add_argument("--depth", type=int, default=None)
+    m.add_argument("--no-ctr", action="store_true", help="do not compute click metrics")
+    m.add_argument("--request-shards", type=int, default=16, help="keyed states holding the open requests")
+
+    o = p.add_argument_group("output")
+    o.add_argument("--output", default=None, help="directory for the windowed files (none: console only)")
+    o.add_argument("--quiet", action="store_true", help="do not print the panes")
+    o.add_argument("--runner", default=None,
+                   help="Beam runner (default BundleBasedDirectRunner for --replay; e.g. DataflowRunner, "
+                        "FlinkRunner, PrismRunner)")
+    return p
+
+
+def _window_spec(args) -> WindowSpec:
+    if args.sessions:
+        if args.window or args.every:
+            raise ValueError("--sessions excludes --window / --every")
+        return WindowSpec.sessions(args.sessions, by=args.session_key)
+    if not args.window:
+        raise ValueError("give --window SIZE (with --every PERIOD for sliding windows) or --sessions GAP")
+    return WindowSpec.sliding(args.window, args.every) if args.every else WindowSpec.fixed(args.window)
+
+
+def _sources(p, args, paths):
+    """{kind: PCollection or None}"""
+    if args.replay:
+        rep = ReplayAvro(paths["impressions"], paths["judgments"], paths["clicks"], step=args.replay_step,
+                         pace=args.replay_pace)
+        out = p | "Replay" >> rep
+        return {k: out[k] if (paths[k]) else None for k in KINDS}, rep
+    out = {}
+    for k in KINDS:
+        ps, topic = getattr(args, f"pubsub_{k}"), getattr(args, f"kafka_{k}")
+        if args.watch and args.__dict__[k]:
+            pcs = [p | f"Watch{k.title()}{i}" >> WatchAvro(pat, k, args.watch_interval)
+                   for i, pat in enumerate(args.__dict__[k])]
+            out[k] = pcs[0] if len(pcs) == 1 else pcs | f"All{k.title()}" >> beam.Flatten()
+        elif ps:
+            out[k] = p | f"PubSub{k.title()}" >> ReadPubSubEvents(ps, args.pubsub_timestamp_attribute)
+        elif topic:
+            out[k] = p | f"Kafka{k.title()}" >> ReadKafkaEvents(args.kafka_bootstrap, topic,
+                                                                expansion_service=args.kafka_expansion_service)
+        else:
+            out[k] = None
+    return out, None
+
+
+def build_pipeline(p, args, paths):
+    """Add the job to ``p``: returns (StreamMetrics transform, rows, replay source or None)."""
+    spec = _window_spec(args)
+    srcs, rep = _sources(p, args, paths)
+    if srcs["impressions"] is None:
+        raise ValueError("no impressions source")
+    ranking = srcs["judgments"] is not None
+    sm = StreamMetrics(
+        srcs["judgments"], split_metrics(args.metrics) if ranking else None, window=spec,
+        slices=_slices_from_args(args.slices), clicks=srcs["clicks"], early_every=args.early_every,
+        early_count=args.early_count, allowed_lateness=args.allowed_lateness,
+        attribution_delay=args.attribution_delay, relevance_level=args.relevance_level, gain=args.gain,
+        ideal=args.ideal, err_max_grade=args.err_max_grade, order=args.order, tie_break=args.tie_break,
+        depth=args.depth, score_precision=args.score_precision, ctr=not args.no_ctr,
+        request_shards=args.request_shards, clock=replay_clock if args.replay else None,
+        source=",".join(paths["impressions"]) or "stream")
+    rows = srcs["impressions"] | "StreamMetrics" >> sm
+    names = [s.name for s in parse_metrics(split_metrics(args.metrics))] if ranking else []
+    me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
+    sm.panes | "Console" >> beam.ParDo(me._PanesOut(names, args.quiet))  # (by reference, also under -m)
+    sm.side | "SideRecords" >> beam.ParDo(me._SideOut(args.output, "side"))
+    if args.output:
+        sm.panes | "WritePanes" >> WriteWindowedFiles(args.output)
+    return sm, rows, rep
+
+
+def _counters(result) -> dict:
+    out: dict = {}
+    try:
+        res = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
+    except Exception:  # runner without metrics
+        return out
+    for c in res.get("counters", []):
+        try:
+            value = c.committed
+        except Exception:
+            value = None
+        if value is None:
+            value = c.attempted
+        out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(value or 0)
+    return out
+
+
+def _summary_line(counters: dict, counts: dict, local: dict) -> str:
+    c = dict(counters)
+    if local:  # counted in this process (local runner): complete where Beam's counters are not
+        c.update(local)
+    else:
+        c.setdefault("late:event", c.get("late_events", 0))
+    invalid = sum(v for k, v in c.items() if k.startswith("rejected:"))
+    parts = []
+    if counts:
+        parts.append(f"replayed {counts.get('impressions', 0)} impression, {counts.get('judgments', 0)} judgment "
+                     f"and {counts.get('clicks', 0)} click records")
+    parts.append("panes: " + ", ".join(f"{c.get(f'panes_{p}', 0)} {p}" for p in ("early", "on_time", "late"))
+                 + f" ({c.get('panes_final', 0)} final)")
+    late = {k.split(':', 1)[1]: v for k, v in c.items() if k.startswith("late:") and v}
+    parts.append("late data: " + (", ".join(f"{v} {k}" for k, v in sorted(late.items())) or "none"))
+    parts.append(f"{c.get('unmatched:click', 0)} click events matched no impression")
+    parts.append(f"{invalid} invalid records")
+    return "; ".join(parts)
+
+
+def main(argv=None) -> int:
+    parser = build_arg_parser()
+    args, beam_args = parser.parse_known_args(argv)
+    try:
+        _window_spec(args)
+        if args.replay + args.watch > 1:
+            raise ValueError("--replay and --watch exclude each other")
+        parse_duration(args.allowed_lateness, "--allowed-lateness", allow_zero=True)
+        parse_duration(args.attribution_delay, "--attribution-delay", allow_zero=True)
+        if args.early_every:
+            parse_duration(args.early_every, "--early-every")
+        _slices_from_args(args.slices)
+        if args.judgments or any(getattr(args, f"{s}_judgments") for s in ("pubsub", "kafka")):
+            parse_metrics(split_metrics(args.metrics))
+        paths = {k: [] for k in KINDS}
+        if args.replay:
+            if not args.impressions:
+                raise ValueError("--replay needs --impressions")
+            paths = {k: _expand(getattr(args, k)) if getattr(args, k) else [] for k in KINDS}
+        elif args.watch:
+            paths = {k: list(getattr(args, k)) for k in KINDS}
+        elif not (args.pubsub_impressions or args.kafka_impressions):
+            raise ValueError("choose a source: --replay, --watch, --pubsub-impressions or --kafka-impressions")
+        if any(getattr(args, f"kafka_{k}") for k in KINDS) and not args.kafka_bootstrap:
+            raise ValueError("Kafka topics need --kafka-bootstrap")
+    except (ValueError, MetricNameError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    runner = args.runner or ("BundleBasedDirectRunner" if args.replay else None)
+    if runner is None:
+        print("error: name a streaming runner with --runner (e.g. DataflowRunner, FlinkRunner, PrismRunner)",
+              file=sys.stderr)
+        return 2
+    if args.output:
+        FileSystems.mkdirs(args.output) if "://" in args.output else os.makedirs(args.output, exist_ok=True)
+    options = PipelineOptions(["--runner", runner, *beam_args])
+    options.view_as(StandardOptions).streaming = True
+    start = time.perf_counter()
+    local = (sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])).LOCAL_COUNTS
+    local.clear()
+    p = beam.Pipeline(options=options)
+    try:
+        sm, _, rep = build_pipeline(p, args, paths)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    result = p.run()
+    state = result.wait_until_finish()
+    wall = time.perf_counter() - start
+    counters = _counters(result)
+    counts = rep.counts if rep is not None else {}
+    line = _summary_line(counters, counts, dict(local) if runner == "BundleBasedDirectRunner" else {})
+    print(line)
+    if args.output:
+        summary = {"state": str(state), "wall_seconds": round(wall, 3), "runner": runner,
+                   "window": sm.cfg.spec.describe(), "allowed_lateness": args.allowed_lateness,
+                   "early_every": args.early_every, "early_count": args.early_count, "inputs": paths,
+                   "replayed": counts, "counters": dict(sorted(counters.items())),
+                   "counted_here": dict(sorted(local.items())), "summary": line}
+        with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
+            fo.write(json.dumps(summary, indent=2).encode("utf-8"))
+        print(f"wrote the panes to {args.output} in {wall:.1f} s ({runner})")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
