@@ -29,9 +29,12 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from streameval.beam.accounting import account, format_accounting
 from streameval.beam.transforms import (
     NAMESPACE,
+    CleanImpressions,
     ClickMetrics,
+    ResolveJudgments,
     ScoreRankings,
     ValidateImpressions,
     ValidateJudgments,
@@ -41,6 +44,8 @@ from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetri
 from streameval import progress
 from streameval.beam.stats import CompareSystems
 from streameval.io import avro
+from streameval.io.cleaning import JUDGMENT_POLICIES
+from streameval.io.records import to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.online import parse_online_metric
 
@@ -50,7 +55,10 @@ __all__ = ["main", "build_arg_parser", "build_pipeline", "ReadAvro", "format_tab
 DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICRO = timedelta(microseconds=1)
-OUTPUT_FILES = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_letters.jsonl", "summary.json")
+OUTPUT_FILES = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_letters.jsonl", "unjudged.jsonl",
+                "summary.json")
+#: reason prefix of the dead letter of a file that could not be read to its end
+UNREADABLE = "unreadable Avro file"
 
 
 # --------------------------------------------------------------------------------------------
@@ -89,6 +97,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--score-precision", choices=("float32", "float64"), default="float32",
                    help="compare scores in single precision as trec_eval stores them (default) or as given")
     p.add_argument("--depth", type=int, default=None, help="score the top DEPTH items per request (trec_eval -M)")
+    p.add_argument("--judgment-conflicts", choices=JUDGMENT_POLICIES, default="latest",
+                   help="judgments of one (query, item) with different grades: latest by timestamp (default; "
+                        "equal times: the larger grade), max grade, or reject them all (dead letters)")
+    p.add_argument("--grades", default=None, metavar="LO:HI",
+                   help="declared grade range, inclusive (e.g. 0:4): judgments outside it are dead letters")
     p.add_argument("--complete", action="store_true",
                    help="judged queries without a request score 0 (trec_eval -c; global window only)")
     p.add_argument("--no-ctr", action="store_true", help="do not compute click metrics")
@@ -164,6 +177,19 @@ def split_all_metrics(text: str) -> tuple[list[str], list[str]]:
     return ranking, [m for m in online if parse_online_metric(m).family != "ctr"]
 
 
+def _grades(text):
+    """``"0:4"`` -> ``(0, 4)``; None stays None."""
+    if text is None:
+        return None
+    try:
+        lo, hi = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise ValueError(f"--grades wants LO:HI (integers), got {text!r}") from None
+    if lo > hi:
+        raise ValueError(f"--grades: {lo} > {hi}")
+    return lo, hi
+
+
 def _expand(patterns) -> list[str]:
     paths: list[str] = []
     for pat in patterns:
@@ -184,11 +210,16 @@ def _expand(patterns) -> list[str]:
 # pipeline pieces
 
 class _ReadAvroFile(beam.DoFn):
+    """Records of one Avro file. A file that cannot be read to its end (truncated, corrupt, an
+    incompatible schema) gives the records before the damage and one dead letter naming the file and
+    the reason (counter ``unreadable_files:<name>``); the job goes on."""
+
     def __init__(self, name: str):
         self.name = name
         self.count = Metrics.counter(NAMESPACE, f"{name}s_read")
+        self.unreadable = Metrics.counter(NAMESPACE, f"unreadable_files:{name}")
 
-    def process(self, path):
+    def _records(self, path):
         if "://" in path:
             import fastavro
 
@@ -197,12 +228,23 @@ class _ReadAvroFile(beam.DoFn):
                     for k, v in rec.items():
                         if isinstance(v, datetime):
                             rec[k] = (v - _EPOCH) // _MICRO
-                    self.count.inc()
-                    yield rec
+                    yield [rec]
             return
-        for block in avro.read_blocks(path, self.name):
-            self.count.inc(len(block))
-            yield from block
+        yield from avro.read_blocks(path, self.name)
+
+    def process(self, path):
+        n = 0
+        try:
+            for block in self._records(path):
+                self.count.inc(len(block))
+                n += len(block)
+                yield from block
+        except Exception as e:  # bad file content (AvroInputError and fastavro's errors) or I/O
+            self.unreadable.inc()
+            reason = getattr(e, "reason", None) or f"{type(e).__name__}: {e}"
+            yield beam.pvalue.TaggedOutput("unreadable", {
+                "source": path, "raw": json.dumps({"file": path, "records_read": n}),
+                "reason": f"{UNREADABLE} ({self.name}s): {reason}; {n} records before the damage were read"})
 
 
 class ReadAvro(beam.PTransform):
@@ -216,10 +258,13 @@ class ReadAvro(beam.PTransform):
         self.name = name
 
     def expand(self, pbegin):
-        return (pbegin
+        read = (pbegin
                 | "Paths" >> beam.Create(self.paths)
                 | "Spread" >> beam.Reshuffle()
-                | "ReadFiles" >> beam.ParDo(_ReadAvroFile(self.name)))
+                | "ReadFiles" >> beam.ParDo(_ReadAvroFile(self.name)).with_outputs("unreadable", main="records"))
+        #: dead letters of the files that could not be read to their end
+        self.unreadable = read.unreadable
+        return read.records
 
 
 def _json_line(rec) -> str:
@@ -251,16 +296,21 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     window = parse_window(args.window)
     slices = _slices_from_args(args.slices)
     imp_source = ",".join(args.impressions)
-    imps, imp_dead = (p | "ReadImpressions" >> ReadAvro(impression_paths, "impression")
-                      | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", _local_total(impression_paths)))
-                      | "ValidateImpressions" >> ValidateImpressions(imp_source))
-    row_parts, dead_parts = [], [imp_dead]
+    read_imps = ReadAvro(impression_paths, "impression")
+    valid, imp_dead = (p | "ReadImpressions" >> read_imps
+                       | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", _local_total(impression_paths)))
+                       | "ValidateImpressions" >> ValidateImpressions(imp_source))
+    imps, clean_dead = valid | "CleanImpressions" >> CleanImpressions(imp_source)
+    row_parts, dead_parts = [], [read_imps.unreadable, imp_dead, clean_dead]
     ranking, online = split_all_metrics(args.metrics)
     judg = None
     if judgment_paths:
-        judg, judg_dead = (p | "ReadJudgments" >> ReadAvro(judgment_paths, "judgment")
-                           | "ValidateJudgments" >> ValidateJudgments(",".join(args.judgments)))
-        dead_parts.append(judg_dead)
+        judg_source = ",".join(args.judgments)
+        read_judg = ReadAvro(judgment_paths, "judgment")
+        judg, judg_dead = (p | "ReadJudgments" >> read_judg
+                           | "ValidateJudgments" >> ValidateJudgments(judg_source, grade_range=_grades(args.grades)))
+        judg, conflict_dead = judg | "ResolveJudgments" >> ResolveJudgments(args.judgment_conflicts, judg_source)
+        dead_parts.extend([read_judg.unreadable, judg_dead, conflict_dead])
     if judgment_paths and ranking:
         score = ScoreRankings(judg, ranking, window=window, slices=slices,
                               relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal,
@@ -270,6 +320,10 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                               replicates=args.replicates, ci_seed=args.ci_seed)
         row_parts.append(imps | "ScoreRankings" >> score)
         dead_parts.append(score.rejected)
+        (score.unjudged
+         | "UnjudgedJson" >> beam.Map(_json_line)
+         | "UnjudgedText" >> beam.io.WriteToText(FileSystems.join(args.output, "unjudged"), file_name_suffix=".jsonl",
+                                                 num_shards=1, shard_name_template=""))
         if args.compare_baseline:
             comparisons = score.scores | "Compare" >> CompareSystems(
                 [s.name for s in score.specs], baseline=args.compare_baseline, replicates=args.replicates,
@@ -389,21 +443,15 @@ def format_table(rows, metric_names=()) -> str:
     return "\n".join(out)
 
 
-def _report_line(counters: dict) -> str:
-    rejected = {k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith("rejected:") and v}
-    total_rej = sum(rejected.values())
-    parts = [
-        f"read {counters.get('impressions_read', 0)} impression and {counters.get('judgments_read', 0)} "
-        f"judgment records",
-        f"scored {counters.get('requests_scored', 0)} requests",
-        f"{counters.get('requests_unjudged', 0)} requests had no judgments",
-    ]
+def _report_line(counters: dict, ranked: bool = True) -> str:
+    """The requests' fates (when ranking metrics were computed) and the online metrics' counts (the
+    records' are in the accounting)."""
+    parts = []
+    if ranked:
+        parts.append(f"requests: scored {counters.get('requests_scored', 0)}, "
+                     f"without judgments {counters.get('requests_unjudged', 0)} (unjudged.jsonl)")
     if counters.get("requests_completed"):
         parts.append(f"{counters['requests_completed']} (query, system) pairs without a request scored 0 (complete)")
-    rej = f"rejected {total_rej} records"
-    if rejected:
-        rej += " (" + "; ".join(f"{k}: {v}" for k, v in sorted(rejected.items())) + ")"
-    parts.append(rej)
     online = [f"{k.split(':', 1)[1]} {v}" for k, v in sorted(counters.items()) if k.startswith("online:") and v]
     if online:
         parts.append("online metrics: " + ", ".join(online))
@@ -427,6 +475,7 @@ def main(argv=None) -> int:
         ranking, online = split_all_metrics(args.metrics)
         metric_specs = parse_metrics(ranking) if ranking else []
         _hist_range(args.hist_range)
+        _grades(args.grades)
         parse_window(args.window)
         _slices_from_args(args.slices)
         if args.depth is not None and args.depth < 1:
@@ -457,6 +506,11 @@ def main(argv=None) -> int:
     counters = _counters(result)
 
     rows = _read_rows(FileSystems.join(args.output, "metrics.jsonl"))
+    unreadable = [d["reason"].replace(f"{UNREADABLE} ", f"{d['source']} ", 1)
+                  for d in _read_rows(FileSystems.join(args.output, "dead_letters.jsonl"))
+                  if d.get("reason", "").startswith(UNREADABLE)]
+    ranked = bool(judgment_paths and ranking)
+    accounting, problems = account(counters, ranking=ranked, ctr=not args.no_ctr, unreadable=unreadable)
     names = ([s.name for s in metric_specs] if judgment_paths else []) + \
         [parse_online_metric(m).name for m in online]
     summary = {
@@ -468,21 +522,29 @@ def main(argv=None) -> int:
         "metrics": names,
         "window": args.window,
         "slices": _slices_from_args(args.slices),
-        "options": {"labels": args.labels, "unjudged": args.unjudged, "hist_bins": args.hist_bins,
+        "options": {"judgment_conflicts": args.judgment_conflicts, "grades": args.grades, "labels": args.labels, "unjudged": args.unjudged, "hist_bins": args.hist_bins,
                     "hist_range": args.hist_range, "group_rows": args.group_rows,
                     "relevance_level": args.relevance_level, "gain": args.gain, "ideal": args.ideal,
                     "err_max_grade": args.err_max_grade, "order": args.order, "tie_break": args.tie_break,
                     "score_precision": args.score_precision, "depth": args.depth, "complete": args.complete, "ctr": not args.no_ctr},
         "num_rows": len(rows),
         "counters": dict(sorted(counters.items())),
-        "outputs": [FileSystems.join(args.output, f) for f in OUTPUT_FILES],
+        "accounting": accounting,
+        "accounting_problems": problems,
+        "outputs": [FileSystems.join(args.output, f) for f in OUTPUT_FILES if ranked or f != "unjudged.jsonl"],
     }
     with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
         fo.write(json.dumps(summary, indent=2, sort_keys=False).encode("utf-8"))
     if not args.quiet:
         print(format_table(rows, names))
-    print(_report_line(counters))
+    line = _report_line(counters, ranked)
+    if line:
+        print(line)
+    print(format_accounting(accounting))
     print(f"wrote {len(rows)} metric rows to {args.output} in {wall:.1f} s ({args.runner})")
+    if problems:
+        print("error: the record counts do not add up: " + "; ".join(problems), file=sys.stderr)
+        return 1
     return 0
 
 

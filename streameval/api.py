@@ -62,9 +62,45 @@ def _columns(obj, kind: str):
                     "a TrecRun/TrecQrels, a (qid, docno, value) tuple of arrays or a pandas DataFrame")
 
 
+#: library policies for two judgments of one (query, document): see :func:`resolve_qrels`
+QRELS_CONFLICTS = ("error", "latest", "max")
+
+
+def _qrels_times(qrels, n):
+    """The qrels' judgment times when a DataFrame gives a ``timestamp`` column, else the row order."""
+    if hasattr(qrels, "columns") and "timestamp" in getattr(qrels, "columns", ()):
+        return np.asarray(qrels["timestamp"].to_numpy(), dtype=np.int64)
+    return np.arange(n, dtype=np.int64)
+
+
+def resolve_qrels(jq, jd, jg, times, policy: str = "error"):
+    """One grade per (query, document) of flat qrels arrays under ``policy``.
+
+    ``"error"`` (default, as trec_eval): leave the arrays as they are (:func:`prepare` refuses a pair
+    judged twice with a ValueError naming it); ``"latest"``: the judgment with the largest ``times``
+    value wins (equal times: the larger grade); ``"max"``: the largest grade wins. ``times``: int
+    array of the same length (a ``timestamp`` column, or the row order: the later line wins).
+    Returns ``(jq, jd, jg)``. Raises ValueError on an unknown policy. (The jobs' policies, with
+    ``reject`` and dead letters, are in :mod:`streameval.io.cleaning`.)
+    """
+    if policy not in QRELS_CONFLICTS:
+        raise ValueError(f"judgment_conflicts must be one of {QRELS_CONFLICTS}, got {policy!r}")
+    if policy == "error" or len(jq) == 0:
+        return jq, jd, jg
+    first = (np.asarray(times), np.asarray(jg)) if policy == "latest" else (np.asarray(jg), np.asarray(times))
+    # lexsort: last key primary; sort by (query, doc, primary, secondary) and keep each pair's last row
+    order = np.lexsort((first[1], first[0], jd, jq))
+    q, d = jq[order], jd[order]
+    last = np.ones(len(q), dtype=bool)
+    last[:-1] = (q[1:] != q[:-1]) | (d[1:] != d[:-1])
+    keep = order[last]
+    return jq[keep], jd[keep], jg[keep]
+
+
 def score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str = "linear",
                   ideal: str = "judgments", err_max_grade: float = 4, complete: bool = False,
                   depth: int | None = None, tie_break: str = "docno", score_precision: str = "float32",
+                  judgment_conflicts: str = "error",
                   warn: bool = True) -> tuple[list[MetricSpec], Prepared, np.ndarray]:
     """Per-query scores: (specs, prepared lists, scores of shape (len(specs), n_queries)).
 
@@ -74,6 +110,10 @@ def score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str 
     opts = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal, err_max_grade=err_max_grade)
     rq, rd, rs = _columns(run, "run")
     jq, jd, jg = _columns(qrels, "qrels")
+    if judgment_conflicts != "error":
+        jq, jd, jg = resolve_qrels(jq, jd, jg, _qrels_times(qrels, len(jq)), judgment_conflicts)
+    elif judgment_conflicts not in QRELS_CONFLICTS:
+        raise ValueError(f"judgment_conflicts must be one of {QRELS_CONFLICTS}, got {judgment_conflicts!r}")
     prep = prepare(rq, rd, rs, jq, jd, jg, depth=depth, complete=complete, tie_break=tie_break,
                    score_precision=score_precision)
     if warn and len(prep.unjudged_qids):
@@ -114,7 +154,7 @@ class Evaluation:
 def evaluate(qrels, run, metrics, *, per_query: bool = False, relevance_level: float = 1,
              gain: str = "linear", ideal: str = "judgments", err_max_grade: float = 4,
              complete: bool = False, depth: int | None = None, tie_break: str = "docno",
-             score_precision: str = "float32"):
+             score_precision: str = "float32", judgment_conflicts: str = "error"):
     """Score ``run`` against ``qrels`` on ``metrics`` (names as users write them: ``"ndcg@10"``,
     ``"map"``, ``"mrr@10"``, ``"P_5"``; a single name or a list).
 
@@ -122,7 +162,9 @@ def evaluate(qrels, run, metrics, *, per_query: bool = False, relevance_level: f
     (``"linear"`` | ``"exponential"``), ``ideal`` (``"judgments"`` | ``"served"``), ``err_max_grade``,
     ``complete`` (``-c``: judged queries without results score 0), ``depth`` (``-M``),
     ``tie_break`` (``"docno"``), ``score_precision`` (``"float32"``: scores compared in single
-    precision as trec_eval stores them; ``"float64"``).
+    precision as trec_eval stores them; ``"float64"``), ``judgment_conflicts`` (``"error"``: a
+    (query, document) judged twice raises, as in trec_eval; ``"latest"``: the later judgment by the
+    DataFrame's ``timestamp`` column or by row order; ``"max"``: the larger grade; :func:`resolve_qrels`).
 
     Returns a float when one metric name is given and ``per_query`` is False, else an
     :class:`Evaluation` with ``means`` ({name: value}) and, when ``per_query``, per-query scores.
@@ -131,7 +173,8 @@ def evaluate(qrels, run, metrics, *, per_query: bool = False, relevance_level: f
     """
     specs, prep, values = score_queries(qrels, run, metrics, relevance_level=relevance_level, gain=gain,
                                         ideal=ideal, err_max_grade=err_max_grade, complete=complete,
-                                        depth=depth, tie_break=tie_break, score_precision=score_precision)
+                                        depth=depth, tie_break=tie_break, score_precision=score_precision,
+                                        judgment_conflicts=judgment_conflicts)
     means = {s.name: aggregate(values[i], s) for i, s in enumerate(specs)}
     if isinstance(metrics, str) and len(specs) == 1 and not per_query:
         return means[specs[0].name]

@@ -128,15 +128,19 @@ def close_all() -> None:
         _COUNTS.clear()
 
 
-def count_avro_records(paths) -> int:
-    """Records in the given Avro files (paths or globs), summed from the block headers."""
+def count_avro_records(paths) -> int | None:
+    """Records in the given Avro files (paths or globs), summed from their blocks; None when a file
+    cannot be read to its end (the job's reader reports that file; the progress bar has no total)."""
     import fastavro
 
     from .io.avro import expand_paths
 
     n = 0
-    for path in expand_paths(paths):
-        with open(path, "rb") as fo:
-            for block in fastavro.block_reader(fo):
-                n += block.num_records
+    try:
+        for path in expand_paths(paths):
+            with open(path, "rb") as fo:
+                for block in fastavro.block_reader(fo):
+                    n += block.num_records
+    except Exception:  # damaged or unreadable file: reported by the reader, not here
+        return None
     return n

@@ -550,9 +550,17 @@ def test_batch_main_end_to_end(tmp_path, capsys):
     for f in batch.OUTPUT_FILES:
         assert (out_dir / f).is_file(), f
     printed = capsys.readouterr().out
-    assert "read 121 impression and 32 judgment records" in printed
-    assert "scored 16 requests" in printed and "4 requests had no judgments" in printed
-    assert "rejected 1 records (impression:position must be >= 1 (1-based): 1)" in printed
+    print(printed)
+    assert "requests: scored 16, without judgments 4" in printed
+    assert ("impressions: read 121 = accepted 120 + rejected 1 (position must be >= 1 (1-based): 1); "
+            "of the accepted: ranked 96, unjudged 24, unrankable 0, click impressions 120, "
+            "click impressions not logged 0") in printed
+    assert "judgments: read 32 = accepted 32" in printed
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["accounting_problems"] == []
+    assert summary["accounting"]["impression"]["rejected"] == {"position must be >= 1 (1-based)": 1}
+    unjudged = [json.loads(line) for line in open(out_dir / "unjudged.jsonl")]
+    assert len(unjudged) == 4 and sum(u["impressions"] for u in unjudged) == 24
 
     jsonl = [json.loads(line) for line in open(out_dir / "metrics.jsonl")]
     from_avro = list(avro.read_records(str(out_dir / "metrics.avro"), "metric_result"))

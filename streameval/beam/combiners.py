@@ -30,6 +30,7 @@ __all__ = [
     "request_attributes",
     "request_state",
     "request_min_timestamp",
+    "request_records",
 ]
 
 
@@ -49,14 +50,15 @@ class RankingStateCombineFn(beam.CombineFn):
 
     Accumulator (a plain list)::
 
-        [ranking_state, query_id, attributes]
+        [ranking_state, query_id, attributes, records]
 
     ``ranking_state`` is :mod:`streameval.accumulators.ranking`'s ``[served, judged, conflicts,
     min_timestamp]`` (``judged`` stays empty here; judgments are attached when the request is
     scored); ``query_id`` is the request's query (the smallest one seen if impressions disagree,
     so the result does not depend on arrival order); ``attributes`` is the union of the
     impressions' attribute maps (restricted to ``attribute_keys`` when given; on a conflict the
-    smallest value is kept).
+    smallest value is kept); ``records`` is the number of impression records added (for the jobs'
+    accounting; a record added twice counts twice).
 
     ``extract_output`` returns the accumulator itself (use :func:`request_state` and friends).
     Impressions with a missing score under ``order="score"`` raise ``ValueError`` (filter them
@@ -68,7 +70,7 @@ class RankingStateCombineFn(beam.CombineFn):
         self.attribute_keys = None if attribute_keys is None else frozenset(attribute_keys)
 
     def create_accumulator(self):
-        return [self.ops.create(), None, {}]
+        return [self.ops.create(), None, {}, 0]
 
     def add_input(self, acc, imp):
         self.ops.add_impression(acc[0], imp["item_id"], imp.get("score"), imp["position"],
@@ -81,6 +83,7 @@ class RankingStateCombineFn(beam.CombineFn):
             if self.attribute_keys is not None:
                 attrs = {k: v for k, v in attrs.items() if k in self.attribute_keys}
             _merge_attrs(acc[2], attrs)
+        acc[3] += 1
         return acc
 
     def merge_accumulators(self, accumulators):
@@ -94,7 +97,7 @@ class RankingStateCombineFn(beam.CombineFn):
             if a[1] is not None and (qid is None or a[1] < qid):
                 qid = a[1]
             _merge_attrs(attrs, a[2])
-        return [state, qid, attrs]
+        return [state, qid, attrs, sum(a[3] for a in accs)]
 
     def compact(self, acc):
         return acc
@@ -121,6 +124,11 @@ def request_attributes(acc) -> dict:
 
 def request_min_timestamp(acc):
     return acc[0][3]
+
+
+def request_records(acc) -> int:
+    """How many impression records a :class:`RankingStateCombineFn` accumulator took in."""
+    return acc[3]
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from ..accumulators.ranking import RankingOps, keep_for
-from ..io import records
+from ..io import cleaning, records
 from ..metrics.kernel import MetricOptions, compute
 from ..metrics import stats
 from ..metrics.names import parse_metrics
@@ -38,6 +38,8 @@ __all__ = [
     "MISSING",
     "ValidateImpressions",
     "ValidateJudgments",
+    "CleanImpressions",
+    "ResolveJudgments",
     "ScoreRankings",
     "ClickMetrics",
     "JudgmentsCombineFn",
@@ -167,14 +169,17 @@ def metric_row(window_start, window_end, slice_label, system, metric, value, num
 # validation
 
 class _ValidateFn(beam.DoFn):
-    def __init__(self, kind: str, source: str):
+    def __init__(self, kind: str, source: str, grade_range=None):
         self.kind = kind
         self.source = source
+        self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
         self.valid = Metrics.counter(NAMESPACE, f"{kind}s_valid")
 
     def process(self, rec):
-        check = records.check_impression if self.kind == "impression" else records.check_judgment
-        reason = check(rec)
+        if self.kind == "impression":
+            reason = records.check_impression(rec)
+        else:
+            reason = records.check_judgment(rec, self.grade_range)
         if reason is None:
             self.valid.inc()
             yield rec
@@ -187,12 +192,13 @@ class _ValidateFn(beam.DoFn):
 class _Validate(beam.PTransform):
     kind = ""
 
-    def __init__(self, source: str, label: str | None = None):
+    def __init__(self, source: str, label: str | None = None, grade_range=None):
         super().__init__(label)
         self.source = str(source)
+        self.grade_range = grade_range
 
     def expand(self, pcoll):
-        return pcoll | "Check" >> beam.ParDo(_ValidateFn(self.kind, self.source)).with_outputs(
+        return pcoll | "Check" >> beam.ParDo(_ValidateFn(self.kind, self.source, self.grade_range)).with_outputs(
             "dead_letters", main="valid")
 
 
@@ -205,9 +211,113 @@ class ValidateImpressions(_Validate):
 
 
 class ValidateJudgments(_Validate):
-    """As :class:`ValidateImpressions` for judgments (:func:`~streameval.io.records.check_judgment`)."""
+    """As :class:`ValidateImpressions` for judgments (:func:`~streameval.io.records.check_judgment`;
+    ``grade_range=(lowest, highest)`` rejects grades outside the declared range)."""
 
     kind = "judgment"
+
+
+# --------------------------------------------------------------------------------------------
+# repeated and conflicting records (rules: streameval.io.cleaning)
+
+def _category(reason: str) -> str:
+    """The counter category of a cleaning reason: the constant before its parenthesised details."""
+    return reason.split(" (", 1)[0]
+
+
+class _CleanRequestFn(beam.DoFn):
+    def __init__(self, source: str):
+        self.source = source
+        self.accepted = Metrics.counter(NAMESPACE, "impressions_accepted")
+        self.duplicates = Metrics.counter(NAMESPACE, "duplicate:impression")
+
+    def process(self, element):
+        _, recs = element
+        kept, n_dup, rejected = cleaning.clean_request(list(recs))
+        self.duplicates.inc(n_dup)
+        self.accepted.inc(len(kept))
+        for rec, reason in rejected:
+            Metrics.counter(NAMESPACE, f"rejected:impression:{_category(reason)}").inc()
+            yield pvalue.TaggedOutput("dead_letters", {"source": self.source, "raw": records.to_json_text(rec),
+                                                       "reason": reason})
+        yield from kept
+
+
+class CleanImpressions(beam.PTransform):
+    """``clean, dead = impressions | CleanImpressions(source)``: replayed events removed, conflicting
+    ones and items served twice in a request rejected (rules of :func:`streameval.io.cleaning.clean_request`).
+
+    Groups the (valid) impressions by ``(system_id, request_id)``. Counters ``impressions_accepted``,
+    ``duplicate:impression``, ``rejected:impression:<reason>``; ``dead`` holds dead letters
+    ``{source, raw, reason}``. Apply it before :class:`ScoreRankings`, :class:`ClickMetrics` and the
+    online metrics so that a replayed impression changes no metric.
+    """
+
+    def __init__(self, source: str = "CleanImpressions", label: str | None = None):
+        super().__init__(label)
+        self.source = str(source)
+
+    def expand(self, impressions):
+        return (impressions
+                | "KeyByRequest" >> beam.Map(lambda r: ((r["system_id"], r["request_id"]), r))
+                | "GroupRequests" >> beam.GroupByKey()
+                | "Clean" >> beam.ParDo(_CleanRequestFn(self.source)).with_outputs("dead_letters", main="clean"))
+
+
+class _ResolveJudgmentFn(beam.DoFn):
+    def __init__(self, policy: str, source: str):
+        self.policy = policy
+        self.source = source
+        self.accepted = Metrics.counter(NAMESPACE, "judgments_accepted")
+        self.duplicates = Metrics.counter(NAMESPACE, "duplicate:judgment")
+        self.superseded = Metrics.counter(NAMESPACE, "superseded:judgment")
+        self.rejected = Metrics.counter(NAMESPACE, f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}")
+
+    def process(self, element):
+        (qid, item), recs = element
+        entries: dict = {}
+        first: dict = {}
+        for j in recs:
+            key = (int(j.get("timestamp") or 0), int(j["grade"]))
+            entries[key] = entries.get(key, 0) + 1
+            first.setdefault(key, j)
+        grade, n_dup, superseded, rejected = cleaning.resolve_judgment(entries, self.policy)
+        self.duplicates.inc(n_dup)
+        self.superseded.inc(len(superseded))
+        grades = sorted({g for _, g in entries})
+        for key in rejected:
+            self.rejected.inc()
+            yield pvalue.TaggedOutput("dead_letters", {
+                "source": self.source, "raw": records.to_json_text(first[key]),
+                "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} (query {qid!r}, item {item!r}: grades {grades}; "
+                          "policy reject)"})
+        if grade is not None:
+            self.accepted.inc()
+            yield first[next(k for k in entries if k not in superseded)]
+
+
+class ResolveJudgments(beam.PTransform):
+    """``judgments, dead = judgments | ResolveJudgments(policy)``: one judgment per (query, item).
+
+    ``policy``: ``"latest"`` (default), ``"max"`` or ``"reject"``
+    (:func:`streameval.io.cleaning.resolve_judgment`). Counters ``judgments_accepted``,
+    ``duplicate:judgment``, ``superseded:judgment``, ``rejected:judgment:<reason>``; rejected
+    judgments are dead letters ``{source, raw, reason}``.
+    """
+
+    def __init__(self, policy: str = "latest", source: str = "ResolveJudgments", label: str | None = None):
+        super().__init__(label)
+        if policy not in cleaning.JUDGMENT_POLICIES:
+            raise ValueError(f"judgment conflict policy must be one of {cleaning.JUDGMENT_POLICIES}, got {policy!r}")
+        self.policy = policy
+        self.source = str(source)
+
+    def expand(self, judgments):
+        return (judgments
+                | "KeyByPair" >> beam.Map(lambda j: ((j["query_id"], j["item_id"]), j))
+                | "GroupPairs" >> beam.GroupByKey()
+                | "Resolve" >> beam.ParDo(_ResolveJudgmentFn(self.policy, self.source)).with_outputs(
+                    "dead_letters", main="judgments"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -273,6 +383,9 @@ class _ScoreQueries(beam.DoFn):
         self.completed = Metrics.counter(NAMESPACE, "requests_completed")
         self.queries = Metrics.counter(NAMESPACE, "queries_scored")
         self.unscorable = Metrics.counter(NAMESPACE, "impressions_unscorable")
+        self.imp_ranked = Metrics.counter(NAMESPACE, "impressions_ranked")
+        self.imp_unjudged = Metrics.counter(NAMESPACE, "impressions_unjudged")
+        self.imp_unrankable = Metrics.counter(NAMESPACE, "impressions_unrankable")
 
     def process(self, element, systems=()):
         qid, groups = element
@@ -281,9 +394,10 @@ class _ScoreQueries(beam.DoFn):
         if not judged_parts:
             for system, request_id, acc in reqs:
                 self.unjudged.inc()
+                self.imp_unjudged.inc(acc[3])
                 ws, we = window_bounds(acc[0][3], self.window_micros)
-                yield pvalue.TaggedOutput("unjudged", {"query_id": qid, "system": system,
-                                                       "request_id": request_id, "window_start": ws})
+                yield pvalue.TaggedOutput("unjudged", {"query_id": qid, "system": system, "request_id": request_id,
+                                                       "window_start": ws, "impressions": acc[3]})
             return
         if len(judged_parts) == 1:
             judged = judged_parts[0]
@@ -300,7 +414,7 @@ class _ScoreQueries(beam.DoFn):
             if missing:
                 # only requests that would be scored need scores; unjudged ones went out above
                 self.unscorable.inc(missing)
-                Metrics.counter(NAMESPACE, "rejected:impression:score needed to rank (order=score)").inc(missing)
+                self.imp_unrankable.inc(acc[3])
                 yield pvalue.TaggedOutput("rejected", {
                     "source": "ScoreRankings",
                     "raw": records.to_json_text({"query_id": qid, "system_id": system, "request_id": request_id,
@@ -313,6 +427,7 @@ class _ScoreQueries(beam.DoFn):
             keys.append((ws, we, system, slice_labels(acc[2], self.slice_specs)))
             present.add(system)
             n_scored += 1
+            self.imp_ranked.inc(acc[3])
         self.scored.inc(n_scored)
         if self.complete:
             for system in sorted(set(systems) - present):

@@ -131,8 +131,11 @@ def check_impression(rec: Any) -> str | None:
     return None
 
 
-def check_judgment(rec: Any) -> str | None:
-    """Reason why ``rec`` is not a usable judgment, or ``None`` if it is."""
+def check_judgment(rec: Any, grade_range: tuple[int, int] | None = None) -> str | None:
+    """Reason why ``rec`` is not a usable judgment, or ``None`` if it is.
+
+    ``grade_range``: ``(lowest, highest)`` grade the judgments declare (inclusive); a grade outside
+    it is rejected ("grade outside the declared range"). None: any Avro int."""
     if not isinstance(rec, Mapping):
         return f"record is not a mapping but {_type_name(rec)}"
     for field in JUDGMENT_REQUIRED:
@@ -149,6 +152,8 @@ def check_judgment(rec: Any) -> str | None:
         return f"grade must be an integer, got {_type_name(grade)} {_short(grade)}"
     if not _INT_MIN <= grade <= _INT_MAX:
         return f"grade {int(grade)} does not fit an Avro int"
+    if grade_range is not None and not grade_range[0] <= grade <= grade_range[1]:
+        return f"grade outside the declared range {grade_range[0]}..{grade_range[1]}, got {int(grade)}"
     if rec.get("timestamp") is not None:
         reason = _check_timestamp(rec["timestamp"])
         if reason:

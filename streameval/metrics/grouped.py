@@ -87,7 +87,8 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
         dup = np.flatnonzero(jkey_s[1:] == jkey_s[:-1])
         if len(dup):
             key = jkey_s[dup[0]]
-            raise ValueError(f"qrels judge docno {docno_of(key % nd)!r} twice for query {qvocab[key // nd]!r}")
+            raise ValueError(f"qrels judge docno {str(docno_of(key % nd))!r} twice for query {str(qvocab[key // nd])!r} "
+                             "(evaluate(..., judgment_conflicts='latest' or 'max') to resolve)")
 
     # -- the run's blocks of evaluated queries, one padded row each
     kept_blocks = eval_pos[rbc] >= 0
@@ -138,7 +139,7 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     dupmask = (Ds[:, 1:] == Ds[:, :-1]) & (Ds[:, 1:] >= 0)
     if dupmask.any():
         r, c = np.argwhere(dupmask)[0]
-        raise ValueError(f"run ranks docno {docno_of(Ds[r, c])!r} twice for query {qvocab[qrow[r]]!r}")
+        raise ValueError(f"run ranks docno {str(docno_of(Ds[r, c]))!r} twice for query {str(qvocab[qrow[r]])!r}")
     rowperm = np.argsort(qrow)
     Ds = Ds[rowperm]
     valid = Ds >= 0

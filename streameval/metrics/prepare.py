@@ -213,7 +213,7 @@ def prepare(
         dup = np.flatnonzero(sk[1:] == sk[:-1])
         if len(dup):
             key = sk[dup[0]]
-            raise ValueError(f"run ranks docno {dvocab[key % nd]!r} twice for query {qvocab[key // nd]!r}")
+            raise ValueError(f"run ranks docno {str(dvocab[key % nd])!r} twice for query {str(qvocab[key // nd])!r}")
 
     # -- qrels sorted by key, duplicates refused
     jkey = jq * nd + jd
@@ -223,7 +223,8 @@ def prepare(
         dup = np.flatnonzero(jkey_s[1:] == jkey_s[:-1])
         if len(dup):
             key = jkey_s[dup[0]]
-            raise ValueError(f"qrels judge docno {dvocab[key % nd]!r} twice for query {qvocab[key // nd]!r}")
+            raise ValueError(f"qrels judge docno {str(dvocab[key % nd])!r} twice for query {str(qvocab[key // nd])!r} "
+                             "(evaluate(..., judgment_conflicts='latest' or 'max') to resolve)")
 
     # -- which queries are evaluated
     run_queries = np.unique(rq)

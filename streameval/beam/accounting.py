@@ -1,0 +1,142 @@
+"""Record accounting: every input record ends in exactly one place, and the counts must add up.
+
+The jobs count records with Beam counters (namespace :data:`~streameval.beam.transforms.NAMESPACE`)
+named as below, then call :func:`account` on the counter values: it returns the summary the job
+prints and writes (``summary.json``) and the identities that do not hold. A job whose counts do not
+add up fails (exit status 1).
+
+Counter names, for ``kind`` in ``impression``, ``judgment``, ``click`` (separate click events,
+streaming only):
+
+=============================  ==================================================================
+``<kind>s_read``               records read from the sources
+``<kind>s_valid``              records passing :mod:`streameval.io.records`' checks
+``rejected:<kind>:<reason>``   records written to the dead letters (reason category)
+``duplicate:<kind>``           replays of an event already counted (same event id and content, or
+                               for judgments the same (query, item, grade, timestamp)): no effect
+``late:<kind>``                (streaming) records written to the late-data output
+``superseded:judgment``        judgments replaced by another of the same (query, item) under the
+                               conflict policy ``latest`` or ``max`` (counted, not dead letters)
+``<kind>s_accepted``           records that reach the metrics
+=============================  ==================================================================
+
+and, for impressions, where the accepted ones went: ``impressions_ranked`` (in a request that was
+scored), ``impressions_unjudged`` (in a request whose query has no judgment: not ranked, written to
+the ``unjudged`` output by request), ``impressions_unrankable`` (in a request that could not be ranked,
+a dead letter of its own), ``click_impressions`` and ``click_impressions_not_logged`` (CTR).
+
+Identities checked (a term missing from the counters counts as 0):
+
+* ``read = valid + rejected at validation`` (per kind; unreadable file tails are reported apart, their
+  records cannot be counted);
+* ``valid = accepted + duplicates + superseded + late + rejected after validation`` (per kind);
+* ranking metrics: ``accepted impressions = ranked + unjudged + unrankable``;
+* CTR: ``accepted impressions = click_impressions + click_impressions_not_logged``.
+
+Rejections after validation are those whose reason category is listed in
+:data:`POST_VALIDATION_REASONS` (duplicates with different content, an item served twice in a request,
+conflicting judgments under the ``reject`` policy, grades outside the declared range).
+"""
+
+from __future__ import annotations
+
+__all__ = ["account", "POST_VALIDATION_REASONS", "KINDS", "format_accounting"]
+
+KINDS = ("impression", "judgment", "click")
+
+#: reason categories of rejections made after the record checks (by CleanImpressions,
+#: the judgment conflict policy, ...): the rest are rejections at validation
+POST_VALIDATION_REASONS = frozenset({
+    "event_id repeated with different content",
+    "item served twice in one request",
+    "conflicting judgments for one (query, item)",
+})
+
+
+def _rejected(counters: dict, kind: str) -> tuple[dict, dict]:
+    """(at validation {reason: n}, after validation {reason: n}) of ``kind``."""
+    at, after = {}, {}
+    prefix = f"rejected:{kind}:"
+    for name, n in counters.items():
+        if name.startswith(prefix) and n:
+            reason = name[len(prefix):]
+            (after if reason in POST_VALIDATION_REASONS else at)[reason] = int(n)
+    return at, after
+
+
+def account(counters: dict, *, ranking: bool = False, ctr: bool = False, unreadable: list | None = None):
+    """``(summary, problems)`` from a job's counter values.
+
+    ``counters``: ``{counter name: int}`` (see the module docstring); ``ranking`` / ``ctr``: whether
+    the job computed ranking metrics / CTR (the corresponding identities are then checked);
+    ``unreadable``: descriptions of files whose content could not be read to the end (their remaining
+    records are unknown; listed in the summary, not an accounting failure).
+
+    ``summary`` is ``{kind: {"read", "valid", "accepted", "duplicates", "superseded", "late",
+    "rejected": {reason: n}, ...}}`` for each kind with any record, plus ``"unreadable_files"``;
+    ``problems`` is a list of the identities that do not hold, as text (empty when all add up).
+    """
+    c = {k: int(v or 0) for k, v in counters.items()}
+    summary: dict = {}
+    problems: list[str] = []
+    for kind in KINDS:
+        read = c.get(f"{kind}s_read", 0)
+        valid = c.get(f"{kind}s_valid", 0)
+        at, after = _rejected(c, kind)
+        dup = c.get(f"duplicate:{kind}", 0)
+        sup = c.get(f"superseded:{kind}", 0)
+        late = c.get(f"late:{kind}", 0)
+        accepted = c.get(f"{kind}s_accepted", 0)
+        if not (read or valid or at or after or accepted):
+            continue
+        entry = {"read": read, "valid": valid, "accepted": accepted, "duplicates": dup, "superseded": sup,
+                 "late": late, "rejected": dict(sorted({**at, **after}.items()))}
+        n_at, n_after = sum(at.values()), sum(after.values())
+        if read != valid + n_at:
+            problems.append(f"{kind}s: read {read} != valid {valid} + rejected at validation {n_at}")
+        if valid != accepted + dup + sup + late + n_after:
+            problems.append(f"{kind}s: valid {valid} != accepted {accepted} + duplicates {dup} + superseded {sup}"
+                            f" + late {late} + rejected after validation {n_after}")
+        if kind == "impression":
+            ranked = c.get("impressions_ranked", 0)
+            unjudged = c.get("impressions_unjudged", 0)
+            unrankable = c.get("impressions_unrankable", 0)
+            clicks, not_logged = c.get("click_impressions", 0), c.get("click_impressions_not_logged", 0)
+            if ranking:
+                entry.update(ranked=ranked, unjudged=unjudged, unrankable=unrankable)
+                if accepted != ranked + unjudged + unrankable:
+                    problems.append(f"impressions: accepted {accepted} != ranked {ranked} + in requests without "
+                                    f"judgments {unjudged} + unrankable {unrankable}")
+            if ctr:
+                entry.update(click_impressions=clicks, click_impressions_not_logged=not_logged)
+                if accepted != clicks + not_logged:
+                    problems.append(f"impressions: accepted {accepted} != counted in CTR {clicks} + clicks not "
+                                    f"logged {not_logged}")
+        summary[kind] = entry
+    summary["unreadable_files"] = list(unreadable or [])
+    return summary, problems
+
+
+def format_accounting(summary: dict) -> str:
+    """One line per kind: ``impressions: read 100 = accepted 90 + rejected 5 (...) + duplicates 5``."""
+    lines = []
+    for kind in KINDS:
+        e = summary.get(kind)
+        if not e:
+            continue
+        parts = [f"accepted {e['accepted']}"]
+        rej = e["rejected"]
+        if rej:
+            parts.append(f"rejected {sum(rej.values())} (" + "; ".join(f"{k}: {v}" for k, v in rej.items()) + ")")
+        for key in ("duplicates", "superseded", "late"):
+            if e[key]:
+                parts.append(f"{key} {e[key]}")
+        line = f"{kind}s: read {e['read']} = " + " + ".join(parts)
+        used = [f"{k.replace('_', ' ')} {e[k]}" for k in ("ranked", "unjudged", "unrankable", "click_impressions",
+                                                          "click_impressions_not_logged") if k in e]
+        if used:
+            line += "; of the accepted: " + ", ".join(used)
+        lines.append(line)
+    for f in summary.get("unreadable_files", []):
+        lines.append(f"unreadable file: {f}")
+    return "\n".join(lines)

@@ -1,0 +1,269 @@
+"""Bad, repeated and conflicting input in the library and the batch job: every record accounted for.
+
+References: a clean run of the same job (a replayed event must change nothing), hand calculations of
+the judgment policies, and the record counts the test itself injected.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pandas as pd
+import pytest
+
+import streameval as se
+from pipelines import batch
+from streameval.api import resolve_qrels
+from streameval.beam.accounting import account
+from streameval.io import avro
+from streameval.io.cleaning import REASON_EVENT_CONFLICT, REASON_ITEM_TWICE, clean_request, resolve_judgment
+
+BASE_TS = 1_574_553_600_000_000  # 2019-11-24T00:00:00Z in microseconds
+
+
+def _logs(seed=3, queries=6, reps=3):
+    rnd = random.Random(seed)
+    judg = [{"query_id": f"q{q}", "item_id": f"d{i}", "grade": rnd.randint(0, 3), "timestamp": 0, "source": "t"}
+            for q in range(queries - 1) for i in range(8)]  # the last query has no judgment
+    imps = []
+    for q in range(queries):
+        for rep in range(reps):
+            for sys_ in ("A", "B"):
+                req = f"r{q}-{rep}-{sys_}"
+                for pos, item in enumerate(rnd.sample(range(10), 6), 1):
+                    imps.append({"event_id": f"{req}/{item}", "request_id": req, "query_id": f"q{q}", "user_id": None,
+                                 "system_id": sys_, "item_id": f"d{item}", "position": pos,
+                                 "score": float(rnd.randint(0, 5)), "clicked": rnd.random() < 0.3,
+                                 "timestamp": BASE_TS + rep * 3_600_000_000 + pos, "propensity": None,
+                                 "attributes": {"device": rnd.choice(["pc", "sp"])}})
+    return imps, judg
+
+
+def _run(tmp_path, name, imp_files, judg_files, extra=(), metrics="ndcg@5,map,mrr@10,P@5,bpref"):
+    """Write the given record lists to Avro, run the batch job: (exit code, rows by key, summary, dead)."""
+    d = tmp_path / name
+    imp_paths, judg_paths = [], []
+    for i, recs in enumerate(imp_files):
+        path = d / f"imps-{i}.avro"
+        if isinstance(recs, bytes):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(recs)
+        else:
+            avro.write_records(path, "impression", recs)
+        imp_paths += ["--impressions", str(path)]
+    for i, recs in enumerate(judg_files):
+        path = d / f"judg-{i}.avro"
+        avro.write_records(path, "judgment", recs)
+        judg_paths += ["--judgments", str(path)]
+    out = d / "out"
+    code = batch.main([*imp_paths, *judg_paths, "--metrics", metrics, "--window", "1h", "--slices", "device",
+                       "--output", str(out), "--quiet", *extra])
+    if code not in (0, 1):
+        return code, None, None, None
+    rows = {(r["window_start"], r["slice"], r["system"], r["metric"]): (r["value"], r["num_queries"], r["stderr"])
+            for r in map(json.loads, open(out / "metrics.jsonl"))}
+    summary = json.loads((out / "summary.json").read_text())
+    dead = [json.loads(line) for line in open(out / "dead_letters.jsonl")]
+    return code, rows, summary, dead
+
+
+def _same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        for x, y in zip(a[k], b[k]):
+            assert x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)), (k, a[k], b[k])
+
+
+# --------------------------------------------------------------------------------------------
+# the rules (pure functions)
+
+def test_clean_request_rules_do_not_depend_on_order():
+    base = {"request_id": "r", "system_id": "A", "query_id": "q", "timestamp": 10, "score": 1.0, "clicked": False}
+    a = dict(base, event_id="e1", item_id="a", position=1)
+    b = dict(base, event_id="e2", item_id="b", position=2)
+    a_again = dict(a)                                   # a replay
+    a_other = dict(a, clicked=True)                      # same event id, other content
+    b_twice = dict(base, event_id="e3", item_id="b", position=3, timestamp=11)  # item served twice
+    recs = [a, b, a_again, a_other, b_twice]
+    for seed in range(5):
+        random.Random(seed).shuffle(recs)
+        kept, dup, rejected = clean_request(recs)
+        assert kept == [a, b] and dup == 1
+        assert sorted((r["event_id"], why.split(" (")[0]) for r, why in rejected) == [
+            ("e1", REASON_EVENT_CONFLICT), ("e3", REASON_ITEM_TWICE)]
+        assert all(r is not a for r, _ in rejected)
+
+
+def test_resolve_judgment_policies():
+    entries = {(5, 1): 1, (9, 0): 2}  # grade 1 at t=5; grade 0 at t=9, delivered twice
+    assert resolve_judgment(entries, "latest") == (0, 1, [(5, 1)], [])
+    assert resolve_judgment(entries, "max") == (1, 1, [(9, 0)], [])
+    assert resolve_judgment(entries, "reject") == (None, 1, [], [(5, 1), (9, 0)])
+    assert resolve_judgment({(5, 2): 1, (9, 2): 1}, "reject") == (2, 0, [(5, 2)], [])
+    with pytest.raises(ValueError, match="policy"):
+        resolve_judgment(entries, "first")
+
+
+def test_account_checks_each_identity():
+    good = {"impressions_read": 10, "impressions_valid": 8, "rejected:impression:position must be >= 1 (1-based)": 2,
+            "impressions_accepted": 6, "duplicate:impression": 1,
+            f"rejected:impression:{REASON_ITEM_TWICE}": 1, "impressions_ranked": 4, "impressions_unjudged": 2,
+            "click_impressions": 5, "click_impressions_not_logged": 1}
+    summary, problems = account(good, ranking=True, ctr=True)
+    assert problems == [] and summary["impression"]["rejected"][REASON_ITEM_TWICE] == 1
+    assert account(dict(good, impressions_read=11), ranking=True, ctr=True)[1][0].startswith("impressions: read 11")
+    assert "ranked 3" in account(dict(good, impressions_ranked=3), ranking=True)[1][0]
+    assert "counted in CTR 4" in account(dict(good, click_impressions=4), ctr=True)[1][0]
+
+
+# --------------------------------------------------------------------------------------------
+# library
+
+def test_library_judgment_conflicts():
+    run = {"q": {"a": 3.0, "b": 2.0, "c": 1.0}}
+    qrels = pd.DataFrame({"query_id": ["q", "q", "q"], "item_id": ["b", "a", "a"], "grade": [1, 1, 0],
+                          "timestamp": [0, 5, 9]})
+    with pytest.raises(ValueError, match="qrels judge docno 'a' twice for query 'q'"):
+        se.evaluate(qrels, run, ["map", "bpref"])
+    # latest: a is judged non-relevant (t=9): AP 1/2, bpref 0 (a judged non-relevant above b)
+    latest = se.evaluate(qrels, run, ["map", "bpref"], judgment_conflicts="latest").means
+    assert latest == {"map": 0.5, "bpref": 0.0}
+    # max: a relevant: AP (1 + 1) / 2 = 1, bpref 1
+    assert se.evaluate(qrels, run, ["map", "bpref"], judgment_conflicts="max").means == {"map": 1.0, "bpref": 1.0}
+    # without a timestamp column the later row wins
+    no_ts = qrels.drop(columns="timestamp").iloc[[0, 2, 1]]
+    assert se.evaluate(no_ts, run, "map", judgment_conflicts="latest") == 1.0
+    with pytest.raises(ValueError, match="judgment_conflicts"):
+        se.evaluate(qrels, run, "map", judgment_conflicts="reject")
+    q, d, g = resolve_qrels(*(pd.Series(x).to_numpy() for x in (["q", "q"], ["a", "a"], [2.0, 1.0])),
+                            [7, 7], "latest")
+    assert list(g) == [2.0]  # equal times: the larger grade
+
+
+def test_library_bad_input_messages():
+    with pytest.raises(ValueError, match="not finite"):
+        se.evaluate({"q": {"a": 1}}, {"q": {"a": float("nan")}}, "map")
+    with pytest.raises(ValueError, match="run ranks docno 'a' twice for query 'q'"):
+        se.evaluate({"q": {"a": 1}}, pd.DataFrame({"query_id": ["q", "q"], "item_id": ["a", "a"],
+                                                    "score": [1.0, 2.0]}), "map")
+    with pytest.raises(se.MetricNameError, match="unknown metric 'mapp'"):
+        se.evaluate({"q": {"a": 1}}, {"q": {"a": 1.0}}, "mapp")
+    assert math.isnan(se.evaluate({}, {}, "map"))
+
+
+# --------------------------------------------------------------------------------------------
+# batch job
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    imps, judg = _logs()
+    code, rows, summary, dead = _run(tmp_path_factory.mktemp("clean"), "clean", [imps], [judg])
+    assert code == 0 and dead == [] and summary["accounting_problems"] == []
+    return imps, judg, rows, summary
+
+
+def test_replays_change_no_metric(clean, tmp_path):
+    imps, judg, rows, _ = clean
+    rnd = random.Random(1)
+    replays = rnd.sample(imps, 20)
+    judg_replays = rnd.sample(judg, 5)
+    mixed = imps + replays
+    rnd.shuffle(mixed)
+    code, rows2, summary, dead = _run(tmp_path, "replayed", [mixed[:100], mixed[100:]], [judg, judg_replays])
+    assert code == 0 and dead == []
+    _same(rows2, rows)
+    acc = summary["accounting"]
+    assert acc["impression"]["read"] == len(imps) + 20 and acc["impression"]["duplicates"] == 20
+    assert acc["impression"]["accepted"] == len(imps)
+    assert acc["judgment"]["duplicates"] == 5 and acc["judgment"]["accepted"] == len(judg)
+
+
+def test_bad_records_go_to_dead_letters_with_reasons(clean, tmp_path):
+    imps, judg, rows, _ = clean
+    i0 = next(r for r in imps if not r["clicked"])
+    conflict = dict(i0, clicked=True)                       # same event id, other content: rejected
+    twice = dict(imps[1], event_id="x-twice", position=9, timestamp=imps[1]["timestamp"] + 1)  # item again
+    nan_score = dict(imps[2], event_id="x-nan", item_id="new1", score=float("nan"))
+    pos0 = dict(imps[3], event_id="x-pos0", item_id="new2", position=0)
+    bad_grade = dict(judg[0], item_id="d99", grade=7)
+    code, rows2, summary, dead = _run(tmp_path, "bad", [imps + [conflict, twice, nan_score, pos0]],
+                                      [judg + [bad_grade]], extra=["--grades", "0:3"])
+    assert code == 0
+    _same(rows2, rows)  # the originals are kept: metrics unchanged
+    reasons = sorted(d["reason"].split(" (")[0].split(",")[0] for d in dead)
+    assert reasons == sorted([REASON_EVENT_CONFLICT, REASON_ITEM_TWICE, "score is not finite",
+                              "position must be >= 1", "grade outside the declared range 0..3"])
+    acc = summary["accounting"]["impression"]
+    assert acc["read"] == len(imps) + 4 and acc["accepted"] == len(imps) and sum(acc["rejected"].values()) == 4
+    assert acc["ranked"] + acc["unjudged"] == len(imps) and acc["unjudged"] == 36  # query q5: 6 requests x 6
+    assert summary["accounting"]["judgment"]["rejected"] == {"grade outside the declared range 0..3": 1}
+
+
+@pytest.mark.parametrize("policy,expected,rejected", [
+    ("latest", {"map": 0.5, "bpref": 0.0}, 0),   # a: grade 0 (t=9) supersedes grade 1 (t=5)
+    ("max", {"map": 1.0, "bpref": 1.0}, 0),      # a: grade 1
+    ("reject", {"map": 0.5, "bpref": 1.0}, 2),   # a: unjudged, both judgments dead letters
+])
+def test_judgment_policies_in_the_job(tmp_path, policy, expected, rejected):
+    imps = [{"event_id": f"e{i}", "request_id": "r", "query_id": "q", "user_id": None, "system_id": "A",
+             "item_id": item, "position": i + 1, "score": float(3 - i), "clicked": None, "timestamp": BASE_TS,
+             "propensity": None, "attributes": {}} for i, item in enumerate("abc")]
+    judg = [{"query_id": "q", "item_id": "b", "grade": 1, "timestamp": 0, "source": ""},
+            {"query_id": "q", "item_id": "a", "grade": 1, "timestamp": 5, "source": ""},
+            {"query_id": "q", "item_id": "a", "grade": 0, "timestamp": 9, "source": ""}]
+    code, rows, summary, dead = _run(tmp_path, policy, [imps], [judg], metrics="map,bpref",
+                                     extra=["--judgment-conflicts", policy, "--no-ctr"])
+    assert code == 0
+    got = {k[3]: v[0] for k, v in rows.items() if k[1] == "all"}
+    assert got == expected
+    assert len(dead) == rejected
+    acc = summary["accounting"]["judgment"]
+    assert acc["superseded"] == (0 if rejected else 1) and acc["accepted"] == (1 if rejected else 2)
+
+
+def test_truncated_file_keeps_the_records_before_the_damage(clean, tmp_path):
+    imps, judg, _, _ = clean
+    extra_imps = [dict(r, event_id="x" + r["event_id"], request_id="x" + r["request_id"]) for r in imps]
+    whole = tmp_path / "whole.avro"
+    avro.write_records(whole, "impression", extra_imps, sync_interval=2000)
+    data = whole.read_bytes()
+    code, rows, summary, dead = _run(tmp_path, "cut", [imps, data[: len(data) * 2 // 3]], [judg])
+    assert code == 0
+    assert len(dead) == 1 and "unreadable Avro file" in dead[0]["reason"]
+    n = json.loads(dead[0]["raw"])["records_read"]
+    assert 0 < n < len(extra_imps)
+    assert summary["accounting"]["unreadable_files"] and summary["accounting"]["impression"]["read"] == len(imps) + n
+    # the metrics are those of the records that could be read
+    code, ref, _, _ = _run(tmp_path, "prefix", [imps, extra_imps[:n]], [judg])
+    _same(rows, ref)
+
+
+def test_empty_and_missing_inputs(tmp_path, capsys):
+    code, rows, summary, dead = _run(tmp_path, "empty", [[]], [[]])
+    assert code == 0 and rows == {} and dead == []
+    assert summary["accounting"] == {"unreadable_files": []}
+    assert batch.main(["--impressions", str(tmp_path / "nothing*.avro"), "--output", str(tmp_path / "o")]) == 2
+    assert "nothing*.avro" in capsys.readouterr().err
+    assert batch.main(["--impressions", str(tmp_path / "empty" / "imps-0.avro"), "--metrics", "mapp",
+                       "--judgments", str(tmp_path / "empty" / "judg-0.avro"), "--output", str(tmp_path / "o")]) == 2
+    assert "unknown metric 'mapp'" in capsys.readouterr().err
+    assert batch.main(["--impressions", str(tmp_path / "empty" / "imps-0.avro"), "--grades", "3:1",
+                       "--output", str(tmp_path / "o")]) == 2
+
+
+def test_counts_that_do_not_add_up_fail_the_job(clean, tmp_path, monkeypatch, capsys):
+    imps, judg, _, _ = clean
+    real = batch._counters
+
+    def lossy(result):
+        c = real(result)
+        c["impressions_read"] += 1  # a record read but found nowhere
+        return c
+
+    monkeypatch.setattr(batch, "_counters", lossy)
+    code, _, summary, _ = _run(tmp_path, "lossy", [imps[:30]], [judg])
+    assert code == 1
+    assert summary["accounting_problems"] and "read 31" in summary["accounting_problems"][0]
+    assert "do not add up" in capsys.readouterr().err
