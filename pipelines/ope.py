@@ -47,7 +47,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import batch
 from streameval.beam.online import OffPolicyCtr
-from streameval.beam.transforms import ClickMetrics, ValidateImpressions
+from streameval.beam.transforms import CleanImpressions, ClickMetrics, ValidateImpressions
 from streameval.io import avro, convert
 from streameval.metrics.online import (
     LoggedPropensityTarget,
@@ -315,14 +315,17 @@ def main(argv=None) -> int:
     p = beam.Pipeline(options=PipelineOptions(["--runner", args.runner, *beam_args]))
     imps, dead = (p | "ReadLogs" >> batch.ReadAvro([logs_path], "impression")
                   | "ValidateLogs" >> ValidateImpressions(",".join(args.logs)))
+    imps, clean_dead = imps | "CleanLogs" >> CleanImpressions(",".join(args.logs))
     ope = OffPolicyCtr(target, name, slices=slices)
     parts = [imps | "Ope" >> ope]
-    deads = [dead, ope.rejected]
+    deads = [dead, clean_dead, ope.rejected]
     if target_recs:
         tpath = os.path.join(tmp, "target.avro")
         avro.write_records(tpath, "impression", target_recs)
         timps, tdead = (p | "ReadTarget" >> batch.ReadAvro([tpath], "impression")
                         | "ValidateTarget" >> ValidateImpressions(",".join(args.target_logs)))
+        timps, tclean_dead = timps | "CleanTarget" >> CleanImpressions(",".join(args.target_logs))
+        deads.append(tclean_dead)
         parts.append(timps | "Measured" >> ClickMetrics(slices=slices)
                      | "OnlyCtr" >> beam.Filter(lambda r: r["metric"] == "ctr"))
         deads.append(tdead)
@@ -338,8 +341,9 @@ def main(argv=None) -> int:
     for n in notes:
         print(n)
     rejected = {k.split(":", 2)[2]: v for k, v in counters.items() if k.startswith("rejected:") and v}
+    dups = counters.get("duplicate:impression", 0)
     print(f"read {len(logs)} log and {len(target_recs)} target-log impressions; estimated from "
-          f"{counters.get('ope:impressions', 0)}; rejected {sum(rejected.values())}"
+          f"{counters.get('ope:impressions', 0)}; replayed events ignored {dups}; rejected {sum(rejected.values())}"
           + (" (" + "; ".join(f"{k}: {v}" for k, v in sorted(rejected.items())) + ")" if rejected else "")
           + f"; {wall:.1f} s ({args.runner})" + (f"; rows in {args.output}" if args.output else ""))
     return 0

@@ -267,3 +267,18 @@ def test_counts_that_do_not_add_up_fail_the_job(clean, tmp_path, monkeypatch, ca
     assert code == 1
     assert summary["accounting_problems"] and "read 31" in summary["accounting_problems"][0]
     assert "do not add up" in capsys.readouterr().err
+
+
+def test_ope_ignores_replayed_log_events(tmp_path, capsys):
+    from pipelines import ope
+
+    logs = list(avro.read_records("data/sample/impressions/obd_bts_*.avro", "impression"))[:3000]
+    avro.write_records(tmp_path / "logs" / "a.avro", "impression", logs)
+    common = ["--target", "random", "--n-items", "all=80,men=34,women=46"]
+    assert ope.main(["--logs", str(tmp_path / "logs" / "*.avro"), *common, "--output", str(tmp_path / "o1")]) == 0
+    avro.write_records(tmp_path / "logs" / "b.avro", "impression", logs[:500])  # delivered again
+    assert ope.main(["--logs", str(tmp_path / "logs" / "*.avro"), *common, "--output", str(tmp_path / "o2")]) == 0
+    assert "replayed events ignored 500" in capsys.readouterr().out
+    one, two = ([json.loads(line) for line in open(tmp_path / o / "metrics.jsonl")] for o in ("o1", "o2"))
+    key = lambda r: (r["slice"], r["metric"])  # noqa: E731
+    assert sorted(one, key=key) == sorted(two, key=key)
