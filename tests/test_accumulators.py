@@ -153,3 +153,36 @@ def test_aggregate_is_fsum_mean_and_total_for_counts():
     v = np.array([0.1, 0.2, 0.3, 1e-17])
     assert aggregate(v, specs[0]) == math.fsum(v.tolist()) / 4
     assert aggregate(np.array([3.0, 4.0]), specs[1]) == 7.0
+
+
+_VALUES = st.one_of(st.floats(allow_infinity=False, min_value=-1e12, max_value=1e12),
+                    st.sampled_from([math.nan, 0.0, 1.0 / 3, 1e-300, 2.0 ** -1074, 0.1]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_VALUES, min_size=2, max_size=2), min_size=1, max_size=40))
+def test_vectorised_add_many_equals_one_by_one(rows):
+    """MeanMoments.add_many (fsum rounds, vectorised Veltkamp squares) and the buffered MeanCombineFn
+    give the same means and standard errors, to the bit, as adding each value alone, and as the exact
+    rational statistics."""
+    from fractions import Fraction
+
+    from streameval.beam.combiners import MeanCombineFn
+
+    mm = MeanMoments(2)
+    one = mm.create()
+    for r in rows:
+        mm.add(one, r)
+    many = mm.add_many(mm.create(), np.array(rows).T)
+    fn = MeanCombineFn(2)
+    fn.BUFFER = 7
+    acc = fn.add_inputs(fn.create_accumulator(), rows)
+    got = [mm.extract(one), mm.extract(many), fn.extract_output(acc)]
+    for m in range(2):
+        vals = [Fraction(r[m]) for r in rows if not math.isnan(r[m])]
+        for res in got:
+            mean, n, se = res[m]
+            assert n == len(vals)
+            if vals:  # the correctly rounded exact sum over n
+                assert mean == float(sum(vals)) / n
+        assert all(str(res[m]) == str(got[0][m]) for res in got)

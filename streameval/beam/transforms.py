@@ -274,26 +274,37 @@ class _ResolveJudgmentFn(beam.DoFn):
         self.rejected = Metrics.counter(NAMESPACE, f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}")
 
     def process(self, element):
-        (qid, item), recs = element
-        entries: dict = {}
-        first: dict = {}
+        qid, recs = element
+        by_item: dict = {}
         for j in recs:
             key = (int(j.get("timestamp") or 0), int(j["grade"]))
+            entries, first = by_item.setdefault(j["item_id"], ({}, {}))
             entries[key] = entries.get(key, 0) + 1
             first.setdefault(key, j)
-        grade, n_dup, superseded, rejected = cleaning.resolve_judgment(entries, self.policy)
+        n_dup = n_sup = n_acc = 0
+        for item, (entries, first) in by_item.items():
+            if len(entries) == 1:
+                (key, count), = entries.items()
+                n_dup += count - 1
+                n_acc += 1
+                yield first[key]
+                continue
+            grade, dup, superseded, rejected = cleaning.resolve_judgment(entries, self.policy)
+            n_dup += dup
+            n_sup += len(superseded)
+            grades = sorted({g for _, g in entries})
+            for key in rejected:
+                self.rejected.inc()
+                yield pvalue.TaggedOutput("dead_letters", {
+                    "source": self.source, "raw": records.to_json_text(first[key]),
+                    "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} (query {qid!r}, item {item!r}: grades {grades}; "
+                              "policy reject)"})
+            if grade is not None:
+                n_acc += 1
+                yield first[next(k for k in entries if k not in superseded)]
         self.duplicates.inc(n_dup)
-        self.superseded.inc(len(superseded))
-        grades = sorted({g for _, g in entries})
-        for key in rejected:
-            self.rejected.inc()
-            yield pvalue.TaggedOutput("dead_letters", {
-                "source": self.source, "raw": records.to_json_text(first[key]),
-                "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} (query {qid!r}, item {item!r}: grades {grades}; "
-                          "policy reject)"})
-        if grade is not None:
-            self.accepted.inc()
-            yield first[next(k for k in entries if k not in superseded)]
+        self.superseded.inc(n_sup)
+        self.accepted.inc(n_acc)
 
 
 class ResolveJudgments(beam.PTransform):
@@ -314,8 +325,8 @@ class ResolveJudgments(beam.PTransform):
 
     def expand(self, judgments):
         return (judgments
-                | "KeyByPair" >> beam.Map(lambda j: ((j["query_id"], j["item_id"]), j))
-                | "GroupPairs" >> beam.GroupByKey()
+                | "KeyByQuery" >> beam.Map(lambda j: (j["query_id"], j))
+                | "GroupQueries" >> beam.GroupByKey()
                 | "Resolve" >> beam.ParDo(_ResolveJudgmentFn(self.policy, self.source)).with_outputs(
                     "dead_letters", main="judgments"))
 
