@@ -39,7 +39,9 @@ def _columns(obj, kind: str):
     if isinstance(obj, (str, os.PathLike)):
         from .io import trec
 
-        obj = trec.read_run(obj) if kind == "run" else trec.read_qrels(obj)
+        # a run is read with check=True: a NaN score or a repeated document is reported with its line
+        # (qrels repeats are left to the judgment_conflicts policy)
+        obj = trec.read_run(obj, check=True) if kind == "run" else trec.read_qrels(obj)
     if hasattr(obj, "qid") and hasattr(obj, "docno"):
         val = obj.score if kind == "run" else obj.grade
         return np.asarray(obj.qid), np.asarray(obj.docno), np.asarray(val, dtype=np.float64)

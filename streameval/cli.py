@@ -62,8 +62,33 @@ def _fmt_value(spec, v) -> str:
     return "%.4f" % v
 
 
+def _one_line(err) -> str:
+    """An exception as one line of text (error messages go to stderr on a single line)."""
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def _trec_input_error(err: ValueError, run, qrels, run_path, qrels_path) -> ValueError:
+    """The error to report for ``err`` raised while scoring: when the metric layer refused the input
+    (non-finite score, duplicate docno or judgment), the same problem located at its file and line."""
+    from .io import trec
+
+    try:
+        trec.check_run(run, run_path)
+        trec.check_qrels(qrels, qrels_path)
+    except trec.InputFormatError as located:
+        return located
+    except OSError:
+        pass
+    return err
+
+
 def trec_eval_main(argv=None, out=None) -> int:
-    """Run ``streameval trec-eval``; returns the exit status (0 ok, 1 bad input)."""
+    """Run ``streameval trec-eval``; returns the exit status.
+
+    0: ok; 1: nothing to evaluate (no query has both results and judgments); 2: bad input or usage
+    (unreadable or malformed file, reported as one ``path:line: reason: 'line'`` line on stderr,
+    unknown measure, bad option).
+    """
     import math
 
     from .api import score_queries
@@ -71,23 +96,35 @@ def trec_eval_main(argv=None, out=None) -> int:
     from .metrics.names import OFFICIAL_TREC, MetricNameError, parse_metrics
 
     out = out or sys.stdout
-    args = _trec_eval_parser().parse_args(argv)
+    try:
+        args = _trec_eval_parser().parse_args(argv)
+    except SystemExit as e:  # argparse: usage error (2) or --help (0)
+        return e.code if isinstance(e.code, int) else 2
     # trec_eval prints runid and num_q with its default measures, all_trec, or when named
     asked = [m for m in (args.measures or []) if m not in ("runid", "num_q")]
     header = not args.measures or any(m in ("all_trec", "official") for m in args.measures)
     show_runid = header or "runid" in args.measures
     show_num_q = header or "num_q" in args.measures
+    run = qrels = None
     try:
         specs = parse_metrics(asked) if asked else ([] if args.measures else list(OFFICIAL_TREC))
         run = trec.read_run(args.run)
         qrels = trec.read_qrels(args.qrels)
+        if len(run) == 0:
+            raise trec.InputFormatError(args.run, None, "empty run file (no result lines)")
+        if len(qrels) == 0:
+            raise trec.InputFormatError(args.qrels, None, "empty qrels file (no judgment lines)")
         specs = sorted(specs, key=_trec_sort_key)
-        specs, prep, values = score_queries(qrels, run, specs, relevance_level=args.level, gain=args.gain,
-                                            err_max_grade=args.err_max_grade, complete=args.complete,
-                                            depth=args.depth, warn=False)
+        try:
+            specs, prep, values = score_queries(qrels, run, specs, relevance_level=args.level, gain=args.gain,
+                                                err_max_grade=args.err_max_grade, complete=args.complete,
+                                                depth=args.depth, warn=False)
+        except ValueError as e:
+            # the fast path does not look for bad lines; find the one behind the refusal
+            raise _trec_input_error(e, run, qrels, args.run, args.qrels) from e
     except (MetricNameError, ValueError, OSError) as e:
-        print(f"streameval trec-eval: {e}", file=sys.stderr)
-        return 1
+        print(f"streameval trec-eval: {_one_line(e)}", file=sys.stderr)
+        return 2
     if len(prep.qids) == 0:
         print("streameval trec-eval: no queries with both results and judgments", file=sys.stderr)
         return 1
@@ -142,25 +179,39 @@ def _convert_parser(sub) -> None:
 
 
 def _convert_main(args) -> int:
+    """Run ``streameval convert``: 0 ok, 2 bad input (one ``path:line: reason: 'line'`` line on stderr)."""
     from .io import avro, convert, trec
 
-    if args.kind == "trec-run":
-        recs = convert.trec_run_to_impressions(trec.read_run(args.run), system_id=args.system,
-                                               timestamp_micros=args.timestamp)
-        n = _write(avro, args.output, "impression", recs)
-    elif args.kind == "qrels":
-        n = _write(avro, args.output, "judgment", convert.trec_qrels_to_judgments(trec.read_qrels(args.qrels)))
-    elif args.kind == "obd":
-        n = _write(avro, args.output, "impression",
-                   convert.obd_to_impressions(args.csv, args.system, campaign=args.campaign))
-    elif args.kind == "letor":
-        imps, judg = convert.letor_to_records(args.data, args.query, feature=args.feature)
-        n = _write(avro, args.impressions_output, "impression", imps)
-        n += _write(avro, args.judgments_output, "judgment", judg)
-    else:
-        n = _write(avro, args.output, "impression", convert.yandex_to_impressions(args.log))
+    try:
+        n = _convert(args, avro, convert, trec)
+    except (ValueError, OSError) as e:
+        print(f"streameval convert: {_one_line(e)}", file=sys.stderr)
+        return 2
     print(f"wrote {n} records", file=sys.stderr)
     return 0
+
+
+def _convert(args, avro, convert, trec) -> int:
+    """Convert as ``args`` say; returns the number of records written."""
+    if args.kind == "trec-run":
+        run = trec.read_run(args.run, check=True)
+        if len(run) == 0:
+            raise trec.InputFormatError(args.run, None, "empty run file (no result lines)")
+        recs = convert.trec_run_to_impressions(run, system_id=args.system, timestamp_micros=args.timestamp)
+        return _write(avro, args.output, "impression", recs)
+    if args.kind == "qrels":
+        qrels = trec.read_qrels(args.qrels, check=True)
+        if len(qrels) == 0:
+            raise trec.InputFormatError(args.qrels, None, "empty qrels file (no judgment lines)")
+        return _write(avro, args.output, "judgment", convert.trec_qrels_to_judgments(qrels))
+    if args.kind == "obd":
+        return _write(avro, args.output, "impression",
+                      convert.obd_to_impressions(args.csv, args.system, campaign=args.campaign))
+    if args.kind == "letor":
+        imps, judg = convert.letor_to_records(args.data, args.query, feature=args.feature)
+        return (_write(avro, args.impressions_output, "impression", imps)
+                + _write(avro, args.judgments_output, "judgment", judg))
+    return _write(avro, args.output, "impression", convert.yandex_to_impressions(args.log))
 
 
 def _write(avro, path, name, records) -> int:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import math
 import os
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Union
 
-from .trec import TrecQrels, TrecRun, trec_order
+from .trec import InputFormatError, TrecQrels, TrecRun, trec_order
 
 __all__ = [
     "trec_run_to_impressions",
@@ -26,6 +27,7 @@ __all__ = [
     "yandex_to_impressions",
     "datetime_text_to_micros",
     "user_hash",
+    "InputFormatError",
 ]
 
 PathLike = Union[str, os.PathLike]
@@ -51,6 +53,24 @@ def user_hash(*parts: str) -> str:
     h = hashlib.blake2b(digest_size=8)
     h.update("\x1f".join(parts).encode("utf-8"))
     return h.hexdigest()
+
+
+_INT_MAX = 2**31 - 1
+
+
+def _utf8_error(path: str, exc: UnicodeDecodeError) -> InputFormatError:
+    """The line of the first byte of ``path`` that is not UTF-8 (found by a rescan of the bytes)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        data.decode("utf-8")
+        return InputFormatError(path, None, f"not UTF-8 text ({exc})")
+    except UnicodeDecodeError as e:
+        pos = e.start
+    lo = data.rfind(b"\n", 0, pos) + 1
+    hi = data.find(b"\n", pos)
+    line = data[lo:hi if hi >= 0 else len(data)].decode("utf-8", errors="replace")
+    return InputFormatError(path, data.count(b"\n", 0, pos) + 1, f"not UTF-8 text (byte {data[pos]:#04x})", line)
 
 
 # --------------------------------------------------------------------------
@@ -193,35 +213,86 @@ def obd_to_impressions(
     request id (``f"{system_id}/{campaign}/page{first_row_index}"``); it
     merges only those few pairs.
 
-    The CSV is read with the ``csv`` module, row by row.
+    The CSV is read with the ``csv`` module, row by row.  A malformed row (too
+    few columns, a position that is not a 1-based integer, a click other than
+    0/1, a propensity outside (0, 1], a bad timestamp) or an empty file raises
+    :class:`~streameval.io.trec.InputFormatError` with the line.
     """
     path = os.fspath(csv_path)
     if campaign is None:
         campaign = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    try:
+        yield from _obd_rows(path, system_id, campaign, group_same_page)
+    except UnicodeDecodeError as e:
+        raise _utf8_error(path, e) from None
+
+
+_OBD_COLUMNS = ("timestamp", "item_id", "position", "click", "propensity_score")
+
+
+def _obd_rows(path: str, system_id: str, campaign: str, group_same_page: bool) -> Iterator[dict]:
     attributes = {"campaign": campaign}
     page_ids: dict[tuple[str, ...], str] = {}
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
-        header = next(reader, None)
+
+        def bad(reason: str, row: list[str] | None) -> InputFormatError:
+            return InputFormatError(path, reader.line_num, reason, None if row is None else ",".join(row))
+
+        try:
+            header = next(reader, None)
+        except csv.Error as e:
+            raise bad(f"unreadable CSV ({e})", None) from None
         if header is None:
-            return
+            raise InputFormatError(path, None, "empty file: no header line (not an Open Bandit Dataset CSV)")
         col = {name: i for i, name in enumerate(header)}
-        missing = [c for c in ("timestamp", "item_id", "position", "click", "propensity_score") if c not in col]
+        missing = [c for c in _OBD_COLUMNS if c not in col]
         feat_cols = [f"user_feature_{i}" for i in range(4)]
         missing += [c for c in feat_cols if c not in col]
         if missing:
-            raise ValueError(f"{path}: not an Open Bandit Dataset CSV, missing columns {missing}")
+            raise bad(f"not an Open Bandit Dataset CSV, missing columns {missing}", header)
         i_idx = 0 if header[0] == "" else None  # the unnamed pandas index column
-        i_ts, i_item, i_pos, i_click, i_prop = (
-            col["timestamp"], col["item_id"], col["position"], col["click"], col["propensity_score"],
-        )
+        i_ts, i_item, i_pos, i_click, i_prop = (col[c] for c in _OBD_COLUMNS)
         i_feats = [col[c] for c in feat_cols]
-        for n, row in enumerate(reader):
+        width = max(i_ts, i_item, i_pos, i_click, i_prop, *i_feats) + 1
+        n = -1
+        while True:
+            try:
+                row = next(reader, None)
+            except csv.Error as e:
+                raise bad(f"unreadable CSV ({e})", None) from None
+            if row is None:
+                break
+            n += 1
             if not row:
                 continue
+            if len(row) < width:
+                raise bad(f"expected {len(header)} columns, got {len(row)}", row)
             row_index = row[i_idx] if i_idx is not None else str(n)
             ts_text = row[i_ts]
             feats = [row[i] for i in i_feats]
+            item = row[i_item]
+            if not item:
+                raise bad("empty item_id", row)
+            try:
+                position = int(row[i_pos])
+            except ValueError:
+                raise bad(f"position is not an integer: {row[i_pos]!r}", row) from None
+            if not 1 <= position <= _INT_MAX:
+                raise bad(f"position must be a 1-based rank, got {position}", row)
+            click = row[i_click].strip()
+            if click not in ("0", "1"):
+                raise bad(f"click must be 0 or 1, got {row[i_click]!r}", row)
+            try:
+                propensity = float(row[i_prop])
+            except ValueError:
+                raise bad(f"propensity_score is not a number: {row[i_prop]!r}", row) from None
+            if not 0.0 < propensity <= 1.0:  # also NaN
+                raise bad(f"propensity_score must be in (0, 1], got {row[i_prop]!r}", row)
+            try:
+                timestamp = datetime_text_to_micros(ts_text)
+            except (ValueError, OverflowError):
+                raise bad(f"timestamp is not an ISO date-time: {ts_text!r}", row) from None
             event_id = f"{system_id}/{campaign}/{row_index}"
             if group_same_page:
                 key = (ts_text, *feats)
@@ -236,12 +307,12 @@ def obd_to_impressions(
                 "query_id": campaign,
                 "user_id": user_hash(*feats),
                 "system_id": system_id,
-                "item_id": str(row[i_item]),
-                "position": int(row[i_pos]),
+                "item_id": item,
+                "position": position,
                 "score": None,
-                "clicked": int(row[i_click]) == 1,
-                "timestamp": datetime_text_to_micros(ts_text),
-                "propensity": float(row[i_prop]),
+                "clicked": click == "1",
+                "timestamp": timestamp,
+                "propensity": propensity,
                 "attributes": dict(attributes),
             }
 
@@ -250,14 +321,62 @@ def obd_to_impressions(
 # LETOR (LightGBM lambdarank example)
 
 
-def _parse_label(text: str, path: str, lineno: int) -> int:
+def _parse_label(text: str, path: str, lineno: int, line: str) -> int:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"{path}:{lineno}: label is not a number: {text!r}") from None
+        raise InputFormatError(path, lineno, f"label is not a number: {text!r}", line) from None
     if not value.is_integer():
-        raise ValueError(f"{path}:{lineno}: label is not an integer grade: {text!r}")
+        raise InputFormatError(path, lineno, f"label is not an integer grade: {text!r}", line)
+    if not -_INT_MAX - 1 <= value <= _INT_MAX:
+        raise InputFormatError(path, lineno, f"label {text!r} does not fit an Avro int", line)
     return int(value)
+
+
+def _letor_group_sizes(qpath: str) -> tuple[list[int], list[tuple[int, str]]]:
+    sizes: list[int] = []
+    where: list[tuple[int, str]] = []
+    with open(qpath, encoding="utf-8") as f:
+        for lineno, raw in enumerate(f, 1):
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                size = int(line)
+            except ValueError:
+                raise InputFormatError(qpath, lineno, f"group size is not an integer: {line!r}", raw) from None
+            if size < 0:
+                raise InputFormatError(qpath, lineno, f"negative group size {size}", raw)
+            sizes.append(size)
+            where.append((lineno, raw))
+    return sizes, where
+
+
+def _letor_rows(dpath: str, feature: int) -> tuple[list[int], list[float], list[int]]:
+    """Labels, scores (feature ``feature``, 0.0 when absent) and line numbers of the data rows."""
+    labels: list[int] = []
+    scores: list[float] = []
+    linenos: list[int] = []
+    prefix = f"{feature}:"
+    with open(dpath, encoding="utf-8") as f:
+        for lineno, raw in enumerate(f, 1):
+            parts = raw.split("#", 1)[0].split()
+            if not parts:
+                continue
+            labels.append(_parse_label(parts[0], dpath, lineno, raw))
+            score = 0.0
+            for tok in parts[1:]:
+                if tok.startswith(prefix):
+                    try:
+                        score = float(tok[len(prefix):])
+                    except ValueError:
+                        raise InputFormatError(dpath, lineno, f"feature value is not a number: {tok!r}", raw) from None
+                    if not math.isfinite(score):
+                        raise InputFormatError(dpath, lineno, f"feature value is not finite: {tok!r}", raw)
+                    break
+            scores.append(score)
+            linenos.append(lineno)
+    return labels, scores, linenos
 
 
 def letor_to_records(
@@ -289,49 +408,40 @@ def letor_to_records(
       file's name.
 
     Returns ``(impressions, judgments)``; impressions grouped by query in
-    position order, judgments in file order.  Raises ``ValueError`` when the
-    group sizes do not add up to the number of rows.
+    position order, judgments in file order.  Raises
+    :class:`~streameval.io.trec.InputFormatError` (a ``ValueError``) with the
+    file and line for a malformed line (label not an integer, feature value
+    not a finite number, group size not a non-negative integer), an empty
+    data file, or group sizes that do not add up to the number of rows (the
+    group that runs past the data, or the first row in no group).
     """
     dpath = os.fspath(data_path)
     qpath = os.fspath(query_path)
     system = system_id if system_id is not None else f"feature{feature}"
     source = os.path.basename(dpath)
-    with open(qpath, encoding="utf-8") as f:
-        sizes = []
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                size = int(line)
-            except ValueError:
-                raise ValueError(f"{qpath}:{lineno}: group size is not an integer: {line!r}") from None
-            if size < 0:
-                raise ValueError(f"{qpath}:{lineno}: negative group size {size}")
-            sizes.append(size)
-    labels: list[int] = []
-    scores: list[float] = []
-    prefix = f"{feature}:"
-    with open(dpath, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.split("#", 1)[0]
-            parts = line.split()
-            if not parts:
-                continue
-            labels.append(_parse_label(parts[0], dpath, lineno))
-            score = 0.0
-            for tok in parts[1:]:
-                if tok.startswith(prefix):
-                    try:
-                        score = float(tok[len(prefix):])
-                    except ValueError:
-                        raise ValueError(f"{dpath}:{lineno}: feature value is not a number: {tok!r}") from None
-                    break
-            scores.append(score)
-    if sum(sizes) != len(labels):
-        raise ValueError(
-            f"{qpath}: group sizes add up to {sum(sizes)} but {dpath} has {len(labels)} rows"
-        )
+    try:
+        sizes, size_lines = _letor_group_sizes(qpath)
+    except UnicodeDecodeError as e:
+        raise _utf8_error(qpath, e) from None
+    try:
+        labels, scores, row_lines = _letor_rows(dpath, feature)
+    except UnicodeDecodeError as e:
+        raise _utf8_error(dpath, e) from None
+    if not labels:
+        raise InputFormatError(dpath, None, "empty file (no data lines)")
+    total = sum(sizes)
+    if total != len(labels):
+        if total > len(labels):  # the group whose size runs past the data
+            acc = 0
+            for size, (lineno, text) in zip(sizes, size_lines):
+                acc += size
+                if acc > len(labels):
+                    raise InputFormatError(
+                        qpath, lineno, f"group sizes add up to {total} but {dpath} has {len(labels)} rows "
+                                       f"(this group ends at row {acc})", text)
+        raise InputFormatError(
+            dpath, row_lines[total], f"row {total + 1} is in no group: the group sizes of {qpath} add up to "
+                                     f"{total} but there are {len(labels)} rows")
     impressions: list[dict] = []
     judgments: list[dict] = []
     row = 0
@@ -371,18 +481,21 @@ def letor_to_records(
 # Yandex WSCD 2011 click log sample
 
 
-def _split_stream(path: str, sep: str = ";", chunk_size: int = 1 << 20) -> Iterator[str]:
-    """Pieces of a text file separated by ``sep``, read in chunks."""
+def _split_stream(path: str, sep: str = ";", chunk_size: int = 1 << 20) -> Iterator[tuple[str, int]]:
+    """Pieces of a text file separated by ``sep``, read in chunks, with the line each piece starts on."""
     with open(path, encoding="utf-8") as f:
         rest = ""
+        line = 1
         while True:
             chunk = f.read(chunk_size)
             if not chunk:
                 break
             pieces = (rest + chunk).split(sep)
             rest = pieces.pop()
-            yield from pieces
-        yield rest
+            for piece in pieces:
+                yield piece, line
+                line += piece.count("\n")
+        yield rest, line
 
 
 def yandex_to_impressions(path: PathLike, system_id: str = "yandex") -> Iterator[dict]:
@@ -409,20 +522,32 @@ def yandex_to_impressions(path: PathLike, system_id: str = "yandex") -> Iterator
       event-time windows are meaningless for it;
     * ``user_id``, ``score``, ``propensity`` None.
 
-    Raises ``ValueError`` naming the session index on a malformed session.
+    A malformed session raises :class:`~streameval.io.trec.InputFormatError`
+    with the file, the line it starts on and its index; so does an empty file.
     """
     p = os.fspath(path)
+    try:
+        yield from _yandex_sessions(p, system_id)
+    except UnicodeDecodeError as e:
+        raise _utf8_error(p, e) from None
+
+
+def _yandex_sessions(p: str, system_id: str) -> Iterator[dict]:
     session_index = 0
-    for piece in _split_stream(p):
-        piece = piece.strip()
+    for raw, line in _split_stream(p):
+        piece = raw.strip()
         if not piece:
             continue
+        lead = raw[: len(raw) - len(raw.lstrip())]
+        lineno = line + lead.count("\n")
         head, tab, rest = piece.partition("\t")
         urls_text, colon, clicks_text = rest.partition(":")
         qid, underscore, region = head.strip().rpartition("_")
         urls = [u.strip() for u in urls_text.split(",")]
-        if not tab or not colon or not underscore or not qid or not all(urls):
-            raise ValueError(f"{p}: malformed session {session_index}: {piece[:120]!r}")
+        if not tab or not colon or not underscore or not qid or not all(urls) or "\t" in rest or "\n" in piece:
+            raise InputFormatError(
+                p, lineno, f"malformed session {session_index} (expected '<qid>_<region><TAB><url>,... : <click>,...')",
+                piece)
         clicked = {c.strip() for c in clicks_text.split(",") if c.strip()}
         request_id = f"{system_id}/{qid}/{session_index}"
         for position, url in enumerate(urls, 1):
@@ -441,3 +566,5 @@ def yandex_to_impressions(path: PathLike, system_id: str = "yandex") -> Iterator
                 "attributes": {"region": region},
             }
         session_index += 1
+    if session_index == 0:
+        raise InputFormatError(p, None, "empty file (no sessions)")

@@ -8,12 +8,13 @@ and the numpy scalar equivalents; they do not modify the record.
 
 Rules (impression.avsc / judgment.avsc):
 
-* required fields present and not ``None``; strings are ``str``;
+* required fields present and not ``None``; strings are ``str`` that UTF-8
+  can encode (no lone surrogates, which Avro and JSON files cannot hold);
 * ``event_id``, ``request_id``, ``system_id``, ``item_id`` non-empty
   (``query_id`` may be empty: click logs without queries);
 * ``position`` an integer >= 1 (and < 2**31, an Avro int);
 * ``timestamp`` an integer (microseconds since the epoch, Avro long range);
-* ``score`` ``None`` or a finite number;
+* ``score`` ``None`` or a finite number (within the double range);
 * ``propensity`` ``None`` or a number in (0, 1];
 * ``clicked`` absent or ``None`` (clicks not logged: the impression is left out
   of click metrics) or bool-like: ``True``/``False``,
@@ -59,6 +60,17 @@ def _type_name(x: Any) -> str:
     return type(x).__name__
 
 
+def _not_unicode(value: str) -> bool:
+    """True for a string UTF-8 cannot encode (lone surrogates, e.g. from JSON ``"\\ud800"``)."""
+    if value.isascii():
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _short(x: Any) -> str:
     r = repr(x)
     return r if len(r) <= 60 else r[:57] + "..."
@@ -78,6 +90,8 @@ def check_impression(rec: Any) -> str | None:
         value = rec[field]
         if not isinstance(value, str):
             return f"{field} must be a string, got {_type_name(value)} {_short(value)}"
+        if _not_unicode(value):
+            return f"{field} is not valid Unicode (lone surrogate): {_short(value)}"
     for field in _IMPRESSION_NONEMPTY:
         if not rec[field]:
             return f"empty {field}"
@@ -98,7 +112,11 @@ def check_impression(rec: Any) -> str | None:
     if score is not None:
         if not _is_real(score):
             return f"score must be a number or null, got {_type_name(score)} {_short(score)}"
-        if not math.isfinite(score):
+        try:
+            finite = math.isfinite(score)
+        except OverflowError:  # an int beyond the double range
+            return f"score does not fit a double: {_short(score)}"
+        if not finite:
             return f"score is not finite ({float(score)!r})"
 
     propensity = rec.get("propensity")
@@ -120,6 +138,8 @@ def check_impression(rec: Any) -> str | None:
     user_id = rec.get("user_id")
     if user_id is not None and not isinstance(user_id, str):
         return f"user_id must be a string or null, got {_type_name(user_id)} {_short(user_id)}"
+    if user_id is not None and _not_unicode(user_id):
+        return f"user_id is not valid Unicode (lone surrogate): {_short(user_id)}"
 
     if "attributes" in rec:
         attrs = rec["attributes"]
@@ -128,6 +148,8 @@ def check_impression(rec: Any) -> str | None:
         for key, value in attrs.items():
             if not isinstance(key, str) or not isinstance(value, str):
                 return f"attributes must map strings to strings, got {_short(key)}: {_short(value)}"
+            if _not_unicode(key) or _not_unicode(value):
+                return f"attributes are not valid Unicode (lone surrogate): {_short(key)}: {_short(value)}"
     return None
 
 
@@ -147,6 +169,8 @@ def check_judgment(rec: Any, grade_range: tuple[int, int] | None = None) -> str 
             return f"{field} must be a string, got {_type_name(value)} {_short(value)}"
         if not value:
             return f"empty {field}"
+        if _not_unicode(value):
+            return f"{field} is not valid Unicode (lone surrogate): {_short(value)}"
     grade = rec["grade"]
     if not _is_int(grade):
         return f"grade must be an integer, got {_type_name(grade)} {_short(grade)}"
@@ -161,6 +185,8 @@ def check_judgment(rec: Any, grade_range: tuple[int, int] | None = None) -> str 
     source = rec.get("source")
     if source is not None and not isinstance(source, str):
         return f"source must be a string, got {_type_name(source)} {_short(source)}"
+    if source is not None and _not_unicode(source):
+        return f"source is not valid Unicode (lone surrogate): {_short(source)}"
     return None
 
 

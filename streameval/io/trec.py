@@ -17,8 +17,12 @@ is gathered into a fixed-width byte matrix, and numbers are parsed with
 vectorised digit arithmetic (decimal numbers of up to 15-16 significant
 digits take the exact fast path ``mantissa / 10**k``; anything else, such as
 exponents, ``inf`` or ``nan``, goes through numpy's string-to-float cast).
-Errors report the file name and the 1-based line number
-(:class:`TrecFormatError`).  Lines whose first non-blank character is ``#``
+Errors report the file name, the 1-based line number and the line
+(:class:`TrecFormatError`, an :class:`InputFormatError`, which the other text
+readers in :mod:`streameval.io.convert` raise too).  Problems that the format
+allows but an evaluation does not (``nan``/``inf`` scores, a document ranked or
+judged twice) are found with numpy by :func:`check_run` / :func:`check_qrels`
+(``check=True``), and only then is the file rescanned in Python for the line.  Lines whose first non-blank character is ``#``
 are comments and skipped, as in trec_eval.
 
 Files ending in ``.gz`` are decompressed transparently.
@@ -29,6 +33,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Union
@@ -37,11 +42,14 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 __all__ = [
+    "InputFormatError",
     "TrecFormatError",
     "TrecRun",
     "TrecQrels",
     "read_run",
     "read_qrels",
+    "check_run",
+    "check_qrels",
     "write_run",
     "write_qrels",
     "run_from_dict",
@@ -63,17 +71,45 @@ _POW10_FLOAT = 10.0 ** np.arange(23)
 _MAX_EXACT_MANTISSA = 2**53
 
 
-class TrecFormatError(ValueError):
-    """Malformed TREC run or qrels input.  ``path`` and ``lineno`` (1-based) locate it."""
+_MAX_LINE_SHOWN = 100
 
-    def __init__(self, path: str, lineno: int, message: str, line: str | None = None):
+
+def _shorten(line: str, limit: int = _MAX_LINE_SHOWN) -> str:
+    line = line.rstrip("\r\n")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+class InputFormatError(ValueError):
+    """A malformed line of a text input file (TREC run or qrels, CSV, LETOR, click log).
+
+    Attributes: ``path`` (str), ``lineno`` (1-based line number, or ``None``
+    when the problem is the file as a whole, e.g. an empty file), ``reason``
+    (what is wrong) and ``line`` (the offending line, shortened to 100
+    characters, or ``None``).  ``str(error)`` is
+    ``"path:lineno: reason: 'line'"`` (``repr`` of the line, so the message is
+    always one line); without a line number, ``"path: reason"``.
+    """
+
+    def __init__(self, path, lineno: int | None, reason: str, line: str | None = None):
         self.path = str(path)
-        self.lineno = int(lineno)
-        self.reason = message
-        text = f"{self.path}:{self.lineno}: {message}"
-        if line is not None:
-            text += f": {line!r}"
+        self.lineno = None if lineno is None else int(lineno)
+        self.reason = str(reason)
+        self.line = None if line is None else _shorten(str(line))
+        where = self.path if self.lineno is None else f"{self.path}:{self.lineno}"
+        text = f"{where}: {self.reason}"
+        if self.line is not None:
+            text += f": {self.line!r}"
         super().__init__(text)
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.lineno, self.reason, self.line))
+
+
+class TrecFormatError(InputFormatError):
+    """Malformed TREC run or qrels input (an :class:`InputFormatError`).  ``path`` and ``lineno`` locate it."""
+
+    def __init__(self, path, lineno: int | None, message: str, line: str | None = None):
+        super().__init__(path, lineno, message, line)
 
 
 def _str_array(values) -> np.ndarray:
@@ -151,10 +187,22 @@ class TrecQrels:
 def _read_bytes(path: PathLike) -> bytes:
     p = os.fspath(path)
     if p.endswith(".gz"):
-        with gzip.open(p, "rb") as f:
-            return f.read()
+        try:
+            with gzip.open(p, "rb") as f:
+                return f.read()
+        except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+            raise InputFormatError(p, None, f"not a readable gzip file ({type(e).__name__}: {e})") from None
     with open(p, "rb") as f:
         return f.read()
+
+
+def _line_at(data: bytes, offset: int) -> tuple[int, str]:
+    """(1-based line number, text) of the line holding byte ``offset``."""
+    lo = data.rfind(b"\n", 0, offset) + 1
+    hi = data.find(b"\n", offset)
+    if hi < 0:
+        hi = len(data)
+    return data.count(b"\n", 0, offset) + 1, data[lo:hi].decode("utf-8", errors="replace")
 
 
 _COMMENT_LINE = re.compile(rb"(?m)^[ \t\r\f\v]*#[^\n]*")
@@ -219,6 +267,11 @@ class _Tokens:
     """
 
     def __init__(self, data: bytes, path: str, ncols: int, columns: tuple[str, ...], allow_extra: bool = False):
+        nul = data.find(b"\x00")
+        if nul >= 0:
+            # numpy's fixed-width strings drop trailing NULs: refuse rather than alter ids
+            lineno, text = _line_at(data, nul)
+            raise TrecFormatError(path, lineno, "NUL byte in the line (binary data?)", text)
         if b"#" in data:
             data = _blank_comments(data)
         self.data = data
@@ -499,7 +552,7 @@ def _slow_numbers(tok: _Tokens, c: int, name: str, rows: np.ndarray, out: np.nda
 # public readers / writers
 
 
-def read_run(path: PathLike, *, strict: bool = False) -> TrecRun:
+def read_run(path: PathLike, *, strict: bool = False, check: bool = False) -> TrecRun:
     """Read a TREC run file (``qid Q0 docno rank score tag``).
 
     Blank lines and comment lines (first non-blank character ``#``) are
@@ -508,6 +561,10 @@ def read_run(path: PathLike, *, strict: bool = False) -> TrecRun:
     6 columns or the rank/score is not a number.  Like trec_eval, tokens after
     the 6th (the tag) are ignored (trec_eval's own test file
     ``results.trunc`` has such lines); ``strict=True`` rejects them too.
+
+    Scores ``nan``/``inf`` and a docno ranked twice for one query are read as
+    they are (the metric layer refuses them); ``check=True`` refuses them here,
+    with the line (see :func:`check_run`).
     """
     p = os.fspath(path)
     tok = _Tokens(_read_bytes(p), p, 6, RUN_COLUMNS, allow_extra=not strict)
@@ -516,24 +573,134 @@ def read_run(path: PathLike, *, strict: bool = False) -> TrecRun:
     rank = _parse_ints(tok, 3, "rank")
     score = _parse_floats(tok, 4, "score")
     tag = tok.token(tok.token_index(0, 5)).decode("utf-8", errors="replace") if tok.n else ""
-    return TrecRun(qid=qid, docno=docno, score=score, rank=rank, tag=tag)
+    run = TrecRun(qid=qid, docno=docno, score=score, rank=rank, tag=tag)
+    if check:
+        check_run(run, p)
+    return run
 
 
-def read_qrels(path: PathLike) -> TrecQrels:
+def read_qrels(path: PathLike, *, check: bool = False) -> TrecQrels:
     """Read a TREC qrels file (``qid iter docno grade``); ``iter`` is ignored.
 
     Blank lines and comment lines (first non-blank character ``#``) are
     skipped; an empty file gives empty arrays.  Raises
     :class:`TrecFormatError` (file, 1-based line) when a line does not have
     exactly 4 columns (trec_eval rejects extra qrels columns too) or the
-    grade is not an integer.
+    grade is not an integer.  A (qid, docno) judged twice is read as it is;
+    ``check=True`` refuses it here, with the line (see :func:`check_qrels`).
     """
     p = os.fspath(path)
     tok = _Tokens(_read_bytes(p), p, 4, QRELS_COLUMNS)
     qid = _strings(tok, 0, "qid")
     docno = _strings(tok, 2, "docno")
     grade = _parse_ints(tok, 3, "grade")
-    return TrecQrels(qid=qid, docno=docno, grade=grade)
+    qrels = TrecQrels(qid=qid, docno=docno, grade=grade)
+    if check:
+        check_qrels(qrels, p)
+    return qrels
+
+
+# --------------------------------------------------------------------------
+# checks beyond the format (found with numpy; lines located by a rescan)
+
+
+def _row_lines(path: PathLike, rows: list[int]) -> dict[int, tuple[int, str]]:
+    """``{row: (1-based line number, line text)}`` for data rows of a TREC file.
+
+    Row ``r`` is the r-th line that is neither blank nor a comment, the rows
+    of :class:`TrecRun` / :class:`TrecQrels` as read.  Rescans the file in
+    Python: only called once a problem is known.
+    """
+    want = sorted(set(int(r) for r in rows))
+    out: dict[int, tuple[int, str]] = {}
+    if not want:
+        return out
+    data = _read_bytes(path)
+    row = 0
+    i = 0
+    for lineno, raw in enumerate(data.split(b"\n"), 1):
+        head = raw.lstrip(b" \t\r\x0b\x0c")
+        if not head or head.startswith(b"#"):
+            continue
+        if row == want[i]:
+            out[row] = (lineno, raw.decode("utf-8", errors="replace"))
+            i += 1
+            if i == len(want):
+                break
+        row += 1
+    return out
+
+
+def _first_repeat(*columns: np.ndarray) -> tuple[int, int] | None:
+    """``(row, earlier row)`` of the first row (in row order) whose key columns repeat an earlier row's."""
+    n = len(columns[0])
+    if n < 2:
+        return None
+    key = np.zeros(n, dtype=np.int64)
+    for col in columns:
+        _, inv = np.unique(col, return_inverse=True)
+        inv = inv.reshape(-1).astype(np.int64)
+        key = key * (int(inv.max()) + 1) + inv
+        _, key = np.unique(key, return_inverse=True)  # keep the codes small (no overflow)
+        key = key.reshape(-1).astype(np.int64)
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    same = np.flatnonzero(ks[1:] == ks[:-1])
+    if same.size == 0:
+        return None
+    later = order[same + 1]
+    row = int(later.min())
+    first = int(order[np.searchsorted(ks, key[row], side="left")])
+    return row, first
+
+
+def check_run(run: TrecRun, path: PathLike) -> None:
+    """Raise :class:`TrecFormatError` for the first line of ``path`` with a non-finite score
+    (``nan``, ``inf``) or a docno ranked a second time for its query.
+
+    ``run`` must be what :func:`read_run` read from ``path`` (rows = data lines).
+    """
+    p = os.fspath(path)
+    bad: list[tuple[int, str, int | None]] = []
+    nonfinite = np.flatnonzero(~np.isfinite(run.score))
+    if nonfinite.size:
+        r = int(nonfinite[0])
+        bad.append((r, f"score is not a finite number ({float(run.score[r])!r})", None))
+    rep = _first_repeat(run.qid, run.docno)
+    if rep is not None:
+        r, first = rep
+        bad.append((r, f"docno {str(run.docno[r])!r} ranked twice for query {str(run.qid[r])!r}", first))
+    if not bad:
+        return
+    r, reason, first = min(bad)
+    lines = _row_lines(p, [r] if first is None else [r, first])
+    lineno, text = lines.get(r, (None, None))
+    if first is not None and first in lines:
+        reason += f" (first at line {lines[first][0]})"
+    raise TrecFormatError(p, lineno, reason, text)
+
+
+def check_qrels(qrels: TrecQrels, path: PathLike) -> None:
+    """Raise :class:`TrecFormatError` for the first line of ``path`` judging a (qid, docno)
+    judged on an earlier line (trec_eval refuses both identical and conflicting repeats).
+
+    ``qrels`` must be what :func:`read_qrels` read from ``path``.
+    """
+    p = os.fspath(path)
+    rep = _first_repeat(qrels.qid, qrels.docno)
+    if rep is None:
+        return
+    r, first = rep
+    lines = _row_lines(p, [r, first])
+    lineno, text = lines.get(r, (None, None))
+    first_line = lines.get(first, (None,))[0]
+    q, d = str(qrels.qid[r]), str(qrels.docno[r])
+    g, g0 = int(qrels.grade[r]), int(qrels.grade[first])
+    if g != g0:
+        reason = f"conflicting judgments: docno {d!r} of query {q!r} has grade {g} here and {g0} at line {first_line}"
+    else:
+        reason = f"docno {d!r} judged twice for query {q!r} (also at line {first_line})"
+    raise TrecFormatError(p, lineno, reason, text)
 
 
 def _check_token(value: str, what: str) -> None:
