@@ -20,12 +20,18 @@ Outputs (``--output DIR``): one file set per window and pane through ``fileio.Wr
 ``metrics-<window start>-<window end>-<system>-pane<index>-<pane>.{jsonl,avro}`` (metric_result
 schema), plus ``late_data-*.jsonl`` and ``dead_letters-*.jsonl`` (dead_letter shape) and
 ``summary.json``. The console shows each pane as it fires (``--quiet``: only the summary).
+
+Repeated and conflicting input follows the batch job's rules (replayed impressions and click events
+are duplicates, reused event ids and items served twice dead letters, ``--judgment-conflicts
+latest|max|reject``, ``--grades LO:HI``); a damaged Avro file gives its good records and one dead
+letter. The job prints the record accounting (:func:`streameval.beam.accounting.format_accounting`),
+writes it to ``summary.json`` (``accounting``, ``accounting_problems``) and exits with status 1 when
+the counts do not add up.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import os
@@ -36,6 +42,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import apache_beam as beam
+from apache_beam import pvalue
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
@@ -43,10 +50,19 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Timestamp
 
-from pipelines.batch import DEFAULT_METRICS, _expand, _slices_from_args, split_metrics
-from streameval.beam.streaming import Replay, StreamMetrics, WindowSpec, parse_duration, replay_clock
+from pipelines.batch import DEFAULT_METRICS, UNREADABLE, _expand, _grades, _slices_from_args, split_metrics
+from streameval.beam.accounting import format_accounting
+from streameval.beam.streaming import (
+    REASON_CLICK_UNMATCHED,
+    Replay,
+    StreamMetrics,
+    WindowSpec,
+    parse_duration,
+    replay_clock,
+)
 from streameval.beam.transforms import NAMESPACE
 from streameval.io import avro
+from streameval.io.cleaning import JUDGMENT_POLICIES
 from streameval.metrics.names import MetricNameError, parse_metrics
 
 __all__ = [
@@ -71,19 +87,37 @@ _SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": No
 # --------------------------------------------------------------------------------------------
 # sources
 
+def _unreadable_letter(path, kind, error, records_read) -> dict:
+    """The dead letter of a file that could not be read to its end (as the batch job writes it)."""
+    reason = getattr(error, "reason", None) or f"{type(error).__name__}: {error}"
+    return {"source": str(path), "raw": json.dumps({"file": str(path), "records_read": int(records_read)}),
+            "reason": f"{UNREADABLE} ({kind}): {reason}; {records_read} records before the damage were read"}
+
+
 def _read_local(paths, kind):
-    recs = []
+    """``(records, dead letters of unreadable files)``: a damaged file (truncated, corrupt, an
+    incompatible schema) gives the records of its complete blocks before the damage
+    (:func:`streameval.io.avro.read_blocks`, as the batch job reads it) and one dead letter."""
+    recs, unreadable = [], []
+    name = _SCHEMA_OF[kind]
     for path in paths:
-        name = _SCHEMA_OF[kind]
-        recs.extend(avro.read_records(path, name) if name else avro.read_records(path))
-    return recs
+        n = 0
+        try:
+            for block in avro.read_blocks(path, name):
+                recs.extend(block)
+                n += len(block)
+        except Exception as e:  # AvroInputError (bad content) or I/O: the job goes on
+            unreadable.append(_unreadable_letter(path, kind, e, n))
+    return recs, unreadable
 
 
 class ReplayAvro(beam.PTransform):
     """``p | ReplayAvro(impressions=[paths], judgments=[paths], clicks=[paths])``: the logs
     replayed in event-time order with a watermark (:class:`~streameval.beam.streaming.Replay`);
     returns ``{"impressions", "judgments", "clicks"}`` PCollections of record lists. The files
-    are read when the pipeline is built (a replay holds the log in memory)."""
+    are read when the pipeline is built (a replay holds the log in memory). A file that cannot be
+    read to its end contributes the records before the damage; ``self.unreadable`` holds one dead
+    letter per such file and ``self.counts`` the records read per kind."""
 
     def __init__(self, impressions=(), judgments=(), clicks=(), step="1h", pace=1.0, label=None):
         super().__init__(label)
@@ -91,45 +125,67 @@ class ReplayAvro(beam.PTransform):
         self.step = step
         self.pace = pace
         self.counts = {}
+        self.unreadable = []
 
     def expand(self, pbegin):
-        recs = {k: _read_local(v, k) for k, v in self.paths.items()}
+        recs = {}
+        self.unreadable = []
+        for k, v in self.paths.items():
+            recs[k], bad = _read_local(v, k)
+            self.unreadable.extend(bad)
         self.counts = {k: len(v) for k, v in recs.items()}
         return pbegin | "Replay" >> Replay.from_records(recs["impressions"], recs["judgments"], recs["clicks"],
                                                         step=self.step, pace=self.pace)
 
 
 class _ParseAvroFile(beam.DoFn):
-    """A matched Avro file -> its records in lists of one block, each record list timestamped
-    with its earliest event time (timestamps as int microseconds)."""
+    """A matched Avro file -> its records in lists of at most 1000, each record list timestamped
+    with its earliest event time (timestamps as int microseconds). A file that cannot be read to
+    its end gives the records before the damage and a dead letter (output ``unreadable``)."""
 
     def __init__(self, kind):
         self.kind = kind
 
-    def process(self, readable):
-        import fastavro
-
+    @staticmethod
+    def _stamped(batch):
         from apache_beam.transforms.window import TimestampedValue
+
+        times = [r.get("timestamp") for r in batch if isinstance(r, dict)]
+        times = [t for t in times if isinstance(t, int) and not isinstance(t, bool)]
+        return TimestampedValue(batch, Timestamp(micros=min(times, default=0)))
+
+    def _blocks(self, readable):
+        path = readable.metadata.path
+        if "://" not in path and os.path.exists(path):
+            yield from avro.read_blocks(path, _SCHEMA_OF[self.kind])
+            return
+        import tempfile
 
         with readable.open() as fo:
             data = fo.read()
-        batch = []
-        for rec in fastavro.reader(io.BytesIO(data)):
-            for k, v in rec.items():
-                if isinstance(v, datetime):
-                    rec[k] = (v - datetime(1970, 1, 1, tzinfo=timezone.utc)) // _MICRO
-            batch.append(rec)
-            if len(batch) >= 1000:
-                yield TimestampedValue(batch, Timestamp(micros=min(int(r.get("timestamp") or 0) for r in batch)))
-                batch = []
-        if batch:
-            yield TimestampedValue(batch, Timestamp(micros=min(int(r.get("timestamp") or 0) for r in batch)))
+        with tempfile.NamedTemporaryFile(suffix=".avro") as tmp:
+            tmp.write(data)
+            tmp.flush()
+            yield from avro.read_blocks(tmp.name, _SCHEMA_OF[self.kind])
+
+    def process(self, readable):
+        n = 0
+        try:
+            for block in self._blocks(readable):
+                for i in range(0, len(block), 1000):
+                    batch = block[i:i + 1000]
+                    n += len(batch)
+                    yield self._stamped(batch)
+        except Exception as e:
+            yield pvalue.TaggedOutput("unreadable", _unreadable_letter(readable.metadata.path, self.kind, e, n))
 
 
 class WatchAvro(beam.PTransform):
     """New Avro files matching ``pattern`` as they appear (``fileio.MatchContinuously``, every
     ``interval`` seconds): record lists timestamped with their event time. Needs a runner with
-    splittable DoFns and processing-time watermarks (Dataflow, Flink, Prism)."""
+    splittable DoFns and processing-time watermarks (Dataflow, Flink, Prism). A damaged file gives
+    the records before the damage; after the transform is applied, ``self.unreadable`` holds one
+    dead letter per such file."""
 
     def __init__(self, pattern, kind="impressions", interval=10.0, label=None):
         super().__init__(label)
@@ -138,10 +194,13 @@ class WatchAvro(beam.PTransform):
         self.interval = float(interval)
 
     def expand(self, pbegin):
-        return (pbegin
-                | "Match" >> fileio.MatchContinuously(self.pattern, interval=self.interval)
-                | "Read" >> fileio.ReadMatches()
-                | "Parse" >> beam.ParDo(_ParseAvroFile(self.kind)))
+        parsed = (pbegin
+                  | "Match" >> fileio.MatchContinuously(self.pattern, interval=self.interval)
+                  | "Read" >> fileio.ReadMatches()
+                  | "Parse" >> beam.ParDo(_ParseAvroFile(self.kind)).with_outputs("unreadable", main="records"))
+        #: dead letters of the files that could not be read to their end
+        self.unreadable = parsed.unreadable
+        return parsed.records
 
 
 def _json_event(data, ts_field="timestamp"):
@@ -407,14 +466,31 @@ class _PanesOut(beam.DoFn):
             sys.stdout.flush()
 
 
+# files that could not be read to their end (their dead letters' reasons), seen by _SideOut
+LOCAL_UNREADABLE: list = []
+
+
 class _SideOut(_AppendJsonl):
-    """Counts the records the stream set aside and, with a directory, writes them per bundle:
-    ``late_data-*.jsonl`` (late data) and ``dead_letters-*.jsonl`` (the rest)."""
+    """Counts the records the stream set aside (``LOCAL_COUNTS``: ``written:late:<kind>``,
+    ``written:rejected``, ``written:unrankable``, ``written:unreadable``, and by source for the
+    summary line) and, with a directory, writes them per bundle: ``late_data-*.jsonl`` (late data)
+    and ``dead_letters-*.jsonl`` (the rest)."""
 
     def process(self, rec):
         src = rec.get("source", "")
         late = src.startswith("late:")
-        _count(src if src.startswith(("late:", "unmatched:")) else "dead_letters")
+        if late:
+            _count(f"written:{src}")
+            _count(src)
+        elif rec.get("reason", "").startswith(UNREADABLE):
+            _count("written:unreadable")
+            LOCAL_UNREADABLE.append(rec["reason"].replace(f"{UNREADABLE} ", f"{src} ", 1))
+        elif src == "StreamMetrics":  # a request that cannot be ranked (its impressions are accepted)
+            _count("written:unrankable")
+        else:
+            _count("written:rejected")
+            if src.startswith("unmatched:"):
+                _count(src)
         if self.directory:
             (self._late if late else self._dead).append(rec)
 
@@ -504,6 +580,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     m.add_argument("--score-precision", choices=("float32", "float64"), default="float32")
     m.add_argument("--depth", type=int, default=None)
     m.add_argument("--no-ctr", action="store_true", help="do not compute click metrics")
+    m.add_argument("--judgment-conflicts", choices=JUDGMENT_POLICIES, default="latest",
+                   help="judgments of one (query, item) with different grades: latest by timestamp (default; "
+                        "equal times: the larger grade), max grade, or reject them all (dead letters)")
+    m.add_argument("--grades", default=None, metavar="LO:HI",
+                   help="declared grade range, inclusive (e.g. 0:4): judgments outside it are dead letters")
     m.add_argument("--request-shards", type=int, default=16, help="keyed states holding the open requests")
 
     o = p.add_argument_group("output")
@@ -532,12 +613,13 @@ def _sources(p, args, paths):
                          pace=args.replay_pace)
         out = p | "Replay" >> rep
         return {k: out[k] if (paths[k]) else None for k in KINDS}, rep
-    out = {}
+    out = {"watchers": []}
     for k in KINDS:
         ps, topic = getattr(args, f"pubsub_{k}"), getattr(args, f"kafka_{k}")
         if args.watch and args.__dict__[k]:
-            pcs = [p | f"Watch{k.title()}{i}" >> WatchAvro(pat, k, args.watch_interval)
-                   for i, pat in enumerate(args.__dict__[k])]
+            watchers = [WatchAvro(pat, k, args.watch_interval) for pat in args.__dict__[k]]
+            out["watchers"].extend(watchers)
+            pcs = [p | f"Watch{k.title()}{i}" >> w for i, w in enumerate(watchers)]
             out[k] = pcs[0] if len(pcs) == 1 else pcs | f"All{k.title()}" >> beam.Flatten()
         elif ps:
             out[k] = p | f"PubSub{k.title()}" >> ReadPubSubEvents(ps, args.pubsub_timestamp_attribute)
@@ -564,12 +646,18 @@ def build_pipeline(p, args, paths):
         ideal=args.ideal, err_max_grade=args.err_max_grade, order=args.order, tie_break=args.tie_break,
         depth=args.depth, score_precision=args.score_precision, ctr=not args.no_ctr,
         request_shards=args.request_shards, clock=replay_clock if args.replay else None,
-        source=",".join(paths["impressions"]) or "stream")
+        source=",".join(paths["impressions"]) or "stream", judgment_conflicts=args.judgment_conflicts,
+        grade_range=_grades(args.grades))
     rows = srcs["impressions"] | "StreamMetrics" >> sm
     names = [s.name for s in parse_metrics(split_metrics(args.metrics))] if ranking else []
     me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
     sm.panes | "Console" >> beam.ParDo(me._PanesOut(names, args.quiet))  # (by reference, also under -m)
-    sm.side | "SideRecords" >> beam.ParDo(me._SideOut(args.output, "side"))
+    side = [sm.side]
+    if rep is not None and rep.unreadable:
+        side.append(p | "UnreadableFiles" >> beam.Create(rep.unreadable))
+    side.extend(w.unreadable for w in srcs.get("watchers", []))
+    side = side[0] if len(side) == 1 else tuple(side) | "AllSideRecords" >> beam.Flatten()
+    side | "SideRecords" >> beam.ParDo(me._SideOut(args.output, "side"))
     if args.output:
         sm.panes | "WritePanes" >> WriteWindowedFiles(args.output)
     return sm, rows, rep
@@ -592,24 +680,43 @@ def _counters(result) -> dict:
     return out
 
 
-def _summary_line(counters: dict, counts: dict, local: dict) -> str:
-    c = dict(counters)
-    if local:  # counted in this process (local runner): complete where Beam's counters are not
-        c.update(local)
-    else:
-        c.setdefault("late:event", c.get("late_events", 0))
+def _summary_line(c: dict, replayed: dict, local: dict) -> str:
+    """The one-line summary: records replayed, panes, late data, unmatched clicks, invalid records
+    (``c``: the record counts; ``local``: what the command's own steps counted)."""
     invalid = sum(v for k, v in c.items() if k.startswith("rejected:"))
     parts = []
-    if counts:
-        parts.append(f"replayed {counts.get('impressions', 0)} impression, {counts.get('judgments', 0)} judgment "
-                     f"and {counts.get('clicks', 0)} click records")
-    parts.append("panes: " + ", ".join(f"{c.get(f'panes_{p}', 0)} {p}" for p in ("early", "on_time", "late"))
-                 + f" ({c.get('panes_final', 0)} final)")
-    late = {k.split(':', 1)[1]: v for k, v in c.items() if k.startswith("late:") and v}
+    if replayed:
+        parts.append(f"replayed {replayed.get('impressions', 0)} impression, {replayed.get('judgments', 0)} judgment "
+                     f"and {replayed.get('clicks', 0)} click records")
+    panes = {**c, **local}
+    parts.append("panes: " + ", ".join(f"{panes.get(f'panes_{p}', 0)} {p}" for p in ("early", "on_time", "late"))
+                 + f" ({panes.get('panes_final', 0)} final)")
+    late = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("late:") and v}
+    if c.get("judgment_late_notices"):
+        late["judgment (applied to open windows)"] = c["judgment_late_notices"]
     parts.append("late data: " + (", ".join(f"{v} {k}" for k, v in sorted(late.items())) or "none"))
-    parts.append(f"{c.get('unmatched:click', 0)} click events matched no impression")
+    parts.append(f"{c.get('rejected:click:' + REASON_CLICK_UNMATCHED, 0)} click events matched no impression")
     parts.append(f"{invalid} invalid records")
     return "; ".join(parts)
+
+
+def check_outputs(counts: dict, local: dict, replayed: dict | None) -> list[str]:
+    """Identities between the record counts of StreamMetrics and what the command saw on the
+    outputs (local runner): records replayed = records read; late records written = ``late:<kind>``;
+    dead letters written = records rejected."""
+    problems = []
+    for kind in (replayed or {}):
+        name = f"{kind}_read"
+        if replayed[kind] != counts.get(name, 0):
+            problems.append(f"{kind}: replayed {replayed[kind]} records but {name} is {counts.get(name, 0)}")
+    for kind in ("impression", "click"):
+        got, want = local.get(f"written:late:{kind}", 0), counts.get(f"late:{kind}", 0)
+        if got != want:
+            problems.append(f"late {kind}s: {got} written to the late-data output, {want} counted late")
+    rejected = sum(v for k, v in counts.items() if k.startswith("rejected:"))
+    if local.get("written:rejected", 0) != rejected:
+        problems.append(f"dead letters: {local.get('written:rejected', 0)} written, {rejected} records rejected")
+    return problems
 
 
 def main(argv=None) -> int:
@@ -624,6 +731,7 @@ def main(argv=None) -> int:
         if args.early_every:
             parse_duration(args.early_every, "--early-every")
         _slices_from_args(args.slices)
+        _grades(args.grades)
         if args.judgments or any(getattr(args, f"{s}_judgments") for s in ("pubsub", "kafka")):
             parse_metrics(split_metrics(args.metrics))
         paths = {k: [] for k in KINDS}
@@ -651,8 +759,10 @@ def main(argv=None) -> int:
     options = PipelineOptions(["--runner", runner, *beam_args])
     options.view_as(StandardOptions).streaming = True
     start = time.perf_counter()
-    local = (sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])).LOCAL_COUNTS
+    me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
+    local, unreadable = me.LOCAL_COUNTS, me.LOCAL_UNREADABLE
     local.clear()
+    unreadable.clear()
     p = beam.Pipeline(options=options)
     try:
         sm, _, rep = build_pipeline(p, args, paths)
@@ -663,18 +773,31 @@ def main(argv=None) -> int:
     state = result.wait_until_finish()
     wall = time.perf_counter() - start
     counters = _counters(result)
-    counts = rep.counts if rep is not None else {}
-    line = _summary_line(counters, counts, dict(local) if runner == "BundleBasedDirectRunner" else {})
+    replayed = rep.counts if rep is not None else {}
+    in_process = runner in ("BundleBasedDirectRunner", "DirectRunner")
+    # the local runner reports Beam counters of a step's first bundle only: count in this process
+    counts = sm.counts() if in_process else counters
+    local_seen = dict(local)
+    accounting, problems = sm.accounting(unreadable=sorted(unreadable), counts=counts)
+    if in_process:
+        problems += check_outputs(counts, local_seen, {k: v for k, v in replayed.items() if paths[k]})
+    line = _summary_line(counts, replayed, local_seen if in_process else {})
     print(line)
+    print(format_accounting(accounting))
     if args.output:
         summary = {"state": str(state), "wall_seconds": round(wall, 3), "runner": runner,
                    "window": sm.cfg.spec.describe(), "allowed_lateness": args.allowed_lateness,
-                   "early_every": args.early_every, "early_count": args.early_count, "inputs": paths,
-                   "replayed": counts, "counters": dict(sorted(counters.items())),
-                   "counted_here": dict(sorted(local.items())), "summary": line}
+                   "early_every": args.early_every, "early_count": args.early_count,
+                   "judgment_conflicts": args.judgment_conflicts, "grades": args.grades, "inputs": paths,
+                   "replayed": replayed, "counts": dict(sorted(counts.items())),
+                   "counters": dict(sorted(counters.items())), "counted_here": dict(sorted(local_seen.items())),
+                   "accounting": accounting, "accounting_problems": problems, "summary": line}
         with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
             fo.write(json.dumps(summary, indent=2).encode("utf-8"))
         print(f"wrote the panes to {args.output} in {wall:.1f} s ({runner})")
+    if problems:
+        print("error: the record counts do not add up: " + "; ".join(problems), file=sys.stderr)
+        return 1
     return 0
 
 

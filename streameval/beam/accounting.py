@@ -50,6 +50,8 @@ POST_VALIDATION_REASONS = frozenset({
     "event_id repeated with different content",
     "item served twice in one request",
     "conflicting judgments for one (query, item)",
+    # streaming: a click event that matched no impression (streameval.beam.streaming.REASON_CLICK_UNMATCHED)
+    "click matched no impression within the attribution delay",
 })
 
 

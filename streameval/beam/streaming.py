@@ -18,10 +18,14 @@ Design (see docs/metrics.md, "Streaming"):
   the downstream watermark on every runner) and timers only fire panes, expire state, and track
   which windows closed.
 * ``Gate`` (one key): drops nothing; events whose own window already closed go to the late output.
-* ``Requests`` (key: a shard of the request id): the request's served items (the batch job's
-  :class:`RankingStateCombineFn` accumulator), its impressions for CTR, pending click events. Each
-  change sends a new *version* of the request downstream.
-* ``Queries`` (key: query id): the query's judgment table and its open requests; scores a request
+* ``Requests`` (key: a shard of the request id): the request's records, cleaned as in batch
+  (:func:`streameval.io.cleaning.clean_request`: replays are duplicates, reused event ids and items
+  served twice are rejected, whatever the arrival order), the kept ones' served items (the batch
+  job's :class:`RankingStateCombineFn` accumulator), its impressions for CTR, its click events
+  (de-duplicated by event id). Each change sends a new *version* of the request downstream; a
+  replay changes nothing and sends nothing.
+* ``Queries`` (key: query id): the query's judgments under the conflict policy (``latest``, ``max``,
+  ``reject``, as in batch) and its open requests; scores a request
   version (all versions of a bundle in one kernel call), and rescores every open request of the
   query when a judgment changes it.
 * ``Aggregate`` (key: system): keeps the latest contribution of each request (ranking vector,
@@ -34,12 +38,17 @@ Design (see docs/metrics.md, "Streaming"):
 
 Windows: fixed (epoch aligned), sliding (pre-aggregated in fixed sub-windows of the period, merged
 into each sliding window) and sessions (per user or per request, with a gap).
+
+Record accounting (:mod:`streameval.beam.accounting`): every record is counted where its fate is
+final (:meth:`StreamMetrics.counts`, :meth:`StreamMetrics.accounting`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
+import uuid
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass
@@ -60,12 +69,11 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from ..accumulators.moments import MeanMoments, partials_add
-from ..io import records
+from ..io import cleaning, records
 from ..metrics.kernel import compute
 from .combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn
 from .transforms import (
     NAMESPACE,
-    JudgmentsCombineFn,
     ScoreRankings,
     metric_row,
     parse_slices,
@@ -79,7 +87,11 @@ __all__ = [
     "Replay",
     "replay_clock",
     "parse_duration",
+    "check_click",
+    "click_event_key",
+    "stream_counts",
     "PANES",
+    "REASON_CLICK_UNMATCHED",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -89,6 +101,44 @@ PANES = ("early", "on_time", "late")
 
 _SEP = "\x1f"  # joins system and request id in a request key
 _SIDE_KEY = "\x00side"  # the key under which late data and dead letters travel to the output
+
+#: reason category of a click event that matched no impression (a rejection after validation)
+REASON_CLICK_UNMATCHED = "click matched no impression within the attribution delay"
+
+
+# --------------------------------------------------------------------------------------------
+# record accounting
+#
+# Every count of the record accounting (streameval.beam.accounting) is taken where the record's
+# fate is final, which for impressions (duplicates, conflicts: clean_request decides on the whole
+# request) and clicks (matched or not) is when their request closes, in a timer. Beam's local
+# streaming runner reports counters of the first bundle of a step only, and none incremented in
+# timers, so each count goes both to a Beam counter (runners that report them) and to this
+# process's tally of the transform (exact on runners that run the pipeline in this process, the
+# local runners): StreamMetrics.counts().
+
+_TALLY_LOCK = threading.Lock()
+_TALLIES: dict = {}  # run id -> {counter name: n}
+
+
+def _tally(run: str, name: str, n: int = 1) -> None:
+    if not n:
+        return
+    Metrics.counter(NAMESPACE, name).inc(n)
+    with _TALLY_LOCK:
+        d = _TALLIES.setdefault(run, {})
+        d[name] = d.get(name, 0) + n
+
+
+def stream_counts(run: str) -> dict:
+    """The counts a :class:`StreamMetrics` (``cfg.run``) took in this process so far."""
+    with _TALLY_LOCK:
+        return dict(_TALLIES.get(run, {}))
+
+
+def _category(reason: str) -> str:
+    """Counter category of a cleaning reason: the constant before its parenthesised details."""
+    return reason.split(" (", 1)[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -311,23 +361,25 @@ class _PrepareImpressions(beam.DoFn):
     """Validates impressions (a dict or a list of dicts per element), groups them by request id and
     sends the pieces to the gate (key 0) or, without a gate, to their request shard."""
 
-    def __init__(self, source, gate: bool, shards: int):
+    def __init__(self, source, gate: bool, shards: int, run: str = ""):
         self.source = source
         self.gate = gate
         self.shards = shards
-        self.valid = Metrics.counter(NAMESPACE, "impressions_valid")
+        self.run = run
 
     def process(self, element):
         by_req: dict = {}
         dead = []
-        for rec in _as_list(element):
+        recs = _as_list(element)
+        _tally(self.run, "impressions_read", len(recs))
+        for rec in recs:
             reason = records.check_impression(rec)
             if reason is not None:
-                Metrics.counter(NAMESPACE, f"rejected:impression:{_reason_key(reason)}").inc()
+                _tally(self.run, f"rejected:impression:{_reason_key(reason)}")
                 dead.append({"source": self.source, "raw": records.to_json_text(rec), "reason": reason})
                 continue
-            self.valid.inc()
             by_req.setdefault(rec["request_id"], []).append(dict(rec))
+        _tally(self.run, "impressions_valid", len(recs) - len(dead))
         msgs = [("imp", rid, recs) for rid, recs in by_req.items()]
         side = [("side", d) for d in dead]
         if self.gate:
@@ -356,7 +408,7 @@ def _reason_key(reason):
 
 def check_click(rec) -> str | None:
     """Reason why ``rec`` is not a usable click event (``request_id``, ``item_id``, ``timestamp``,
-    optional ``system_id``), or None."""
+    optional ``system_id`` and ``event_id``), or None."""
     if not isinstance(rec, dict):
         return f"record is not a mapping but {type(rec).__name__}"
     for f in ("request_id", "item_id"):
@@ -369,27 +421,44 @@ def check_click(rec) -> str | None:
     s = rec.get("system_id")
     if s is not None and not isinstance(s, str):
         return "system_id must be a string or null"
+    e = rec.get("event_id")
+    if e is not None and (not isinstance(e, str) or not e):
+        return "event_id must be a non-empty string or null"
     return None
 
 
+def click_event_key(rec) -> str:
+    """The identity of a click event for de-duplication: its ``event_id``, or without one its
+    ``(request_id, item_id, timestamp)``."""
+    e = rec.get("event_id")
+    if e:
+        return "e" + _SEP + e
+    return "k" + _SEP + rec["request_id"] + _SEP + rec["item_id"] + _SEP + str(int(rec["timestamp"]))
+
+
 class _PrepareClicks(beam.DoFn):
-    def __init__(self, source, gate: bool, shards: int):
+    def __init__(self, source, gate: bool, shards: int, run: str = ""):
         self.source = source
         self.gate = gate
         self.shards = shards
+        self.run = run
 
     def process(self, element):
         by_req: dict = {}
         dead = []
-        for rec in _as_list(element):
+        recs = _as_list(element)
+        _tally(self.run, "clicks_read", len(recs))
+        for rec in recs:
             reason = check_click(rec)
             if reason is not None:
-                Metrics.counter(NAMESPACE, f"rejected:click:{_reason_key(reason)}").inc()
+                _tally(self.run, f"rejected:click:{_reason_key(reason)}")
                 dead.append({"source": self.source, "raw": records.to_json_text(rec), "reason": reason})
                 continue
-            Metrics.counter(NAMESPACE, "clicks_valid").inc()
+            # a click: [item, ts, system or None, raw json, fate, event key]
             by_req.setdefault(rec["request_id"], []).append(
-                [rec["item_id"], int(rec["timestamp"]), rec.get("system_id"), records.to_json_text(rec)])
+                [rec["item_id"], int(rec["timestamp"]), rec.get("system_id"), records.to_json_text(rec), _PENDING,
+                 click_event_key(rec)])
+        _tally(self.run, "clicks_valid", len(recs) - len(dead))
         msgs = [("click", rid, cl) for rid, cl in by_req.items()]
         side = [("side", d) for d in dead]
         if self.gate:
@@ -404,26 +473,30 @@ class _PrepareClicks(beam.DoFn):
 
 
 class _PrepareJudgments(beam.DoFn):
-    """Validates judgments and groups them by query: to the gate (which stamps them with the
-    windows closed so far) or, without a gate, straight to their query."""
+    """Validates judgments (grades within ``grade_range`` when given) and groups them by query: to
+    the gate (which stamps them with the windows closed so far) or, without a gate, straight to
+    their query."""
 
-    def __init__(self, source, gate: bool):
+    def __init__(self, source, gate: bool, run: str = "", grade_range=None):
         self.source = source
         self.gate = gate
-        self.valid = Metrics.counter(NAMESPACE, "judgments_valid")
+        self.run = run
+        self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
 
     def process(self, element):
         by_q: dict = {}
         dead = []
-        for rec in _as_list(element):
-            reason = records.check_judgment(rec)
+        recs = _as_list(element)
+        _tally(self.run, "judgments_read", len(recs))
+        for rec in recs:
+            reason = records.check_judgment(rec, self.grade_range)
             if reason is not None:
-                Metrics.counter(NAMESPACE, f"rejected:judgment:{_reason_key(reason)}").inc()
+                _tally(self.run, f"rejected:judgment:{_reason_key(reason)}")
                 dead.append({"source": self.source, "raw": records.to_json_text(rec), "reason": reason})
                 continue
-            self.valid.inc()
             by_q.setdefault(rec["query_id"], []).append(
-                [rec["item_id"], int(rec.get("timestamp") or 0), float(rec["grade"]), records.to_json_text(rec)])
+                [rec["item_id"], int(rec.get("timestamp") or 0), int(rec["grade"]), records.to_json_text(rec)])
+        _tally(self.run, "judgments_valid", len(recs) - len(dead))
         if self.gate:
             msgs = [("judg", q, js) for q, js in by_q.items()] + [("side", d) for d in dead]
             if msgs:
@@ -433,6 +506,15 @@ class _PrepareJudgments(beam.DoFn):
             yield (_SIDE_KEY, [("side", d) for d in dead])
         for q, js in by_q.items():
             yield (q, [("judg", js)])
+
+
+def _tally_late(run, late_records):
+    """Counts late records by kind (``late:impression``, ``late:click``)."""
+    by: dict = {}
+    for r in late_records:
+        by[r["source"]] = by.get(r["source"], 0) + 1
+    for source, n in by.items():
+        _tally(run, source, n)
 
 
 # --------------------------------------------------------------------------------------------
@@ -449,10 +531,11 @@ class _GateFn(beam.DoFn):
     STATE = ReadModifyWriteStateSpec("gate", FastPrimitivesCoder())  # [fired sub or None, pending subs]
     TICK = TimerSpec("tick", TimeDomain.WATERMARK)
 
-    def __init__(self, spec: WindowSpec, lateness: int, shards: int):
+    def __init__(self, spec: WindowSpec, lateness: int, shards: int, run: str = ""):
         self.spec = spec
         self.lateness = lateness
         self.shards = shards
+        self.run = run
 
     def _expiry(self, k):
         return (k + 1) * self.spec.period + self.lateness
@@ -491,7 +574,7 @@ class _GateFn(beam.DoFn):
             if keep:
                 keep_msgs.append((kind, rid, keep))
         if late:
-            Metrics.counter(NAMESPACE, "late_events").inc(len(late))
+            _tally_late(self.run, late)
             side.extend(("side", r) for r in late)
         pending = sorted(pending_set)
         if pending and pending[0] != before:
@@ -521,18 +604,26 @@ class _GateFn(beam.DoFn):
 # --------------------------------------------------------------------------------------------
 # requests
 
-# per request id: [systems {system: SysEntry}, pending clicks, tombstone [closed_at, forget_at] or None]
+# per request id: [systems {system: SysEntry}, click events, tombstone [closed_at, forget_at] or None]
 _SYS, _CLICKS, _TOMB = 0, 1, 2
-# per (request, system): [acc, imps, version, emitted query, ctr emitted, rank_close, last impression ts]
-_ACC, _IMPS, _VER, _EQ, _CV, _RCLOSE, _TLAST = range(7)
+# per (request, system): [acc, imps, version, emitted query, ctr emitted, rank_close, last impression ts,
+#  records {event_id: [[content key or None, record, copies], ...]}, kept [[event_id, variant], ...]]
+_ACC, _IMPS, _VER, _EQ, _CV, _RCLOSE, _TLAST, _RECS, _KEPT = range(9)
 # an impression kept for CTR: [ts, position, clicked, item, labels]
-# a pending click: [item, ts, system or None, raw json, matched]
+# a click event: [item, ts, system or None, raw json, fate, event key]; its fate is decided when its
+# window closes: accepted (it matched an impression) or dead (a dead letter)
+_PENDING, _ACCEPTED, _DEAD = 0, 1, 2
 
 
 class _Requests:
-    """Key: a shard of request ids. Each request's served items (RankingStateCombineFn
-    accumulator, one per system), its impressions for CTR and its click events; every change
-    sends a new version of the request to its query (ranking) and to its system (clicks)."""
+    """Key: a shard of request ids. Each request's records (per system), cleaned as the batch job
+    cleans them (:func:`streameval.io.cleaning.clean_request`: replays are duplicates, conflicting
+    event ids and items served twice rejected; decided on all the records seen, so the order of
+    arrival does not matter), the kept impressions' served items (RankingStateCombineFn
+    accumulator), its impressions for CTR and its click events; every change of the kept records
+    or of the clicks sends a new version of the request to its query (ranking) and to its system
+    (clicks). A replay changes nothing and sends nothing. The fates of the request's records
+    (accepted, duplicate, rejected) are final, and counted, when the request closes."""
 
     STATE = ReadModifyWriteStateSpec("requests", FastPrimitivesCoder())
     META = ReadModifyWriteStateSpec("meta", FastPrimitivesCoder())  # [armed, closed_upto]
@@ -588,13 +679,9 @@ class _Requests:
         late = []
         touched: dict = {}
         side = []
-        judgments = []
         for m in msgs:
             if m[0] == "side":
                 side.append(m)
-                continue
-            if m[0] == "judg":
-                judgments.append(m)
                 continue
             kind, rid, items = m
             entry = touched.get(rid)
@@ -620,7 +707,7 @@ class _Requests:
             if d is not None and (nxt is None or d < nxt):
                 nxt = d
         if late:
-            Metrics.counter(NAMESPACE, "late_events").inc(len(late))
+            _tally_late(self.cfg.run, late)
             side.extend(("side", r) for r in late)
         if side:
             yield _SIDE_KEY, side
@@ -633,18 +720,64 @@ class _Requests:
         yield from out_s.items()
 
     def _add_impressions(self, rid, entry, recs, changed, late, closed):
-        cfg = self.cfg
+        touched = set()
         for rec in recs:
             system = rec["system_id"]
             ent = entry[_SYS].get(system)
-            if ent is not None and closed(ent[_RCLOSE]):
+            if ent is not None and ent[_RCLOSE] is not None and closed(ent[_RCLOSE]):
                 late.append(_late_record("late:impression", rec,
                                          f"request {rid} of {system} is final: its window closed at "
                                          f"{_fmt_us(ent[_RCLOSE])}"))
                 continue
             if ent is None:
-                ent = entry[_SYS][system] = [self.combine.create_accumulator(), [], 0, None, False, None, None]
-            acc = ent[_ACC]
+                ent = entry[_SYS][system] = [self.combine.create_accumulator(), [], 0, None, False, None, None, {},
+                                             None]
+            variants = ent[_RECS].setdefault(rec["event_id"], [])
+            if not variants:
+                variants.append([None, rec, 1])
+                touched.add(system)
+                continue
+            key = cleaning.content_key(rec)
+            for v in variants:
+                if v[0] is None:
+                    v[0] = cleaning.content_key(v[1])
+            for v in variants:
+                if v[0] == key:
+                    v[2] += 1  # a replay: the request's records are unchanged
+                    break
+            else:
+                variants.append([key, rec, 1])
+                touched.add(system)
+        for system in touched:
+            if self._rebuild(entry, system):
+                changed.add(system)
+
+    @staticmethod
+    def _clean(ent):
+        """``clean_request`` over the records of a system entry: (kept, duplicates, rejected,
+        {id(record): [event_id, variant]})."""
+        flat, where = [], {}
+        for eid, variants in ent[_RECS].items():
+            for i, v in enumerate(variants):
+                where[id(v[1])] = [eid, i]
+                flat.extend([v[1]] * v[2])
+        kept, n_dup, rejected = cleaning.clean_request(flat)
+        return kept, n_dup, rejected, where
+
+    def _rebuild(self, entry, system) -> bool:
+        """Recompute the request's kept impressions (and from them its ranking state, CTR
+        impressions and last impression time); False when the kept set did not change."""
+        cfg = self.cfg
+        ent = entry[_SYS][system]
+        kept, _, _, where = self._clean(ent)
+        sig = [where[id(r)] for r in kept]
+        if sig == ent[_KEPT]:
+            return False
+        ent[_KEPT] = sig
+        acc = self.combine.create_accumulator()
+        imps = []
+        tlast = None
+        for rec in kept:
             ts = int(rec["timestamp"])
             if cfg.ranking:
                 self.combine.add_input(acc, rec)
@@ -657,24 +790,29 @@ class _Requests:
             user = rec.get("user_id")
             if user is not None and ("\x00user" not in acc[2] or user < acc[2]["\x00user"]):
                 acc[2]["\x00user"] = user
-            ent[_TLAST] = ts if ent[_TLAST] is None else max(ent[_TLAST], ts)
+            tlast = ts if tlast is None else max(tlast, ts)
             if cfg.ctr:
                 clicked = rec.get("clicked")
-                clicked = None if clicked is None else bool(clicked)
-                imp = [ts, int(rec["position"]), clicked, rec["item_id"],
+                imp = [ts, int(rec["position"]), None if clicked is None else bool(clicked), rec["item_id"],
                        slice_labels(rec.get("attributes"), cfg.slice_specs)]
                 for c in entry[_CLICKS]:
-                    if (c[2] is None or c[2] == system) and c[0] == imp[3] and ts <= c[1] <= ts + cfg.delay:
+                    if c[4] != _DEAD and (c[2] is None or c[2] == system) and c[0] == imp[3] and \
+                            ts <= c[1] <= ts + cfg.delay:
                         imp[2] = True
-                        c[4] = True
-                ent[_IMPS].append(imp)
-            ent[_RCLOSE] = self._closes(ent)[0]
-            changed.add(system)
+                imps.append(imp)
+        ent[_ACC], ent[_IMPS], ent[_TLAST] = acc, imps, tlast
+        ent[_RCLOSE] = self._closes(ent)[0]
+        return True
 
     def _add_clicks(self, rid, entry, clicks, changed, late, closed):
         cfg = self.cfg
+        seen = {c[5] for c in entry[_CLICKS]}
+        dup = 0
         for c in clicks:
-            item, cts, csys, raw = c
+            item, cts, csys, raw = c[:4]
+            if c[5] in seen:  # a replayed click event: no effect
+                dup += 1
+                continue
             matched = False
             too_late = False
             for system, ent in entry[_SYS].items():
@@ -693,7 +831,9 @@ class _Requests:
                 late.append(_late_record("late:click", raw,
                                          f"the clicked impression's window (request {rid}) already closed"))
                 continue
-            entry[_CLICKS].append([item, cts, csys, raw, matched])
+            seen.add(c[5])
+            entry[_CLICKS].append(list(c))
+        _tally(cfg.run, "duplicate:click", dup)
 
     def _emit(self, rid, system, ent, out_q, out_s):
         cfg = self.cfg
@@ -725,7 +865,7 @@ class _Requests:
             attrs = {k: v for k, v in acc[2].items() if k != "\x00user"}
             labels = slice_labels(attrs, cfg.slice_specs)
             out_q[qid].append(("req", rkey, system, ent[_VER], place, labels, acc[0], ent[_RCLOSE],
-                               self._closed_upto, ctr_msg))
+                               self._closed_upto, ctr_msg, len(ent[_KEPT])))
             if ent[_EQ] is not None and ent[_EQ] != qid:
                 out_q[ent[_EQ]].append(("drop", rkey, system, ent[_VER]))
             ent[_EQ] = qid
@@ -748,19 +888,49 @@ class _Requests:
         if entry[_TOMB] is not None:
             return self.cfg.round_up(entry[_TOMB][1])
         last = max((self._closes(ent)[1] for ent in entry[_SYS].values()), default=None)
-        ds = [self._click_deadline(c) for c in entry[_CLICKS]]
+        ds = [self._click_deadline(c) for c in entry[_CLICKS] if c[4] == _PENDING]
         if last is not None and (not ds or closed_upto is None or last > closed_upto):
             ds.append(last)  # (with clicks pending, a closed request waits for them, not for itself)
         return self.cfg.round_up(min(ds)) if ds else None
 
+    def _click_matches(self, entry, c) -> bool:
+        for system, ent in entry[_SYS].items():
+            if c[2] is not None and c[2] != system:
+                continue
+            for imp in ent[_IMPS]:
+                if imp[3] == c[0] and imp[0] <= c[1] <= imp[0] + self.cfg.delay:
+                    return True
+        return False
+
+    def _final_fates(self, rid, entry) -> list:
+        """Counts the fates of a closing request's impressions (accepted, duplicates, rejected by
+        reason; for CTR counted or clicks not logged); the dead letters of the rejected ones."""
+        cfg = self.cfg
+        run = cfg.run
+        dead = []
+        for system in sorted(entry[_SYS]):
+            ent = entry[_SYS][system]
+            kept, n_dup, rejected, _ = self._clean(ent)
+            _tally(run, "impressions_accepted", len(kept))
+            _tally(run, "duplicate:impression", n_dup)
+            for rec, reason in rejected:
+                _tally(run, f"rejected:impression:{_category(reason)}")
+                dead.append({"source": cfg.source, "raw": records.to_json_text(rec), "reason": reason})
+            if cfg.ctr:
+                not_logged = sum(imp[2] is None for imp in ent[_IMPS])
+                _tally(run, "click_impressions", len(ent[_IMPS]) - not_logged)
+                _tally(run, "click_impressions_not_logged", not_logged)
+        return dead
+
     def on_due(self, state, meta,
                due, ts):
+        cfg = self.cfg
         now = _micros(ts)
         reqs = state.read() or {}
         armed, closed_upto = meta.read() or [None, None]
         closed_upto = now if closed_upto is None else max(closed_upto, now)
         self._closed_upto = closed_upto
-        dead = []
+        side = []
         for rid in list(reqs):
             d, blob = reqs[rid]
             if d is None or d > now:
@@ -770,26 +940,32 @@ class _Requests:
                 if entry[_TOMB][1] <= now:
                     del reqs[rid]
                 continue
-            keep = []
+            pending = False
             for c in entry[_CLICKS]:
-                if self._click_deadline(c) <= now:
-                    if not c[4]:
-                        dead.append(_late_record("unmatched:click", c[3],
-                                                 "no impression of the clicked item in this request within the "
-                                                 f"attribution delay ({self.cfg.delay / 1e6:g} s)"))
+                if c[4] != _PENDING:
+                    continue
+                if self._click_deadline(c) > now:
+                    pending = True
+                elif self._click_matches(entry, c):
+                    c[4] = _ACCEPTED
+                    _tally(cfg.run, "clicks_accepted")
                 else:
-                    keep.append(c)
-            entry[_CLICKS] = keep
+                    c[4] = _DEAD
+                    _tally(cfg.run, f"rejected:click:{REASON_CLICK_UNMATCHED}")
+                    side.append(_late_record(
+                        "unmatched:click", c[3],
+                        f"{REASON_CLICK_UNMATCHED} (no impression of item {c[0]!r} in request {rid!r} served at "
+                        f"most {cfg.delay / 1e6:g} s before the click)"))
             last = max((self._closes(ent)[1] for ent in entry[_SYS].values()), default=None)
-            if (last is None or last <= now) and not keep:
+            if (last is None or last <= now) and not pending:
+                side.extend(self._final_fates(rid, entry))
                 if last is None:
                     del reqs[rid]
                     continue
-                entry = [{}, [], [last, last + self.cfg.retention]]
+                entry = [{}, [], [last, last + cfg.retention]]
             reqs[rid] = [self._next_deadline(entry, closed_upto), _encode(entry)]
-        if dead:
-            Metrics.counter(NAMESPACE, "clicks_unmatched").inc(len(dead))
-            yield _SIDE_KEY, [("side", r) for r in dead]
+        if side:
+            yield _SIDE_KEY, [("side", r) for r in side]
         self._arm(reqs, meta, due, closed_upto)
         state.write(reqs)
 
@@ -816,19 +992,23 @@ class _RequestsFn(beam.DoFn):
 # --------------------------------------------------------------------------------------------
 # queries: judgments and scoring
 
-# a request in a query's log: [rkey, system, version, place, labels, served state, close, dropped]
-_LK, _LSYS, _LVER, _LPLACE, _LLAB, _LSERVED, _LCLOSE, _LDROP = range(8)
+# a request in a query's log: [rkey, system, version, place, labels, served state, close, dropped,
+#  impressions, fate ("ranked", "unjudged", "unrankable"), fate generation]
+_LK, _LSYS, _LVER, _LPLACE, _LLAB, _LSERVED, _LCLOSE, _LDROP, _LN, _LFATE, _LFGEN = range(11)
 
 
 class _Queries:
-    """Key: query id. The query's judgment table (later timestamp wins, as in batch) and a log of
-    its open requests' latest versions. Scores each request version against the table (all the
+    """Key: query id. The query's judgments under the conflict policy (``latest``, ``max`` or
+    ``reject``, :func:`streameval.io.cleaning.resolve_judgment`, as the batch job) and a log of its
+    open requests' latest versions. Scores each request version against the table (all the
     bundle's versions in one kernel call, in finish_bundle), and rescores every open request of the
     query when a judgment changes the table. Judgments that arrive after some of the query's
     requests became final are applied to the open and later windows and written to the late
-    output (the closed windows keep their final value)."""
+    output as a notice (the closed windows keep their final value). The fate of each request
+    (ranked, unjudged, unrankable) is counted when it closes."""
 
     JUDGED = ReadModifyWriteStateSpec("judged", FastPrimitivesCoder())
+    PAIRS = ReadModifyWriteStateSpec("pairs", FastPrimitivesCoder())
     LOG = BagStateSpec("log", FastPrimitivesCoder())
     META = ReadModifyWriteStateSpec("meta", FastPrimitivesCoder())  # [jgen, armed, closed, last closed]
     EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
@@ -839,40 +1019,96 @@ class _Queries:
     def start_bundle(self):
         self._jobs = []  # (ts, query, rkey, system, version, jgen, place, labels, served, judged)
 
-    def process(self, kv, judged_state, log,
+    def _fate(self, judged, served) -> str:
+        if not judged:
+            return "unjudged"
+        return "unrankable" if self.cfg.ops.unrankable(served) else "ranked"
+
+    def _judge(self, query, judged, pairs, js, dead) -> list:
+        """Applies judgments ``[item, ts, grade, raw]`` under the conflict policy; counts their
+        fates (as the difference of the pair's resolution before and after, so that the counts
+        always describe the judgments seen so far) and returns the raw records of those that
+        changed the table."""
+        cfg, run = self.cfg, self.cfg.run
+        policy = cfg.policy
+        changed = []
+        for item, jts, grade, raw in js:
+            entries = pairs.setdefault(item, [])
+            before = _resolve(entries, policy)
+            for e in entries:
+                if e[0] == jts and e[1] == grade:
+                    e[2] += 1
+                    break
+            else:
+                entries.append([jts, grade, 1, raw if policy == "reject" else None])
+            after = _resolve(entries, policy)
+            _tally(run, "judgments_accepted", (after[0] is not None) - (before[0] is not None))
+            _tally(run, "duplicate:judgment", after[1] - before[1])
+            _tally(run, "superseded:judgment", len(after[2]) - len(before[2]))
+            new_rejected = set(after[3]) - set(before[3])
+            if new_rejected:
+                grades = sorted({e[1] for e in entries})
+                by_key = {(e[0], e[1]): e for e in entries}
+                for key in sorted(new_rejected):
+                    _tally(run, f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}")
+                    dead.append({"source": cfg.source, "raw": by_key[key][3] or raw,
+                                 "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} (query {query!r}, item {item!r}: "
+                                           f"grades {grades}; policy reject)"})
+            old = judged.get(item)
+            if after[0] is None:
+                judged.pop(item, None)
+            else:
+                win = after[4]
+                judged[item] = [win[0], float(win[1])]
+            if judged.get(item) != old:
+                changed.append(raw)
+        return changed
+
+    def process(self, kv, judged_state, pairs_state, log,
                 meta, expire,
                 ts):
         query, msgs = kv
         if query == _SIDE_KEY:  # records for the side output, passing through
             yield kv
             return
+        cfg = self.cfg
         judged = judged_state.read() or {}
         jgen, armed, n_closed, last_closed, known = meta.read() or [0, None, 0, None, None]
         changed_judgments = []
         new_entries = []
         retract = []
         ctr_msgs = []
+        dead = []
+        pairs = None
         for m in msgs:
             if m[0] == "upto":
                 if m[1] is not None and (known is None or m[1] > known):
                     known = m[1]
             elif m[0] == "judg":
-                for item, jts, grade, raw in m[1]:
-                    old = judged.get(item)
-                    JudgmentsCombineFn._put(judged, item, jts, grade)
-                    if judged[item] != old:
-                        changed_judgments.append(raw)
+                if pairs is None:
+                    pairs = pairs_state.read() or {}
+                changed_judgments.extend(self._judge(query, judged, pairs, m[1], dead))
             elif m[0] == "req":
-                _, rkey, system, version, place, labels, served, close, upto, ctr_msg = m
+                _, rkey, system, version, place, labels, served, close, upto, ctr_msg, n_imps = m
                 if upto is not None and (known is None or upto > known):
                     known = upto
-                new_entries.append([rkey, system, version, place, labels, served, close, False])
+                new_entries.append([rkey, system, version, place, labels, served, close, False, n_imps,
+                                    self._fate(judged, served), jgen])
                 if ctr_msg is not None:
                     ctr_msgs.append((system, ctr_msg))
             else:  # drop: the request's query changed; retract what it contributed from here
                 _, rkey, system, version = m
-                new_entries.append([rkey, system, version, None, None, None, None, True])
+                new_entries.append([rkey, system, version, None, None, None, None, True, 0, None, jgen])
                 retract.append((rkey, system, version))
+        if pairs is not None:
+            pairs_state.write(pairs)
+        if dead:
+            yield _SIDE_KEY, [("side", d) for d in dead]
+        if changed_judgments:
+            # (requests of this bundle were given their fate before the judgments: refresh it)
+            for e in new_entries:
+                if not e[_LDROP]:
+                    e[_LFATE] = self._fate(judged, e[_LSERVED])
         for e in new_entries:
             log.add(e)
         jobs = {}
@@ -887,7 +1123,7 @@ class _Queries:
                     e[_LDROP] = True
                     log.add(e)
             if n_closed:
-                Metrics.counter(NAMESPACE, "late_judgments").inc(len(changed_judgments))
+                _tally(cfg.run, "judgment_late_notices", len(changed_judgments))
                 yield _SIDE_KEY, [("side", _late_record(
                     "late:judgment", raw,
                     f"{n_closed} request(s) of query {query!r} were already final (latest window closed at "
@@ -895,6 +1131,10 @@ class _Queries:
                     "windows use this judgment")) for raw in changed_judgments]
             for e in latest.values():
                 if not e[_LDROP]:
+                    fate = self._fate(judged, e[_LSERVED])
+                    if fate != e[_LFATE]:
+                        e[_LFATE], e[_LFGEN] = fate, jgen
+                        log.add(e)
                     jobs[e[_LK]] = e
         else:
             for e in new_entries:
@@ -909,7 +1149,7 @@ class _Queries:
             self._jobs.append((ts, query, rkey, system, version, jgen, None, None, None, None, "drop"))
         for system, cm in ctr_msgs:
             self._jobs.append((ts, query, cm[1], system, cm[2], jgen, None, None, cm, None, "ctr"))
-        closes = [self.cfg.round_up(e[_LCLOSE]) for e in new_entries if e[_LCLOSE] is not None]
+        closes = [cfg.round_up(e[_LCLOSE]) for e in new_entries if e[_LCLOSE] is not None]
         if closes and (armed is None or min(closes) < armed):
             armed = min(closes)
             expire.set(_when(armed))
@@ -922,7 +1162,6 @@ class _Queries:
             return
         out: dict = defaultdict(list)
         stamps: dict = {}
-        dead = []
         to_score, where = [], []
         for i, (ts, query, rkey, system, version, jgen, place, labels, served, grades, how) in enumerate(jobs):
             if how == "drop":
@@ -930,23 +1169,14 @@ class _Queries:
             elif how == "ctr":
                 out[system].append(served)  # the version's click counts, passed on
             elif not grades:
-                pass  # unjudged: never contributed from this query (judgments are never removed)
-            else:
-                missing = cfg.ops.unrankable(served)
-                if missing:
-                    if how is not None:  # once per version
-                        Metrics.counter(NAMESPACE, "impressions_unscorable").inc(missing)
-                        dead.append({"source": "StreamMetrics", "reason":
-                                     f"{missing} of the request's {len(served[0])} impressions have no score: "
-                                     "order='score' needs a finite score to rank them (use order='position')",
-                                     "raw": records.to_json_text({"query_id": query, "system_id": system,
-                                                                  "request_id": rkey.split(_SEP, 1)[1],
-                                                                  "impressions": len(served[0]),
-                                                                  "without_score": missing})})
+                if how is None:  # rescored after the table lost its last judgment (policy reject)
                     out[system].append(("rank", rkey, query, [version, jgen], place, labels, None))
-                else:
-                    to_score.append([served[0], grades, served[2], served[3]])
-                    where.append(i)
+                # (a new version of an unjudged query: it never contributed from here)
+            elif cfg.ops.unrankable(served):  # a dead letter when the request closes
+                out[system].append(("rank", rkey, query, [version, jgen], place, labels, None))
+            else:
+                to_score.append([served[0], grades, served[2], served[3]])
+                where.append(i)
             s = jobs[i][3]
             stamps[s] = ts if s not in stamps else min(stamps[s], ts)
         if to_score:
@@ -956,19 +1186,18 @@ class _Queries:
                 out[system].append(("rank", rkey, query, [version, jgen], place, labels, col))
         for system, msgs in out.items():
             yield WindowedValue((system, msgs), stamps[system], [GlobalWindow()])
-        if dead:
-            yield WindowedValue((_SIDE_KEY, [("side", d) for d in dead]), min(stamps.values()), [GlobalWindow()])
 
     def on_expire(self, log, meta,
                   judged_state, expire,
-                  ts):
+                  ts, query=None):
+        cfg = self.cfg
         now = _micros(ts)
         jgen, armed, n_closed, last_closed, known = meta.read() or [0, None, 0, None, None]
         known = now if known is None else max(known, now)
-        judged = judged_state.read() or {}
         latest = _latest(log.read())
         keep = []
         nxt = None
+        dead = []
         for e in latest.values():
             if e[_LCLOSE] is None:  # a drop
                 continue
@@ -976,10 +1205,22 @@ class _Queries:
                 if not e[_LDROP]:
                     n_closed += 1
                     last_closed = e[_LCLOSE] if last_closed is None else max(last_closed, e[_LCLOSE])
-                Metrics.counter(NAMESPACE, "requests_scored" if judged else "requests_unjudged").inc()
+                fate = e[_LFATE]
+                _tally(cfg.run, "requests_scored" if fate == "ranked" else f"requests_{fate}")
+                _tally(cfg.run, f"impressions_{fate}", e[_LN])
+                if fate == "unrankable":
+                    served = e[_LSERVED]
+                    missing = cfg.ops.unrankable(served)
+                    _tally(cfg.run, "impressions_unscorable", missing)
+                    dead.append({"source": "StreamMetrics", "reason":
+                                 f"{missing} of the request's {len(served[0])} impressions have no score: "
+                                 "order='score' needs a finite score to rank them (use order='position')",
+                                 "raw": records.to_json_text({"query_id": query, "system_id": e[_LSYS],
+                                                              "request_id": e[_LK].split(_SEP, 1)[1],
+                                                              "impressions": e[_LN], "without_score": missing})})
             else:
                 keep.append(e)
-                d = self.cfg.round_up(e[_LCLOSE])
+                d = cfg.round_up(e[_LCLOSE])
                 nxt = d if nxt is None else min(nxt, d)
         log.clear()
         for e in keep:
@@ -987,12 +1228,28 @@ class _Queries:
         if nxt is not None:
             expire.set(_when(nxt))
         meta.write([jgen, nxt, n_closed, last_closed, known])
+        if dead:
+            yield _SIDE_KEY, [("side", d) for d in dead]
+
+
+def _resolve(entries, policy):
+    """:func:`cleaning.resolve_judgment` of a pair's ``[[ts, grade, count, raw], ...]``, plus
+    the winning ``(ts, grade)``."""
+    if not entries:
+        return None, 0, [], [], None
+    counts = {(e[0], e[1]): e[2] for e in entries}
+    grade, n_dup, superseded, rejected = cleaning.resolve_judgment(counts, policy)
+    win = None
+    if grade is not None:
+        sup = set(superseded)
+        win = next(k for k in counts if k not in sup)
+    return grade, n_dup, superseded, rejected, win
 
 
 class _QueriesFn(beam.DoFn):
     """Keyed state of queries (logic in :class:`_Queries`)."""
 
-    JUDGED, LOG, META, EXPIRE = _Queries.JUDGED, _Queries.LOG, _Queries.META, _Queries.EXPIRE
+    JUDGED, PAIRS, LOG, META, EXPIRE = _Queries.JUDGED, _Queries.PAIRS, _Queries.LOG, _Queries.META, _Queries.EXPIRE
 
     def __init__(self, cfg):
         self.logic = _Queries(cfg)
@@ -1000,9 +1257,10 @@ class _QueriesFn(beam.DoFn):
     def start_bundle(self):
         self.logic.start_bundle()
 
-    def process(self, kv, judged_state=beam.DoFn.StateParam(JUDGED), log=beam.DoFn.StateParam(LOG),
-                meta=beam.DoFn.StateParam(META), expire=beam.DoFn.TimerParam(EXPIRE), ts=beam.DoFn.TimestampParam):
-        return self.logic.process(kv, judged_state, log, meta, expire, ts)
+    def process(self, kv, judged_state=beam.DoFn.StateParam(JUDGED), pairs_state=beam.DoFn.StateParam(PAIRS),
+                log=beam.DoFn.StateParam(LOG), meta=beam.DoFn.StateParam(META), expire=beam.DoFn.TimerParam(EXPIRE),
+                ts=beam.DoFn.TimestampParam):
+        return self.logic.process(kv, judged_state, pairs_state, log, meta, expire, ts)
 
     def finish_bundle(self):
         return self.logic.finish_bundle()
@@ -1010,16 +1268,17 @@ class _QueriesFn(beam.DoFn):
     @on_timer(EXPIRE)
     def on_expire(self, log=beam.DoFn.StateParam(LOG), meta=beam.DoFn.StateParam(META),
                   judged_state=beam.DoFn.StateParam(JUDGED), expire=beam.DoFn.TimerParam(EXPIRE),
-                  ts=beam.DoFn.TimestampParam):
-        return self.logic.on_expire(log, meta, judged_state, expire, ts)
+                  ts=beam.DoFn.TimestampParam, key=beam.DoFn.KeyParam):
+        return self.logic.on_expire(log, meta, judged_state, expire, ts, key)
 
 
 def _latest(entries) -> dict:
-    """The latest version of each request in a query's log (a drop counts as a version)."""
+    """The latest version of each request in a query's log (a drop counts as a version; of one
+    version, a closed mark, then the latest fate, wins)."""
     out: dict = {}
     for e in entries:
         old = out.get(e[_LK])
-        if old is None or e[_LVER] > old[_LVER] or (e[_LVER] == old[_LVER] and e[_LDROP]):
+        if old is None or (e[_LVER], e[_LDROP], e[_LFGEN]) > (old[_LVER], old[_LDROP], old[_LFGEN]):
             out[e[_LK]] = e
     return out
 
@@ -1106,7 +1365,7 @@ class _AggregateBase:
     def _late_out(self, ts):
         rej, self._rejects = self._rejects, []
         if rej:
-            Metrics.counter(NAMESPACE, "late_updates").inc(len(rej))
+            _tally(self.cfg.run, "late:update", len(rej))
             for r in rej:
                 yield pvalue.TaggedOutput("side", TimestampedValue(r, ts))
 
@@ -1177,7 +1436,7 @@ class _AggregateBase:
         if not rows:
             return
         p[_PaneState.NEXT] = idx + 1
-        Metrics.counter(NAMESPACE, f"panes_{pane}").inc()
+        _tally(self.cfg.run, f"panes_{pane}")
         yield pvalue.TaggedOutput("panes", TimestampedValue(rows, ts))
         for r in rows:
             yield TimestampedValue(r, ts)
@@ -1673,6 +1932,9 @@ class _Config:
     shards: int
     clock: object
     cleanup: int = 1
+    run: str = ""
+    source: str = "stream"
+    policy: str = "latest"
 
     def round_up(self, t: int) -> int:
         """``t`` rounded up to the cleanup step (state is freed in steps, not at every window)."""
@@ -1716,6 +1978,20 @@ class StreamMetrics(beam.PTransform):
       default the window size or the allowed lateness, whichever is longer.
     * ``clock``: processing-time source for ``early_every`` (default wall time; pass
       :func:`replay_clock` when replaying on the local runner).
+    * ``judgment_conflicts``: ``"latest"`` (default), ``"max"`` or ``"reject"``: how judgments of one
+      (query, item) that disagree are resolved (:func:`streameval.io.cleaning.resolve_judgment`, as
+      in batch); ``grade_range=(lo, hi)``: judgments with a grade outside are dead letters.
+
+    Repeated input (as in batch, :func:`streameval.io.cleaning.clean_request`): impressions of one
+    ``(system_id, request_id)`` replayed with the same ``event_id`` and content are duplicates and
+    change nothing; the same ``event_id`` with other content and an item served twice are dead
+    letters, decided on all the request's records whatever their order (a better copy arriving
+    later replaces the kept one in the request's next version). Click events are de-duplicated by
+    ``event_id`` (without one, by ``(request_id, item_id, timestamp)``).
+
+    Record accounting: :meth:`counts` (the counters of
+    :mod:`streameval.beam.accounting`, taken where each record's fate is final) and
+    :meth:`accounting` (the summary and the identities that do not hold).
 
     After the transform is applied: ``self.panes`` (one element per pane: its rows),
     ``self.side`` (all records the stream set aside), ``self.late`` (the late data among them) and
@@ -1728,8 +2004,18 @@ class StreamMetrics(beam.PTransform):
                  early_every=None, early_count=None, allowed_lateness=0, attribution_delay="30m",
                  relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
                  tie_break="docno", depth=None, score_precision="float32", ctr=True, request_shards=16,
-                 retention=None, clock=None, source="stream", label=None):
+                 retention=None, clock=None, source="stream", judgment_conflicts="latest", grade_range=None,
+                 label=None):
         super().__init__(label)
+        if judgment_conflicts not in cleaning.JUDGMENT_POLICIES:
+            raise ValueError(f"judgment_conflicts must be one of {cleaning.JUDGMENT_POLICIES}, "
+                             f"got {judgment_conflicts!r}")
+        if grade_range is not None:
+            lo, hi = (int(g) for g in grade_range)
+            if lo > hi:
+                raise ValueError(f"grade_range: lowest grade {lo} above highest {hi}")
+            grade_range = (lo, hi)
+        self.grade_range = grade_range
         self.judgments = judgments
         self.clicks = clicks
         spec = WindowSpec.parse(window)
@@ -1757,7 +2043,8 @@ class StreamMetrics(beam.PTransform):
             ranking=ranking, ctr=bool(ctr), specs=sr.specs if ranking else [], options=sr.options, ops=sr.ops,
             slice_specs=parse_slices(slices), attr_keys=sorted({n for s in parse_slices(slices) for n in s}),
             shards=int(request_shards), clock=clock,
-            cleanup=spec.period if spec.windowed else spec.size)
+            cleanup=spec.period if spec.windowed else spec.size,
+            run=uuid.uuid4().hex, source=str(source), policy=judgment_conflicts)
         self.source = str(source)
         self.panes = None
         self.side = None
@@ -1771,20 +2058,22 @@ class StreamMetrics(beam.PTransform):
             pc.element_type = typehints.Tuple[key_type, typehints.Any]
             return pc
 
-        pieces = [impressions | "PrepareImpressions" >> beam.ParDo(_PrepareImpressions(self.source, gate, cfg.shards))]
+        pieces = [impressions | "PrepareImpressions" >> beam.ParDo(
+            _PrepareImpressions(self.source, gate, cfg.shards, cfg.run))]
         if self.clicks is not None:
-            pieces.append(self.clicks | "PrepareClicks" >> beam.ParDo(_PrepareClicks(self.source, gate, cfg.shards)))
+            pieces.append(self.clicks | "PrepareClicks" >> beam.ParDo(
+                _PrepareClicks(self.source, gate, cfg.shards, cfg.run)))
         to_queries = []
         if cfg.ranking:
             jud = self.judgments | "PrepareJudgments" >> beam.ParDo(
-                _PrepareJudgments(self.source, gate)).with_outputs("gate", main="queries")
+                _PrepareJudgments(self.source, gate, cfg.run, self.grade_range)).with_outputs("gate", main="queries")
             to_queries.append(jud.queries)
             if gate:
                 pieces.append(jud.gate)
         merged = tuple(pieces) | "AllPieces" >> beam.Flatten() if len(pieces) > 1 else pieces[0]
         if gate:
             gated = keyed(merged, int) | "Gate" >> beam.ParDo(
-                _GateFn(cfg.spec, cfg.lateness, cfg.shards)).with_outputs("queries", main="shards")
+                _GateFn(cfg.spec, cfg.lateness, cfg.shards, cfg.run)).with_outputs("queries", main="shards")
             merged = gated.shards
             to_queries.append(gated.queries)
         reqs = keyed(merged, int) | "Requests" >> beam.ParDo(_RequestsFn(cfg)).with_outputs("queries", main="systems")
@@ -1798,6 +2087,22 @@ class StreamMetrics(beam.PTransform):
         self.panes = agg.panes
         self.side = agg.side
         return agg.rows
+
+    def counts(self) -> dict:
+        """The record counts (``impressions_read``, ``impressions_accepted``,
+        ``duplicate:impression``, ``rejected:impression:<reason>``, ``late:impression``, ... and
+        the same for judgments and clicks; see :mod:`streameval.beam.accounting`) taken by this
+        transform in this process: complete after the pipeline ran on a runner in this process
+        (the local runners). The same counts go to Beam counters for other runners."""
+        return stream_counts(self.cfg.run)
+
+    def accounting(self, unreadable=None, counts=None):
+        """``(summary, problems)`` of :func:`streameval.beam.accounting.account` on
+        :meth:`counts` (or ``counts``)."""
+        from .accounting import account
+
+        return account(self.counts() if counts is None else counts, ranking=self.cfg.ranking, ctr=self.cfg.ctr,
+                       unreadable=unreadable)
 
     @property
     def late(self):

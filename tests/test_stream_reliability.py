@@ -1,0 +1,314 @@
+"""Streaming reliability: every record ends in exactly one place and the counts add up.
+
+Replayed impressions and click events change no pane and are counted as duplicates; conflicting
+event ids and items served twice are dead letters, decided whatever the arrival order, and the
+final panes equal batch on the clean records; the judgment conflict policies and the declared grade
+range; a damaged Avro file in a replay gives its good records and a dead letter; the command prints
+and writes the accounting and fails when a count is broken; a 20,000-event soak (the same check as
+``benchmarks/soak_stream.py``)."""
+
+import json
+import os
+import struct
+
+import pytest
+
+from pipelines import stream as stream_cli
+from streameval.beam import streaming
+from streameval.beam.streaming import REASON_CLICK_UNMATCHED, Replay, StreamMetrics
+from streameval.io import avro, cleaning, records
+
+from .test_stream import BASE, HOUR, MIN, assert_final_equals_batch, imp, jdg, run_batch, run_stream
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*judged queries have no results:UserWarning"),
+    pytest.mark.filterwarnings("ignore:.*run queries have no judgments:UserWarning"),
+]
+
+
+def run_sm(steps, **kw):
+    """Replay ``steps`` into StreamMetrics; {"rows", "late", "dead", "sm", "counts"}."""
+    held = {}
+
+    def build(p):
+        src = p | Replay(steps)
+        kw.setdefault("judgments", src["judgments"])
+        sm = held["sm"] = StreamMetrics(clicks=src["clicks"], **kw)
+        rows = src["impressions"] | sm
+        return {"rows": rows, "late": sm.late, "dead": sm.dead_letters}
+
+    out = run_stream(build)
+    out["sm"] = held["sm"]
+    out["counts"] = held["sm"].counts()
+    return out
+
+
+def _bits(x):
+    return None if x is None else struct.pack("<d", x)
+
+
+def every_pane(rows):
+    """All rows of all panes, comparable to the bit."""
+    return sorted((r["window_start"], r["slice"], r["system"], r["metric"], r["pane_index"], r["pane"], r["is_final"],
+                   _bits(r["value"]), r["num_queries"], _bits(r["stderr"])) for r in rows)
+
+
+def _requests():
+    """Two systems, three queries, requests in two hours; clicks on some impressions."""
+    judg = [jdg("q1", f"d{i}", g) for i, g in enumerate([2, 0, 1, 0, 3, 1])] + \
+        [jdg("q2", "d0", 1), jdg("q2", "d3", 2)]
+    imps = []
+    for n, (rid, system, query, t0) in enumerate([("r1", "A", "q1", BASE + 5 * MIN), ("r2", "B", "q1", BASE + 20 * MIN),
+                                                  ("r3", "A", "q2", BASE + 40 * MIN),
+                                                  ("r4", "A", "q1", BASE + HOUR + 10 * MIN),
+                                                  ("r5", "B", "q3", BASE + HOUR + 30 * MIN)]):
+        for pos in range(1, 5):
+            item = f"d{(pos + 2 * n) % 6}"
+            imps.append(imp(rid, item, pos, t0 + pos * 1000, system=system, query=query, score=1.0 / (pos + n),
+                            clicked=(pos + n) % 3 == 0))
+    return imps, judg
+
+
+def test_replayed_impressions_and_clicks_change_nothing():
+    """At-least-once delivery: impressions and click events delivered again (in the same step, or
+    a step later within the allowed lateness; clicks with and without an event id) give the very
+    same panes, every one of them, and are counted as duplicates."""
+    imps, judg = _requests()
+    clicks = [{"request_id": "r1", "item_id": imps[0]["item_id"], "system_id": "A", "timestamp": BASE + 12 * MIN,
+               "event_id": "c1"},
+              {"request_id": "r4", "item_id": imps[13]["item_id"], "timestamp": BASE + HOUR + 15 * MIN}]
+    imps[0]["clicked"] = False
+    base = Replay.from_records(imps, judg, clicks, step="20m").steps
+    replayed = []
+    n_imp = n_click = 0
+    for kind, arg in base:
+        if kind == "impressions":
+            replayed.append((kind, arg + [dict(arg[0])]))  # a copy in the same delivery
+            n_imp += 1
+        elif kind == "clicks":
+            replayed.append((kind, arg + [dict(c) for c in arg]))
+            n_click += len(arg)
+        else:
+            replayed.append((kind, arg))
+        if kind == "watermark" and arg == BASE + HOUR + 20 * MIN:  # hour 0 is past its on-time pane
+            replayed.append(("impressions", [dict(r) for r in imps[:6]]))  # r1, r2 again: late, within lateness
+            replayed.append(("clicks", [dict(clicks[0])]))
+            n_imp += 6
+            n_click += 1
+    opts = dict(metrics=["ndcg@3", "P@2", "map"], window="1h", allowed_lateness="30m", early_count=2,
+                attribution_delay="30m")
+    clean = run_sm(base, **opts)
+    again = run_sm(replayed, **opts)
+    assert every_pane(again["rows"]) == every_pane(clean["rows"])
+    assert again["late"] == clean["late"] == [] and again["dead"] == clean["dead"] == []
+    c = again["counts"]
+    assert c["duplicate:impression"] == n_imp and c["duplicate:click"] == n_click
+    assert c["impressions_accepted"] == len(imps) and c["clicks_accepted"] == len(clicks)
+    summary, problems = again["sm"].accounting()
+    assert problems == []
+    assert summary["impression"]["read"] == len(imps) + n_imp and summary["click"]["duplicates"] == n_click
+    assert summary["impression"]["ranked"] + summary["impression"]["unjudged"] == len(imps)
+    # the reference: what batch computes on the log
+    batch_imps = [dict(r, clicked=True) if r is imps[0] or r is imps[13] else r for r in imps]
+    assert_final_equals_batch(again["rows"], run_batch(batch_imps, judg, opts["metrics"], window="1h"))
+
+
+def test_conflicting_event_ids_and_items_served_twice_are_dead_letters():
+    """An event id reused with other content, and an item served twice in a request: dead letters
+    with the batch job's reasons, decided on all the request's records whatever their order (the
+    better copy arrives last and replaces the kept one); the final panes equal batch on the clean
+    records."""
+    imps, judg = _requests()
+    r1 = [r for r in imps if r["request_id"] == "r1"]
+    other = dict(r1[1], score=0.05)  # same event id, other content: the smaller content is kept
+    assert cleaning.content_key(other) < cleaning.content_key(r1[1])
+    twice = dict(r1[2], event_id="A/r1/again", position=7, timestamp=r1[2]["timestamp"] - 500)  # kept: earlier
+    steps = [("judgments", judg), ("impressions", imps), ("watermark", BASE + 30 * MIN),
+             ("impressions", [other, twice]), ("watermark", BASE + 4 * HOUR)]
+    metrics = ["ndcg@3", "P@2", "map"]
+    out = run_sm(steps, metrics=metrics, window="1h", allowed_lateness="10m")
+    everything = imps + [other, twice]
+    kept, n_dup, rejected = cleaning.clean_request([r for r in everything if r["request_id"] == "r1"])
+    assert n_dup == 0 and {cleaning.content_key(r) for r in kept} >= {cleaning.content_key(other),
+                                                                        cleaning.content_key(twice)}
+    assert sorted((d["raw"], d["reason"]) for d in out["dead"]) == \
+        sorted((records.to_json_text(r), why) for r, why in rejected)
+    assert {why.split(" (")[0] for _, why in rejected} == {cleaning.REASON_EVENT_CONFLICT, cleaning.REASON_ITEM_TWICE}
+    clean = [r for r in imps if r["request_id"] != "r1"] + kept
+    assert_final_equals_batch(out["rows"], run_batch(clean, judg, metrics, window="1h"))
+    c = out["counts"]
+    assert c[f"rejected:impression:{cleaning.REASON_EVENT_CONFLICT}"] == 1
+    assert c[f"rejected:impression:{cleaning.REASON_ITEM_TWICE}"] == 1
+    assert c["impressions_accepted"] == len(imps)
+    assert out["sm"].accounting()[1] == []
+    # the first pane was computed before the better copies came: it differs
+    first = [r for r in out["rows"] if r["pane"] == "on_time" and r["window_start"] == BASE and r["system"] == "A"
+             and r["slice"] == "all" and r["metric"] == "ndcg@3"]
+    assert first and first[0]["value"] != run_batch(clean, judg, ["ndcg@3"], window="1h", ctr=False)[0]["value"]
+
+
+def _resolved(judg, policy):
+    """One judgment per (query, item) under ``policy`` (the batch rules)."""
+    pairs: dict = {}
+    for j in judg:
+        pairs.setdefault((j["query_id"], j["item_id"]), {}).setdefault((j["timestamp"], j["grade"]), 0)
+        pairs[(j["query_id"], j["item_id"])][(j["timestamp"], j["grade"])] += 1
+    out = []
+    for (q, item), entries in pairs.items():
+        grade, _, superseded, _ = cleaning.resolve_judgment(entries, policy)
+        if grade is not None:
+            ts = next(k for k in entries if k not in superseded)[0]
+            out.append(jdg(q, item, grade, ts))
+    return out
+
+
+def test_judgment_conflict_policies_and_the_grade_range():
+    """latest, max and reject, as in batch; a conflicting judgment arriving after the on-time pane
+    updates the window in a late pane; a grade outside --grades is a dead letter."""
+    imps, judg = _requests()
+    judg = [j for j in judg if not (j["query_id"] == "q1" and j["item_id"] in ("d0", "d1", "d2"))]
+    first = [jdg("q1", "d0", 2, ts=10), jdg("q1", "d1", 1, ts=10), jdg("q1", "d2", 2, ts=10)]
+    later = [jdg("q1", "d0", 1, ts=20),   # later and lower: latest 1, max 2, reject: both
+             jdg("q1", "d1", 1, ts=10),   # a replay: a duplicate
+             jdg("q1", "d2", 2, ts=30),   # the same grade later: superseded (all policies)
+             jdg("q1", "d3", 7, ts=30)]   # outside 0..3
+    steps = [("judgments", judg + first), ("impressions", imps), ("watermark", BASE + HOUR + 5 * MIN),
+             ("judgments", later), ("watermark", BASE + 5 * HOUR)]
+    metrics = ["ndcg@3", "map"]
+    held = {}
+
+    def build(p):
+        src = p | Replay(steps)
+        outs = {}
+        for policy in cleaning.JUDGMENT_POLICIES:
+            sm = held[policy] = StreamMetrics(src["judgments"], metrics, window="1h", allowed_lateness="30m",
+                                              judgment_conflicts=policy, grade_range=(0, 3), ctr=False,
+                                              label=f"SM{policy}")
+            outs[f"rows_{policy}"] = src["impressions"] | f"Apply{policy}" >> sm
+            outs[f"dead_{policy}"] = sm.dead_letters
+        return outs
+
+    out = run_stream(build)
+    valid = judg + first + later[:3]
+    for policy in cleaning.JUDGMENT_POLICIES:
+        rows = out[f"rows_{policy}"]
+        assert_final_equals_batch(rows, run_batch(imps, _resolved(valid, policy), metrics, window="1h", ctr=False))
+        c = held[policy].counts()
+        assert c["duplicate:judgment"] == 1 and c["rejected:judgment:grade outside the declared range 0..3"] == 1
+        dead = out[f"dead_{policy}"]
+        assert any("grade outside the declared range 0..3, got 7" in d["reason"] for d in dead)
+        conflicts = [d for d in dead if d["reason"].startswith(cleaning.REASON_JUDGMENT_CONFLICT)]
+        if policy == "reject":
+            assert c["superseded:judgment"] == 1 and len(conflicts) == 2 == \
+                c[f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}"]
+            assert {json.loads(d["raw"])["grade"] for d in conflicts} == {1, 2}
+        else:
+            assert c["superseded:judgment"] == 2 and conflicts == []
+        assert c["judgments_accepted"] == len(judg) + 3 - (policy == "reject")
+        summary, problems = held[policy].accounting()
+        assert problems == [] and summary["judgment"]["read"] == len(valid) + 1
+    # the late conflicting judgment changed hour 0 in a late pane (latest: grade 2 -> 1)
+    late = [r for r in out["rows_latest"] if r["window_start"] == BASE and r["pane"] == "late" and r["system"] == "A"
+            and r["slice"] == "all" and r["metric"] == "ndcg@3"]
+    on_time = [r for r in out["rows_latest"] if r["window_start"] == BASE and r["pane"] == "on_time"
+               and r["system"] == "A" and r["slice"] == "all" and r["metric"] == "ndcg@3"]
+    assert late and late[-1]["is_final"] and late[-1]["value"] != on_time[0]["value"]
+
+
+def _truncated_copy(src_recs, path, keep_fraction=0.6):
+    avro.write_records(path, "impression", src_recs, codec="null", sync_interval=2000)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(int(size * keep_fraction))
+    good = []
+    try:
+        for block in avro.read_blocks(path, "impression"):
+            good.extend(block)
+    except avro.AvroInputError:
+        pass
+    return good
+
+
+def test_stream_command_damaged_file_conflicts_and_accounting(tmp_path, capsys, monkeypatch):
+    """``streameval stream --replay`` with a truncated impression file (its complete blocks are used,
+    one dead letter names it, the job goes on), replayed impressions, a judgment conflict under
+    ``--judgment-conflicts max`` and a grade outside ``--grades``: the accounting is printed and
+    written, adds up, and the final panes equal batch on the clean records. With one count broken
+    the command fails."""
+    imps, judg = _requests()
+    bulk = []
+    for n in range(40):  # enough records for several blocks in the damaged file
+        for pos in range(1, 6):
+            bulk.append(imp(f"b{n}", f"d{(pos + n) % 6}", pos, BASE + (n % 50) * MIN + pos, system="B",
+                            query="q1", score=float(pos), clicked=pos == 1))
+    good_bulk = _truncated_copy(bulk, str(tmp_path / "in" / "bulk.avro"))
+    assert 0 < len(good_bulk) < len(bulk)
+    avro.write_records(tmp_path / "in" / "log.avro", "impression", imps + [dict(imps[3]), dict(imps[7])])
+    extra = [jdg("q1", "d0", 3, ts=50), jdg("q2", "d0", 9, ts=50)]  # q1/d0: max 3; q2/d0: out of range
+    avro.write_records(tmp_path / "judgments.avro", "judgment", judg + extra)
+    out_dir = tmp_path / "out"
+    args = ["--replay", "--impressions", str(tmp_path / "in" / "*.avro"),
+            "--judgments", str(tmp_path / "judgments.avro"), "--metrics", "ndcg@3,map", "--window", "1h", "--allowed-lateness", "10m", "--replay-step", "30m",
+            "--judgment-conflicts", "max", "--grades", "0:3", "--quiet", "--output", str(out_dir)]
+    assert stream_cli.main(args) == 0
+    printed = capsys.readouterr().out
+    assert f"impressions: read {len(imps) + 2 + len(good_bulk)} = accepted {len(imps) + len(good_bulk)}" in printed
+    assert "duplicates 2" in printed and "unreadable file: " in printed and "bulk.avro" in printed
+    summary = json.loads((out_dir / "summary.json").read_text())
+    acc = summary["accounting"]
+    assert summary["accounting_problems"] == []
+    assert acc["impression"]["duplicates"] == 2 and acc["judgment"]["superseded"] == 1
+    assert acc["judgment"]["rejected"] == {"grade outside the declared range 0..3": 1}
+    assert len(acc["unreadable_files"]) == 1 and "bulk.avro" in acc["unreadable_files"][0]
+    dead = [json.loads(line) for f in out_dir.glob("dead_letters-*.jsonl") for line in open(f)]
+    unreadable = [d for d in dead if d["reason"].startswith("unreadable Avro file")]
+    assert len(unreadable) == 1 and json.loads(unreadable[0]["raw"])["records_read"] == len(good_bulk)
+    rows = [json.loads(line) for f in out_dir.glob("metrics-*.jsonl") for line in open(f)]
+    resolved = [j for j in judg if not (j["query_id"] == "q1" and j["item_id"] == "d0")] + [extra[0]]
+    assert_final_equals_batch(rows, run_batch(imps + good_bulk, resolved, ["ndcg@3", "map"], window="1h"))
+
+    # the watch source reads a damaged file the same way: its complete blocks, then one dead letter
+    class _Readable:
+        class metadata:
+            path = str(tmp_path / "in" / "bulk.avro")
+
+    parsed = list(stream_cli._ParseAvroFile("impressions").process(_Readable()))
+    got = [r for x in parsed if not hasattr(x, "tag") for r in x.value]
+    letters = [x.value for x in parsed if hasattr(x, "tag")]
+    assert got == good_bulk and len(letters) == 1 and letters[0]["reason"] == unreadable[0]["reason"]
+
+    # a broken count (replays not counted) makes the job fail
+    real = streaming._tally
+    monkeypatch.setattr(streaming, "_tally", lambda run, name, n=1: None if name == "duplicate:impression"
+                        else real(run, name, n))
+    assert stream_cli.main(args) == 1
+    err = capsys.readouterr().err
+    assert "do not add up" in err and "duplicates 0" in err
+    assert json.loads((out_dir / "summary.json").read_text())["accounting_problems"]
+
+
+def test_unmatched_clicks_are_counted_rejections():
+    imps, judg = _requests()
+    clicks = [{"request_id": "nowhere", "item_id": "d1", "timestamp": BASE + 10 * MIN}]
+    out = run_sm(Replay.from_records(imps, clicks=clicks, step="30m").steps, judgments=None, window="1h")
+    assert [d["source"] for d in out["dead"]] == ["unmatched:click"]
+    assert out["counts"][f"rejected:click:{REASON_CLICK_UNMATCHED}"] == 1
+    summary, problems = out["sm"].accounting()
+    assert problems == [] and summary["click"]["rejected"] == {REASON_CLICK_UNMATCHED: 1}
+
+
+def test_soak_20000_events():
+    """The soak benchmark's check on 20,000 events: 5% malformed, 2% replays, 3% late; the
+    accounting equals what was injected and the final panes equal batch on the clean subset."""
+    from benchmarks import soak_stream
+
+    res = soak_stream.soak(20_000, per_step=1000)
+    assert res["problems"] == [] and res["pane_differences"] == []
+    exp = res["expected"]
+    n = res["events"]
+    assert 18_000 < n < 22_000
+    bad = sum(sum(e["malformed"].values()) for e in exp.values())
+    dup = sum(e["duplicates"] for e in exp.values())
+    late = sum(e["late"] for e in exp.values())
+    assert abs(bad / n - 0.05) < 0.01 and abs(dup / n - 0.02) < 0.005 and abs(late / n - 0.03) < 0.01
+    assert len(exp["impression"]["malformed"]) == 4 and exp["click"]["late"] > 0 and exp["click"]["duplicates"] > 0
