@@ -30,8 +30,12 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q
 
-bench: $(VENV)/.installed-test
-	$(BIN)/python benchmarks/bench_library.py
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	touch $@ $(VENV)/.installed $(VENV)/.installed-test
+
+bench: $(VENV)/.installed-bench
+	$(BIN)/python benchmarks/run.py --repeat 3
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

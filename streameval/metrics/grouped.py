@@ -8,6 +8,9 @@ its own (``argsort(axis=1)`` on short rows is far faster than one global sort); 
 resolved by docno on the few rows that have any; the join with the qrels uses needles already sorted
 by (query, docno), so ``searchsorted`` walks memory in order.
 
+Memory: the run is laid out a chunk of whole queries at a time (about :data:`CHUNK_ROWS` rows),
+straight into the output, so the temporaries are bounded by a chunk, not the collection.
+
 Returns None when the layout does not fit (a query split in several blocks, or rows so unequal that
 padding would more than double the memory); the caller then takes the general path.
 """
@@ -21,6 +24,15 @@ from .kernel import RankedLists
 __all__ = ["prepare_grouped"]
 
 _MAX_KEY = 2**62
+#: rows of the run laid out per chunk (whole queries; a query longer than this is one chunk)
+CHUNK_ROWS = 1 << 20
+_CODE_CHUNK = 1 << 15
+
+
+def _unique(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` by a sort (numpy 2's hash-based unique is several times slower on ids)."""
+    s = np.sort(a)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
 
 def _blocks(a: np.ndarray):
@@ -32,6 +44,57 @@ def _blocks(a: np.ndarray):
     return a[starts], np.diff(np.append(starts, n)), starts
 
 
+def _ascii_codes(*arrays: np.ndarray):
+    """Integer codes of the strings of several ``str`` arrays that order as the strings do
+    (code-point order, a prefix first), or None when a string is not ASCII or the codes need more
+    than 62 bits.
+
+    Column by column (character position), the characters that occur are numbered in order, end
+    of string (NUL padding) lowest, and a column's number takes just the bits its count needs
+    (none for a column that never changes); the columns' numbers are concatenated, first character
+    highest. Comparing two codes is then comparing the strings character by character: ids such
+    as ``d1234567890`` or ``clueweb09-en0000-00-00000`` take a few bits per varying position. O(n
+    x length), no sort."""
+    mats = []
+    for a in arrays:
+        w = a.dtype.itemsize // 4
+        m = np.ascontiguousarray(a).view(np.uint32).reshape(len(a), w) if w else np.zeros((len(a), 0), np.uint32)
+        if m.size and int(m.max()) >= 128:
+            return None
+        mats.append(m)
+    width = max((m.shape[1] for m in mats), default=0)
+    if width == 0:
+        return [np.zeros(len(m), dtype=np.int64) for m in mats]
+    step = _CODE_CHUNK
+    # which characters occur at each position (a chunk of rows at a time: cache-sized)
+    present = np.zeros((width, 128), dtype=bool)
+    for m in mats:
+        w = m.shape[1]
+        if w < width and len(m):
+            present[w:, 0] = True  # shorter strings end there: NUL padding
+        flat = present[:w].reshape(-1)
+        base = np.arange(w, dtype=np.intp) * 128
+        for lo in range(0, len(m), step):
+            flat[(m[lo:lo + step] + base).ravel()] = True
+    bits = [(int(c) - 1).bit_length() for c in present.sum(axis=1)]
+    if sum(bits) > 62:
+        return None
+    # each position's characters numbered in order, shifted into the position's bits
+    shifts = np.cumsum([0] + bits[::-1])[:-1][::-1]
+    table = ((np.cumsum(present, axis=1) - 1).astype(np.uint64) << shifts.astype(np.uint64)[:, None]).reshape(-1)
+    keys = []
+    for m in mats:
+        cols = [j for j in range(m.shape[1]) if bits[j]]
+        base = (np.asarray(cols, dtype=np.intp) * 128)
+        k = np.zeros(len(m), dtype=np.uint64)
+        if cols:
+            for lo in range(0, len(m), step):
+                sub = m[lo:lo + step][:, cols] if len(cols) < m.shape[1] else m[lo:lo + step]
+                np.bitwise_or.reduce(table[sub + base], axis=1, out=k[lo:lo + step])
+        keys.append(k.view(np.int64))
+    return keys
+
+
 def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_precision, as_key_array,
                     factorize, judgment_histogram, prepared_cls):
     """See the module docstring. Arguments as :func:`prepare` (already validated), plus the
@@ -39,11 +102,11 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     rq, jq = as_key_array(rq), as_key_array(jq)
     if len(rq) and len(jq) and rq.dtype.kind != jq.dtype.kind:
         rq, jq = rq.astype(str), jq.astype(str)
-    rbv, rbl, _ = _blocks(rq)
+    rbv, rbl, rbs = _blocks(rq)
     jbv, jbl, _ = _blocks(jq)
-    qvocab = np.unique(np.concatenate((rbv, jbv)))
+    qvocab = _unique(np.concatenate((rbv, jbv)))
     rbc = np.searchsorted(qvocab, rbv).astype(np.int64)  # query code of each run block
-    if len(np.unique(rbc)) != len(rbc):
+    if len(_unique(rbc)) != len(rbc):
         return None  # a query's rows are not contiguous
     jbc = np.searchsorted(qvocab, jbv).astype(np.int64)
     jqc = np.repeat(jbc, jbl)
@@ -58,19 +121,33 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
         nd = dmax - dmin + 1
         if nq * nd >= _MAX_KEY:
             return None
-        rdc, jdc = rd.astype(np.int64) - dmin, jd.astype(np.int64) - dmin
+        rdc, jdc = None, jd.astype(np.int64)  # the run's codes are made a chunk at a time
+        jdc -= dmin
 
         def docno_of(code):
             return code + dmin
     else:
-        dvocab, (rdc, jdc) = factorize(rd, jd)
-        nd = max(len(dvocab), 1)
+        codes = _ascii_codes(rd, jd) if rd.dtype.kind == "U" and jd.dtype.kind == "U" else None
+        top = max((int(c.max()) for c in codes if len(c)), default=0) if codes is not None else 0
+        if codes is not None and nq * (top + 1) < _MAX_KEY:
+            # ASCII ids: integer codes in string order straight from the characters, no sort
+            (rdc, jdc), dmin, nd = codes, 0, top + 1
 
-        def docno_of(code):
-            return dvocab[code]
+            def docno_of(code):  # only for error messages
+                for ids, c in zip((rd, jd), codes):
+                    hit = np.flatnonzero(c == code)
+                    if len(hit):
+                        return ids[hit[0]]
+        else:
+            dvocab, (rdc, jdc) = factorize(rd, jd)
+            nd = max(len(dvocab), 1)
+            dmin = 0
+
+            def docno_of(code):
+                return dvocab[code]
 
     # -- which queries are evaluated
-    judged_queries = np.unique(jbc)
+    judged_queries = _unique(jbc)
     run_queries = np.sort(rbc)
     unjudged = np.setdiff1d(run_queries, judged_queries, assume_unique=True)
     evaluated = judged_queries if complete else np.intersect1d(run_queries, judged_queries, assume_unique=True)
@@ -79,10 +156,18 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     eval_pos[evaluated] = np.arange(len(evaluated))
 
     # -- qrels sorted by (query, docno); duplicates refused
-    jkey = jqc * nd + jdc
-    jorder = np.argsort(jkey)
-    jkey_s = jkey[jorder]
-    jgrade_s = np.asarray(jgrade, dtype=np.float64)[jorder]
+    jkey = np.multiply(jqc, nd)
+    jkey += jdc
+    del jdc
+    jgrade = np.asarray(jgrade, dtype=np.float64)
+    if len(jkey) < 2 or bool(np.all(jkey[1:] > jkey[:-1])):
+        jkey_s, jgrade_s = jkey, jgrade  # already in order (qrels files usually are): no sort
+    else:
+        jorder = np.argsort(jkey)
+        jkey_s = jkey[jorder]
+        jgrade_s = jgrade[jorder]
+        jqc = jqc[jorder]
+        del jorder, jkey
     if len(jkey_s):
         dup = np.flatnonzero(jkey_s[1:] == jkey_s[:-1])
         if len(dup):
@@ -90,95 +175,122 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
             raise ValueError(f"qrels judge docno {str(docno_of(key % nd))!r} twice for query {str(qvocab[key // nd])!r} "
                              "(evaluate(..., judgment_conflicts='latest' or 'max') to resolve)")
 
-    # -- the run's blocks of evaluated queries, one padded row each
-    kept_blocks = eval_pos[rbc] >= 0
-    lens = rbl[kept_blocks]
-    qrow = rbc[kept_blocks]
+    # -- the run's blocks of evaluated queries, one padded row each, a chunk of blocks at a time
+    kb = np.flatnonzero(eval_pos[rbc] >= 0)
+    lens, bstart, qrow = rbl[kb], rbs[kb], rbc[kb]
     nb = len(lens)
     L = int(lens.max()) if nb else 0
     n_kept = int(lens.sum())
     if nb == 0 or nb * L > 2 * n_kept + 4096:
         return None
-    if kept_blocks.all():
-        s_k, d_k = score, rdc
-    else:
-        el = np.repeat(kept_blocks, rbl)
-        s_k, d_k = score[el], rdc[el]
-    dtype = np.float32 if score_precision == "float32" else np.float64
-    neg = -np.asarray(s_k, dtype=np.float64).astype(dtype)
-    if n_kept == nb * L:  # every query has L rows (a run cut at a fixed depth): plain reshapes
-        S = neg.reshape(nb, L)
-        D = np.asarray(d_k, dtype=np.int64).reshape(nb, L)
-    else:
-        # flat position of each row in the padded array: block b starts at b*L
-        flat = np.arange(n_kept) + np.repeat(np.arange(nb) * L - (np.cumsum(lens) - lens), lens)
-        S = np.full(nb * L, np.inf, dtype=dtype)
-        S[flat] = neg
-        S = S.reshape(nb, L)
-        D = np.full(nb * L, -1, dtype=np.int64)
-        D[flat] = d_k
-        D = D.reshape(nb, L)
-        del flat
-    del neg
-
-    # rank order: score descending; ties (rare) by docno descending on the rows that have them
-    perm_s = np.argsort(S, axis=1)  # ties are put in docno order below
-    Ss = np.take_along_axis(S, perm_s, axis=1)
-    tied = ((Ss[:, 1:] == Ss[:, :-1]) & np.isfinite(Ss[:, 1:])).any(axis=1)
-    del Ss
-    rows_t = np.flatnonzero(tied)
-    if len(rows_t):
-        sub = np.lexsort((-D[rows_t].ravel(), S[rows_t].ravel(), np.repeat(np.arange(len(rows_t)), L)))
-        perm_s[rows_t] = (sub % L).reshape(len(rows_t), L)
-    del S
-
-    # docno order inside each row: duplicate check and sorted join needles
-    perm_d = np.argsort(D, axis=1)
-    Ds = np.take_along_axis(D, perm_d, axis=1)
-    del D
-    dupmask = (Ds[:, 1:] == Ds[:, :-1]) & (Ds[:, 1:] >= 0)
-    if dupmask.any():
-        r, c = np.argwhere(dupmask)[0]
-        raise ValueError(f"run ranks docno {str(docno_of(Ds[r, c]))!r} twice for query {str(qvocab[qrow[r]])!r}")
-    rowperm = np.argsort(qrow)
-    Ds = Ds[rowperm]
-    valid = Ds >= 0
-    needles = (qrow[rowperm][:, None] * nd + Ds)[valid]
-    del Ds
-    if len(jkey_s):
-        hit = np.minimum(np.searchsorted(jkey_s, needles), len(jkey_s) - 1)
-        g = np.where(jkey_s[hit] == needles, jgrade_s[hit], np.nan)
-        del hit
-    else:
-        g = np.full(len(needles), np.nan)
-    del needles
-    G = np.full((nb, L), np.nan)
-    G[valid] = g  # rows in query order, columns in docno order
-    del g, valid
-    G_rows = np.empty_like(G)
-    G_rows[rowperm] = G  # back to block order
-    G_orig = np.empty_like(G)
-    np.put_along_axis(G_orig, perm_d, G_rows, axis=1)  # back to original column order
-    del G, G_rows, perm_d
-    G_rank = np.take_along_axis(G_orig, perm_s, axis=1)[rowperm]  # rank order, rows by query
-    del G_orig, perm_s
-
-    # -- depth cut and flattening in evaluated-query order
-    lens_sorted = lens[rowperm]
-    if depth is not None:
-        lens_sorted = np.minimum(lens_sorted, depth)
-        G_rank = G_rank[:, : min(L, depth)]
-    take = np.arange(G_rank.shape[1])[None, :] < lens_sorted[:, None]
-    grades = G_rank[take]
+    lens_cut = lens if depth is None else np.minimum(lens, depth)
+    qpos = eval_pos[qrow]
     counts = np.zeros(len(evaluated), dtype=np.int64)
-    counts[eval_pos[qrow[rowperm]]] = lens_sorted
+    counts[qpos] = lens_cut
     offsets = np.zeros(len(evaluated) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-
-    joff, hvals, hcounts = judgment_histogram(eval_pos[jkey_s // nd], jgrade_s, len(evaluated))
+    grades = np.empty(int(offsets[-1]), dtype=np.float64)
+    dtype = np.float32 if score_precision == "float32" else np.float64
+    # chunks of whole blocks of about CHUNK_ROWS rows bound the temporaries (~60 bytes a row)
+    ends = np.cumsum(lens)
+    cuts = np.unique(np.searchsorted(ends, np.arange(CHUNK_ROWS, n_kept, CHUNK_ROWS), side="right"))
+    bounds = [0, *[int(c) for c in cuts if 0 < c < nb], nb]
+    for b0, b1 in zip(bounds[:-1], bounds[1:]):
+        _chunk(slice(b0, b1), lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, rd, rdc, dmin, nd,
+               jkey_s, jgrade_s, dtype, depth, qvocab, docno_of)
+    joff, hvals, hcounts = judgment_histogram(eval_pos[jqc], jgrade_s, len(evaluated))
     return prepared_cls(
         qids=qvocab[evaluated],
         lists=RankedLists(offsets, grades, joff, hvals, hcounts),
         unjudged_qids=qvocab[unjudged],
         missing_qids=qvocab[missing],
     )
+
+
+def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, rd, rdc, dmin, nd, jkey_s, jgrade_s,
+           dtype, depth, qvocab, docno_of):
+    """Lay out the run blocks ``sel`` (consecutive kept blocks) and write their grades, in rank
+    order, into ``grades`` at their queries' ``offsets``."""
+    cl, cs, cq = lens[sel], bstart[sel], qrow[sel]
+    nbc = len(cl)
+    Lc = int(cl.max())
+    nc = int(cl.sum())
+    lo = int(cs[0])
+    if int(cs[-1]) + int(cl[-1]) - lo == nc:  # the blocks are adjacent in the run: slices
+        rows = slice(lo, lo + nc)
+    else:
+        rows = np.arange(nc) + np.repeat(cs - (np.cumsum(cl) - cl), cl)
+    neg = np.asarray(score[rows], dtype=np.float64).astype(dtype)
+    np.negative(neg, out=neg)
+    d = rd[rows].astype(np.int64) - dmin if rdc is None else np.asarray(rdc[rows], dtype=np.int64)
+    if nc == nbc * Lc:  # every query of the chunk has Lc rows (a run cut at a fixed depth): reshapes
+        S = neg.reshape(nbc, Lc)
+        D = d.reshape(nbc, Lc)
+    else:
+        # flat position of each row in the padded array: block b starts at b*Lc
+        flat = np.arange(nc) + np.repeat(np.arange(nbc) * Lc - (np.cumsum(cl) - cl), cl)
+        S = np.full(nbc * Lc, np.nan, dtype=dtype)
+        S[flat] = neg
+        S = S.reshape(nbc, Lc)
+        D = np.full(nbc * Lc, -1, dtype=np.int64)
+        D[flat] = d
+        D = D.reshape(nbc, Lc)
+        del flat
+    del neg, d
+
+    # docno order inside each row: a docno ranked twice for one query is refused
+    Ds = np.sort(D, axis=1)
+    dupmask = (Ds[:, 1:] == Ds[:, :-1]) & (Ds[:, 1:] >= 0)
+    if dupmask.any():
+        r, c = np.argwhere(dupmask)[0]
+        raise ValueError(f"run ranks docno {str(docno_of(Ds[r, c]))!r} twice for query {str(qvocab[cq[r]])!r}")
+    del Ds, dupmask
+
+    # rank order: score descending (the padding, NaN, sorts last and ties nothing); ties (rare)
+    # by docno descending on the rows that have them
+    perm = np.argsort(S, axis=1)
+    Ss = np.take_along_axis(S, perm, axis=1)
+    tied = (Ss[:, 1:] == Ss[:, :-1]).any(axis=1)
+    del Ss
+    rows_t = np.flatnonzero(tied)
+    if len(rows_t):
+        sub = np.lexsort((-D[rows_t].ravel(), S[rows_t].ravel(), np.repeat(np.arange(len(rows_t)), Lc)))
+        perm[rows_t] = (sub % Lc).reshape(len(rows_t), Lc)
+    del S
+    width = Lc if depth is None else min(Lc, depth)
+    if width < Lc:
+        perm = perm[:, :width]
+    keys = np.take_along_axis(D, perm, axis=1)  # docno codes in rank order
+    del D, perm
+    keys += (cq * nd)[:, None]  # join keys (query, docno); padding never reaches the output
+
+    # -- join with the sorted qrels
+    keys = keys.ravel()
+    if len(jkey_s):
+        # search only the qrels of the chunk's queries (a slice: fewer cache misses)
+        lo, hi = np.searchsorted(jkey_s, [int(cq.min()) * nd, (int(cq.max()) + 1) * nd])
+        lo, hi = int(lo), max(int(hi), int(lo) + 1)
+        hit = np.searchsorted(jkey_s[lo:hi], keys)
+        hit += lo
+        np.minimum(hit, len(jkey_s) - 1, out=hit)
+        found = jkey_s[hit] == keys
+        del keys
+        g = jgrade_s[hit]
+        del hit
+        g[~found] = np.nan
+        del found
+    else:
+        g = np.full(len(keys), np.nan)
+        del keys
+    ccut = lens_cut[sel]
+    n_out = int(ccut.sum())
+    if n_out != nbc * width:
+        g = g.reshape(nbc, width)[np.arange(width)[None, :] < ccut[:, None]]
+
+    # -- into the output, in evaluated-query order
+    cp = qpos[sel]
+    start = int(offsets[cp[0]])
+    if nbc == 1 or bool(np.all(np.diff(cp) == 1)):  # queries in order (the usual case): one slice
+        grades[start:start + n_out] = g
+    else:
+        grades[np.repeat(offsets[cp] - (np.cumsum(ccut) - ccut), ccut) + np.arange(n_out)] = g

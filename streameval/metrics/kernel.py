@@ -29,6 +29,8 @@ from .names import MetricSpec
 __all__ = ["RankedLists", "MetricOptions", "compute", "GAINS", "IDEALS"]
 
 GAINS = ("linear", "exponential")
+#: ranked items scored per chunk by :func:`compute` (whole queries; bounds its temporaries)
+CHUNK_ITEMS = 1 << 19
 IDEALS = ("judgments", "served")
 
 
@@ -342,6 +344,32 @@ def compute(lists: RankedLists, specs: list[MetricSpec], options: MetricOptions 
     Raises ValueError on inconsistent shapes or an ERR grade above ``err_max_grade``.
     """
     opts = options or MetricOptions()
+    off = np.asarray(lists.offsets, dtype=np.int64)
+    n = len(off) - 1
+    grades = np.asarray(lists.grades)
+    n_items = int(off[-1]) if n >= 0 else 0
+    if n < 1 or n_items <= CHUNK_ITEMS or grades.shape != (n_items,):
+        return _compute(lists, specs, opts)
+    # Queries are independent: score them a chunk at a time so the temporaries (about 100 bytes an
+    # item) are bounded by a chunk. Same numbers as one batch, bit for bit: every per-query sum runs
+    # over the query's own items in the same order, and the running counts are exact integers.
+    joff = np.asarray(lists.judged_offsets, dtype=np.int64)
+    hv, hc = np.asarray(lists.judged_values), np.asarray(lists.judged_counts)
+    cuts = np.searchsorted(off, np.arange(CHUNK_ITEMS, n_items, CHUNK_ITEMS), side="right") - 1
+    bounds = [0, *sorted({int(c) for c in cuts if 0 < c < n}), n]
+    out = np.empty((len(specs), n), dtype=np.float64)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        lo, hi, jlo, jhi = off[a], off[b], joff[a], joff[b]
+        part = RankedLists(off[a:b + 1] - lo, grades[lo:hi], joff[a:b + 1] - jlo,
+                           hv[jlo:jhi], hc[jlo:jhi])
+        try:
+            out[:, a:b] = _compute(part, specs, opts)
+        except ValueError:
+            return _compute(lists, specs, opts)  # the whole batch's error, as without chunks
+    return out
+
+
+def _compute(lists: RankedLists, specs: list[MetricSpec], opts: MetricOptions) -> np.ndarray:
     b = _Batch(lists, opts)
     out = np.empty((len(specs), b.n), dtype=np.float64)
     for i, spec in enumerate(specs):

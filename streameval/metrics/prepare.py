@@ -180,7 +180,8 @@ def prepare(
         raise ValueError("run_qid, run_docno and run_score must have the same length")
     if len(qrels_qid) != n_qrels or len(qrels_docno) != n_qrels:
         raise ValueError("qrels_qid, qrels_docno and qrels_grade must have the same length")
-    if order == "score" and n_run and not np.all(np.isfinite(run_score)):
+    # a finite sum means finite scores (no temporary array); otherwise look row by row
+    if order == "score" and n_run and not np.isfinite(run_score.sum()) and not np.all(np.isfinite(run_score)):
         bad = int(np.flatnonzero(~np.isfinite(run_score))[0])
         raise ValueError(f"run score at row {bad} is not finite ({run_score[bad]})")
     if n_qrels and not np.all(np.isfinite(qrels_grade)):

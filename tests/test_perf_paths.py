@@ -1,0 +1,171 @@
+"""The memory- and speed-minded paths give the same numbers, bit for bit, as the plain ones:
+prepare's grouped path laid out in chunks, compute() in chunks of queries, and the AUC / group
+AUC by sorted search (including scores that share a shortened code) against direct counting."""
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from streameval.metrics import grouped, kernel
+from streameval.metrics import online as om
+from streameval.metrics.kernel import MetricOptions, RankedLists, compute
+from streameval.metrics.names import parse_metrics
+from streameval.metrics.prepare import prepare
+from tests.test_prepare_paths import _collection
+
+SPECS = parse_metrics(["ndcg@10", "ndcg", "map", "map@5", "mrr@10", "recip_rank", "P@5", "recall@100", "bpref",
+                       "Rprec", "err@5", "num_rel_ret", "success@1", "dcg@3"])
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 40])
+def test_chunked_grouped_prepare_equals_general_path(monkeypatch, chunk):
+    monkeypatch.setattr(grouped, "CHUNK_ROWS", chunk)
+    for seed in range(40):
+        args = _collection(seed, seed % 2 == 0, seed % 3 == 0)
+        kw = dict(depth=[None, 1, 5][seed % 3], complete=seed % 4 == 0,
+                  score_precision=["float32", "float64"][seed % 2])
+        try:
+            slow = prepare(*args, fast_path=False, **kw)
+        except ValueError as e:
+            with pytest.raises(ValueError, match=str(e).split(" ")[0]):
+                prepare(*args, **kw)
+            continue
+        fast = prepare(*args, **kw)
+        assert list(fast.qids) == list(slow.qids)
+        for name in ("offsets", "grades", "judged_offsets", "judged_values", "judged_counts"):
+            np.testing.assert_array_equal(getattr(fast.lists, name), getattr(slow.lists, name), err_msg=name)
+
+
+def test_grouped_prepare_queries_out_of_order_and_unjudged_blocks(monkeypatch):
+    monkeypatch.setattr(grouped, "CHUNK_ROWS", 5)
+    rng = np.random.default_rng(5)
+    order = rng.permutation(30)
+    rq = np.repeat(order, 4)
+    rd = rng.permutation(1000)[: len(rq)]
+    rs = rng.normal(size=len(rq)).round(1)  # ties
+    jq = np.repeat(np.arange(0, 30, 2), 3)  # odd queries unjudged: their blocks are skipped
+    jd = rd[np.isin(rq, jq)][: len(jq)]
+    jq = rq[np.isin(rq, jq)][: len(jq)]
+    jg = rng.integers(0, 3, size=len(jq))
+    fast, slow = prepare(rq, rd, rs, jq, jd, jg), prepare(rq, rd, rs, jq, jd, jg, fast_path=False)
+    np.testing.assert_array_equal(fast.lists.grades, slow.lists.grades)
+    np.testing.assert_array_equal(fast.lists.offsets, slow.lists.offsets)
+
+
+def test_duplicate_found_in_a_later_chunk(monkeypatch):
+    monkeypatch.setattr(grouped, "CHUNK_ROWS", 2)
+    rq = [1, 1, 2, 2, 3, 3, 3]
+    rd = ["a", "b", "a", "b", "c", "d", "c"]
+    with pytest.raises(ValueError, match="run ranks docno 'c' twice for query '3'"):
+        prepare(rq, rd, [3.0, 2, 1, 0, 5, 4, 3], [1, 2, 3], ["a", "a", "c"], [1, 1, 1])
+
+
+def _random_lists(rng, n):
+    lengths = rng.integers(0, 30, size=n)
+    ranked = [[None if rng.random() < 0.3 else float(rng.integers(-1, 5)) for _ in range(k)] for k in lengths]
+    judged = [list(rng.integers(-1, 5, size=rng.integers(0, 40)).astype(float)) for _ in range(n)]
+    return RankedLists.from_lists(ranked, judged)
+
+
+@pytest.mark.parametrize("chunk", [1, 13, 100])
+def test_chunked_compute_is_bit_identical(monkeypatch, chunk):
+    rng = np.random.default_rng(chunk)
+    lists = _random_lists(rng, 300)
+    for opts in (MetricOptions(), MetricOptions(gain="exponential", ideal="served", relevance_level=2)):
+        whole = compute(lists, SPECS, opts)
+        monkeypatch.setattr(kernel, "CHUNK_ITEMS", chunk)
+        parts = compute(lists, SPECS, opts)
+        monkeypatch.setattr(kernel, "CHUNK_ITEMS", 1 << 19)
+        assert whole.tobytes() == parts.tobytes()
+
+
+def test_chunked_compute_raises_the_whole_batch_error(monkeypatch):
+    lists = RankedLists.from_lists([[1, 2], [3, 9], [1], [7, 1]], [[1, 2], [3, 9], [1], [7]])
+    spec = parse_metrics(["err@2"])
+    with pytest.raises(ValueError) as whole:
+        compute(lists, spec)
+    monkeypatch.setattr(kernel, "CHUNK_ITEMS", 1)
+    with pytest.raises(ValueError) as parts:
+        compute(lists, spec)
+    assert str(parts.value) == str(whole.value) and "grade 9 " in str(whole.value)
+
+
+def _direct_group_counts(g, s, y):
+    """(ids, u2, n_pos, n_neg) by counting pairs group by group."""
+    out = {}
+    for k in np.unique(g):
+        m = g == k
+        p, q = s[m & y], s[m & ~y]
+        u2 = int(2 * (p[:, None] > q[None, :]).sum() + (p[:, None] == q[None, :]).sum())
+        out[k] = (u2, len(p), len(q))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["uniform", "ties", "signs", "shared_codes", "strings"])
+def test_group_auc_equals_pair_counting(kind):
+    rng = np.random.default_rng(len(kind))
+    n = 3000
+    y = rng.random(n) < 0.4
+    g = rng.integers(0, 80, size=n)
+    if kind == "uniform":
+        s = rng.random(n)
+    elif kind == "ties":
+        s = rng.integers(0, 5, size=n).astype(float)
+    elif kind == "signs":
+        s = rng.choice([-0.0, 0.0, -1.5, 2.5, -1e300, 1e300, 5e-324], size=n)
+    elif kind == "shared_codes":  # a wide range plus scores a few ulps apart: the code is shortened
+        s = 0.5 + rng.integers(0, 64, size=n) * np.spacing(0.5)
+        s[:2] = [1e-300, 1e300]
+    else:
+        s = rng.random(n).round(2)
+        g = np.array([f"user{k}" for k in g])
+    ids, auc, n_pos, n_neg = om.group_auc(g, s, y)
+    direct = _direct_group_counts(g, s, y)
+    assert list(ids) == sorted(direct)
+    for i, k in enumerate(ids):
+        u2, p, q = direct[k]
+        assert (n_pos[i], n_neg[i]) == (p, q)
+        if p and q:
+            assert auc[i] == u2 / (2 * p * q)
+        else:
+            assert math.isnan(auc[i])
+    total = _direct_group_counts(np.zeros(n, int), s, y)[0]
+    assert om.auc_score(s, y) == total[0] / (2 * total[1] * total[2])
+    assert abs(om.auc_score(s, y) - roc_auc_score(y, s)) <= 1e-12
+
+
+def test_group_codes_equal_unique():
+    rng = np.random.default_rng(2)
+    for ids in (rng.integers(0, 50, 500), rng.integers(10**12, 10**12 + 40, 500).astype(np.uint64),
+                rng.integers(-20, 20, 500).astype(np.int8), np.arange(7), rng.integers(0, 2**40, 300)):
+        gids, codes = om._group_codes(ids)
+        ref_ids, ref_codes = np.unique(ids, return_inverse=True)
+        assert gids.dtype == ref_ids.dtype
+        np.testing.assert_array_equal(gids, ref_ids)
+        np.testing.assert_array_equal(codes, ref_codes)
+
+
+def test_ascii_codes_order_as_the_strings():
+    rng = np.random.default_rng(9)
+    alphabet = np.array(list("ab-Z09"))
+    words = ["".join(rng.choice(alphabet, size=rng.integers(0, 7))) for _ in range(400)]
+    a, b = np.array(words[:250]), np.array(words[250:] + ["", "a", "aa", "a-"], dtype="U9")
+    ca, cb = grouped._ascii_codes(a, b)
+    allw, allc = np.concatenate((a, b)), np.concatenate((ca, cb))
+    vocab, codes = np.unique(allw, return_inverse=True)
+    # equal strings, equal codes; order of the codes = order of the strings
+    assert len(np.unique(allc)) == len(vocab)
+    np.testing.assert_array_equal(np.unique(allc, return_inverse=True)[1].ravel(), codes.ravel())
+    assert grouped._ascii_codes(np.array(["é", "a"]), np.array(["b"])) is None
+    hexes = np.array(["".join(rng.choice(list("0123456789abcdef"), size=20)) for _ in range(200)])
+    assert grouped._ascii_codes(hexes) is None  # 20 positions x 4 bits and more: > 62 bits
+
+
+def test_errors_name_string_ids_on_both_paths():
+    for fast_path in (True, False):
+        with pytest.raises(ValueError, match="qrels judge docno 'zz' twice for query 'q'"):
+            prepare(["q"], ["a"], [1.0], ["q", "q"], ["zz", "zz"], [1, 2], fast_path=fast_path)
+        with pytest.raises(ValueError, match="run ranks docno 'b' twice for query 'q'"):
+            prepare(["q", "q", "q"], ["b", "a", "b"], [1.0, 2, 3], ["q"], ["a"], [1], fast_path=fast_path)
