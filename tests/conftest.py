@@ -1,4 +1,6 @@
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,3 +17,20 @@ def data_path(*parts) -> Path:
     if not p.exists():
         pytest.skip(f"shared data not found: {p}")
     return p
+
+
+@contextmanager
+def fail_after(seconds: int, what: str):
+    """Raise TimeoutError (SIGALRM) if the block runs longer than ``seconds``: a hang fails the test
+    instead of blocking the run."""
+
+    def timeout(signum, frame):
+        raise TimeoutError(f"{what} did not finish in {seconds} s (hang?)")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import signal
 import tempfile
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from streameval import cli
 from streameval.io import records, trec
 from streameval.io.avro import AvroInputError, read_blocks, read_records, write_records
 from streameval.io.trec import InputFormatError
+from .conftest import fail_after
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "impressions" / "letor_feature206.avro"
@@ -38,14 +38,8 @@ FUZZ = settings(max_examples=60, deadline=5000, suppress_health_check=[HealthChe
 
 @pytest.fixture(autouse=True)
 def _fail_instead_of_hanging():
-    def timeout(signum, frame):
-        raise TimeoutError("fuzz test did not finish in 60 s (hang?)")
-
-    previous = signal.signal(signal.SIGALRM, timeout)
-    signal.alarm(60)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+    with fail_after(60, "fuzz test"):
+        yield
 
 
 @pytest.fixture(scope="module")

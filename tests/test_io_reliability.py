@@ -16,7 +16,6 @@ import io
 import json
 import math
 import pickle
-import signal
 from pathlib import Path
 
 import fastavro
@@ -27,6 +26,7 @@ from streameval import cli
 from streameval.io import avro, convert, trec
 from streameval.io.avro import AvroInputError, read_blocks, read_records, write_records
 from streameval.io.trec import InputFormatError, TrecFormatError
+from .conftest import fail_after
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "impressions" / "letor_feature206.avro"
@@ -35,16 +35,9 @@ SCHEMAS = REPO / "schemas"
 
 @pytest.fixture(autouse=True)
 def _fail_instead_of_hanging():
-    """A reader that loops forever fails the test (SIGALRM) instead of blocking the run."""
-
-    def timeout(signum, frame):
-        raise TimeoutError("test did not finish in 120 s (a reader hangs?)")
-
-    previous = signal.signal(signal.SIGALRM, timeout)
-    signal.alarm(120)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+    """A reader that loops forever fails the test instead of blocking the run."""
+    with fail_after(120, "test (a reader hangs?)"):
+        yield
 
 
 # ---------------------------------------------------------------------------
