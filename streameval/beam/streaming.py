@@ -357,9 +357,14 @@ def _as_list(element):
     return [element]
 
 
-class _PrepareImpressions(beam.DoFn):
-    """Validates impressions (a dict or a list of dicts per element), groups them by request id and
-    sends the pieces to the gate (key 0) or, without a gate, to their request shard."""
+class _PrepareEvents(beam.DoFn):
+    """Validates events (a dict or a list of dicts per element) with ``check``, groups them by
+    request id and sends the pieces (``(tag, request_id, entries)``) to the gate (key 0) or, without a
+    gate, to their request shard; invalid ones go on as dead letters. Subclasses set ``kind`` (the
+    counters' ``<kind>s_read`` / ``<kind>s_valid`` / ``rejected:<kind>:...``), ``tag``, ``check`` and
+    ``entry`` (what the requests stage keeps of a valid record)."""
+
+    kind = tag = ""
 
     def __init__(self, source, gate: bool, shards: int, run: str = ""):
         self.source = source
@@ -367,20 +372,26 @@ class _PrepareImpressions(beam.DoFn):
         self.shards = shards
         self.run = run
 
+    def check(self, rec):
+        raise NotImplementedError
+
+    def entry(self, rec):
+        raise NotImplementedError
+
     def process(self, element):
         by_req: dict = {}
         dead = []
         recs = _as_list(element)
-        _tally(self.run, "impressions_read", len(recs))
+        _tally(self.run, f"{self.kind}s_read", len(recs))
         for rec in recs:
-            reason = records.check_impression(rec)
+            reason = self.check(rec)
             if reason is not None:
-                _tally(self.run, f"rejected:impression:{_reason_key(reason)}")
+                _tally(self.run, f"rejected:{self.kind}:{_reason_key(reason)}")
                 dead.append({"source": self.source, "raw": records.to_json_text(rec), "reason": reason})
                 continue
-            by_req.setdefault(rec["request_id"], []).append(dict(rec))
-        _tally(self.run, "impressions_valid", len(recs) - len(dead))
-        msgs = [("imp", rid, recs) for rid, recs in by_req.items()]
+            by_req.setdefault(rec["request_id"], []).append(self.entry(rec))
+        _tally(self.run, f"{self.kind}s_valid", len(recs) - len(dead))
+        msgs = [(self.tag, rid, entries) for rid, entries in by_req.items()]
         side = [("side", d) for d in dead]
         if self.gate:
             if msgs or side:
@@ -391,6 +402,16 @@ class _PrepareImpressions(beam.DoFn):
                 parts.setdefault(0, []).extend(side)
             for shard, ms in parts.items():
                 yield shard, [None, ms]
+
+
+class _PrepareImpressions(_PrepareEvents):
+    kind, tag = "impression", "imp"
+
+    def check(self, rec):
+        return records.check_impression(rec)
+
+    def entry(self, rec):
+        return dict(rec)
 
 
 def _by_shard(msgs, shards):
@@ -436,40 +457,16 @@ def click_event_key(rec) -> str:
     return "k" + _SEP + rec["request_id"] + _SEP + rec["item_id"] + _SEP + str(int(rec["timestamp"]))
 
 
-class _PrepareClicks(beam.DoFn):
-    def __init__(self, source, gate: bool, shards: int, run: str = ""):
-        self.source = source
-        self.gate = gate
-        self.shards = shards
-        self.run = run
+class _PrepareClicks(_PrepareEvents):
+    kind, tag = "click", "click"
 
-    def process(self, element):
-        by_req: dict = {}
-        dead = []
-        recs = _as_list(element)
-        _tally(self.run, "clicks_read", len(recs))
-        for rec in recs:
-            reason = check_click(rec)
-            if reason is not None:
-                _tally(self.run, f"rejected:click:{_reason_key(reason)}")
-                dead.append({"source": self.source, "raw": records.to_json_text(rec), "reason": reason})
-                continue
-            # a click: [item, ts, system or None, raw json, fate, event key]
-            by_req.setdefault(rec["request_id"], []).append(
-                [rec["item_id"], int(rec["timestamp"]), rec.get("system_id"), records.to_json_text(rec), _PENDING,
-                 click_event_key(rec)])
-        _tally(self.run, "clicks_valid", len(recs) - len(dead))
-        msgs = [("click", rid, cl) for rid, cl in by_req.items()]
-        side = [("side", d) for d in dead]
-        if self.gate:
-            if msgs or side:
-                yield (0, msgs + side)
-        else:
-            parts = dict(_by_shard(msgs, self.shards))
-            if side:
-                parts.setdefault(0, []).extend(side)
-            for shard, ms in parts.items():
-                yield shard, [None, ms]
+    def check(self, rec):
+        return check_click(rec)
+
+    def entry(self, rec):
+        # a click: [item, ts, system or None, raw json, fate, event key]
+        return [rec["item_id"], int(rec["timestamp"]), rec.get("system_id"), records.to_json_text(rec), _PENDING,
+                click_event_key(rec)]
 
 
 class _PrepareJudgments(beam.DoFn):
