@@ -29,7 +29,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from streameval.beam.accounting import account, format_accounting
+from streameval.beam.accounting import account, exit_status, format_accounting
 from streameval.beam.transforms import (
     NAMESPACE,
     CleanImpressions,
@@ -45,7 +45,6 @@ from streameval import progress
 from streameval.beam.stats import CompareSystems
 from streameval.io import avro
 from streameval.io.cleaning import JUDGMENT_POLICIES
-from streameval.io.records import to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.online import parse_online_metric
 
@@ -542,10 +541,7 @@ def main(argv=None) -> int:
         print(line)
     print(format_accounting(accounting))
     print(f"wrote {len(rows)} metric rows to {args.output} in {wall:.1f} s ({args.runner})")
-    if problems:
-        print("error: the record counts do not add up: " + "; ".join(problems), file=sys.stderr)
-        return 1
-    return 0
+    return exit_status(problems)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -51,7 +51,7 @@ from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Timestamp
 
 from pipelines.batch import DEFAULT_METRICS, UNREADABLE, _expand, _grades, _slices_from_args, split_metrics
-from streameval.beam.accounting import format_accounting
+from streameval.beam.accounting import exit_status, format_accounting
 from streameval.beam.streaming import (
     REASON_CLICK_UNMATCHED,
     Replay,
@@ -795,10 +795,7 @@ def main(argv=None) -> int:
         with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
             fo.write(json.dumps(summary, indent=2).encode("utf-8"))
         print(f"wrote the panes to {args.output} in {wall:.1f} s ({runner})")
-    if problems:
-        print("error: the record counts do not add up: " + "; ".join(problems), file=sys.stderr)
-        return 1
-    return 0
+    return exit_status(problems)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -40,7 +40,7 @@ conflicting judgments under the ``reject`` policy, grades outside the declared r
 
 from __future__ import annotations
 
-__all__ = ["account", "POST_VALIDATION_REASONS", "KINDS", "format_accounting"]
+__all__ = ["account", "POST_VALIDATION_REASONS", "KINDS", "format_accounting", "exit_status"]
 
 KINDS = ("impression", "judgment", "click")
 
@@ -142,3 +142,14 @@ def format_accounting(summary: dict) -> str:
     for f in summary.get("unreadable_files", []):
         lines.append(f"unreadable file: {f}")
     return "\n".join(lines)
+
+
+def exit_status(problems: list) -> int:
+    """A job's exit status from :func:`account`'s problems: 0, or 1 after saying on stderr which
+    identities failed."""
+    if not problems:
+        return 0
+    import sys
+
+    print("error: the record counts do not add up: " + "; ".join(problems), file=sys.stderr)
+    return 1
