@@ -129,18 +129,12 @@ def close_all() -> None:
 
 
 def count_avro_records(paths) -> int | None:
-    """Records in the given Avro files (paths or globs), summed from their blocks; None when a file
-    cannot be read to its end (the job's reader reports that file; the progress bar has no total)."""
-    import fastavro
+    """Records in the given Avro files (paths or globs), from their block headers
+    (:func:`streameval.io.avro.count_records`); None when a file cannot be read to its end (the job's
+    reader reports that file; the progress bar has no total)."""
+    from .io.avro import AvroInputError, count_records
 
-    from .io.avro import expand_paths
-
-    n = 0
     try:
-        for path in expand_paths(paths):
-            with open(path, "rb") as fo:
-                for block in fastavro.block_reader(fo):
-                    n += block.num_records
-    except Exception:  # damaged or unreadable file: reported by the reader, not here
+        return count_records(paths)
+    except (AvroInputError, OSError):  # damaged or unreadable file: reported by the reader, not here
         return None
-    return n

@@ -700,3 +700,17 @@ def test_yandex_malformed_session_line(tmp_path, capsys):
     ok = _write(tmp_path, "ok", f"{good};\n{good}\n")
     recs = list(convert.yandex_to_impressions(ok))
     assert len(recs) == 6 and [r["clicked"] for r in recs[:3]] == [True, False, True]
+
+
+def test_count_records_reads_block_headers_only(tmp_path):
+    recs = list(read_records(SAMPLE))
+    path = tmp_path / "many.avro"
+    write_records(path, "impression", recs, sync_interval=2000)
+    assert avro.count_records(path) == len(recs) == avro.count_records([SAMPLE])
+    data = path.read_bytes()
+    (tmp_path / "cut.avro").write_bytes(data[: len(data) // 2])
+    with pytest.raises(AvroInputError, match="truncated file"):
+        avro.count_records(tmp_path / "cut.avro")
+    from streameval import progress
+
+    assert progress.count_avro_records(tmp_path / "cut.avro") is None
