@@ -108,17 +108,28 @@ def trec_eval_main(argv=None, out=None) -> int:
     run = qrels = None
     try:
         specs = parse_metrics(asked) if asked else ([] if args.measures else list(OFFICIAL_TREC))
-        run = trec.read_run(args.run)
-        qrels = trec.read_qrels(args.qrels)
+        # ids of regular ASCII files stay bytes (no str conversion); the rank column is only checked
+        run, qrels = trec._read_for_eval(args.run, args.qrels)
         if len(run) == 0:
             raise trec.InputFormatError(args.run, None, "empty run file (no result lines)")
         if len(qrels) == 0:
             raise trec.InputFormatError(args.qrels, None, "empty qrels file (no judgment lines)")
         specs = sorted(specs, key=_trec_sort_key)
+
+        def score(run, qrels, specs=specs):
+            return score_queries(qrels, run, specs, relevance_level=args.level, gain=args.gain,
+                                 err_max_grade=args.err_max_grade, complete=args.complete, depth=args.depth,
+                                 warn=False)
+
         try:
-            specs, prep, values = score_queries(qrels, run, specs, relevance_level=args.level, gain=args.gain,
-                                                err_max_grade=args.err_max_grade, complete=args.complete,
-                                                depth=args.depth, warn=False)
+            try:
+                specs, prep, values = score(run, qrels)
+            except ValueError:
+                if run.qid.dtype.kind != "S" and qrels.qid.dtype.kind != "S":
+                    raise
+                # refused: read as str (the messages name ids as str) and find the line behind it
+                run, qrels = trec.read_run(args.run), trec.read_qrels(args.qrels)
+                specs, prep, values = score(run, qrels)
         except ValueError as e:
             # the fast path does not look for bad lines; find the one behind the refusal
             raise _trec_input_error(e, run, qrels, args.run, args.qrels) from e
@@ -131,7 +142,8 @@ def trec_eval_main(argv=None, out=None) -> int:
     write = out.write
     names = [s.trec_name or s.name for s in specs]
     if args.per_query:
-        for j, q in enumerate(prep.qids):
+        qids = prep.qids.astype(str) if prep.qids.dtype.kind == "S" else prep.qids  # ASCII bytes
+        for j, q in enumerate(qids):
             for i, s in enumerate(specs):
                 write("%-22s\t%s\t%s\n" % (names[i], q, _fmt_value(s, values[i, j])))
     if show_runid:

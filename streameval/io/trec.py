@@ -33,6 +33,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import time
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -549,6 +550,293 @@ def _slow_numbers(tok: _Tokens, c: int, name: str, rows: np.ndarray, out: np.nda
 
 
 # --------------------------------------------------------------------------
+# fast path: regular files, scanned a chunk of whole lines at a time
+
+
+_FAST_CHUNK = 1 << 20  # bytes per chunk of whole lines: the temporaries stay in cache
+_FAST_SLACK = _MAX_MATRIX_WIDTH + 8  # readable bytes after a chunk (8-byte words read past a token)
+_WORD_MASK = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [2**64 - 1], dtype=np.uint64)
+
+
+def _fast_chunk(chunk: np.ndarray, ncols: int):
+    """Token bounds of a chunk of whole lines when every line is regular: exactly ``ncols``
+    ASCII tokens separated by one space or tab, no blank in front or at the end, ``\\n`` ends,
+    not a comment (``#`` first).
+
+    Returns ``(starts, ends)``, (lines x ncols) int64 arrays of offsets in the chunk, or None when
+    anything is unusual (blank or comment lines, other whitespace, a NUL or non-ASCII byte, a line
+    with another number of tokens): the general reader then decides, and reports errors."""
+    if int(chunk.max()) >= 128 or chunk[0] <= 32:
+        return None
+    le = chunk <= 32
+    nl = int(np.count_nonzero(chunk == 10))
+    m = int(np.count_nonzero(le))
+    if m != nl * ncols or m != nl + int(np.count_nonzero(chunk == 32)) + int(np.count_nonzero(chunk == 9)):
+        return None  # other whitespace or control bytes, or lines of another length
+    if bool((le[1:] & le[:-1]).any()):
+        return None  # an empty token: blank line, two separators, a blank at either end of a line
+    ends = np.flatnonzero(le).reshape(nl, ncols)
+    if not bool((chunk[ends[:, -1]] == 10).all()):
+        return None
+    starts = np.empty_like(ends)
+    starts[:, 1:] = ends[:, :-1]
+    starts[:, 1:] += 1
+    starts[0, 0] = 0
+    starts[1:, 0] = ends[:-1, -1] + 1
+    if bool((chunk[starts[:, 0]] == 35).any()):
+        return None  # a comment line
+    return starts, ends
+
+
+def _words(ext: np.ndarray, s: np.ndarray, lengths: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """The tokens ``ext[s:s + lengths]`` as (tokens x words) little-endian uint64 words, zero
+    past each token (so the bytes, ``words.view(np.uint8)``, are a zero-padded matrix). Reads up to
+    the word after a token: ``ext`` has :data:`_FAST_SLACK` readable bytes past the last token.
+    None when a token is longer than ``_MAX_MATRIX_WIDTH``. ``out``: where to write them, as many
+    words as the longest token needs."""
+    width = int(lengths.max())
+    if width > _MAX_MATRIX_WIDTH:
+        return None
+    nw = max((width + 7) // 8, 1)
+    u64 = np.ndarray(shape=(ext.size - 7,), dtype="<u8", buffer=ext, strides=(1,))
+    if out is None:
+        out = np.empty((s.size, nw), dtype=np.uint64)
+    for j in range(nw):
+        w = u64[s + 8 * j] if j else u64[s]
+        rem = np.clip(lengths - 8 * j, 0, 8) if j or width > 8 else lengths
+        np.bitwise_and(w, _WORD_MASK[rem], out=out[:, j])
+    return out
+
+
+def _fast_decimal(words: np.ndarray, lengths: np.ndarray, dot: bool, values: bool = True):
+    """Vectorised ``[+-]?digits`` (``dot``: ``[+-]?digits[.digits]``, a digit on at least one side)
+    of tokens as :func:`_words` gives them. Returns ``(ok, mantissa, digits after the dot,
+    negative)``; ``ok`` is False for tokens of another form or with more than 18 digits (their
+    mantissa is then meaningless); without ``values`` only ``ok``."""
+    k = words.shape[0]
+    mt = np.ascontiguousarray(words.view(np.uint8).reshape(k, -1).T)  # one row per character position
+    width = mt.shape[0]
+    d = mt - np.uint8(48)
+    isdig = d < 10
+    c0 = mt[0]
+    neg = c0 == 45
+    signed = neg | (c0 == 43)
+    ndig = isdig.sum(axis=0, dtype=np.int16)
+    nchars = ndig + signed
+    if dot:
+        isdot = mt == 46
+        ndot = isdot.sum(axis=0, dtype=np.int16)
+        nchars += ndot
+        ok = ndot <= 1
+    else:
+        ok = np.ones(k, dtype=bool)
+    ok &= nchars == lengths  # nothing else in the token (zero bytes are the padding)
+    ok &= (ndig >= 1) & (ndig <= 18)
+    if not values:
+        return ok, None, None, neg
+    d *= isdig
+    mant = np.zeros(k, dtype=np.int64)
+    nfrac = np.zeros(k, dtype=np.int16) if dot else None
+    seen = np.zeros(k, dtype=bool)
+    for j in range(width):
+        dj = isdig[j]
+        np.multiply(mant, 10, out=mant, where=dj)
+        mant += d[j]
+        if dot and j:
+            seen |= isdot[j - 1]
+            nfrac += dj & seen
+    return ok, mant, nfrac, neg
+
+
+def _fast_floats(words: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> bool:
+    """Floats of tokens as :func:`_words` gives them: decimals as ``mantissa / 10**k`` (exact
+    operands, so correctly rounded, when the mantissa is at most 2**53 and k at most 22); other
+    tokens (exponents, inf, nan, more digits) through numpy's string-to-float cast, as the general
+    reader does. Written into ``out``; False when a token is not a number (the general reader then
+    reports it)."""
+    ok, mant, nfrac, neg = _fast_decimal(words, lengths, True)
+    ok &= mant <= _MAX_EXACT_MANTISSA
+    ok &= nfrac <= 22
+    np.minimum(nfrac, 22, out=nfrac)
+    val = out
+    np.divide(mant, _POW10_FLOAT[nfrac], out=val)
+    np.negative(val, out=val, where=neg)
+    bad = np.flatnonzero(~ok)
+    if bad.size:
+        raw = np.ascontiguousarray(words[bad]).view(f"S{8 * words.shape[1]}").reshape(bad.size)
+        if any(b"_" in t for t in raw.tolist()):  # digit separators: not a TREC number
+            return False
+        try:
+            val[bad] = raw.astype(np.float64)
+        except ValueError:
+            return False
+    return True
+
+
+def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = None) -> dict | None:
+    """Columns of a regular file (see :func:`_fast_chunk`), a chunk of whole lines at a time.
+
+    ``data``: the file's bytes (``bytes`` or a read-only ``mmap``). ``kinds`` maps a column to
+    ``"bytes"`` (an ``S`` array of the tokens, zero-padded to a multiple of 8 bytes; the longest
+    token's length is ``out[column, "width"]``), ``"int"`` (int64), ``"float"`` (float64),
+    ``"check_int"`` (checked to be an integer, not kept: ``None``) or ``"first"`` (the first line's
+    token, ``bytes``). Returns ``{column: values}``, or None when the file is empty or not regular,
+    or a number does not parse or a token is too long: the general reader then takes over (and
+    reports errors).
+
+    Memory: each column is written in place into an array sized for the most lines the file could
+    hold (untouched pages cost nothing), not gathered from per-chunk pieces.
+
+    ``phases`` (for benchmarks/run.py): a dict that receives the seconds spent on the token scan
+    (key ``"scan"``) and on each column (its index), summed over the chunks."""
+    last = [time.perf_counter()]
+
+    def tick(key):
+        if phases is not None:
+            t = time.perf_counter()
+            phases[key] = phases.get(key, 0.0) + t - last[0]
+            last[0] = t
+
+    n = len(data)
+    if n == 0:
+        return None
+    buf = np.frombuffer(data, dtype=np.uint8)
+    cap = n // (2 * ncols) + 1  # most lines the file can hold (a token and a separator per column)
+    cols: dict = {}
+    out: dict = {}
+    row = 0
+    lo = 0
+    while lo < n:
+        hi = lo + _FAST_CHUNK
+        if hi < n:
+            j = data.rfind(b"\n", lo, hi)
+            if j < 0:
+                j = data.find(b"\n", hi)
+            hi = n if j < 0 else j + 1
+        if hi + _FAST_SLACK <= n:
+            ext = buf[lo:hi + _FAST_SLACK]
+            got = _fast_chunk(ext[:hi - lo], ncols)
+        else:  # the end of the file: a copy with room after it (and the last newline if missing)
+            hi = n
+            tail = data[lo:] if data[-1] == 10 else data[lo:] + b"\n"
+            ext = np.zeros(len(tail) + _FAST_SLACK, dtype=np.uint8)
+            ext[:len(tail)] = np.frombuffer(tail, dtype=np.uint8)
+            got = _fast_chunk(ext[:len(tail)], ncols)
+        if got is None:
+            return None
+        starts, ends = got
+        k = starts.shape[0]
+        tick("scan")
+        for c, kind in kinds.items():
+            s = starts[:, c]
+            lengths = ends[:, c] - s
+            if kind == "first":
+                if lo == 0:
+                    out[c] = ext[int(s[0]):int(s[0] + lengths[0])].tobytes()
+                continue
+            if kind == "bytes":
+                width = int(lengths.max())
+                if width > _MAX_MATRIX_WIDTH:
+                    return None
+                nw = max((width + 7) // 8, 1)
+                arr = cols.get(c)
+                if arr is None or arr.shape[1] < nw:  # (wider tokens than so far: more words)
+                    new = np.empty((cap, nw), dtype=np.uint64)
+                    if arr is not None:
+                        new[:row, :arr.shape[1]] = arr[:row]
+                        new[:row, arr.shape[1]:] = 0
+                    cols[c] = arr = new
+                dest = arr[row:row + k]
+                _words(ext, s, lengths, dest[:, :nw])
+                if nw < arr.shape[1]:
+                    dest[:, nw:] = 0
+                out[c, "width"] = max(out.get((c, "width"), 0), width)
+            elif kind == "float":
+                if c not in cols:
+                    cols[c] = np.empty(cap, dtype=np.float64)
+                words = _words(ext, s, lengths)
+                if words is None or not _fast_floats(words, lengths, cols[c][row:row + k]):
+                    return None
+            else:
+                words = _words(ext, s, lengths)
+                if words is None:
+                    return None
+                ok, mant, _, neg = _fast_decimal(words, lengths, False, values=kind == "int")
+                if not bool(ok.all()):
+                    return None
+                if kind == "int":
+                    if c not in cols:
+                        cols[c] = np.empty(cap, dtype=np.int64)
+                    dest = cols[c][row:row + k]
+                    np.copyto(dest, mant)
+                    np.negative(dest, out=dest, where=neg)
+            tick(c)
+        row += k
+        lo = hi
+    for c, kind in kinds.items():
+        if kind == "bytes":
+            arr = cols[c][:row]
+            out[c] = arr.view(f"S{8 * arr.shape[1]}").reshape(row)
+        elif kind in ("int", "float"):
+            out[c] = cols[c][:row]
+        elif kind == "check_int":
+            out[c] = None
+    return out
+
+
+def _map_file(path: str):
+    """The bytes of an uncompressed file as a read-only ``mmap`` (no copy: the pages come from the
+    page cache as they are read), else (``.gz``, empty, or not mappable) as ``bytes``."""
+    if not path.endswith(".gz"):
+        import mmap
+
+        with open(path, "rb") as f:
+            try:
+                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (ValueError, OSError):  # empty file, or not a regular file
+                pass
+    return _read_bytes(path)
+
+
+def _ascii_str(ids: np.ndarray, width: int) -> np.ndarray:
+    """An ``S`` array of ASCII ids, none longer than ``width``, as a ``str`` array."""
+    mat = ids.view(np.uint8).reshape(ids.size, ids.dtype.itemsize)[:, :max(width, 1)]
+    return mat.astype(np.uint32).view(f"U{max(width, 1)}").reshape(ids.size)
+
+
+_RUN_KINDS = {0: "bytes", 2: "bytes", 3: "int", 4: "float", 5: "first"}
+_RUN_KINDS_EVAL = {**_RUN_KINDS, 3: "check_int"}  # trec-eval: the rank column is checked, not kept
+_QRELS_KINDS = {0: "bytes", 2: "bytes", 3: "int"}
+
+
+def _new(cls, **fields):
+    """A TrecRun / TrecQrels with fields as given (no conversion)."""
+    obj = cls.__new__(cls)
+    for k, v in fields.items():
+        setattr(obj, k, v)
+    return obj
+
+
+def _read_for_eval(run_path: PathLike, qrels_path: PathLike) -> tuple[TrecRun, TrecQrels]:
+    """:func:`read_run` and :func:`read_qrels` for ``streameval trec-eval``: the same checks and
+    errors, but on the fast path (regular ASCII files) ``qid``/``docno`` stay ``bytes`` arrays
+    (numpy ``S``, zero-padded: they order as the strings do) and the run's rank column is checked
+    to be integers but not kept (``rank`` is None; trec_eval ignores it). Other files are read by
+    the general readers (``str`` ids)."""
+    p = os.fspath(run_path)
+    fast = _fast_table(_map_file(p), 6, _RUN_KINDS_EVAL)
+    if fast is None:
+        run = read_run(p)
+    else:
+        run = _new(TrecRun, qid=fast[0], docno=fast[2], score=fast[4], rank=None, tag=fast[5].decode("ascii"))
+    del fast
+    p = os.fspath(qrels_path)
+    fast = _fast_table(_map_file(p), 4, _QRELS_KINDS)
+    qrels = read_qrels(p) if fast is None else _new(TrecQrels, qid=fast[0], docno=fast[2], grade=fast[3])
+    return run, qrels
+
+
+# --------------------------------------------------------------------------
 # public readers / writers
 
 
@@ -567,13 +855,18 @@ def read_run(path: PathLike, *, strict: bool = False, check: bool = False) -> Tr
     with the line (see :func:`check_run`).
     """
     p = os.fspath(path)
-    tok = _Tokens(_read_bytes(p), p, 6, RUN_COLUMNS, allow_extra=not strict)
-    qid = _strings(tok, 0, "qid")
-    docno = _strings(tok, 2, "docno")
-    rank = _parse_ints(tok, 3, "rank")
-    score = _parse_floats(tok, 4, "score")
-    tag = tok.token(tok.token_index(0, 5)).decode("utf-8", errors="replace") if tok.n else ""
-    run = TrecRun(qid=qid, docno=docno, score=score, rank=rank, tag=tag)
+    fast = _fast_table(_map_file(p), 6, _RUN_KINDS)
+    if fast is not None:
+        run = TrecRun(qid=_ascii_str(fast[0], fast[0, "width"]), docno=_ascii_str(fast[2], fast[2, "width"]),
+                      score=fast[4], rank=fast[3], tag=fast[5].decode("ascii"))
+    else:
+        tok = _Tokens(_read_bytes(p), p, 6, RUN_COLUMNS, allow_extra=not strict)
+        qid = _strings(tok, 0, "qid")
+        docno = _strings(tok, 2, "docno")
+        rank = _parse_ints(tok, 3, "rank")
+        score = _parse_floats(tok, 4, "score")
+        tag = tok.token(tok.token_index(0, 5)).decode("utf-8", errors="replace") if tok.n else ""
+        run = TrecRun(qid=qid, docno=docno, score=score, rank=rank, tag=tag)
     if check:
         check_run(run, p)
     return run
@@ -590,11 +883,16 @@ def read_qrels(path: PathLike, *, check: bool = False) -> TrecQrels:
     ``check=True`` refuses it here, with the line (see :func:`check_qrels`).
     """
     p = os.fspath(path)
-    tok = _Tokens(_read_bytes(p), p, 4, QRELS_COLUMNS)
-    qid = _strings(tok, 0, "qid")
-    docno = _strings(tok, 2, "docno")
-    grade = _parse_ints(tok, 3, "grade")
-    qrels = TrecQrels(qid=qid, docno=docno, grade=grade)
+    fast = _fast_table(_map_file(p), 4, _QRELS_KINDS)
+    if fast is not None:
+        qrels = TrecQrels(qid=_ascii_str(fast[0], fast[0, "width"]), docno=_ascii_str(fast[2], fast[2, "width"]),
+                          grade=fast[3])
+    else:
+        tok = _Tokens(_read_bytes(p), p, 4, QRELS_COLUMNS)
+        qid = _strings(tok, 0, "qid")
+        docno = _strings(tok, 2, "docno")
+        grade = _parse_ints(tok, 3, "grade")
+        qrels = TrecQrels(qid=qid, docno=docno, grade=grade)
     if check:
         check_qrels(qrels, p)
     return qrels

@@ -35,62 +35,113 @@ def _unique(a: np.ndarray) -> np.ndarray:
     return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
 
+def _differs(a: np.ndarray) -> np.ndarray:
+    """``a[1:] != a[:-1]``; ``bytes`` ids of 8 or 16 bytes compared as 64-bit words."""
+    if a.dtype.kind == "S" and a.dtype.itemsize in (8, 16) and a.flags.c_contiguous:
+        w = a.view(np.uint64).reshape(len(a), -1)
+        out = w[1:, 0] != w[:-1, 0]
+        for j in range(1, w.shape[1]):
+            out |= w[1:, j] != w[:-1, j]
+        return out
+    return a[1:] != a[:-1]
+
+
 def _blocks(a: np.ndarray):
     """Run-length blocks of a 1-D array: (values, lengths, starts)."""
     n = len(a)
     if n == 0:
         return a[:0], np.zeros(0, np.int64), np.zeros(0, np.int64)
-    starts = np.concatenate(([0], np.flatnonzero(a[1:] != a[:-1]) + 1)).astype(np.int64)
+    starts = np.concatenate(([0], np.flatnonzero(_differs(a)) + 1)).astype(np.int64)
     return a[starts], np.diff(np.append(starts, n)), starts
 
 
-def _ascii_codes(*arrays: np.ndarray):
-    """Integer codes of the strings of several ``str`` arrays that order as the strings do
-    (code-point order, a prefix first), or None when a string is not ASCII or the codes need more
-    than 62 bits.
+def _byte_matrix(a: np.ndarray):
+    """(strings x positions) uint8 matrix of a ``bytes`` array, or of a ``str`` array when it is
+    ASCII (else None); zero-padded, as numpy stores both."""
+    if a.dtype.kind == "S":
+        w = a.dtype.itemsize
+        return np.ascontiguousarray(a).view(np.uint8).reshape(len(a), w)
+    w = a.dtype.itemsize // 4
+    if w == 0:
+        return np.zeros((len(a), 0), np.uint8)
+    m = np.ascontiguousarray(a).view(np.uint32).reshape(len(a), w)
+    if m.size and int(m.max()) >= 128:
+        return None
+    return m.astype(np.uint8)
 
-    Column by column (character position), the characters that occur are numbered in order, end
-    of string (NUL padding) lowest, and a column's number takes just the bits its count needs
-    (none for a column that never changes); the columns' numbers are concatenated, first character
-    highest. Comparing two codes is then comparing the strings character by character: ids such
-    as ``d1234567890`` or ``clueweb09-en0000-00-00000`` take a few bits per varying position. O(n
-    x length), no sort."""
+
+def _ascii_codes(*arrays: np.ndarray):
+    """Integer codes of the ids of several ``str`` arrays (ASCII) or ``bytes`` arrays that order as
+    the ids do (code-point / byte order, a prefix first), or None when a ``str`` is not ASCII or
+    the codes need more than 62 bits. All arrays ``str`` or all ``bytes``.
+
+    Position by position (character index), the bytes that occur are numbered in order, end of
+    string (NUL padding) lowest, and a position's number takes just the bits its count needs (none
+    for a position that never changes); the positions' numbers are concatenated, first character
+    highest. Comparing two codes is then comparing the ids byte by byte: ids such as
+    ``d1234567890`` or ``clueweb09-en0000-00-00000`` take a few bits per varying position. First
+    each position numbers the whole range of bytes between its smallest and its largest (no table
+    of which occur: cheaper); when that needs more than 62 bits, only the bytes that occur. O(n x
+    length), no sort, a cache-sized chunk of rows at a time."""
     mats = []
     for a in arrays:
-        w = a.dtype.itemsize // 4
-        m = np.ascontiguousarray(a).view(np.uint32).reshape(len(a), w) if w else np.zeros((len(a), 0), np.uint32)
-        if m.size and int(m.max()) >= 128:
+        m = _byte_matrix(a)
+        if m is None:
             return None
         mats.append(m)
     width = max((m.shape[1] for m in mats), default=0)
     if width == 0:
         return [np.zeros(len(m), dtype=np.int64) for m in mats]
     step = _CODE_CHUNK
-    # which characters occur at each position (a chunk of rows at a time: cache-sized)
-    present = np.zeros((width, 128), dtype=bool)
+    # per position: smallest non-NUL byte, largest byte, whether NUL (end of string) occurs
+    lo = np.full(width, 256, dtype=np.int64)
+    hi = np.zeros(width, dtype=np.int64)
+    nul = np.zeros(width, dtype=bool)
     for m in mats:
         w = m.shape[1]
         if w < width and len(m):
-            present[w:, 0] = True  # shorter strings end there: NUL padding
-        flat = present[:w].reshape(-1)
-        base = np.arange(w, dtype=np.intp) * 128
-        for lo in range(0, len(m), step):
-            flat[(m[lo:lo + step] + base).ravel()] = True
-    bits = [(int(c) - 1).bit_length() for c in present.sum(axis=1)]
+            nul[w:] = True
+        for r in range(0, len(m), step):
+            sub = m[r:r + step]
+            if not len(sub):
+                continue
+            hi[:w] = np.maximum(hi[:w], sub.max(axis=0))
+            lo[:w] = np.minimum(lo[:w], (sub - np.uint8(1)).min(axis=0).astype(np.int64) + 1)
+            nul[:w] |= (sub == 0).any(axis=0)
+    # a position that is NUL everywhere: lo stays 256 -> no byte symbols
+    table = np.zeros((width, 256), dtype=np.int64)  # a byte's number at a position (NUL: 0)
+    byte = np.arange(256)
+    for j in range(width):
+        if hi[j] >= lo[j]:
+            table[j, lo[j]:hi[j] + 1] = byte[lo[j]:hi[j] + 1] - lo[j] + int(nul[j])
+    counts = (hi - lo + 1).clip(0) + nul
+    if int(sum((int(c) - 1).bit_length() for c in counts)) > 62:
+        # only the bytes that occur
+        present = np.zeros((width, 256), dtype=bool)
+        for m in mats:
+            w = m.shape[1]
+            base = np.arange(w, dtype=np.intp) * 256
+            flat = present[:w].reshape(-1)
+            for r in range(0, len(m), step):
+                flat[(m[r:r + step] + base).ravel()] = True
+        present[:, 0] |= nul
+        table = np.cumsum(present, axis=1) - 1
+        table[:, 0] = 0
+        counts = present.sum(axis=1)
+    bits = [(int(c) - 1).bit_length() for c in counts]
     if sum(bits) > 62:
         return None
-    # each position's characters numbered in order, shifted into the position's bits
     shifts = np.cumsum([0] + bits[::-1])[:-1][::-1]
-    table = ((np.cumsum(present, axis=1) - 1).astype(np.uint64) << shifts.astype(np.uint64)[:, None]).reshape(-1)
+    table = (table.astype(np.uint64) << shifts.astype(np.uint64)[:, None])
     keys = []
     for m in mats:
         cols = [j for j in range(m.shape[1]) if bits[j]]
-        base = (np.asarray(cols, dtype=np.intp) * 128)
         k = np.zeros(len(m), dtype=np.uint64)
-        if cols:
-            for lo in range(0, len(m), step):
-                sub = m[lo:lo + step][:, cols] if len(cols) < m.shape[1] else m[lo:lo + step]
-                np.bitwise_or.reduce(table[sub + base], axis=1, out=k[lo:lo + step])
+        for r in range(0, len(m), step):
+            sub = m[r:r + step].T  # one row per position
+            kr = k[r:r + step]
+            for j in cols:
+                kr |= table[j][sub[j]]
         keys.append(k.view(np.int64))
     return keys
 
@@ -127,7 +178,7 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
         def docno_of(code):
             return code + dmin
     else:
-        codes = _ascii_codes(rd, jd) if rd.dtype.kind == "U" and jd.dtype.kind == "U" else None
+        codes = _ascii_codes(rd, jd) if rd.dtype.kind == jd.dtype.kind and rd.dtype.kind in "US" else None
         top = max((int(c.max()) for c in codes if len(c)), default=0) if codes is not None else 0
         if codes is not None and nq * (top + 1) < _MAX_KEY:
             # ASCII ids: integer codes in string order straight from the characters, no sort
@@ -247,22 +298,31 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, rd, 
     del Ds, dupmask
 
     # rank order: score descending (the padding, NaN, sorts last and ties nothing); ties (rare)
-    # by docno descending on the rows that have them
-    perm = np.argsort(S, axis=1)
-    Ss = np.take_along_axis(S, perm, axis=1)
-    tied = (Ss[:, 1:] == Ss[:, :-1]).any(axis=1)
-    del Ss
-    rows_t = np.flatnonzero(tied)
+    # by docno descending on the rows that have them. Run files usually list each query's documents
+    # by score already: then nothing is sorted (NaN padding compares False: never out of order).
+    if bool((S[:, 1:] < S[:, :-1]).any()):
+        perm = np.argsort(S, axis=1)
+        Ss = np.take_along_axis(S, perm, axis=1)
+    else:
+        perm, Ss = None, S
+    eq = Ss[:, 1:] == Ss[:, :-1]
+    rows_t = np.flatnonzero(eq.any(axis=1)) if bool(eq.any()) else np.zeros(0, np.intp)
+    del Ss, eq
     if len(rows_t):
+        if perm is None:
+            perm = np.broadcast_to(np.arange(Lc), S.shape).copy()
         sub = np.lexsort((-D[rows_t].ravel(), S[rows_t].ravel(), np.repeat(np.arange(len(rows_t)), Lc)))
         perm[rows_t] = (sub % Lc).reshape(len(rows_t), Lc)
     del S
     width = Lc if depth is None else min(Lc, depth)
-    if width < Lc:
-        perm = perm[:, :width]
-    keys = np.take_along_axis(D, perm, axis=1)  # docno codes in rank order
+    if perm is None:
+        keys = D[:, :width] + (cq * nd)[:, None]  # (D may be a view of the codes: a new array)
+    else:
+        if width < Lc:
+            perm = perm[:, :width]
+        keys = np.take_along_axis(D, perm, axis=1)  # docno codes in rank order
+        keys += (cq * nd)[:, None]  # join keys (query, docno); padding never reaches the output
     del D, perm
-    keys += (cq * nd)[:, None]  # join keys (query, docno); padding never reaches the output
 
     # -- join with the sorted qrels
     keys = keys.ravel()
