@@ -30,6 +30,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from streameval.beam.accounting import account, exit_status, format_accounting
+from streameval.beam.columnar import SHARDS, UNREADABLE, ColumnarMetrics
 from streameval.beam.transforms import (
     NAMESPACE,
     CleanImpressions,
@@ -56,8 +57,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICRO = timedelta(microseconds=1)
 OUTPUT_FILES = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_letters.jsonl", "unjudged.jsonl",
                 "summary.json")
-#: reason prefix of the dead letter of a file that could not be read to its end
-UNREADABLE = "unreadable Avro file"
+ENGINES = ("auto", "columnar", "records")
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,6 +123,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare-baseline", default=None, metavar="SYSTEM",
                    help="also compare SYSTEM with every other system on the same queries (paired, per window "
                         "and slice): comparisons.jsonl")
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="columnar: one Beam element per block of records or shard of requests (fast; ranking "
+                        "metrics and CTR); records: one element per record (needed by online metrics, "
+                        "--ci bootstrap, --compare-baseline, --complete); auto (default): columnar unless one of "
+                        "those is asked for")
+    p.add_argument("--shards", type=int, default=SHARDS,
+                   help=f"columnar engine: shards of the requests and queries (default {SHARDS})")
     p.add_argument("--output", required=True, help="output directory")
     p.add_argument("--runner", default="FnApiRunner",
                    help="Beam runner (default FnApiRunner; e.g. PrismRunner, FlinkRunner, SparkRunner, "
@@ -290,8 +297,26 @@ def _local_total(paths):
     return progress.count_avro_records(paths)
 
 
+def records_needed(args) -> list[str]:
+    """The options that need the per-record engine (empty: the columnar engine can run the job)."""
+    _, online = split_all_metrics(args.metrics)
+    need = []
+    if online:
+        need.append("online metrics " + ",".join(online))
+    if args.ci == "bootstrap":
+        need.append("--ci bootstrap")
+    if args.compare_baseline:
+        need.append("--compare-baseline")
+    if args.complete:
+        need.append("--complete")
+    return need
+
+
 def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     """Add the job's transforms to ``p``: returns (rows, dead_letters) PCollections."""
+    if getattr(args, "engine", "auto") == "columnar" or (getattr(args, "engine", "auto") == "auto"
+                                                          and not records_needed(args)):
+        return _build_columnar(p, args, impression_paths, judgment_paths)
     window = parse_window(args.window)
     slices = _slices_from_args(args.slices)
     imp_source = ",".join(args.impressions)
@@ -345,6 +370,27 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     _write(rows, args.output, "metrics", "metric_result", "Metrics")
     _write(dead, args.output, "dead_letters", "dead_letter", "DeadLetters")
     return rows, dead
+
+
+def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
+    ranking, _ = split_all_metrics(args.metrics)
+    col = ColumnarMetrics(
+        impression_paths, judgment_paths, ranking if judgment_paths else [], ctr=not args.no_ctr,
+        window=parse_window(args.window), slices=_slices_from_args(args.slices),
+        relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal, err_max_grade=args.err_max_grade,
+        order=args.order, tie_break=args.tie_break, depth=args.depth, score_precision=args.score_precision,
+        judgment_conflicts=args.judgment_conflicts, grade_range=_grades(args.grades), ci_level=args.ci_level,
+        impression_source=",".join(args.impressions), judgment_source=",".join(args.judgments or []),
+        shards=getattr(args, "shards", SHARDS), progress_total=_local_total(impression_paths))
+    rows = p | "Metrics" >> col
+    if col.unjudged is not None:
+        (col.unjudged
+         | "UnjudgedJson" >> beam.Map(_json_line)
+         | "UnjudgedText" >> beam.io.WriteToText(FileSystems.join(args.output, "unjudged"), file_name_suffix=".jsonl",
+                                                 num_shards=1, shard_name_template=""))
+    _write(rows, args.output, "metrics", "metric_result", "Metrics")
+    _write(col.dead_letters, args.output, "dead_letters", "dead_letter", "DeadLetters")
+    return rows, col.dead_letters
 
 
 # --------------------------------------------------------------------------------------------
@@ -489,6 +535,11 @@ def main(argv=None) -> int:
             raise ValueError("--ci-level must be in (0, 1)")
         if args.replicates < 1:
             raise ValueError("--replicates must be positive")
+        if args.engine == "columnar" and records_needed(args):
+            raise ValueError(f"--engine columnar does not compute {', '.join(records_needed(args))}: use --engine "
+                             "records or auto")
+        if args.shards < 1:
+            raise ValueError("--shards must be positive")
     except (ValueError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -516,6 +567,8 @@ def main(argv=None) -> int:
         "state": str(state),
         "wall_seconds": round(wall, 3),
         "runner": args.runner,
+        "engine": ("columnar" if args.engine == "columnar" or (args.engine == "auto" and not records_needed(args))
+                   else "records"),
         "impression_files": impression_paths,
         "judgment_files": judgment_paths,
         "metrics": names,

@@ -86,11 +86,13 @@ _COUNTS: dict = {}  # name -> elements counted in this process
 
 class Ticker:
     """``pcoll | beam.Map(Ticker("impressions", total=n))``: returns each element unchanged and
-    advances this process's bar ``name`` (updates the display every ``every`` elements)."""
+    advances this process's bar ``name`` (updates the display every ``every`` elements). ``size``:
+    a function giving how many records an element stands for (a block of records), default 1."""
 
     def __init__(self, name: str, total: int | None = None, desc: str | None = None, unit: str = "rec",
-                 every: int = 1000, enable: bool | None = None):
+                 every: int = 1000, enable: bool | None = None, size=None):
         self.name = name
+        self.size = size
         self.total = total
         self.desc = desc or name
         self.unit = unit
@@ -103,8 +105,9 @@ class Ticker:
             if entry is None:
                 entry = _BARS[self.name] = [bar(total=self.total, desc=self.desc, unit=self.unit,
                                                 enable=self.enable, unit_scale=True), 0]
-            entry[1] += 1
-            _COUNTS[self.name] = _COUNTS.get(self.name, 0) + 1
+            n = 1 if self.size is None else int(self.size(element))
+            entry[1] += n
+            _COUNTS[self.name] = _COUNTS.get(self.name, 0) + n
             if entry[1] >= self.every:
                 entry[0].update(entry[1])
                 entry[1] = 0

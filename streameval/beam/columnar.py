@@ -1,0 +1,1032 @@
+"""The batch job's block-columnar path: one Beam element per block of records, never one per impression.
+
+Same results as the per-record transforms (:class:`~streameval.beam.transforms.ValidateImpressions`,
+:class:`~streameval.beam.transforms.CleanImpressions`, :class:`~streameval.beam.transforms.ScoreRankings`,
+:class:`~streameval.beam.transforms.ClickMetrics`; the tests compare the two row for row, dead letter
+for dead letter and counter for counter), with the Beam overhead paid per block instead of per record:
+
+1. :class:`ReadImpressionColumns` / :class:`ReadJudgmentColumns`: each Avro block becomes a dict of
+   numpy columns (:func:`impression_columns`). Validation is vectorised; a row the vectorised screen
+   does not clear is checked by :func:`streameval.io.records.check_impression` itself, so the reasons
+   are the record checks' own. Rows are split into :data:`SHARDS` shards by a stable hash (CRC-32) of
+   their request (impressions) or query (judgments): one element per (block, shard).
+2. Per request shard (``GroupByKey``), :class:`_CleanShard`: replays and conflicts are detected
+   vectorised (an event id or an item repeated within a request); only the requests that have one go
+   through :func:`streameval.io.cleaning.clean_request`. CTR counts by (window, slice, system,
+   position) are taken here; the requests (query, earliest timestamp, attributes) and their items
+   go on, re-sharded by query.
+3. Per query shard (``CoGroupByKey`` with the judgments), :class:`_ScoreShard`: judgments resolved
+   (:func:`streameval.io.cleaning.resolve_judgment` for the conflicting (query, item) pairs only),
+   every request of the shard ranked (:func:`streameval.metrics.prepare.rank_order`) and scored by
+   one :func:`streameval.metrics.kernel.compute` call; the per-request values are added into exact
+   mean states (:class:`~streameval.accumulators.moments.MeanMoments`) per (window, slice, system).
+4. The states of all shards are merged per key (``CombinePerKey``) into metric rows.
+
+Counters are those of the per-record transforms (see :mod:`streameval.beam.accounting`).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from operator import itemgetter
+
+import apache_beam as beam
+import numpy as np
+from apache_beam import pvalue
+from apache_beam.metrics import Metrics
+
+from ..accumulators.moments import MeanMoments
+from ..io import cleaning, records
+from ..metrics import stats
+from ..metrics.kernel import MetricOptions, RankedLists, compute
+from ..metrics.names import parse_metrics
+from ..metrics.prepare import judgment_histogram, rank_order
+from .combiners import CtrByPositionCombineFn, MeanCombineFn
+from .transforms import (ALL, MISSING, NAMESPACE, _category, _click_rows, _rows, _window_micros, parse_slices,
+                         reason_key, window_bounds)
+
+__all__ = ["SHARDS", "UNREADABLE", "impression_columns", "judgment_columns", "columns_records", "ReadImpressionColumns",
+           "ReadJudgmentColumns", "ColumnarMetrics", "shard_of"]
+
+#: shards of the requests and of the queries (the unit of work of stages 2 and 3)
+SHARDS = 16
+
+IMPRESSION_FIELDS = ("event_id", "request_id", "query_id", "user_id", "system_id", "item_id", "position", "score",
+                     "clicked", "timestamp", "propensity")
+_STRINGS = ("event_id", "request_id", "query_id", "user_id", "system_id", "item_id")
+JUDGMENT_FIELDS = ("query_id", "item_id", "grade", "timestamp", "source")
+#: reason prefix of the dead letter of a file that could not be read to its end
+UNREADABLE = "unreadable Avro file"
+
+
+# --------------------------------------------------------------------------------------------
+# columns
+
+def _obj(values) -> np.ndarray:
+    a = np.empty(len(values), dtype=object)
+    a[:] = values
+    return a
+
+
+def _pack(a: np.ndarray):
+    """An object array of strings (None allowed) as one NUL-joined str (pickled as one UTF-8 run:
+    several times faster to encode and decode than the array's strings one by one)."""
+    lst = a.tolist()
+    mask = None
+    if None in lst:
+        mask = np.equal(a, None)
+        lst = a[~mask].tolist()
+    try:
+        text = "\x00".join(lst)
+    except TypeError:  # not all strings
+        return a
+    if lst and text.count("\x00") != len(lst) - 1:  # a string holds a NUL
+        return a
+    return ("\x00str", text, len(lst), len(a), mask)
+
+
+def _unpack(v):
+    if not isinstance(v, tuple):
+        return v
+    _, text, n, total, mask = v
+    out = np.empty(total, dtype=object)
+    if n:
+        parts = text.split("\x00")
+        if mask is None:
+            out[:] = parts
+        else:
+            out[~mask] = parts
+    return out
+
+
+def _rebuild(items):
+    out = Columns()
+    for k, v in items:
+        out[k] = {a: _unpack(c) for a, c in v} if k == "attributes" else _unpack(v)
+    return out
+
+
+class Columns(dict):
+    """A dict of columns (numpy arrays; ``"attributes"`` a dict of them; ``"n"`` the row count) that
+    pickles its string columns as NUL-joined text (Beam encodes elements it has no coder for by
+    pickling them)."""
+
+    def __reduce__(self):
+        items = []
+        for k, v in self.items():
+            if k == "attributes":
+                items.append((k, [(a, _pack(c)) for a, c in v.items()]))
+            elif isinstance(v, np.ndarray) and v.dtype == object:
+                items.append((k, _pack(v)))
+            else:
+                items.append((k, v))
+        return (_rebuild, (items,))
+
+
+def impression_columns(recs, nulls: dict | None = None) -> "Columns":
+    """Columns of impression dicts as the Avro reader gives them (impression schema types).
+
+    ``{"n", <string fields>: object arrays (user_id None when null), "position", "timestamp": int64,
+    "score", "propensity": float64 (NaN when null), "clicked": int8 (-1 when null), "attributes":
+    {key: object array, None where the record lacks the key}}``. The inverse is
+    :func:`columns_records`. ``nulls``: a dict to receive the number of null scores and propensities
+    (keys ``"score"``, ``"propensity"``)."""
+    n = len(recs)
+    out = Columns(n=n)
+    score = list(map(itemgetter("score"), recs))
+    prop = list(map(itemgetter("propensity"), recs))
+    if nulls is not None:
+        nulls["score"] = score.count(None)
+        nulls["propensity"] = prop.count(None)
+    for f in _STRINGS:
+        out[f] = _obj(list(map(itemgetter(f), recs)))
+    out["position"] = np.fromiter(map(itemgetter("position"), recs), dtype=np.int64, count=n)
+    out["timestamp"] = np.fromiter(map(itemgetter("timestamp"), recs), dtype=np.int64, count=n)
+    out["score"] = np.array(score, dtype=np.float64).reshape(n)  # None -> NaN
+    out["propensity"] = np.array(prop, dtype=np.float64).reshape(n)
+    clicked = np.array(list(map(itemgetter("clicked"), recs)), dtype=np.float64).reshape(n)
+    out["clicked"] = np.where(np.isnan(clicked), -1, clicked).astype(np.int8)
+    attrs = [r.get("attributes") or {} for r in recs]
+    keys = set()
+    for a in attrs:
+        if a:
+            keys.update(a)
+    out["attributes"] = {k: _obj([a.get(k) for a in attrs]) for k in sorted(keys)}
+    return out
+
+
+def judgment_columns(recs) -> dict:
+    """Columns of judgment dicts: ``{"n", "query_id", "item_id", "source": object arrays, "grade",
+    "timestamp": int64 (0 when null)}``."""
+    n = len(recs)
+    ts = [r.get("timestamp") for r in recs]
+    if None in ts:
+        ts = [0 if t is None else t for t in ts]
+    return Columns(n=n, query_id=_obj(list(map(itemgetter("query_id"), recs))),
+                   item_id=_obj(list(map(itemgetter("item_id"), recs))),
+                   grade=np.fromiter(map(itemgetter("grade"), recs), dtype=np.int64, count=n),
+                   timestamp=np.array(ts, dtype=np.int64).reshape(n), source=_obj([r.get("source") for r in recs]))
+
+
+def _take(chunk: dict, idx) -> dict:
+    """Rows ``idx`` (indices or a boolean mask) of a column dict."""
+    out = Columns()
+    for k, v in chunk.items():
+        if k == "n":
+            continue
+        if k == "attributes":
+            out[k] = {a: c[idx] for a, c in v.items()}
+        else:
+            out[k] = v[idx]
+    out["n"] = len(out["grade"] if "grade" in out else out["position"])
+    return out
+
+
+def _concat(chunks: list) -> dict:
+    """One column dict from several (attribute keys united; absent ones None)."""
+    chunks = [c for c in chunks if c["n"]]
+    if len(chunks) == 1:
+        return chunks[0]
+    if not chunks:
+        return impression_columns([])
+    out = Columns(n=sum(c["n"] for c in chunks))
+    for k in chunks[0]:
+        if k in ("n", "attributes"):
+            continue
+        out[k] = np.concatenate([c[k] for c in chunks])
+    if "attributes" in chunks[0]:
+        keys = sorted({a for c in chunks for a in c["attributes"]})
+        out["attributes"] = {a: np.concatenate([c["attributes"].get(a, np.full(c["n"], None, dtype=object))
+                                                for c in chunks]) for a in keys}
+    return out
+
+
+def columns_records(chunk: dict, rows) -> list[dict]:
+    """The impression dicts of ``rows`` of a column dict (as the Avro reader would give them)."""
+    out = []
+    attrs = chunk["attributes"]
+    for i in rows:
+        i = int(i)
+        score = chunk["score"][i]
+        prop = chunk["propensity"][i]
+        clicked = int(chunk["clicked"][i])
+        rec = {"event_id": chunk["event_id"][i], "request_id": chunk["request_id"][i],
+               "query_id": chunk["query_id"][i], "user_id": chunk["user_id"][i], "system_id": chunk["system_id"][i],
+               "item_id": chunk["item_id"][i], "position": int(chunk["position"][i]),
+               "score": None if np.isnan(score) else float(score),
+               "clicked": None if clicked < 0 else bool(clicked), "timestamp": int(chunk["timestamp"][i]),
+               "propensity": None if np.isnan(prop) else float(prop),
+               "attributes": {k: v[i] for k, v in attrs.items() if v[i] is not None}}
+        out.append(rec)
+    return out
+
+
+def _judgment_records(chunk: dict, rows) -> list[dict]:
+    return [{"query_id": chunk["query_id"][i], "item_id": chunk["item_id"][i], "grade": int(chunk["grade"][i]),
+             "timestamp": int(chunk["timestamp"][i]), "source": chunk["source"][i]} for i in rows]
+
+
+def _codes(values) -> tuple[np.ndarray, list]:
+    """(int64 codes in order of first appearance, the distinct values) of a sequence of hashables."""
+    d: dict = {}
+    codes = np.fromiter((d.setdefault(v, len(d)) for v in values), dtype=np.int64, count=len(values))
+    return codes, list(d)
+
+
+def _factorize(a: np.ndarray, ordered: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 codes, distinct values) of an object array of strings (or other hashables).
+
+    Codes by Python's hash and one integer sort, checked against the values (a collision falls back
+    to a dict). ``ordered``: codes in the sorted order of the values (strings: code-point order, as
+    trec_eval's strcmp on UTF-8)."""
+    n = len(a)
+    if n == 0:
+        return np.zeros(0, np.int64), a[:0]
+    h = np.fromiter(map(hash, a), dtype=np.int64, count=n)
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    vocab = a[first]
+    inv = inv.reshape(n).astype(np.int64)
+    if not (vocab[inv] == a).all():  # a hash collision
+        inv, distinct = _codes(a)
+        vocab = _obj(distinct)
+    if ordered and len(vocab) > 1:
+        order = sorted(range(len(vocab)), key=vocab.__getitem__)
+        rank = np.empty(len(vocab), dtype=np.int64)
+        rank[order] = np.arange(len(vocab), dtype=np.int64)
+        return rank[inv], vocab[order]
+    return inv, vocab
+
+
+def _sorted_codes(values: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Codes that order as the values do: (codes of ``values``, codes of ``extra``, sorted vocabulary)."""
+    codes, vocab = _factorize(np.concatenate([values, extra]), ordered=True)
+    return codes[:len(values)], codes[len(values):], vocab
+
+
+def _pair_codes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, list]:
+    """(codes, distinct (first, second) pairs) of two object columns, one dict lookup per run of
+    equal adjacent pairs (the records of a request are usually adjacent)."""
+    n = len(first)
+    if n == 0:
+        return np.zeros(0, np.int64), []
+    change = (first[1:] != first[:-1]) | (second[1:] != second[:-1])
+    starts = np.concatenate(([0], np.flatnonzero(change) + 1))
+    seg, pairs = _codes(list(zip(first[starts].tolist(), second[starts].tolist())))
+    return np.repeat(seg, np.diff(np.append(starts, n))), pairs
+
+
+def _repeats(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Groups in which a value may occur twice (by hash: a collision only adds a group, which the
+    exact rules then clear)."""
+    h = np.fromiter(map(hash, values), dtype=np.int64, count=len(values))
+    order = np.lexsort((h, group))
+    g, hs = group[order], h[order]
+    rep = np.flatnonzero((g[1:] == g[:-1]) & (hs[1:] == hs[:-1]))
+    return np.unique(g[rep])
+
+
+def _crc(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8", "surrogatepass"))
+
+
+def shard_of(*parts: str, shards: int = SHARDS) -> int:
+    """The shard of a request (``shard_of(system_id, request_id)``) or a query (``shard_of(query_id)``):
+    CRC-32 of the parts, stable across processes (Python's ``hash`` of a str is not)."""
+    return _crc("\x00".join(parts)) % shards
+
+
+def _shards_of(first: np.ndarray, second: np.ndarray | None, shards: int) -> np.ndarray:
+    """shard_of per row, hashing once per run of equal keys (records of a request are usually adjacent)."""
+    n = len(first)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    change = first[1:] != first[:-1]
+    if second is not None:
+        change |= second[1:] != second[:-1]
+    starts = np.concatenate(([0], np.flatnonzero(change) + 1))
+    if second is None:
+        h = [_crc(first[s]) % shards for s in starts]
+    else:
+        h = [_crc(f"{first[s]}\x00{second[s]}") % shards for s in starts]
+    return np.repeat(np.asarray(h, dtype=np.int64), np.diff(np.append(starts, n)))
+
+
+def _split(chunk: dict, shard: np.ndarray):
+    """(shard, sub-chunk) pairs."""
+    if not len(shard):
+        return
+    order = np.argsort(shard, kind="stable")
+    s = shard[order]
+    bounds = np.flatnonzero(s[1:] != s[:-1]) + 1
+    for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(s)]))):
+        yield int(s[lo]), _take(chunk, order[lo:hi])
+
+
+# --------------------------------------------------------------------------------------------
+# stage 1: read, validate, shard
+
+class _ReadColumns(beam.DoFn):
+    kind = ""
+
+    def __init__(self, source: str, shards: int, grade_range=None):
+        self.source = source
+        self.shards = shards
+        self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
+        self.read = Metrics.counter(NAMESPACE, f"{self.kind}s_read")
+        self.valid = Metrics.counter(NAMESPACE, f"{self.kind}s_valid")
+        self.unreadable = Metrics.counter(NAMESPACE, f"unreadable_files:{self.kind}")
+
+    def _blocks(self, path):
+        from ..io import avro
+
+        if "://" in path:
+            import fastavro
+            from apache_beam.io.filesystems import FileSystems
+
+            with FileSystems.open(path) as fo:
+                block = []
+                for rec in fastavro.reader(fo):
+                    for k, v in rec.items():
+                        if hasattr(v, "tzinfo"):
+                            rec[k] = int(v.timestamp() * 1_000_000)
+                    block.append(rec)
+                    if len(block) >= 10_000:
+                        yield block, False
+                        block = []
+                if block:
+                    yield block, False
+            return
+        for block in avro.read_blocks(path, self.kind):
+            yield block, True
+
+    def process(self, path):
+        n = 0
+        try:
+            for recs, typed in self._blocks(path):
+                self.read.inc(len(recs))
+                n += len(recs)
+                yield from self._block(recs, typed)
+        except Exception as e:  # bad file content (AvroInputError, fastavro's errors) or I/O
+            self.unreadable.inc()
+            reason = getattr(e, "reason", None) or f"{type(e).__name__}: {e}"
+            yield pvalue.TaggedOutput("dead_letters", {
+                "source": path, "raw": json.dumps({"file": path, "records_read": n}),
+                "reason": f"{UNREADABLE} ({self.kind}s): {reason}; {n} records before the damage were read"})
+
+    def _reject(self, recs, rows, check):
+        """Run the record check on ``rows``: (rows that pass, dead letters)."""
+        passed, dead = [], []
+        for i in rows:
+            reason = check(recs[i])
+            if reason is None:
+                passed.append(i)
+                continue
+            Metrics.counter(NAMESPACE, f"rejected:{self.kind}:{reason_key(reason)}").inc()
+            dead.append(pvalue.TaggedOutput("dead_letters", {"source": self.source,
+                                                             "raw": records.to_json_text(recs[i]), "reason": reason}))
+        return passed, dead
+
+
+class _ReadImpressionColumns(_ReadColumns):
+    kind = "impression"
+
+    def _block(self, recs, typed):
+        if typed:
+            nulls: dict = {}
+            chunk = impression_columns(recs, nulls)
+            ok = chunk["position"] >= 1
+            for f in ("event_id", "request_id", "system_id", "item_id"):
+                ok &= chunk[f] != ""
+            # NaN is null (valid) or NaN (not): when the NaNs are as many as the nulls, all are nulls
+            for f in ("score", "propensity"):
+                v = chunk[f]
+                nan = np.isnan(v)
+                n_nan = int(nan.sum())
+                fine = np.isfinite(v) if f == "score" else (v > 0) & (v <= 1)
+                if n_nan and n_nan == nulls[f]:
+                    fine |= nan
+                ok &= fine
+            bad = np.flatnonzero(~ok)
+        else:  # records of any schema (remote files): the record check on every one
+            ok = np.zeros(len(recs), dtype=bool)
+            bad = np.arange(len(recs))
+        dead = []
+        if len(bad):
+            passed, dead = self._reject(recs, bad, records.check_impression)
+            if not typed:
+                chunk = impression_columns([recs[i] for i in passed])
+                ok = np.ones(chunk["n"], dtype=bool)
+            else:
+                ok[passed] = True
+        yield from dead
+        if not ok.all():
+            chunk = _take(chunk, ok)
+        self.valid.inc(chunk["n"])
+        yield from _split(chunk, _shards_of(chunk["system_id"], chunk["request_id"], self.shards))
+
+
+class _ReadJudgmentColumns(_ReadColumns):
+    kind = "judgment"
+
+    def _block(self, recs, typed):
+        if typed:
+            chunk = judgment_columns(recs)
+            ok = (chunk["query_id"] != "") & (chunk["item_id"] != "")
+            if self.grade_range is not None:
+                g = chunk["grade"]
+                ok &= (g >= self.grade_range[0]) & (g <= self.grade_range[1])
+            bad = np.flatnonzero(~ok)
+        else:
+            ok = np.zeros(len(recs), dtype=bool)
+            bad = np.arange(len(recs))
+        dead = []
+        if len(bad):
+            passed, dead = self._reject(recs, bad, lambda r: records.check_judgment(r, self.grade_range))
+            if not typed:
+                chunk = judgment_columns([recs[i] for i in passed])
+                ok = np.ones(chunk["n"], dtype=bool)
+            else:
+                ok[passed] = True
+        yield from dead
+        if not ok.all():
+            chunk = _take(chunk, ok)
+        self.valid.inc(chunk["n"])
+        yield from _split(chunk, _shards_of(chunk["query_id"], None, self.shards))
+
+
+class _Read(beam.PTransform):
+    fn = None
+
+    def __init__(self, paths, source: str, shards: int = SHARDS, grade_range=None, label=None):
+        super().__init__(label)
+        self.paths = list(paths)
+        self.source = str(source)
+        self.shards = int(shards)
+        self.grade_range = grade_range
+        self.dead_letters = None
+
+    def expand(self, pbegin):
+        read = (pbegin
+                | "Paths" >> beam.Create(self.paths)
+                | "Spread" >> beam.Reshuffle()
+                | "Blocks" >> beam.ParDo(self.fn(self.source, self.shards, self.grade_range)).with_outputs(
+                    "dead_letters", main="chunks"))
+        #: dead letters: records failing the checks, and one per file that could not be read to its end
+        self.dead_letters = read.dead_letters
+        return read.chunks
+
+
+class ReadImpressionColumns(_Read):
+    """``paths`` of impression Avro files -> ``(request shard, column dict)`` elements, one per
+    (block, shard); ``.dead_letters`` after application. Counters ``impressions_read``,
+    ``impressions_valid``, ``rejected:impression:<reason>``, ``unreadable_files:impression``."""
+
+    fn = _ReadImpressionColumns
+
+
+class ReadJudgmentColumns(_Read):
+    """As :class:`ReadImpressionColumns` for judgments, sharded by query (``grade_range`` as
+    :class:`~streameval.beam.transforms.ValidateJudgments`)."""
+
+    fn = _ReadJudgmentColumns
+
+
+# --------------------------------------------------------------------------------------------
+# slices
+
+def _labels(attrs: dict, n: int, slice_specs) -> list[tuple[np.ndarray, list]]:
+    """Per slice specification (``"all"`` first): (int64 label code per row, label texts)."""
+    out = [(np.zeros(n, np.int64), [ALL])]
+    coded: dict = {}
+    for names in slice_specs:
+        key = np.zeros(n, np.int64)
+        vocabs = []
+        for a in names:
+            if a not in coded:
+                col = attrs.get(a)
+                if col is None:
+                    coded[a] = (np.zeros(n, np.int64), _obj([MISSING]))
+                else:
+                    coded[a] = _factorize(np.where(np.equal(col, None), MISSING, col))
+            codes, vocab = coded[a]
+            key = key * len(vocab) + codes
+            vocabs.append(vocab)
+        uk, inv = np.unique(key, return_inverse=True)
+        texts = []
+        for k in uk.tolist():
+            parts = []
+            for a, vocab in zip(reversed(names), reversed(vocabs)):
+                parts.append(f"{a}={vocab[k % len(vocab)]}")
+                k //= len(vocab)
+            texts.append(",".join(reversed(parts)))
+        out.append((inv.reshape(n).astype(np.int64), texts))
+    return out
+
+
+def _group_bounds(codes: np.ndarray):
+    """Sort ``codes``: (order, starts, ends) of the runs of equal codes."""
+    order = np.argsort(codes, kind="stable")
+    s = codes[order]
+    if not len(s):
+        return order, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = np.concatenate(([0], np.flatnonzero(s[1:] != s[:-1]) + 1))
+    return order, starts, np.append(starts[1:], len(s))
+
+
+# --------------------------------------------------------------------------------------------
+# stage 2: clean the requests, count clicks, re-shard by query
+
+def _first_min(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per run [start, end) of ``values`` (object, None = absent): the smallest non-None value."""
+    out = values[starts].copy()
+    n = len(values)
+    if n == 0:
+        return out
+    same = np.ones(n, dtype=bool)
+    same[1:] = values[1:] == values[:-1]
+    same[starts] = True
+    diff_runs = np.flatnonzero(np.add.reduceat(~same, starts) > 0) if len(starts) else []
+    for r in diff_runs:
+        vals = [v for v in values[starts[r]:ends[r]] if v is not None]
+        out[r] = min(vals) if vals else None
+    return out
+
+
+class _CleanShard(beam.DoFn):
+    def __init__(self, source: str, ranking: bool, ctr: bool, window_micros, slice_specs, order: str, shards: int):
+        self.source = source
+        self.ranking = ranking
+        self.ctr = ctr
+        self.window_micros = window_micros
+        self.slice_specs = slice_specs
+        self.order = order
+        self.shards = shards
+        self.attr_keys = sorted({a for names in slice_specs for a in names})
+        self.accepted = Metrics.counter(NAMESPACE, "impressions_accepted")
+        self.duplicates = Metrics.counter(NAMESPACE, "duplicate:impression")
+        self.counted = Metrics.counter(NAMESPACE, "click_impressions")
+        self.no_clicks = Metrics.counter(NAMESPACE, "click_impressions_not_logged")
+
+    def process(self, element):
+        _, chunks = element
+        chunk = _concat(list(chunks))
+        if not chunk["n"]:
+            return
+        req, pairs = _pair_codes(chunk["system_id"], chunk["request_id"])
+        bad = np.zeros(len(pairs), dtype=bool)
+        bad[_repeats(req, chunk["event_id"])] = True
+        bad[_repeats(req, chunk["item_id"])] = True
+        n_dup = 0
+        if bad.any():
+            rows_bad = bad[req]
+            kept = []
+            clean_part = _take(chunk, ~rows_bad)
+            order, starts, ends = _group_bounds(req[rows_bad])
+            idx = np.flatnonzero(rows_bad)[order]
+            for lo, hi in zip(starts, ends):
+                recs = columns_records(chunk, idx[lo:hi])
+                k, d, rejected = cleaning.clean_request(recs)
+                kept.extend(k)
+                n_dup += d
+                for rec, reason in rejected:
+                    Metrics.counter(NAMESPACE, f"rejected:impression:{_category(reason)}").inc()
+                    yield pvalue.TaggedOutput("dead_letters", {"source": self.source,
+                                                               "raw": records.to_json_text(rec), "reason": reason})
+            chunk = _concat([clean_part, impression_columns(kept)]) if kept else clean_part
+        self.duplicates.inc(n_dup)
+        self.accepted.inc(chunk["n"])
+        if not chunk["n"]:
+            return
+        if self.ctr:
+            yield from self._clicks(chunk)
+        if self.ranking:
+            yield from self._requests(chunk)
+
+    def _window_starts(self, ts: np.ndarray) -> np.ndarray:
+        return ts - ts % self.window_micros if self.window_micros is not None else np.zeros(len(ts), np.int64)
+
+    def _clicks(self, chunk):
+        logged = chunk["clicked"] >= 0
+        n_logged = int(logged.sum())
+        self.counted.inc(n_logged)
+        self.no_clicks.inc(chunk["n"] - n_logged)
+        if not n_logged:
+            return
+        c = _take(chunk, logged) if n_logged < chunk["n"] else chunk
+        ws = self._window_starts(c["timestamp"])
+        wvals, wcode = np.unique(ws, return_inverse=True)
+        wcode = wcode.reshape(len(ws))
+        wvals = wvals.tolist()
+        scode, svals = _factorize(c["system_id"])
+        pos = c["position"]
+        clicked = c["clicked"].astype(np.int64)
+        for lcode, lvals in _labels(c["attributes"], c["n"], self.slice_specs):
+            key = ((wcode * len(lvals) + lcode) * len(svals) + scode) * (int(pos.max()) + 1) + pos
+            uk, inv = np.unique(key, return_inverse=True)
+            imps = np.bincount(inv)
+            clicks = np.bincount(inv, weights=clicked).astype(np.int64)
+            states: dict = {}
+            rest = uk // (int(pos.max()) + 1)
+            p = uk % (int(pos.max()) + 1)
+            s = rest % len(svals)
+            rest //= len(svals)
+            l = rest % len(lvals)
+            w = rest // len(lvals)
+            for wi, li, si, pi, ni, ci in zip(w.tolist(), l.tolist(), s.tolist(), p.tolist(), imps.tolist(),
+                                              clicks.tolist()):
+                start = wvals[wi]
+                wkey = (start, start + self.window_micros) if self.window_micros is not None else (None, None)
+                states.setdefault((*wkey, lvals[li], svals[si]), {})[pi] = [ni, ci]
+            for key, st in states.items():
+                yield pvalue.TaggedOutput("clicks", (key, st))
+
+    def _requests(self, chunk):
+        req, pairs = _pair_codes(chunk["system_id"], chunk["request_id"])
+        order, starts, ends = _group_bounds(req)
+        rows = _take(chunk, order)
+        nreq = len(starts)
+        query = _first_min(rows["query_id"], starts, ends)
+        min_ts = np.minimum.reduceat(rows["timestamp"], starts)
+        attrs = {a: _first_min(rows["attributes"][a], starts, ends) for a in self.attr_keys if a in rows["attributes"]}
+        sys_req = [pairs[c] for c in req[order][starts]]
+        out = Columns({"n_requests": nreq, "system_id": _obj([p[0] for p in sys_req]),
+               "request_id": _obj([p[1] for p in sys_req]), "query_id": query, "min_ts": min_ts,
+               "records": (ends - starts).astype(np.int64),
+               "unscored": (np.add.reduceat(np.isnan(rows["score"]).astype(np.int64), starts)
+                            if self.order == "score" else np.zeros(nreq, np.int64)),
+               "attributes": attrs,
+               # items: request index, item, score, position
+               "row_request": np.repeat(np.arange(nreq, dtype=np.int64), ends - starts),
+               "item_id": rows["item_id"], "score": rows["score"], "position": rows["position"]})
+        shard = _shards_of(query, None, self.shards)
+        for s, sub in _split_requests(out, shard):
+            yield (s, sub)
+
+
+def _take_requests(r: dict, sel: np.ndarray) -> dict:
+    """Requests ``sel`` (indices, ascending) of a request dict, with their items."""
+    keep = np.zeros(r["n_requests"], dtype=bool)
+    keep[sel] = True
+    rows = keep[r["row_request"]]
+    renum = np.full(r["n_requests"], -1, dtype=np.int64)
+    renum[sel] = np.arange(len(sel), dtype=np.int64)
+    out = Columns(n_requests=len(sel))
+    for k in ("system_id", "request_id", "query_id", "min_ts", "records", "unscored"):
+        out[k] = r[k][sel]
+    out["attributes"] = {a: c[sel] for a, c in r["attributes"].items()}
+    out["row_request"] = renum[r["row_request"][rows]]
+    for k in ("item_id", "score", "position"):
+        out[k] = r[k][rows]
+    return out
+
+
+def _split_requests(r: dict, shard: np.ndarray):
+    if r["n_requests"] == 0:
+        return
+    us = np.unique(shard)
+    if len(us) == 1:
+        yield int(us[0]), r
+        return
+    for s in us:
+        yield int(s), _take_requests(r, np.flatnonzero(shard == s))
+
+
+def _concat_requests(parts: list) -> dict:
+    parts = [p for p in parts if p["n_requests"]]
+    if len(parts) == 1:
+        return parts[0]
+    out = Columns(n_requests=sum(p["n_requests"] for p in parts))
+    for k in ("system_id", "request_id", "query_id", "min_ts", "records", "unscored", "item_id", "score", "position"):
+        out[k] = np.concatenate([p[k] for p in parts])
+    base = np.cumsum([0] + [p["n_requests"] for p in parts[:-1]])
+    out["row_request"] = np.concatenate([p["row_request"] + b for p, b in zip(parts, base)])
+    keys = sorted({a for p in parts for a in p["attributes"]})
+    out["attributes"] = {a: np.concatenate([p["attributes"].get(a, np.full(p["n_requests"], None, dtype=object))
+                                            for p in parts]) for a in keys}
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# stage 3: judgments, ranking, means per (window, slice, system)
+
+def _range_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + l)`` for each (start, length)."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    offs = np.cumsum(lengths) - lengths
+    return np.repeat(starts - offs, lengths) + np.arange(total, dtype=np.int64)
+
+
+class _ScoreShard(beam.DoFn):
+    def __init__(self, specs, options: MetricOptions, policy: str, judg_source: str, order: str, tie_break: str,
+                 score_precision: str, depth, window_micros, slice_specs):
+        self.specs = specs
+        self.options = options
+        self.policy = policy
+        self.judg_source = judg_source
+        self.order = order
+        self.tie_break = tie_break
+        self.score_precision = score_precision
+        self.depth = depth
+        self.window_micros = window_micros
+        self.slice_specs = slice_specs
+        self.mm = MeanMoments(len(specs))
+        self.j_accepted = Metrics.counter(NAMESPACE, "judgments_accepted")
+        self.j_duplicates = Metrics.counter(NAMESPACE, "duplicate:judgment")
+        self.j_superseded = Metrics.counter(NAMESPACE, "superseded:judgment")
+        self.j_rejected = Metrics.counter(NAMESPACE, f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}")
+        self.scored = Metrics.counter(NAMESPACE, "requests_scored")
+        self.unjudged = Metrics.counter(NAMESPACE, "requests_unjudged")
+        self.queries = Metrics.counter(NAMESPACE, "queries_scored")
+        self.unscorable = Metrics.counter(NAMESPACE, "impressions_unscorable")
+        self.imp_ranked = Metrics.counter(NAMESPACE, "impressions_ranked")
+        self.imp_unjudged = Metrics.counter(NAMESPACE, "impressions_unjudged")
+        self.imp_unrankable = Metrics.counter(NAMESPACE, "impressions_unrankable")
+
+    # -- judgments: one grade per (query, item)
+    def _resolve(self, jc: dict):
+        """(query ids, item ids, grades float64) of the accepted judgments; dead letters yielded
+        through ``self._dead``."""
+        n = jc["n"]
+        if n == 0:
+            return np.empty(0, object), np.empty(0, object), np.zeros(0)
+        qc, _ = _factorize(jc["query_id"])
+        ic, ivocab = _factorize(jc["item_id"])
+        pair = qc * max(len(ivocab), 1) + ic
+        order, starts, ends = _group_bounds(pair)
+        ts, gr = jc["timestamp"][order], jc["grade"][order]
+        sizes = ends - starts
+        multi = np.flatnonzero(sizes > 1)
+        first = order[starts]
+        grades = jc["grade"][first].astype(np.float64)
+        keep = np.ones(len(starts), dtype=bool)
+        n_dup = 0
+        n_sup = 0
+        if len(multi):
+            same = np.ones(len(order), dtype=bool)
+            same[1:] = (ts[1:] == ts[:-1]) & (gr[1:] == gr[:-1])
+            same[starts] = True
+            conflicted = multi[np.add.reduceat(~same, starts)[multi] > 0]
+            n_dup += int((sizes[multi] - 1).sum())
+            for g in conflicted:
+                lo, hi = starts[g], ends[g]
+                entries: dict = {}
+                rows: dict = {}
+                for i in order[lo:hi]:
+                    key = (int(jc["timestamp"][i]), int(jc["grade"][i]))
+                    entries[key] = entries.get(key, 0) + 1
+                    rows.setdefault(key, []).append(int(i))
+                n_dup -= (hi - lo) - 1  # counted by resolve_judgment instead
+                grade, dup, superseded, rejected = cleaning.resolve_judgment(entries, self.policy)
+                n_dup += dup
+                n_sup += len(superseded)
+                qid, item = jc["query_id"][order[lo]], jc["item_id"][order[lo]]
+                distinct = sorted({g for _, g in entries})
+                for key in rejected:
+                    self.j_rejected.inc()
+                    recs = _judgment_records(jc, rows[key])
+                    rec = min(recs, key=records.to_json_text)
+                    self._dead.append({
+                        "source": self.judg_source, "raw": records.to_json_text(rec),
+                        "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} (query {qid!r}, item {item!r}: grades "
+                                  f"{distinct}; policy reject)"})
+                if grade is None:
+                    keep[g] = False
+                else:
+                    grades[g] = float(grade)
+        self.j_duplicates.inc(n_dup)
+        self.j_superseded.inc(n_sup)
+        self.j_accepted.inc(int(keep.sum()))
+        return jc["query_id"][first][keep], jc["item_id"][first][keep], grades[keep]
+
+    def process(self, element):
+        _, groups = element
+        jparts = list(groups["judgments"])
+        rparts = list(groups["requests"])
+        self._dead = []
+        jq, jd, jg = self._resolve(_concat(jparts)) if jparts else (np.empty(0, object), np.empty(0, object),
+                                                                   np.zeros(0))
+        for d in self._dead:
+            yield pvalue.TaggedOutput("dead_letters", d)
+        if not rparts:
+            return
+        r = _concat_requests(rparts)
+        nreq = r["n_requests"]
+        if not nreq:
+            return
+        # queries: codes shared by requests and judgments
+        rq, jqc, _ = _sorted_codes(r["query_id"], jq)
+        nq = int(max(rq.max(initial=-1), jqc.max(initial=-1))) + 1
+        judged_q = np.zeros(nq, dtype=bool)
+        judged_q[jqc] = True
+        judged = judged_q[rq]
+        # unjudged requests
+        for i in np.flatnonzero(~judged):
+            self.unjudged.inc()
+            self.imp_unjudged.inc(int(r["records"][i]))
+            ws, _ = window_bounds(int(r["min_ts"][i]), self.window_micros)
+            yield pvalue.TaggedOutput("unjudged", {"query_id": r["query_id"][i], "system": r["system_id"][i],
+                                                   "request_id": r["request_id"][i], "window_start": ws,
+                                                   "impressions": int(r["records"][i])})
+        # requests that cannot be ranked
+        unrankable = judged & (r["unscored"] > 0)
+        for i in np.flatnonzero(unrankable):
+            missing = int(r["unscored"][i])
+            total = int(r["records"][i])
+            self.unscorable.inc(missing)
+            self.imp_unrankable.inc(total)
+            yield pvalue.TaggedOutput("dead_letters", {
+                "source": "ScoreRankings",
+                "raw": records.to_json_text({"query_id": r["query_id"][i], "system_id": r["system_id"][i],
+                                             "request_id": r["request_id"][i], "impressions": total,
+                                             "without_score": missing}),
+                "reason": f"{missing} of the request's {total} impressions have no score: "
+                          "order='score' needs a finite score to rank them (use order='position')"})
+        sel = np.flatnonzero(judged & ~unrankable)
+        if not len(sel):
+            return
+        self.scored.inc(len(sel))
+        self.imp_ranked.inc(int(r["records"][sel].sum()))
+        self.queries.inc(len(np.unique(rq[sel])))
+        if len(sel) < nreq:
+            rq_sel = rq[sel]
+            r = _take_requests(r, sel)
+            rq = rq_sel
+        values = self._values(r, rq, jqc, jd, jg, nq)
+        yield from self._means(r, values)
+
+    def _values(self, r, rq, jqc, jd, jg, nq) -> np.ndarray:
+        """(n_metrics, n_requests) metric values of the requests of ``r`` (all judged and rankable)."""
+        rr = r["row_request"]
+        ic, jic, ivocab = _sorted_codes(r["item_id"], jd)
+        ni = max(len(ivocab), 1)
+        perm = rank_order(rr, r["score"], ic, r["position"], order=self.order, tie_break=self.tie_break,
+                          score_precision=self.score_precision)
+        rr_s = rr[perm]
+        nreq = r["n_requests"]
+        counts = np.bincount(rr_s, minlength=nreq)
+        if self.depth is not None:
+            starts = np.cumsum(counts) - counts
+            rank0 = np.arange(len(rr_s)) - np.repeat(starts, counts)
+            cut = rank0 < self.depth
+            perm = perm[cut]
+            rr_s = rr_s[cut]
+            counts = np.bincount(rr_s, minlength=nreq)
+        offsets = np.zeros(nreq + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        # join the grades: key (query, item)
+        jkey = jqc * ni + jic
+        jo = np.argsort(jkey)
+        jkey_s, jg_s = jkey[jo], jg[jo]
+        key = rq[rr_s] * ni + ic[perm]
+        if len(jkey_s):
+            hit = np.minimum(np.searchsorted(jkey_s, key), len(jkey_s) - 1)
+            grades = np.where(jkey_s[hit] == key, jg_s[hit], np.nan)
+        else:
+            grades = np.full(len(key), np.nan)
+        # judgment histogram per query, laid out per request
+        qoff, hv, hc = judgment_histogram(jqc, jg.astype(np.float64), nq)
+        lens = (qoff[1:] - qoff[:-1])[rq]
+        idx = _range_index(qoff[:-1][rq], lens)
+        joff = np.zeros(nreq + 1, dtype=np.int64)
+        np.cumsum(lens, out=joff[1:])
+        lists = RankedLists(offsets=offsets, grades=grades.astype(np.float64), judged_offsets=joff,
+                            judged_values=hv[idx], judged_counts=hc[idx])
+        return compute(lists, self.specs, self.options)
+
+    def _means(self, r, values):
+        nreq = r["n_requests"]
+        if self.window_micros is not None:
+            ws = r["min_ts"] - r["min_ts"] % self.window_micros
+        else:
+            ws = np.zeros(nreq, np.int64)
+        wvals, wcode = np.unique(ws, return_inverse=True)
+        wcode = wcode.reshape(len(ws))
+        wvals = wvals.tolist()
+        scode, svals = _factorize(r["system_id"])
+        for lcode, lvals in _labels(r["attributes"], nreq, self.slice_specs):
+            key = (wcode * len(lvals) + lcode) * len(svals) + scode
+            order, starts, ends = _group_bounds(key)
+            for lo, hi in zip(starts, ends):
+                members = order[lo:hi]
+                k = int(key[members[0]])
+                si = k % len(svals)
+                li = (k // len(svals)) % len(lvals)
+                wi = k // len(svals) // len(lvals)
+                start = wvals[wi]
+                wkey = (start, start + self.window_micros) if self.window_micros is not None else (None, None)
+                state = self.mm.add_many(self.mm.create(), values[:, members])
+                yield ((*wkey, lvals[li], svals[si]), state)
+
+
+# --------------------------------------------------------------------------------------------
+# stage 4: merge the partial states
+
+class _MergeMeans(MeanCombineFn):
+    """:class:`MeanCombineFn` whose inputs are MeanMoments states (already summed per shard)."""
+
+    def add_input(self, acc, state):
+        return self.merge_accumulators([acc, list(state) + [[]]])
+
+
+class _MergeClicks(CtrByPositionCombineFn):
+    """:class:`CtrByPositionCombineFn` whose inputs are ``{position: [impressions, clicks]}`` states."""
+
+    def add_input(self, acc, state):
+        from ..accumulators import clicks
+
+        return clicks.ctr_pos_merge([acc, state])
+
+
+class ColumnarMetrics(beam.PTransform):
+    """The batch job's ranking metrics and CTR from Avro files, one element per block or shard.
+
+    ``pbegin | ColumnarMetrics(impression_paths, judgment_paths, metrics, ...)`` -> metric rows
+    (metric_result dicts), the same rows :class:`~streameval.beam.transforms.ScoreRankings` and
+    :class:`~streameval.beam.transforms.ClickMetrics` give after :class:`~streameval.beam.transforms.
+    ValidateImpressions` and :class:`~streameval.beam.transforms.CleanImpressions` (same options, same
+    counters). After application: ``.dead_letters`` (validation, cleaning, conflicting judgments,
+    unrankable requests, unreadable files) and ``.unjudged`` (requests whose query has no judgment).
+
+    ``metrics``: ranking metric names (empty or ``judgment_paths`` empty: no ranking); ``ctr``:
+    compute CTR and CTR by position. Not covered (the job uses the per-record transforms for them):
+    online metrics, bootstrap intervals, ``complete``, per-query scores for comparisons.
+    """
+
+    def __init__(self, impression_paths, judgment_paths, metrics=(), *, ctr=True, window=None, slices=(),
+                 relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
+                 tie_break="docno", depth=None, score_precision="float32", judgment_conflicts="latest",
+                 grade_range=None, ci_level=stats.DEFAULT_LEVEL, impression_source="impressions",
+                 judgment_source="judgments", shards=SHARDS, progress_total=None, label=None):
+        super().__init__(label)
+        self.impression_paths = list(impression_paths)
+        self.judgment_paths = list(judgment_paths or [])
+        self.specs = parse_metrics(list(metrics)) if metrics else []
+        self.ranking = bool(self.specs) and bool(self.judgment_paths)
+        self.ctr = bool(ctr)
+        self.window_micros = _window_micros(window)
+        self.slice_specs = parse_slices(slices)
+        self.options = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal,
+                                     err_max_grade=err_max_grade)
+        from ..metrics.prepare import ORDERS, SCORE_PRECISIONS, TIE_BREAKS
+
+        if order not in ORDERS or tie_break not in TIE_BREAKS or score_precision not in SCORE_PRECISIONS:
+            raise ValueError(f"order must be one of {ORDERS}, tie_break one of {TIE_BREAKS} and "
+                             f"score_precision one of {SCORE_PRECISIONS}")
+        if depth is not None and depth < 1:
+            raise ValueError("depth must be positive")
+        if judgment_conflicts not in cleaning.JUDGMENT_POLICIES:
+            raise ValueError(f"judgment conflict policy must be one of {cleaning.JUDGMENT_POLICIES}")
+        self.order, self.tie_break, self.score_precision, self.depth = order, tie_break, score_precision, depth
+        self.policy = judgment_conflicts
+        self.grade_range = grade_range
+        self.ci_level = float(ci_level)
+        self.impression_source = str(impression_source)
+        self.judgment_source = str(judgment_source)
+        self.shards = int(shards)
+        self.progress_total = progress_total
+        self.dead_letters = None
+        self.unjudged = None
+
+    def expand(self, pbegin):
+        from .. import progress
+
+        read = ReadImpressionColumns(self.impression_paths, self.impression_source, self.shards)
+        chunks = (pbegin
+                  | "ReadImpressions" >> read
+                  | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", self.progress_total,
+                                                                      size=lambda kv: kv[1]["n"])))
+        cleaned = (chunks
+                   | "GroupRequests" >> beam.GroupByKey()
+                   | "CleanRequests" >> beam.ParDo(_CleanShard(
+                       self.impression_source, self.ranking, self.ctr, self.window_micros, self.slice_specs,
+                       self.order, self.shards)).with_outputs("dead_letters", "clicks", main="requests"))
+        dead = [read.dead_letters, cleaned.dead_letters]
+        rows = []
+        if self.ctr:
+            rows.append(cleaned.clicks
+                        | "MergeClicks" >> beam.CombinePerKey(_MergeClicks(overall=True))
+                        | "ClickRows" >> beam.FlatMap(_click_rows, self.ci_level))
+        if self.ranking:
+            jread = ReadJudgmentColumns(self.judgment_paths, self.judgment_source, self.shards, self.grade_range)
+            judgments = pbegin | "ReadJudgments" >> jread
+            dead.append(jread.dead_letters)
+            scored = ({"requests": cleaned.requests, "judgments": judgments}
+                      | "JoinJudgments" >> beam.CoGroupByKey()
+                      | "ScoreShards" >> beam.ParDo(_ScoreShard(
+                          self.specs, self.options, self.policy, self.judgment_source, self.order, self.tie_break,
+                          self.score_precision, self.depth, self.window_micros, self.slice_specs)).with_outputs(
+                          "dead_letters", "unjudged", main="means"))
+            dead.append(scored.dead_letters)
+            self.unjudged = scored.unjudged
+            names = [s.name for s in self.specs]
+            totals = [s.is_count for s in self.specs]
+            rows.append(scored.means
+                        | "MergeMeans" >> beam.CombinePerKey(_MergeMeans(len(self.specs), totals))
+                        | "Rows" >> beam.FlatMap(_rows, names, self.ci_level))
+        self.dead_letters = tuple(dead) | "DeadLetters" >> beam.Flatten()
+        if not rows:
+            return pbegin | "NoRows" >> beam.Create([])
+        return tuple(rows) | "AllRows" >> beam.Flatten() if len(rows) > 1 else rows[0]
