@@ -186,3 +186,26 @@ def test_vectorised_add_many_equals_one_by_one(rows):
             if vals:  # the correctly rounded exact sum over n
                 assert mean == float(sum(vals)) / n
         assert all(str(res[m]) == str(got[0][m]) for res in got)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                          st.sampled_from([0.0, -0.0, 2.0 ** -1074, -(2.0 ** -1074), 1.7976931348623157e308, 0.1])),
+                min_size=0, max_size=60))
+def test_exact_sum_is_the_rational_sum(values):
+    """moments.exact_sum (frexp, 27/26-bit halves summed per exponent) equals the sum of the values as
+    fractions, from subnormals to the largest doubles; exact_sum_floats' floats add up to it."""
+    from fractions import Fraction
+
+    from streameval.accumulators.moments import exact_sum, exact_sum_floats
+
+    ref = sum((Fraction(v) for v in values), Fraction(0))
+    x = np.array(values, dtype=np.float64)
+    assert exact_sum(x) == ref
+    try:
+        floats = exact_sum_floats(x)
+    except OverflowError:
+        assert abs(ref) > Fraction(1.7976931348623157e308)
+        return
+    assert sum((Fraction(f) for f in floats), Fraction(0)) == ref
+    assert (floats[0] if floats else 0.0) == (float(ref) if ref else 0.0)

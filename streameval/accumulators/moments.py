@@ -28,6 +28,8 @@ __all__ = [
     "partials_merge",
     "partials_value",
     "exact_partials",
+    "exact_sum",
+    "exact_sum_floats",
     "MeanMoments",
 ]
 
@@ -86,6 +88,58 @@ def exact_partials(values) -> list:
         found.append(r)
 
 
+_TWO53 = 9007199254740992.0  # 2**53
+_TWO26 = 67108864.0  # 2**26
+_BINCOUNT_ROWS = 1 << 25  # float64 bincount sums of integers below 2**27 stay exact up to 2**26 terms
+
+
+def exact_sum(x: np.ndarray) -> Fraction:
+    """The exact sum of a float64 array of finite values, vectorised.
+
+    Each value is ``M * 2**(e - 53)`` with an integer ``|M| < 2**53`` (``np.frexp``); ``M`` is split
+    into 27 and 26 bits, whose sums per exponent are exact in float64 (``np.bincount``, at most
+    2**25 values at a time); the per-exponent sums are then shifted and added as Python integers.
+    Raises ValueError on a non-finite value."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    if not np.isfinite(x).all():
+        raise ValueError("exact_sum needs finite values")
+    x = x[x != 0.0]
+    if not len(x):
+        return Fraction(0)
+    m, e = np.frexp(x)
+    a = np.abs(m) * _TWO53  # integers in [2**52, 2**53)
+    hi = np.floor(a / _TWO26)
+    lo = a - hi * _TWO26
+    neg = m < 0
+    hi[neg] = -hi[neg]
+    lo[neg] = -lo[neg]
+    e = e.astype(np.int64)
+    emin = int(e.min())
+    b = e - emin
+    total = 0
+    for start in range(0, len(x), _BINCOUNT_ROWS):
+        sl = slice(start, start + _BINCOUNT_ROWS)
+        hs = np.bincount(b[sl], weights=hi[sl])
+        ls = np.bincount(b[sl], weights=lo[sl])
+        for k in np.flatnonzero((hs != 0) | (ls != 0)).tolist():
+            total += ((int(hs[k]) << 26) + int(ls[k])) << k
+    return Fraction(total) * Fraction(2) ** (emin - 53)
+
+
+def exact_sum_floats(x: np.ndarray) -> list:
+    """Floats whose exact sum is the exact sum of ``x`` (float64, finite): the correctly rounded
+    exact sum, then the correctly rounded remainder, until nothing remains (the result of
+    :func:`exact_partials`, from :func:`exact_sum`). Raises OverflowError when the sum exceeds the
+    double range, as :func:`math.fsum` does."""
+    r = exact_sum(x)
+    found: list = []
+    while r:
+        f = float(r)
+        found.append(f)
+        r -= Fraction(f)
+    return found
+
+
 def _square_terms(x: np.ndarray) -> np.ndarray:
     """The Veltkamp terms hi*hi, 2*hi*lo, lo*lo of each x (elementwise, no fused operations), whose
     exact sum is exactly sum(x**2): the vectorised :func:`partials_add_square`."""
@@ -128,7 +182,7 @@ class MeanMoments:
     def add_many(self, state: list, matrix) -> list:
         """Add a batch: ``matrix`` has shape (n_metrics, n_observations); NaN skips a value.
 
-        Vectorised and exact (:func:`exact_partials` of the values and of the Veltkamp terms of
+        Vectorised and exact (:func:`exact_sum_floats` of the values and of the Veltkamp terms of
         their squares), so the state's value equals that of adding them one by one."""
         matrix = np.asarray(matrix, dtype=np.float64)
         if matrix.ndim != 2 or matrix.shape[0] != self.n:
@@ -141,9 +195,9 @@ class MeanMoments:
             if not len(col):
                 continue
             state[0][m] += len(col)
-            for f in exact_partials(col.tolist()):
+            for f in exact_sum_floats(col):
                 partials_add(state[1][m], f)
-            for f in exact_partials(_square_terms(col).tolist()):
+            for f in exact_sum_floats(_square_terms(col)):
                 partials_add(state[2][m], f)
         return state
 
