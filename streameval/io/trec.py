@@ -673,7 +673,8 @@ def _fast_floats(words: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> boo
     return True
 
 
-def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = None) -> dict | None:
+def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = None,
+                workers: int | None = None) -> dict | None:
     """Columns of a regular file (see :func:`_fast_chunk`), a chunk of whole lines at a time.
 
     ``data``: the file's bytes (``bytes`` or a read-only ``mmap``). ``kinds`` maps a column to
@@ -684,27 +685,19 @@ def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = N
     or a number does not parse or a token is too long: the general reader then takes over (and
     reports errors).
 
-    Memory: each column is written in place into an array sized for the most lines the file could
-    hold (untouched pages cost nothing), not gathered from per-chunk pieces.
+    The chunks are independent: each writes its rows in place into the output arrays (row offsets
+    from a count of the newlines first), on ``workers`` threads (default: up to 2, as many as the
+    machine has cores; numpy releases the GIL in its loops). A ``bytes`` column is as many 8-byte
+    words wide as the first chunk needs; a chunk with longer tokens makes it wider afterwards.
 
     ``phases`` (for benchmarks/run.py): a dict that receives the seconds spent on the token scan
-    (key ``"scan"``) and on each column (its index), summed over the chunks."""
-    last = [time.perf_counter()]
-
-    def tick(key):
-        if phases is not None:
-            t = time.perf_counter()
-            phases[key] = phases.get(key, 0.0) + t - last[0]
-            last[0] = t
-
+    (key ``"scan"``) and on each column (its index), summed over the chunks; the chunks are then
+    read one after the other."""
     n = len(data)
     if n == 0:
         return None
     buf = np.frombuffer(data, dtype=np.uint8)
-    cap = n // (2 * ncols) + 1  # most lines the file can hold (a token and a separator per column)
-    cols: dict = {}
-    out: dict = {}
-    row = 0
+    bounds = []
     lo = 0
     while lo < n:
         hi = lo + _FAST_CHUNK
@@ -713,12 +706,44 @@ def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = N
             if j < 0:
                 j = data.find(b"\n", hi)
             hi = n if j < 0 else j + 1
+        if hi + _FAST_SLACK > n:  # the end of the file: one last chunk
+            hi = n
+        bounds.append((lo, hi))
+        lo = hi
+    first_row = [0]
+    for lo, hi in bounds:
+        first_row.append(first_row[-1] + int(np.count_nonzero(buf[lo:hi] == 10)))
+    if data[-1] != 10:
+        first_row[-1] += 1
+    nrows = first_row[-1]
+    cols: dict = {}
+    for c, kind in kinds.items():
+        if kind == "float":
+            cols[c] = np.empty(nrows, dtype=np.float64)
+        elif kind == "int":
+            cols[c] = np.empty(nrows, dtype=np.int64)
+    out: dict = {}
+    widths: dict = {}
+
+    def chunk_columns(i: int, only=None):
+        """Read chunk ``i`` into the outputs: None when not regular, else {column: words needed}
+        for the ``bytes`` columns too narrow for it (those are not written)."""
+        last = time.perf_counter() if phases is not None else 0.0
+
+        def tick(key):
+            nonlocal last
+            if phases is not None:
+                t = time.perf_counter()
+                phases[key] = phases.get(key, 0.0) + t - last
+                last = t
+
+        lo, hi = bounds[i]
+        row = first_row[i]
         if hi + _FAST_SLACK <= n:
             ext = buf[lo:hi + _FAST_SLACK]
             got = _fast_chunk(ext[:hi - lo], ncols)
-        else:  # the end of the file: a copy with room after it (and the last newline if missing)
-            hi = n
-            tail = data[lo:] if data[-1] == 10 else data[lo:] + b"\n"
+        else:  # a copy with room after it (and the last newline if missing)
+            tail = data[lo:hi] if data[hi - 1] == 10 else data[lo:hi] + b"\n"
             ext = np.zeros(len(tail) + _FAST_SLACK, dtype=np.uint8)
             ext[:len(tail)] = np.frombuffer(tail, dtype=np.uint8)
             got = _fast_chunk(ext[:len(tail)], ncols)
@@ -726,12 +751,17 @@ def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = N
             return None
         starts, ends = got
         k = starts.shape[0]
+        if row + k != first_row[i + 1]:
+            return None
         tick("scan")
+        wider = {}
         for c, kind in kinds.items():
+            if only is not None and c not in only:
+                continue
             s = starts[:, c]
             lengths = ends[:, c] - s
             if kind == "first":
-                if lo == 0:
+                if i == 0:
                     out[c] = ext[int(s[0]):int(s[0] + lengths[0])].tobytes()
                 continue
             if kind == "bytes":
@@ -739,21 +769,18 @@ def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = N
                 if width > _MAX_MATRIX_WIDTH:
                     return None
                 nw = max((width + 7) // 8, 1)
-                arr = cols.get(c)
-                if arr is None or arr.shape[1] < nw:  # (wider tokens than so far: more words)
-                    new = np.empty((cap, nw), dtype=np.uint64)
-                    if arr is not None:
-                        new[:row, :arr.shape[1]] = arr[:row]
-                        new[:row, arr.shape[1]:] = 0
-                    cols[c] = arr = new
+                if c not in cols:  # the first chunk: the column as wide as it needs
+                    cols[c] = np.empty((nrows, nw), dtype=np.uint64)
+                arr = cols[c]
+                widths[c, i] = width
+                if nw > arr.shape[1]:
+                    wider[c] = nw
+                    continue
                 dest = arr[row:row + k]
                 _words(ext, s, lengths, dest[:, :nw])
                 if nw < arr.shape[1]:
                     dest[:, nw:] = 0
-                out[c, "width"] = max(out.get((c, "width"), 0), width)
             elif kind == "float":
-                if c not in cols:
-                    cols[c] = np.empty(cap, dtype=np.float64)
                 words = _words(ext, s, lengths)
                 if words is None or not _fast_floats(words, lengths, cols[c][row:row + k]):
                     return None
@@ -765,20 +792,47 @@ def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = N
                 if not bool(ok.all()):
                     return None
                 if kind == "int":
-                    if c not in cols:
-                        cols[c] = np.empty(cap, dtype=np.int64)
                     dest = cols[c][row:row + k]
                     np.copyto(dest, mant)
                     np.negative(dest, out=dest, where=neg)
             tick(c)
-        row += k
-        lo = hi
+        return wider
+
+    got = chunk_columns(0)
+    if got is None:
+        return None
+    rest = range(1, len(bounds))
+    if workers is None:
+        workers = min(2, os.cpu_count() or 1)
+    if phases is not None or workers < 2 or len(rest) < 2:
+        results = [chunk_columns(i) for i in rest]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(chunk_columns, rest))
+    if any(r is None for r in results):
+        return None
+    need: dict = {}
+    redo: dict = {}
+    for i, r in zip(rest, results):
+        for c, nw in r.items():
+            need[c] = max(need.get(c, 0), nw)
+            redo.setdefault(i, set()).add(c)
+    for c, nw in need.items():  # tokens longer than the first chunk's: wider columns, chunks redone
+        arr = cols[c]
+        cols[c] = np.zeros((nrows, nw), dtype=np.uint64)
+        cols[c][:, :arr.shape[1]] = arr
+    for i, only in redo.items():
+        if chunk_columns(i, only) is None:
+            return None
     for c, kind in kinds.items():
         if kind == "bytes":
-            arr = cols[c][:row]
-            out[c] = arr.view(f"S{8 * arr.shape[1]}").reshape(row)
+            arr = cols[c]
+            out[c] = arr.view(f"S{8 * arr.shape[1]}").reshape(nrows)
+            out[c, "width"] = max(w for (cc, _), w in widths.items() if cc == c)
         elif kind in ("int", "float"):
-            out[c] = cols[c][:row]
+            out[c] = cols[c]
         elif kind == "check_int":
             out[c] = None
     return out

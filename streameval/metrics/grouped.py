@@ -17,6 +17,8 @@ padding would more than double the memory); the caller then takes the general pa
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .kernel import RankedLists
@@ -33,6 +35,22 @@ def _unique(a: np.ndarray) -> np.ndarray:
     """``np.unique(a)`` by a sort (numpy 2's hash-based unique is several times slower on ids)."""
     s = np.sort(a)
     return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
+
+
+#: threads for the independent chunks of the work (numpy releases the GIL in its loops)
+WORKERS = min(2, os.cpu_count() or 1)
+
+
+def _run_tasks(tasks):
+    """``[fn(*args) for fn, args in tasks]``, on :data:`WORKERS` threads; the first task's error
+    (in order) is raised."""
+    if WORKERS < 2 or len(tasks) < 2:
+        return [fn(*args) for fn, args in tasks]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        futures = [pool.submit(fn, *args) for fn, args in tasks]
+        return [f.result() for f in futures]
 
 
 def _differs(a: np.ndarray) -> np.ndarray:
@@ -93,30 +111,36 @@ def _ascii_codes(*arrays: np.ndarray):
     if width == 0:
         return [np.zeros(len(m), dtype=np.int64) for m in mats]
     step = _CODE_CHUNK
-    # per position: smallest non-NUL byte, largest byte, whether NUL (end of string) occurs
+    # per position: smallest non-NUL byte, largest byte, whether NUL (end of string) occurs; a chunk
+    # of rows at a time, transposed (one contiguous row per position: fast reductions)
     lo = np.full(width, 256, dtype=np.int64)
     hi = np.zeros(width, dtype=np.int64)
     nul = np.zeros(width, dtype=bool)
+
+    def stats(m, r0):  # (16 chunks of rows)
+        w = m.shape[1]
+        top, low, has_nul = np.zeros(w, np.uint8), np.full(w, 255, np.uint8), np.zeros(w, bool)
+        for r in range(r0, min(r0 + step * 16, len(m)), step):
+            sub = m[r:r + step].T.copy()  # (a copy: changed below)
+            np.maximum(top, sub.max(axis=1), out=top)
+            sub -= np.uint8(1)  # NUL wraps to 255: the minimum is the smallest non-NUL byte - 1
+            np.minimum(low, sub.min(axis=1), out=low)
+            has_nul |= (sub == 255).any(axis=1)
+        return top, low.astype(np.int64) + 1, has_nul
+
     for m in mats:
         w = m.shape[1]
         if w < width and len(m):
             nul[w:] = True
-        for r in range(0, len(m), step):
-            sub = m[r:r + step]
-            if not len(sub):
-                continue
-            hi[:w] = np.maximum(hi[:w], sub.max(axis=0))
-            lo[:w] = np.minimum(lo[:w], (sub - np.uint8(1)).min(axis=0).astype(np.int64) + 1)
-            nul[:w] |= (sub == 0).any(axis=0)
-    # a position that is NUL everywhere: lo stays 256 -> no byte symbols
-    table = np.zeros((width, 256), dtype=np.int64)  # a byte's number at a position (NUL: 0)
-    byte = np.arange(256)
-    for j in range(width):
-        if hi[j] >= lo[j]:
-            table[j, lo[j]:hi[j] + 1] = byte[lo[j]:hi[j] + 1] - lo[j] + int(nul[j])
+        for top, low, has_nul in _run_tasks([(stats, (m, r)) for r in range(0, len(m), step * 16)]):
+            np.maximum(hi[:w], top, out=hi[:w])
+            np.minimum(lo[:w], low, out=lo[:w])
+            nul[:w] |= has_nul
+    # a position that is NUL everywhere: lo stays 256, no byte symbols
     counts = (hi - lo + 1).clip(0) + nul
+    table = None
     if int(sum((int(c) - 1).bit_length() for c in counts)) > 62:
-        # only the bytes that occur
+        # only the bytes that occur, numbered through a table
         present = np.zeros((width, 256), dtype=bool)
         for m in mats:
             w = m.shape[1]
@@ -125,25 +149,47 @@ def _ascii_codes(*arrays: np.ndarray):
             for r in range(0, len(m), step):
                 flat[(m[r:r + step] + base).ravel()] = True
         present[:, 0] |= nul
-        table = np.cumsum(present, axis=1) - 1
-        table[:, 0] = 0
+        table = (np.cumsum(present, axis=1) - 1).clip(0).astype(np.uint8)
         counts = present.sum(axis=1)
     bits = [(int(c) - 1).bit_length() for c in counts]
     if sum(bits) > 62:
         return None
-    shifts = np.cumsum([0] + bits[::-1])[:-1][::-1]
-    table = (table.astype(np.uint64) << shifts.astype(np.uint64)[:, None])
-    keys = []
-    for m in mats:
-        cols = [j for j in range(m.shape[1]) if bits[j]]
-        k = np.zeros(len(m), dtype=np.uint64)
-        for r in range(0, len(m), step):
-            sub = m[r:r + step].T  # one row per position
+    # positions that vary, in groups of at most 16 bits: a group's code is built in uint16 (cheap),
+    # then shifted into the 64-bit key
+    groups: list[list[int]] = []
+    for j in range(width):
+        if bits[j]:
+            if groups and sum(bits[i] for i in groups[-1]) + bits[j] <= 16:
+                groups[-1].append(j)
+            else:
+                groups.append([j])
+    def encode(m, k, r):
+        w = m.shape[1]
+        for r in range(r, min(r + step * 16, len(m)), step):
+            sub = np.ascontiguousarray(m[r:r + step].T)  # one row per position
             kr = k[r:r + step]
-            for j in cols:
-                kr |= table[j][sub[j]]
-        keys.append(k.view(np.int64))
-    return keys
+            for g in groups:
+                gv = None
+                for j in g:
+                    if j >= w:  # past this array's width: NUL, number 0
+                        c = np.zeros(sub.shape[1], dtype=np.uint8)
+                    elif table is not None:
+                        c = table[j][sub[j]]
+                    else:  # byte - lo + 1 (NUL: 0), or byte - lo when NUL does not occur here
+                        c = sub[j] - np.uint8(lo[j] - nul[j])
+                        if nul[j]:
+                            c *= sub[j] != 0
+                    if gv is None:
+                        gv = c.astype(np.uint16)
+                    else:
+                        gv <<= np.uint16(bits[j])
+                        gv |= c
+                kr <<= np.uint64(sum(bits[j] for j in g))
+                kr |= gv
+
+    keys = [np.zeros(len(m), dtype=np.uint64) for m in mats]
+    _run_tasks([(encode, (m, k, r)) for m, k in zip(mats, keys) for r in range(0, len(m), step * 16)])
+    return [k.view(np.int64) for k in keys]
 
 
 def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_precision, as_key_array,
@@ -214,7 +260,7 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     if len(jkey) < 2 or bool(np.all(jkey[1:] > jkey[:-1])):
         jkey_s, jgrade_s = jkey, jgrade  # already in order (qrels files usually are): no sort
     else:
-        jorder = np.argsort(jkey)
+        jorder = np.argsort(jkey, kind="stable")  # (timsort: fast on qrels grouped by query)
         jkey_s = jkey[jorder]
         jgrade_s = jgrade[jorder]
         jqc = jqc[jorder]
@@ -246,10 +292,13 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     ends = np.cumsum(lens)
     cuts = np.unique(np.searchsorted(ends, np.arange(CHUNK_ROWS, n_kept, CHUNK_ROWS), side="right"))
     bounds = [0, *[int(c) for c in cuts if 0 < c < nb], nb]
-    for b0, b1 in zip(bounds[:-1], bounds[1:]):
-        _chunk(slice(b0, b1), lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, rd, rdc, dmin, nd,
-               jkey_s, jgrade_s, dtype, depth, qvocab, docno_of)
-    joff, hvals, hcounts = judgment_histogram(eval_pos[jqc], jgrade_s, len(evaluated))
+    # the chunks write disjoint parts of ``grades``: on two threads (numpy releases the GIL in its
+    # sorts and loops), the judgment histogram alongside; an error is the first chunk's, in order
+    tasks = [(_chunk, (slice(b0, b1), lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, rd, rdc, dmin,
+                       nd, jkey_s, jgrade_s, dtype, depth, qvocab, docno_of))
+             for b0, b1 in zip(bounds[:-1], bounds[1:])]
+    tasks.append((lambda: judgment_histogram(eval_pos[jqc], jgrade_s, len(evaluated)), ()))
+    joff, hvals, hcounts = _run_tasks(tasks)[-1]
     return prepared_cls(
         qids=qvocab[evaluated],
         lists=RankedLists(offsets, grades, joff, hvals, hcounts),
