@@ -218,7 +218,7 @@ def cli_breakdown(qrels_path: str, run_path: str) -> dict:
         fast = trec._fast_table(data, ncol, kinds, phases)
         if fast is not None:
             t[f"{name}: token scan (fast path)"] = phases.pop("scan")
-            t[f"{name}: qid bytes"] = phases.pop(0)
+            t[f"{name}: qid " + ("runs" if name == "run" else "bytes")] = phases.pop(0)
             t[f"{name}: docno bytes"] = phases.pop(2)
             t[f"{name}: numbers (rank checked, score)" if name == "run" else f"{name}: grades"] = \
                 sum(phases.pop(c, 0.0) for c in (3, 4, 5))

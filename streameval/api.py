@@ -44,7 +44,8 @@ def _columns(obj, kind: str):
         obj = trec.read_run(obj, check=True) if kind == "run" else trec.read_qrels(obj)
     if hasattr(obj, "qid") and hasattr(obj, "docno"):
         val = obj.score if kind == "run" else obj.grade
-        return np.asarray(obj.qid), np.asarray(obj.docno), np.asarray(val, dtype=np.float64)
+        qid = obj.qid if hasattr(obj.qid, "blocks") else np.asarray(obj.qid)  # runs of qids: kept so
+        return qid, np.asarray(obj.docno), np.asarray(val, dtype=np.float64)
     if isinstance(obj, dict):
         q, d, v = [], [], []
         for qid, docs in obj.items():

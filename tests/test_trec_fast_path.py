@@ -192,7 +192,7 @@ def test_read_for_eval_keeps_bytes_ids_and_checks_ranks(tmp_path):
     qrels.write_text("q1 0 d9 1\nq2 0 d1 -1\nq2 0 d3 +2\n")
     r, j = trec._read_for_eval(run, qrels)
     assert r.qid.dtype.kind == "S" and r.docno.dtype.kind == "S" and r.rank is None and r.tag == "tag"
-    assert r.qid.tolist() == [b"q1", b"q1", b"q2"] and r.docno.tolist() == [b"d10", b"d9", b"d1"]
+    assert np.asarray(r.qid).tolist() == [b"q1", b"q1", b"q2"] and r.docno.tolist() == [b"d10", b"d9", b"d1"]
     assert r.score.tolist() == [2.5, 2.5, -1e-3]
     assert j.qid.tolist() == [b"q1", b"q2", b"q2"] and j.grade.tolist() == [1, -1, 2]
     run.write_text("q1 Q0 d10 1 2.5 tag\nq1 Q0 d9 2.0 2.5 tag\n")
@@ -268,3 +268,41 @@ def test_codes_fall_back_to_the_bytes_that_occur():
     assert np.all(np.diff(codes[order]) >= 0)
     assert len(np.unique(codes)) == len(np.unique(ids))
     assert grouped._ascii_codes(ids.astype("S")) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# the run's qid column as runs of equal qids
+
+
+@SETTINGS
+@given(qids=st.lists(st.sampled_from(["q1", "q2", "q10", "query-long-name-3"]), min_size=1, max_size=40),
+       chunk=st.sampled_from([16, 40, 1 << 20]))
+def test_qid_runs_lay_out_as_the_column(monkeypatch, qids, chunk):
+    monkeypatch.setattr(trec, "_FAST_CHUNK", chunk)  # runs that go on across chunks
+    data = "".join(f"{q} Q0 d{i} {i} {1.0 / (i + 1)!r} t\n" for i, q in enumerate(qids)).encode()
+    fast = trec._fast_table(data, 6, trec._RUN_KINDS_EVAL)
+    runs = fast[0]
+    assert len(runs) == len(qids) and runs.dtype.kind == "S"
+    assert np.asarray(runs).tolist() == [q.encode() for q in qids]
+    values, lengths, starts = runs.blocks()
+    assert all(values[1:] != values[:-1])  # maximal runs
+    assert np.repeat(values, lengths).tolist() == [q.encode() for q in qids]
+    assert starts.tolist() == np.concatenate(([0], np.cumsum(lengths)[:-1])).tolist()
+    assert fast[0, "width"] == max(len(q) for q in qids)
+
+
+def test_prepare_on_qid_runs_equals_prepare_on_the_column(tmp_path):
+    from streameval.metrics.prepare import prepare
+
+    # q1 split in two places (not contiguous): the general path, which lays the column out
+    for text in ("q1 Q0 a 1 3 t\nq1 Q0 b 2 2 t\nq2 Q0 a 1 5 t\n",
+                 "q1 Q0 a 1 3 t\nq2 Q0 a 1 5 t\nq1 Q0 b 2 2 t\n"):
+        (tmp_path / "r.run").write_text(text)
+        (tmp_path / "q.qrels").write_text("q1 0 b 1\nq2 0 a 2\nq1 0 a 0\n")
+        run, qrels = trec._read_for_eval(tmp_path / "r.run", tmp_path / "q.qrels")
+        assert hasattr(run.qid, "blocks")
+        args = (run.docno, run.score, qrels.qid, qrels.docno, qrels.grade)
+        a, b = prepare(run.qid, *args), prepare(np.asarray(run.qid), *args)
+        assert a.qids.tolist() == b.qids.tolist() == [b"q1", b"q2"]
+        for name in ("offsets", "grades", "judged_offsets", "judged_values", "judged_counts"):
+            np.testing.assert_array_equal(getattr(a.lists, name), getattr(b.lists, name))

@@ -724,6 +724,7 @@ def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = N
             cols[c] = np.empty(nrows, dtype=np.int64)
     out: dict = {}
     widths: dict = {}
+    runs: dict = {}
 
     def chunk_columns(i: int, only=None):
         """Read chunk ``i`` into the outputs: None when not regular, else {column: words needed}
@@ -780,6 +781,17 @@ def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = N
                 _words(ext, s, lengths, dest[:, :nw])
                 if nw < arr.shape[1]:
                     dest[:, nw:] = 0
+            elif kind == "blocks":  # runs of equal consecutive tokens: their token and length
+                words = _words(ext, s, lengths)
+                if words is None:
+                    return None
+                new_run = words[1:, 0] != words[:-1, 0]
+                for j in range(1, words.shape[1]):
+                    new_run |= words[1:, j] != words[:-1, j]
+                first = np.flatnonzero(new_run)
+                first += 1
+                first = np.concatenate(([0], first))
+                runs[c, i] = (words[first], np.diff(first, append=k), int(lengths.max()))
             elif kind == "float":
                 words = _words(ext, s, lengths)
                 if words is None or not _fast_floats(words, lengths, cols[c][row:row + k]):
@@ -835,7 +847,49 @@ def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = N
             out[c] = cols[c]
         elif kind == "check_int":
             out[c] = None
+        elif kind == "blocks":
+            parts = [runs[c, i] for i in range(len(bounds))]
+            nw = max(p[0].shape[1] for p in parts)
+            values = np.zeros((sum(len(p[1]) for p in parts), nw), dtype=np.uint64)
+            at = 0
+            for v, _, _ in parts:
+                values[at:at + len(v), :v.shape[1]] = v
+                at += len(v)
+            lengths = np.concatenate([p[1] for p in parts])
+            # a run that goes on in the next chunk: one run
+            new_run = np.ones(len(values), dtype=bool)
+            new_run[1:] = (values[1:] != values[:-1]).any(axis=1)
+            first = np.flatnonzero(new_run)
+            out[c] = _RunLengths(np.ascontiguousarray(values[first]).view(f"S{8 * nw}").reshape(len(first)),
+                                 np.add.reduceat(lengths, first))
+            out[c, "width"] = max(p[2] for p in parts)
     return out
+
+
+class _RunLengths:
+    """An id column given as runs of equal consecutive ids (a run file's qid column: each query's
+    lines together): ``values`` (one per run, adjacent ones differ) and ``lengths``. ``len()`` and
+    ``dtype`` are the column's; ``blocks()`` gives ``(values, lengths, starts)`` (what
+    :mod:`streameval.metrics.grouped` wants, without the column ever being laid out);
+    ``np.asarray()`` lays it out."""
+
+    def __init__(self, values: np.ndarray, lengths: np.ndarray):
+        self.values = values
+        self.lengths = lengths.astype(np.int64, copy=False)
+        self.dtype = values.dtype
+        self._n = int(self.lengths.sum())
+
+    def __len__(self) -> int:
+        return self._n
+
+    def blocks(self):
+        starts = np.zeros(len(self.lengths), dtype=np.int64)
+        np.cumsum(self.lengths[:-1], out=starts[1:])
+        return self.values, self.lengths, starts
+
+    def __array__(self, dtype=None, copy=None):
+        a = np.repeat(self.values, self.lengths)
+        return a if dtype is None else a.astype(dtype)
 
 
 def _map_file(path: str):
@@ -859,7 +913,8 @@ def _ascii_str(ids: np.ndarray, width: int) -> np.ndarray:
 
 
 _RUN_KINDS = {0: "bytes", 2: "bytes", 3: "int", 4: "float", 5: "first"}
-_RUN_KINDS_EVAL = {**_RUN_KINDS, 3: "check_int"}  # trec-eval: the rank column is checked, not kept
+# trec-eval: the qid column as runs of equal qids, the rank column checked, not kept
+_RUN_KINDS_EVAL = {**_RUN_KINDS, 0: "blocks", 3: "check_int"}
 _QRELS_KINDS = {0: "bytes", 2: "bytes", 3: "int"}
 
 
@@ -874,9 +929,10 @@ def _new(cls, **fields):
 def _read_for_eval(run_path: PathLike, qrels_path: PathLike) -> tuple[TrecRun, TrecQrels]:
     """:func:`read_run` and :func:`read_qrels` for ``streameval trec-eval``: the same checks and
     errors, but on the fast path (regular ASCII files) ``qid``/``docno`` stay ``bytes`` arrays
-    (numpy ``S``, zero-padded: they order as the strings do) and the run's rank column is checked
-    to be integers but not kept (``rank`` is None; trec_eval ignores it). Other files are read by
-    the general readers (``str`` ids)."""
+    (numpy ``S``, zero-padded: they order as the strings do), the run's ``qid`` is a
+    :class:`_RunLengths` (runs of equal qids; ``np.asarray`` lays it out) and the run's rank column
+    is checked to be integers but not kept (``rank`` is None; trec_eval ignores it). Other files
+    are read by the general readers (``str`` ids)."""
     p = os.fspath(run_path)
     fast = _fast_table(_map_file(p), 6, _RUN_KINDS_EVAL)
     if fast is None:

@@ -88,7 +88,7 @@ def _byte_matrix(a: np.ndarray):
     return m.astype(np.uint8)
 
 
-def _ascii_codes(*arrays: np.ndarray):
+def _ascii_codes(*arrays: np.ndarray, lazy: bool = False):
     """Integer codes of the ids of several ``str`` arrays (ASCII) or ``bytes`` arrays that order as
     the ids do (code-point / byte order, a prefix first), or None when a ``str`` is not ASCII or
     the codes need more than 62 bits. All arrays ``str`` or all ``bytes``.
@@ -100,7 +100,11 @@ def _ascii_codes(*arrays: np.ndarray):
     ``d1234567890`` or ``clueweb09-en0000-00-00000`` take a few bits per varying position. First
     each position numbers the whole range of bytes between its smallest and its largest (no table
     of which occur: cheaper); when that needs more than 62 bits, only the bytes that occur. O(n x
-    length), no sort, a cache-sized chunk of rows at a time."""
+    length), no sort, a cache-sized chunk of rows at a time.
+
+    ``lazy``: ``(numbering, byte matrices, codes of the arrays but the first)``, the first array's
+    codes made later, a chunk at a time, where they are used (:class:`_Codes`; every code is below
+    ``numbering.nd``)."""
     mats = []
     for a in arrays:
         m = _byte_matrix(a)
@@ -163,12 +167,34 @@ def _ascii_codes(*arrays: np.ndarray):
                 groups[-1].append(j)
             else:
                 groups.append([j])
-    def encode(m, k, r):
+    codes = _Codes(bits, groups, lo, nul, table)
+    # (lazy: no codes for the first array)
+    keys = [np.zeros(len(m) if i or not lazy else 0, dtype=np.uint64) for i, m in enumerate(mats)]
+    _run_tasks([(codes.encode, (m[r:r + step * 16], k[r:r + step * 16]))
+                for m, k in zip(mats, keys) for r in range(0, len(k), step * 16)])
+    if lazy:
+        return codes, mats, [k.view(np.int64) for k in keys[1:]]
+    return [k.view(np.int64) for k in keys]
+
+
+class _Codes:
+    """How :func:`_ascii_codes` numbers ids (per position: bits, first byte, whether NUL occurs,
+    or a byte table); ``encode`` applies it to rows of a byte matrix, so that the codes of a big
+    array can be made a chunk at a time where they are used. ``nd``: every code is below it."""
+
+    def __init__(self, bits, groups, lo, nul, table):
+        self.bits, self.groups, self.lo, self.nul, self.table = bits, groups, lo, nul, table
+        self.nd = 1 << sum(bits)
+
+    def encode(self, m: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Codes (uint64) of the rows of byte matrix ``m``, written into ``out`` (zeros) if given."""
+        bits, lo, nul, table = self.bits, self.lo, self.nul, self.table
         w = m.shape[1]
-        for r in range(r, min(r + step * 16, len(m)), step):
-            sub = np.ascontiguousarray(m[r:r + step].T)  # one row per position
-            kr = k[r:r + step]
-            for g in groups:
+        k = np.zeros(len(m), dtype=np.uint64) if out is None else out
+        for r in range(0, len(m), _CODE_CHUNK):
+            sub = np.ascontiguousarray(m[r:r + _CODE_CHUNK].T)  # one row per position
+            kr = k[r:r + _CODE_CHUNK]
+            for g in self.groups:
                 gv = None
                 for j in g:
                     if j >= w:  # past this array's width: NUL, number 0
@@ -186,20 +212,18 @@ def _ascii_codes(*arrays: np.ndarray):
                         gv |= c
                 kr <<= np.uint64(sum(bits[j] for j in g))
                 kr |= gv
-
-    keys = [np.zeros(len(m), dtype=np.uint64) for m in mats]
-    _run_tasks([(encode, (m, k, r)) for m, k in zip(mats, keys) for r in range(0, len(m), step * 16)])
-    return [k.view(np.int64) for k in keys]
+        return k
 
 
 def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_precision, as_key_array,
                     factorize, judgment_histogram, prepared_cls):
     """See the module docstring. Arguments as :func:`prepare` (already validated), plus the
     helpers it shares (to keep one definition of each step)."""
-    rq, jq = as_key_array(rq), as_key_array(jq)
-    if len(rq) and len(jq) and rq.dtype.kind != jq.dtype.kind:
-        rq, jq = rq.astype(str), jq.astype(str)
-    rbv, rbl, rbs = _blocks(rq)
+    runs = getattr(rq, "blocks", None)  # ids given as runs of equal ids (trec._RunLengths)
+    rbv, rbl, rbs = runs() if runs is not None else _blocks(as_key_array(rq))
+    jq = as_key_array(jq)
+    if len(rbv) and len(jq) and rbv.dtype.kind != jq.dtype.kind:
+        rbv, jq = rbv.astype(str), jq.astype(str)
     jbv, jbl, _ = _blocks(jq)
     qvocab = _unique(np.concatenate((rbv, jbv)))
     rbc = np.searchsorted(qvocab, rbv).astype(np.int64)  # query code of each run block
@@ -218,30 +242,41 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
         nd = dmax - dmin + 1
         if nq * nd >= _MAX_KEY:
             return None
-        rdc, jdc = None, jd.astype(np.int64)  # the run's codes are made a chunk at a time
+        jdc = jd.astype(np.int64)
         jdc -= dmin
+
+        def run_codes(rows):  # the run's codes are made a chunk at a time
+            return rd[rows].astype(np.int64) - dmin
 
         def docno_of(code):
             return code + dmin
     else:
-        codes = _ascii_codes(rd, jd) if rd.dtype.kind == jd.dtype.kind and rd.dtype.kind in "US" else None
-        top = max((int(c.max()) for c in codes if len(c)), default=0) if codes is not None else 0
-        if codes is not None and nq * (top + 1) < _MAX_KEY:
-            # ASCII ids: integer codes in string order straight from the characters, no sort
-            (rdc, jdc), dmin, nd = codes, 0, top + 1
+        lazy = _ascii_codes(rd, jd, lazy=True) if rd.dtype.kind == jd.dtype.kind and rd.dtype.kind in "US" else None
+        if lazy is not None and nq * lazy[0].nd < _MAX_KEY:
+            # ASCII ids: integer codes in string order straight from the characters, no sort; the
+            # run's made a chunk at a time, where they are used
+            numbering, (rmat, jmat), (jdc,) = lazy
+            nd = numbering.nd
+
+            def run_codes(rows):
+                return numbering.encode(rmat[rows]).view(np.int64)
 
             def docno_of(code):  # only for error messages
-                for ids, c in zip((rd, jd), codes):
+                for ids, m in ((rd, rmat), (jd, jmat)):
+                    c = numbering.encode(m).view(np.int64)
                     hit = np.flatnonzero(c == code)
                     if len(hit):
                         return ids[hit[0]]
         else:
             dvocab, (rdc, jdc) = factorize(rd, jd)
             nd = max(len(dvocab), 1)
-            dmin = 0
+
+            def run_codes(rows):
+                return np.asarray(rdc[rows], dtype=np.int64)
 
             def docno_of(code):
                 return dvocab[code]
+        del lazy
 
     # -- which queries are evaluated
     judged_queries = _unique(jbc)
@@ -294,7 +329,7 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     bounds = [0, *[int(c) for c in cuts if 0 < c < nb], nb]
     # the chunks write disjoint parts of ``grades``: on two threads (numpy releases the GIL in its
     # sorts and loops), the judgment histogram alongside; an error is the first chunk's, in order
-    tasks = [(_chunk, (slice(b0, b1), lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, rd, rdc, dmin,
+    tasks = [(_chunk, (slice(b0, b1), lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_codes,
                        nd, jkey_s, jgrade_s, dtype, depth, qvocab, docno_of))
              for b0, b1 in zip(bounds[:-1], bounds[1:])]
     tasks.append((lambda: judgment_histogram(eval_pos[jqc], jgrade_s, len(evaluated)), ()))
@@ -307,7 +342,7 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     )
 
 
-def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, rd, rdc, dmin, nd, jkey_s, jgrade_s,
+def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_codes, nd, jkey_s, jgrade_s,
            dtype, depth, qvocab, docno_of):
     """Lay out the run blocks ``sel`` (consecutive kept blocks) and write their grades, in rank
     order, into ``grades`` at their queries' ``offsets``."""
@@ -322,7 +357,7 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, rd, 
         rows = np.arange(nc) + np.repeat(cs - (np.cumsum(cl) - cl), cl)
     neg = np.asarray(score[rows], dtype=np.float64).astype(dtype)
     np.negative(neg, out=neg)
-    d = rd[rows].astype(np.int64) - dmin if rdc is None else np.asarray(rdc[rows], dtype=np.int64)
+    d = run_codes(rows)
     if nc == nbc * Lc:  # every query of the chunk has Lc rows (a run cut at a fixed depth): reshapes
         S = neg.reshape(nbc, Lc)
         D = d.reshape(nbc, Lc)
