@@ -209,3 +209,16 @@ def test_exact_sum_is_the_rational_sum(values):
         return
     assert sum((Fraction(f) for f in floats), Fraction(0)) == ref
     assert (floats[0] if floats else 0.0) == (float(ref) if ref else 0.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300),
+                         min_size=3, max_size=3), min_size=0, max_size=30))
+def test_exact_row_sums_are_the_rational_sums(rows):
+    from fractions import Fraction
+
+    from streameval.accumulators.moments import exact_row_sums
+
+    x = np.array(rows, dtype=np.float64).reshape(-1, 3).T
+    got = exact_row_sums(x)
+    assert got == [sum((Fraction(v) for v in r), Fraction(0)) for r in x.tolist()]

@@ -30,6 +30,7 @@ __all__ = [
     "exact_partials",
     "exact_sum",
     "exact_sum_floats",
+    "exact_row_sums",
     "MeanMoments",
 ]
 
@@ -126,18 +127,56 @@ def exact_sum(x: np.ndarray) -> Fraction:
     return Fraction(total) * Fraction(2) ** (emin - 53)
 
 
-def exact_sum_floats(x: np.ndarray) -> list:
-    """Floats whose exact sum is the exact sum of ``x`` (float64, finite): the correctly rounded
-    exact sum, then the correctly rounded remainder, until nothing remains (the result of
-    :func:`exact_partials`, from :func:`exact_sum`). Raises OverflowError when the sum exceeds the
-    double range, as :func:`math.fsum` does."""
-    r = exact_sum(x)
+def exact_row_sums(matrix: np.ndarray) -> list:
+    """:func:`exact_sum` of each row of a 2-D float64 array of finite values (zeros contribute
+    nothing), in one pass: the exponents of all rows are counted with one ``np.bincount`` over
+    (row, exponent). Returns a list of Fractions, one per row."""
+    x = np.asarray(matrix, dtype=np.float64)
+    rows = x.shape[0]
+    if not np.isfinite(x).all():
+        raise ValueError("exact_row_sums needs finite values")
+    r_idx, c_idx = np.nonzero(x)
+    if not len(r_idx):
+        return [Fraction(0)] * rows
+    v = x[r_idx, c_idx]
+    m, e = np.frexp(v)
+    a = np.abs(m) * _TWO53
+    hi = np.floor(a / _TWO26)
+    lo = a - hi * _TWO26
+    neg = m < 0
+    hi[neg] = -hi[neg]
+    lo[neg] = -lo[neg]
+    e = e.astype(np.int64)
+    emin = int(e.min())
+    span = int(e.max()) - emin + 1
+    idx = r_idx.astype(np.int64) * span + (e - emin)
+    totals = [0] * rows
+    for start in range(0, len(v), _BINCOUNT_ROWS):
+        sl = slice(start, start + _BINCOUNT_ROWS)
+        hs = np.bincount(idx[sl], weights=hi[sl], minlength=rows * span)
+        ls = np.bincount(idx[sl], weights=lo[sl], minlength=rows * span)
+        for k in np.flatnonzero((hs != 0) | (ls != 0)).tolist():
+            row, b = divmod(k, span)
+            totals[row] += ((int(hs[k]) << 26) + int(ls[k])) << b
+    scale = Fraction(2) ** (emin - 53)
+    return [Fraction(t) * scale for t in totals]
+
+
+def _floats_of(r: Fraction) -> list:
     found: list = []
     while r:
         f = float(r)
         found.append(f)
         r -= Fraction(f)
     return found
+
+
+def exact_sum_floats(x: np.ndarray) -> list:
+    """Floats whose exact sum is the exact sum of ``x`` (float64, finite): the correctly rounded
+    exact sum, then the correctly rounded remainder, until nothing remains (the result of
+    :func:`exact_partials`, from :func:`exact_sum`). Raises OverflowError when the sum exceeds the
+    double range, as :func:`math.fsum` does."""
+    return _floats_of(exact_sum(x))
 
 
 def _square_terms(x: np.ndarray) -> np.ndarray:
@@ -189,15 +228,20 @@ class MeanMoments:
             raise ValueError(f"expected a matrix of shape ({self.n}, n), got {matrix.shape}")
         if np.isinf(matrix).any():
             raise ValueError(f"metric value {matrix[np.isinf(matrix)][0]} is not finite")
+        nan = np.isnan(matrix)
+        counts = (~nan).sum(axis=1).tolist()
+        x = np.where(nan, 0.0, matrix)
+        sums = exact_row_sums(x)
+        # per metric, the Veltkamp terms of its values' squares side by side: (n_metrics, 3 n)
+        sqs = exact_row_sums(_square_terms(x.ravel()).reshape(3, self.n, -1).transpose(1, 0, 2)
+                             .reshape(self.n, -1)) if x.size else [Fraction(0)] * self.n
         for m in range(self.n):
-            col = matrix[m]
-            col = col[~np.isnan(col)]
-            if not len(col):
+            if not counts[m]:
                 continue
-            state[0][m] += len(col)
-            for f in exact_sum_floats(col):
+            state[0][m] += counts[m]
+            for f in _floats_of(sums[m]):
                 partials_add(state[1][m], f)
-            for f in exact_sum_floats(_square_terms(col)):
+            for f in _floats_of(sqs[m]):
                 partials_add(state[2][m], f)
         return state
 

@@ -70,8 +70,17 @@ def _obj(values) -> np.ndarray:
 
 
 def _pack(a: np.ndarray):
-    """An object array of strings (None allowed) as one NUL-joined str (pickled as one UTF-8 run:
-    several times faster to encode and decode than the array's strings one by one)."""
+    """An object array of strings (None allowed) in a form that pickles fast: runs of equal
+    values (the request, query, system and attributes of a request's records) as the runs' values
+    and lengths, otherwise one NUL-joined str (one UTF-8 run instead of a string object each)."""
+    n = len(a)
+    k = min(n, 256)
+    if n > 8 and np.count_nonzero(a[1:k] != a[:k - 1]) < k // 4:  # looks like runs: check all
+        change = np.flatnonzero(a[1:] != a[:-1])
+        if len(change) < n // 4:
+            starts = np.concatenate(([0], change + 1))
+            lengths = np.diff(np.append(starts, n)).astype(np.int64)
+            return ("\x00rle", _pack(a[starts]), lengths)
     lst = a.tolist()
     mask = None
     if None in lst:
@@ -83,12 +92,14 @@ def _pack(a: np.ndarray):
         return a
     if lst and text.count("\x00") != len(lst) - 1:  # a string holds a NUL
         return a
-    return ("\x00str", text, len(lst), len(a), mask)
+    return ("\x00str", text, len(lst), n, mask)
 
 
 def _unpack(v):
     if not isinstance(v, tuple):
         return v
+    if v[0] == "\x00rle":
+        return np.repeat(_unpack(v[1]), v[2])
     _, text, n, total, mask = v
     out = np.empty(total, dtype=object)
     if n:
@@ -906,7 +917,14 @@ class _ScoreShard(beam.DoFn):
         wcode = wcode.reshape(len(ws))
         wvals = wvals.tolist()
         scode, svals = _factorize(r["system_id"])
-        for lcode, lvals in _labels(r["attributes"], nreq, self.slice_specs):
+        labels = _labels(r["attributes"], nreq, self.slice_specs)
+        # every slice specification partitions the requests, so the states of "all" are the exact
+        # merges of the first specification's states (the exact sums are computed once, not twice)
+        derive_all = len(labels) > 1
+        merged: dict = {}
+        for spec, (lcode, lvals) in enumerate(labels):
+            if spec == 0 and derive_all:
+                continue
             key = (wcode * len(lvals) + lcode) * len(svals) + scode
             order, starts, ends = _group_bounds(key)
             for lo, hi in zip(starts, ends):
@@ -918,7 +936,11 @@ class _ScoreShard(beam.DoFn):
                 start = wvals[wi]
                 wkey = (start, start + self.window_micros) if self.window_micros is not None else (None, None)
                 state = self.mm.add_many(self.mm.create(), values[:, members])
+                if spec == 1 and derive_all:
+                    merged.setdefault((*wkey, ALL, svals[si]), []).append(state)
                 yield ((*wkey, lvals[li], svals[si]), state)
+        for key, states in merged.items():
+            yield (key, self.mm.merge(states))
 
 
 # --------------------------------------------------------------------------------------------
