@@ -306,3 +306,27 @@ def test_prepare_on_qid_runs_equals_prepare_on_the_column(tmp_path):
         assert a.qids.tolist() == b.qids.tolist() == [b"q1", b"q2"]
         for name in ("offsets", "grades", "judged_offsets", "judged_values", "judged_counts"):
             np.testing.assert_array_equal(getattr(a.lists, name), getattr(b.lists, name))
+
+
+@SETTINGS
+@given(frac=st.integers(1, 7), data=st.data())
+def test_fixed_decimals_equal_python_float(frac, data):
+    # scores as runs print them (%.{frac}f), which the SWAR path reads; float() the reference
+    whole = st.text("0123456789", min_size=0, max_size=7 - frac)
+    tokens = [data.draw(whole) + "." + data.draw(st.text("0123456789", min_size=frac, max_size=frac))
+              for _ in range(data.draw(st.integers(1, 30)))]
+    words, lengths = _words([t.encode() for t in tokens])
+    assert trec._fixed_decimals(words, lengths) is not None
+    out = np.empty(len(tokens))
+    assert trec._fast_floats(words, lengths, out)
+    _same_floats(out, [float(t) for t in tokens])
+
+
+@pytest.mark.parametrize("tokens", [["0.5", "0.25"], ["1.5", "-1.5"], ["1.5", "1e5"], ["0.123456789"], ["1.5", "1.x"],
+                                    ["15", "1.5"], ["1.5", "2"], ["1.5", "1..5"], ["1.5", ".5."], ["1.5", "+1.5"]])
+def test_fixed_decimals_leave_other_tokens_to_the_general_path(tokens):
+    words, lengths = _words([t.encode() for t in tokens])
+    assert trec._fixed_decimals(words, lengths) is None
+    out = np.empty(len(tokens))
+    if trec._fast_floats(words, lengths, out):
+        _same_floats(out, [float(t) for t in tokens])

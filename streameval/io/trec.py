@@ -563,7 +563,8 @@ def _fast_chunk(chunk: np.ndarray, ncols: int):
     ASCII tokens separated by one space or tab, no blank in front or at the end, ``\\n`` ends,
     not a comment (``#`` first).
 
-    Returns ``(starts, ends)``, (lines x ncols) int64 arrays of offsets in the chunk, or None when
+    Returns ``(line starts, ends)``: where each line starts, and the (lines x ncols) offsets in the
+    chunk of the whitespace after each token (token ``c > 0`` starts after ``ends[:, c - 1]``); None when
     anything is unusual (blank or comment lines, other whitespace, a NUL or non-ASCII byte, a line
     with another number of tokens): the general reader then decides, and reports errors."""
     if int(chunk.max()) >= 128 or chunk[0] <= 32:
@@ -578,14 +579,12 @@ def _fast_chunk(chunk: np.ndarray, ncols: int):
     ends = np.flatnonzero(le).reshape(nl, ncols)
     if not bool((chunk[ends[:, -1]] == 10).all()):
         return None
-    starts = np.empty_like(ends)
-    starts[:, 1:] = ends[:, :-1]
-    starts[:, 1:] += 1
-    starts[0, 0] = 0
-    starts[1:, 0] = ends[:-1, -1] + 1
-    if bool((chunk[starts[:, 0]] == 35).any()):
+    line_starts = np.empty(nl, dtype=ends.dtype)
+    line_starts[0] = 0
+    np.add(ends[:-1, -1], 1, out=line_starts[1:])
+    if bool((chunk[line_starts] == 35).any()):
         return None  # a comment line
-    return starts, ends
+    return line_starts, ends
 
 
 def _words(ext: np.ndarray, s: np.ndarray, lengths: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
@@ -648,12 +647,55 @@ def _fast_decimal(words: np.ndarray, lengths: np.ndarray, dot: bool, values: boo
     return ok, mant, nfrac, neg
 
 
+_U64 = np.uint64
+_ZERO_FILL = np.array([int.from_bytes(b"0" * i + b"\0" * (8 - i), "little") for i in range(9)], dtype=np.uint64)
+
+
+def _fixed_decimals(words: np.ndarray, lengths: np.ndarray):
+    """``(mantissa, digits after the dot)`` of tokens of at most 8 bytes that all are
+    ``digits.digits`` with the same number of digits after the dot (``%.6f`` as runs print
+    scores), by SWAR arithmetic on each token's 8-byte word; None when they are not all so (the
+    per-character path then reads them)."""
+    if words.shape[1] != 1 or not len(lengths):
+        return None
+    first = words[0, 0].tobytes()[:int(lengths[0])]
+    frac = len(first) - 1 - first.find(b".")
+    if b"." not in first or not 1 <= frac <= 7:
+        return None
+    # right-align each token in its word (last character in the top byte): the dot is then at
+    # byte 7 - frac in every token
+    r = words[:, 0] << ((8 - lengths) * 8).astype(np.uint64)
+    dot = 7 - frac
+    if not bool((((r >> _U64(8 * dot)) & _U64(0xFF)) == _U64(0x2E)).all()):
+        return None
+    # drop the dot (the whole part moves up a byte), fill the front with '0'
+    low = _U64((1 << (8 * dot)) - 1)
+    x = r & ~_U64((1 << (8 * (dot + 1))) - 1)
+    x |= (r & low) << _U64(8)
+    x |= _ZERO_FILL[9 - lengths]
+    # every byte a digit: 0x30..0x39
+    hi_nibbles = _U64(0xF0F0F0F0F0F0F0F0)
+    zeros = _U64(0x3030303030303030)
+    if not bool((((x & hi_nibbles) == zeros) & (((x + _U64(0x0606060606060606)) & hi_nibbles) == zeros)).all()):
+        return None
+    # eight digits, first in the lowest byte, to their value
+    x -= zeros
+    x = x * _U64(10) + (x >> _U64(8))
+    x = (((x & _U64(0x000000FF000000FF)) * _U64(100 + (1000000 << 32)))
+         + (((x >> _U64(16)) & _U64(0x000000FF000000FF)) * _U64(1 + (10000 << 32)))) >> _U64(32)
+    return x, frac
+
+
 def _fast_floats(words: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> bool:
     """Floats of tokens as :func:`_words` gives them: decimals as ``mantissa / 10**k`` (exact
     operands, so correctly rounded, when the mantissa is at most 2**53 and k at most 22); other
     tokens (exponents, inf, nan, more digits) through numpy's string-to-float cast, as the general
     reader does. Written into ``out``; False when a token is not a number (the general reader then
     reports it)."""
+    fixed = _fixed_decimals(words, lengths)
+    if fixed is not None:  # (a mantissa below 10**8 and a power of ten: exact operands)
+        np.divide(fixed[0], _POW10_FLOAT[fixed[1]], out=out)
+        return True
     ok, mant, nfrac, neg = _fast_decimal(words, lengths, True)
     ok &= mant <= _MAX_EXACT_MANTISSA
     ok &= nfrac <= 22
@@ -750,8 +792,8 @@ def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = N
             got = _fast_chunk(ext[:len(tail)], ncols)
         if got is None:
             return None
-        starts, ends = got
-        k = starts.shape[0]
+        line_starts, ends = got
+        k = ends.shape[0]
         if row + k != first_row[i + 1]:
             return None
         tick("scan")
@@ -759,7 +801,7 @@ def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = N
         for c, kind in kinds.items():
             if only is not None and c not in only:
                 continue
-            s = starts[:, c]
+            s = line_starts if c == 0 else ends[:, c - 1] + 1
             lengths = ends[:, c] - s
             if kind == "first":
                 if i == 0:

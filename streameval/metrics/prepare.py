@@ -116,11 +116,13 @@ def judgment_histogram(qpos: np.ndarray, grades: np.ndarray, n_queries: int):
     with one bincount; others by a sort.
     """
     keep = (qpos >= 0) & (grades >= 0)
-    hq, hg = qpos[keep], grades[keep]
+    hq, hg = (qpos, grades) if keep.all() else (qpos[keep], grades[keep])
     top = float(hg.max()) if len(hg) else 0.0
-    if len(hg) and top < 64 and np.all(hg == np.floor(hg)):
+    hgi = hg.astype(np.int64) if len(hg) and top < 64 else None
+    if hgi is not None and np.all(hgi == hg):
         width = int(top) + 1
-        table = np.bincount(hq * width + hg.astype(np.int64), minlength=n_queries * width)
+        hgi += hq * width
+        table = np.bincount(hgi, minlength=n_queries * width)
         table = table.reshape(n_queries, width)[:, ::-1]  # descending grades
         nz = table > 0
         hvals = np.broadcast_to(np.arange(width - 1, -1, -1, dtype=np.float64), table.shape)[nz]
