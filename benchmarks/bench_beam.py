@@ -3,6 +3,8 @@
     python benchmarks/bench_beam.py                       # 1,000,000 impressions
     python benchmarks/bench_beam.py --impressions 10000000
     python benchmarks/bench_beam.py --impressions 200000 --profile out.prof   # where the time goes
+    python benchmarks/bench_beam.py --stages              # the columnar engine's stages, timed one by one
+    python benchmarks/bench_beam.py --workers 2           # the job on 2 worker processes as well
 
 Writes synthetic impression logs (10 impressions per request, 10,000 judged queries of 40 graded
 items, 5% of requests on unjudged queries, clicks, two systems, a device attribute) in files of
@@ -14,7 +16,11 @@ items, 5% of requests on unjudged queries, clicks, two systems, a device attribu
 
 Prints impressions per second and the ratio to fastavro alone. With ``--profile FILE`` the job runs
 under cProfile in this process (FnApiRunner runs the workers in-process) and the top functions by
-cumulative and own time are printed: the stages that cost the most per impression.
+cumulative and own time are printed: the stages that cost the most per impression. ``--stages``
+runs the columnar engine's steps outside Beam, one after the other on all the data (decoding, each
+stage's DoFn, a pickle round trip where Beam encodes the elements between stages) and prints the
+time of each per impression, without cProfile's distortion. ``--workers N`` also times the job with
+``--direct_num_workers N --direct_running_mode multi_processing``.
 """
 
 from __future__ import annotations
@@ -81,27 +87,90 @@ def _decode(paths) -> int:
     return n
 
 
-def _job(paths, jpath, out):
+def stages(paths, jpath) -> None:
+    """Time the columnar engine's steps one by one, outside Beam (see the module docstring)."""
+    import collections
+    import pickle
+
+    from apache_beam import pvalue
+
+    from streameval.beam import columnar as C
+    from streameval.io import avro
+    from streameval.metrics.kernel import MetricOptions
+    from streameval.metrics.names import parse_metrics
+
+    times: dict = {}
+
+    def timed(name, fn):
+        t = time.perf_counter()
+        out = fn()
+        times[name] = time.perf_counter() - t
+        return out
+
+    def main_outputs(gen):
+        return [x for x in gen if not isinstance(x, pvalue.TaggedOutput)]
+
+    def grouped(pairs):
+        by = collections.defaultdict(list)
+        for k, v in pairs:
+            by[k].append(v)
+        return by
+
+    def round_trip(by):
+        return {k: [pickle.loads(pickle.dumps(v, 5)) for v in vs] for k, vs in by.items()}
+
+    blocks = timed("decode impressions (streameval.io.avro.read_blocks)",
+                   lambda: [b for p in paths for b in avro.read_blocks(p, "impression")])
+    n = sum(map(len, blocks))
+    jblocks = timed("decode judgments", lambda: list(avro.read_blocks(jpath, "judgment")))
+    rd, rj = C._ReadImpressionColumns("bench", C.SHARDS), C._ReadJudgmentColumns("bench", C.SHARDS)
+    imps = timed("1 columns, checks, shards: impressions",
+                 lambda: grouped(kv for b in blocks for kv in main_outputs(rd._block(b, True))))
+    del blocks
+    judg = timed("1 columns, checks, shards: judgments",
+                 lambda: grouped(kv for b in jblocks for kv in main_outputs(rj._block(b, True))))
+    imps = timed("pickle round trip 1 -> 2", lambda: round_trip(imps))
+    judg = round_trip(judg)
+    clean = C._CleanShard("bench", True, True, None, [("device",)], "score", C.SHARDS)
+    reqs = timed("2 clean requests, CTR counts, re-shard",
+                 lambda: grouped(main_outputs(x for kv in imps.items() for x in clean.process(kv))))
+    reqs = timed("pickle round trip 2 -> 3", lambda: round_trip(reqs))
+    score = C._ScoreShard(parse_metrics(["all_trec"]), MetricOptions(), "latest", "bench", "score", "docno",
+                          "float32", None, None, [("device",)])
+    timed("3 judgments, ranking, metrics, exact means", lambda: [
+        main_outputs(score.process((k, {"requests": reqs.get(k, []), "judgments": judg.get(k, [])})))
+        for k in set(reqs) | set(judg)])
+    total = sum(times.values())
+    print(f"{'step':<52} {'s':>7} {'us/impression':>14}")
+    for name, t in times.items():
+        print(f"{name:<52} {t:7.2f} {t / n * 1e6:14.2f}")
+    print(f"{'total (' + format(n, ',') + ' impressions)':<52} {total:7.2f} {total / n * 1e6:14.2f}")
+
+
+def _job(paths, jpath, out, workers=None):
     from pipelines import batch
 
     args = ["--judgments", jpath, "--metrics", "all_trec", "--slices", "device", "--output", out, "--quiet"]
+    if workers:
+        args += ["--direct_num_workers", str(workers), "--direct_running_mode", "multi_processing"]
     for p in paths:
         args += ["--impressions", p]
     return batch.main(args)
 
 
-def child(kind: str, paths, jpath, out) -> dict:
+def child(kind: str, paths, jpath, out, workers=None) -> dict:
     t = time.perf_counter()
     if kind == "fastavro":
         n = _decode(paths)
     else:
         os.environ.setdefault("STREAMEVAL_PROGRESS", "0")
-        code = _job(paths, jpath, out)
+        code = _job(paths, jpath, out, workers)
         if code != 0:
             raise SystemExit(f"batch job failed with {code}")
         n = json.load(open(os.path.join(out, "summary.json")))["accounting"]["impression"]["read"]
     wall = time.perf_counter() - t
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,  # worker processes too
+               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     return {"kind": kind, "records": n, "wall": wall, "peak_mb": peak}
 
 
@@ -110,17 +179,29 @@ def main(argv=None) -> int:
     ap.add_argument("--impressions", type=int, default=1_000_000)
     ap.add_argument("--dir", default=None, help="keep the generated logs here (default: a temporary directory)")
     ap.add_argument("--profile", default=None, help="run the job under cProfile in this process, save to FILE")
+    ap.add_argument("--stages", action="store_true", help="time the columnar engine's steps one by one")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="also run the job on this many worker processes (multi_processing)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     work = args.dir or tempfile.mkdtemp(prefix="streameval-bench-beam-")
     os.makedirs(work, exist_ok=True)
     if args.child:
         spec = json.loads(args.child)
-        print(json.dumps(child(spec["kind"], spec["paths"], spec["jpath"], spec["out"])))
+        print(json.dumps(child(spec["kind"], spec["paths"], spec["jpath"], spec["out"], spec.get("workers"))))
         return 0
     t = time.perf_counter()
-    paths, jpath = write_logs(args.impressions, work)
-    print(f"wrote {args.impressions:,} impressions in {len(paths)} files ({time.perf_counter() - t:.1f} s)")
+    marker = os.path.join(work, f"written-{args.impressions}.json")
+    if os.path.exists(marker):  # the same logs, written by an earlier run into --dir
+        paths, jpath = json.load(open(marker))
+        print(f"reusing {args.impressions:,} impressions in {len(paths)} files in {work}")
+    else:
+        paths, jpath = write_logs(args.impressions, work)
+        json.dump([paths, jpath], open(marker, "w"))
+        print(f"wrote {args.impressions:,} impressions in {len(paths)} files ({time.perf_counter() - t:.1f} s)")
+    if args.stages:
+        stages(paths, jpath)
+        return 0
     if args.profile:
         import cProfile
         import pstats
@@ -136,8 +217,10 @@ def main(argv=None) -> int:
         st.sort_stats("tottime").print_stats(25)
         return 0
     results = []
-    for kind in ("fastavro", "job"):
-        spec = json.dumps({"kind": kind, "paths": paths, "jpath": jpath, "out": os.path.join(work, "out")})
+    runs = [("fastavro", None), ("job", None)] + ([(f"job x{args.workers}", args.workers)] if args.workers else [])
+    for kind, workers in runs:
+        spec = json.dumps({"kind": kind, "paths": paths, "jpath": jpath, "out": os.path.join(work, "out"),
+                           "workers": workers})
         out = subprocess.run([sys.executable, __file__, "--child", spec], capture_output=True, text=True, cwd=ROOT)
         if out.returncode != 0:
             print(out.stderr[-3000:], file=sys.stderr)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from datetime import datetime, timedelta, timezone
 from operator import itemgetter
 
 import apache_beam as beam
@@ -56,6 +57,8 @@ IMPRESSION_FIELDS = ("event_id", "request_id", "query_id", "user_id", "system_id
                      "clicked", "timestamp", "propensity")
 _STRINGS = ("event_id", "request_id", "query_id", "user_id", "system_id", "item_id")
 JUDGMENT_FIELDS = ("query_id", "item_id", "grade", "timestamp", "source")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICRO = timedelta(microseconds=1)
 #: reason prefix of the dead letter of a file that could not be read to its end
 UNREADABLE = "unreadable Avro file"
 
@@ -359,8 +362,8 @@ class _ReadColumns(beam.DoFn):
                 block = []
                 for rec in fastavro.reader(fo):
                     for k, v in rec.items():
-                        if hasattr(v, "tzinfo"):
-                            rec[k] = int(v.timestamp() * 1_000_000)
+                        if isinstance(v, datetime):  # timestamp-micros: int microseconds, exactly
+                            rec[k] = ((v if v.tzinfo else v.replace(tzinfo=timezone.utc)) - _EPOCH) // _MICRO
                     block.append(rec)
                     if len(block) >= 10_000:
                         yield block, False
