@@ -88,7 +88,24 @@ def trec_eval_main(argv=None, out=None) -> int:
     0: ok; 1: nothing to evaluate (no query has both results and judgments); 2: bad input or usage
     (unreadable or malformed file, reported as one ``path:line: reason: 'line'`` line on stderr,
     unknown measure, bad option).
+
+    While it runs, numpy does not ask the kernel for transparent huge pages for its large arrays:
+    the command touches each of its arrays once or twice, and on the benchmark machine (a VM)
+    faulting in 2 MB pages cost 1-1.5 s more system time than 4 kB pages for the same ~800 MB
+    (benchmarks/run.py --only files).
     """
+    import numpy as np
+
+    set_hugepage = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
+    before = set_hugepage(False) if set_hugepage is not None else None
+    try:
+        return _trec_eval_main(argv, out)
+    finally:
+        if set_hugepage is not None:
+            set_hugepage(before)
+
+
+def _trec_eval_main(argv, out) -> int:
     import math
 
     from .api import score_queries
