@@ -330,3 +330,18 @@ def test_fixed_decimals_leave_other_tokens_to_the_general_path(tokens):
     out = np.empty(len(tokens))
     if trec._fast_floats(words, lengths, out):
         _same_floats(out, [float(t) for t in tokens])
+
+
+@SETTINGS
+@given(st.lists(st.text("0123456789", min_size=1, max_size=8), min_size=1, max_size=30))
+def test_small_uints_equal_python_int(tokens):
+    words, lengths = _words([t.encode() for t in tokens])
+    got = trec._small_uints(words, lengths)
+    assert got is not None and got.tolist() == [int(t) for t in tokens]
+
+
+@pytest.mark.parametrize("tokens", [["1", "-1"], ["1", "+2"], ["123456789"], ["1", "1.0"], ["1", "a"], ["1", "1e3"],
+                                    ["12", ":"], ["12", "/"]])
+def test_small_uints_leave_other_tokens_to_the_general_path(tokens):
+    words, lengths = _words([t.encode() for t in tokens])
+    assert trec._small_uints(words, lengths) is None

@@ -673,17 +673,31 @@ def _fixed_decimals(words: np.ndarray, lengths: np.ndarray):
     x = r & ~_U64((1 << (8 * (dot + 1))) - 1)
     x |= (r & low) << _U64(8)
     x |= _ZERO_FILL[9 - lengths]
-    # every byte a digit: 0x30..0x39
+    x = _eight_digits(x)
+    return None if x is None else (x, frac)
+
+
+def _eight_digits(x: np.ndarray) -> np.ndarray | None:
+    """Values of words of 8 ASCII digits (first digit in the lowest byte; in place), or None when
+    a byte is not a digit."""
     hi_nibbles = _U64(0xF0F0F0F0F0F0F0F0)
     zeros = _U64(0x3030303030303030)
     if not bool((((x & hi_nibbles) == zeros) & (((x + _U64(0x0606060606060606)) & hi_nibbles) == zeros)).all()):
         return None
-    # eight digits, first in the lowest byte, to their value
     x -= zeros
     x = x * _U64(10) + (x >> _U64(8))
-    x = (((x & _U64(0x000000FF000000FF)) * _U64(100 + (1000000 << 32)))
-         + (((x >> _U64(16)) & _U64(0x000000FF000000FF)) * _U64(1 + (10000 << 32)))) >> _U64(32)
-    return x, frac
+    return (((x & _U64(0x000000FF000000FF)) * _U64(100 + (1000000 << 32)))
+            + (((x >> _U64(16)) & _U64(0x000000FF000000FF)) * _U64(1 + (10000 << 32)))) >> _U64(32)
+
+
+def _small_uints(words: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
+    """Values (uint64) of tokens of 1 to 8 plain digits (ranks, grades), by SWAR arithmetic on
+    each token's word; None when they are not all so (the per-character path then reads them)."""
+    if words.shape[1] != 1 or not len(lengths):
+        return None
+    r = words[:, 0] << ((8 - lengths) * 8).astype(np.uint64)  # right-aligned, '0' in front
+    r |= _ZERO_FILL[8 - lengths]
+    return _eight_digits(r)
 
 
 def _fast_floats(words: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> bool:
@@ -842,13 +856,18 @@ def _fast_table(data, ncols: int, kinds: dict[int, str], phases: dict | None = N
                 words = _words(ext, s, lengths)
                 if words is None:
                     return None
-                ok, mant, _, neg = _fast_decimal(words, lengths, False, values=kind == "int")
-                if not bool(ok.all()):
-                    return None
-                if kind == "int":
-                    dest = cols[c][row:row + k]
-                    np.copyto(dest, mant)
-                    np.negative(dest, out=dest, where=neg)
+                small = _small_uints(words, lengths)
+                if small is not None:
+                    if kind == "int":
+                        cols[c][row:row + k] = small
+                else:
+                    ok, mant, _, neg = _fast_decimal(words, lengths, False, values=kind == "int")
+                    if not bool(ok.all()):
+                        return None
+                    if kind == "int":
+                        dest = cols[c][row:row + k]
+                        np.copyto(dest, mant)
+                        np.negative(dest, out=dest, where=neg)
             tick(c)
         return wider
 
