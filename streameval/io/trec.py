@@ -10,13 +10,19 @@ skipped, as read by trec_eval):
 * qrels: ``qid iter docno grade`` (4 columns; ``iter`` is ignored; grade is
   an integer, negative = in the pool but unjudged).
 
-Speed: the readers never loop over lines in Python on the happy path.  The
-file is read in one piece, token boundaries are found with numpy on the raw
-bytes, every line is checked to have the right number of tokens, each column
-is gathered into a fixed-width byte matrix, and numbers are parsed with
-vectorised digit arithmetic (decimal numbers of up to 15-16 significant
-digits take the exact fast path ``mantissa / 10**k``; anything else, such as
-exponents, ``inf`` or ``nan``, goes through numpy's string-to-float cast).
+Speed: the readers never loop over lines in Python.  Regular files (ASCII,
+one space or tab between tokens, nothing else on a line; :func:`_fast_table`)
+are mapped (mmap) and read a chunk of whole lines at a time, on two threads:
+separators found with numpy, each token gathered as 8-byte words, numbers
+parsed with vectorised digit arithmetic (scores printed with a fixed number
+of decimals and small integers 8 bytes at a time; other decimals of up to 18
+digits as the exact ``mantissa / 10**k`` when the mantissa is at most 2**53;
+anything else, such as exponents, ``inf`` or ``nan``, through numpy's
+string-to-float cast).  Any other file goes through the general reader
+(:class:`_Tokens`: token boundaries with numpy on the whole file, every line
+checked to have the right number of tokens), which also reports the errors.
+``streameval trec-eval`` reads with :func:`_read_for_eval`: ids stay bytes
+and the run's rank column is checked, not kept.
 Errors report the file name, the 1-based line number and the line
 (:class:`TrecFormatError`, an :class:`InputFormatError`, which the other text
 readers in :mod:`streameval.io.convert` raise too).  Problems that the format
