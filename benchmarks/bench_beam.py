@@ -19,8 +19,8 @@ under cProfile in this process (FnApiRunner runs the workers in-process) and the
 cumulative and own time are printed: the stages that cost the most per impression. ``--stages``
 runs the columnar engine's steps outside Beam, one after the other on all the data (decoding, each
 stage's DoFn, a pickle round trip where Beam encodes the elements between stages) and prints the
-time of each per impression, without cProfile's distortion. ``--workers N`` also times the job with
-``--direct_num_workers N --direct_running_mode multi_processing``.
+time of each per impression, without cProfile's distortion. The job runs in-process (``--workers 1``);
+``--workers N`` also times it on N worker processes (``streameval batch --workers N``).
 """
 
 from __future__ import annotations
@@ -151,8 +151,7 @@ def _job(paths, jpath, out, workers=None):
     from pipelines import batch
 
     args = ["--judgments", jpath, "--metrics", "all_trec", "--slices", "device", "--output", out, "--quiet"]
-    if workers:
-        args += ["--direct_num_workers", str(workers), "--direct_running_mode", "multi_processing"]
+    args += ["--workers", str(workers or 1)]
     for p in paths:
         args += ["--impressions", p]
     return batch.main(args)
@@ -179,6 +178,7 @@ def main(argv=None) -> int:
     ap.add_argument("--impressions", type=int, default=1_000_000)
     ap.add_argument("--dir", default=None, help="keep the generated logs here (default: a temporary directory)")
     ap.add_argument("--profile", default=None, help="run the job under cProfile in this process, save to FILE")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each engine; the fastest is reported")
     ap.add_argument("--stages", action="store_true", help="time the columnar engine's steps one by one")
     ap.add_argument("--workers", type=int, default=None,
                     help="also run the job on this many worker processes (multi_processing)")
@@ -221,11 +221,17 @@ def main(argv=None) -> int:
     for kind, workers in runs:
         spec = json.dumps({"kind": kind, "paths": paths, "jpath": jpath, "out": os.path.join(work, "out"),
                            "workers": workers})
-        out = subprocess.run([sys.executable, __file__, "--child", spec], capture_output=True, text=True, cwd=ROOT)
-        if out.returncode != 0:
-            print(out.stderr[-3000:], file=sys.stderr)
-            return 1
-        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        best = None
+        for _ in range(max(1, args.repeat)):
+            out = subprocess.run([sys.executable, __file__, "--child", spec], capture_output=True, text=True, cwd=ROOT)
+            if out.returncode != 0:
+                print(out.stderr[-3000:], file=sys.stderr)
+                return 1
+            res = json.loads(out.stdout.strip().splitlines()[-1])
+            res["kind"] = kind
+            if best is None or res["wall"] < best["wall"]:
+                best = res
+        results.append(best)
     ref = results[0]["wall"]
     print(f"{'engine':<10} {'records':>11} {'wall s':>8} {'records/s':>11} {'peak MB':>8} {'x fastavro':>10}")
     for r in results:

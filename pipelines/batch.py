@@ -58,6 +58,8 @@ _MICRO = timedelta(microseconds=1)
 OUTPUT_FILES = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_letters.jsonl", "unjudged.jsonl",
                 "summary.json")
 ENGINES = ("auto", "columnar", "records")
+#: --workers auto: the local runner's columnar job uses every core from this many impressions on
+PARALLEL_FROM = 2_000_000
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,6 +130,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "metrics and CTR); records: one element per record (needed by online metrics, "
                         "--ci bootstrap, --compare-baseline, --complete); auto (default): columnar unless one of "
                         "those is asked for")
+    p.add_argument("--workers", default="auto",
+                   help="worker processes of the local runner (FnApiRunner) for the columnar engine: a number, "
+                        f"or auto (default): one per core when at least {PARALLEL_FROM:,} impressions in two or "
+                        "more local files, else 1 (in-process). Beam's --direct_num_workers / "
+                        "--direct_running_mode, when given, take precedence")
     p.add_argument("--shards", type=int, default=SHARDS,
                    help=f"columnar engine: shards of the requests and queries (default {SHARDS})")
     p.add_argument("--output", required=True, help="output directory")
@@ -372,6 +379,23 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     return rows, dead
 
 
+def local_workers(args, beam_args, impression_paths) -> int:
+    """How many worker processes the local runner gets (see --workers); 1 means in-process."""
+    if args.runner != "FnApiRunner" or any(a.split("=")[0] in ("--direct_num_workers", "--direct_running_mode")
+                                           for a in beam_args):
+        return 1
+    if records_needed(args) or args.engine == "records":
+        return 1
+    if args.workers != "auto":
+        return int(args.workers)
+    if len(impression_paths) < 2 or any("://" in p for p in impression_paths):
+        return 1
+    total = _local_total(impression_paths)
+    if total is None or total < PARALLEL_FROM:
+        return 1
+    return max(1, min(os.cpu_count() or 1, len(impression_paths)))
+
+
 def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
     ranking, _ = split_all_metrics(args.metrics)
     col = ColumnarMetrics(
@@ -540,11 +564,16 @@ def main(argv=None) -> int:
                              "records or auto")
         if args.shards < 1:
             raise ValueError("--shards must be positive")
+        if args.workers != "auto" and (not args.workers.isdigit() or int(args.workers) < 1):
+            raise ValueError(f"--workers wants a positive number or auto, got {args.workers!r}")
     except (ValueError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
     FileSystems.mkdirs(args.output) if "://" in args.output else os.makedirs(args.output, exist_ok=True)
+    workers = local_workers(args, beam_args, impression_paths)
+    if workers > 1:
+        beam_args = [*beam_args, "--direct_num_workers", str(workers), "--direct_running_mode", "multi_processing"]
     options = PipelineOptions(["--runner", args.runner, *beam_args])
     start = time.perf_counter()
     p = beam.Pipeline(options=options)
@@ -567,6 +596,7 @@ def main(argv=None) -> int:
         "state": str(state),
         "wall_seconds": round(wall, 3),
         "runner": args.runner,
+        "workers": workers,
         "engine": ("columnar" if args.engine == "columnar" or (args.engine == "auto" and not records_needed(args))
                    else "records"),
         "impression_files": impression_paths,
@@ -593,7 +623,8 @@ def main(argv=None) -> int:
     if line:
         print(line)
     print(format_accounting(accounting))
-    print(f"wrote {len(rows)} metric rows to {args.output} in {wall:.1f} s ({args.runner})")
+    on = f"{args.runner}, {workers} worker processes" if workers > 1 else args.runner
+    print(f"wrote {len(rows)} metric rows to {args.output} in {wall:.1f} s ({on})")
     return exit_status(problems)
 
 

@@ -109,7 +109,7 @@ def _conflict_free(letters):
     (1, ["--window", "1h", "--slices", "device", "--slices", "campaign+device", "--metrics", "all_trec,err@5"]),
     (2, ["--judgment-conflicts", "reject", "--grades", "0:3", "--metrics", "ndcg@5,map,P@3,recall@10,bpref",
          "--depth", "4"]),
-    (3, ["--judgment-conflicts", "max", "--order", "position", "--window", "2h", "--slices", "campaign",
+    (3, ["--workers", "2", "--judgment-conflicts", "max", "--order", "position", "--window", "2h", "--slices", "campaign",
          "--gain", "exponential", "--relevance-level", "2", "--metrics", "ndcg@10,map,recip_rank,Rprec"]),
     (4, ["--tie-break", "position", "--score-precision", "float64", "--ideal", "served", "--no-ctr",
          "--metrics", "ndcg,map,P@5,success@3"]),
@@ -178,3 +178,19 @@ def test_files_on_remote_file_systems_read_the_same(tmp_path, monkeypatch):
     local, remote = read(str(path)), read(f"fake://{path}")
     assert len(local[0]) == 4 and len(local[1]) > 300
     assert remote == local
+
+
+def test_worker_processes_by_default_only_for_large_local_jobs(tmp_path, monkeypatch):
+    args = batch.build_arg_parser().parse_args(["--impressions", "x", "--output", "o"])
+    files = [str(tmp_path / f"i{k}.avro") for k in range(3)]
+    monkeypatch.setattr(batch, "_local_total", lambda paths: 5_000_000)
+    monkeypatch.setattr(batch.os, "cpu_count", lambda: 2)
+    assert batch.local_workers(args, [], files) == 2
+    assert batch.local_workers(args, [], files[:1]) == 1  # one file: nothing to read in parallel
+    assert batch.local_workers(args, ["--direct_num_workers", "4"], files) == 1  # Beam's own options win
+    monkeypatch.setattr(batch, "_local_total", lambda paths: 10_000)
+    assert batch.local_workers(args, [], files) == 1
+    args.workers = "3"
+    assert batch.local_workers(args, [], files[:1]) == 3
+    args.engine = "records"
+    assert batch.local_workers(args, [], files) == 1

@@ -101,30 +101,7 @@ def exact_sum(x: np.ndarray) -> Fraction:
     into 27 and 26 bits, whose sums per exponent are exact in float64 (``np.bincount``, at most
     2**25 values at a time); the per-exponent sums are then shifted and added as Python integers.
     Raises ValueError on a non-finite value."""
-    x = np.asarray(x, dtype=np.float64).ravel()
-    if not np.isfinite(x).all():
-        raise ValueError("exact_sum needs finite values")
-    x = x[x != 0.0]
-    if not len(x):
-        return Fraction(0)
-    m, e = np.frexp(x)
-    a = np.abs(m) * _TWO53  # integers in [2**52, 2**53)
-    hi = np.floor(a / _TWO26)
-    lo = a - hi * _TWO26
-    neg = m < 0
-    hi[neg] = -hi[neg]
-    lo[neg] = -lo[neg]
-    e = e.astype(np.int64)
-    emin = int(e.min())
-    b = e - emin
-    total = 0
-    for start in range(0, len(x), _BINCOUNT_ROWS):
-        sl = slice(start, start + _BINCOUNT_ROWS)
-        hs = np.bincount(b[sl], weights=hi[sl])
-        ls = np.bincount(b[sl], weights=lo[sl])
-        for k in np.flatnonzero((hs != 0) | (ls != 0)).tolist():
-            total += ((int(hs[k]) << 26) + int(ls[k])) << k
-    return Fraction(total) * Fraction(2) ** (emin - 53)
+    return exact_row_sums(np.asarray(x, dtype=np.float64).reshape(1, -1))[0]
 
 
 def exact_row_sums(matrix: np.ndarray) -> list:
@@ -134,7 +111,7 @@ def exact_row_sums(matrix: np.ndarray) -> list:
     x = np.asarray(matrix, dtype=np.float64)
     rows = x.shape[0]
     if not np.isfinite(x).all():
-        raise ValueError("exact_row_sums needs finite values")
+        raise ValueError("exact sums need finite values")
     r_idx, c_idx = np.nonzero(x)
     if not len(r_idx):
         return [Fraction(0)] * rows

@@ -388,6 +388,23 @@ class _ReadColumns(beam.DoFn):
                 "source": path, "raw": json.dumps({"file": path, "records_read": n}),
                 "reason": f"{UNREADABLE} ({self.kind}s): {reason}; {n} records before the damage were read"})
 
+    def _finish(self, recs, chunk, ok, bad, check, columns, shards):
+        """Dead letters of the ``bad`` rows the record check rejects, then the valid rows' columns
+        split by shard. ``chunk`` None: the columns are made from the rows that pass."""
+        dead = []
+        if len(bad):
+            passed, dead = self._reject(recs, bad, check)
+            if chunk is None:
+                chunk = columns([recs[i] for i in passed])
+                ok = np.ones(chunk["n"], dtype=bool)
+            else:
+                ok[passed] = True
+        yield from dead
+        if not ok.all():
+            chunk = _take(chunk, ok)
+        self.valid.inc(chunk["n"])
+        yield from _split(chunk, shards(chunk))
+
     def _reject(self, recs, rows, check):
         """Run the record check on ``rows``: (rows that pass, dead letters)."""
         passed, dead = [], []
@@ -423,21 +440,9 @@ class _ReadImpressionColumns(_ReadColumns):
                 ok &= fine
             bad = np.flatnonzero(~ok)
         else:  # records of any schema (remote files): the record check on every one
-            ok = np.zeros(len(recs), dtype=bool)
-            bad = np.arange(len(recs))
-        dead = []
-        if len(bad):
-            passed, dead = self._reject(recs, bad, records.check_impression)
-            if not typed:
-                chunk = impression_columns([recs[i] for i in passed])
-                ok = np.ones(chunk["n"], dtype=bool)
-            else:
-                ok[passed] = True
-        yield from dead
-        if not ok.all():
-            chunk = _take(chunk, ok)
-        self.valid.inc(chunk["n"])
-        yield from _split(chunk, _shards_of(chunk["system_id"], chunk["request_id"], self.shards))
+            chunk, ok, bad = None, np.zeros(len(recs), dtype=bool), np.arange(len(recs))
+        yield from self._finish(recs, chunk, ok, bad, records.check_impression, impression_columns,
+                                lambda c: _shards_of(c["system_id"], c["request_id"], self.shards))
 
 
 class _ReadJudgmentColumns(_ReadColumns):
@@ -452,21 +457,9 @@ class _ReadJudgmentColumns(_ReadColumns):
                 ok &= (g >= self.grade_range[0]) & (g <= self.grade_range[1])
             bad = np.flatnonzero(~ok)
         else:
-            ok = np.zeros(len(recs), dtype=bool)
-            bad = np.arange(len(recs))
-        dead = []
-        if len(bad):
-            passed, dead = self._reject(recs, bad, lambda r: records.check_judgment(r, self.grade_range))
-            if not typed:
-                chunk = judgment_columns([recs[i] for i in passed])
-                ok = np.ones(chunk["n"], dtype=bool)
-            else:
-                ok[passed] = True
-        yield from dead
-        if not ok.all():
-            chunk = _take(chunk, ok)
-        self.valid.inc(chunk["n"])
-        yield from _split(chunk, _shards_of(chunk["query_id"], None, self.shards))
+            chunk, ok, bad = None, np.zeros(len(recs), dtype=bool), np.arange(len(recs))
+        yield from self._finish(recs, chunk, ok, bad, lambda r: records.check_judgment(r, self.grade_range),
+                                judgment_columns, lambda c: _shards_of(c["query_id"], None, self.shards))
 
 
 class _Read(beam.PTransform):
