@@ -355,7 +355,8 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
         rows = slice(lo, lo + nc)
     else:
         rows = np.arange(nc) + np.repeat(cs - (np.cumsum(cl) - cl), cl)
-    neg = np.asarray(score[rows], dtype=np.float64).astype(dtype)
+    with np.errstate(over="ignore"):  # float32 scores beyond its range: +-inf, as in trec_eval
+        neg = np.asarray(score[rows], dtype=np.float64).astype(dtype)
     np.negative(neg, out=neg)
     d = run_codes(rows)
     if nc == nbc * Lc:  # every query of the chunk has Lc rows (a run cut at a fixed depth): reshapes

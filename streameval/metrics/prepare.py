@@ -29,7 +29,10 @@ def ranking_scores(scores, score_precision: str = "float32") -> np.ndarray:
     if score_precision not in SCORE_PRECISIONS:
         raise ValueError(f"score_precision must be one of {SCORE_PRECISIONS}, got {score_precision!r}")
     s = np.asarray(scores, dtype=np.float64)
-    return s.astype(np.float32) if score_precision == "float32" else s
+    if score_precision != "float32":
+        return s
+    with np.errstate(over="ignore"):  # beyond float32's range: +-inf, as C's float conversion gives
+        return s.astype(np.float32)
 
 
 def rank_order(query_codes, scores, item_codes, positions=None, *, order: str = "score",
@@ -183,7 +186,9 @@ def prepare(
     if len(qrels_qid) != n_qrels or len(qrels_docno) != n_qrels:
         raise ValueError("qrels_qid, qrels_docno and qrels_grade must have the same length")
     # a finite sum means finite scores (no temporary array); otherwise look row by row
-    if order == "score" and n_run and not np.isfinite(run_score.sum()) and not np.all(np.isfinite(run_score)):
+    with np.errstate(over="ignore"):  # a sum of huge finite scores may overflow: then look row by row
+        total = run_score.sum() if order == "score" and n_run else 0.0
+    if order == "score" and n_run and not np.isfinite(total) and not np.all(np.isfinite(run_score)):
         bad = int(np.flatnonzero(~np.isfinite(run_score))[0])
         raise ValueError(f"run score at row {bad} is not finite ({run_score[bad]})")
     if n_qrels and not np.all(np.isfinite(qrels_grade)):
