@@ -153,6 +153,7 @@ def main(argv=None) -> int:
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
         r = results[-1]
         print(f"{r['impressions']:>9,d} impressions  {r['windows']:>4d} windows  {r['wall_s']:>7.1f} s  "
+              f"{r['impressions'] / r['wall_s']:>8,.0f} events/s  "
               f"peak RSS {r['peak_rss_mb']:>7.1f} MB  (before run {r['rss_before_run_mb']:.1f} MB)  "
               f"RSS by tenth of the run {r['rss_by_tenth_mb']}  rows {r['rows']}", flush=True)
     growth = results[-1]["peak_rss_mb"] - results[0]["peak_rss_mb"]
