@@ -27,7 +27,6 @@ __all__ = [
     "partials_add_square",
     "partials_merge",
     "partials_value",
-    "exact_partials",
     "exact_sum",
     "exact_sum_floats",
     "exact_row_sums",
@@ -73,20 +72,6 @@ def partials_merge(into: list, other: list) -> None:
 def partials_value(partials: list) -> float:
     """The correctly rounded value of the exact sum."""
     return math.fsum(partials)
-
-
-def exact_partials(values) -> list:
-    """Floats whose exact sum is the exact sum of ``values`` (a sequence of finite floats), found
-    with :func:`math.fsum` in C: each round adds the correctly rounded residual of the exact sum
-    minus the floats found so far, until it is zero (a nonzero exact sum of doubles never rounds to
-    zero). Usually two or three rounds over the values; the result merges into partials exactly."""
-    vals = list(values)
-    found: list = []
-    while True:
-        r = math.fsum(vals + [-f for f in found])
-        if r == 0.0:
-            return found
-        found.append(r)
 
 
 _TWO53 = 9007199254740992.0  # 2**53
@@ -150,9 +135,8 @@ def _floats_of(r: Fraction) -> list:
 
 def exact_sum_floats(x: np.ndarray) -> list:
     """Floats whose exact sum is the exact sum of ``x`` (float64, finite): the correctly rounded
-    exact sum, then the correctly rounded remainder, until nothing remains (the result of
-    :func:`exact_partials`, from :func:`exact_sum`). Raises OverflowError when the sum exceeds the
-    double range, as :func:`math.fsum` does."""
+    exact sum (what :func:`math.fsum` returns), then the correctly rounded remainder, until nothing
+    remains. Raises OverflowError when the sum exceeds the double range, as :func:`math.fsum` does."""
     return _floats_of(exact_sum(x))
 
 
