@@ -21,7 +21,7 @@ import math
 import os
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -53,8 +53,6 @@ __all__ = ["main", "build_arg_parser", "build_pipeline", "ReadAvro", "format_tab
            "OUTPUT_FILES"]
 
 DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICRO = timedelta(microseconds=1)
 OUTPUT_FILES = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_letters.jsonl", "unjudged.jsonl",
                 "summary.json")
 ENGINES = ("auto", "columnar", "records")
@@ -234,14 +232,8 @@ class _ReadAvroFile(beam.DoFn):
 
     def _records(self, path):
         if "://" in path:
-            import fastavro
-
             with FileSystems.open(path) as fo:
-                for rec in fastavro.reader(fo):
-                    for k, v in rec.items():
-                        if isinstance(v, datetime):
-                            rec[k] = (v - _EPOCH) // _MICRO
-                    yield [rec]
+                yield from avro.read_stream_blocks(fo)
             return
         yield from avro.read_blocks(path, self.name)
 

@@ -194,3 +194,31 @@ def test_worker_processes_by_default_only_for_large_local_jobs(tmp_path, monkeyp
     assert batch.local_workers(args, [], files[:1]) == 3
     args.engine = "records"
     assert batch.local_workers(args, [], files) == 1
+
+
+def test_damaged_remote_file_keeps_every_record_before_the_damage(tmp_path, monkeypatch):
+    """A remote file cut short: the records fastavro decodes before the failure all reach the job (not
+    only whole blocks of the reader), then one dead letter names the file."""
+    import fastavro
+    from apache_beam import pvalue
+    from apache_beam.io.filesystems import FileSystems
+
+    imp_files, _ = _messy_logs(6)
+    path = tmp_path / "imps.avro"
+    avro.write_records(path, "impression", imp_files[0], sync_interval=4000)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 2 // 3])
+    expected = 0
+    try:
+        with open(path, "rb") as fo:
+            for _ in fastavro.reader(fo):
+                expected += 1
+    except Exception:
+        pass
+    assert 0 < expected < len(imp_files[0])
+    monkeypatch.setattr(FileSystems, "open", staticmethod(lambda p, *a, **k: open(p.split("://", 1)[1], "rb")))
+    outs = list(columnar._ReadImpressionColumns("src", 4).process(f"fake://{path}"))
+    dead = [o.value for o in outs if isinstance(o, pvalue.TaggedOutput)]
+    rows = sum(o[1]["n"] for o in outs if not isinstance(o, pvalue.TaggedOutput))
+    assert rows + len([d for d in dead if not d["reason"].startswith(columnar.UNREADABLE)]) == expected
+    assert [d for d in dead if d["reason"].startswith(columnar.UNREADABLE)]

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import zlib
-from datetime import datetime, timedelta, timezone
 from operator import itemgetter
 
 import apache_beam as beam
@@ -57,8 +56,6 @@ IMPRESSION_FIELDS = ("event_id", "request_id", "query_id", "user_id", "system_id
                      "clicked", "timestamp", "propensity")
 _STRINGS = ("event_id", "request_id", "query_id", "user_id", "system_id", "item_id")
 JUDGMENT_FIELDS = ("query_id", "item_id", "grade", "timestamp", "source")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICRO = timedelta(microseconds=1)
 #: reason prefix of the dead letter of a file that could not be read to its end
 UNREADABLE = "unreadable Avro file"
 
@@ -355,20 +352,10 @@ class _ReadColumns(beam.DoFn):
         from ..io import avro
 
         if "://" in path:
-            import fastavro
             from apache_beam.io.filesystems import FileSystems
 
             with FileSystems.open(path) as fo:
-                block = []
-                for rec in fastavro.reader(fo):
-                    for k, v in rec.items():
-                        if isinstance(v, datetime):  # timestamp-micros: int microseconds, exactly
-                            rec[k] = ((v if v.tzinfo else v.replace(tzinfo=timezone.utc)) - _EPOCH) // _MICRO
-                    block.append(rec)
-                    if len(block) >= 10_000:
-                        yield block, False
-                        block = []
-                if block:
+                for block in avro.read_stream_blocks(fo):
                     yield block, False
             return
         for block in avro.read_blocks(path, self.kind):
