@@ -120,8 +120,8 @@ def _rebuild(items):
 
 class Columns(dict):
     """A dict of columns (numpy arrays; ``"attributes"`` a dict of them; ``"n"`` the row count) that
-    pickles its string columns as NUL-joined text (Beam encodes elements it has no coder for by
-    pickling them)."""
+    pickles its string columns compactly (:func:`_pack`: runs of equal values, or NUL-joined text);
+    Beam encodes elements it has no coder for by pickling them."""
 
     def __reduce__(self):
         items = []
@@ -316,10 +316,8 @@ def _shards_of(first: np.ndarray, second: np.ndarray | None, shards: int) -> np.
     if second is not None:
         change |= second[1:] != second[:-1]
     starts = np.concatenate(([0], np.flatnonzero(change) + 1))
-    if second is None:
-        h = [_crc(first[s]) % shards for s in starts]
-    else:
-        h = [_crc(f"{first[s]}\x00{second[s]}") % shards for s in starts]
+    keys = first[starts] if second is None else zip(first[starts], second[starts])
+    h = [shard_of(k, shards=shards) if second is None else shard_of(*k, shards=shards) for k in keys]
     return np.repeat(np.asarray(h, dtype=np.int64), np.diff(np.append(starts, n)))
 
 
@@ -518,6 +516,16 @@ def _labels(attrs: dict, n: int, slice_specs) -> list[tuple[np.ndarray, list]]:
     return out
 
 
+def _windows(ts: np.ndarray, window_micros) -> tuple[np.ndarray, list]:
+    """(int64 window code per row, ``(window_start, window_end)`` per code) of the fixed,
+    epoch-aligned windows holding ``ts`` (:func:`~streameval.beam.transforms.window_bounds`);
+    one ``(None, None)`` global window when ``window_micros`` is None."""
+    if window_micros is None:
+        return np.zeros(len(ts), np.int64), [(None, None)]
+    starts, codes = np.unique(ts - ts % window_micros, return_inverse=True)
+    return codes.reshape(len(ts)).astype(np.int64), [(w, w + window_micros) for w in starts.tolist()]
+
+
 def _group_bounds(codes: np.ndarray):
     """Sort ``codes``: (order, starts, ends) of the runs of equal codes."""
     order = np.argsort(codes, kind="stable")
@@ -595,10 +603,9 @@ class _CleanShard(beam.DoFn):
         if self.ctr:
             yield from self._clicks(chunk)
         if self.ranking:
-            yield from self._requests(chunk)
-
-    def _window_starts(self, ts: np.ndarray) -> np.ndarray:
-        return ts - ts % self.window_micros if self.window_micros is not None else np.zeros(len(ts), np.int64)
+            if bad.any():  # the chunk was rebuilt: code its requests again
+                req, pairs = _pair_codes(chunk["system_id"], chunk["request_id"])
+            yield from self._requests(chunk, req, pairs)
 
     def _clicks(self, chunk):
         logged = chunk["clicked"] >= 0
@@ -608,35 +615,30 @@ class _CleanShard(beam.DoFn):
         if not n_logged:
             return
         c = _take(chunk, logged) if n_logged < chunk["n"] else chunk
-        ws = self._window_starts(c["timestamp"])
-        wvals, wcode = np.unique(ws, return_inverse=True)
-        wcode = wcode.reshape(len(ws))
-        wvals = wvals.tolist()
+        wcode, wkeys = _windows(c["timestamp"], self.window_micros)
         scode, svals = _factorize(c["system_id"])
         pos = c["position"]
         clicked = c["clicked"].astype(np.int64)
+        npos = int(pos.max()) + 1
         for lcode, lvals in _labels(c["attributes"], c["n"], self.slice_specs):
-            key = ((wcode * len(lvals) + lcode) * len(svals) + scode) * (int(pos.max()) + 1) + pos
+            key = ((wcode * len(lvals) + lcode) * len(svals) + scode) * npos + pos
             uk, inv = np.unique(key, return_inverse=True)
             imps = np.bincount(inv)
             clicks = np.bincount(inv, weights=clicked).astype(np.int64)
             states: dict = {}
-            rest = uk // (int(pos.max()) + 1)
-            p = uk % (int(pos.max()) + 1)
+            rest = uk // npos
+            p = uk % npos
             s = rest % len(svals)
             rest //= len(svals)
             l = rest % len(lvals)
             w = rest // len(lvals)
             for wi, li, si, pi, ni, ci in zip(w.tolist(), l.tolist(), s.tolist(), p.tolist(), imps.tolist(),
                                               clicks.tolist()):
-                start = wvals[wi]
-                wkey = (start, start + self.window_micros) if self.window_micros is not None else (None, None)
-                states.setdefault((*wkey, lvals[li], svals[si]), {})[pi] = [ni, ci]
+                states.setdefault((*wkeys[wi], lvals[li], svals[si]), {})[pi] = [ni, ci]
             for key, st in states.items():
                 yield pvalue.TaggedOutput("clicks", (key, st))
 
-    def _requests(self, chunk):
-        req, pairs = _pair_codes(chunk["system_id"], chunk["request_id"])
+    def _requests(self, chunk, req, pairs):
         order, starts, ends = _group_bounds(req)
         rows = _take(chunk, order)
         nreq = len(starts)
@@ -892,13 +894,7 @@ class _ScoreShard(beam.DoFn):
 
     def _means(self, r, values):
         nreq = r["n_requests"]
-        if self.window_micros is not None:
-            ws = r["min_ts"] - r["min_ts"] % self.window_micros
-        else:
-            ws = np.zeros(nreq, np.int64)
-        wvals, wcode = np.unique(ws, return_inverse=True)
-        wcode = wcode.reshape(len(ws))
-        wvals = wvals.tolist()
+        wcode, wkeys = _windows(r["min_ts"], self.window_micros)
         scode, svals = _factorize(r["system_id"])
         labels = _labels(r["attributes"], nreq, self.slice_specs)
         # every slice specification partitions the requests, so the states of "all" are the exact
@@ -916,8 +912,7 @@ class _ScoreShard(beam.DoFn):
                 si = k % len(svals)
                 li = (k // len(svals)) % len(lvals)
                 wi = k // len(svals) // len(lvals)
-                start = wvals[wi]
-                wkey = (start, start + self.window_micros) if self.window_micros is not None else (None, None)
+                wkey = wkeys[wi]
                 state = self.mm.add_many(self.mm.create(), values[:, members])
                 if spec == 1 and derive_all:
                     merged.setdefault((*wkey, ALL, svals[si]), []).append(state)
