@@ -87,7 +87,7 @@ def _decode(paths) -> int:
     return n
 
 
-def stages(paths, jpath) -> None:
+def stages(paths, jpath, decoder: str) -> None:
     """Time the columnar engine's steps one by one, outside Beam (see the module docstring)."""
     import collections
     import pickle
@@ -119,29 +119,32 @@ def stages(paths, jpath) -> None:
     def round_trip(by):
         return {k: [pickle.loads(pickle.dumps(v, 5)) for v in vs] for k, vs in by.items()}
 
-    rd, rj = C._ReadImpressionColumns("bench", C.SHARDS), C._ReadJudgmentColumns("bench", C.SHARDS)
+    rd = C._ReadImpressionColumns("bench", C.SHARDS, decoder=decoder)
+    rj = C._ReadJudgmentColumns("bench", C.SHARDS, decoder=decoder)
     # block by block, as the job does (holding every decoded dict at once would add GC time)
     decode = columns = 0.0
     n = 0
     imps: dict = collections.defaultdict(list)
     for p in paths:
-        blocks = avro.read_blocks(p, "impression")
+        blocks = rd._blocks(p)
         while True:
             t = time.perf_counter()
             b = next(blocks, None)
             decode += time.perf_counter() - t
             if b is None:
                 break
-            n += len(b)
+            b = b[0]
+            n += len(b) if isinstance(b, list) else b.num_rows
             t = time.perf_counter()
-            for k, v in main_outputs(rd._block(b, True)):
+            for k, v in main_outputs(rd._block(b, True) if isinstance(b, list) else rd._table(b)):
                 imps[k].append(v)
             columns += time.perf_counter() - t
-    times["decode impressions (streameval.io.avro.read_blocks)"] = decode
-    jblocks = timed("decode judgments", lambda: list(avro.read_blocks(jpath, "judgment")))
+    times[f"decode impressions ({decoder})"] = decode
+    jblocks = timed("decode judgments", lambda: [b for b, _ in rj._blocks(jpath)])
     times["1 columns, checks, shards: impressions"] = columns
     judg = timed("1 columns, checks, shards: judgments",
-                 lambda: grouped(kv for b in jblocks for kv in main_outputs(rj._block(b, True))))
+                 lambda: grouped(kv for b in jblocks
+                                 for kv in main_outputs(rj._block(b, True) if isinstance(b, list) else rj._table(b))))
     imps = timed("pickle round trip 1 -> 2", lambda: round_trip(imps))
     judg = round_trip(judg)
     clean = C._CleanShard("bench", True, True, None, [("device",)], "score", C.SHARDS)
@@ -160,23 +163,25 @@ def stages(paths, jpath) -> None:
     print(f"{'total (' + format(n, ',') + ' impressions)':<52} {total:7.2f} {total / n * 1e6:14.2f}")
 
 
-def _job(paths, jpath, out, workers=None):
+def _job(paths, jpath, out, workers=None, decoder=None):
     from pipelines import batch
 
     args = ["--judgments", jpath, "--metrics", "all_trec", "--slices", "device", "--output", out, "--quiet"]
     args += ["--workers", str(workers or 1)]
+    if decoder:
+        args += ["--avro-decoder", decoder]
     for p in paths:
         args += ["--impressions", p]
     return batch.main(args)
 
 
-def child(kind: str, paths, jpath, out, workers=None) -> dict:
+def child(kind: str, paths, jpath, out, workers=None, decoder=None) -> dict:
     t = time.perf_counter()
     if kind == "fastavro":
         n = _decode(paths)
     else:
         os.environ.setdefault("STREAMEVAL_PROGRESS", "0")
-        code = _job(paths, jpath, out, workers)
+        code = _job(paths, jpath, out, workers, decoder)
         if code != 0:
             raise SystemExit(f"batch job failed with {code}")
         n = json.load(open(os.path.join(out, "summary.json")))["accounting"]["impression"]["read"]
@@ -195,13 +200,16 @@ def main(argv=None) -> int:
     ap.add_argument("--stages", action="store_true", help="time the columnar engine's steps one by one")
     ap.add_argument("--workers", type=int, default=None,
                     help="also run the job on this many worker processes (multi_processing)")
+    ap.add_argument("--avro-decoder", choices=("datafusion", "fastavro"), default=None,
+                    help="the job's (and --stages') Avro decoder (default: the job's default)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     work = args.dir or tempfile.mkdtemp(prefix="streameval-bench-beam-")
     os.makedirs(work, exist_ok=True)
     if args.child:
         spec = json.loads(args.child)
-        print(json.dumps(child(spec["kind"], spec["paths"], spec["jpath"], spec["out"], spec.get("workers"))))
+        print(json.dumps(child(spec["kind"], spec["paths"], spec["jpath"], spec["out"], spec.get("workers"),
+                               spec.get("decoder"))))
         return 0
     t = time.perf_counter()
     marker = os.path.join(work, f"written-{args.impressions}.json")
@@ -213,7 +221,9 @@ def main(argv=None) -> int:
         json.dump([paths, jpath], open(marker, "w"))
         print(f"wrote {args.impressions:,} impressions in {len(paths)} files ({time.perf_counter() - t:.1f} s)")
     if args.stages:
-        stages(paths, jpath)
+        from streameval.beam.columnar import default_decoder
+
+        stages(paths, jpath, args.avro_decoder or default_decoder())
         return 0
     if args.profile:
         import cProfile
@@ -233,7 +243,7 @@ def main(argv=None) -> int:
     runs = [("fastavro", None), ("job", None)] + ([(f"job x{args.workers}", args.workers)] if args.workers else [])
     for kind, workers in runs:
         spec = json.dumps({"kind": kind, "paths": paths, "jpath": jpath, "out": os.path.join(work, "out"),
-                           "workers": workers})
+                           "workers": workers, "decoder": args.avro_decoder})
         best = None
         for _ in range(max(1, args.repeat)):
             out = subprocess.run([sys.executable, __file__, "--child", spec], capture_output=True, text=True, cwd=ROOT)

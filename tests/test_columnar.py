@@ -108,7 +108,7 @@ def _conflict_free(letters):
 @pytest.mark.parametrize("seed,extra", [
     (1, ["--window", "1h", "--slices", "device", "--slices", "campaign+device", "--metrics", "all_trec,err@5"]),
     (2, ["--judgment-conflicts", "reject", "--grades", "0:3", "--metrics", "ndcg@5,map,P@3,recall@10,bpref",
-         "--depth", "4"]),
+         "--depth", "4", "--avro-decoder", "fastavro"]),
     (3, ["--workers", "2", "--judgment-conflicts", "max", "--order", "position", "--window", "2h", "--slices", "campaign",
          "--gain", "exponential", "--relevance-level", "2", "--metrics", "ndcg@10,map,recip_rank,Rprec"]),
     (4, ["--tie-break", "position", "--score-precision", "float64", "--ideal", "served", "--no-ctr",

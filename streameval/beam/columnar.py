@@ -52,6 +52,17 @@ __all__ = ["SHARDS", "UNREADABLE", "impression_columns", "judgment_columns", "co
 #: shards of the requests and of the queries (the unit of work of stages 2 and 3)
 SHARDS = 16
 
+#: decoders of local Avro files: Apache DataFusion to Arrow columns (:mod:`streameval.io.arrow_avro`;
+#: fastavro for any file or rest of a file it does not take) or fastavro's dicts only
+DECODERS = ("datafusion", "fastavro")
+
+
+def default_decoder() -> str:
+    """``"datafusion"`` when datafusion and pyarrow import, else ``"fastavro"``."""
+    from ..io import arrow_avro
+
+    return "datafusion" if arrow_avro.available() else "fastavro"
+
 IMPRESSION_FIELDS = ("event_id", "request_id", "query_id", "user_id", "system_id", "item_id", "position", "score",
                      "clicked", "timestamp", "propensity")
 _STRINGS = ("event_id", "request_id", "query_id", "user_id", "system_id", "item_id")
@@ -178,6 +189,75 @@ def judgment_columns(recs) -> dict:
                    item_id=_obj(list(map(itemgetter("item_id"), recs))),
                    grade=np.fromiter(map(itemgetter("grade"), recs), dtype=np.int64, count=n),
                    timestamp=np.array(ts, dtype=np.int64).reshape(n), source=_obj([r.get("source") for r in recs]))
+
+
+def _arrow_strings(col) -> np.ndarray:
+    """Object array (None for nulls) of an Arrow string column."""
+    return col.to_numpy(zero_copy_only=False).astype(object, copy=False)
+
+
+def _arrow_ints(col) -> np.ndarray:
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(col.type):
+        col = col.cast(pa.int64())
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _arrow_map_columns(col, n: int) -> dict:
+    """``{key: object array}`` of an Arrow ``map<string, string>`` column (None where a row lacks the
+    key; a key twice in one row: the later value, as a Python dict built from the map)."""
+    import pyarrow as pa
+
+    m = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    offs = np.asarray(m.offsets, dtype=np.int64)
+    lo, hi = int(offs[0]), int(offs[-1])
+    if hi == lo:
+        return {}
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offs))
+    keys = _arrow_strings(m.keys.slice(lo, hi - lo))
+    values = _arrow_strings(m.items.slice(lo, hi - lo))
+    out = {}
+    for k in sorted(set(keys.tolist())):
+        sel = np.flatnonzero(keys == k)
+        r = rows[sel]
+        if len(r) > 1 and not (r[1:] != r[:-1]).all():  # a key twice in a row: keep the last
+            last = np.append(r[1:] != r[:-1], True)
+            sel, r = sel[last], r[last]
+        c = np.full(n, None, dtype=object)
+        c[r] = values[sel]
+        out[k] = c
+    return out
+
+
+def impression_columns_arrow(table) -> tuple["Columns", np.ndarray, np.ndarray]:
+    """(columns as :func:`impression_columns` makes them, null mask of score, null mask of
+    propensity) of an Arrow table of impressions (:func:`streameval.io.arrow_avro.read_tables`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    out = Columns(n=n)
+    for f in _STRINGS:
+        out[f] = _arrow_strings(table.column(f))
+    out["position"] = _arrow_ints(table.column("position"))
+    out["timestamp"] = _arrow_ints(table.column("timestamp"))
+    nulls = []
+    for f in ("score", "propensity"):
+        c = table.column(f)
+        out[f] = np.asarray(c.to_numpy(zero_copy_only=False), dtype=np.float64)  # null -> NaN
+        nulls.append(np.asarray(c.is_null().to_numpy(zero_copy_only=False), dtype=bool) if c.null_count
+                     else np.zeros(n, dtype=bool))
+    out["clicked"] = np.asarray(pc.fill_null(table.column("clicked").cast(pa.int8()), -1).to_numpy(), dtype=np.int8)
+    out["attributes"] = _arrow_map_columns(table.column("attributes"), n)
+    return out, nulls[0], nulls[1]
+
+
+def judgment_columns_arrow(table) -> "Columns":
+    """Columns as :func:`judgment_columns` makes them, of an Arrow table of judgments."""
+    return Columns(n=table.num_rows, query_id=_arrow_strings(table.column("query_id")),
+                   item_id=_arrow_strings(table.column("item_id")), grade=_arrow_ints(table.column("grade")),
+                   timestamp=_arrow_ints(table.column("timestamp")), source=_arrow_strings(table.column("source")))
 
 
 def _take(chunk: dict, idx) -> dict:
@@ -338,9 +418,12 @@ def _split(chunk: dict, shard: np.ndarray):
 class _ReadColumns(beam.DoFn):
     kind = ""
 
-    def __init__(self, source: str, shards: int, grade_range=None):
+    def __init__(self, source: str, shards: int, grade_range=None, decoder: str = "datafusion"):
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {DECODERS}")
         self.source = source
         self.shards = shards
+        self.decoder = decoder
         self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
         self.read = Metrics.counter(NAMESPACE, f"{self.kind}s_read")
         self.valid = Metrics.counter(NAMESPACE, f"{self.kind}s_valid")
@@ -356,6 +439,12 @@ class _ReadColumns(beam.DoFn):
                 for block in avro.read_stream_blocks(fo):
                     yield block, False
             return
+        if self.decoder == "datafusion":
+            from ..io import arrow_avro
+
+            for block in arrow_avro.read_tables(path, self.kind):
+                yield block, True
+            return
         for block in avro.read_blocks(path, self.kind):
             yield block, True
 
@@ -363,9 +452,14 @@ class _ReadColumns(beam.DoFn):
         n = 0
         try:
             for recs, typed in self._blocks(path):
-                self.read.inc(len(recs))
-                n += len(recs)
-                yield from self._block(recs, typed)
+                if isinstance(recs, list):
+                    self.read.inc(len(recs))
+                    n += len(recs)
+                    yield from self._block(recs, typed)
+                else:  # an Arrow table (arrow_avro.read_tables)
+                    self.read.inc(recs.num_rows)
+                    n += recs.num_rows
+                    yield from self._table(recs)
         except Exception as e:  # bad file content (AvroInputError, fastavro's errors) or I/O
             self.unreadable.inc()
             reason = getattr(e, "reason", None) or f"{type(e).__name__}: {e}"
@@ -429,20 +523,50 @@ class _ReadImpressionColumns(_ReadColumns):
         yield from self._finish(recs, chunk, ok, bad, records.check_impression, impression_columns,
                                 lambda c: _shards_of(c["system_id"], c["request_id"], self.shards))
 
+    def _table(self, table):
+        chunk, score_null, prop_null = impression_columns_arrow(table)
+        ok = chunk["position"] >= 1
+        for f in ("event_id", "request_id", "system_id", "item_id"):
+            ok &= chunk[f] != ""
+        ok &= np.isfinite(chunk["score"]) | score_null
+        prop = chunk["propensity"]
+        ok &= ((prop > 0) & (prop <= 1)) | prop_null
+        bad = np.flatnonzero(~ok)
+        recs = {}
+        for i, rec in zip(bad.tolist(), columns_records(chunk, bad)):
+            for f, null in (("score", score_null), ("propensity", prop_null)):
+                if not null[i]:  # NaN is a value here, not a null
+                    rec[f] = float(chunk[f][i])
+            recs[i] = rec
+        yield from self._finish(recs, chunk, ok, bad, records.check_impression, impression_columns,
+                                lambda c: _shards_of(c["system_id"], c["request_id"], self.shards))
+
 
 class _ReadJudgmentColumns(_ReadColumns):
     kind = "judgment"
 
+    def _screen(self, chunk) -> np.ndarray:
+        ok = (chunk["query_id"] != "") & (chunk["item_id"] != "")
+        if self.grade_range is not None:
+            g = chunk["grade"]
+            ok &= (g >= self.grade_range[0]) & (g <= self.grade_range[1])
+        return ok
+
     def _block(self, recs, typed):
         if typed:
             chunk = judgment_columns(recs)
-            ok = (chunk["query_id"] != "") & (chunk["item_id"] != "")
-            if self.grade_range is not None:
-                g = chunk["grade"]
-                ok &= (g >= self.grade_range[0]) & (g <= self.grade_range[1])
+            ok = self._screen(chunk)
             bad = np.flatnonzero(~ok)
         else:
             chunk, ok, bad = None, np.zeros(len(recs), dtype=bool), np.arange(len(recs))
+        yield from self._finish(recs, chunk, ok, bad, lambda r: records.check_judgment(r, self.grade_range),
+                                judgment_columns, lambda c: _shards_of(c["query_id"], None, self.shards))
+
+    def _table(self, table):
+        chunk = judgment_columns_arrow(table)
+        ok = self._screen(chunk)
+        bad = np.flatnonzero(~ok)
+        recs = dict(zip(bad.tolist(), _judgment_records(chunk, bad)))
         yield from self._finish(recs, chunk, ok, bad, lambda r: records.check_judgment(r, self.grade_range),
                                 judgment_columns, lambda c: _shards_of(c["query_id"], None, self.shards))
 
@@ -450,19 +574,21 @@ class _ReadJudgmentColumns(_ReadColumns):
 class _Read(beam.PTransform):
     fn = None
 
-    def __init__(self, paths, source: str, shards: int = SHARDS, grade_range=None, label=None):
+    def __init__(self, paths, source: str, shards: int = SHARDS, grade_range=None, decoder: str | None = None,
+                 label=None):
         super().__init__(label)
         self.paths = list(paths)
         self.source = str(source)
         self.shards = int(shards)
         self.grade_range = grade_range
+        self.decoder = decoder or default_decoder()
         self.dead_letters = None
 
     def expand(self, pbegin):
         read = (pbegin
                 | "Paths" >> beam.Create(self.paths)
                 | "Spread" >> beam.Reshuffle()
-                | "Blocks" >> beam.ParDo(self.fn(self.source, self.shards, self.grade_range)).with_outputs(
+                | "Blocks" >> beam.ParDo(self.fn(self.source, self.shards, self.grade_range, self.decoder)).with_outputs(
                     "dead_letters", main="chunks"))
         #: dead letters: records failing the checks, and one per file that could not be read to its end
         self.dead_letters = read.dead_letters
@@ -959,7 +1085,7 @@ class ColumnarMetrics(beam.PTransform):
                  relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
                  tie_break="docno", depth=None, score_precision="float32", judgment_conflicts="latest",
                  grade_range=None, ci_level=stats.DEFAULT_LEVEL, impression_source="impressions",
-                 judgment_source="judgments", shards=SHARDS, progress_total=None, label=None):
+                 judgment_source="judgments", shards=SHARDS, progress_total=None, decoder=None, label=None):
         super().__init__(label)
         self.impression_paths = list(impression_paths)
         self.judgment_paths = list(judgment_paths or [])
@@ -987,13 +1113,17 @@ class ColumnarMetrics(beam.PTransform):
         self.judgment_source = str(judgment_source)
         self.shards = int(shards)
         self.progress_total = progress_total
+        self.decoder = decoder or default_decoder()
+        if self.decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {DECODERS}")
         self.dead_letters = None
         self.unjudged = None
 
     def expand(self, pbegin):
         from .. import progress
 
-        read = ReadImpressionColumns(self.impression_paths, self.impression_source, self.shards)
+        read = ReadImpressionColumns(self.impression_paths, self.impression_source, self.shards,
+                                     decoder=self.decoder)
         chunks = (pbegin
                   | "ReadImpressions" >> read
                   | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", self.progress_total,
@@ -1010,7 +1140,8 @@ class ColumnarMetrics(beam.PTransform):
                         | "MergeClicks" >> beam.CombinePerKey(_MergeClicks(overall=True))
                         | "ClickRows" >> beam.FlatMap(_click_rows, self.ci_level))
         if self.ranking:
-            jread = ReadJudgmentColumns(self.judgment_paths, self.judgment_source, self.shards, self.grade_range)
+            jread = ReadJudgmentColumns(self.judgment_paths, self.judgment_source, self.shards, self.grade_range,
+                                        decoder=self.decoder)
             judgments = pbegin | "ReadJudgments" >> jread
             dead.append(jread.dead_letters)
             scored = ({"requests": cleaned.requests, "judgments": judgments}
