@@ -95,7 +95,6 @@ def stages(paths, jpath, decoder: str) -> None:
     from apache_beam import pvalue
 
     from streameval.beam import columnar as C
-    from streameval.io import avro
     from streameval.metrics.kernel import MetricOptions
     from streameval.metrics.names import parse_metrics
 
