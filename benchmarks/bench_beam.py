@@ -10,7 +10,8 @@ Writes synthetic impression logs (10 impressions per request, 10,000 judged quer
 items, 5% of requests on unjudged queries, clicks, two systems, a device attribute) in files of
 500,000 records, then times, each in its own process:
 
-* ``fastavro``: decoding every record of the files with ``fastavro.reader`` (the floor);
+* ``fastavro``: decoding every record of the files with ``fastavro.reader`` (the reference; the
+  job's default Avro decoder is DataFusion, ``--avro-decoder fastavro`` times the job with fastavro);
 * ``batch job``: ``streameval batch`` (``pipelines.batch.main``) on ``FnApiRunner``, all ranking
   metrics of trec_eval's official set (``all_trec``) plus CTR, one global window, slice by device.
 
