@@ -57,7 +57,9 @@ OUTPUT_FILES = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_lett
                 "summary.json")
 ENGINES = ("auto", "columnar", "records")
 #: --workers auto: the local runner's columnar job uses every core from this many impressions on
-PARALLEL_FROM = 2_000_000
+#: (with DataFusion decoding, 2 cores: 2M impressions 18.8 s in-process, 18.9 s on two workers;
+#: 10M 75 s and 65 s; benchmarks/bench_beam.py)
+PARALLEL_FROM = 5_000_000
 
 
 # --------------------------------------------------------------------------------------------
