@@ -19,7 +19,8 @@ Prints impressions per second and the ratio to fastavro alone. With ``--profile 
 under cProfile in this process (FnApiRunner runs the workers in-process) and the top functions by
 cumulative and own time are printed: the stages that cost the most per impression. ``--stages``
 runs the columnar engine's steps outside Beam, one after the other on all the data (decoding, each
-stage's DoFn, a pickle round trip where Beam encodes the elements between stages) and prints the
+stage's DoFn, including the pickling of the values it passes on, and a pickle round trip of those
+bytes where Beam encodes the elements between stages) and prints the
 time of each per impression, without cProfile's distortion. The job runs in-process (``--workers 1``);
 ``--workers N`` also times it on N worker processes (``streameval batch --workers N``).
 """
@@ -141,19 +142,19 @@ def stages(paths, jpath, decoder: str) -> None:
             columns += time.perf_counter() - t
     times[f"decode impressions ({decoder})"] = decode
     jblocks = timed("decode judgments", lambda: [b for b, _ in rj._blocks(jpath)])
-    times["1 columns, checks, shards: impressions"] = columns
-    judg = timed("1 columns, checks, shards: judgments",
+    times["1 columns, checks, shards, pickle: impressions"] = columns
+    judg = timed("1 columns, checks, shards, pickle: judgments",
                  lambda: grouped(kv for b in jblocks
                                  for kv in main_outputs(rj._block(b, True) if isinstance(b, list) else rj._table(b))))
-    imps = timed("pickle round trip 1 -> 2", lambda: round_trip(imps))
+    imps = timed("encode + decode 1 -> 2 (pickled bytes)", lambda: round_trip(imps))
     judg = round_trip(judg)
     clean = C._CleanShard("bench", True, True, None, [("device",)], "score", C.SHARDS)
-    reqs = timed("2 clean requests, CTR counts, re-shard",
+    reqs = timed("2 unpickle, clean, CTR counts, re-shard, pickle",
                  lambda: grouped(main_outputs(x for kv in imps.items() for x in clean.process(kv))))
-    reqs = timed("pickle round trip 2 -> 3", lambda: round_trip(reqs))
+    reqs = timed("encode + decode 2 -> 3 (pickled bytes)", lambda: round_trip(reqs))
     score = C._ScoreShard(parse_metrics(["all_trec"]), MetricOptions(), "latest", "bench", "score", "docno",
                           "float32", None, None, [("device",)])
-    timed("3 judgments, ranking, metrics, exact means", lambda: [
+    timed("3 unpickle, judgments, ranking, metrics, means", lambda: [
         main_outputs(score.process((k, {"requests": reqs.get(k, []), "judgments": judg.get(k, [])})))
         for k in set(reqs) | set(judg)])
     total = sum(times.values())

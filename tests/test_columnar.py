@@ -171,7 +171,7 @@ def test_files_on_remote_file_systems_read_the_same(tmp_path, monkeypatch):
             if isinstance(out, pvalue.TaggedOutput):
                 dead.append(json.dumps(out.value, sort_keys=True))
             else:
-                shard, chunk = out
+                shard, chunk = out[0], columnar.thaw(out[1])
                 rows += [(shard, json.dumps(r, sort_keys=True)) for r in columnar.columns_records(chunk, range(chunk["n"]))]
         return sorted(dead), sorted(rows)
 
@@ -219,6 +219,6 @@ def test_damaged_remote_file_keeps_every_record_before_the_damage(tmp_path, monk
     monkeypatch.setattr(FileSystems, "open", staticmethod(lambda p, *a, **k: open(p.split("://", 1)[1], "rb")))
     outs = list(columnar._ReadImpressionColumns("src", 4).process(f"fake://{path}"))
     dead = [o.value for o in outs if isinstance(o, pvalue.TaggedOutput)]
-    rows = sum(o[1]["n"] for o in outs if not isinstance(o, pvalue.TaggedOutput))
+    rows = sum(columnar.thaw(o[1])["n"] for o in outs if not isinstance(o, pvalue.TaggedOutput))
     assert rows + len([d for d in dead if not d["reason"].startswith(columnar.UNREADABLE)]) == expected
     assert [d for d in dead if d["reason"].startswith(columnar.UNREADABLE)]

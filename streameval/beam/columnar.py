@@ -28,6 +28,7 @@ Counters are those of the per-record transforms (see :mod:`streameval.beam.accou
 from __future__ import annotations
 
 import json
+import pickle
 import zlib
 from operator import itemgetter
 
@@ -144,6 +145,22 @@ class Columns(dict):
             else:
                 items.append((k, v))
         return (_rebuild, (items,))
+
+
+def freeze(chunk: dict) -> tuple[int, bytes]:
+    """A Beam element's value between stages: ``(rows, pickled columns)``.
+
+    Beam's local runner decodes and re-encodes every value it groups (``GroupByKey``,
+    ``CoGroupByKey``) and every value that crosses to or from a worker process; as bytes that is a
+    copy, as columns a pickle round trip each time. ``rows``: the impressions, judgments or requests
+    held (progress counts)."""
+    n = chunk["n"] if "n" in chunk else chunk["n_requests"]
+    return int(n), pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def thaw(value: tuple[int, bytes]) -> "Columns":
+    """The columns of a :func:`freeze` value."""
+    return pickle.loads(value[1])
 
 
 def impression_columns(recs, nulls: dict | None = None) -> "Columns":
@@ -409,7 +426,7 @@ def _split(chunk: dict, shard: np.ndarray):
     s = shard[order]
     bounds = np.flatnonzero(s[1:] != s[:-1]) + 1
     for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(s)]))):
-        yield int(s[lo]), _take(chunk, order[lo:hi])
+        yield int(s[lo]), freeze(_take(chunk, order[lo:hi]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -698,7 +715,7 @@ class _CleanShard(beam.DoFn):
 
     def process(self, element):
         _, chunks = element
-        chunk = _concat(list(chunks))
+        chunk = _concat([thaw(c) for c in chunks])
         if not chunk["n"]:
             return
         req, pairs = _pair_codes(chunk["system_id"], chunk["request_id"])
@@ -783,7 +800,7 @@ class _CleanShard(beam.DoFn):
                "item_id": rows["item_id"], "score": rows["score"], "position": rows["position"]})
         shard = _shards_of(query, None, self.shards)
         for s, sub in _split_requests(out, shard):
-            yield (s, sub)
+            yield (s, freeze(sub))
 
 
 def _take_requests(r: dict, sel: np.ndarray) -> dict:
@@ -925,8 +942,8 @@ class _ScoreShard(beam.DoFn):
 
     def process(self, element):
         _, groups = element
-        jparts = list(groups["judgments"])
-        rparts = list(groups["requests"])
+        jparts = [thaw(v) for v in groups["judgments"]]
+        rparts = [thaw(v) for v in groups["requests"]]
         self._dead = []
         jq, jd, jg = self._resolve(_concat(jparts)) if jparts else (np.empty(0, object), np.empty(0, object),
                                                                    np.zeros(0))
@@ -1127,7 +1144,7 @@ class ColumnarMetrics(beam.PTransform):
         chunks = (pbegin
                   | "ReadImpressions" >> read
                   | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", self.progress_total,
-                                                                      size=lambda kv: kv[1]["n"])))
+                                                                      size=lambda kv: kv[1][0])))
         cleaned = (chunks
                    | "GroupRequests" >> beam.GroupByKey()
                    | "CleanRequests" >> beam.ParDo(_CleanShard(
