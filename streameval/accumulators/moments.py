@@ -90,30 +90,29 @@ def exact_sum(x: np.ndarray) -> Fraction:
 
 
 def exact_row_sums(matrix: np.ndarray) -> list:
-    """:func:`exact_sum` of each row of a 2-D float64 array of finite values (zeros contribute
-    nothing), in one pass: the exponents of all rows are counted with one ``np.bincount`` over
-    (row, exponent). Returns a list of Fractions, one per row."""
+    """:func:`exact_sum` of each row of a 2-D float64 array of finite values, in one pass: the
+    exponents of all rows are counted with one ``np.bincount`` over (row, exponent); zeros add
+    nothing (their exponent is 0 and both halves are 0). Returns a list of Fractions, one per row."""
     x = np.asarray(matrix, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"expected a 2-D array, got shape {x.shape}")
     rows = x.shape[0]
     if not np.isfinite(x).all():
         raise ValueError("exact sums need finite values")
-    r_idx, c_idx = np.nonzero(x)
-    if not len(r_idx):
+    if x.size == 0:
         return [Fraction(0)] * rows
-    v = x[r_idx, c_idx]
-    m, e = np.frexp(v)
-    a = np.abs(m) * _TWO53
-    hi = np.floor(a / _TWO26)
-    lo = a - hi * _TWO26
-    neg = m < 0
-    hi[neg] = -hi[neg]
-    lo[neg] = -lo[neg]
+    m, e = np.frexp(x)
+    a = m * _TWO53  # integers below 2**53 in magnitude: exact
+    hi = np.trunc(a * (1.0 / _TWO26))  # exact (a power of two), toward zero
+    lo = a - hi * _TWO26  # exact, below 2**26 in magnitude, with the sign of a
     e = e.astype(np.int64)
     emin = int(e.min())
     span = int(e.max()) - emin + 1
-    idx = r_idx.astype(np.int64) * span + (e - emin)
+    idx = (np.arange(rows, dtype=np.int64)[:, None] * span + (e - emin)).ravel()
+    hi = hi.ravel()
+    lo = lo.ravel()
     totals = [0] * rows
-    for start in range(0, len(v), _BINCOUNT_ROWS):
+    for start in range(0, len(idx), _BINCOUNT_ROWS):
         sl = slice(start, start + _BINCOUNT_ROWS)
         hs = np.bincount(idx[sl], weights=hi[sl], minlength=rows * span)
         ls = np.bincount(idx[sl], weights=lo[sl], minlength=rows * span)
