@@ -180,11 +180,42 @@ class _Batch:
             self._cache["dg"] = self.gain(self.g) / np.log2(self.rank + 1.0)
         return self._cache["dg"]
 
+    def _ideal_prefix(self):
+        """Ideal DCG of every judged-ideal prefix, (queries, longest) with the running sums along
+        rows, and the number of positive grades per query; None when that matrix would be much
+        larger than the grades themselves (:meth:`ideal` then sums per cutoff). Each running sum
+        adds the same terms in the same order as ``np.bincount`` does in :meth:`ideal`: equal bits."""
+        if "iprefix" not in self._cache:
+            pos = self.hv > 0
+            hv, hc, hq = self.hv[pos], self.hc[pos], self.hq[pos]
+            counts = np.bincount(hq, weights=hc, minlength=self.n).astype(np.int64)
+            total = int(counts.sum())
+            longest = int(counts.max()) if self.n else 0
+            out = None
+            if total and self.n * longest <= 4 * total + 1024:
+                vals = np.repeat(hv, hc)
+                ioff = np.zeros(self.n + 1, dtype=np.int64)
+                np.cumsum(counts, out=ioff[1:])
+                q = np.repeat(np.arange(self.n, dtype=np.int64), counts)
+                irank = np.arange(1, total + 1) - ioff[:-1][q]
+                m = np.zeros((self.n, longest))
+                m[q, irank - 1] = self.gain(vals) / np.log2(irank + 1.0)
+                out = (np.cumsum(m, axis=1), counts)
+            self._cache["iprefix"] = out
+        return self._cache["iprefix"]
+
     def ideal(self, k):
         """Ideal DCG at cutoff k (None = no cutoff), one value per query."""
         key = ("idcg", k)
         if key in self._cache:
             return self._cache[key]
+        prefix = self._ideal_prefix() if self.opts.ideal != "served" else None
+        if prefix is not None:
+            sums, counts = prefix
+            take = counts if k is None else np.minimum(counts, k)
+            out = np.where(take > 0, sums[np.arange(self.n), np.maximum(take - 1, 0)], 0.0)
+            self._cache[key] = out
+            return out
         if self.opts.ideal == "served":
             with np.errstate(invalid="ignore"):
                 pos = self.g > 0
