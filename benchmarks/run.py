@@ -200,7 +200,9 @@ def cli_breakdown(qrels_path: str, run_path: str) -> dict:
 
     assert cli.trec_eval_main  # imported as the command imports it (the import is timed)
     # the process settings of the command (cli.trec_eval_main): no huge pages, freed memory kept
-    cli._keep_freed_memory()
+    from streameval import tuning
+
+    tuning.keep_freed_memory()
     import numpy as np
 
     np._core.multiarray._set_madvise_hugepage(False)

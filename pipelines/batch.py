@@ -16,6 +16,7 @@ Prism). Arguments this parser does not know are passed to Beam's PipelineOptions
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -42,7 +43,7 @@ from streameval.beam.transforms import (
     parse_window,
 )
 from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetrics, split_metric_names
-from streameval import progress
+from streameval import progress, tuning
 from streameval.beam.stats import CompareSystems
 from streameval.io import avro
 from streameval.io.cleaning import JUDGMENT_POLICIES
@@ -56,6 +57,8 @@ DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
 OUTPUT_FILES = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_letters.jsonl", "unjudged.jsonl",
                 "summary.json")
 ENGINES = ("auto", "columnar", "records")
+#: runners that run the job in this process (or its children): the process memory settings apply
+LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 #: --workers auto: the local runner's columnar job uses every core from this many impressions on
 #: (with DataFusion decoding, 2 cores: 2M impressions 18.8 s in-process, 18.9 s on two workers;
 #: 10M 75 s and 65 s; benchmarks/bench_beam.py)
@@ -577,8 +580,12 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     p = beam.Pipeline(options=options)
     build_pipeline(p, args, impression_paths, judgment_paths)
-    result = p.run()
-    state = result.wait_until_finish()
+    local = args.runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS
+    if local:  # the job runs in this process: fewer page faults (streameval/tuning.py)
+        tuning.keep_freed_memory()
+    with tuning.no_numpy_hugepages() if local else contextlib.nullcontext():
+        result = p.run()
+        state = result.wait_until_finish()
     progress.close_all()
     wall = time.perf_counter() - start
     counters = _counters(result)

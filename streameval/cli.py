@@ -94,32 +94,11 @@ def trec_eval_main(argv=None, out=None) -> int:
     faulting in 2 MB pages cost 1-1.5 s more system time than 4 kB pages for the same ~800 MB
     (benchmarks/run.py --only files).
     """
-    import numpy as np
+    from .tuning import keep_freed_memory, no_numpy_hugepages
 
-    _keep_freed_memory()
-    set_hugepage = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
-    before = set_hugepage(False) if set_hugepage is not None else None
-    try:
+    keep_freed_memory()
+    with no_numpy_hugepages():
         return _trec_eval_main(argv, out)
-    finally:
-        if set_hugepage is not None:
-            set_hugepage(before)
-
-
-def _keep_freed_memory() -> None:
-    """glibc only: serve allocations below 32 MB from the heap and keep freed memory for the next
-    ones (mallopt M_MMAP_THRESHOLD, M_TRIM_THRESHOLD), instead of unmapping each chunk-sized
-    temporary and faulting the next one in afresh. Process-wide, for the command's process."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
-    mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
 
 
 def _trec_eval_main(argv, out) -> int:

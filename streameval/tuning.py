@@ -1,0 +1,44 @@
+"""Process-wide memory settings for the commands that allocate large numpy arrays in one process.
+
+On the benchmark machine (a VM) page faults cost seconds: faulting in numpy's 2 MB transparent
+huge pages for arrays touched once or twice, and glibc unmapping every freed chunk-sized temporary
+so that the next one is faulted in afresh. ``streameval trec-eval`` and the batch job on the local
+runner (in-process) use both settings below. Standard library and numpy only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+
+def keep_freed_memory() -> None:
+    """glibc only: serve allocations below 32 MB from the heap and keep freed memory for the next
+    ones (mallopt M_MMAP_THRESHOLD, M_TRIM_THRESHOLD), instead of unmapping each chunk-sized
+    temporary and faulting the next one in afresh. Process-wide and permanent for the process;
+    a no-op where there is no glibc."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
+    mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+
+
+@contextlib.contextmanager
+def no_numpy_hugepages() -> Iterator[None]:
+    """While in the block, numpy does not madvise transparent huge pages for its large arrays
+    (restored after; a no-op on numpy builds without the switch)."""
+    import numpy as np
+
+    set_hugepage = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
+    before = set_hugepage(False) if set_hugepage is not None else None
+    try:
+        yield
+    finally:
+        if set_hugepage is not None:
+            set_hugepage(before)
