@@ -583,7 +583,8 @@ def main(argv=None) -> int:
     local = args.runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS
     if local:  # the job runs in this process: fewer page faults (streameval/tuning.py)
         tuning.keep_freed_memory()
-    with tuning.no_numpy_hugepages() if local else contextlib.nullcontext():
+    with (tuning.no_numpy_hugepages() if local else contextlib.nullcontext()), \
+            (tuning.for_children() if local else contextlib.nullcontext()):
         result = p.run()
         state = result.wait_until_finish()
     progress.close_all()

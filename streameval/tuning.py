@@ -29,6 +29,27 @@ def keep_freed_memory() -> None:
     mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
 
 
+#: the same settings for child processes (worker processes of the local runner), by environment:
+#: glibc's tunables read at start-up and numpy's switch read at import
+CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+             "NUMPY_MADVISE_HUGEPAGE": "0"}
+
+
+@contextlib.contextmanager
+def for_children() -> Iterator[None]:
+    """While in the block, processes started from this one get :data:`CHILD_ENV` (values already
+    set in the environment are kept); the environment is restored after."""
+    import os
+
+    added = {k: v for k, v in CHILD_ENV.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+
+
 @contextlib.contextmanager
 def no_numpy_hugepages() -> Iterator[None]:
     """While in the block, numpy does not madvise transparent huge pages for its large arrays
