@@ -96,6 +96,7 @@ def stages(paths, jpath, decoder: str) -> None:
 
     from apache_beam import pvalue
 
+    from streameval import tuning
     from streameval.beam import columnar as C
     from streameval.metrics.kernel import MetricOptions
     from streameval.metrics.names import parse_metrics
@@ -120,6 +121,9 @@ def stages(paths, jpath, decoder: str) -> None:
     def round_trip(by):
         return {k: [pickle.loads(pickle.dumps(v, 5)) for v in vs] for k, vs in by.items()}
 
+    tuning.keep_freed_memory()  # as the job on the local runner (pipelines/batch.py)
+    hugepages = tuning.no_numpy_hugepages()
+    hugepages.__enter__()
     rd = C._ReadImpressionColumns("bench", C.SHARDS, decoder=decoder)
     rj = C._ReadJudgmentColumns("bench", C.SHARDS, decoder=decoder)
     # block by block, as the job does (holding every decoded dict at once would add GC time)
