@@ -518,36 +518,40 @@ class _ReadColumns(beam.DoFn):
 class _ReadImpressionColumns(_ReadColumns):
     kind = "impression"
 
+    @staticmethod
+    def _screen(chunk, score_ok, prop_ok) -> np.ndarray:
+        """Rows the vectorised screen clears (the others go through the record check)."""
+        ok = chunk["position"] >= 1
+        for f in ("event_id", "request_id", "system_id", "item_id"):
+            ok &= chunk[f] != ""
+        return ok & score_ok & prop_ok
+
+    def _shards(self, chunk):
+        return _shards_of(chunk["system_id"], chunk["request_id"], self.shards)
+
     def _block(self, recs, typed):
         if typed:
             nulls: dict = {}
             chunk = impression_columns(recs, nulls)
-            ok = chunk["position"] >= 1
-            for f in ("event_id", "request_id", "system_id", "item_id"):
-                ok &= chunk[f] != ""
             # NaN is null (valid) or NaN (not): when the NaNs are as many as the nulls, all are nulls
+            fine = {}
             for f in ("score", "propensity"):
                 v = chunk[f]
                 nan = np.isnan(v)
                 n_nan = int(nan.sum())
-                fine = np.isfinite(v) if f == "score" else (v > 0) & (v <= 1)
+                fine[f] = np.isfinite(v) if f == "score" else (v > 0) & (v <= 1)
                 if n_nan and n_nan == nulls[f]:
-                    fine |= nan
-                ok &= fine
+                    fine[f] |= nan
+            ok = self._screen(chunk, fine["score"], fine["propensity"])
             bad = np.flatnonzero(~ok)
         else:  # records of any schema (remote files): the record check on every one
             chunk, ok, bad = None, np.zeros(len(recs), dtype=bool), np.arange(len(recs))
-        yield from self._finish(recs, chunk, ok, bad, records.check_impression, impression_columns,
-                                lambda c: _shards_of(c["system_id"], c["request_id"], self.shards))
+        yield from self._finish(recs, chunk, ok, bad, records.check_impression, impression_columns, self._shards)
 
     def _table(self, table):
         chunk, score_null, prop_null = impression_columns_arrow(table)
-        ok = chunk["position"] >= 1
-        for f in ("event_id", "request_id", "system_id", "item_id"):
-            ok &= chunk[f] != ""
-        ok &= np.isfinite(chunk["score"]) | score_null
         prop = chunk["propensity"]
-        ok &= ((prop > 0) & (prop <= 1)) | prop_null
+        ok = self._screen(chunk, np.isfinite(chunk["score"]) | score_null, ((prop > 0) & (prop <= 1)) | prop_null)
         bad = np.flatnonzero(~ok)
         recs = {}
         for i, rec in zip(bad.tolist(), columns_records(chunk, bad)):
@@ -555,8 +559,7 @@ class _ReadImpressionColumns(_ReadColumns):
                 if not null[i]:  # NaN is a value here, not a null
                     rec[f] = float(chunk[f][i])
             recs[i] = rec
-        yield from self._finish(recs, chunk, ok, bad, records.check_impression, impression_columns,
-                                lambda c: _shards_of(c["system_id"], c["request_id"], self.shards))
+        yield from self._finish(recs, chunk, ok, bad, records.check_impression, impression_columns, self._shards)
 
 
 class _ReadJudgmentColumns(_ReadColumns):
@@ -569,6 +572,12 @@ class _ReadJudgmentColumns(_ReadColumns):
             ok &= (g >= self.grade_range[0]) & (g <= self.grade_range[1])
         return ok
 
+    def _check(self, rec):
+        return records.check_judgment(rec, self.grade_range)
+
+    def _shards(self, chunk):
+        return _shards_of(chunk["query_id"], None, self.shards)
+
     def _block(self, recs, typed):
         if typed:
             chunk = judgment_columns(recs)
@@ -576,16 +585,14 @@ class _ReadJudgmentColumns(_ReadColumns):
             bad = np.flatnonzero(~ok)
         else:
             chunk, ok, bad = None, np.zeros(len(recs), dtype=bool), np.arange(len(recs))
-        yield from self._finish(recs, chunk, ok, bad, lambda r: records.check_judgment(r, self.grade_range),
-                                judgment_columns, lambda c: _shards_of(c["query_id"], None, self.shards))
+        yield from self._finish(recs, chunk, ok, bad, self._check, judgment_columns, self._shards)
 
     def _table(self, table):
         chunk = judgment_columns_arrow(table)
         ok = self._screen(chunk)
         bad = np.flatnonzero(~ok)
         recs = dict(zip(bad.tolist(), _judgment_records(chunk, bad)))
-        yield from self._finish(recs, chunk, ok, bad, lambda r: records.check_judgment(r, self.grade_range),
-                                judgment_columns, lambda c: _shards_of(c["query_id"], None, self.shards))
+        yield from self._finish(recs, chunk, ok, bad, self._check, judgment_columns, self._shards)
 
 
 class _Read(beam.PTransform):
