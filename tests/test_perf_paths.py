@@ -13,7 +13,7 @@ from streameval.metrics import online as om
 from streameval.metrics.kernel import MetricOptions, RankedLists, compute
 from streameval.metrics.names import parse_metrics
 from streameval.metrics.prepare import prepare
-from tests.test_prepare_paths import _collection
+from tests.test_prepare_paths import _collection, assert_same_lists, fast_and_general
 
 SPECS = parse_metrics(["ndcg@10", "ndcg", "map", "map@5", "mrr@10", "recip_rank", "P@5", "recall@100", "bpref",
                        "Rprec", "err@5", "num_rel_ret", "success@1", "dcg@3"])
@@ -26,16 +26,9 @@ def test_chunked_grouped_prepare_equals_general_path(monkeypatch, chunk):
         args = _collection(seed, seed % 2 == 0, seed % 3 == 0)
         kw = dict(depth=[None, 1, 5][seed % 3], complete=seed % 4 == 0,
                   score_precision=["float32", "float64"][seed % 2])
-        try:
-            slow = prepare(*args, fast_path=False, **kw)
-        except ValueError as e:
-            with pytest.raises(ValueError, match=str(e).split(" ")[0]):
-                prepare(*args, **kw)
-            continue
-        fast = prepare(*args, **kw)
-        assert list(fast.qids) == list(slow.qids)
-        for name in ("offsets", "grades", "judged_offsets", "judged_values", "judged_counts"):
-            np.testing.assert_array_equal(getattr(fast.lists, name), getattr(slow.lists, name), err_msg=name)
+        both = fast_and_general(args, kw)
+        if both is not None:
+            assert_same_lists(*both)
 
 
 def test_grouped_prepare_queries_out_of_order_and_unjudged_blocks(monkeypatch):

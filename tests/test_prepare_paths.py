@@ -37,23 +37,36 @@ def _collection(seed, str_ids, float_grades):
             conv(jd)[perm] if len(jd) else conv(jd), np.array(jg, float)[perm] if len(jg) else np.array(jg, float))
 
 
+def fast_and_general(args, kw):
+    """(fast path's result, general path's result) of ``prepare(*args, **kw)``; None when the general
+    path refuses the input, after checking that the fast path refuses it with the same error."""
+    try:
+        slow = prepare(*args, fast_path=False, **kw)
+    except ValueError as e:
+        with pytest.raises(ValueError, match=str(e).split(" ")[0]):
+            prepare(*args, **kw)
+        return None
+    return prepare(*args, **kw), slow
+
+
+def assert_same_lists(fast, slow):
+    """The same queries, in order, with the same ranked grades and judgment histograms."""
+    assert list(fast.qids) == list(slow.qids)
+    for name in ("offsets", "grades", "judged_offsets", "judged_values", "judged_counts"):
+        np.testing.assert_array_equal(getattr(fast.lists, name), getattr(slow.lists, name), err_msg=name)
+
+
 @settings(max_examples=200, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), str_ids=st.booleans(), float_grades=st.booleans(),
        depth=st.sampled_from([None, 1, 5, 1000]), complete=st.booleans(),
        precision=st.sampled_from(["float32", "float64"]))
 def test_fast_path_equals_general(seed, str_ids, float_grades, depth, complete, precision):
     args = _collection(seed, str_ids, float_grades)
-    kw = dict(depth=depth, complete=complete, score_precision=precision)
-    try:
-        slow = prepare(*args, fast_path=False, **kw)
-    except ValueError as e:
-        with pytest.raises(ValueError, match=str(e).split(" ")[0]):
-            prepare(*args, **kw)
+    both = fast_and_general(args, dict(depth=depth, complete=complete, score_precision=precision))
+    if both is None:
         return
-    fast = prepare(*args, **kw)
-    assert list(fast.qids) == list(slow.qids)
-    for name in ("offsets", "grades", "judged_offsets", "judged_values", "judged_counts"):
-        np.testing.assert_array_equal(getattr(fast.lists, name), getattr(slow.lists, name), err_msg=name)
+    fast, slow = both
+    assert_same_lists(fast, slow)
     assert list(fast.unjudged_qids) == list(slow.unjudged_qids)
     assert list(fast.missing_qids) == list(slow.missing_qids)
 
