@@ -90,13 +90,21 @@ def _decode(paths) -> int:
 
 
 def stages(paths, jpath, decoder: str) -> None:
-    """Time the columnar engine's steps one by one, outside Beam (see the module docstring)."""
+    """Time the columnar engine's steps one by one, outside Beam (see the module docstring), with the
+    process memory settings of the job on the local runner (pipelines/batch.py)."""
+    from streameval import tuning
+
+    tuning.keep_freed_memory()
+    with tuning.no_numpy_hugepages():
+        _stages(paths, jpath, decoder)
+
+
+def _stages(paths, jpath, decoder: str) -> None:
     import collections
     import pickle
 
     from apache_beam import pvalue
 
-    from streameval import tuning
     from streameval.beam import columnar as C
     from streameval.metrics.kernel import MetricOptions
     from streameval.metrics.names import parse_metrics
@@ -121,9 +129,6 @@ def stages(paths, jpath, decoder: str) -> None:
     def round_trip(by):
         return {k: [pickle.loads(pickle.dumps(v, 5)) for v in vs] for k, vs in by.items()}
 
-    tuning.keep_freed_memory()  # as the job on the local runner (pipelines/batch.py)
-    hugepages = tuning.no_numpy_hugepages()
-    hugepages.__enter__()
     rd = C._ReadImpressionColumns("bench", C.SHARDS, decoder=decoder)
     rj = C._ReadJudgmentColumns("bench", C.SHARDS, decoder=decoder)
     # block by block, as the job does (holding every decoded dict at once would add GC time)

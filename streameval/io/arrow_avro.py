@@ -91,8 +91,7 @@ def _tables(path: str, name: str, rows: int) -> Iterator:
             ends.append(total)
         if total == 0:
             return
-        base, ext = os.path.splitext(path)
-        df = _session().read_avro(path, file_extension=ext)
+        df = _session().read_avro(path, file_extension=os.path.splitext(path)[1])
         got = {f.name: str(f.type) for f in df.schema()}
         if got != _ARROW_TYPES[name]:
             raise _NoFastPath(0)
