@@ -53,15 +53,54 @@ def rank_order(query_codes, scores, item_codes, positions=None, *, order: str = 
     q = np.asarray(query_codes)
     d = np.asarray(item_codes)
     if order == "score":
-        neg = -ranking_scores(scores, score_precision)
+        s = ranking_scores(scores, score_precision)
+    if order != "score" or tie_break != "docno":
+        if positions is None:
+            raise ValueError(f"order={order!r}, tie_break={tie_break!r} needs logged positions")
+        pos = np.asarray(positions, dtype=np.float64)
+    fast = _packed_rank_order(q, s if order == "score" else None, d, pos if order != "score" or tie_break != "docno"
+                              else None)
+    if fast is not None:
+        return fast
     if order == "score" and tie_break == "docno":
-        return np.lexsort((-d, neg, q))
-    if positions is None:
-        raise ValueError(f"order={order!r}, tie_break={tie_break!r} needs logged positions")
-    pos = np.asarray(positions, dtype=np.float64)
+        return np.lexsort((-d, -s, q))
     if order == "position":
         return np.lexsort((-d, pos, q))
-    return np.lexsort((-d, pos, neg, q))
+    return np.lexsort((-d, pos, -s, q))
+
+
+def _packed_rank_order(q, s, d, pos):
+    """:func:`rank_order`'s permutation by one stable argsort of one int64 key, when the keys fit in
+    63 bits: query code, then (if given) float32 score descending as its 32-bit order-preserving
+    integer image (-0.0 as 0.0, so equal scores tie as in the float comparison), then (if given)
+    position ascending, then item code descending. None when they do not fit (float64 scores, NaN,
+    negative codes, non-integral or negative positions, large codes): the caller sorts by ``np.lexsort``,
+    which gives the same permutation (both sorts are stable)."""
+    n = len(q)
+    if n == 0 or q.dtype.kind not in "iu" or d.dtype.kind not in "iu":
+        return None
+    keys = [q.astype(np.int64, copy=False)]
+    if s is not None:
+        if s.dtype != np.float32 or np.isnan(s).any():
+            return None
+        b = (s + np.float32(0.0)).view(np.int32).astype(np.int64)
+        keys.append((2**32 - 1) - np.where(b < 0, -1 - b, b + 2**31))  # descending
+    if pos is not None:
+        if not (pos >= 0).all() or not (pos == np.floor(pos)).all() or pos.max() >= 2**40:
+            return None
+        keys.append(pos.astype(np.int64))
+    d = d.astype(np.int64, copy=False)
+    keys.append(d.max() - d)  # descending
+    if q.min() < 0 or d.min() < 0:
+        return None
+    bits = [int(k.max()).bit_length() for k in keys]
+    if sum(bits) > 63:
+        return None
+    key = keys[0].copy()
+    for k, b in zip(keys[1:], bits[1:]):
+        key <<= b
+        key |= k
+    return np.argsort(key, kind="stable")
 
 
 @dataclass
