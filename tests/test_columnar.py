@@ -222,3 +222,26 @@ def test_damaged_remote_file_keeps_every_record_before_the_damage(tmp_path, monk
     rows = sum(columnar.thaw(o[1])["n"] for o in outs if not isinstance(o, pvalue.TaggedOutput))
     assert rows + len([d for d in dead if not d["reason"].startswith(columnar.UNREADABLE)]) == expected
     assert [d for d in dead if d["reason"].startswith(columnar.UNREADABLE)]
+
+
+def test_repeats_and_unique_codes_against_python():
+    """_repeats (whole, or coded in pieces cut between groups) finds exactly the groups in which a
+    value occurs twice; _unique_codes equals np.unique(return_inverse) on small and large keys."""
+    import collections
+
+    import pyarrow as pa
+
+    rng = np.random.default_rng(1)
+    for t in range(60):
+        groups = np.repeat(np.arange(400), rng.integers(1, 30, 400))
+        vals = [f"v{x}" for x in rng.integers(0, 20_000 if t % 2 else 40, len(groups))]
+        counts = collections.Counter(zip(groups.tolist(), vals))
+        want = sorted({g for (g, _), c in counts.items() if c > 1})
+        starts = np.flatnonzero(np.concatenate(([True], groups[1:] != groups[:-1])))
+        for piece in (7, 100, 1 << 16):
+            got = columnar._repeats(groups, pa.array(vals), starts, piece=piece)
+            assert got.tolist() == want
+        key = rng.integers(0, 50 if t % 2 else 2**40, 1000)
+        uk, inv = columnar._unique_codes(key)
+        ref_uk, ref_inv = np.unique(key, return_inverse=True)
+        assert uk.tolist() == ref_uk.tolist() and inv.tolist() == ref_inv.ravel().tolist()

@@ -34,6 +34,8 @@ from operator import itemgetter
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
@@ -74,6 +76,12 @@ UNREADABLE = "unreadable Avro file"
 
 # --------------------------------------------------------------------------------------------
 # columns
+#
+# Numbers are numpy arrays; strings (ids, attribute values) are Arrow string arrays from the decoder
+# to the metric rows: coded by Arrow's hashing (``dictionary_encode``), taken and concatenated by
+# Arrow, pickled as Arrow buffers between stages. Python str objects are made only for the few
+# values that need them: distinct shard keys, labels of rows, and the records of dead letters and of
+# requests that go through the exact cleaning rules.
 
 def _obj(values) -> np.ndarray:
     a = np.empty(len(values), dtype=object)
@@ -81,105 +89,147 @@ def _obj(values) -> np.ndarray:
     return a
 
 
-def _pack(a: np.ndarray):
-    """An object array of strings (None allowed) in a form that pickles fast: runs of equal
-    values (the request, query, system and attributes of a request's records) as the runs' values
-    and lengths, otherwise one NUL-joined str (one UTF-8 run instead of a string object each)."""
+def _strings(values) -> pa.Array:
+    """Arrow string array of a sequence (list, object array) of str, None for null."""
+    return values if isinstance(values, pa.Array) else pa.array(values, type=pa.string())
+
+
+def _string_column(col) -> pa.Array:
+    """One Arrow string array of a (chunked) Arrow column."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.chunk(0) if col.num_chunks == 1 else pa.concat_arrays(col.chunks) if col.num_chunks else \
+            pa.array([], type=col.type)
+    return col if col.type == pa.string() else col.cast(pa.string())
+
+
+def _pick(a, idx):
+    """Rows ``idx`` (int indices or a bool mask, numpy) of a numpy or Arrow column."""
+    if isinstance(a, np.ndarray):
+        return a[idx]
+    if idx.dtype == bool:
+        return a.filter(pa.array(idx, type=pa.bool_()))
+    return a.take(pa.array(idx, type=pa.int64()))
+
+
+def _pylist(a, rows) -> list:
+    """Python values of rows ``rows`` of a numpy or Arrow column."""
+    rows = np.asarray(rows, dtype=np.int64)
+    return a[rows].tolist() if isinstance(a, np.ndarray) else _pick(a, rows).to_pylist()
+
+
+def _nonempty(a: pa.Array) -> np.ndarray:
+    """Bool per row: not the empty string (null counts as not empty, as ``None != ""``)."""
+    lengths = pc.binary_length(a)
+    if lengths.null_count:
+        lengths = pc.fill_null(lengths, 1)
+    return np.asarray(lengths.to_numpy(zero_copy_only=False)) > 0
+
+
+class _Ints:
+    """An int64 column pickled as its minimum plus the offsets in the narrowest unsigned type."""
+
+    __slots__ = ("base", "offsets")
+
+    def __init__(self, a: np.ndarray):
+        self.base = int(a.min())
+        span = int(a.max()) - self.base
+        kind = np.uint8 if span < 2**8 else np.uint16 if span < 2**16 else np.uint32
+        self.offsets = (a - self.base).astype(kind)
+
+    def __getstate__(self):
+        return self.base, self.offsets
+
+    def __setstate__(self, state):
+        self.base, self.offsets = state
+
+    def column(self) -> np.ndarray:
+        return self.offsets.astype(np.int64) + self.base
+
+
+class _Same:
+    """A float64 column of one value (NaN included: all null propensities) pickled as that value."""
+
+    __slots__ = ("value", "n")
+
+    def __init__(self, value: float, n: int):
+        self.value, self.n = value, n
+
+    def __getstate__(self):
+        return self.value, self.n
+
+    def __setstate__(self, state):
+        self.value, self.n = state
+
+    def column(self) -> np.ndarray:
+        return np.full(self.n, self.value, dtype=np.float64)
+
+
+def _runs(a):
+    """A column as it is pickled between stages: a string column with long runs of equal values
+    (the request, query, system and attributes of a request's records) as Arrow run-end encoding;
+    an int64 column whose range fits 32 bits as :class:`_Ints`; a float64 column of one value
+    (bit for bit) as :class:`_Same`; otherwise as it is."""
+    if isinstance(a, np.ndarray):
+        if len(a) < 16:
+            return a
+        if a.dtype == np.int64:
+            return _Ints(a) if int(a.max()) - int(a.min()) < 2**32 else a
+        if a.dtype == np.float64:
+            bits = a.view(np.int64)
+            return _Same(float(a[0]), len(a)) if (bits == bits[0]).all() else a
+        return a
+    if not isinstance(a, pa.Array) or len(a) < 16:
+        return a
     n = len(a)
     k = min(n, 256)
-    if n > 8 and np.count_nonzero(a[1:k] != a[:k - 1]) < k // 4:  # looks like runs: check all
-        change = np.flatnonzero(a[1:] != a[:-1])
-        if len(change) < n // 4:
-            starts = np.concatenate(([0], change + 1))
-            lengths = np.diff(np.append(starts, n)).astype(np.int64)
-            return ("\x00rle", _pack(a[starts]), lengths)
-    lst = a.tolist()
-    mask = None
-    if None in lst:
-        mask = np.equal(a, None)
-        lst = a[~mask].tolist()
-    try:
-        text = "\x00".join(lst)
-    except TypeError:  # not all strings
+    if 2 * len(pc.run_end_encode(a.slice(0, k)).values) > k:  # a sample: short runs
         return a
-    if lst and text.count("\x00") != len(lst) - 1:  # a string holds a NUL
-        return a
-    return ("\x00str", text, len(lst), n, mask)
+    r = pc.run_end_encode(a)
+    return r if 2 * len(r.values) <= n else a
 
 
-def _unpack(v):
-    if not isinstance(v, tuple):
-        return v
-    if v[0] == "\x00rle":
-        return np.repeat(_unpack(v[1]), v[2])
-    _, text, n, total, mask = v
-    out = np.empty(total, dtype=object)
-    if n:
-        parts = text.split("\x00")
-        if mask is None:
-            out[:] = parts
-        else:
-            out[~mask] = parts
-    return out
-
-
-def _rebuild(items):
-    out = Columns()
-    for k, v in items:
-        out[k] = {a: _unpack(c) for a, c in v} if k == "attributes" else _unpack(v)
-    return out
-
-
-class Columns(dict):
-    """A dict of columns (numpy arrays; ``"attributes"`` a dict of them; ``"n"`` the row count) that
-    pickles its string columns compactly (:func:`_pack`: runs of equal values, or NUL-joined text);
-    Beam encodes elements it has no coder for by pickling them."""
-
-    def __reduce__(self):
-        items = []
-        for k, v in self.items():
-            if k == "attributes":
-                items.append((k, [(a, _pack(c)) for a, c in v.items()]))
-            elif isinstance(v, np.ndarray) and v.dtype == object:
-                items.append((k, _pack(v)))
-            else:
-                items.append((k, v))
-        return (_rebuild, (items,))
+def _plain(a):
+    if isinstance(a, (_Ints, _Same)):
+        return a.column()
+    return pc.run_end_decode(a) if isinstance(a, pa.RunEndEncodedArray) else a
 
 
 def freeze(chunk: dict) -> tuple[int, bytes]:
-    """A Beam element's value between stages: ``(rows, pickled columns)``.
+    """A Beam element's value between stages: ``(rows, pickled columns)``, string columns with long
+    runs of equal values run-end encoded.
 
     Beam's local runner decodes and re-encodes every value it groups (``GroupByKey``,
     ``CoGroupByKey``) and every value that crosses to or from a worker process; as bytes that is a
     copy, as columns a pickle round trip each time. ``rows``: the impressions, judgments or requests
     held (progress counts)."""
     n = chunk["n"] if "n" in chunk else chunk["n_requests"]
-    return int(n), pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL)
+    out = {k: ({a: _runs(c) for a, c in v.items()} if k == "attributes" else _runs(v)) for k, v in chunk.items()}
+    return int(n), pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def thaw(value: tuple[int, bytes]) -> "Columns":
+def thaw(value: tuple[int, bytes]) -> dict:
     """The columns of a :func:`freeze` value."""
-    return pickle.loads(value[1])
+    chunk = pickle.loads(value[1])
+    return {k: ({a: _plain(c) for a, c in v.items()} if k == "attributes" else _plain(v)) for k, v in chunk.items()}
 
 
-def impression_columns(recs, nulls: dict | None = None) -> "Columns":
+def impression_columns(recs, nulls: dict | None = None) -> dict:
     """Columns of impression dicts as the Avro reader gives them (impression schema types).
 
-    ``{"n", <string fields>: object arrays (user_id None when null), "position", "timestamp": int64,
-    "score", "propensity": float64 (NaN when null), "clicked": int8 (-1 when null), "attributes":
-    {key: object array, None where the record lacks the key}}``. The inverse is
+    ``{"n", <string fields>: Arrow string arrays (user_id null when null), "position", "timestamp":
+    int64, "score", "propensity": float64 (NaN when null), "clicked": int8 (-1 when null),
+    "attributes": {key: Arrow string array, null where the record lacks the key}}``. The inverse is
     :func:`columns_records`. ``nulls``: a dict to receive the number of null scores and propensities
     (keys ``"score"``, ``"propensity"``)."""
     n = len(recs)
-    out = Columns(n=n)
+    out = {"n": n}
     score = list(map(itemgetter("score"), recs))
     prop = list(map(itemgetter("propensity"), recs))
     if nulls is not None:
         nulls["score"] = score.count(None)
         nulls["propensity"] = prop.count(None)
     for f in _STRINGS:
-        out[f] = _obj(list(map(itemgetter(f), recs)))
+        out[f] = _strings(list(map(itemgetter(f), recs)))
     out["position"] = np.fromiter(map(itemgetter("position"), recs), dtype=np.int64, count=n)
     out["timestamp"] = np.fromiter(map(itemgetter("timestamp"), recs), dtype=np.int64, count=n)
     out["score"] = np.array(score, dtype=np.float64).reshape(n)  # None -> NaN
@@ -191,72 +241,48 @@ def impression_columns(recs, nulls: dict | None = None) -> "Columns":
     for a in attrs:
         if a:
             keys.update(a)
-    out["attributes"] = {k: _obj([a.get(k) for a in attrs]) for k in sorted(keys)}
+    out["attributes"] = {k: _strings([a.get(k) for a in attrs]) for k in sorted(keys)}
     return out
 
 
 def judgment_columns(recs) -> dict:
-    """Columns of judgment dicts: ``{"n", "query_id", "item_id", "source": object arrays, "grade",
-    "timestamp": int64 (0 when null)}``."""
+    """Columns of judgment dicts: ``{"n", "query_id", "item_id", "source": Arrow string arrays,
+    "grade", "timestamp": int64 (0 when null)}``."""
     n = len(recs)
     ts = [r.get("timestamp") for r in recs]
     if None in ts:
         ts = [0 if t is None else t for t in ts]
-    return Columns(n=n, query_id=_obj(list(map(itemgetter("query_id"), recs))),
-                   item_id=_obj(list(map(itemgetter("item_id"), recs))),
-                   grade=np.fromiter(map(itemgetter("grade"), recs), dtype=np.int64, count=n),
-                   timestamp=np.array(ts, dtype=np.int64).reshape(n), source=_obj([r.get("source") for r in recs]))
-
-
-def _arrow_strings(col) -> np.ndarray:
-    """Object array (None for nulls) of an Arrow string column."""
-    return col.to_numpy(zero_copy_only=False).astype(object, copy=False)
+    return {"n": n, "query_id": _strings(list(map(itemgetter("query_id"), recs))),
+            "item_id": _strings(list(map(itemgetter("item_id"), recs))),
+            "grade": np.fromiter(map(itemgetter("grade"), recs), dtype=np.int64, count=n),
+            "timestamp": np.array(ts, dtype=np.int64).reshape(n), "source": _strings([r.get("source") for r in recs])}
 
 
 def _arrow_ints(col) -> np.ndarray:
-    import pyarrow as pa
-
     if pa.types.is_timestamp(col.type):
         col = col.cast(pa.int64())
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _arrow_map_columns(col, n: int) -> dict:
-    """``{key: object array}`` of an Arrow ``map<string, string>`` column (None where a row lacks the
-    key; a key twice in one row: the later value, as a Python dict built from the map)."""
-    import pyarrow as pa
-
+    """``{key: Arrow string array}`` of an Arrow ``map<string, string>`` column (null where a row
+    lacks the key; a key twice in one row: the later value, as a Python dict built from the map)."""
     m = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     offs = np.asarray(m.offsets, dtype=np.int64)
     lo, hi = int(offs[0]), int(offs[-1])
     if hi == lo:
         return {}
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offs))
-    keys = _arrow_strings(m.keys.slice(lo, hi - lo))
-    values = _arrow_strings(m.items.slice(lo, hi - lo))
-    out = {}
-    for k in sorted(set(keys.tolist())):
-        sel = np.flatnonzero(keys == k)
-        r = rows[sel]
-        if len(r) > 1 and not (r[1:] != r[:-1]).all():  # a key twice in a row: keep the last
-            last = np.append(r[1:] != r[:-1], True)
-            sel, r = sel[last], r[last]
-        c = np.full(n, None, dtype=object)
-        c[r] = values[sel]
-        out[k] = c
-    return out
+    keys = pc.unique(m.keys.slice(lo, hi - lo)).to_pylist()
+    return {k: _string_column(pc.map_lookup(m, pa.scalar(k, type=m.type.key_type), "last")) for k in sorted(keys)}
 
 
-def impression_columns_arrow(table) -> tuple["Columns", np.ndarray, np.ndarray]:
+def impression_columns_arrow(table) -> tuple[dict, np.ndarray, np.ndarray]:
     """(columns as :func:`impression_columns` makes them, null mask of score, null mask of
     propensity) of an Arrow table of impressions (:func:`streameval.io.arrow_avro.read_tables`)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     n = table.num_rows
-    out = Columns(n=n)
+    out = {"n": n}
     for f in _STRINGS:
-        out[f] = _arrow_strings(table.column(f))
+        out[f] = _string_column(table.column(f))
     out["position"] = _arrow_ints(table.column("position"))
     out["timestamp"] = _arrow_ints(table.column("timestamp"))
     nulls = []
@@ -270,128 +296,170 @@ def impression_columns_arrow(table) -> tuple["Columns", np.ndarray, np.ndarray]:
     return out, nulls[0], nulls[1]
 
 
-def judgment_columns_arrow(table) -> "Columns":
+def judgment_columns_arrow(table) -> dict:
     """Columns as :func:`judgment_columns` makes them, of an Arrow table of judgments."""
-    return Columns(n=table.num_rows, query_id=_arrow_strings(table.column("query_id")),
-                   item_id=_arrow_strings(table.column("item_id")), grade=_arrow_ints(table.column("grade")),
-                   timestamp=_arrow_ints(table.column("timestamp")), source=_arrow_strings(table.column("source")))
+    return {"n": table.num_rows, "query_id": _string_column(table.column("query_id")),
+            "item_id": _string_column(table.column("item_id")), "grade": _arrow_ints(table.column("grade")),
+            "timestamp": _arrow_ints(table.column("timestamp")), "source": _string_column(table.column("source"))}
 
 
-def _take(chunk: dict, idx) -> dict:
-    """Rows ``idx`` (indices or a boolean mask) of a column dict."""
-    out = Columns()
+def _take(chunk: dict, idx, fields=None) -> dict:
+    """Rows ``idx`` (indices or a boolean mask) of a column dict (of its ``fields`` only, if given)."""
+    out = {}
     for k, v in chunk.items():
-        if k == "n":
+        if k == "n" or (fields is not None and k not in fields):
             continue
         if k == "attributes":
-            out[k] = {a: c[idx] for a, c in v.items()}
+            out[k] = {a: _pick(c, idx) for a, c in v.items()}
         else:
-            out[k] = v[idx]
-    out["n"] = len(out["grade"] if "grade" in out else out["position"])
+            out[k] = _pick(v, idx)
+    out["n"] = int(idx.sum()) if idx.dtype == bool else len(idx)
     return out
 
 
 def _concat(chunks: list) -> dict:
-    """One column dict from several (attribute keys united; absent ones None)."""
+    """One column dict from several (attribute keys united; absent ones null)."""
     chunks = [c for c in chunks if c["n"]]
     if len(chunks) == 1:
         return chunks[0]
     if not chunks:
         return impression_columns([])
-    out = Columns(n=sum(c["n"] for c in chunks))
-    for k in chunks[0]:
+    out = {"n": sum(c["n"] for c in chunks)}
+    for k, v in chunks[0].items():
         if k in ("n", "attributes"):
             continue
-        out[k] = np.concatenate([c[k] for c in chunks])
+        parts = [c[k] for c in chunks]
+        out[k] = np.concatenate(parts) if isinstance(v, np.ndarray) else pa.concat_arrays(parts)
     if "attributes" in chunks[0]:
-        keys = sorted({a for c in chunks for a in c["attributes"]})
-        out["attributes"] = {a: np.concatenate([c["attributes"].get(a, np.full(c["n"], None, dtype=object))
-                                                for c in chunks]) for a in keys}
+        out["attributes"] = _concat_attributes([(c["attributes"], c["n"]) for c in chunks])
     return out
+
+
+def _concat_attributes(parts) -> dict:
+    """``{key: Arrow array}`` of several (attributes, rows) pairs, null where a part lacks a key."""
+    keys = sorted({a for attrs, _ in parts for a in attrs})
+    return {a: pa.concat_arrays([attrs.get(a, pa.nulls(n, type=pa.string())) for attrs, n in parts]) for a in keys}
 
 
 def columns_records(chunk: dict, rows) -> list[dict]:
     """The impression dicts of ``rows`` of a column dict (as the Avro reader would give them)."""
+    rows = np.fromiter(rows, dtype=np.int64)
+    if not len(rows):
+        return []
+    s = {f: _pylist(chunk[f], rows) for f in _STRINGS}
+    attrs = {k: _pylist(v, rows) for k, v in chunk["attributes"].items()}
     out = []
-    attrs = chunk["attributes"]
-    for i in rows:
-        i = int(i)
+    for j, i in enumerate(rows.tolist()):
         score = chunk["score"][i]
         prop = chunk["propensity"][i]
         clicked = int(chunk["clicked"][i])
-        rec = {"event_id": chunk["event_id"][i], "request_id": chunk["request_id"][i],
-               "query_id": chunk["query_id"][i], "user_id": chunk["user_id"][i], "system_id": chunk["system_id"][i],
-               "item_id": chunk["item_id"][i], "position": int(chunk["position"][i]),
-               "score": None if np.isnan(score) else float(score),
+        rec = {"event_id": s["event_id"][j], "request_id": s["request_id"][j], "query_id": s["query_id"][j],
+               "user_id": s["user_id"][j], "system_id": s["system_id"][j], "item_id": s["item_id"][j],
+               "position": int(chunk["position"][i]), "score": None if np.isnan(score) else float(score),
                "clicked": None if clicked < 0 else bool(clicked), "timestamp": int(chunk["timestamp"][i]),
                "propensity": None if np.isnan(prop) else float(prop),
-               "attributes": {k: v[i] for k, v in attrs.items() if v[i] is not None}}
+               "attributes": {k: v[j] for k, v in attrs.items() if v[j] is not None}}
         out.append(rec)
     return out
 
 
 def _judgment_records(chunk: dict, rows) -> list[dict]:
-    return [{"query_id": chunk["query_id"][i], "item_id": chunk["item_id"][i], "grade": int(chunk["grade"][i]),
-             "timestamp": int(chunk["timestamp"][i]), "source": chunk["source"][i]} for i in rows]
+    rows = np.fromiter(rows, dtype=np.int64)
+    q, d, src = (_pylist(chunk[f], rows) for f in ("query_id", "item_id", "source"))
+    return [{"query_id": q[j], "item_id": d[j], "grade": int(chunk["grade"][i]), "timestamp": int(chunk["timestamp"][i]),
+             "source": src[j]} for j, i in enumerate(rows.tolist())]
 
 
-def _codes(values) -> tuple[np.ndarray, list]:
-    """(int64 codes in order of first appearance, the distinct values) of a sequence of hashables."""
-    d: dict = {}
-    codes = np.fromiter((d.setdefault(v, len(d)) for v in values), dtype=np.int64, count=len(values))
-    return codes, list(d)
+def _encode(a) -> tuple[np.ndarray, pa.Array]:
+    """(int64 codes, the distinct values as an Arrow array) of a string column (Arrow, or a sequence
+    of str and None): Arrow's hash table, codes in order of first appearance, null a value of its own."""
+    d = pc.dictionary_encode(_strings(a), null_encoding="encode")
+    return np.asarray(d.indices.to_numpy(zero_copy_only=False), dtype=np.int64), d.dictionary
 
 
-def _factorize(a: np.ndarray, ordered: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 codes, distinct values) of an object array of strings (or other hashables).
+def _factorize(a, ordered: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 codes, distinct values as an object array) of a string column (Arrow, or a sequence
+    of str and None). ``ordered``: codes in the sorted order of the values (code-point order, as
+    trec_eval's strcmp on UTF-8; null last)."""
+    codes, vocab = _ordered(a) if ordered else _encode(a)
+    return codes, _obj(vocab.to_pylist())
 
-    Codes by Python's hash and one integer sort, checked against the values (a collision falls back
-    to a dict). ``ordered``: codes in the sorted order of the values (strings: code-point order, as
-    trec_eval's strcmp on UTF-8)."""
-    n = len(a)
+
+def _ordered(a) -> tuple[np.ndarray, pa.Array]:
+    """:func:`_encode` with the codes in the sorted order of the values (UTF-8 byte order, which is
+    code-point order; null last)."""
+    codes, vocab = _encode(a)
+    if len(vocab) < 2:
+        return codes, vocab
+    order = np.asarray(pc.sort_indices(vocab).to_numpy(), dtype=np.int64)
+    rank = np.empty(len(vocab), dtype=np.int64)
+    rank[order] = np.arange(len(vocab), dtype=np.int64)
+    return rank[codes], vocab.take(pa.array(order))
+
+
+def _sorted_codes(values: pa.Array, extra: pa.Array) -> tuple[np.ndarray, np.ndarray, int]:
+    """Codes that order as the values do: (codes of ``values``, codes of ``extra``, distinct values)."""
+    codes, vocab = _ordered(pa.concat_arrays([values, extra]))
+    return codes[:len(values)], codes[len(values):], len(vocab)
+
+
+def _dense(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes 0..k-1 in order of first appearance, first row of each code) of int64 keys; one
+    ``np.unique`` over the runs of equal adjacent keys (the records of a request are usually adjacent)."""
+    n = len(key)
     if n == 0:
-        return np.zeros(0, np.int64), a[:0]
-    h = np.fromiter(map(hash, a), dtype=np.int64, count=n)
-    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-    vocab = a[first]
-    inv = inv.reshape(n).astype(np.int64)
-    if not (vocab[inv] == a).all():  # a hash collision
-        inv, distinct = _codes(a)
-        vocab = _obj(distinct)
-    if ordered and len(vocab) > 1:
-        order = sorted(range(len(vocab)), key=vocab.__getitem__)
-        rank = np.empty(len(vocab), dtype=np.int64)
-        rank[order] = np.arange(len(vocab), dtype=np.int64)
-        return rank[inv], vocab[order]
-    return inv, vocab
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    _, first, inv = np.unique(key[starts], return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    by_first = np.argsort(first)
+    rank[by_first] = np.arange(len(first), dtype=np.int64)
+    codes = np.repeat(rank[inv.reshape(-1)], np.diff(np.append(starts, n)))
+    return codes, starts[first[by_first]]
 
 
-def _sorted_codes(values: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Codes that order as the values do: (codes of ``values``, codes of ``extra``, sorted vocabulary)."""
-    codes, vocab = _factorize(np.concatenate([values, extra]), ordered=True)
-    return codes[:len(values)], codes[len(values):], vocab
+def _pair_codes(first, second) -> tuple[np.ndarray, np.ndarray]:
+    """(codes of the distinct (first, second) pairs per row, first row of each code) of two string
+    columns."""
+    a, _ = _encode(first)
+    b, vb = _encode(second)
+    return _dense(a * max(len(vb), 1) + b)
 
 
-def _pair_codes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, list]:
-    """(codes, distinct (first, second) pairs) of two object columns, one dict lookup per run of
-    equal adjacent pairs (the records of a request are usually adjacent)."""
-    n = len(first)
-    if n == 0:
-        return np.zeros(0, np.int64), []
-    change = (first[1:] != first[:-1]) | (second[1:] != second[:-1])
-    starts = np.concatenate(([0], np.flatnonzero(change) + 1))
-    seg, pairs = _codes(list(zip(first[starts].tolist(), second[starts].tolist())))
-    return np.repeat(seg, np.diff(np.append(starts, n))), pairs
+def _repeats(group: np.ndarray, values, starts: np.ndarray | None = None, piece: int = 1 << 16) -> np.ndarray:
+    """Groups (int64 codes) in which a value (a string column) occurs twice. ``starts``: the first
+    row of each group when the rows are grouped (each group's rows adjacent): the rows are then
+    coded in pieces of about ``piece`` rows cut between groups (smaller hash tables)."""
+    n = len(values)
+    if starts is not None and n > piece:
+        at = np.searchsorted(starts, np.arange(piece, n, piece))
+        cuts = np.unique(starts[at[at < len(starts)]])
+        bounds = np.concatenate(([0], cuts[(cuts > 0) & (cuts < n)], [n]))
+        found = [_repeats(group[lo:hi], values.slice(lo, hi - lo)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        return np.unique(np.concatenate(found))
+    codes, vocab = _encode(values)
+    if len(vocab) == len(codes):  # all distinct
+        return np.zeros(0, np.int64)
+    key = group * len(vocab) + codes
+    if len(pc.unique(pa.array(key))) == len(key):
+        return np.zeros(0, np.int64)
+    s = np.sort(key)
+    return np.unique(s[1:][s[1:] == s[:-1]] // len(vocab))
 
 
-def _repeats(group: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Groups in which a value may occur twice (by hash: a collision only adds a group, which the
-    exact rules then clear)."""
-    h = np.fromiter(map(hash, values), dtype=np.int64, count=len(values))
-    order = np.lexsort((h, group))
-    g, hs = group[order], h[order]
-    rep = np.flatnonzero((g[1:] == g[:-1]) & (hs[1:] == hs[:-1]))
-    return np.unique(g[rep])
+def _unique_codes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(key, return_inverse=True)`` of non-negative int64 keys (inverse as int64), by a
+    presence table instead of a sort when the keys are small (windows x slices x systems x positions)."""
+    n = len(key)
+    if n and key.min() >= 0 and int(key.max()) < max(4 * n, 1 << 16):
+        present = np.zeros(int(key.max()) + 1, dtype=bool)
+        present[key] = True
+        uk = np.flatnonzero(present)
+        remap = np.zeros(len(present), dtype=np.int64)
+        remap[uk] = np.arange(len(uk), dtype=np.int64)
+        return uk, remap[key]
+    uk, inv = np.unique(key, return_inverse=True)
+    return uk, inv.reshape(n).astype(np.int64)
 
 
 def _crc(text: str) -> int:
@@ -404,18 +472,18 @@ def shard_of(*parts: str, shards: int = SHARDS) -> int:
     return _crc("\x00".join(parts)) % shards
 
 
-def _shards_of(first: np.ndarray, second: np.ndarray | None, shards: int) -> np.ndarray:
-    """shard_of per row, hashing once per run of equal keys (records of a request are usually adjacent)."""
-    n = len(first)
-    if n == 0:
+def _shards_of(first, second, shards: int) -> np.ndarray:
+    """:func:`shard_of` per row of one or two string columns (no nulls): one CRC-32 per distinct key,
+    of its UTF-8 bytes as Arrow holds them."""
+    if not len(first):
         return np.zeros(0, np.int64)
-    change = first[1:] != first[:-1]
-    if second is not None:
-        change |= second[1:] != second[:-1]
-    starts = np.concatenate(([0], np.flatnonzero(change) + 1))
-    keys = first[starts] if second is None else zip(first[starts], second[starts])
-    h = [shard_of(k, shards=shards) if second is None else shard_of(*k, shards=shards) for k in keys]
-    return np.repeat(np.asarray(h, dtype=np.int64), np.diff(np.append(starts, n)))
+    if second is None:
+        codes, keys = _encode(first)
+    else:
+        codes, rows = _pair_codes(first, second)
+        keys = pc.binary_join_element_wise(_pick(first, rows), _pick(second, rows), "\x00")
+    crc = np.fromiter(map(zlib.crc32, keys.cast(pa.binary()).to_pylist()), dtype=np.int64, count=len(keys))
+    return (crc % shards)[codes]
 
 
 def _split(chunk: dict, shard: np.ndarray):
@@ -523,7 +591,7 @@ class _ReadImpressionColumns(_ReadColumns):
         """Rows the vectorised screen clears (the others go through the record check)."""
         ok = chunk["position"] >= 1
         for f in ("event_id", "request_id", "system_id", "item_id"):
-            ok &= chunk[f] != ""
+            ok &= _nonempty(chunk[f])
         return ok & score_ok & prop_ok
 
     def _shards(self, chunk):
@@ -566,7 +634,7 @@ class _ReadJudgmentColumns(_ReadColumns):
     kind = "judgment"
 
     def _screen(self, chunk) -> np.ndarray:
-        ok = (chunk["query_id"] != "") & (chunk["item_id"] != "")
+        ok = _nonempty(chunk["query_id"]) & _nonempty(chunk["item_id"])
         if self.grade_range is not None:
             g = chunk["grade"]
             ok &= (g >= self.grade_range[0]) & (g <= self.grade_range[1])
@@ -650,11 +718,11 @@ def _labels(attrs: dict, n: int, slice_specs) -> list[tuple[np.ndarray, list]]:
                 if col is None:
                     coded[a] = (np.zeros(n, np.int64), _obj([MISSING]))
                 else:
-                    coded[a] = _factorize(np.where(np.equal(col, None), MISSING, col))
+                    coded[a] = _factorize(pc.fill_null(col, MISSING))
             codes, vocab = coded[a]
             key = key * len(vocab) + codes
             vocabs.append(vocab)
-        uk, inv = np.unique(key, return_inverse=True)
+        uk, inv = _unique_codes(key)
         texts = []
         for k in uk.tolist():
             parts = []
@@ -662,7 +730,7 @@ def _labels(attrs: dict, n: int, slice_specs) -> list[tuple[np.ndarray, list]]:
                 parts.append(f"{a}={vocab[k % len(vocab)]}")
                 k //= len(vocab)
             texts.append(",".join(reversed(parts)))
-        out.append((inv.reshape(n).astype(np.int64), texts))
+        out.append((inv, texts))
     return out
 
 
@@ -689,20 +757,23 @@ def _group_bounds(codes: np.ndarray):
 # --------------------------------------------------------------------------------------------
 # stage 2: clean the requests, count clicks, re-shard by query
 
-def _first_min(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per run [start, end) of ``values`` (object, None = absent): the smallest non-None value."""
-    out = values[starts].copy()
+def _first_min(values: pa.Array, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """Per run [start, end) of a string column (null = absent): the smallest non-null value."""
     n = len(values)
-    if n == 0:
-        return out
+    if n == 0 or not len(starts):
+        return values.slice(0, 0)
+    codes, _ = _encode(values)
     same = np.ones(n, dtype=bool)
-    same[1:] = values[1:] == values[:-1]
+    same[1:] = codes[1:] == codes[:-1]
     same[starts] = True
-    diff_runs = np.flatnonzero(np.add.reduceat(~same, starts) > 0) if len(starts) else []
-    for r in diff_runs:
-        vals = [v for v in values[starts[r]:ends[r]] if v is not None]
-        out[r] = min(vals) if vals else None
-    return out
+    pick = starts.copy()
+    for r in np.flatnonzero(np.add.reduceat(~same, starts) > 0).tolist():
+        lo = int(starts[r])
+        vals = values.slice(lo, int(ends[r]) - lo).to_pylist()
+        present = [(v, j) for j, v in enumerate(vals) if v is not None]
+        if present:
+            pick[r] = lo + min(present)[1]
+    return _pick(values, pick)
 
 
 class _CleanShard(beam.DoFn):
@@ -725,10 +796,14 @@ class _CleanShard(beam.DoFn):
         chunk = _concat([thaw(c) for c in chunks])
         if not chunk["n"]:
             return
-        req, pairs = _pair_codes(chunk["system_id"], chunk["request_id"])
-        bad = np.zeros(len(pairs), dtype=bool)
-        bad[_repeats(req, chunk["event_id"])] = True
-        bad[_repeats(req, chunk["item_id"])] = True
+        req, first = _pair_codes(chunk["system_id"], chunk["request_id"])
+        order, starts, _ = _group_bounds(req)
+        if not (np.diff(order) == 1).all():  # a request's records not adjacent: group them
+            chunk = _take(chunk, order)
+            req = req[order]
+        bad = np.zeros(len(first), dtype=bool)
+        bad[_repeats(req, chunk["event_id"], starts)] = True
+        bad[_repeats(req, chunk["item_id"], starts)] = True
         n_dup = 0
         if bad.any():
             rows_bad = bad[req]
@@ -754,8 +829,8 @@ class _CleanShard(beam.DoFn):
             yield from self._clicks(chunk)
         if self.ranking:
             if bad.any():  # the chunk was rebuilt: code its requests again
-                req, pairs = _pair_codes(chunk["system_id"], chunk["request_id"])
-            yield from self._requests(chunk, req, pairs)
+                req, _ = _pair_codes(chunk["system_id"], chunk["request_id"])
+            yield from self._requests(chunk, req)
 
     def _clicks(self, chunk):
         logged = chunk["clicked"] >= 0
@@ -772,7 +847,7 @@ class _CleanShard(beam.DoFn):
         npos = int(pos.max()) + 1
         for lcode, lvals in _labels(c["attributes"], c["n"], self.slice_specs):
             key = ((wcode * len(lvals) + lcode) * len(svals) + scode) * npos + pos
-            uk, inv = np.unique(key, return_inverse=True)
+            uk, inv = _unique_codes(key)
             imps = np.bincount(inv)
             clicks = np.bincount(inv, weights=clicked).astype(np.int64)
             states: dict = {}
@@ -788,23 +863,25 @@ class _CleanShard(beam.DoFn):
             for key, st in states.items():
                 yield pvalue.TaggedOutput("clicks", (key, st))
 
-    def _requests(self, chunk, req, pairs):
+    def _requests(self, chunk, req):
         order, starts, ends = _group_bounds(req)
-        rows = _take(chunk, order)
+        if not (np.diff(order) == 1).all():  # not already grouped
+            chunk = _take(chunk, order, ("query_id", "timestamp", "attributes", "score", "item_id", "position",
+                                         "system_id", "request_id"))
+        rows = chunk
         nreq = len(starts)
         query = _first_min(rows["query_id"], starts, ends)
         min_ts = np.minimum.reduceat(rows["timestamp"], starts)
         attrs = {a: _first_min(rows["attributes"][a], starts, ends) for a in self.attr_keys if a in rows["attributes"]}
-        sys_req = [pairs[c] for c in req[order][starts]]
-        out = Columns({"n_requests": nreq, "system_id": _obj([p[0] for p in sys_req]),
-               "request_id": _obj([p[1] for p in sys_req]), "query_id": query, "min_ts": min_ts,
+        out = {"n_requests": nreq, "system_id": _pick(rows["system_id"], starts),
+               "request_id": _pick(rows["request_id"], starts), "query_id": query, "min_ts": min_ts,
                "records": (ends - starts).astype(np.int64),
                "unscored": (np.add.reduceat(np.isnan(rows["score"]).astype(np.int64), starts)
                             if self.order == "score" else np.zeros(nreq, np.int64)),
                "attributes": attrs,
                # items: request index, item, score, position
                "row_request": np.repeat(np.arange(nreq, dtype=np.int64), ends - starts),
-               "item_id": rows["item_id"], "score": rows["score"], "position": rows["position"]})
+               "item_id": rows["item_id"], "score": rows["score"], "position": rows["position"]}
         shard = _shards_of(query, None, self.shards)
         for s, sub in _split_requests(out, shard):
             yield (s, freeze(sub))
@@ -817,13 +894,13 @@ def _take_requests(r: dict, sel: np.ndarray) -> dict:
     rows = keep[r["row_request"]]
     renum = np.full(r["n_requests"], -1, dtype=np.int64)
     renum[sel] = np.arange(len(sel), dtype=np.int64)
-    out = Columns(n_requests=len(sel))
+    out = {"n_requests": len(sel)}
     for k in ("system_id", "request_id", "query_id", "min_ts", "records", "unscored"):
-        out[k] = r[k][sel]
-    out["attributes"] = {a: c[sel] for a, c in r["attributes"].items()}
+        out[k] = _pick(r[k], sel)
+    out["attributes"] = {a: _pick(c, sel) for a, c in r["attributes"].items()}
     out["row_request"] = renum[r["row_request"][rows]]
     for k in ("item_id", "score", "position"):
-        out[k] = r[k][rows]
+        out[k] = _pick(r[k], rows)
     return out
 
 
@@ -842,14 +919,13 @@ def _concat_requests(parts: list) -> dict:
     parts = [p for p in parts if p["n_requests"]]
     if len(parts) == 1:
         return parts[0]
-    out = Columns(n_requests=sum(p["n_requests"] for p in parts))
+    out = {"n_requests": sum(p["n_requests"] for p in parts)}
     for k in ("system_id", "request_id", "query_id", "min_ts", "records", "unscored", "item_id", "score", "position"):
-        out[k] = np.concatenate([p[k] for p in parts])
+        cols = [p[k] for p in parts]
+        out[k] = np.concatenate(cols) if isinstance(cols[0], np.ndarray) else pa.concat_arrays(cols)
     base = np.cumsum([0] + [p["n_requests"] for p in parts[:-1]])
     out["row_request"] = np.concatenate([p["row_request"] + b for p, b in zip(parts, base)])
-    keys = sorted({a for p in parts for a in p["attributes"]})
-    out["attributes"] = {a: np.concatenate([p["attributes"].get(a, np.full(p["n_requests"], None, dtype=object))
-                                            for p in parts]) for a in keys}
+    out["attributes"] = _concat_attributes([(p["attributes"], p["n_requests"]) for p in parts])
     return out
 
 
@@ -897,9 +973,9 @@ class _ScoreShard(beam.DoFn):
         through ``self._dead``."""
         n = jc["n"]
         if n == 0:
-            return np.empty(0, object), np.empty(0, object), np.zeros(0)
-        qc, _ = _factorize(jc["query_id"])
-        ic, ivocab = _factorize(jc["item_id"])
+            return _strings([]), _strings([]), np.zeros(0)
+        qc, _ = _encode(jc["query_id"])
+        ic, ivocab = _encode(jc["item_id"])
         pair = qc * max(len(ivocab), 1) + ic
         order, starts, ends = _group_bounds(pair)
         ts, gr = jc["timestamp"][order], jc["grade"][order]
@@ -928,7 +1004,7 @@ class _ScoreShard(beam.DoFn):
                 grade, dup, superseded, rejected = cleaning.resolve_judgment(entries, self.policy)
                 n_dup += dup
                 n_sup += len(superseded)
-                qid, item = jc["query_id"][order[lo]], jc["item_id"][order[lo]]
+                qid, item = jc["query_id"][int(order[lo])].as_py(), jc["item_id"][int(order[lo])].as_py()
                 distinct = sorted({g for _, g in entries})
                 for key in rejected:
                     self.j_rejected.inc()
@@ -945,15 +1021,15 @@ class _ScoreShard(beam.DoFn):
         self.j_duplicates.inc(n_dup)
         self.j_superseded.inc(n_sup)
         self.j_accepted.inc(int(keep.sum()))
-        return jc["query_id"][first][keep], jc["item_id"][first][keep], grades[keep]
+        first = first[keep]
+        return _pick(jc["query_id"], first), _pick(jc["item_id"], first), grades[keep]
 
     def process(self, element):
         _, groups = element
         jparts = [thaw(v) for v in groups["judgments"]]
         rparts = [thaw(v) for v in groups["requests"]]
         self._dead = []
-        jq, jd, jg = self._resolve(_concat(jparts)) if jparts else (np.empty(0, object), np.empty(0, object),
-                                                                   np.zeros(0))
+        jq, jd, jg = self._resolve(_concat(jparts)) if jparts else (_strings([]), _strings([]), np.zeros(0))
         for d in self._dead:
             yield pvalue.TaggedOutput("dead_letters", d)
         if not rparts:
@@ -969,24 +1045,27 @@ class _ScoreShard(beam.DoFn):
         judged_q[jqc] = True
         judged = judged_q[rq]
         # unjudged requests
-        for i in np.flatnonzero(~judged):
+        rows = np.flatnonzero(~judged)
+        ids = zip(*(_pylist(r[f], rows) for f in ("query_id", "system_id", "request_id")))
+        for i, (qid, system, rid) in zip(rows.tolist(), ids):
             self.unjudged.inc()
             self.imp_unjudged.inc(int(r["records"][i]))
             ws, _ = window_bounds(int(r["min_ts"][i]), self.window_micros)
-            yield pvalue.TaggedOutput("unjudged", {"query_id": r["query_id"][i], "system": r["system_id"][i],
-                                                   "request_id": r["request_id"][i], "window_start": ws,
-                                                   "impressions": int(r["records"][i])})
+            yield pvalue.TaggedOutput("unjudged", {"query_id": qid, "system": system, "request_id": rid,
+                                                   "window_start": ws, "impressions": int(r["records"][i])})
         # requests that cannot be ranked
         unrankable = judged & (r["unscored"] > 0)
-        for i in np.flatnonzero(unrankable):
+        rows = np.flatnonzero(unrankable)
+        ids = zip(*(_pylist(r[f], rows) for f in ("query_id", "system_id", "request_id")))
+        for i, (qid, system, rid) in zip(rows.tolist(), ids):
             missing = int(r["unscored"][i])
             total = int(r["records"][i])
             self.unscorable.inc(missing)
             self.imp_unrankable.inc(total)
             yield pvalue.TaggedOutput("dead_letters", {
                 "source": "ScoreRankings",
-                "raw": records.to_json_text({"query_id": r["query_id"][i], "system_id": r["system_id"][i],
-                                             "request_id": r["request_id"][i], "impressions": total,
+                "raw": records.to_json_text({"query_id": qid, "system_id": system,
+                                             "request_id": rid, "impressions": total,
                                              "without_score": missing}),
                 "reason": f"{missing} of the request's {total} impressions have no score: "
                           "order='score' needs a finite score to rank them (use order='position')"})
@@ -1006,8 +1085,8 @@ class _ScoreShard(beam.DoFn):
     def _values(self, r, rq, jqc, jd, jg, nq) -> np.ndarray:
         """(n_metrics, n_requests) metric values of the requests of ``r`` (all judged and rankable)."""
         rr = r["row_request"]
-        ic, jic, ivocab = _sorted_codes(r["item_id"], jd)
-        ni = max(len(ivocab), 1)
+        ic, jic, ni = _sorted_codes(r["item_id"], jd)
+        ni = max(ni, 1)
         perm = rank_order(rr, r["score"], ic, r["position"], order=self.order, tie_break=self.tie_break,
                           score_precision=self.score_precision)
         rr_s = rr[perm]
