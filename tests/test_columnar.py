@@ -245,3 +245,20 @@ def test_repeats_and_unique_codes_against_python():
         uk, inv = columnar._unique_codes(key)
         ref_uk, ref_inv = np.unique(key, return_inverse=True)
         assert uk.tolist() == ref_uk.tolist() and inv.tolist() == ref_inv.ravel().tolist()
+
+
+def test_encode_by_runs_gives_arrows_codes():
+    """_encode codes a column of long runs by its runs' first values: the codes and distinct values
+    are those of Arrow's dictionary_encode of the whole column (nulls and "" included)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rng = np.random.default_rng(0)
+    for t in range(200):
+        n = int(rng.integers(0, 2000))
+        vals = rng.choice(np.array(["a", "b", None, "c", "dd", ""], dtype=object), n).tolist()
+        reps = rng.integers(1, 40 if t % 3 else 2, n)
+        col = pa.array([v for v, r in zip(vals, reps) for _ in range(r)][:n], pa.string())
+        codes, vocab = columnar._encode(col)
+        ref = pc.dictionary_encode(col, null_encoding="encode")
+        assert codes.tolist() == ref.indices.to_pylist() and vocab.equals(ref.dictionary)

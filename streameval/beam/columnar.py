@@ -6,10 +6,12 @@ Same results as the per-record transforms (:class:`~streameval.beam.transforms.V
 for dead letter and counter for counter), with the Beam overhead paid per block instead of per record:
 
 1. :class:`ReadImpressionColumns` / :class:`ReadJudgmentColumns`: each Avro block becomes a dict of
-   numpy columns (:func:`impression_columns`). Validation is vectorised; a row the vectorised screen
+   columns (:func:`impression_columns`: numbers as numpy arrays, ids and attribute values as Arrow
+   string arrays). Validation is vectorised; a row the vectorised screen
    does not clear is checked by :func:`streameval.io.records.check_impression` itself, so the reasons
    are the record checks' own. Rows are split into :data:`SHARDS` shards by a stable hash (CRC-32) of
-   their request (impressions) or query (judgments): one element per (block, shard).
+   their request (impressions) or query (judgments): one element per (block, shard), its value
+   compacted and pickled (:func:`freeze`).
 2. Per request shard (``GroupByKey``), :class:`_CleanShard`: replays and conflicts are detected
    vectorised (an event id or an item repeated within a request); only the requests that have one go
    through :func:`streameval.io.cleaning.clean_request`. CTR counts by (window, slice, system,
@@ -164,11 +166,11 @@ class _Same:
         return np.full(self.n, self.value, dtype=np.float64)
 
 
-def _runs(a):
+def _compact(a, runs: bool = False):
     """A column as it is pickled between stages: a string column with long runs of equal values
-    (the request, query, system and attributes of a request's records) as Arrow run-end encoding;
-    an int64 column whose range fits 32 bits as :class:`_Ints`; a float64 column of one value
-    (bit for bit) as :class:`_Same`; otherwise as it is."""
+    (``runs``: worth trying, as for the request, query, system and attributes of a request's
+    records) as Arrow run-end encoding; an int64 column whose range fits 32 bits as :class:`_Ints`;
+    a float64 column of one value (bit for bit) as :class:`_Same`; otherwise as it is."""
     if isinstance(a, np.ndarray):
         if len(a) < 16:
             return a
@@ -178,14 +180,10 @@ def _runs(a):
             bits = a.view(np.int64)
             return _Same(float(a[0]), len(a)) if (bits == bits[0]).all() else a
         return a
-    if not isinstance(a, pa.Array) or len(a) < 16:
-        return a
-    n = len(a)
-    k = min(n, 256)
-    if 2 * len(pc.run_end_encode(a.slice(0, k)).values) > k:  # a sample: short runs
+    if not runs or not isinstance(a, pa.Array) or len(a) < 16:
         return a
     r = pc.run_end_encode(a)
-    return r if 2 * len(r.values) <= n else a
+    return r if 2 * len(r.values) <= len(a) else a
 
 
 def _plain(a):
@@ -194,16 +192,18 @@ def _plain(a):
     return pc.run_end_decode(a) if isinstance(a, pa.RunEndEncodedArray) else a
 
 
-def freeze(chunk: dict) -> tuple[int, bytes]:
-    """A Beam element's value between stages: ``(rows, pickled columns)``, string columns with long
-    runs of equal values run-end encoded.
+def freeze(chunk: dict, runs=()) -> tuple[int, bytes]:
+    """A Beam element's value between stages: ``(rows, pickled columns)``, compacted
+    (:func:`_compact`; ``runs``: the string columns, ``"attributes"`` for all attributes, whose runs
+    of equal values are worth encoding).
 
     Beam's local runner decodes and re-encodes every value it groups (``GroupByKey``,
     ``CoGroupByKey``) and every value that crosses to or from a worker process; as bytes that is a
     copy, as columns a pickle round trip each time. ``rows``: the impressions, judgments or requests
     held (progress counts)."""
     n = chunk["n"] if "n" in chunk else chunk["n_requests"]
-    out = {k: ({a: _runs(c) for a, c in v.items()} if k == "attributes" else _runs(v)) for k, v in chunk.items()}
+    out = {k: ({a: _compact(c, k in runs) for a, c in v.items()} if k == "attributes" else _compact(v, k in runs))
+           for k, v in chunk.items()}
     return int(n), pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -370,10 +370,27 @@ def _judgment_records(chunk: dict, rows) -> list[dict]:
              "source": src[j]} for j, i in enumerate(rows.tolist())]
 
 
+def _changes(a: pa.Array) -> np.ndarray:
+    """Bool per row but the first: the value differs from the one before (nulls: as values)."""
+    prev, cur = a.slice(0, len(a) - 1), a.slice(1)
+    ne = pc.not_equal(cur, prev)
+    if ne.null_count:
+        ne = pc.if_else(pc.is_null(ne), pc.not_equal(pc.is_null(cur), pc.is_null(prev)), ne)
+    return np.asarray(ne.to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def _encode(a) -> tuple[np.ndarray, pa.Array]:
     """(int64 codes, the distinct values as an Arrow array) of a string column (Arrow, or a sequence
-    of str and None): Arrow's hash table, codes in order of first appearance, null a value of its own."""
-    d = pc.dictionary_encode(_strings(a), null_encoding="encode")
+    of str and None): Arrow's hash table, codes in order of first appearance, null a value of its own.
+    A column of long runs of equal values (a request's records) has only its runs' first values coded."""
+    a = _strings(a)
+    n = len(a)
+    if n > 64 and 4 * int(_changes(a.slice(0, 256)).sum()) < min(n, 256):  # a sample: long runs
+        starts = np.flatnonzero(np.concatenate(([True], _changes(a))))
+        if 4 * len(starts) <= n:
+            codes, vocab = _encode(_pick(a, starts))  # first appearances keep their order: the same codes
+            return np.repeat(codes, np.diff(np.append(starts, n))), vocab
+    d = pc.dictionary_encode(a, null_encoding="encode")
     return np.asarray(d.indices.to_numpy(zero_copy_only=False), dtype=np.int64), d.dictionary
 
 
@@ -486,15 +503,15 @@ def _shards_of(first, second, shards: int) -> np.ndarray:
     return (crc % shards)[codes]
 
 
-def _split(chunk: dict, shard: np.ndarray):
-    """(shard, sub-chunk) pairs."""
+def _split(chunk: dict, shard: np.ndarray, runs=()):
+    """(shard, frozen sub-chunk) pairs (``runs``: as :func:`freeze`)."""
     if not len(shard):
         return
     order = np.argsort(shard, kind="stable")
     s = shard[order]
     bounds = np.flatnonzero(s[1:] != s[:-1]) + 1
     for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(s)]))):
-        yield int(s[lo]), freeze(_take(chunk, order[lo:hi]))
+        yield int(s[lo]), freeze(_take(chunk, order[lo:hi]), runs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -502,6 +519,8 @@ def _split(chunk: dict, shard: np.ndarray):
 
 class _ReadColumns(beam.DoFn):
     kind = ""
+    #: string columns whose runs of equal values are encoded between stages (see freeze)
+    runs: tuple = ()
 
     def __init__(self, source: str, shards: int, grade_range=None, decoder: str = "datafusion"):
         if decoder not in DECODERS:
@@ -567,7 +586,7 @@ class _ReadColumns(beam.DoFn):
         if not ok.all():
             chunk = _take(chunk, ok)
         self.valid.inc(chunk["n"])
-        yield from _split(chunk, shards(chunk))
+        yield from _split(chunk, shards(chunk), self.runs)
 
     def _reject(self, recs, rows, check):
         """Run the record check on ``rows``: (rows that pass, dead letters)."""
@@ -585,6 +604,7 @@ class _ReadColumns(beam.DoFn):
 
 class _ReadImpressionColumns(_ReadColumns):
     kind = "impression"
+    runs = ("request_id", "query_id", "user_id", "system_id", "attributes")  # a request's records are adjacent
 
     @staticmethod
     def _screen(chunk, score_ok, prop_ok) -> np.ndarray:
@@ -632,6 +652,7 @@ class _ReadImpressionColumns(_ReadColumns):
 
 class _ReadJudgmentColumns(_ReadColumns):
     kind = "judgment"
+    runs = ("query_id", "source")
 
     def _screen(self, chunk) -> np.ndarray:
         ok = _nonempty(chunk["query_id"]) & _nonempty(chunk["item_id"])
