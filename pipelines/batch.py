@@ -59,10 +59,6 @@ OUTPUT_FILES = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_lett
 ENGINES = ("auto", "columnar", "records")
 #: runners that run the job in this process (or its children): the process memory settings apply
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
-#: --workers auto: the local runner's columnar job uses every core from this many impressions on
-#: (with DataFusion decoding, 2 cores: 2M impressions 18.8 s in-process, 18.9 s on two workers;
-#: 10M 75 s and 65 s; benchmarks/bench_beam.py)
-PARALLEL_FROM = 5_000_000
 
 
 # --------------------------------------------------------------------------------------------
@@ -135,9 +131,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "those is asked for")
     p.add_argument("--workers", default="auto",
                    help="worker processes of the local runner (FnApiRunner) for the columnar engine: a number, "
-                        f"or auto (default): one per core when at least {PARALLEL_FROM:,} impressions in two or "
-                        "more local files, else 1 (in-process). Beam's --direct_num_workers / "
-                        "--direct_running_mode, when given, take precedence")
+                        "or auto (default): 1, in-process (on 2 cores two workers were no faster at 2, 10 and "
+                        "20 million impressions: the runner's own process moves every value between stages). "
+                        "Beam's --direct_num_workers / --direct_running_mode, when given, take precedence")
     p.add_argument("--avro-decoder", choices=DECODERS, default=None,
                    help="columnar engine, local files: datafusion (default when installed) decodes Avro to Arrow "
                         "columns, about ten times faster than fastavro, and hands any file it cannot read exactly "
@@ -380,21 +376,16 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     return rows, dead
 
 
-def local_workers(args, beam_args, impression_paths) -> int:
+def local_workers(args, beam_args) -> int:
     """How many worker processes the local runner gets (see --workers); 1 means in-process."""
     if args.runner != "FnApiRunner" or any(a.split("=")[0] in ("--direct_num_workers", "--direct_running_mode")
                                            for a in beam_args):
         return 1
     if records_needed(args) or args.engine == "records":
         return 1
-    if args.workers != "auto":
-        return int(args.workers)
-    if len(impression_paths) < 2 or any("://" in p for p in impression_paths):
+    if args.workers == "auto":  # in-process (see --workers)
         return 1
-    total = _local_total(impression_paths)
-    if total is None or total < PARALLEL_FROM:
-        return 1
-    return max(1, min(os.cpu_count() or 1, len(impression_paths)))
+    return int(args.workers)
 
 
 def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
@@ -573,7 +564,7 @@ def main(argv=None) -> int:
         return 2
 
     FileSystems.mkdirs(args.output) if "://" in args.output else os.makedirs(args.output, exist_ok=True)
-    workers = local_workers(args, beam_args, impression_paths)
+    workers = local_workers(args, beam_args)
     if workers > 1:
         beam_args = [*beam_args, "--direct_num_workers", str(workers), "--direct_running_mode", "multi_processing"]
     options = PipelineOptions(["--runner", args.runner, *beam_args])

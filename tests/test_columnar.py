@@ -180,20 +180,14 @@ def test_files_on_remote_file_systems_read_the_same(tmp_path, monkeypatch):
     assert remote == local
 
 
-def test_worker_processes_by_default_only_for_large_local_jobs(tmp_path, monkeypatch):
+def test_worker_processes_only_when_asked():
     args = batch.build_arg_parser().parse_args(["--impressions", "x", "--output", "o"])
-    files = [str(tmp_path / f"i{k}.avro") for k in range(3)]
-    monkeypatch.setattr(batch, "_local_total", lambda paths: 5_000_000)
-    monkeypatch.setattr(batch.os, "cpu_count", lambda: 2)
-    assert batch.local_workers(args, [], files) == 2
-    assert batch.local_workers(args, [], files[:1]) == 1  # one file: nothing to read in parallel
-    assert batch.local_workers(args, ["--direct_num_workers", "4"], files) == 1  # Beam's own options win
-    monkeypatch.setattr(batch, "_local_total", lambda paths: 10_000)
-    assert batch.local_workers(args, [], files) == 1
+    assert batch.local_workers(args, []) == 1  # auto: in-process
     args.workers = "3"
-    assert batch.local_workers(args, [], files[:1]) == 3
+    assert batch.local_workers(args, []) == 3
+    assert batch.local_workers(args, ["--direct_num_workers", "4"]) == 1  # Beam's own options win
     args.engine = "records"
-    assert batch.local_workers(args, [], files) == 1
+    assert batch.local_workers(args, []) == 1
 
 
 def test_damaged_remote_file_keeps_every_record_before_the_damage(tmp_path, monkeypatch):
