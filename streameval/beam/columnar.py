@@ -17,9 +17,10 @@ for dead letter and counter for counter), with the Beam overhead paid per block 
    through :func:`streameval.io.cleaning.clean_request`. CTR counts by (window, slice, system,
    position) are taken here; the requests (query, earliest timestamp, attributes) and their items
    go on, re-sharded by query.
-3. Per query shard (``CoGroupByKey`` with the judgments), :class:`_ScoreShard`: judgments resolved
-   (:func:`streameval.io.cleaning.resolve_judgment` for the conflicting (query, item) pairs only),
-   every request of the shard ranked (:func:`streameval.metrics.prepare.rank_order`) and scored by
+3. Per query shard of judgments (``GroupByKey``), :class:`_ResolveShard`: one grade per (query, item)
+   (:func:`streameval.io.cleaning.resolve_judgment` for the conflicting pairs only). Per query shard
+   of requests (``GroupByKey``; the shard's resolved judgments come as a side input),
+   :class:`_ScoreShard`: every request of the shard ranked (:func:`streameval.metrics.prepare.rank_order`) and scored by
    one :func:`streameval.metrics.kernel.compute` call; the per-request values are added into exact
    mean states (:class:`~streameval.accumulators.moments.MeanMoments`) per (window, slice, system).
 4. The states of all shards are merged per key (``CombinePerKey``) into metric rows.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import typing
 import zlib
 from operator import itemgetter
 
@@ -198,7 +200,7 @@ def freeze(chunk: dict, runs=()) -> tuple[int, bytes]:
     of equal values are worth encoding).
 
     Beam's local runner decodes and re-encodes every value it groups (``GroupByKey``,
-    ``CoGroupByKey``) and every value that crosses to or from a worker process; as bytes that is a
+    ``CoGroupByKey``), every side input value that crosses to or from a worker process; as bytes that is a
     copy, as columns a pickle round trip each time. ``rows``: the impressions, judgments or requests
     held (progress counts)."""
     n = chunk["n"] if "n" in chunk else chunk["n_requests"]
@@ -962,33 +964,27 @@ def _range_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(starts - offs, lengths) + np.arange(total, dtype=np.int64)
 
 
-class _ScoreShard(beam.DoFn):
-    def __init__(self, specs, options: MetricOptions, policy: str, judg_source: str, order: str, tie_break: str,
-                 score_precision: str, depth, window_micros, slice_specs):
-        self.specs = specs
-        self.options = options
+class _ResolveShard(beam.DoFn):
+    """Per query shard, its judgments resolved to one grade per (query, item): ``(shard, frozen
+    {"n", "query_id", "item_id", "grade" (float64)})``, and dead letters (conflicts, policy reject)."""
+
+    def __init__(self, policy: str, judg_source: str):
         self.policy = policy
         self.judg_source = judg_source
-        self.order = order
-        self.tie_break = tie_break
-        self.score_precision = score_precision
-        self.depth = depth
-        self.window_micros = window_micros
-        self.slice_specs = slice_specs
-        self.mm = MeanMoments(len(specs))
         self.j_accepted = Metrics.counter(NAMESPACE, "judgments_accepted")
         self.j_duplicates = Metrics.counter(NAMESPACE, "duplicate:judgment")
         self.j_superseded = Metrics.counter(NAMESPACE, "superseded:judgment")
         self.j_rejected = Metrics.counter(NAMESPACE, f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}")
-        self.scored = Metrics.counter(NAMESPACE, "requests_scored")
-        self.unjudged = Metrics.counter(NAMESPACE, "requests_unjudged")
-        self.queries = Metrics.counter(NAMESPACE, "queries_scored")
-        self.unscorable = Metrics.counter(NAMESPACE, "impressions_unscorable")
-        self.imp_ranked = Metrics.counter(NAMESPACE, "impressions_ranked")
-        self.imp_unjudged = Metrics.counter(NAMESPACE, "impressions_unjudged")
-        self.imp_unrankable = Metrics.counter(NAMESPACE, "impressions_unrankable")
 
-    # -- judgments: one grade per (query, item)
+    def process(self, element):
+        shard, values = element
+        self._dead = []
+        q, d, g = self._resolve(_concat([thaw(v) for v in values]))
+        for x in self._dead:
+            yield pvalue.TaggedOutput("dead_letters", x)
+        if len(g):
+            yield shard, freeze({"n": len(g), "query_id": q, "item_id": d, "grade": g})
+
     def _resolve(self, jc: dict):
         """(query ids, item ids, grades float64) of the accepted judgments; dead letters yielded
         through ``self._dead``."""
@@ -1045,17 +1041,38 @@ class _ScoreShard(beam.DoFn):
         first = first[keep]
         return _pick(jc["query_id"], first), _pick(jc["item_id"], first), grades[keep]
 
-    def process(self, element):
-        _, groups = element
-        jparts = [thaw(v) for v in groups["judgments"]]
-        rparts = [thaw(v) for v in groups["requests"]]
-        self._dead = []
-        jq, jd, jg = self._resolve(_concat(jparts)) if jparts else (_strings([]), _strings([]), np.zeros(0))
-        for d in self._dead:
-            yield pvalue.TaggedOutput("dead_letters", d)
-        if not rparts:
-            return
-        r = _concat_requests(rparts)
+
+class _ScoreShard(beam.DoFn):
+    def __init__(self, specs, options: MetricOptions, order: str, tie_break: str, score_precision: str, depth,
+                 window_micros, slice_specs):
+        self.specs = specs
+        self.options = options
+        self.order = order
+        self.tie_break = tie_break
+        self.score_precision = score_precision
+        self.depth = depth
+        self.window_micros = window_micros
+        self.slice_specs = slice_specs
+        self.mm = MeanMoments(len(specs))
+        self.scored = Metrics.counter(NAMESPACE, "requests_scored")
+        self.unjudged = Metrics.counter(NAMESPACE, "requests_unjudged")
+        self.queries = Metrics.counter(NAMESPACE, "queries_scored")
+        self.unscorable = Metrics.counter(NAMESPACE, "impressions_unscorable")
+        self.imp_ranked = Metrics.counter(NAMESPACE, "impressions_ranked")
+        self.imp_unjudged = Metrics.counter(NAMESPACE, "impressions_unjudged")
+        self.imp_unrankable = Metrics.counter(NAMESPACE, "impressions_unrankable")
+
+    def process(self, element, judgments):
+        """``element``: (query shard, frozen request chunks); ``judgments``: the resolved judgments
+        by shard (a multimap side input of :class:`_ResolveShard`'s output)."""
+        shard, rparts = element
+        jparts = [thaw(v) for v in judgments[shard]]
+        if jparts:
+            jc = jparts[0] if len(jparts) == 1 else _concat(jparts)
+            jq, jd, jg = jc["query_id"], jc["item_id"], jc["grade"]
+        else:
+            jq, jd, jg = _strings([]), _strings([]), np.zeros(0)
+        r = _concat_requests([thaw(v) for v in rparts])
         nreq = r["n_requests"]
         if not nreq:
             return
@@ -1268,12 +1285,20 @@ class ColumnarMetrics(beam.PTransform):
                                         decoder=self.decoder)
             judgments = pbegin | "ReadJudgments" >> jread
             dead.append(jread.dead_letters)
-            scored = ({"requests": cleaned.requests, "judgments": judgments}
-                      | "JoinJudgments" >> beam.CoGroupByKey()
+            # judgments resolved per shard, then read by the scoring stage as a side input: the requests
+            # cross the runner twice (one GroupByKey), not four times as through CoGroupByKey's Flatten
+            resolved = (judgments
+                        | "GroupJudgments" >> beam.GroupByKey()
+                        | "ResolveJudgments" >> beam.ParDo(_ResolveShard(self.policy, self.judgment_source))
+                        .with_output_types(typing.Tuple[int, typing.Tuple[int, bytes]])  # a KV, for the multimap
+                        .with_outputs("dead_letters", main="judgments"))
+            dead.append(resolved.dead_letters)
+            scored = (cleaned.requests
+                      | "GroupQueries" >> beam.GroupByKey()
                       | "ScoreShards" >> beam.ParDo(_ScoreShard(
-                          self.specs, self.options, self.policy, self.judgment_source, self.order, self.tie_break,
-                          self.score_precision, self.depth, self.window_micros, self.slice_specs)).with_outputs(
-                          "dead_letters", "unjudged", main="means"))
+                          self.specs, self.options, self.order, self.tie_break, self.score_precision, self.depth,
+                          self.window_micros, self.slice_specs), beam.pvalue.AsMultiMap(resolved.judgments))
+                      .with_outputs("dead_letters", "unjudged", main="means"))
             dead.append(scored.dead_letters)
             self.unjudged = scored.unjudged
             names = [s.name for s in self.specs]
