@@ -105,8 +105,7 @@ def _tables(path: str, name: str, rows: int) -> Iterator:
     pending: list = []
     block = 0  # index into ends: the first boundary not yet passed
     try:
-        for batch in stream:
-            rb = batch.to_pyarrow()
+        for rb in _ahead(stream):
             if not rb.num_rows:
                 continue
             pending.append(rb)
@@ -128,6 +127,30 @@ def _tables(path: str, name: str, rows: int) -> Iterator:
         raise _NoFastPath(done) from None
     if done != total:
         raise _NoFastPath(done)
+
+
+_END = object()
+
+
+def _next_batch(stream):
+    batch = next(stream, _END)
+    return batch if batch is _END else batch.to_pyarrow()
+
+
+def _ahead(stream) -> Iterator:
+    """The record batches of a DataFusion stream as ``pyarrow.RecordBatch``, each decoded on a helper
+    thread while the caller works on the one before (DataFusion decodes without holding the GIL).
+    An error of the stream is raised where it occurs, after the batches before it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="streameval-avro") as pool:
+        pending = pool.submit(_next_batch, stream)
+        while True:
+            rb = pending.result()
+            if rb is _END:
+                return
+            pending = pool.submit(_next_batch, stream)
+            yield rb
 
 
 def read_tables(path: Union[str, os.PathLike], name: str, rows: int = 65_536) -> Iterator:
