@@ -31,7 +31,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from streameval.beam.accounting import account, exit_status, format_accounting
-from streameval.beam.columnar import DECODERS, SHARDS, UNREADABLE, ColumnarMetrics, default_decoder
+from streameval.beam.columnar import DECODERS, SHARDS, UNREADABLE, ColumnarMetrics, default_decoder, release_held
 from streameval.beam.transforms import (
     NAMESPACE,
     CleanImpressions,
@@ -398,7 +398,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         judgment_conflicts=args.judgment_conflicts, grade_range=_grades(args.grades), ci_level=args.ci_level,
         impression_source=",".join(args.impressions), judgment_source=",".join(args.judgments or []),
         shards=getattr(args, "shards", SHARDS), progress_total=_local_total(impression_paths),
-        decoder=getattr(args, "avro_decoder", None))
+        decoder=getattr(args, "avro_decoder", None), in_process=getattr(args, "in_process", False))
     rows = p | "Metrics" >> col
     if col.unjudged is not None:
         (col.unjudged
@@ -567,6 +567,9 @@ def main(argv=None) -> int:
     workers = local_workers(args, beam_args)
     if workers > 1:
         beam_args = [*beam_args, "--direct_num_workers", str(workers), "--direct_running_mode", "multi_processing"]
+    # Beam's local runner in this process: the columnar engine keeps the values between stages in memory
+    args.in_process = args.runner == "FnApiRunner" and not any(
+        a.split("=")[0] in ("--direct_num_workers", "--direct_running_mode") for a in beam_args)
     options = PipelineOptions(["--runner", args.runner, *beam_args])
     start = time.perf_counter()
     p = beam.Pipeline(options=options)
@@ -576,8 +579,11 @@ def main(argv=None) -> int:
         tuning.keep_freed_memory()
     with (tuning.no_numpy_hugepages() if local else contextlib.nullcontext()), \
             (tuning.for_children() if local else contextlib.nullcontext()):
-        result = p.run()
-        state = result.wait_until_finish()
+        try:
+            result = p.run()
+            state = result.wait_until_finish()
+        finally:
+            release_held()
     progress.close_all()
     wall = time.perf_counter() - start
     counters = _counters(result)

@@ -256,3 +256,27 @@ def test_encode_by_runs_gives_arrows_codes():
         codes, vocab = columnar._encode(col)
         ref = pc.dictionary_encode(col, null_encoding="encode")
         assert codes.tolist() == ref.indices.to_pylist() and vocab.equals(ref.dictionary)
+
+
+def test_held_values_are_taken_once_and_missing_ones_explained():
+    """freeze(hold=True) keeps the compacted columns in this process (only a key goes through Beam):
+    thaw gives them back once (side inputs: keep=True, again), equal to the pickled round trip; a key
+    this process does not hold (another worker's) is a clear error, not a silent loss."""
+    import pyarrow as pa
+
+    chunk = {"n": 40, "request_id": pa.array([f"r{i // 10}" for i in range(40)]),
+             "item_id": pa.array([f"d{i}" for i in range(40)]), "position": np.arange(40, dtype=np.int64),
+             "score": np.full(40, np.nan), "attributes": {"device": pa.array(["pc"] * 40)}}
+    runs = ("request_id", "attributes")
+    n, key = columnar.freeze(chunk, runs, hold=True)
+    assert n == 40 and isinstance(key, str)
+    want = columnar.thaw(columnar.freeze(chunk, runs))
+    for got in (columnar.thaw((n, key), keep=True), columnar.thaw((n, key))):
+        assert got.keys() == want.keys()
+        for k in ("request_id", "item_id"):
+            assert got[k].equals(want[k]) and got[k].equals(chunk[k])
+        np.testing.assert_array_equal(got["position"], chunk["position"])
+        assert np.isnan(got["score"]).all() and got["attributes"]["device"].equals(chunk["attributes"]["device"])
+    with pytest.raises(RuntimeError, match="held in another process"):
+        columnar.thaw((n, key))  # taken already
+    columnar.release_held()

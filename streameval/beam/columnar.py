@@ -30,7 +30,9 @@ Counters are those of the per-record transforms (see :mod:`streameval.beam.accou
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import pickle
 import typing
 import zlib
@@ -194,10 +196,22 @@ def _plain(a):
     return pc.run_end_decode(a) if isinstance(a, pa.RunEndEncodedArray) else a
 
 
-def freeze(chunk: dict, runs=()) -> tuple[int, bytes]:
+#: values between stages held in this process (``ColumnarMetrics(in_process=True)``), by key
+_HELD: dict = {}
+_held_keys = itertools.count()
+
+
+def release_held() -> None:
+    """Drop the values :func:`freeze` held in this process (after a run)."""
+    _HELD.clear()
+
+
+def freeze(chunk: dict, runs=(), hold: bool = False) -> tuple[int, bytes | str]:
     """A Beam element's value between stages: ``(rows, pickled columns)``, compacted
     (:func:`_compact`; ``runs``: the string columns, ``"attributes"`` for all attributes, whose runs
-    of equal values are worth encoding).
+    of equal values are worth encoding). ``hold``: the compacted columns stay in this process's
+    memory and the value is ``(rows, key)``: nothing is pickled or copied, for Beam's in-process
+    local runner only, where every stage runs in the process that made the value.
 
     Beam's local runner decodes and re-encodes every value it groups (``GroupByKey``,
     ``CoGroupByKey``), every side input value that crosses to or from a worker process; as bytes that is a
@@ -206,12 +220,25 @@ def freeze(chunk: dict, runs=()) -> tuple[int, bytes]:
     n = chunk["n"] if "n" in chunk else chunk["n_requests"]
     out = {k: ({a: _compact(c, k in runs) for a, c in v.items()} if k == "attributes" else _compact(v, k in runs))
            for k, v in chunk.items()}
+    if hold:
+        key = f"{os.getpid()}:{next(_held_keys)}"
+        _HELD[key] = out
+        return int(n), key
     return int(n), pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def thaw(value: tuple[int, bytes]) -> dict:
-    """The columns of a :func:`freeze` value."""
-    chunk = pickle.loads(value[1])
+def thaw(value: tuple[int, bytes | str], keep: bool = False) -> dict:
+    """The columns of a :func:`freeze` value; a held value is dropped from this process's memory
+    unless ``keep`` (a side input may be read again). Raises RuntimeError for a value held in
+    another process."""
+    if isinstance(value[1], str):
+        try:
+            chunk = _HELD[value[1]] if keep else _HELD.pop(value[1])
+        except KeyError:
+            raise RuntimeError("a value between stages was held in another process: in_process=True needs Beam's "
+                               "in-process local runner (FnApiRunner without worker processes)") from None
+    else:
+        chunk = pickle.loads(value[1])
     return {k: ({a: _plain(c) for a, c in v.items()} if k == "attributes" else _plain(v)) for k, v in chunk.items()}
 
 
@@ -505,15 +532,15 @@ def _shards_of(first, second, shards: int) -> np.ndarray:
     return (crc % shards)[codes]
 
 
-def _split(chunk: dict, shard: np.ndarray, runs=()):
-    """(shard, frozen sub-chunk) pairs (``runs``: as :func:`freeze`)."""
+def _split(chunk: dict, shard: np.ndarray, runs=(), hold: bool = False):
+    """(shard, frozen sub-chunk) pairs (``runs``, ``hold``: as :func:`freeze`)."""
     if not len(shard):
         return
     order = np.argsort(shard, kind="stable")
     s = shard[order]
     bounds = np.flatnonzero(s[1:] != s[:-1]) + 1
     for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(s)]))):
-        yield int(s[lo]), freeze(_take(chunk, order[lo:hi]), runs)
+        yield int(s[lo]), freeze(_take(chunk, order[lo:hi]), runs, hold)
 
 
 # --------------------------------------------------------------------------------------------
@@ -524,9 +551,10 @@ class _ReadColumns(beam.DoFn):
     #: string columns whose runs of equal values are encoded between stages (see freeze)
     runs: tuple = ()
 
-    def __init__(self, source: str, shards: int, grade_range=None, decoder: str = "datafusion"):
+    def __init__(self, source: str, shards: int, grade_range=None, decoder: str = "datafusion", hold: bool = False):
         if decoder not in DECODERS:
             raise ValueError(f"decoder must be one of {DECODERS}")
+        self.hold = hold
         self.source = source
         self.shards = shards
         self.decoder = decoder
@@ -588,7 +616,7 @@ class _ReadColumns(beam.DoFn):
         if not ok.all():
             chunk = _take(chunk, ok)
         self.valid.inc(chunk["n"])
-        yield from _split(chunk, shards(chunk), self.runs)
+        yield from _split(chunk, shards(chunk), self.runs, self.hold)
 
     def _reject(self, recs, rows, check):
         """Run the record check on ``rows``: (rows that pass, dead letters)."""
@@ -690,8 +718,9 @@ class _Read(beam.PTransform):
     fn = None
 
     def __init__(self, paths, source: str, shards: int = SHARDS, grade_range=None, decoder: str | None = None,
-                 label=None):
+                 hold: bool = False, label=None):
         super().__init__(label)
+        self.hold = hold
         self.paths = list(paths)
         self.source = str(source)
         self.shards = int(shards)
@@ -703,7 +732,8 @@ class _Read(beam.PTransform):
         read = (pbegin
                 | "Paths" >> beam.Create(self.paths)
                 | "Spread" >> beam.Reshuffle()
-                | "Blocks" >> beam.ParDo(self.fn(self.source, self.shards, self.grade_range, self.decoder)).with_outputs(
+                | "Blocks" >> beam.ParDo(self.fn(self.source, self.shards, self.grade_range, self.decoder,
+                                                 self.hold)).with_outputs(
                     "dead_letters", main="chunks"))
         #: dead letters: records failing the checks, and one per file that could not be read to its end
         self.dead_letters = read.dead_letters
@@ -800,7 +830,9 @@ def _first_min(values: pa.Array, starts: np.ndarray, ends: np.ndarray) -> pa.Arr
 
 
 class _CleanShard(beam.DoFn):
-    def __init__(self, source: str, ranking: bool, ctr: bool, window_micros, slice_specs, order: str, shards: int):
+    def __init__(self, source: str, ranking: bool, ctr: bool, window_micros, slice_specs, order: str, shards: int,
+                 hold: bool = False):
+        self.hold = hold
         self.source = source
         self.ranking = ranking
         self.ctr = ctr
@@ -907,7 +939,7 @@ class _CleanShard(beam.DoFn):
                "item_id": rows["item_id"], "score": rows["score"], "position": rows["position"]}
         shard = _shards_of(query, None, self.shards)
         for s, sub in _split_requests(out, shard):
-            yield (s, freeze(sub))
+            yield (s, freeze(sub, hold=self.hold))
 
 
 def _take_requests(r: dict, sel: np.ndarray) -> dict:
@@ -968,7 +1000,8 @@ class _ResolveShard(beam.DoFn):
     """Per query shard, its judgments resolved to one grade per (query, item): ``(shard, frozen
     {"n", "query_id", "item_id", "grade" (float64)})``, and dead letters (conflicts, policy reject)."""
 
-    def __init__(self, policy: str, judg_source: str):
+    def __init__(self, policy: str, judg_source: str, hold: bool = False):
+        self.hold = hold
         self.policy = policy
         self.judg_source = judg_source
         self.j_accepted = Metrics.counter(NAMESPACE, "judgments_accepted")
@@ -983,7 +1016,7 @@ class _ResolveShard(beam.DoFn):
         for x in self._dead:
             yield pvalue.TaggedOutput("dead_letters", x)
         if len(g):
-            yield shard, freeze({"n": len(g), "query_id": q, "item_id": d, "grade": g})
+            yield shard, freeze({"n": len(g), "query_id": q, "item_id": d, "grade": g}, hold=self.hold)
 
     def _resolve(self, jc: dict):
         """(query ids, item ids, grades float64) of the accepted judgments; dead letters yielded
@@ -1066,7 +1099,7 @@ class _ScoreShard(beam.DoFn):
         """``element``: (query shard, frozen request chunks); ``judgments``: the resolved judgments
         by shard (a multimap side input of :class:`_ResolveShard`'s output)."""
         shard, rparts = element
-        jparts = [thaw(v) for v in judgments[shard]]
+        jparts = [thaw(v, keep=True) for v in judgments[shard]]  # a side input: may be read again
         if jparts:
             jc = jparts[0] if len(jparts) == 1 else _concat(jparts)
             jq, jd, jg = jc["query_id"], jc["item_id"], jc["grade"]
@@ -1220,14 +1253,21 @@ class ColumnarMetrics(beam.PTransform):
     ``metrics``: ranking metric names (empty or ``judgment_paths`` empty: no ranking); ``ctr``:
     compute CTR and CTR by position. Not covered (the job uses the per-record transforms for them):
     online metrics, bootstrap intervals, ``complete``, per-query scores for comparisons.
+
+    ``in_process``: the values between stages stay in this process's memory and only their keys go
+    through Beam (:func:`freeze`); only for Beam's in-process local runner (``FnApiRunner`` with no
+    worker processes), where every stage runs in the process that built the pipeline. Call
+    :func:`release_held` after the run. Default False: the values are pickled bytes, for any runner.
     """
 
     def __init__(self, impression_paths, judgment_paths, metrics=(), *, ctr=True, window=None, slices=(),
                  relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
                  tie_break="docno", depth=None, score_precision="float32", judgment_conflicts="latest",
                  grade_range=None, ci_level=stats.DEFAULT_LEVEL, impression_source="impressions",
-                 judgment_source="judgments", shards=SHARDS, progress_total=None, decoder=None, label=None):
+                 judgment_source="judgments", shards=SHARDS, progress_total=None, decoder=None, in_process=False,
+                 label=None):
         super().__init__(label)
+        self.in_process = bool(in_process)
         self.impression_paths = list(impression_paths)
         self.judgment_paths = list(judgment_paths or [])
         self.specs = parse_metrics(list(metrics)) if metrics else []
@@ -1264,7 +1304,7 @@ class ColumnarMetrics(beam.PTransform):
         from .. import progress
 
         read = ReadImpressionColumns(self.impression_paths, self.impression_source, self.shards,
-                                     decoder=self.decoder)
+                                     decoder=self.decoder, hold=self.in_process)
         chunks = (pbegin
                   | "ReadImpressions" >> read
                   | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", self.progress_total,
@@ -1273,7 +1313,7 @@ class ColumnarMetrics(beam.PTransform):
                    | "GroupRequests" >> beam.GroupByKey()
                    | "CleanRequests" >> beam.ParDo(_CleanShard(
                        self.impression_source, self.ranking, self.ctr, self.window_micros, self.slice_specs,
-                       self.order, self.shards)).with_outputs("dead_letters", "clicks", main="requests"))
+                       self.order, self.shards, self.in_process)).with_outputs("dead_letters", "clicks", main="requests"))
         dead = [read.dead_letters, cleaned.dead_letters]
         rows = []
         if self.ctr:
@@ -1282,15 +1322,16 @@ class ColumnarMetrics(beam.PTransform):
                         | "ClickRows" >> beam.FlatMap(_click_rows, self.ci_level))
         if self.ranking:
             jread = ReadJudgmentColumns(self.judgment_paths, self.judgment_source, self.shards, self.grade_range,
-                                        decoder=self.decoder)
+                                        decoder=self.decoder, hold=self.in_process)
             judgments = pbegin | "ReadJudgments" >> jread
             dead.append(jread.dead_letters)
             # judgments resolved per shard, then read by the scoring stage as a side input: the requests
             # cross the runner twice (one GroupByKey), not four times as through CoGroupByKey's Flatten
             resolved = (judgments
                         | "GroupJudgments" >> beam.GroupByKey()
-                        | "ResolveJudgments" >> beam.ParDo(_ResolveShard(self.policy, self.judgment_source))
-                        .with_output_types(typing.Tuple[int, typing.Tuple[int, bytes]])  # a KV, for the multimap
+                        | "ResolveJudgments" >> beam.ParDo(_ResolveShard(self.policy, self.judgment_source,
+                                                                         self.in_process))
+                        .with_output_types(typing.Tuple[int, typing.Tuple[int, typing.Any]])  # a KV, for the multimap
                         .with_outputs("dead_letters", main="judgments"))
             dead.append(resolved.dead_letters)
             scored = (cleaned.requests
