@@ -131,7 +131,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "those is asked for")
     p.add_argument("--workers", default="auto",
                    help="worker processes of the local runner (FnApiRunner) for the columnar engine: a number, "
-                        "or auto (default): 1, in-process (on 2 cores two workers were no faster at 2, 10 and "
+                        "or auto (default): 1, in-process (on 2 cores two workers were slower at 2, 10 and "
                         "20 million impressions: the runner's own process moves every value between stages). "
                         "Beam's --direct_num_workers / --direct_running_mode, when given, take precedence")
     p.add_argument("--avro-decoder", choices=DECODERS, default=None,
@@ -376,10 +376,14 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     return rows, dead
 
 
+def _beam_sets_workers(beam_args) -> bool:
+    """Beam's own --direct_num_workers / --direct_running_mode are among the options."""
+    return any(a.split("=")[0] in ("--direct_num_workers", "--direct_running_mode") for a in beam_args)
+
+
 def local_workers(args, beam_args) -> int:
     """How many worker processes the local runner gets (see --workers); 1 means in-process."""
-    if args.runner != "FnApiRunner" or any(a.split("=")[0] in ("--direct_num_workers", "--direct_running_mode")
-                                           for a in beam_args):
+    if args.runner != "FnApiRunner" or _beam_sets_workers(beam_args):
         return 1
     if records_needed(args) or args.engine == "records":
         return 1
@@ -568,8 +572,7 @@ def main(argv=None) -> int:
     if workers > 1:
         beam_args = [*beam_args, "--direct_num_workers", str(workers), "--direct_running_mode", "multi_processing"]
     # Beam's local runner in this process: the columnar engine keeps the values between stages in memory
-    args.in_process = args.runner == "FnApiRunner" and not any(
-        a.split("=")[0] in ("--direct_num_workers", "--direct_running_mode") for a in beam_args)
+    args.in_process = args.runner == "FnApiRunner" and not _beam_sets_workers(beam_args)
     options = PipelineOptions(["--runner", args.runner, *beam_args])
     start = time.perf_counter()
     p = beam.Pipeline(options=options)

@@ -153,11 +153,12 @@ class _Ints:
 
 
 class _Same:
-    """A float64 column of one value (NaN included: all null propensities) pickled as that value."""
+    """A float64 column of one value (NaN included: all null propensities) pickled as that value
+    (a one-element array: the same bits back)."""
 
     __slots__ = ("value", "n")
 
-    def __init__(self, value: float, n: int):
+    def __init__(self, value: np.ndarray, n: int):
         self.value, self.n = value, n
 
     def __getstate__(self):
@@ -167,7 +168,7 @@ class _Same:
         self.value, self.n = state
 
     def column(self) -> np.ndarray:
-        return np.full(self.n, self.value, dtype=np.float64)
+        return np.repeat(self.value, self.n)
 
 
 def _compact(a, runs: bool = False):
@@ -182,7 +183,7 @@ def _compact(a, runs: bool = False):
             return _Ints(a) if int(a.max()) - int(a.min()) < 2**32 else a
         if a.dtype == np.float64:
             bits = a.view(np.int64)
-            return _Same(float(a[0]), len(a)) if (bits == bits[0]).all() else a
+            return _Same(a[:1].copy(), len(a)) if (bits == bits[0]).all() else a
         return a
     if not runs or not isinstance(a, pa.Array) or len(a) < 16:
         return a
@@ -213,10 +214,9 @@ def freeze(chunk: dict, runs=(), hold: bool = False) -> tuple[int, bytes | str]:
     memory and the value is ``(rows, key)``: nothing is pickled or copied, for Beam's in-process
     local runner only, where every stage runs in the process that made the value.
 
-    Beam's local runner decodes and re-encodes every value it groups (``GroupByKey``,
-    ``CoGroupByKey``), every side input value that crosses to or from a worker process; as bytes that is a
-    copy, as columns a pickle round trip each time. ``rows``: the impressions, judgments or requests
-    held (progress counts)."""
+    Beam's local runner decodes and re-encodes every value it groups (``GroupByKey``) and every value
+    that crosses to or from a worker process; as bytes that is a copy, as columns a pickle round trip
+    each time. ``rows``: the impressions, judgments or requests held (progress counts)."""
     n = chunk["n"] if "n" in chunk else chunk["n_requests"]
     out = {k: ({a: _compact(c, k in runs) for a, c in v.items()} if k == "attributes" else _compact(v, k in runs))
            for k, v in chunk.items()}
@@ -807,6 +807,16 @@ def _group_bounds(codes: np.ndarray):
     return order, starts, np.append(starts[1:], len(s))
 
 
+def _grouped(chunk: dict, req: np.ndarray, fields=None):
+    """(chunk, req, starts, ends) with each request's rows adjacent, in request-code order: taken
+    (``fields`` only, if given) only when they are not so already (the usual case)."""
+    order, starts, ends = _group_bounds(req)
+    if not (np.diff(order) == 1).all():
+        chunk = _take(chunk, order, fields)
+        req = req[order]
+    return chunk, req, starts, ends
+
+
 # --------------------------------------------------------------------------------------------
 # stage 2: clean the requests, count clicks, re-shard by query
 
@@ -852,10 +862,7 @@ class _CleanShard(beam.DoFn):
         if not chunk["n"]:
             return
         req, first = _pair_codes(chunk["system_id"], chunk["request_id"])
-        order, starts, _ = _group_bounds(req)
-        if not (np.diff(order) == 1).all():  # a request's records not adjacent: group them
-            chunk = _take(chunk, order)
-            req = req[order]
+        chunk, req, starts, _ = _grouped(chunk, req)
         bad = np.zeros(len(first), dtype=bool)
         bad[_repeats(req, chunk["event_id"], starts)] = True
         bad[_repeats(req, chunk["item_id"], starts)] = True
@@ -919,11 +926,8 @@ class _CleanShard(beam.DoFn):
                 yield pvalue.TaggedOutput("clicks", (key, st))
 
     def _requests(self, chunk, req):
-        order, starts, ends = _group_bounds(req)
-        if not (np.diff(order) == 1).all():  # not already grouped
-            chunk = _take(chunk, order, ("query_id", "timestamp", "attributes", "score", "item_id", "position",
-                                         "system_id", "request_id"))
-        rows = chunk
+        rows, _, starts, ends = _grouped(chunk, req, ("query_id", "timestamp", "attributes", "score", "item_id",
+                                                     "position", "system_id", "request_id"))
         nreq = len(starts)
         query = _first_min(rows["query_id"], starts, ends)
         min_ts = np.minimum.reduceat(rows["timestamp"], starts)
@@ -1101,7 +1105,7 @@ class _ScoreShard(beam.DoFn):
         shard, rparts = element
         jparts = [thaw(v, keep=True) for v in judgments[shard]]  # a side input: may be read again
         if jparts:
-            jc = jparts[0] if len(jparts) == 1 else _concat(jparts)
+            jc = _concat(jparts)
             jq, jd, jg = jc["query_id"], jc["item_id"], jc["grade"]
         else:
             jq, jd, jg = _strings([]), _strings([]), np.zeros(0)
