@@ -159,16 +159,16 @@ def _stages(paths, jpath, decoder: str) -> None:
     judg = round_trip(judg)
     clean = C._CleanShard("bench", True, True, None, [("device",)], "score", C.SHARDS)
     reqs = timed("2 unpickle, clean, CTR counts, re-shard, pickle",
-                 lambda: grouped(main_outputs(x for kv in imps.items() for x in clean.process(kv))))
+                 lambda: grouped(main_outputs(x for kv in imps.items() for x in clean.work(kv))))
     reqs = timed("encode + decode 2 -> 3 (pickled bytes)", lambda: round_trip(reqs))
     resolve = C._ResolveShard("latest", "bench")
     resolved = timed("3 unpickle, resolve judgments", lambda: grouped(
-        main_outputs(x for kv in judg.items() for x in resolve.process(kv))))
+        main_outputs(x for kv in judg.items() for x in resolve.work(kv))))
     resolved = round_trip(resolved)
     score = C._ScoreShard(parse_metrics(["all_trec"]), MetricOptions(), "score", "docno", "float32", None, None,
                           [("device",)])
     timed("3 unpickle, ranking, metrics, means", lambda: [
-        main_outputs(score.process((k, vs), collections.defaultdict(list, resolved))) for k, vs in reqs.items()])
+        main_outputs(score.work((k, vs), resolved.get(k, []))) for k, vs in reqs.items()])
     total = sum(times.values())
     print(f"{'step':<52} {'s':>7} {'us/impression':>14}")
     for name, t in times.items():

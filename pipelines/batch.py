@@ -45,6 +45,7 @@ from streameval.beam.transforms import (
 from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetrics, split_metric_names
 from streameval import progress, tuning
 from streameval.beam.stats import CompareSystems
+from streameval.beam.threads import default_threads
 from streameval.io import avro
 from streameval.io.cleaning import JUDGMENT_POLICIES
 from streameval.metrics.names import MetricNameError, parse_metrics
@@ -134,6 +135,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "or auto (default): 1, in-process (on 2 cores two workers were slower at 2, 10 and "
                         "20 million impressions: the runner's own process moves every value between stages). "
                         "Beam's --direct_num_workers / --direct_running_mode, when given, take precedence")
+    p.add_argument("--threads", default="auto",
+                   help="columnar engine: files or shards each stage works on at once, on threads of the job's "
+                        "process (numpy, Arrow and DataFusion work without the GIL): a number, or auto (default): "
+                        "one per core when the job runs in this process (FnApiRunner, no worker processes), else 1")
     p.add_argument("--avro-decoder", choices=DECODERS, default=None,
                    help="columnar engine, local files: datafusion (default when installed) decodes Avro to Arrow "
                         "columns, about ten times faster than fastavro, and hands any file it cannot read exactly "
@@ -392,6 +397,13 @@ def local_workers(args, beam_args) -> int:
     return int(args.workers)
 
 
+def work_threads(args) -> int:
+    """Threads of the columnar engine's stages (see --threads): auto is one per core in-process, else 1."""
+    if args.threads != "auto":
+        return int(args.threads)
+    return default_threads() if getattr(args, "in_process", False) else 1
+
+
 def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
     ranking, _ = split_all_metrics(args.metrics)
     col = ColumnarMetrics(
@@ -402,7 +414,8 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         judgment_conflicts=args.judgment_conflicts, grade_range=_grades(args.grades), ci_level=args.ci_level,
         impression_source=",".join(args.impressions), judgment_source=",".join(args.judgments or []),
         shards=getattr(args, "shards", SHARDS), progress_total=_local_total(impression_paths),
-        decoder=getattr(args, "avro_decoder", None), in_process=getattr(args, "in_process", False))
+        decoder=getattr(args, "avro_decoder", None), in_process=getattr(args, "in_process", False),
+        threads=getattr(args, "work_threads", 1))
     rows = p | "Metrics" >> col
     if col.unjudged is not None:
         (col.unjudged
@@ -563,6 +576,8 @@ def main(argv=None) -> int:
             raise ValueError("--shards must be positive")
         if args.workers != "auto" and (not args.workers.isdigit() or int(args.workers) < 1):
             raise ValueError(f"--workers wants a positive number or auto, got {args.workers!r}")
+        if args.threads != "auto" and (not args.threads.isdigit() or int(args.threads) < 1):
+            raise ValueError(f"--threads wants a positive number or auto, got {args.threads!r}")
     except (ValueError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -573,6 +588,7 @@ def main(argv=None) -> int:
         beam_args = [*beam_args, "--direct_num_workers", str(workers), "--direct_running_mode", "multi_processing"]
     # Beam's local runner in this process: the columnar engine keeps the values between stages in memory
     args.in_process = args.runner == "FnApiRunner" and not _beam_sets_workers(beam_args)
+    args.work_threads = work_threads(args)
     options = PipelineOptions(["--runner", args.runner, *beam_args])
     start = time.perf_counter()
     p = beam.Pipeline(options=options)
@@ -606,6 +622,7 @@ def main(argv=None) -> int:
         "wall_seconds": round(wall, 3),
         "runner": args.runner,
         "workers": workers,
+        "threads": getattr(args, "work_threads", 1),
         "engine": engine,
         "avro_decoder": (getattr(args, "avro_decoder", None) or default_decoder()) if engine == "columnar" else "fastavro",
         "impression_files": impression_paths,

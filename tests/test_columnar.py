@@ -106,12 +106,13 @@ def _conflict_free(letters):
 
 
 @pytest.mark.parametrize("seed,extra", [
-    (1, ["--window", "1h", "--slices", "device", "--slices", "campaign+device", "--metrics", "all_trec,err@5"]),
+    (1, ["--threads", "2", "--window", "1h", "--slices", "device", "--slices", "campaign+device", "--metrics",
+         "all_trec,err@5"]),
     (2, ["--judgment-conflicts", "reject", "--grades", "0:3", "--metrics", "ndcg@5,map,P@3,recall@10,bpref",
          "--depth", "4", "--avro-decoder", "fastavro"]),
     (3, ["--workers", "2", "--judgment-conflicts", "max", "--order", "position", "--window", "2h", "--slices", "campaign",
          "--gain", "exponential", "--relevance-level", "2", "--metrics", "ndcg@10,map,recip_rank,Rprec"]),
-    (4, ["--tie-break", "position", "--score-precision", "float64", "--ideal", "served", "--no-ctr",
+    (4, ["--threads", "1", "--tie-break", "position", "--score-precision", "float64", "--ideal", "served", "--no-ctr",
          "--metrics", "ndcg,map,P@5,success@3"]),
 ])
 def test_columnar_engine_equals_the_record_engine(tmp_path, seed, extra):
@@ -167,7 +168,7 @@ def test_files_on_remote_file_systems_read_the_same(tmp_path, monkeypatch):
 
     def read(p):
         dead, rows = [], []
-        for out in fn.process(p):
+        for out in fn.work(p):
             if isinstance(out, pvalue.TaggedOutput):
                 dead.append(json.dumps(out.value, sort_keys=True))
             else:
@@ -211,7 +212,7 @@ def test_damaged_remote_file_keeps_every_record_before_the_damage(tmp_path, monk
         pass
     assert 0 < expected < len(imp_files[0])
     monkeypatch.setattr(FileSystems, "open", staticmethod(lambda p, *a, **k: open(p.split("://", 1)[1], "rb")))
-    outs = list(columnar._ReadImpressionColumns("src", 4).process(f"fake://{path}"))
+    outs = list(columnar._ReadImpressionColumns("src", 4).work(f"fake://{path}"))
     dead = [o.value for o in outs if isinstance(o, pvalue.TaggedOutput)]
     rows = sum(columnar.thaw(o[1])["n"] for o in outs if not isinstance(o, pvalue.TaggedOutput))
     assert rows + len([d for d in dead if not d["reason"].startswith(columnar.UNREADABLE)]) == expected

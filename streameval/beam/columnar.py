@@ -43,7 +43,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam import pvalue
-from apache_beam.metrics import Metrics
 
 from ..accumulators.moments import MeanMoments
 from ..io import cleaning, records
@@ -52,6 +51,7 @@ from ..metrics.kernel import MetricOptions, RankedLists, compute
 from ..metrics.names import parse_metrics
 from ..metrics.prepare import judgment_histogram, rank_order
 from .combiners import CtrByPositionCombineFn, MeanCombineFn
+from .threads import ThreadedDoFn, counter
 from .transforms import (ALL, MISSING, NAMESPACE, _category, _click_rows, _rows, _window_micros, parse_slices,
                          reason_key, window_bounds)
 
@@ -546,22 +546,24 @@ def _split(chunk: dict, shard: np.ndarray, runs=(), hold: bool = False):
 # --------------------------------------------------------------------------------------------
 # stage 1: read, validate, shard
 
-class _ReadColumns(beam.DoFn):
+class _ReadColumns(ThreadedDoFn):
     kind = ""
     #: string columns whose runs of equal values are encoded between stages (see freeze)
     runs: tuple = ()
 
-    def __init__(self, source: str, shards: int, grade_range=None, decoder: str = "datafusion", hold: bool = False):
+    def __init__(self, source: str, shards: int, grade_range=None, decoder: str = "datafusion", hold: bool = False,
+                 threads: int = 1):
         if decoder not in DECODERS:
             raise ValueError(f"decoder must be one of {DECODERS}")
+        self.threads = int(threads)
         self.hold = hold
         self.source = source
         self.shards = shards
         self.decoder = decoder
         self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
-        self.read = Metrics.counter(NAMESPACE, f"{self.kind}s_read")
-        self.valid = Metrics.counter(NAMESPACE, f"{self.kind}s_valid")
-        self.unreadable = Metrics.counter(NAMESPACE, f"unreadable_files:{self.kind}")
+        self.read = counter(NAMESPACE, f"{self.kind}s_read")
+        self.valid = counter(NAMESPACE, f"{self.kind}s_valid")
+        self.unreadable = counter(NAMESPACE, f"unreadable_files:{self.kind}")
 
     def _blocks(self, path):
         from ..io import avro
@@ -582,7 +584,10 @@ class _ReadColumns(beam.DoFn):
         for block in avro.read_blocks(path, self.kind):
             yield block, True
 
-    def process(self, path):
+    def process(self, path, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
+        yield from self._submit((path,), window, timestamp)
+
+    def work(self, path):
         n = 0
         try:
             for recs, typed in self._blocks(path):
@@ -626,7 +631,7 @@ class _ReadColumns(beam.DoFn):
             if reason is None:
                 passed.append(i)
                 continue
-            Metrics.counter(NAMESPACE, f"rejected:{self.kind}:{reason_key(reason)}").inc()
+            counter(NAMESPACE, f"rejected:{self.kind}:{reason_key(reason)}").inc()
             dead.append(pvalue.TaggedOutput("dead_letters", {"source": self.source,
                                                              "raw": records.to_json_text(recs[i]), "reason": reason}))
         return passed, dead
@@ -718,9 +723,10 @@ class _Read(beam.PTransform):
     fn = None
 
     def __init__(self, paths, source: str, shards: int = SHARDS, grade_range=None, decoder: str | None = None,
-                 hold: bool = False, label=None):
+                 hold: bool = False, threads: int = 1, label=None):
         super().__init__(label)
         self.hold = hold
+        self.threads = int(threads)
         self.paths = list(paths)
         self.source = str(source)
         self.shards = int(shards)
@@ -733,7 +739,7 @@ class _Read(beam.PTransform):
                 | "Paths" >> beam.Create(self.paths)
                 | "Spread" >> beam.Reshuffle()
                 | "Blocks" >> beam.ParDo(self.fn(self.source, self.shards, self.grade_range, self.decoder,
-                                                 self.hold)).with_outputs(
+                                                 self.hold, self.threads)).with_outputs(
                     "dead_letters", main="chunks"))
         #: dead letters: records failing the checks, and one per file that could not be read to its end
         self.dead_letters = read.dead_letters
@@ -839,10 +845,11 @@ def _first_min(values: pa.Array, starts: np.ndarray, ends: np.ndarray) -> pa.Arr
     return _pick(values, pick)
 
 
-class _CleanShard(beam.DoFn):
+class _CleanShard(ThreadedDoFn):
     def __init__(self, source: str, ranking: bool, ctr: bool, window_micros, slice_specs, order: str, shards: int,
-                 hold: bool = False):
+                 hold: bool = False, threads: int = 1):
         self.hold = hold
+        self.threads = int(threads)
         self.source = source
         self.ranking = ranking
         self.ctr = ctr
@@ -851,12 +858,15 @@ class _CleanShard(beam.DoFn):
         self.order = order
         self.shards = shards
         self.attr_keys = sorted({a for names in slice_specs for a in names})
-        self.accepted = Metrics.counter(NAMESPACE, "impressions_accepted")
-        self.duplicates = Metrics.counter(NAMESPACE, "duplicate:impression")
-        self.counted = Metrics.counter(NAMESPACE, "click_impressions")
-        self.no_clicks = Metrics.counter(NAMESPACE, "click_impressions_not_logged")
+        self.accepted = counter(NAMESPACE, "impressions_accepted")
+        self.duplicates = counter(NAMESPACE, "duplicate:impression")
+        self.counted = counter(NAMESPACE, "click_impressions")
+        self.no_clicks = counter(NAMESPACE, "click_impressions_not_logged")
 
-    def process(self, element):
+    def process(self, element, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
+        yield from self._submit((element,), window, timestamp)
+
+    def work(self, element):
         _, chunks = element
         chunk = _concat([thaw(c) for c in chunks])
         if not chunk["n"]:
@@ -879,7 +889,7 @@ class _CleanShard(beam.DoFn):
                 kept.extend(k)
                 n_dup += d
                 for rec, reason in rejected:
-                    Metrics.counter(NAMESPACE, f"rejected:impression:{_category(reason)}").inc()
+                    counter(NAMESPACE, f"rejected:impression:{_category(reason)}").inc()
                     yield pvalue.TaggedOutput("dead_letters", {"source": self.source,
                                                                "raw": records.to_json_text(rec), "reason": reason})
             chunk = _concat([clean_part, impression_columns(kept)]) if kept else clean_part
@@ -1000,31 +1010,35 @@ def _range_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(starts - offs, lengths) + np.arange(total, dtype=np.int64)
 
 
-class _ResolveShard(beam.DoFn):
+class _ResolveShard(ThreadedDoFn):
     """Per query shard, its judgments resolved to one grade per (query, item): ``(shard, frozen
     {"n", "query_id", "item_id", "grade" (float64)})``, and dead letters (conflicts, policy reject)."""
 
-    def __init__(self, policy: str, judg_source: str, hold: bool = False):
+    def __init__(self, policy: str, judg_source: str, hold: bool = False, threads: int = 1):
         self.hold = hold
+        self.threads = int(threads)
         self.policy = policy
         self.judg_source = judg_source
-        self.j_accepted = Metrics.counter(NAMESPACE, "judgments_accepted")
-        self.j_duplicates = Metrics.counter(NAMESPACE, "duplicate:judgment")
-        self.j_superseded = Metrics.counter(NAMESPACE, "superseded:judgment")
-        self.j_rejected = Metrics.counter(NAMESPACE, f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}")
+        self.j_accepted = counter(NAMESPACE, "judgments_accepted")
+        self.j_duplicates = counter(NAMESPACE, "duplicate:judgment")
+        self.j_superseded = counter(NAMESPACE, "superseded:judgment")
+        self.j_rejected = counter(NAMESPACE, f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}")
 
-    def process(self, element):
+    def process(self, element, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
+        yield from self._submit((element,), window, timestamp)
+
+    def work(self, element):
         shard, values = element
-        self._dead = []
-        q, d, g = self._resolve(_concat([thaw(v) for v in values]))
-        for x in self._dead:
+        dead: list = []
+        q, d, g = self._resolve(_concat([thaw(v) for v in values]), dead)
+        for x in dead:
             yield pvalue.TaggedOutput("dead_letters", x)
         if len(g):
             yield shard, freeze({"n": len(g), "query_id": q, "item_id": d, "grade": g}, hold=self.hold)
 
-    def _resolve(self, jc: dict):
-        """(query ids, item ids, grades float64) of the accepted judgments; dead letters yielded
-        through ``self._dead``."""
+    def _resolve(self, jc: dict, dead: list):
+        """(query ids, item ids, grades float64) of the accepted judgments; their dead letters are
+        appended to ``dead``."""
         n = jc["n"]
         if n == 0:
             return _strings([]), _strings([]), np.zeros(0)
@@ -1064,7 +1078,7 @@ class _ResolveShard(beam.DoFn):
                     self.j_rejected.inc()
                     recs = _judgment_records(jc, rows[key])
                     rec = min(recs, key=records.to_json_text)
-                    self._dead.append({
+                    dead.append({
                         "source": self.judg_source, "raw": records.to_json_text(rec),
                         "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} (query {qid!r}, item {item!r}: grades "
                                   f"{distinct}; policy reject)"})
@@ -1079,9 +1093,10 @@ class _ResolveShard(beam.DoFn):
         return _pick(jc["query_id"], first), _pick(jc["item_id"], first), grades[keep]
 
 
-class _ScoreShard(beam.DoFn):
+class _ScoreShard(ThreadedDoFn):
     def __init__(self, specs, options: MetricOptions, order: str, tie_break: str, score_precision: str, depth,
-                 window_micros, slice_specs):
+                 window_micros, slice_specs, threads: int = 1):
+        self.threads = int(threads)
         self.specs = specs
         self.options = options
         self.order = order
@@ -1091,19 +1106,24 @@ class _ScoreShard(beam.DoFn):
         self.window_micros = window_micros
         self.slice_specs = slice_specs
         self.mm = MeanMoments(len(specs))
-        self.scored = Metrics.counter(NAMESPACE, "requests_scored")
-        self.unjudged = Metrics.counter(NAMESPACE, "requests_unjudged")
-        self.queries = Metrics.counter(NAMESPACE, "queries_scored")
-        self.unscorable = Metrics.counter(NAMESPACE, "impressions_unscorable")
-        self.imp_ranked = Metrics.counter(NAMESPACE, "impressions_ranked")
-        self.imp_unjudged = Metrics.counter(NAMESPACE, "impressions_unjudged")
-        self.imp_unrankable = Metrics.counter(NAMESPACE, "impressions_unrankable")
+        self.scored = counter(NAMESPACE, "requests_scored")
+        self.unjudged = counter(NAMESPACE, "requests_unjudged")
+        self.queries = counter(NAMESPACE, "queries_scored")
+        self.unscorable = counter(NAMESPACE, "impressions_unscorable")
+        self.imp_ranked = counter(NAMESPACE, "impressions_ranked")
+        self.imp_unjudged = counter(NAMESPACE, "impressions_unjudged")
+        self.imp_unrankable = counter(NAMESPACE, "impressions_unrankable")
 
-    def process(self, element, judgments):
+    def process(self, element, judgments, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
         """``element``: (query shard, frozen request chunks); ``judgments``: the resolved judgments
         by shard (a multimap side input of :class:`_ResolveShard`'s output)."""
+        # the side input is read here, on the runner's thread; the work may run on a pool thread
+        yield from self._submit((element, list(judgments[element[0]])), window, timestamp)
+
+    def work(self, element, judgments):
+        """The outputs of ``element`` given its shard's resolved judgments (frozen values)."""
         shard, rparts = element
-        jparts = [thaw(v, keep=True) for v in judgments[shard]]  # a side input: may be read again
+        jparts = [thaw(v, keep=True) for v in judgments]  # a side input: may be read again
         if jparts:
             jc = _concat(jparts)
             jq, jd, jg = jc["query_id"], jc["item_id"], jc["grade"]
@@ -1262,6 +1282,10 @@ class ColumnarMetrics(beam.PTransform):
     through Beam (:func:`freeze`); only for Beam's in-process local runner (``FnApiRunner`` with no
     worker processes), where every stage runs in the process that built the pipeline. Call
     :func:`release_held` after the run. Default False: the values are pickled bytes, for any runner.
+
+    ``threads``: elements (files, shards) each stage works on at once, on a pool of threads of the
+    worker's process (:mod:`streameval.beam.threads`: most of the work is numpy, Arrow and DataFusion
+    code that runs without the GIL). Default 1: the work runs in the DoFns' ``process`` itself.
     """
 
     def __init__(self, impression_paths, judgment_paths, metrics=(), *, ctr=True, window=None, slices=(),
@@ -1269,9 +1293,12 @@ class ColumnarMetrics(beam.PTransform):
                  tie_break="docno", depth=None, score_precision="float32", judgment_conflicts="latest",
                  grade_range=None, ci_level=stats.DEFAULT_LEVEL, impression_source="impressions",
                  judgment_source="judgments", shards=SHARDS, progress_total=None, decoder=None, in_process=False,
-                 label=None):
+                 threads=1, label=None):
         super().__init__(label)
         self.in_process = bool(in_process)
+        if int(threads) < 1:
+            raise ValueError("threads must be positive")
+        self.threads = int(threads)
         self.impression_paths = list(impression_paths)
         self.judgment_paths = list(judgment_paths or [])
         self.specs = parse_metrics(list(metrics)) if metrics else []
@@ -1308,7 +1335,7 @@ class ColumnarMetrics(beam.PTransform):
         from .. import progress
 
         read = ReadImpressionColumns(self.impression_paths, self.impression_source, self.shards,
-                                     decoder=self.decoder, hold=self.in_process)
+                                     decoder=self.decoder, hold=self.in_process, threads=self.threads)
         chunks = (pbegin
                   | "ReadImpressions" >> read
                   | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", self.progress_total,
@@ -1317,7 +1344,8 @@ class ColumnarMetrics(beam.PTransform):
                    | "GroupRequests" >> beam.GroupByKey()
                    | "CleanRequests" >> beam.ParDo(_CleanShard(
                        self.impression_source, self.ranking, self.ctr, self.window_micros, self.slice_specs,
-                       self.order, self.shards, self.in_process)).with_outputs("dead_letters", "clicks", main="requests"))
+                       self.order, self.shards, self.in_process, self.threads))
+                   .with_outputs("dead_letters", "clicks", main="requests"))
         dead = [read.dead_letters, cleaned.dead_letters]
         rows = []
         if self.ctr:
@@ -1326,7 +1354,7 @@ class ColumnarMetrics(beam.PTransform):
                         | "ClickRows" >> beam.FlatMap(_click_rows, self.ci_level))
         if self.ranking:
             jread = ReadJudgmentColumns(self.judgment_paths, self.judgment_source, self.shards, self.grade_range,
-                                        decoder=self.decoder, hold=self.in_process)
+                                        decoder=self.decoder, hold=self.in_process, threads=self.threads)
             judgments = pbegin | "ReadJudgments" >> jread
             dead.append(jread.dead_letters)
             # judgments resolved per shard, then read by the scoring stage as a side input: the requests
@@ -1334,7 +1362,7 @@ class ColumnarMetrics(beam.PTransform):
             resolved = (judgments
                         | "GroupJudgments" >> beam.GroupByKey()
                         | "ResolveJudgments" >> beam.ParDo(_ResolveShard(self.policy, self.judgment_source,
-                                                                         self.in_process))
+                                                                         self.in_process, self.threads))
                         .with_output_types(typing.Tuple[int, typing.Tuple[int, typing.Any]])  # a KV, for the multimap
                         .with_outputs("dead_letters", main="judgments"))
             dead.append(resolved.dead_letters)
@@ -1342,7 +1370,8 @@ class ColumnarMetrics(beam.PTransform):
                       | "GroupQueries" >> beam.GroupByKey()
                       | "ScoreShards" >> beam.ParDo(_ScoreShard(
                           self.specs, self.options, self.order, self.tie_break, self.score_precision, self.depth,
-                          self.window_micros, self.slice_specs), beam.pvalue.AsMultiMap(resolved.judgments))
+                          self.window_micros, self.slice_specs, self.threads),
+                          beam.pvalue.AsMultiMap(resolved.judgments))
                       .with_outputs("dead_letters", "unjudged", main="means"))
             dead.append(scored.dead_letters)
             self.unjudged = scored.unjudged
