@@ -418,8 +418,8 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         threads=getattr(args, "work_threads", 1))
     rows = p | "Metrics" >> col
     if col.unjudged is not None:
-        (col.unjudged
-         | "UnjudgedJson" >> beam.Map(_json_line)
+        (col.unjudged  # lists of requests, one per shard: one text element (lines) each
+         | "UnjudgedJson" >> beam.Map(lambda requests: "\n".join(map(_json_line, requests)))
          | "UnjudgedText" >> beam.io.WriteToText(FileSystems.join(args.output, "unjudged"), file_name_suffix=".jsonl",
                                                  num_shards=1, shard_name_template=""))
     _write(rows, args.output, "metrics", "metric_result", "Metrics")

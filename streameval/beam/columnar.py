@@ -1139,15 +1139,17 @@ class _ScoreShard(ThreadedDoFn):
         judged_q = np.zeros(nq, dtype=bool)
         judged_q[jqc] = True
         judged = judged_q[rq]
-        # unjudged requests
+        # unjudged requests: one output of the shard's, not one Beam element per request
         rows = np.flatnonzero(~judged)
-        ids = zip(*(_pylist(r[f], rows) for f in ("query_id", "system_id", "request_id")))
-        for i, (qid, system, rid) in zip(rows.tolist(), ids):
-            self.unjudged.inc()
-            self.imp_unjudged.inc(int(r["records"][i]))
-            ws, _ = window_bounds(int(r["min_ts"][i]), self.window_micros)
-            yield pvalue.TaggedOutput("unjudged", {"query_id": qid, "system": system, "request_id": rid,
-                                                   "window_start": ws, "impressions": int(r["records"][i])})
+        if len(rows):
+            ids = zip(*(_pylist(r[f], rows) for f in ("query_id", "system_id", "request_id")))
+            n_imps = r["records"][rows]
+            self.unjudged.inc(len(rows))
+            self.imp_unjudged.inc(int(n_imps.sum()))
+            yield pvalue.TaggedOutput("unjudged", [
+                {"query_id": qid, "system": system, "request_id": rid,
+                 "window_start": window_bounds(ts, self.window_micros)[0], "impressions": n}
+                for (qid, system, rid), ts, n in zip(ids, r["min_ts"][rows].tolist(), n_imps.tolist())])
         # requests that cannot be ranked
         unrankable = judged & (r["unscored"] > 0)
         rows = np.flatnonzero(unrankable)
@@ -1272,7 +1274,9 @@ class ColumnarMetrics(beam.PTransform):
     :class:`~streameval.beam.transforms.ClickMetrics` give after :class:`~streameval.beam.transforms.
     ValidateImpressions` and :class:`~streameval.beam.transforms.CleanImpressions` (same options, same
     counters). After application: ``.dead_letters`` (validation, cleaning, conflicting judgments,
-    unrankable requests, unreadable files) and ``.unjudged`` (requests whose query has no judgment).
+    unrankable requests, unreadable files) and ``.unjudged`` (requests whose query has no judgment,
+    in lists: one element per shard, a list of ``{"query_id", "system", "request_id", "window_start",
+    "impressions"}`` dicts, not one element per request).
 
     ``metrics``: ranking metric names (empty or ``judgment_paths`` empty: no ranking); ``ctr``:
     compute CTR and CTR by position. Not covered (the job uses the per-record transforms for them):
