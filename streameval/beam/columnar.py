@@ -532,15 +532,29 @@ def _shards_of(first, second, shards: int) -> np.ndarray:
     return (crc % shards)[codes]
 
 
+def _slice(chunk: dict, lo: int, hi: int) -> dict:
+    """Rows ``lo:hi`` of a column dict, as views (numpy) and zero-copy slices (Arrow)."""
+    out = {k: ({a: c.slice(lo, hi - lo) for a, c in v.items()} if k == "attributes" else
+               v[lo:hi] if isinstance(v, np.ndarray) else v.slice(lo, hi - lo))
+           for k, v in chunk.items() if k != "n"}
+    out["n"] = hi - lo
+    return out
+
+
 def _split(chunk: dict, shard: np.ndarray, runs=(), hold: bool = False):
-    """(shard, frozen sub-chunk) pairs (``runs``, ``hold``: as :func:`freeze`)."""
+    """(shard, frozen sub-chunk) pairs (``runs``, ``hold``: as :func:`freeze`). Held values are
+    slices of one copy of the chunk in shard order (one take per column); pickled ones are taken
+    shard by shard (a pickled Arrow slice carries its whole buffers)."""
     if not len(shard):
         return
     order = np.argsort(shard, kind="stable")
     s = shard[order]
     bounds = np.flatnonzero(s[1:] != s[:-1]) + 1
-    for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(s)]))):
-        yield int(s[lo]), freeze(_take(chunk, order[lo:hi]), runs, hold)
+    if hold:
+        whole = _take(chunk, order)
+    for lo, hi in zip(np.concatenate(([0], bounds)).tolist(), np.concatenate((bounds, [len(s)])).tolist()):
+        part = _slice(whole, lo, hi) if hold else _take(chunk, order[lo:hi])
+        yield int(s[lo]), freeze(part, runs, hold)
 
 
 # --------------------------------------------------------------------------------------------
