@@ -21,9 +21,6 @@ class _Work(ThreadedDoFn):
         self.summed = counter(NS, "summed")
         self.elements = counter(NS, "elements")
 
-    def process(self, x, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
-        yield from self._submit((x,), window, timestamp)
-
     def work(self, x):
         if x == self.fail_on:
             raise ValueError(f"element {x}")

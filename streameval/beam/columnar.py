@@ -598,9 +598,6 @@ class _ReadColumns(ThreadedDoFn):
         for block in avro.read_blocks(path, self.kind):
             yield block, True
 
-    def process(self, path, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
-        yield from self._submit((path,), window, timestamp)
-
     def work(self, path):
         n = 0
         try:
@@ -877,9 +874,6 @@ class _CleanShard(ThreadedDoFn):
         self.counted = counter(NAMESPACE, "click_impressions")
         self.no_clicks = counter(NAMESPACE, "click_impressions_not_logged")
 
-    def process(self, element, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
-        yield from self._submit((element,), window, timestamp)
-
     def work(self, element):
         _, chunks = element
         chunk = _concat([thaw(c) for c in chunks])
@@ -1037,9 +1031,6 @@ class _ResolveShard(ThreadedDoFn):
         self.j_duplicates = counter(NAMESPACE, "duplicate:judgment")
         self.j_superseded = counter(NAMESPACE, "superseded:judgment")
         self.j_rejected = counter(NAMESPACE, f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}")
-
-    def process(self, element, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
-        yield from self._submit((element,), window, timestamp)
 
     def work(self, element):
         shard, values = element

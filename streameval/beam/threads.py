@@ -88,7 +88,8 @@ def _collect(work, args):
 
 class ThreadedDoFn(beam.DoFn):
     """A DoFn whose subclasses define :meth:`work` (a generator of outputs and
-    ``pvalue.TaggedOutput``, as ``process`` would be) and call :meth:`_submit` from ``process``.
+    ``pvalue.TaggedOutput``, as ``process`` would be); ``process`` hands each element to it through
+    :meth:`_submit` (a subclass with side inputs overrides ``process`` to pass them on).
 
     ``threads``: elements worked on at once (1: in ``process`` itself, no pool). At most ``threads``
     elements are waited for at a time, so a bundle's outputs are not all held at once."""
@@ -100,6 +101,10 @@ class ThreadedDoFn(beam.DoFn):
 
     def work(self, *args):  # pragma: no cover (abstract)
         raise NotImplementedError
+
+    def process(self, element, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
+        """``work(element)``'s outputs (a DoFn with side inputs overrides this and passes them on)."""
+        yield from self._submit((element,), window, timestamp)
 
     def _submit(self, args, window, timestamp):
         """Outputs (as windowed values) of the elements finished by now; ``args``: :meth:`work`'s."""
