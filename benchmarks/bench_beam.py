@@ -177,15 +177,15 @@ def _stages(paths, jpath, decoder: str) -> None:
 
 
 def _job(paths, jpath, out, workers=None, decoder=None):
-    from pipelines import batch
+    from streameval import cli  # the ``streameval batch`` command, with its process settings
 
-    args = ["--judgments", jpath, "--metrics", "all_trec", "--slices", "device", "--output", out, "--quiet"]
+    args = ["batch", "--judgments", jpath, "--metrics", "all_trec", "--slices", "device", "--output", out, "--quiet"]
     args += ["--workers", str(workers or 1)]
     if decoder:
         args += ["--avro-decoder", decoder]
     for p in paths:
         args += ["--impressions", p]
-    return batch.main(args)
+    return cli.main(args)
 
 
 def child(kind: str, paths, jpath, out, workers=None, decoder=None) -> dict:

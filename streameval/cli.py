@@ -287,6 +287,9 @@ def main(argv=None) -> int:
     if argv and argv[0] in COMMANDS:
         module, func, beam, _ = COMMANDS[argv[0]]
         if beam:
+            from .tuning import keep_freed_memory
+
+            keep_freed_memory()  # before Beam's imports start threads (see its docstring)
             _quiet_beam_noise()
         return getattr(importlib.import_module(module), func)(argv[1:])
     p = argparse.ArgumentParser(prog="streameval", description=__doc__.split("\n\n")[0])
