@@ -222,3 +222,59 @@ def test_exact_row_sums_are_the_rational_sums(rows):
     x = np.array(rows, dtype=np.float64).reshape(-1, 3).T
     got = exact_row_sums(x)
     assert got == [sum((Fraction(v) for v in r), Fraction(0)) for r in x.tolist()]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e150, max_value=1e150),
+                                   st.sampled_from([0.0, -0.0, 2.0 ** -1074, -(2.0 ** -600), 2.0 ** -480,
+                                                    1.1 * 2.0 ** -490, 2.0 ** 499, -1.1 * 2.0 ** 505, 0.1, 3.0])),
+                         min_size=2, max_size=2), min_size=1, max_size=25),
+       st.sampled_from([1, 2, 64]))
+def test_scaled_sums_are_the_rational_sums_of_values_and_squares(rows, chunk):
+    """moments._scaled_sums (IEEE bits, per-exponent bincounts of 27/26-bit and 17/18/18-bit pieces,
+    in lanes and in chunks of columns) gives each row's sum and sum of squares exactly, as fractions;
+    the values whose squares it leaves to the caller are exactly those below 2**-480 or from 2**500."""
+    from fractions import Fraction
+
+    from streameval.accumulators import moments
+
+    x = np.array(rows, dtype=np.float64).T  # 2 rows
+    before = moments._CHUNK
+    moments._CHUNK = chunk  # several bincount calls per term when the rows are longer than 4 * chunk
+    try:
+        t, s, t2, s2, odd = moments._scaled_sums(x, squares=True)
+    finally:
+        moments._CHUNK = before
+    small_or_big = (x != 0) & ((np.abs(x) < 2.0 ** -480) | (np.abs(x) >= 2.0 ** 500))
+    assert (odd if odd is not None else np.zeros_like(small_or_big)).tolist() == small_or_big.tolist()
+    for r, values in enumerate(x.tolist()):
+        assert Fraction(t[r]) * Fraction(2) ** s == sum((Fraction(v) for v in values), Fraction(0))
+        kept = [v for v, o in zip(values, small_or_big[r].tolist()) if not o]
+        assert Fraction(t2[r]) * Fraction(2) ** s2 == sum((Fraction(v) ** 2 for v in kept), Fraction(0))
+
+
+def test_add_many_over_several_bincount_calls_equals_one_by_one():
+    """A matrix longer than one bincount call per term (chunk of 2 columns per lane, 8 per call):
+    the same state values as adding the columns one by one."""
+    from streameval.accumulators import moments
+
+    rng = np.random.default_rng(5)
+    x = rng.random((3, 101))
+    x[0] = np.round(x[0] * 10) / 10
+    x[1, ::7] = np.nan
+    x[2] *= -1e5
+    mm = MeanMoments(3)
+    one = mm.create()
+    for col in x.T:
+        mm.add(one, col)
+    before = moments._CHUNK
+    moments._CHUNK = 2
+    try:
+        many = mm.add_many(mm.create(), x)
+    finally:
+        moments._CHUNK = before
+    assert many[0] == one[0] == [101, 101 - 15, 101]
+    for m in range(3):
+        assert moments._exact(many[1][m]) == moments._exact(one[1][m])
+        assert moments._exact(many[2][m]) == moments._exact(one[2][m])
+    assert str(mm.extract(many)) == str(mm.extract(one))

@@ -74,52 +74,120 @@ def partials_value(partials: list) -> float:
     return math.fsum(partials)
 
 
-_TWO53 = 9007199254740992.0  # 2**53
-_TWO26 = 67108864.0  # 2**26
-_BINCOUNT_ROWS = 1 << 25  # float64 bincount sums of integers below 2**27 stay exact up to 2**26 terms
+_MASK52 = (1 << 52) - 1
+_SQ_EMIN, _SQ_EMAX = 1023 - 480, 1023 + 499  # biased exponents of 2**-480 and of the largest below 2**500
+_LANES = 4  # each (row, exponent) bin is summed in 4 lanes by column: runs of one bin do not chain additions
+_CHUNK = 1 << 16  # columns per lane and bincount call: the 37-bit square terms sum exactly (below 2**53)
+
+
+def _scaled_sums(x: np.ndarray, squares: bool) -> tuple:
+    """Exact integer sums of each row of a 2-D float64 array of finite values (NaN not allowed),
+    and of their squares when ``squares``: ``(T, s, T2, s2, odd)``, ``T`` and ``T2`` lists of
+    Python ints such that row ``r`` sums to ``T[r] * 2**s`` and its squares to ``T2[r] * 2**s2``
+    (``T2`` None without ``squares``). ``odd``: None, or the bool mask of the values whose squares
+    were left out of ``T2``: those below 2**-480 or from 2**500 in magnitude, whose Veltkamp terms
+    (:func:`partials_add_square`, what adding one by one keeps) underflow or overflow, so that their
+    exact square is not what the state holds; the caller adds those terms itself.
+
+    Each value is ``±M * 2**(E - 1075)`` with the integer ``M < 2**53`` and the biased exponent
+    ``E`` read off its IEEE bits (subnormals: ``E = 1`` without the hidden bit). ``M`` is split into
+    27 + 26 bits for the sum, and into 17 + 18 + 18 bits ``a, b, c`` for the square (``M**2`` is
+    ``a²·2**72 + 2ab·2**54 + (2ac + b²)·2**36 + 2bc·2**18 + c²``, five terms below 2**37); each
+    term is summed per (row, E) with ``np.bincount``, whose float64 sums of integers stay exact
+    (at most 2**16 terms per bin and call), and the per-exponent sums are shifted and added as
+    Python integers."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    rows, cols = x.shape
+    zero = [0] * rows
+    if x.size == 0:
+        return zero, 0, (list(zero) if squares else None), 0, None
+    bits = x.view(np.int64)
+    e = (bits >> 52) & 0x7FF
+    m = bits & _MASK52
+    normal = e != 0
+    m |= normal.astype(np.int64) << 52
+    np.maximum(e, 1, out=e)  # subnormals: the scale of the smallest normal exponent
+    nonzero = m != 0
+    if not nonzero.any():
+        return zero, 0, (list(zero) if squares else None), 0, None
+    emin = int(np.min(e, where=nonzero, initial=0x7FF))
+    emax = int(e.max())
+    span = emax - emin + 1
+    odd = None
+    if squares and (emin < _SQ_EMIN or emax > _SQ_EMAX):
+        odd = nonzero & ((e < _SQ_EMIN) | (e > _SQ_EMAX))
+        if not odd.any():
+            odd = None
+    np.maximum(e, emin, out=e)  # zeros (exponent 1) into the first bin: they add nothing
+    e -= emin
+    e += (np.arange(rows, dtype=np.int64) * span)[:, None]
+    e *= _LANES
+    e += (np.arange(cols, dtype=np.int64) % _LANES)[None, :]
+    nb = rows * span * _LANES
+    neg = bits < 0
+    if neg.any():
+        sign = np.where(neg, -1, 1)
+        signed = [(m >> 26) * sign, (m & ((1 << 26) - 1)) * sign]
+    else:
+        signed = [m >> 26, m & ((1 << 26) - 1)]
+    terms = [signed]
+    if squares:
+        ms = m if odd is None else np.where(odd, 0, m)
+        # the pieces as doubles: their products (below 2**37) are exact
+        a, b, c = (ms >> 36).astype(np.float64), ((ms >> 18) & 0x3FFFF).astype(np.float64), \
+            (ms & 0x3FFFF).astype(np.float64)
+        a2 = a + a
+        ac = a2 * c
+        ac += b * b
+        b2 = b + b
+        terms.append([a * a, a2 * b, ac, b2 * c, c * c])
+    step = _CHUNK * _LANES
+    out = []
+    # (terms, their shifts within a bin, bin k's shift: k for the values, 2k for their squares)
+    groups = [(terms[0], (26, 0), 1)] + ([(terms[1], (72, 54, 36, 18, 0), 2)] if squares else [])
+    for group, shifts, bin_shift in groups:
+        per_term = []
+        for w in group:
+            total = None
+            for first in range(0, cols, step):
+                cut = slice(first, first + step)
+                sums = np.bincount(e[:, cut].ravel(), minlength=nb,
+                                   weights=np.asarray(w[:, cut], dtype=np.float64).ravel())
+                # the lanes added as int64 (each below 2**53); the calls' totals as Python ints
+                part = sums.astype(np.int64).reshape(rows * span, _LANES).sum(axis=1)
+                total = part if total is None else total.astype(object) + part.astype(object)
+            per_term.append(total)
+        hit = np.flatnonzero(np.any([t != 0 for t in per_term], axis=0))
+        totals = [0] * rows
+        values = [t[hit].tolist() for t in per_term]
+        for j, where in enumerate(hit.tolist()):
+            r, k = divmod(where, span)
+            v = 0
+            for i, sh in enumerate(shifts):
+                v += int(values[i][j]) << sh
+            totals[r] += v << (bin_shift * k)
+        out.append(totals)
+    s1 = emin - 1075
+    return out[0], s1, (out[1] if squares else None), 2 * s1, odd
 
 
 def exact_sum(x: np.ndarray) -> Fraction:
-    """The exact sum of a float64 array of finite values, vectorised.
-
-    Each value is ``M * 2**(e - 53)`` with an integer ``|M| < 2**53`` (``np.frexp``); ``M`` is split
-    into 27 and 26 bits, whose sums per exponent are exact in float64 (``np.bincount``, at most
-    2**25 values at a time); the per-exponent sums are then shifted and added as Python integers.
+    """The exact sum of a float64 array of finite values, vectorised (:func:`_scaled_sums`).
     Raises ValueError on a non-finite value."""
     return exact_row_sums(np.asarray(x, dtype=np.float64).reshape(1, -1))[0]
 
 
 def exact_row_sums(matrix: np.ndarray) -> list:
-    """:func:`exact_sum` of each row of a 2-D float64 array of finite values, in one pass: the
-    exponents of all rows are counted with one ``np.bincount`` over (row, exponent); zeros add
-    nothing (their exponent is 0 and both halves are 0). Returns a list of Fractions, one per row."""
+    """:func:`exact_sum` of each row of a 2-D float64 array of finite values, in one pass
+    (:func:`_scaled_sums`). Returns a list of Fractions, one per row. Raises ValueError on a
+    non-finite value or an array that is not 2-D."""
     x = np.asarray(matrix, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(f"expected a 2-D array, got shape {x.shape}")
-    rows = x.shape[0]
     if not np.isfinite(x).all():
         raise ValueError("exact sums need finite values")
-    if x.size == 0:
-        return [Fraction(0)] * rows
-    m, e = np.frexp(x)
-    a = m * _TWO53  # integers below 2**53 in magnitude: exact
-    hi = np.trunc(a * (1.0 / _TWO26))  # exact (a power of two), toward zero
-    lo = a - hi * _TWO26  # exact, below 2**26 in magnitude, with the sign of a
-    e = e.astype(np.int64)
-    emin = int(e.min())
-    span = int(e.max()) - emin + 1
-    idx = (np.arange(rows, dtype=np.int64)[:, None] * span + (e - emin)).ravel()
-    hi = hi.ravel()
-    lo = lo.ravel()
-    totals = [0] * rows
-    for start in range(0, len(idx), _BINCOUNT_ROWS):
-        sl = slice(start, start + _BINCOUNT_ROWS)
-        hs = np.bincount(idx[sl], weights=hi[sl], minlength=rows * span)
-        ls = np.bincount(idx[sl], weights=lo[sl], minlength=rows * span)
-        for k in np.flatnonzero((hs != 0) | (ls != 0)).tolist():
-            row, b = divmod(k, span)
-            totals[row] += ((int(hs[k]) << 26) + int(ls[k])) << b
-    scale = Fraction(2) ** (emin - 53)
+    totals, shift, _, _, _ = _scaled_sums(x, squares=False)
+    scale = Fraction(2) ** shift
     return [Fraction(t) * scale for t in totals]
 
 
@@ -127,8 +195,25 @@ def _floats_of(r: Fraction) -> list:
     found: list = []
     while r:
         f = float(r)
+        if not f:
+            raise ValueError(f"{r} is not a sum of doubles")
         found.append(f)
         r -= Fraction(f)
+    return found
+
+
+def _floats_of_scaled(t: int, s: int) -> list:
+    """:func:`_floats_of` of ``t * 2**s`` (Python ints): ``float(t)`` is correctly rounded and
+    scaling by a power of two is exact while the value stays a normal double; outside that range
+    the rest goes through Fractions. Raises OverflowError when the value exceeds the double range."""
+    found: list = []
+    while t:
+        bl = abs(t).bit_length()
+        if not (-1021 <= s + bl <= 1023 and bl <= 1023):
+            return found + _floats_of(Fraction(t) * Fraction(2) ** s if s < 0 else Fraction(t << s))
+        g = float(t)  # an integer-valued double: the correctly rounded t
+        found.append(math.ldexp(g, s))
+        t -= int(g)
     return found
 
 
@@ -141,7 +226,8 @@ def exact_sum_floats(x: np.ndarray) -> list:
 
 def _square_terms(x: np.ndarray) -> np.ndarray:
     """The Veltkamp terms hi*hi, 2*hi*lo, lo*lo of each x (elementwise, no fused operations), whose
-    exact sum is exactly sum(x**2): the vectorised :func:`partials_add_square`."""
+    exact sum is exactly sum(x**2) unless a term underflows or overflows: the vectorised
+    :func:`partials_add_square`."""
     c = _SPLIT * x
     hi = c - (c - x)
     lo = x - hi
@@ -181,8 +267,9 @@ class MeanMoments:
     def add_many(self, state: list, matrix) -> list:
         """Add a batch: ``matrix`` has shape (n_metrics, n_observations); NaN skips a value.
 
-        Vectorised and exact (:func:`exact_sum_floats` of the values and of the Veltkamp terms of
-        their squares), so the state's value equals that of adding them one by one."""
+        Vectorised and exact (:func:`_scaled_sums` of the values and of their squares), so the
+        state's value equals that of adding them one by one. Raises ValueError on an infinite value,
+        OverflowError when a sum of squares exceeds the double range."""
         matrix = np.asarray(matrix, dtype=np.float64)
         if matrix.ndim != 2 or matrix.shape[0] != self.n:
             raise ValueError(f"expected a matrix of shape ({self.n}, n), got {matrix.shape}")
@@ -190,18 +277,21 @@ class MeanMoments:
             raise ValueError(f"metric value {matrix[np.isinf(matrix)][0]} is not finite")
         nan = np.isnan(matrix)
         counts = (~nan).sum(axis=1).tolist()
-        x = np.where(nan, 0.0, matrix)
-        sums = exact_row_sums(x)
-        # per metric, the Veltkamp terms of its values' squares side by side: (n_metrics, 3 n)
-        sqs = exact_row_sums(_square_terms(x.ravel()).reshape(3, self.n, -1).transpose(1, 0, 2)
-                             .reshape(self.n, -1)) if x.size else [Fraction(0)] * self.n
+        x = np.where(nan, 0.0, matrix) if nan.any() else matrix
+        sums, s1, sqs, s2, odd = _scaled_sums(x, squares=True)
+        if odd is not None:  # tiny or huge values: the Veltkamp terms of their squares, as one by one
+            rest = exact_row_sums(_square_terms(np.where(odd, x, 0.0).ravel()).reshape(3, self.n, -1)
+                                  .transpose(1, 0, 2).reshape(self.n, -1))
+            scale = Fraction(2) ** s2
         for m in range(self.n):
             if not counts[m]:
                 continue
             state[0][m] += counts[m]
-            for f in _floats_of(sums[m]):
+            for f in _floats_of_scaled(sums[m], s1):
                 partials_add(state[1][m], f)
-            for f in _floats_of(sqs[m]):
+            sq = _floats_of_scaled(sqs[m], s2) if odd is None or not rest[m] else \
+                _floats_of(sqs[m] * scale + rest[m])
+            for f in sq:
                 partials_add(state[2][m], f)
         return state
 
