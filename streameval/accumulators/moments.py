@@ -157,15 +157,12 @@ def _scaled_sums(x: np.ndarray, squares: bool) -> tuple:
                 part = sums.astype(np.int64).reshape(rows * span, _LANES).sum(axis=1)
                 total = part if total is None else total.astype(object) + part.astype(object)
             per_term.append(total)
-        hit = np.flatnonzero(np.any([t != 0 for t in per_term], axis=0))
-        totals = [0] * rows
-        values = [t[hit].tolist() for t in per_term]
-        for j, where in enumerate(hit.tolist()):
-            r, k = divmod(where, span)
-            v = 0
-            for i, sh in enumerate(shifts):
-                v += int(values[i][j]) << sh
-            totals[r] += v << (bin_shift * k)
+        # as Python ints: each bin's terms shifted into place, then each bin shifted by its exponent
+        binned = None
+        for t, sh in zip(per_term, shifts):
+            o = t.astype(object).reshape(rows, span) << sh
+            binned = o if binned is None else binned + o
+        totals = (binned << np.array([bin_shift * k for k in range(span)], dtype=object)).sum(axis=1).tolist()
         out.append(totals)
     s1 = emin - 1075
     return out[0], s1, (out[1] if squares else None), 2 * s1, odd
