@@ -162,3 +162,58 @@ def test_errors_name_string_ids_on_both_paths():
             prepare(["q"], ["a"], [1.0], ["q", "q"], ["zz", "zz"], [1, 2], fast_path=fast_path)
         with pytest.raises(ValueError, match="run ranks docno 'b' twice for query 'q'"):
             prepare(["q", "q", "q"], ["b", "a", "b"], [1.0, 2, 3], ["q"], ["a"], [1], fast_path=fast_path)
+
+
+def _segsum_reference(lists, opts, family, k):
+    """The kernel's per-query sums written as one np.bincount over every ranked item (its
+    definitions before the running counts and row sums), for bit-for-bit comparison."""
+    b = kernel._Batch(lists, opts)
+    if family in ("P", "recall", "success", "num_rel_ret"):
+        top = b.rel if k is None else b.rel & b.top(k)
+        c = b.segsum(top)
+        return {"P": c / float(k or 1), "recall": b.per_rel(c), "success": (c > 0).astype(np.float64),
+                "num_rel_ret": c}[family]
+    if family == "Rprec":
+        return b.per_rel(b.segsum(b.rel & (b.rank <= b.num_rel[b.qidx])))
+    if family == "recip_rank":
+        first = b.rel & (b.cum_rel == 1)
+        if k is not None:
+            first &= b.top(k)
+        return b.segsum(np.where(first, 1.0 / b.rank, 0.0))
+    if family == "map":
+        sel = b.rel if k is None else b.rel & b.top(k)
+        return b.per_rel(b.segsum(np.where(sel, b.cum_rel / b.rank, 0.0)))
+    if family == "dcg":
+        return b.segsum(b.discounted_gain if k is None else np.where(b.top(k), b.discounted_gain, 0.0))
+    raise AssertionError(family)
+
+
+@pytest.mark.parametrize("skewed", [False, True])
+def test_running_counts_and_row_sums_equal_one_bincount(skewed):
+    """count_top (running counts at each query's k-th item) and sum_top (running sums along the rows
+    of a queries x longest matrix; np.bincount when that matrix would be too large: ``skewed``, one
+    long list among short ones) give the bits of one np.bincount over the items."""
+    specs = parse_metrics(["P@1", "P@3", "P@20", "recall@2", "recall@50", "success@1", "success@4", "num_rel_ret",
+                           "Rprec", "recip_rank", "mrr@2", "map", "map@3", "dcg", "dcg@1", "dcg@5"])
+    rng = np.random.default_rng(11)
+    for trial in range(30):
+        n = int(rng.integers(20 if skewed else 1, 40))
+        lengths = rng.integers(0, 12, n)
+        if skewed:
+            lengths[0] = 400
+        off = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        grades = rng.choice([np.nan, -1.0, 0.0, 1.0, 2.0, 3.0], size=int(off[-1]))
+        jl = rng.integers(0, 4, n)
+        joff = np.concatenate(([0], np.cumsum(jl))).astype(np.int64)
+        hv = np.concatenate([np.sort(rng.choice([3.0, 2.0, 1.0, 0.0, -1.0], size=m, replace=False))[::-1]
+                             for m in jl]) if joff[-1] else np.zeros(0)
+        hc = rng.integers(1, 30, int(joff[-1])).astype(np.int64)
+        lists = RankedLists(offsets=off, grades=grades, judged_offsets=joff, judged_values=hv, judged_counts=hc)
+        opts = MetricOptions(gain="exponential" if trial % 2 else "linear", relevance_level=1 + trial % 2)
+        b = kernel._Batch(lists, opts)
+        matrix = b.N and b.n * int(b.lengths.max()) <= 4 * b.N + 1024
+        assert bool(matrix) == (not skewed and b.N > 0)
+        got = compute(lists, specs, opts)
+        for i, spec in enumerate(specs):
+            want = _segsum_reference(lists, opts, spec.family, spec.k)
+            assert got[i].tobytes() == want.tobytes(), (trial, spec.name)

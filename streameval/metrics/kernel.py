@@ -145,6 +145,50 @@ class _Batch:
     def segsum(self, weights) -> np.ndarray:
         return np.bincount(self.qidx, weights=weights, minlength=self.n)
 
+    def cached(self, name, make):
+        """``make()``, computed once per batch under ``name``."""
+        if name not in self._cache:
+            self._cache[name] = make()
+        return self._cache[name]
+
+    def _last(self, k):
+        """(index of each query's last item within its top ``k`` (None: all; an int, or an int
+        array of one cutoff per query), clipped to 0; whether the query has such an item)."""
+        take = self.lengths if k is None else np.minimum(self.lengths, k)
+        return np.maximum(self.off[:-1] + take - 1, 0), take > 0
+
+    def count_top(self, name, values, k=None) -> np.ndarray:
+        """Per query, how many of its first ``k`` items (``k``: None for all, an int, or an array of
+        one cutoff per query) have ``values`` (bool per item) true: the running count
+        (:meth:`within`, exact integers) at the last of them. Equal to ``segsum(values & top(k))``."""
+        if not self.N:
+            return np.zeros(self.n)
+        last, has = self._last(k) if not (k is None or np.isscalar(k)) else \
+            self.cached(("last", k), lambda: self._last(k))
+        return np.where(has, self.within(name, values)[last], 0.0)
+
+    def sum_top(self, name, weights, k=None) -> np.ndarray:
+        """Per query, the sum of ``weights`` (float per item, none of them -0.0) over its first
+        ``k`` items, added in rank order as ``np.bincount`` adds them (equal bits): the running sums
+        along the rows of a (queries, longest) matrix, kept for the other cutoffs of the same
+        weights; :meth:`segsum` of the weights cut at ``k`` when that matrix would be much larger
+        than the items themselves."""
+        key = ("rows", name)
+        if key not in self._cache:
+            longest = int(self.lengths.max()) if self.n else 0
+            sums = None
+            if self.N and self.n * longest <= 4 * self.N + 1024:
+                m = np.zeros((self.n, longest))
+                m[self.qidx, self.rank - 1] = weights
+                sums = np.cumsum(m, axis=1).ravel()
+            self._cache[key] = (sums, longest)
+        sums, longest = self._cache[key]
+        if sums is None:
+            return self.segsum(weights if k is None else np.where(self.top(k), weights, 0.0))
+        take = self.lengths if k is None else np.minimum(self.lengths, k)
+        at = np.arange(self.n, dtype=np.int64) * longest + np.maximum(take - 1, 0)
+        return np.where(take > 0, sums[at], 0.0)
+
     def within(self, name, values) -> np.ndarray:
         """Inclusive cumulative sum of ``values`` inside each query."""
         if name not in self._cache:
@@ -262,43 +306,41 @@ def _num_rel(b: _Batch, k):
 
 def _num_rel_ret(b: _Batch, k):
     """trec_eval m_num_rel_ret.c: relevant items among the ranked ones."""
-    return b.segsum(b.rel)
+    return b.count_top("cum_rel", b.rel)
 
 
 def _precision(b: _Batch, k):
     """trec_eval m_P.c: relevant in the top k / k (k fixed even if fewer items are ranked)."""
-    return b.segsum(b.rel & b.top(k)) / float(k)
+    return b.count_top("cum_rel", b.rel, k) / float(k)
 
 
 def _recall(b: _Batch, k):
     """trec_eval m_recall.c: relevant in the top k / num_rel (0 when num_rel is 0)."""
-    return b.per_rel(b.segsum(b.rel & b.top(k)))
+    return b.per_rel(b.count_top("cum_rel", b.rel, k))
 
 
 def _success(b: _Batch, k):
     """trec_eval m_success.c: 1 if a relevant item is in the top k, else 0."""
-    return (b.segsum(b.rel & b.top(k)) > 0).astype(np.float64)
+    return (b.count_top("cum_rel", b.rel, k) > 0).astype(np.float64)
 
 
 def _recip_rank(b: _Batch, k):
     """trec_eval m_recip_rank.c: 1 / rank of the first relevant item, 0 if none (within the top
     k when a cutoff is given: RR@k, the per-query term of MRR@k)."""
-    first = b.rel & (b.cum_rel == 1)
-    if k is not None:
-        first &= b.top(k)
-    return b.segsum(np.where(first, 1.0 / b.rank, 0.0))
+    terms = b.cached("rr", lambda: np.where(b.rel & (b.cum_rel == 1), 1.0 / b.rank, 0.0))
+    return b.sum_top("rr", terms, k)
 
 
 def _ap(b: _Batch, k):
     """trec_eval m_map.c / m_map_cut.c: sum of precision at each relevant item's rank (within the
     top k for map_cut), divided by num_rel (all relevant judgments, retrieved or not)."""
-    sel = b.rel if k is None else b.rel & b.top(k)
-    return b.per_rel(b.segsum(np.where(sel, b.cum_rel / b.rank, 0.0)))
+    terms = b.cached("ap", lambda: np.where(b.rel, b.cum_rel / b.rank, 0.0))
+    return b.per_rel(b.sum_top("ap", terms, k))
 
 
 def _rprec(b: _Batch, k):
     """trec_eval m_Rprec.c: precision at rank R = num_rel."""
-    return b.per_rel(b.segsum(b.rel & (b.rank <= b.num_rel[b.qidx])))
+    return b.per_rel(b.count_top("cum_rel", b.rel, b.num_rel.astype(np.int64)))
 
 
 def _bpref(b: _Batch, k):
@@ -318,8 +360,7 @@ def _bpref(b: _Batch, k):
 def _dcg(b: _Batch, k):
     """DCG (Jarvelin and Kekalainen 2002) as trec_eval's m_ndcg.c computes it: sum over ranks r of
     gain / log2(r + 1); within the top k when a cutoff is given."""
-    w = b.discounted_gain if k is None else np.where(b.top(k), b.discounted_gain, 0.0)
-    return b.segsum(w)
+    return b.sum_top("dg", b.discounted_gain, k)
 
 
 def _ndcg(b: _Batch, k):
