@@ -1203,14 +1203,12 @@ class _ScoreShard(ThreadedDoFn):
             counts = np.bincount(rr_s, minlength=nreq)
         offsets = np.zeros(nreq + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        # join the grades: key (query, item)
-        jkey = jqc * ni + jic
-        jo = np.argsort(jkey)
-        jkey_s, jg_s = jkey[jo], jg[jo]
+        # join the grades: key (query, item), one judgment per key (resolved), by Arrow's hash table
         key = rq[rr_s] * ni + ic[perm]
-        if len(jkey_s):
-            hit = np.minimum(np.searchsorted(jkey_s, key), len(jkey_s) - 1)
-            grades = np.where(jkey_s[hit] == key, jg_s[hit], np.nan)
+        if len(jg):
+            at = pc.index_in(pa.array(key), value_set=pa.array(jqc * ni + jic))
+            at = np.asarray(at.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+            grades = np.where(at >= 0, np.asarray(jg, dtype=np.float64)[at], np.nan)
         else:
             grades = np.full(len(key), np.nan)
         # judgment histogram per query, laid out per request
