@@ -281,3 +281,45 @@ def test_held_values_are_taken_once_and_missing_ones_explained():
     with pytest.raises(RuntimeError, match="held in another process"):
         columnar.thaw((n, key))  # taken already
     columnar.release_held()
+
+
+def test_requests_split_by_shard_held_equal_taken():
+    """_split_requests: the held parts (slices of one copy in shard order) hold, shard by shard, the
+    same requests and items, in the same order, as the parts taken one by one, and as Python
+    reading of the request dict (requests of 0 to 5 items, some shards empty)."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(3)
+    nreq = 60
+    lens = rng.integers(0, 6, nreq)
+    rr = np.repeat(np.arange(nreq), lens)
+    n = len(rr)
+    r = {"n_requests": nreq, "system_id": pa.array([f"s{i % 2}" for i in range(nreq)]),
+         "request_id": pa.array([f"r{i}" for i in range(nreq)]),
+         "query_id": pa.array([f"q{i % 7}" for i in range(nreq)]),
+         "min_ts": np.arange(nreq, dtype=np.int64) * 10, "records": lens.astype(np.int64),
+         "unscored": np.zeros(nreq, np.int64), "attributes": {"device": pa.array([["pc", "mobile", None][i % 3]
+                                                                                  for i in range(nreq)])},
+         "row_request": rr, "item_id": pa.array([f"d{i}" for i in range(n)]), "score": rng.random(n),
+         "position": np.arange(n, dtype=np.int64)}
+    shard = rng.choice([0, 3, 4, 9], nreq)
+    held = list(columnar._split_requests(r, shard, hold=True))
+    taken = list(columnar._split_requests(r, shard, hold=False))
+    assert [s for s, _ in held] == [s for s, _ in taken] == [0, 3, 4, 9]
+
+    def plain(part):
+        reqs = part["request_id"].to_pylist()
+        items = {q: [] for q in range(part["n_requests"])}
+        for j, q in enumerate(part["row_request"].tolist()):
+            items[q].append((part["item_id"][j].as_py(), float(part["score"][j]), int(part["position"][j])))
+        return [(reqs[q], part["system_id"][q].as_py(), part["query_id"][q].as_py(), int(part["min_ts"][q]),
+                 int(part["records"][q]), part["attributes"]["device"][q].as_py(), items[q])
+                for q in range(part["n_requests"])]
+
+    for (s, h), (_, t) in zip(held, taken):
+        want = []
+        for q in np.flatnonzero(shard == s).tolist():
+            rows = np.flatnonzero(rr == q).tolist()
+            want.append((f"r{q}", f"s{q % 2}", f"q{q % 7}", q * 10, int(lens[q]), ["pc", "mobile", None][q % 3],
+                         [(f"d{j}", float(r["score"][j]), j) for j in rows]))
+        assert plain(h) == plain(t) == want

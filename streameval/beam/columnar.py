@@ -960,7 +960,7 @@ class _CleanShard(ThreadedDoFn):
                "row_request": np.repeat(np.arange(nreq, dtype=np.int64), ends - starts),
                "item_id": rows["item_id"], "score": rows["score"], "position": rows["position"]}
         shard = _shards_of(query, None, self.shards)
-        for s, sub in _split_requests(out, shard):
+        for s, sub in _split_requests(out, shard, self.hold):
             yield (s, freeze(sub, hold=self.hold))
 
 
@@ -972,24 +972,58 @@ def _take_requests(r: dict, sel: np.ndarray) -> dict:
     renum = np.full(r["n_requests"], -1, dtype=np.int64)
     renum[sel] = np.arange(len(sel), dtype=np.int64)
     out = {"n_requests": len(sel)}
-    for k in ("system_id", "request_id", "query_id", "min_ts", "records", "unscored"):
+    for k in _REQUEST_FIELDS:
         out[k] = _pick(r[k], sel)
     out["attributes"] = {a: _pick(c, sel) for a, c in r["attributes"].items()}
     out["row_request"] = renum[r["row_request"][rows]]
-    for k in ("item_id", "score", "position"):
+    for k in _ROW_FIELDS:
         out[k] = _pick(r[k], rows)
     return out
 
 
-def _split_requests(r: dict, shard: np.ndarray):
+_REQUEST_FIELDS = ("system_id", "request_id", "query_id", "min_ts", "records", "unscored")
+_ROW_FIELDS = ("item_id", "score", "position")
+
+
+def _split_requests(r: dict, shard: np.ndarray, hold: bool = False):
+    """(shard, requests of that shard) pairs of a request dict whose rows are grouped by request in
+    request order, ``shard`` per request. ``hold``: the parts are slices of one copy of ``r`` in
+    shard order (one take per column); otherwise each is taken on its own (a pickled Arrow slice
+    carries its whole buffers)."""
     if r["n_requests"] == 0:
         return
     us = np.unique(shard)
     if len(us) == 1:
         yield int(us[0]), r
         return
-    for s in us:
-        yield int(s), _take_requests(r, np.flatnonzero(shard == s))
+    if not hold:
+        for s in us:
+            yield int(s), _take_requests(r, np.flatnonzero(shard == s))
+        return
+    order = np.argsort(shard, kind="stable")
+    lens = np.bincount(r["row_request"], minlength=r["n_requests"])
+    row_start = np.cumsum(lens) - lens
+    rows = _range_index(row_start[order], lens[order])
+    whole = {k: _pick(r[k], order) for k in _REQUEST_FIELDS}
+    attrs = {a: _pick(c, order) for a, c in r["attributes"].items()}
+    items = {k: _pick(r[k], rows) for k in _ROW_FIELDS}
+    s = shard[order]
+    bounds = np.flatnonzero(s[1:] != s[:-1]) + 1
+    req_lo = np.concatenate(([0], bounds))
+    req_hi = np.concatenate((bounds, [len(s)]))
+    row_off = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(lens[order], out=row_off[1:])
+    for lo, hi in zip(req_lo.tolist(), req_hi.tolist()):
+        a, b = int(row_off[lo]), int(row_off[hi])
+        part = {"n_requests": hi - lo}
+        for k, v in whole.items():
+            part[k] = v[lo:hi] if isinstance(v, np.ndarray) else v.slice(lo, hi - lo)
+        part["attributes"] = {k: v[lo:hi] if isinstance(v, np.ndarray) else v.slice(lo, hi - lo)
+                              for k, v in attrs.items()}
+        part["row_request"] = np.repeat(np.arange(hi - lo, dtype=np.int64), lens[order[lo:hi]])
+        for k, v in items.items():
+            part[k] = v[a:b] if isinstance(v, np.ndarray) else v.slice(a, b - a)
+        yield int(s[lo]), part
 
 
 def _concat_requests(parts: list) -> dict:
