@@ -68,7 +68,7 @@ def _session():
         import datafusion
 
         # one partition per file: the job spreads files (and blocks) over its own workers
-        config = datafusion.SessionConfig().with_batch_size(65_536).with_target_partitions(1)
+        config = datafusion.SessionConfig().with_batch_size(131_072).with_target_partitions(1)
         _context = datafusion.SessionContext(config)
     return _context
 
