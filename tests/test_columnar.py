@@ -220,16 +220,19 @@ def test_damaged_remote_file_keeps_every_record_before_the_damage(tmp_path, monk
 
 
 def test_repeats_and_unique_codes_against_python():
-    """_repeats (whole, or coded in pieces cut between groups) finds exactly the groups in which a
-    value occurs twice; _unique_codes equals np.unique(return_inverse) on small and large keys."""
+    """_repeats (whole, coded in pieces cut between groups, or, for groups of at most 16 rows, by
+    comparing nearby values) finds exactly the groups in which a value occurs twice (null counting
+    as a value); _unique_codes equals np.unique(return_inverse) on small and large keys."""
     import collections
 
     import pyarrow as pa
 
     rng = np.random.default_rng(1)
     for t in range(60):
-        groups = np.repeat(np.arange(400), rng.integers(1, 30, 400))
+        groups = np.repeat(np.arange(400), rng.integers(1, 30 if t % 3 else 17, 400))
         vals = [f"v{x}" for x in rng.integers(0, 20_000 if t % 2 else 40, len(groups))]
+        if t % 5 == 0:
+            vals = [None if v.endswith("7") else v for v in vals]
         counts = collections.Counter(zip(groups.tolist(), vals))
         want = sorted({g for (g, _), c in counts.items() if c > 1})
         starts = np.flatnonzero(np.concatenate(([True], groups[1:] != groups[:-1])))
@@ -240,6 +243,11 @@ def test_repeats_and_unique_codes_against_python():
         uk, inv = columnar._unique_codes(key)
         ref_uk, ref_inv = np.unique(key, return_inverse=True)
         assert uk.tolist() == ref_uk.tolist() and inv.tolist() == ref_inv.ravel().tolist()
+    # the repeat as far apart as the largest group allows; equal values in neighbouring groups only
+    groups = np.array([0, 0, 0, 0, 1, 1, 2, 2])
+    for vals, want in ((["a", "b", "c", "a", "x", "y", "y", "z"], [0]), (["a", "b", "c", "d", "d", "y", "z", "q"], [])):
+        got = columnar._repeats(groups, pa.array(vals), np.array([0, 4, 6]))
+        assert got.tolist() == want
 
 
 def test_encode_by_runs_gives_arrows_codes():

@@ -477,6 +477,11 @@ def _repeats(group: np.ndarray, values, starts: np.ndarray | None = None, piece:
     row of each group when the rows are grouped (each group's rows adjacent): the rows are then
     coded in pieces of about ``piece`` rows cut between groups (smaller hash tables)."""
     n = len(values)
+    if starts is not None and n and isinstance(values, pa.Array) and not values.null_count:
+        sizes = np.diff(np.append(starts, n))
+        longest = int(sizes.max())
+        if longest <= _NEARBY:
+            return _repeats_nearby(group, values, starts, sizes, longest)
     if starts is not None and n > piece:
         at = np.searchsorted(starts, np.arange(piece, n, piece))
         cuts = np.unique(starts[at[at < len(starts)]])
@@ -491,6 +496,24 @@ def _repeats(group: np.ndarray, values, starts: np.ndarray | None = None, piece:
         return np.zeros(0, np.int64)
     s = np.sort(key)
     return np.unique(s[1:][s[1:] == s[:-1]] // len(vocab))
+
+
+_NEARBY = 16  # groups up to this size are checked by comparing each value with the ones before it
+
+
+def _repeats_nearby(group: np.ndarray, values: pa.Array, starts: np.ndarray, sizes: np.ndarray,
+                    longest: int) -> np.ndarray:
+    """:func:`_repeats` of small adjacent groups (at most ``longest`` rows each; no nulls): each value
+    compared with the value ``d`` rows before it, for d = 1 .. longest - 1, where both rows are in
+    one group (Arrow's string equality, no hash table)."""
+    n = len(values)
+    within = np.arange(n, dtype=np.int64) - np.repeat(starts, sizes)  # the row's place in its group
+    found = np.zeros(n, dtype=bool)
+    for d in range(1, longest):
+        eq = np.asarray(pc.equal(values.slice(d), values.slice(0, n - d)).to_numpy(zero_copy_only=False), dtype=bool)
+        eq &= within[d:] >= d
+        found[d:] |= eq
+    return np.unique(group[found])
 
 
 def _unique_codes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
