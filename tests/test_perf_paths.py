@@ -217,3 +217,29 @@ def test_running_counts_and_row_sums_equal_one_bincount(skewed):
         for i, spec in enumerate(specs):
             want = _segsum_reference(lists, opts, spec.family, spec.k)
             assert got[i].tobytes() == want.tobytes(), (trial, spec.name)
+
+
+@pytest.mark.parametrize("chunk", [None, 9])
+def test_shared_judgment_histograms_equal_one_per_list(monkeypatch, chunk):
+    """RankedLists(judged_index=...): lists that point at a shared judgment histogram (the requests of
+    one query) score as when each list carries its own copy, bit for bit, for every metric, both
+    ideals and both ideal-DCG paths (running sums per histogram; per cutoff when one histogram is
+    much longer than the rest), and in chunks of lists."""
+    if chunk:
+        monkeypatch.setattr(kernel, "CHUNK_ITEMS", chunk)
+    specs = parse_metrics(["ndcg", "ndcg@3", "ndcg@20", "map", "Rprec", "bpref", "recall@5", "num_rel", "P@2", "err@4"])
+    rng = np.random.default_rng(8)
+    for trial in range(20):
+        nh = int(rng.integers(1, 12))
+        hists = [list(rng.integers(-1, 4, size=int(rng.integers(0, 8))).astype(float)) for _ in range(nh)]
+        if trial % 3 == 0:
+            hists[0] = list(rng.integers(1, 4, size=300).astype(float))  # one long: per-cutoff path
+        gidx = rng.integers(0, nh, int(rng.integers(1, 30)))
+        ranked = [[None if rng.random() < 0.3 else float(rng.integers(-1, 4)) for _ in range(int(rng.integers(0, 7)))]
+                  for _ in gidx]
+        own = RankedLists.from_lists(ranked, [hists[g] for g in gidx.tolist()])
+        per = RankedLists.from_lists([[]] * nh, hists)
+        shared = RankedLists(own.offsets, own.grades, per.judged_offsets, per.judged_values, per.judged_counts,
+                             judged_index=gidx)
+        for opts in (MetricOptions(), MetricOptions(gain="exponential", ideal="served", relevance_level=2)):
+            assert compute(shared, specs, opts).tobytes() == compute(own, specs, opts).tobytes(), trial

@@ -1268,14 +1268,10 @@ class _ScoreShard(ThreadedDoFn):
             grades = np.where(at >= 0, np.asarray(jg, dtype=np.float64)[at], np.nan)
         else:
             grades = np.full(len(key), np.nan)
-        # judgment histogram per query, laid out per request
+        # judgment histogram per query; each request points at its query's
         qoff, hv, hc = judgment_histogram(jqc, jg.astype(np.float64), nq)
-        lens = (qoff[1:] - qoff[:-1])[rq]
-        idx = _range_index(qoff[:-1][rq], lens)
-        joff = np.zeros(nreq + 1, dtype=np.int64)
-        np.cumsum(lens, out=joff[1:])
-        lists = RankedLists(offsets=offsets, grades=grades.astype(np.float64), judged_offsets=joff,
-                            judged_values=hv[idx], judged_counts=hc[idx])
+        lists = RankedLists(offsets=offsets, grades=grades.astype(np.float64), judged_offsets=qoff,
+                            judged_values=hv, judged_counts=hc, judged_index=rq)
         return compute(lists, self.specs, self.options)
 
     def _means(self, r, values):

@@ -66,9 +66,13 @@ class RankedLists:
     offsets: int64, shape (n_queries + 1,); query q's ranked items are ``offsets[q]:offsets[q+1]``.
     grades: float64, shape (offsets[-1],): grade of the item at each rank (rank order), NaN if the
         item has no judgment, negative if it is in the pool but unjudged.
-    judged_offsets: int64, shape (n_queries + 1,): slices of the judgment histogram per query.
+    judged_offsets: int64, shape (n_queries + 1,): slices of the judgment histogram per query; with
+        ``judged_index``, shape (n_histograms + 1,), one slice per histogram.
     judged_values: float64: distinct non-negative judged grades of each query, descending.
     judged_counts: int64: how many judgments of the query have that grade.
+    judged_index: None, or int64, shape (n_queries,): the histogram of each ranked list, for lists
+        that share one (several requests of one query: the ideal DCG is then computed once per
+        histogram, not once per list).
     """
 
     offsets: np.ndarray
@@ -76,6 +80,7 @@ class RankedLists:
     judged_offsets: np.ndarray
     judged_values: np.ndarray
     judged_counts: np.ndarray
+    judged_index: np.ndarray | None = None
 
     @property
     def num_queries(self) -> int:
@@ -135,13 +140,24 @@ class _Batch:
         joff = np.asarray(lists.judged_offsets, dtype=np.int64)
         hv = np.asarray(lists.judged_values, dtype=np.float64)
         hc = np.asarray(lists.judged_counts, dtype=np.int64)
-        hq = np.repeat(np.arange(self.n), np.diff(joff))
+        # histograms: one per list, or shared (judged_index: the histogram of each list)
+        self.ng = len(joff) - 1
+        self.gidx = None if lists.judged_index is None else np.asarray(lists.judged_index, dtype=np.int64)
+        if (self.ng if self.gidx is None else len(self.gidx)) != self.n:
+            raise ValueError(f"{self.ng if self.gidx is None else len(self.gidx)} judgment histograms or indices "
+                             f"for {self.n} ranked lists")
+        hq = np.repeat(np.arange(self.ng), np.diff(joff))
         self.hv, self.hc, self.hq, self.joff = hv, hc, hq, joff
-        self.num_rel = np.bincount(hq, weights=hc * (hv >= opts.relevance_level), minlength=self.n)
-        self.num_nonrel = np.bincount(hq, weights=hc * ((hv >= 0) & (hv < opts.relevance_level)), minlength=self.n)
+        self.num_rel = self.per_list(np.bincount(hq, weights=hc * (hv >= opts.relevance_level), minlength=self.ng))
+        self.num_nonrel = self.per_list(np.bincount(hq, weights=hc * ((hv >= 0) & (hv < opts.relevance_level)),
+                                                    minlength=self.ng))
         self._cache: dict = {}
 
     # ---- helpers -------------------------------------------------------------------------
+    def per_list(self, per_histogram: np.ndarray) -> np.ndarray:
+        """Values per judgment histogram laid out per ranked list."""
+        return per_histogram if self.gidx is None else per_histogram[self.gidx]
+
     def segsum(self, weights) -> np.ndarray:
         return np.bincount(self.qidx, weights=weights, minlength=self.n)
 
@@ -232,17 +248,18 @@ class _Batch:
         if "iprefix" not in self._cache:
             pos = self.hv > 0
             hv, hc, hq = self.hv[pos], self.hc[pos], self.hq[pos]
-            counts = np.bincount(hq, weights=hc, minlength=self.n).astype(np.int64)
+            ng = self.ng
+            counts = np.bincount(hq, weights=hc, minlength=ng).astype(np.int64)
             total = int(counts.sum())
-            longest = int(counts.max()) if self.n else 0
+            longest = int(counts.max()) if ng else 0
             out = None
-            if total and self.n * longest <= 4 * total + 1024:
+            if total and ng * longest <= 4 * total + 1024:
                 vals = np.repeat(hv, hc)
-                ioff = np.zeros(self.n + 1, dtype=np.int64)
+                ioff = np.zeros(ng + 1, dtype=np.int64)
                 np.cumsum(counts, out=ioff[1:])
-                q = np.repeat(np.arange(self.n, dtype=np.int64), counts)
+                q = np.repeat(np.arange(ng, dtype=np.int64), counts)
                 irank = np.arange(1, total + 1) - ioff[:-1][q]
-                m = np.zeros((self.n, longest))
+                m = np.zeros((ng, longest))
                 m[q, irank - 1] = self.gain(vals) / np.log2(irank + 1.0)
                 out = (np.cumsum(m, axis=1), counts)
             self._cache["iprefix"] = out
@@ -257,37 +274,40 @@ class _Batch:
         if prefix is not None:
             sums, counts = prefix
             take = counts if k is None else np.minimum(counts, k)
-            out = np.where(take > 0, sums[np.arange(self.n), np.maximum(take - 1, 0)], 0.0)
+            out = self.per_list(np.where(take > 0, sums[np.arange(self.ng), np.maximum(take - 1, 0)], 0.0))
             self._cache[key] = out
             return out
-        if self.opts.ideal == "served":
+        if self.opts.ideal == "served":  # per ranked list, from its own grades
             with np.errstate(invalid="ignore"):
                 pos = self.g > 0
             vals = self.g[pos]
             q = self.qidx[pos]
             order = np.lexsort((-vals, q))
             vals, q = vals[order], q[order]
-            counts = np.bincount(q, minlength=self.n)
-        else:
+            n = self.n
+        else:  # per judgment histogram
             pos = self.hv > 0
             hv, hc, hq = self.hv[pos], self.hc[pos], self.hq[pos]
+            n = self.ng
             if k is not None:
                 # keep only what the cutoff needs: the first k positive grades of each query
                 c = np.cumsum(hc)
-                qc = np.bincount(hq, weights=hc, minlength=self.n)
+                qc = np.bincount(hq, weights=hc, minlength=n)
                 before = np.concatenate(([0], np.cumsum(qc)))[:-1].astype(np.int64)
                 excl = c - hc - before[hq]
                 hc = np.clip(k - excl, 0, hc)
             vals = np.repeat(hv, hc)
             q = np.repeat(hq, hc)
-            counts = np.bincount(q, minlength=self.n)
-        ioff = np.zeros(self.n + 1, dtype=np.int64)
+        counts = np.bincount(q, minlength=n)
+        ioff = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(counts, out=ioff[1:])
         irank = np.arange(1, len(vals) + 1) - np.repeat(ioff[:-1], counts)
         w = self.gain(vals) / np.log2(irank + 1.0)
         if k is not None:
             w = np.where(irank <= k, w, 0.0)
-        out = np.bincount(q, weights=w, minlength=self.n)
+        out = np.bincount(q, weights=w, minlength=n)
+        if self.opts.ideal != "served":
+            out = self.per_list(out)
         self._cache[key] = out
         return out
 
@@ -427,13 +447,22 @@ def compute(lists: RankedLists, specs: list[MetricSpec], options: MetricOptions 
     # over the query's own items in the same order, and the running counts are exact integers.
     joff = np.asarray(lists.judged_offsets, dtype=np.int64)
     hv, hc = np.asarray(lists.judged_values), np.asarray(lists.judged_counts)
+    gidx = None if lists.judged_index is None else np.asarray(lists.judged_index, dtype=np.int64)
     cuts = np.searchsorted(off, np.arange(CHUNK_ITEMS, n_items, CHUNK_ITEMS), side="right") - 1
     bounds = [0, *sorted({int(c) for c in cuts if 0 < c < n}), n]
     out = np.empty((len(specs), n), dtype=np.float64)
     for a, b in zip(bounds[:-1], bounds[1:]):
-        lo, hi, jlo, jhi = off[a], off[b], joff[a], joff[b]
-        part = RankedLists(off[a:b + 1] - lo, grades[lo:hi], joff[a:b + 1] - jlo,
-                           hv[jlo:jhi], hc[jlo:jhi])
+        lo, hi = off[a], off[b]
+        if gidx is None:
+            jlo, jhi = joff[a], joff[b]
+            part = RankedLists(off[a:b + 1] - lo, grades[lo:hi], joff[a:b + 1] - jlo, hv[jlo:jhi], hc[jlo:jhi])
+        else:  # the histograms the chunk's lists use, numbered anew
+            used, local = np.unique(gidx[a:b], return_inverse=True)
+            lens = joff[used + 1] - joff[used]
+            pjoff = np.zeros(len(used) + 1, dtype=np.int64)
+            np.cumsum(lens, out=pjoff[1:])
+            at = np.repeat(joff[used] - pjoff[:-1], lens) + np.arange(pjoff[-1], dtype=np.int64)
+            part = RankedLists(off[a:b + 1] - lo, grades[lo:hi], pjoff, hv[at], hc[at], local.reshape(-1))
         try:
             out[:, a:b] = _compute(part, specs, opts)
         except ValueError:
