@@ -331,3 +331,29 @@ def test_requests_split_by_shard_held_equal_taken():
             want.append((f"r{q}", f"s{q % 2}", f"q{q % 7}", q * 10, int(lens[q]), ["pc", "mobile", None][q % 3],
                          [(f"d{j}", float(r["score"][j]), j) for j in rows]))
         assert plain(h) == plain(t) == want
+
+
+def test_map_columns_same_keys_in_every_row_equal_lookup():
+    """_arrow_map_columns: when every row has the same keys in the same order (read as strides of the
+    values), and otherwise (Arrow's map_lookup), each key's column is what a Python dict of the row
+    gives (null where absent; a key twice in a row: the later value)."""
+    import pyarrow as pa
+
+    t = pa.map_(pa.string(), pa.string())
+    cases = [
+        [[("device", "pc")], [("device", None)], [("device", "mobile")]],
+        [[("device", "pc"), ("country", "de")], [("device", "tv"), ("country", None)]] * 3,
+        [[("device", "pc"), ("country", "de")], [("country", "fr"), ("device", "tv")]],
+        [[("device", "pc"), ("device", "tv")], [("device", "a"), ("device", "b")]],
+        [[("device", "pc")], [], [("device", "tv")]],
+        [[("device", "pc")], [("country", "de")]],
+    ]
+    for rows in cases:
+        col = pa.array(rows, type=t)
+        for arr in (col, col.slice(1)):
+            got = columnar._arrow_map_columns(arr, len(arr))
+            dicts = [dict(r) for r in arr.to_pylist()]
+            keys = sorted({k for d in dicts for k in d})
+            assert list(got) == keys
+            for k in keys:
+                assert got[k].to_pylist() == [d.get(k) for d in dicts], (rows, k)

@@ -301,8 +301,33 @@ def _arrow_map_columns(col, n: int) -> dict:
     lo, hi = int(offs[0]), int(offs[-1])
     if hi == lo:
         return {}
+    every = _same_keys(m, offs)
+    if every is not None:  # every row has the same keys in the same order: each key's values are a stride
+        width = len(every)
+        items = m.items.slice(lo, hi - lo)
+        return {k: _string_column(items if width == 1 else items.take(pa.array(np.arange(j, hi - lo, width))))
+                for j, k in sorted(enumerate(every), key=lambda jk: jk[1])}
     keys = pc.unique(m.keys.slice(lo, hi - lo)).to_pylist()
     return {k: _string_column(pc.map_lookup(m, pa.scalar(k, type=m.type.key_type), "last")) for k in sorted(keys)}
+
+
+def _same_keys(m: pa.MapArray, offs: np.ndarray) -> list | None:
+    """The keys of every row of a map column when all rows (none null) have the same distinct keys
+    in the same order, else None."""
+    if m.null_count or len(m) == 0:
+        return None
+    width = int(offs[1] - offs[0])
+    if width == 0 or not (np.diff(offs) == width).all():
+        return None
+    keys = m.keys.slice(int(offs[0]), int(offs[-1] - offs[0]))
+    first = keys.slice(0, width).to_pylist()
+    if len(set(first)) != width or None in first:
+        return None
+    for j, k in enumerate(first):
+        column = keys if width == 1 else keys.take(pa.array(np.arange(j, len(keys), width)))
+        if not pc.all(pc.equal(column, pa.scalar(k, type=keys.type))).as_py():
+            return None
+    return first
 
 
 def impression_columns_arrow(table) -> tuple[dict, np.ndarray, np.ndarray]:
@@ -570,7 +595,7 @@ def _split(chunk: dict, shard: np.ndarray, runs=(), hold: bool = False):
     shard by shard (a pickled Arrow slice carries its whole buffers)."""
     if not len(shard):
         return
-    order = np.argsort(shard, kind="stable")
+    order = np.argsort(shard.astype(np.uint8) if shard.max() < 256 else shard, kind="stable")  # radix for uint8
     s = shard[order]
     bounds = np.flatnonzero(s[1:] != s[:-1]) + 1
     if hold:
