@@ -580,10 +580,14 @@ def _shards_of(first, second, shards: int) -> np.ndarray:
     return (crc % shards)[codes]
 
 
+def _part(a, lo: int, hi: int):
+    """Rows ``lo:hi`` of a numpy (a view) or Arrow (a zero-copy slice) column."""
+    return a[lo:hi] if isinstance(a, np.ndarray) else a.slice(lo, hi - lo)
+
+
 def _slice(chunk: dict, lo: int, hi: int) -> dict:
     """Rows ``lo:hi`` of a column dict, as views (numpy) and zero-copy slices (Arrow)."""
-    out = {k: ({a: c.slice(lo, hi - lo) for a, c in v.items()} if k == "attributes" else
-               v[lo:hi] if isinstance(v, np.ndarray) else v.slice(lo, hi - lo))
+    out = {k: ({a: _part(c, lo, hi) for a, c in v.items()} if k == "attributes" else _part(v, lo, hi))
            for k, v in chunk.items() if k != "n"}
     out["n"] = hi - lo
     return out
@@ -595,14 +599,12 @@ def _split(chunk: dict, shard: np.ndarray, runs=(), hold: bool = False):
     shard by shard (a pickled Arrow slice carries its whole buffers)."""
     if not len(shard):
         return
-    order = np.argsort(shard.astype(np.uint8) if shard.max() < 256 else shard, kind="stable")  # radix for uint8
-    s = shard[order]
-    bounds = np.flatnonzero(s[1:] != s[:-1]) + 1
+    order, starts, ends = _group_bounds(shard)
     if hold:
         whole = _take(chunk, order)
-    for lo, hi in zip(np.concatenate(([0], bounds)).tolist(), np.concatenate((bounds, [len(s)])).tolist()):
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
         part = _slice(whole, lo, hi) if hold else _take(chunk, order[lo:hi])
-        yield int(s[lo]), freeze(part, runs, hold)
+        yield int(shard[order[lo]]), freeze(part, runs, hold)
 
 
 # --------------------------------------------------------------------------------------------
@@ -863,8 +865,10 @@ def _windows(ts: np.ndarray, window_micros) -> tuple[np.ndarray, list]:
 
 
 def _group_bounds(codes: np.ndarray):
-    """Sort ``codes``: (order, starts, ends) of the runs of equal codes."""
-    order = np.argsort(codes, kind="stable")
+    """Sort ``codes`` (non-negative ints): (order, starts, ends) of the runs of equal codes. Codes
+    below 256 (shard numbers) are sorted as uint8, by numpy's radix sort: the same stable order."""
+    small = len(codes) and codes.dtype.kind in "iu" and codes.min() >= 0 and codes.max() < 256
+    order = np.argsort(codes.astype(np.uint8) if small else codes, kind="stable")
     s = codes[order]
     if not len(s):
         return order, np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -1048,30 +1052,22 @@ def _split_requests(r: dict, shard: np.ndarray, hold: bool = False):
         for s in us:
             yield int(s), _take_requests(r, np.flatnonzero(shard == s))
         return
-    order = np.argsort(shard, kind="stable")
+    order, starts, ends = _group_bounds(shard)
     lens = np.bincount(r["row_request"], minlength=r["n_requests"])
     row_start = np.cumsum(lens) - lens
-    rows = _range_index(row_start[order], lens[order])
     whole = {k: _pick(r[k], order) for k in _REQUEST_FIELDS}
     attrs = {a: _pick(c, order) for a, c in r["attributes"].items()}
+    rows = _range_index(row_start[order], lens[order])
     items = {k: _pick(r[k], rows) for k in _ROW_FIELDS}
-    s = shard[order]
-    bounds = np.flatnonzero(s[1:] != s[:-1]) + 1
-    req_lo = np.concatenate(([0], bounds))
-    req_hi = np.concatenate((bounds, [len(s)]))
     row_off = np.zeros(len(order) + 1, dtype=np.int64)
     np.cumsum(lens[order], out=row_off[1:])
-    for lo, hi in zip(req_lo.tolist(), req_hi.tolist()):
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
         a, b = int(row_off[lo]), int(row_off[hi])
-        part = {"n_requests": hi - lo}
-        for k, v in whole.items():
-            part[k] = v[lo:hi] if isinstance(v, np.ndarray) else v.slice(lo, hi - lo)
-        part["attributes"] = {k: v[lo:hi] if isinstance(v, np.ndarray) else v.slice(lo, hi - lo)
-                              for k, v in attrs.items()}
-        part["row_request"] = np.repeat(np.arange(hi - lo, dtype=np.int64), lens[order[lo:hi]])
-        for k, v in items.items():
-            part[k] = v[a:b] if isinstance(v, np.ndarray) else v.slice(a, b - a)
-        yield int(s[lo]), part
+        part = {"n_requests": hi - lo, **{k: _part(v, lo, hi) for k, v in whole.items()},
+                "attributes": {k: _part(v, lo, hi) for k, v in attrs.items()},
+                "row_request": np.repeat(np.arange(hi - lo, dtype=np.int64), lens[order[lo:hi]]),
+                **{k: _part(v, a, b) for k, v in items.items()}}
+        yield int(shard[order[lo]]), part
 
 
 def _concat_requests(parts: list) -> dict:

@@ -241,8 +241,9 @@ class _Batch:
         return self._cache["dg"]
 
     def _ideal_prefix(self):
-        """Ideal DCG of every judged-ideal prefix, (queries, longest) with the running sums along
-        rows, and the number of positive grades per query; None when that matrix would be much
+        """Ideal DCG of every judged-ideal prefix, (histograms, longest) with the running sums along
+        rows, and the number of positive grades per judgment histogram (:meth:`ideal` lays them out
+        per ranked list); None when that matrix would be much
         larger than the grades themselves (:meth:`ideal` then sums per cutoff). Each running sum
         adds the same terms in the same order as ``np.bincount`` does in :meth:`ideal`: equal bits."""
         if "iprefix" not in self._cache:
