@@ -68,11 +68,11 @@ from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from ..accumulators.moments import MeanMoments, partials_add
-from ..io import cleaning, records
-from ..metrics.kernel import compute
-from .combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn
-from .transforms import (
+from ...accumulators.moments import MeanMoments, partials_add
+from ...io import cleaning, records
+from ...metrics.kernel import compute
+from ..combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn
+from ..transforms import (
     NAMESPACE,
     ScoreRankings,
     metric_row,
@@ -422,7 +422,7 @@ def _by_shard(msgs, shards):
 
 
 def _reason_key(reason):
-    from .transforms import reason_key
+    from ..transforms import reason_key
 
     return reason_key(reason)
 
@@ -2096,7 +2096,7 @@ class StreamMetrics(beam.PTransform):
     def accounting(self, unreadable=None, counts=None):
         """``(summary, problems)`` of :func:`streameval.beam.accounting.account` on
         :meth:`counts` (or ``counts``)."""
-        from .accounting import account
+        from ..accounting import account
 
         return account(self.counts() if counts is None else counts, ranking=self.cfg.ranking, ctr=self.cfg.ctr,
                        unreadable=unreadable)
