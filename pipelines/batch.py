@@ -27,11 +27,14 @@ from datetime import datetime, timezone
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
-from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from streameval.beam.accounting import account, exit_status, format_accounting
-from streameval.beam.columnar import DECODERS, SHARDS, UNREADABLE, ColumnarMetrics, default_decoder, release_held
+from streameval.beam.accounting import account, exit_status, format_accounting, job_counters, job_distributions
+from streameval.beam.arguments import DEFAULT_METRICS, split_metrics
+from streameval.beam.arguments import parse_grades as _grades
+from streameval.beam.arguments import parse_slice_args as _slices_from_args
+from streameval.beam.columnar import (DECODER_COUNTER, DECODERS, SHARD_IMPRESSIONS, SHARDS, ColumnarMetrics, auto_shards, default_decoder,
+                                      release_held)
 from streameval.beam.transforms import (
     NAMESPACE,
     CleanImpressions,
@@ -42,11 +45,13 @@ from streameval.beam.transforms import (
     ValidateJudgments,
     parse_window,
 )
+from streameval.beam.sinks import prepare_output, publish, read_jsonl, read_metric_rows, write_jsonl, write_records
+from streameval.beam.sources import (UNREADABLE, ReadAvro, expand_inputs, failure_reason, input_bytes,
+                                     set_file_system_options)
 from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetrics, split_metric_names
 from streameval import progress, tuning
 from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
-from streameval.io import avro
 from streameval.io.cleaning import JUDGMENT_POLICIES
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.online import parse_online_metric
@@ -54,9 +59,8 @@ from streameval.metrics.online import parse_online_metric
 __all__ = ["main", "build_arg_parser", "build_pipeline", "ReadAvro", "format_table", "sort_rows", "split_metrics",
            "OUTPUT_FILES"]
 
-DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
 OUTPUT_FILES = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_letters.jsonl", "unjudged.jsonl",
-                "summary.json")
+                "unreadable_files.jsonl", "summary.json")
 ENGINES = ("auto", "columnar", "records")
 #: runners that run the job in this process (or its children): the process memory settings apply
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
@@ -143,45 +147,20 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="columnar engine, local files: datafusion (default when installed) decodes Avro to Arrow "
                         "columns, about ten times faster than fastavro, and hands any file it cannot read exactly "
                         "to fastavro; fastavro: fastavro only (catches more damaged blocks, see docs/metrics.md)")
-    p.add_argument("--shards", type=int, default=SHARDS,
-                   help=f"columnar engine: shards of the requests and queries (default {SHARDS})")
-    p.add_argument("--output", required=True, help="output directory")
+    p.add_argument("--shards", default="auto",
+                   help=f"columnar engine: shards of the requests and of the queries, the unit of work of the "
+                        f"cleaning and scoring stages: a number, or auto (default): one per {SHARD_IMPRESSIONS:,} "
+                        f"impressions of input, at least {SHARDS} (so an element's size does not grow with the input)")
+    p.add_argument("--output", required=True, help="output directory (local or any Beam file system: s3://, gs://)")
+    p.add_argument("--output-shards", default="auto",
+                   help="files of the dead letters, unjudged requests and comparisons: a number, or auto "
+                        "(default): one file on the local runners, else as many as the runner chooses "
+                        "(NAME-00000-of-0000N.jsonl; manifest.json lists them)")
     p.add_argument("--runner", default="FnApiRunner",
                    help="Beam runner (default FnApiRunner; e.g. PrismRunner, FlinkRunner, SparkRunner, "
                         "DataflowRunner)")
     p.add_argument("--quiet", action="store_true", help="do not print the table of metric rows")
     return p
-
-
-def _slices_from_args(values) -> list[str]:
-    out: list[str] = []
-    for v in values or []:
-        for part in v.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            names = [n.strip() for n in part.split("+")]
-            if any(not n for n in names):
-                raise ValueError(f"bad --slices value {v!r}")
-            spec = ",".join(names)
-            if spec not in out:
-                out.append(spec)
-    return out
-
-
-def split_metrics(text: str) -> list[str]:
-    """Split a comma list of metric names, keeping trec_eval parameter lists together:
-    ``"P.5,10,map"`` -> ``["P.5,10", "map"]``."""
-    out: list[str] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if out and part.replace(".", "", 1).isdigit() and out[-1][-1:].isdigit():
-            out[-1] += "," + part
-        else:
-            out.append(part)
-    return out
 
 
 def _hist_range(text: str) -> tuple[float, float]:
@@ -198,89 +177,8 @@ def split_all_metrics(text: str) -> tuple[list[str], list[str]]:
     return ranking, [m for m in online if parse_online_metric(m).family != "ctr"]
 
 
-def _grades(text):
-    """``"0:4"`` -> ``(0, 4)``; None stays None."""
-    if text is None:
-        return None
-    try:
-        lo, hi = (int(x) for x in text.split(":"))
-    except ValueError:
-        raise ValueError(f"--grades wants LO:HI (integers), got {text!r}") from None
-    if lo > hi:
-        raise ValueError(f"--grades: {lo} > {hi}")
-    return lo, hi
-
-
-def _expand(patterns) -> list[str]:
-    paths: list[str] = []
-    for pat in patterns:
-        if "://" in pat:  # remote file systems: let Beam expand the glob
-            for m in FileSystems.match([pat])[0].metadata_list:
-                paths.append(m.path)
-            if not paths:
-                raise FileNotFoundError(f"no files match the pattern {pat!r}")
-        else:
-            paths.extend(avro.expand_paths(pat))
-    for p in paths:
-        if "://" not in p and not os.path.isfile(p):
-            raise FileNotFoundError(f"input file not found: {p}")
-    return paths
-
-
 # --------------------------------------------------------------------------------------------
 # pipeline pieces
-
-class _ReadAvroFile(beam.DoFn):
-    """Records of one Avro file. A file that cannot be read to its end (truncated, corrupt, an
-    incompatible schema) gives the records before the damage and one dead letter naming the file and
-    the reason (counter ``unreadable_files:<name>``); the job goes on."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.count = Metrics.counter(NAMESPACE, f"{name}s_read")
-        self.unreadable = Metrics.counter(NAMESPACE, f"unreadable_files:{name}")
-
-    def _records(self, path):
-        if "://" in path:
-            with FileSystems.open(path) as fo:
-                yield from avro.read_stream_blocks(fo)
-            return
-        yield from avro.read_blocks(path, self.name)
-
-    def process(self, path):
-        n = 0
-        try:
-            for block in self._records(path):
-                self.count.inc(len(block))
-                n += len(block)
-                yield from block
-        except Exception as e:  # bad file content (AvroInputError and fastavro's errors) or I/O
-            self.unreadable.inc()
-            reason = getattr(e, "reason", None) or f"{type(e).__name__}: {e}"
-            yield beam.pvalue.TaggedOutput("unreadable", {
-                "source": path, "raw": json.dumps({"file": path, "records_read": n}),
-                "reason": f"{UNREADABLE} ({self.name}s): {reason}; {n} records before the damage were read"})
-
-
-class ReadAvro(beam.PTransform):
-    """Records of local Avro files (paths expanded in the driver), read with
-    :mod:`streameval.io.avro` so timestamps are int microseconds. Counter ``<name>s_read``.
-    (Files on remote file systems are read with fastavro through Beam's FileSystems.)"""
-
-    def __init__(self, paths, name: str, label=None):
-        super().__init__(label)
-        self.paths = list(paths)
-        self.name = name
-
-    def expand(self, pbegin):
-        read = (pbegin
-                | "Paths" >> beam.Create(self.paths)
-                | "Spread" >> beam.Reshuffle()
-                | "ReadFiles" >> beam.ParDo(_ReadAvroFile(self.name)).with_outputs("unreadable", main="records"))
-        #: dead letters of the files that could not be read to their end
-        self.unreadable = read.unreadable
-        return read.records
-
 
 def _json_line(rec) -> str:
     from streameval.io.records import to_json_text
@@ -288,15 +186,47 @@ def _json_line(rec) -> str:
     return to_json_text(rec)
 
 
-def _write(pcoll, out_dir: str, stem: str, schema_name: str, label: str):
-    schema = avro.load_schema_json(schema_name)
-    pcoll | f"{label}Avro" >> beam.io.WriteToAvro(
-        FileSystems.join(out_dir, stem), schema=schema, file_name_suffix=".avro", num_shards=1,
-        shard_name_template="")
-    (pcoll
-     | f"{label}Json" >> beam.Map(_json_line)
-     | f"{label}Text" >> beam.io.WriteToText(FileSystems.join(out_dir, stem), file_name_suffix=".jsonl",
-                                             num_shards=1, shard_name_template=""))
+#: requests per text element of unjudged.jsonl (the columnar engine's lists, cut to a bounded size)
+UNJUDGED_PIECE = 10_000
+
+
+def _text_pieces(requests):
+    """JSON lines of a list of unjudged requests, as text elements of at most ``UNJUDGED_PIECE`` lines."""
+    for i in range(0, len(requests), UNJUDGED_PIECE):
+        yield "\n".join(map(_json_line, requests[i:i + UNJUDGED_PIECE]))
+
+
+def output_shards(args):
+    """Files of the outputs that grow with the input (dead letters, unjudged requests, comparisons):
+    ``--output-shards`` N, or auto: one file named ``NAME.jsonl`` on the local runners (in-process or
+    worker processes of this machine), else as many as the runner chooses (``NAME-00000-of-00004.jsonl``,
+    listed in manifest.json). None stands for one file."""
+    value = getattr(args, "output_shards", "auto")
+    if value == "auto":
+        return None if args.runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS else 0
+    return None if int(value) == 1 else int(value)
+
+
+def _is_unreadable(letter) -> bool:
+    return letter.get("reason", "").startswith(UNREADABLE)
+
+
+def _write_outputs(rows, dead, out_dir: str, shards):
+    """The metric rows and dead letters (Avro and JSON lines; the dead letters in ``shards`` files, see
+    :func:`output_shards`), the small list of damaged input files (``unreadable_files.jsonl``, which the
+    launcher reads), and a count of the rows written."""
+    rows = rows | "CountRows" >> beam.Map(_count_row)
+    write_records(rows, out_dir, "metrics", "metric_result", "Metrics")
+    write_records(dead, out_dir, "dead_letters", "dead_letter", "DeadLetters", shards=shards)
+    write_jsonl(dead | "UnreadableFiles" >> beam.Filter(_is_unreadable), out_dir, "unreadable_files", "Unreadable")
+
+
+_ROWS_WRITTEN = Metrics.counter(NAMESPACE, "metric_rows_written")
+
+
+def _count_row(row):
+    _ROWS_WRITTEN.inc()
+    return row
 
 
 def _local_total(paths):
@@ -353,19 +283,12 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                               replicates=args.replicates, ci_seed=args.ci_seed)
         row_parts.append(imps | "ScoreRankings" >> score)
         dead_parts.append(score.rejected)
-        (score.unjudged
-         | "UnjudgedJson" >> beam.Map(_json_line)
-         | "UnjudgedText" >> beam.io.WriteToText(FileSystems.join(args.output, "unjudged"), file_name_suffix=".jsonl",
-                                                 num_shards=1, shard_name_template=""))
+        write_jsonl(score.unjudged, args.output, "unjudged", "Unjudged", shards=output_shards(args))
         if args.compare_baseline:
             comparisons = score.scores | "Compare" >> CompareSystems(
                 [s.name for s in score.specs], baseline=args.compare_baseline, replicates=args.replicates,
                 level=args.ci_level, seed=args.ci_seed)
-            (comparisons
-             | "ComparisonsJson" >> beam.Map(_json_line)
-             | "ComparisonsText" >> beam.io.WriteToText(FileSystems.join(args.output, "comparisons"),
-                                                        file_name_suffix=".jsonl", num_shards=1,
-                                                        shard_name_template=""))
+            write_jsonl(comparisons, args.output, "comparisons", "Comparisons", shards=output_shards(args))
     if not args.no_ctr:
         row_parts.append(imps | "ClickMetrics" >> ClickMetrics(window=window, slices=slices, ci_level=args.ci_level))
     if online:
@@ -376,8 +299,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
             hist_range=_hist_range(args.hist_range), group_rows=args.group_rows, ci_level=args.ci_level))
     rows = tuple(row_parts) | "AllRows" >> beam.Flatten()
     dead = tuple(dead_parts) | "AllDeadLetters" >> beam.Flatten()
-    _write(rows, args.output, "metrics", "metric_result", "Metrics")
-    _write(dead, args.output, "dead_letters", "dead_letter", "DeadLetters")
+    _write_outputs(rows, dead, args.output, output_shards(args))
     return rows, dead
 
 
@@ -404,8 +326,32 @@ def work_threads(args) -> int:
     return default_threads() if getattr(args, "in_process", False) else 1
 
 
+def shard_count(args, impression_paths, total=None) -> int:
+    """``--shards``: the number given, or for auto one per ``SHARD_IMPRESSIONS`` impressions (``total``,
+    counted from local files' block headers; else estimated from the files' sizes), at least ``SHARDS``."""
+    shards = getattr(args, "shards", "auto")
+    if shards != "auto":
+        return int(shards)
+    return auto_shards(total, 0 if total is not None else input_bytes(impression_paths))
+
+
+def decoders_used(counters: dict, engine: str, paths) -> dict:
+    """{input file: the Avro decoder(s) that read it} (the columnar engine's ``decoder:`` counters; the
+    per-record engine reads with fastavro)."""
+    if engine != "columnar":
+        return {p: "fastavro" for p in paths}
+    out = {}
+    for name, n in counters.items():
+        if name.startswith(DECODER_COUNTER) and n:
+            used, path = name[len(DECODER_COUNTER):].split(":", 1)
+            out[path] = used
+    return {p: out.get(p, "unknown") for p in paths}
+
+
 def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
     ranking, _ = split_all_metrics(args.metrics)
+    total = _local_total(impression_paths)
+    args.shards_used = shard_count(args, impression_paths, total)
     col = ColumnarMetrics(
         impression_paths, judgment_paths, ranking if judgment_paths else [], ctr=not args.no_ctr,
         window=parse_window(args.window), slices=_slices_from_args(args.slices),
@@ -413,56 +359,21 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         order=args.order, tie_break=args.tie_break, depth=args.depth, score_precision=args.score_precision,
         judgment_conflicts=args.judgment_conflicts, grade_range=_grades(args.grades), ci_level=args.ci_level,
         impression_source=",".join(args.impressions), judgment_source=",".join(args.judgments or []),
-        shards=getattr(args, "shards", SHARDS), progress_total=_local_total(impression_paths),
+        shards=args.shards_used, progress_total=total,
         decoder=getattr(args, "avro_decoder", None), in_process=getattr(args, "in_process", False),
         threads=getattr(args, "work_threads", 1))
     rows = p | "Metrics" >> col
     if col.unjudged is not None:
-        (col.unjudged  # lists of requests, one per shard: one text element (lines) each
-         | "UnjudgedJson" >> beam.Map(lambda requests: "\n".join(map(_json_line, requests)))
-         | "UnjudgedText" >> beam.io.WriteToText(FileSystems.join(args.output, "unjudged"), file_name_suffix=".jsonl",
-                                                 num_shards=1, shard_name_template=""))
-    _write(rows, args.output, "metrics", "metric_result", "Metrics")
-    _write(col.dead_letters, args.output, "dead_letters", "dead_letter", "DeadLetters")
+        # lists of requests, one per shard: one text element (lines) each (an empty list writes no line)
+        lines = (col.unjudged
+                 | "UnjudgedJson" >> beam.FlatMap(_text_pieces))
+        write_jsonl(lines, args.output, "unjudged", "Unjudged", lines=True, shards=output_shards(args))
+    _write_outputs(rows, col.dead_letters, args.output, output_shards(args))
     return rows, col.dead_letters
 
 
 # --------------------------------------------------------------------------------------------
 # reporting
-
-def _counters(result) -> dict:
-    """{counter name: value} of the streameval namespace: committed values where the runner
-    supports them, attempted otherwise."""
-    out: dict = {}
-    try:
-        res = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
-    except Exception:  # runner without metrics support
-        return out
-    for c in res.get("counters", []):
-        name = c.key.metric.name
-        try:
-            value = c.committed
-        except Exception:
-            value = None
-        if value is None:
-            value = c.attempted
-        out[name] = out.get(name, 0) + int(value or 0)
-    return out
-
-
-def _read_rows(path: str) -> list[dict]:
-    rows = []
-    with FileSystems.open(path) as fo:
-        for line in fo.read().decode("utf-8").splitlines():
-            if not line.strip():
-                continue
-            r = json.loads(line)
-            for k in ("value", "stderr", "ci_low", "ci_high"):
-                if isinstance(r.get(k), str):
-                    r[k] = float(r[k])
-            rows.append(r)
-    return rows
-
 
 def _metric_rank(names):
     order = {n: i for i, n in enumerate(names)}
@@ -559,37 +470,49 @@ def main(argv=None) -> int:
         _slices_from_args(args.slices)
         if args.depth is not None and args.depth < 1:
             raise ValueError("--depth must be positive")
-        impression_paths = _expand(args.impressions)
-        judgment_paths = _expand(args.judgments) if args.judgments else []
-        if args.labels == "judgments" and not judgment_paths:
-            raise ValueError("--labels judgments needs --judgments")
-        if not judgment_paths and args.no_ctr and not online:
-            raise ValueError("nothing to compute: no --judgments, no online metrics and --no-ctr")
-        if not 0 < args.ci_level < 1:
-            raise ValueError("--ci-level must be in (0, 1)")
-        if args.replicates < 1:
-            raise ValueError("--replicates must be positive")
-        if args.engine == "columnar" and records_needed(args):
-            raise ValueError(f"--engine columnar does not compute {', '.join(records_needed(args))}: use --engine "
-                             "records or auto")
-        if args.shards < 1:
-            raise ValueError("--shards must be positive")
         if args.workers != "auto" and (not args.workers.isdigit() or int(args.workers) < 1):
             raise ValueError(f"--workers wants a positive number or auto, got {args.workers!r}")
         if args.threads != "auto" and (not args.threads.isdigit() or int(args.threads) < 1):
             raise ValueError(f"--threads wants a positive number or auto, got {args.threads!r}")
+        if args.engine == "columnar" and records_needed(args):
+            raise ValueError(f"--engine columnar does not compute {', '.join(records_needed(args))}: use --engine "
+                             "records or auto")
+        if args.output_shards != "auto" and (not args.output_shards.isdigit() or int(args.output_shards) < 1):
+            raise ValueError(f"--output-shards wants a positive number or auto, got {args.output_shards!r}")
+        if args.shards != "auto" and (not args.shards.isdigit() or int(args.shards) < 1):
+            raise ValueError(f"--shards wants a positive number or auto, got {args.shards!r}")
+        if not 0 < args.ci_level < 1:
+            raise ValueError("--ci-level must be in (0, 1)")
+        if args.replicates < 1:
+            raise ValueError("--replicates must be positive")
+        workers = local_workers(args, beam_args)
+        if workers > 1:
+            beam_args = [*beam_args, "--direct_num_workers", str(workers), "--direct_running_mode",
+                         "multi_processing"]
+        options = PipelineOptions(["--runner", args.runner, *beam_args])
+        set_file_system_options(options)  # before any remote file is matched (credentials, endpoint)
+        impression_paths = expand_inputs(args.impressions)
+        judgment_paths = expand_inputs(args.judgments) if args.judgments else []
+        if args.labels == "judgments" and not judgment_paths:
+            raise ValueError("--labels judgments needs --judgments")
+        if not judgment_paths and args.no_ctr and not online:
+            raise ValueError("nothing to compute: no --judgments, no online metrics and --no-ctr")
     except (ValueError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    FileSystems.mkdirs(args.output) if "://" in args.output else os.makedirs(args.output, exist_ok=True)
-    workers = local_workers(args, beam_args)
-    if workers > 1:
-        beam_args = [*beam_args, "--direct_num_workers", str(workers), "--direct_running_mode", "multi_processing"]
+    ranked = bool(judgment_paths and ranking)
+    outputs = [f for f in OUTPUT_FILES if ranked or f != "unjudged.jsonl"]
+    if args.compare_baseline and ranked:
+        outputs.append("comparisons.jsonl")
+    try:
+        args.output = prepare_output(args.output, (*OUTPUT_FILES, "comparisons.jsonl"))
+    except Exception as e:  # noqa: BLE001 (the output's file system: permission, credentials, network)
+        print(f"error: cannot prepare the output directory {args.output}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     # Beam's local runner in this process: the columnar engine keeps the values between stages in memory
     args.in_process = args.runner == "FnApiRunner" and not _beam_sets_workers(beam_args)
     args.work_threads = work_threads(args)
-    options = PipelineOptions(["--runner", args.runner, *beam_args])
     start = time.perf_counter()
     p = beam.Pipeline(options=options)
     build_pipeline(p, args, impression_paths, judgment_paths)
@@ -601,17 +524,30 @@ def main(argv=None) -> int:
         try:
             result = p.run()
             state = result.wait_until_finish()
+        except Exception as e:  # noqa: BLE001 (the runner reports a failed job as an exception)
+            print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
+            return 1
         finally:
             release_held()
     progress.close_all()
     wall = time.perf_counter() - start
-    counters = _counters(result)
+    if str(state).rsplit(".", 1)[-1] != "DONE":
+        print(f"error: the job ended in state {state}", file=sys.stderr)
+        return 1
+    counters = job_counters(result)
 
-    rows = _read_rows(FileSystems.join(args.output, "metrics.jsonl"))
-    unreadable = [d["reason"].replace(f"{UNREADABLE} ", f"{d['source']} ", 1)
-                  for d in _read_rows(FileSystems.join(args.output, "dead_letters.jsonl"))
-                  if d.get("reason", "").startswith(UNREADABLE)]
-    ranked = bool(judgment_paths and ranking)
+    # the launcher reads counters and small outputs only, through FileSystems (the workers may be elsewhere)
+    rows, note = [], None
+    try:
+        rows = read_metric_rows(FileSystems.join(args.output, "metrics.jsonl"))
+    except (OSError, ValueError) as e:  # e.g. a local --output that exists only on the workers' machines
+        note = f"the metric rows are not readable from this machine ({e})"
+    try:
+        unreadable = [d["reason"].replace(f"{UNREADABLE} ", f"{d['source']} ", 1)
+                      for d in read_jsonl(FileSystems.join(args.output, "unreadable_files.jsonl"))]
+    except (OSError, ValueError):  # none written (a remote output without damaged files) or not readable here
+        unreadable = [f"{counters[f'unreadable_files:{k}']} {k} files (see dead_letters)"
+                      for k in ("impression", "judgment") if counters.get(f"unreadable_files:{k}")]
     accounting, problems = account(counters, ranking=ranked, ctr=not args.no_ctr, unreadable=unreadable)
     names = ([s.name for s in metric_specs] if judgment_paths else []) + \
         [parse_online_metric(m).name for m in online]
@@ -625,6 +561,9 @@ def main(argv=None) -> int:
         "threads": getattr(args, "work_threads", 1),
         "engine": engine,
         "avro_decoder": (getattr(args, "avro_decoder", None) or default_decoder()) if engine == "columnar" else "fastavro",
+        "decoders": decoders_used(counters, engine, impression_paths + judgment_paths),
+        "shards": args.shards_used if engine == "columnar" else None,
+        "elements": job_distributions(result),
         "impression_files": impression_paths,
         "judgment_files": judgment_paths,
         "metrics": names,
@@ -635,22 +574,25 @@ def main(argv=None) -> int:
                     "relevance_level": args.relevance_level, "gain": args.gain, "ideal": args.ideal,
                     "err_max_grade": args.err_max_grade, "order": args.order, "tie_break": args.tie_break,
                     "score_precision": args.score_precision, "depth": args.depth, "complete": args.complete, "ctr": not args.no_ctr},
-        "num_rows": len(rows),
+        "num_rows": counters.get("metric_rows_written", len(rows)),
         "counters": dict(sorted(counters.items())),
         "accounting": accounting,
         "accounting_problems": problems,
-        "outputs": [FileSystems.join(args.output, f) for f in OUTPUT_FILES if ranked or f != "unjudged.jsonl"],
+        "outputs": [FileSystems.join(args.output, f) for f in outputs],
     }
     with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
         fo.write(json.dumps(summary, indent=2, sort_keys=False).encode("utf-8"))
-    if not args.quiet:
+    publish(args.output, outputs, {"state": str(state), "accounting_problems": problems})
+    if not args.quiet and note is None:
         print(format_table(rows, names))
+    if note:
+        print(f"note: {note}")
     line = _report_line(counters, ranked)
     if line:
         print(line)
     print(format_accounting(accounting))
     on = f"{args.runner}, {workers} worker processes" if workers > 1 else args.runner
-    print(f"wrote {len(rows)} metric rows to {args.output} in {wall:.1f} s ({on})")
+    print(f"wrote {summary['num_rows']} metric rows to {args.output} in {wall:.1f} s ({on})")
     return exit_status(problems)
 
 

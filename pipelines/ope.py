@@ -45,7 +45,9 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import batch
+from streameval.beam.accounting import job_counters
+from streameval.beam.sinks import read_metric_rows, write_records
+from streameval.beam.sources import ReadAvro
 from streameval.beam.online import OffPolicyCtr
 from streameval.beam.transforms import CleanImpressions, ClickMetrics, ValidateImpressions
 from streameval.io import avro, convert
@@ -313,7 +315,7 @@ def main(argv=None) -> int:
     out_dir = args.output or tmp
     os.makedirs(out_dir, exist_ok=True)
     p = beam.Pipeline(options=PipelineOptions(["--runner", args.runner, *beam_args]))
-    imps, dead = (p | "ReadLogs" >> batch.ReadAvro([logs_path], "impression")
+    imps, dead = (p | "ReadLogs" >> ReadAvro([logs_path], "impression")
                   | "ValidateLogs" >> ValidateImpressions(",".join(args.logs)))
     imps, clean_dead = imps | "CleanLogs" >> CleanImpressions(",".join(args.logs))
     ope = OffPolicyCtr(target, name, slices=slices)
@@ -322,7 +324,7 @@ def main(argv=None) -> int:
     if target_recs:
         tpath = os.path.join(tmp, "target.avro")
         avro.write_records(tpath, "impression", target_recs)
-        timps, tdead = (p | "ReadTarget" >> batch.ReadAvro([tpath], "impression")
+        timps, tdead = (p | "ReadTarget" >> ReadAvro([tpath], "impression")
                         | "ValidateTarget" >> ValidateImpressions(",".join(args.target_logs)))
         timps, tclean_dead = timps | "CleanTarget" >> CleanImpressions(",".join(args.target_logs))
         deads.append(tclean_dead)
@@ -330,13 +332,13 @@ def main(argv=None) -> int:
                      | "OnlyCtr" >> beam.Filter(lambda r: r["metric"] == "ctr"))
         deads.append(tdead)
     rows = tuple(parts) | "Rows" >> beam.Flatten()
-    batch._write(rows, out_dir, "metrics", "metric_result", "Metrics")
-    batch._write(tuple(deads) | "Dead" >> beam.Flatten(), out_dir, "dead_letters", "dead_letter", "Dead")
+    write_records(rows, out_dir, "metrics", "metric_result", "Metrics")
+    write_records(tuple(deads) | "Dead" >> beam.Flatten(), out_dir, "dead_letters", "dead_letter", "Dead")
     result = p.run()
     result.wait_until_finish()
     wall = time.perf_counter() - start
-    counters = batch._counters(result)
-    out_rows = batch._read_rows(os.path.join(out_dir, "metrics.jsonl"))
+    counters = job_counters(result)
+    out_rows = read_metric_rows(os.path.join(out_dir, "metrics.jsonl"))
     print(format_report(out_rows, name, target_system))
     for n in notes:
         print(n)

@@ -50,7 +50,10 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Timestamp
 
-from pipelines.batch import DEFAULT_METRICS, UNREADABLE, _expand, _grades, _slices_from_args, split_metrics
+from streameval.beam.arguments import DEFAULT_METRICS, split_metrics
+from streameval.beam.arguments import parse_grades as _grades
+from streameval.beam.arguments import parse_slice_args as _slices_from_args
+from streameval.beam.sources import UNREADABLE, expand_inputs, read_avro_blocks, set_file_system_options, unreadable_letter
 from streameval.beam.accounting import exit_status, format_accounting
 from streameval.beam.streaming import (
     REASON_CLICK_UNMATCHED,
@@ -87,13 +90,6 @@ _SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": No
 # --------------------------------------------------------------------------------------------
 # sources
 
-def _unreadable_letter(path, kind, error, records_read) -> dict:
-    """The dead letter of a file that could not be read to its end (as the batch job writes it)."""
-    reason = getattr(error, "reason", None) or f"{type(error).__name__}: {error}"
-    return {"source": str(path), "raw": json.dumps({"file": str(path), "records_read": int(records_read)}),
-            "reason": f"{UNREADABLE} ({kind}): {reason}; {records_read} records before the damage were read"}
-
-
 def _read_local(paths, kind):
     """``(records, dead letters of unreadable files)``: a damaged file (truncated, corrupt, an
     incompatible schema) gives the records of its complete blocks before the damage
@@ -103,11 +99,11 @@ def _read_local(paths, kind):
     for path in paths:
         n = 0
         try:
-            for block in avro.read_blocks(path, name):
+            for block, _typed in read_avro_blocks(path, name):
                 recs.extend(block)
                 n += len(block)
-        except Exception as e:  # AvroInputError (bad content) or I/O: the job goes on
-            unreadable.append(_unreadable_letter(path, kind, e, n))
+        except avro.AvroInputError as e:  # damaged content; a file the environment does not deliver fails
+            unreadable.append(unreadable_letter(path, kind, e, n))
     return recs, unreadable
 
 
@@ -154,30 +150,16 @@ class _ParseAvroFile(beam.DoFn):
         times = [t for t in times if isinstance(t, int) and not isinstance(t, bool)]
         return TimestampedValue(batch, Timestamp(micros=min(times, default=0)))
 
-    def _blocks(self, readable):
-        path = readable.metadata.path
-        if "://" not in path and os.path.exists(path):
-            yield from avro.read_blocks(path, _SCHEMA_OF[self.kind])
-            return
-        import tempfile
-
-        with readable.open() as fo:
-            data = fo.read()
-        with tempfile.NamedTemporaryFile(suffix=".avro") as tmp:
-            tmp.write(data)
-            tmp.flush()
-            yield from avro.read_blocks(tmp.name, _SCHEMA_OF[self.kind])
-
     def process(self, readable):
         n = 0
         try:
-            for block in self._blocks(readable):
+            for block, _typed in read_avro_blocks(readable.metadata.path, _SCHEMA_OF[self.kind]):
                 for i in range(0, len(block), 1000):
                     batch = block[i:i + 1000]
                     n += len(batch)
                     yield self._stamped(batch)
-        except Exception as e:
-            yield pvalue.TaggedOutput("unreadable", _unreadable_letter(readable.metadata.path, self.kind, e, n))
+        except avro.AvroInputError as e:  # damaged content; a file the environment does not deliver fails
+            yield pvalue.TaggedOutput("unreadable", unreadable_letter(readable.metadata.path, self.kind, e, n))
 
 
 class WatchAvro(beam.PTransform):
@@ -723,6 +705,7 @@ def main(argv=None) -> int:
     parser = build_arg_parser()
     args, beam_args = parser.parse_known_args(argv)
     try:
+        set_file_system_options(PipelineOptions(beam_args))  # before any remote file is matched
         _window_spec(args)
         if args.replay + args.watch > 1:
             raise ValueError("--replay and --watch exclude each other")
@@ -738,7 +721,7 @@ def main(argv=None) -> int:
         if args.replay:
             if not args.impressions:
                 raise ValueError("--replay needs --impressions")
-            paths = {k: _expand(getattr(args, k)) if getattr(args, k) else [] for k in KINDS}
+            paths = {k: expand_inputs(getattr(args, k)) if getattr(args, k) else [] for k in KINDS}
         elif args.watch:
             paths = {k: list(getattr(args, k)) for k in KINDS}
         elif not (args.pubsub_impressions or args.kafka_impressions):

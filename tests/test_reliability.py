@@ -255,14 +255,14 @@ def test_empty_and_missing_inputs(tmp_path, capsys):
 
 def test_counts_that_do_not_add_up_fail_the_job(clean, tmp_path, monkeypatch, capsys):
     imps, judg, _, _ = clean
-    real = batch._counters
+    real = batch.job_counters
 
     def lossy(result):
         c = real(result)
         c["impressions_read"] += 1  # a record read but found nowhere
         return c
 
-    monkeypatch.setattr(batch, "_counters", lossy)
+    monkeypatch.setattr(batch, "job_counters", lossy)
     code, _, summary, _ = _run(tmp_path, "lossy", [imps[:30]], [judg])
     assert code == 1
     assert summary["accounting_problems"] and "read 31" in summary["accounting_problems"][0]

@@ -40,7 +40,7 @@ conflicting judgments under the ``reject`` policy, grades outside the declared r
 
 from __future__ import annotations
 
-__all__ = ["account", "POST_VALIDATION_REASONS", "KINDS", "format_accounting", "exit_status"]
+__all__ = ["job_counters", "job_distributions", "account", "POST_VALIDATION_REASONS", "KINDS", "format_accounting", "exit_status"]
 
 KINDS = ("impression", "judgment", "click")
 
@@ -153,3 +153,55 @@ def exit_status(problems: list) -> int:
 
     print("error: the record counts do not add up: " + "; ".join(problems), file=sys.stderr)
     return 1
+
+
+def job_counters(result, namespace: str = "streameval") -> dict:
+    """``{counter name: value}`` of ``namespace`` from a finished pipeline's result: committed values
+    where the runner supports them, attempted otherwise; ``{}`` for a runner without metrics."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    out: dict = {}
+    try:
+        res = result.metrics().query(MetricsFilter().with_namespace(namespace))
+    except Exception:  # noqa: BLE001 (runner without metrics support)
+        return out
+    for c in res.get("counters", []):
+        name = c.key.metric.name
+        try:
+            value = c.committed
+        except Exception:  # noqa: BLE001 (runners that do not commit metrics raise here)
+            value = None
+        if value is None:
+            value = c.attempted
+        out[name] = out.get(name, 0) + int(value or 0)
+    return out
+
+
+def job_distributions(result, namespace: str = "streameval") -> dict:
+    """``{distribution name: {"count", "sum", "min", "max"}}`` of ``namespace`` from a finished
+    pipeline's result (committed values where the runner supports them, attempted otherwise), the
+    same name's values from several steps put together; ``{}`` for a runner without metrics."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    out: dict = {}
+    try:
+        res = result.metrics().query(MetricsFilter().with_namespace(namespace))
+    except Exception:  # noqa: BLE001 (runner without metrics support)
+        return out
+    for d in res.get("distributions", []):
+        try:
+            value = d.committed
+        except Exception:  # noqa: BLE001
+            value = None
+        if value is None:
+            value = d.attempted
+        if value is None or not value.count:
+            continue
+        name = d.key.metric.name
+        prev = out.get(name)
+        cur = {"count": int(value.count), "sum": int(value.sum), "min": int(value.min), "max": int(value.max)}
+        if prev:
+            cur = {"count": prev["count"] + cur["count"], "sum": prev["sum"] + cur["sum"],
+                   "min": min(prev["min"], cur["min"]), "max": max(prev["max"], cur["max"])}
+        out[name] = cur
+    return out

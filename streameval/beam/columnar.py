@@ -31,7 +31,6 @@ Counters are those of the per-record transforms (see :mod:`streameval.beam.accou
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import pickle
 import typing
@@ -45,25 +44,44 @@ import pyarrow.compute as pc
 from apache_beam import pvalue
 
 from ..accumulators.moments import MeanMoments
-from ..io import cleaning, records
+from ..io import avro, cleaning, records
 from ..metrics import stats
 from ..metrics.kernel import MetricOptions, RankedLists, compute
 from ..metrics.names import parse_metrics
 from ..metrics.prepare import judgment_histogram, rank_order
 from .combiners import CtrByPositionCombineFn, MeanCombineFn
-from .threads import ThreadedDoFn, counter
+from .sources import UNREADABLE, read_avro_blocks, unreadable_letter
+from .threads import ThreadedDoFn, counter, distribution
 from .transforms import (ALL, MISSING, NAMESPACE, _category, _click_rows, _rows, _window_micros, parse_slices,
                          reason_key, window_bounds)
 
-__all__ = ["SHARDS", "UNREADABLE", "impression_columns", "judgment_columns", "columns_records", "ReadImpressionColumns",
+__all__ = ["SHARDS", "DECODER_COUNTER", "SHARD_IMPRESSIONS", "auto_shards", "UNREADABLE", "impression_columns", "judgment_columns", "columns_records", "ReadImpressionColumns",
            "ReadJudgmentColumns", "ColumnarMetrics", "shard_of"]
 
-#: shards of the requests and of the queries (the unit of work of stages 2 and 3)
+#: shards of the requests and of the queries (the unit of work of stages 2 and 3): the least of
+#: ``--shards auto``, and the count of the engine when none is given
 SHARDS = 16
+#: impressions per shard that ``--shards auto`` aims at (the largest element of stages 2 and 3 is
+#: about this many impressions, whatever the input's size)
+SHARD_IMPRESSIONS = 500_000
+#: Avro bytes per impression assumed when the input's records cannot be counted from block headers
+#: (remote files): about the smallest seen (the bundled sample, deflate), so shards err on the small side
+AVRO_BYTES_PER_IMPRESSION = 20
+
+
+def auto_shards(impressions: int | None = None, nbytes: int = 0) -> int:
+    """The shard count of ``--shards auto``: ``SHARDS``, or one shard per ``SHARD_IMPRESSIONS``
+    impressions when that is more. ``impressions``: the input's record count (None: estimated from
+    ``nbytes``, its size in bytes)."""
+    if impressions is None:
+        impressions = int(nbytes) // AVRO_BYTES_PER_IMPRESSION
+    return max(SHARDS, -(-int(impressions) // SHARD_IMPRESSIONS))
 
 #: decoders of local Avro files: Apache DataFusion to Arrow columns (:mod:`streameval.io.arrow_avro`;
 #: fastavro for any file or rest of a file it does not take) or fastavro's dicts only
 DECODERS = ("datafusion", "fastavro")
+#: counter ``decoder:<decoders>:<path>`` (1 per input file): the decoders that gave the file's records
+DECODER_COUNTER = "decoder:"
 
 
 def default_decoder() -> str:
@@ -72,12 +90,11 @@ def default_decoder() -> str:
 
     return "datafusion" if arrow_avro.available() else "fastavro"
 
+
 IMPRESSION_FIELDS = ("event_id", "request_id", "query_id", "user_id", "system_id", "item_id", "position", "score",
                      "clicked", "timestamp", "propensity")
 _STRINGS = ("event_id", "request_id", "query_id", "user_id", "system_id", "item_id")
 JUDGMENT_FIELDS = ("query_id", "item_id", "grade", "timestamp", "source")
-#: reason prefix of the dead letter of a file that could not be read to its end
-UNREADABLE = "unreadable Avro file"
 
 
 # --------------------------------------------------------------------------------------------
@@ -629,43 +646,26 @@ class _ReadColumns(ThreadedDoFn):
         self.valid = counter(NAMESPACE, f"{self.kind}s_valid")
         self.unreadable = counter(NAMESPACE, f"unreadable_files:{self.kind}")
 
-    def _blocks(self, path):
-        from ..io import avro
-
-        if "://" in path:
-            from apache_beam.io.filesystems import FileSystems
-
-            with FileSystems.open(path) as fo:
-                for block in avro.read_stream_blocks(fo):
-                    yield block, False
-            return
-        if self.decoder == "datafusion":
-            from ..io import arrow_avro
-
-            for block in arrow_avro.read_tables(path, self.kind):
-                yield block, True
-            return
-        for block in avro.read_blocks(path, self.kind):
-            yield block, True
-
     def work(self, path):
         n = 0
+        used = set()  # the decoders that gave this file's records (counter decoder:<names>:<path>)
         try:
-            for recs, typed in self._blocks(path):
+            for recs, typed in read_avro_blocks(path, self.kind, self.decoder):
                 if isinstance(recs, list):
+                    used.add("fastavro")
                     self.read.inc(len(recs))
                     n += len(recs)
                     yield from self._block(recs, typed)
                 else:  # an Arrow table (arrow_avro.read_tables)
+                    used.add("datafusion")
                     self.read.inc(recs.num_rows)
                     n += recs.num_rows
                     yield from self._table(recs)
-        except Exception as e:  # bad file content (AvroInputError, fastavro's errors) or I/O
+        except avro.AvroInputError as e:  # damaged content: the records before it and a dead letter
+            # (a file the environment does not deliver raises InputUnavailableError: the bundle fails)
             self.unreadable.inc()
-            reason = getattr(e, "reason", None) or f"{type(e).__name__}: {e}"
-            yield pvalue.TaggedOutput("dead_letters", {
-                "source": path, "raw": json.dumps({"file": path, "records_read": n}),
-                "reason": f"{UNREADABLE} ({self.kind}s): {reason}; {n} records before the damage were read"})
+            yield pvalue.TaggedOutput("dead_letters", unreadable_letter(path, f"{self.kind}s", e, n))
+        counter(NAMESPACE, f"{DECODER_COUNTER}{'+'.join(sorted(used)) or 'none'}:{path}").inc()
 
     def _finish(self, recs, chunk, ok, bad, check, columns, shards):
         """Dead letters of the ``bad`` rows the record check rejects, then the valid rows' columns
@@ -925,10 +925,13 @@ class _CleanShard(ThreadedDoFn):
         self.duplicates = counter(NAMESPACE, "duplicate:impression")
         self.counted = counter(NAMESPACE, "click_impressions")
         self.no_clicks = counter(NAMESPACE, "click_impressions_not_logged")
+        #: impressions per element of this stage (one request shard): bounded by --shards
+        self.element_rows = distribution(NAMESPACE, "element_impressions:clean")
 
     def work(self, element):
         _, chunks = element
         chunk = _concat([thaw(c) for c in chunks])
+        self.element_rows.update(chunk["n"])
         if not chunk["n"]:
             return
         req, first = _pair_codes(chunk["system_id"], chunk["request_id"])
@@ -1196,6 +1199,9 @@ class _ScoreShard(ThreadedDoFn):
         self.imp_ranked = counter(NAMESPACE, "impressions_ranked")
         self.imp_unjudged = counter(NAMESPACE, "impressions_unjudged")
         self.imp_unrankable = counter(NAMESPACE, "impressions_unrankable")
+        #: impressions per element of this stage (one query shard) and judgments held (the side input)
+        self.element_rows = distribution(NAMESPACE, "element_impressions:score")
+        self.side_rows = distribution(NAMESPACE, "element_judgments:score")
 
     def process(self, element, judgments, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
         """``element``: (query shard, frozen request chunks); ``judgments``: the resolved judgments
@@ -1213,6 +1219,8 @@ class _ScoreShard(ThreadedDoFn):
         else:
             jq, jd, jg = _strings([]), _strings([]), np.zeros(0)
         r = _concat_requests([thaw(v) for v in rparts])
+        self.element_rows.update(int(r["records"].sum()))
+        self.side_rows.update(len(jq))
         nreq = r["n_requests"]
         if not nreq:
             return

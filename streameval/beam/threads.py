@@ -29,7 +29,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
-__all__ = ["Counter", "counter", "ThreadedDoFn", "default_threads"]
+__all__ = ["Counter", "counter", "Distribution", "distribution", "ThreadedDoFn", "default_threads"]
 
 _local = threading.local()
 _pools: dict = {}
@@ -67,6 +67,29 @@ class Counter:
 def counter(namespace: str, name: str) -> Counter:
     """:class:`Counter` ``name`` of ``namespace``."""
     return Counter(namespace, name)
+
+
+class Distribution:
+    """A Beam distribution (``Metrics.distribution(namespace, name)``: count, sum, min, max of the
+    values given) that can be updated on a pool thread of :class:`ThreadedDoFn`, as :class:`Counter`."""
+
+    __slots__ = ("key", "_beam")
+
+    def __init__(self, namespace: str, name: str):
+        self.key = ("distribution", namespace, name)
+        self._beam = Metrics.distribution(namespace, name)
+
+    def update(self, value: int) -> None:
+        pending = getattr(_local, "counts", None)
+        if pending is None:
+            self._beam.update(int(value))
+        else:
+            pending.setdefault(self.key, []).append(int(value))
+
+
+def distribution(namespace: str, name: str) -> Distribution:
+    """:class:`Distribution` ``name`` of ``namespace``."""
+    return Distribution(namespace, name)
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
@@ -123,8 +146,13 @@ class ThreadedDoFn(beam.DoFn):
 
     def _finished(self, future, window, timestamp):
         outputs, counts = future.result()
-        for (namespace, name), n in counts.items():
-            Metrics.counter(namespace, name).inc(n)
+        for key, n in counts.items():
+            if len(key) == 3:  # a distribution's values
+                dist = Metrics.distribution(key[1], key[2])
+                for v in n:
+                    dist.update(v)
+            else:
+                Metrics.counter(*key).inc(n)
         yield from self._windowed(outputs, window, timestamp)
 
     @staticmethod

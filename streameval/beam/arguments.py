@@ -1,0 +1,55 @@
+"""Command-line values shared by the batch and streaming jobs: metric lists, slice specifications,
+grade ranges. Layer 3: the jobs (``pipelines/``) import these instead of each other's helpers."""
+
+from __future__ import annotations
+
+__all__ = ["DEFAULT_METRICS", "split_metrics", "parse_slice_args", "parse_grades"]
+
+DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
+
+
+def split_metrics(text: str) -> list[str]:
+    """Split a comma list of metric names, keeping trec_eval parameter lists together:
+    ``"P.5,10,map"`` -> ``["P.5,10", "map"]``."""
+    out: list[str] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if out and part.replace(".", "", 1).isdigit() and out[-1][-1:].isdigit():
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    return out
+
+
+def parse_slice_args(values) -> list[str]:
+    """``--slices`` values (repeatable, comma-separated, ``a+b`` for a combination) -> slice
+    specifications ``["campaign", "campaign,device"]``, each once. Raises ``ValueError`` for an empty
+    name in a combination."""
+    out: list[str] = []
+    for v in values or []:
+        for part in v.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            names = [n.strip() for n in part.split("+")]
+            if any(not n for n in names):
+                raise ValueError(f"bad --slices value {v!r}")
+            spec = ",".join(names)
+            if spec not in out:
+                out.append(spec)
+    return out
+
+
+def parse_grades(text):
+    """``"0:4"`` -> ``(0, 4)``; None stays None. Raises ``ValueError`` for anything else."""
+    if text is None:
+        return None
+    try:
+        lo, hi = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise ValueError(f"--grades wants LO:HI (integers), got {text!r}") from None
+    if lo > hi:
+        raise ValueError(f"--grades: {lo} > {hi}")
+    return lo, hi

@@ -1,0 +1,145 @@
+"""Outputs shared by the jobs: Avro and JSON-lines files on any Beam file system, and the completion
+manifest that tells a finished output directory from one a killed job left behind.
+
+A job calls :func:`prepare_output` before it runs (it removes the manifest, then the files of the
+previous run's outputs, so a rerun over the same directory replaces them cleanly and a reader never
+takes a half-written directory for a complete one), adds its writers (:func:`write_records`,
+:func:`write_jsonl`) to the pipeline, and calls :func:`publish` after the pipeline finished: it
+matches each output's files through ``FileSystems`` (the launcher reads no output's content) and
+writes ``manifest.json`` last. Readers check :func:`is_complete`.
+
+Beam's S3 writer cannot write an empty object (a multipart upload with no parts), so on remote file
+systems a JSON-lines output with no records writes no file; the manifest lists it with no files.
+
+Layer 3 (Beam): imports :mod:`streameval.io`; nothing from ``pipelines``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from ..io import avro
+
+__all__ = ["MANIFEST", "prepare_output", "write_records", "write_jsonl", "publish", "is_complete", "read_jsonl", "read_metric_rows",
+           "output_files"]
+
+#: the completion marker: written last, after every output is in place
+MANIFEST = "manifest.json"
+
+
+def _remote(path: str) -> bool:
+    return "://" in str(path)
+
+
+def _json_line(rec) -> str:
+    from ..io.records import to_json_text
+
+    return to_json_text(rec)
+
+
+def output_files(out_dir: str, name: str) -> list[str]:
+    """The files of output ``name`` (``"metrics.jsonl"``: ``metrics.jsonl`` or its shards
+    ``metrics-00000-of-00004.jsonl``) in ``out_dir``, sorted."""
+    stem, ext = os.path.splitext(name)
+    found = []
+    for pattern in (FileSystems.join(out_dir, name), FileSystems.join(out_dir, f"{stem}-*-of-*{ext}")):
+        found.extend(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    return sorted(set(found))
+
+
+def prepare_output(out_dir: str, names) -> str:
+    """Make ``out_dir`` (a local one as an absolute path, returned) and remove what a previous run
+    left in it: first the manifest (so the directory no longer passes for complete), then the files
+    of the outputs ``names`` and ``summary.json``."""
+    if _remote(out_dir):
+        if not FileSystems.exists(out_dir):
+            FileSystems.mkdirs(out_dir)
+    else:
+        out_dir = os.path.abspath(out_dir)
+        os.makedirs(out_dir, exist_ok=True)
+    marker = FileSystems.join(out_dir, MANIFEST)
+    if FileSystems.exists(marker):
+        FileSystems.delete([marker])
+    old = sorted({f for name in {*names, "summary.json"} for f in output_files(out_dir, name)})
+    if old:
+        FileSystems.delete(old)
+    return out_dir
+
+
+def _shard_args(shards: int | None) -> dict:
+    """WriteToText / WriteToAvro arguments: ``shards`` None writes one file named ``stem.ext``; a number
+    (0: as many as the runner chooses, one per bundle) writes ``stem-SSSSS-of-NNNNN.ext``."""
+    if shards is None:
+        return {"num_shards": 1, "shard_name_template": ""}
+    return {"num_shards": int(shards)}
+
+
+def write_jsonl(pcoll, out_dir: str, stem: str, label: str, lines: bool = False, shards: int | None = None):
+    """Write ``pcoll`` (records, or with ``lines`` already formatted text elements) as
+    ``out_dir/stem.jsonl`` (``shards``: see :func:`_shard_args`). On a remote file system an empty
+    output writes no file."""
+    text = pcoll if lines else pcoll | f"{label}Json" >> beam.Map(_json_line)
+    return text | f"{label}Text" >> beam.io.WriteToText(
+        FileSystems.join(out_dir, stem), file_name_suffix=".jsonl", skip_if_empty=_remote(out_dir),
+        **_shard_args(shards))
+
+
+def write_records(pcoll, out_dir: str, stem: str, schema_name: str, label: str, shards: int | None = None):
+    """Write ``pcoll`` as ``out_dir/stem.avro`` (schema ``schema_name``) and ``out_dir/stem.jsonl``
+    (``shards``: see :func:`_shard_args`)."""
+    schema = avro.load_schema_json(schema_name)
+    pcoll | f"{label}Avro" >> beam.io.WriteToAvro(
+        FileSystems.join(out_dir, stem), schema=schema, file_name_suffix=".avro", **_shard_args(shards))
+    write_jsonl(pcoll, out_dir, stem, label, shards=shards)
+
+
+def publish(out_dir: str, names, extra: dict | None = None) -> dict:
+    """Write ``manifest.json`` into ``out_dir``: each output of ``names`` with its files and their
+    sizes in bytes, plus ``extra``. Call it after the pipeline finished and ``summary.json`` is
+    written; returns the manifest."""
+    outputs = {}
+    for name in names:
+        files = output_files(out_dir, name)
+        sizes = {m.path: m.size_in_bytes for m in FileSystems.match(files)[0].metadata_list} if files else {}
+        outputs[name] = [{"path": f, "bytes": sizes.get(f)} for f in files]
+    manifest = {"complete": True, "outputs": outputs, **(extra or {})}
+    with FileSystems.create(FileSystems.join(out_dir, MANIFEST)) as fo:
+        fo.write(json.dumps(manifest, indent=2).encode("utf-8"))
+    return manifest
+
+
+def is_complete(out_dir: str) -> bool:
+    """Whether ``out_dir`` holds the complete output of a finished job (its manifest exists)."""
+    return FileSystems.exists(FileSystems.join(out_dir, MANIFEST))
+
+
+def read_jsonl(path: str) -> list[dict]:
+    """The records of a small JSON-lines output, read through ``FileSystems`` (the launcher reads only
+    small outputs this way: the metric rows, the list of damaged files). Raises ``OSError`` when the
+    file cannot be read from this machine."""
+    rows = []
+    try:
+        with FileSystems.open(path) as fo:
+            data = fo.read()
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 (Beam wraps file-system errors in its own types)
+        raise OSError(f"cannot read {path}: {type(e).__name__}: {e}") from e
+    for line in data.decode("utf-8").splitlines():
+        if line.strip():
+            rows.append(json.loads(line))
+    return rows
+
+
+def read_metric_rows(path: str) -> list[dict]:
+    """The metric rows of a ``metrics.jsonl`` output (:func:`read_jsonl`), numbers as floats."""
+    rows = read_jsonl(path)
+    for r in rows:
+        for k in ("value", "stderr", "ci_low", "ci_high"):
+            if isinstance(r.get(k), str):
+                r[k] = float(r[k])
+    return rows

@@ -1,0 +1,215 @@
+"""Avro inputs shared by the jobs: matching the inputs, reading a file on any file system, and the
+line between damaged data (a dead letter) and an environment that cannot deliver the data (a failed
+bundle).
+
+* :func:`expand_inputs`: the files of ``--impressions`` / ``--judgments`` patterns. Local paths are made
+  absolute in the launcher, so a worker that runs in another working directory reads the same file;
+  remote patterns (``s3://``, ``gs://``, ...) are matched through Beam's ``FileSystems``, so the
+  pipeline options (credentials, endpoint) must be set first (:func:`set_file_system_options`).
+* :func:`local_copy`: a remote file is copied through ``FileSystems`` to a local temporary file, then
+  read by the same readers as a local file: the fast decoder (Apache DataFusion to Arrow columns), the
+  same damage checks and schema resolution as :func:`streameval.io.avro.read_blocks`.
+* :class:`InputUnavailableError`: a file that cannot be opened or read because of its environment
+  (missing, permission, network, credentials). The jobs let it fail the bundle, so the runner retries
+  it and the job fails with the path and the error named. Only a file whose bytes are damaged
+  (:class:`~streameval.io.avro.AvroInputError`) becomes a dead letter (:func:`unreadable_letter`).
+* :class:`ReadAvro`: records of Avro files, one element per record (the per-record engine).
+
+Layer 3 (Beam): imports :mod:`streameval.io`; nothing from ``pipelines``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from ..io import avro
+from .threads import counter
+
+__all__ = ["UNREADABLE", "InputUnavailableError", "failure_reason", "expand_inputs", "input_bytes", "set_file_system_options", "is_remote",
+           "local_copy", "unreadable_letter", "read_avro_blocks", "ReadAvro", "COPY_CHUNK"]
+
+#: the reason prefix of the dead letter of a file whose content could not be read to its end
+UNREADABLE = "unreadable Avro file"
+#: bytes per read when a remote file is copied to a local temporary file
+COPY_CHUNK = 16 << 20
+NAMESPACE = "streameval"
+
+
+class InputUnavailableError(OSError):
+    """An input file that the environment did not deliver: it could not be found, opened or read
+    (permission, network, credentials, a path that exists only on another machine). Not a dead
+    letter: the bundle fails, so the runner retries it, and the job fails naming ``path`` and the
+    underlying error. ``str(error)`` is ``"cannot read input file PATH: ERROR"``."""
+
+    def __init__(self, path: str, error: BaseException | str):
+        self.path = str(path)
+        self.error = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        super().__init__(f"cannot read input file {self.path}: {self.error}")
+
+    def __reduce__(self):  # picklable with its arguments (Beam sends errors between processes)
+        return (type(self), (self.path, self.error))
+
+
+_UNAVAILABLE = re.compile(r"cannot read input file .*?(?=\s*\[while running|\n|$)")
+
+
+def failure_reason(error: BaseException) -> str:
+    """One line saying why a job failed, from the exception its runner raised: the
+    :class:`InputUnavailableError` text (path and error) when one is in it, else the exception's last
+    meaningful line. Runners wrap a worker's exception in their own (the portable runner sends the
+    worker's traceback as text), so the text is searched."""
+    text = f"{type(error).__name__}: {error}"
+    found = _UNAVAILABLE.search(text)
+    if found:
+        return found.group(0).strip()
+    lines = [l.strip() for l in str(error).splitlines() if l.strip() and not l.startswith(" ")]
+    last = lines[-1] if lines else type(error).__name__
+    return last if len(last) <= 500 else last[:497] + "..."
+
+
+def is_remote(path: str) -> bool:
+    """Whether ``path`` names a file on a remote file system (a ``scheme://`` path)."""
+    return "://" in str(path)
+
+
+def set_file_system_options(options) -> None:
+    """Give Beam's ``FileSystems`` the pipeline options (S3 endpoint and credentials, GCS project)
+    before any file is matched or opened in the launcher. Workers get them from the runner."""
+    FileSystems.set_options(options)
+
+
+def expand_inputs(patterns) -> list[str]:
+    """The files of ``patterns`` (paths or globs; ``scheme://`` ones through Beam's FileSystems), in
+    order, local ones as absolute paths. Raises ``FileNotFoundError`` for a pattern that matches
+    nothing or a local file that does not exist."""
+    paths: list[str] = []
+    for pat in patterns:
+        if is_remote(pat):
+            found = [m.path for m in FileSystems.match([pat])[0].metadata_list]
+            if not found:
+                raise FileNotFoundError(f"no files match the pattern {pat!r}")
+            paths.extend(sorted(found))
+        else:
+            paths.extend(os.path.abspath(p) for p in avro.expand_paths(pat))
+    for p in paths:
+        if not is_remote(p) and not os.path.isfile(p):
+            raise FileNotFoundError(f"input file not found: {p}")
+    return paths
+
+
+def input_bytes(paths) -> int:
+    """The total size in bytes of the files ``paths`` (local or remote, through FileSystems)."""
+    if not paths:
+        return 0
+    return sum(m.size_in_bytes for r in FileSystems.match(list(paths)) for m in r.metadata_list)
+
+
+@contextlib.contextmanager
+def local_copy(path: str, directory: str | None = None) -> Iterator[str]:
+    """A local path holding the bytes of ``path``: ``path`` itself when it is local, else a temporary
+    copy made through Beam's FileSystems (removed on exit). Raises :class:`InputUnavailableError` when
+    the file cannot be opened or read."""
+    if not is_remote(path):
+        yield path
+        return
+    fd, tmp = tempfile.mkstemp(suffix=".avro", prefix="streameval-", dir=directory)
+    try:
+        try:
+            with os.fdopen(fd, "wb") as out, FileSystems.open(path, mime_type="application/octet-stream",
+                                                              compression_type="uncompressed") as src:
+                shutil.copyfileobj(src, out, COPY_CHUNK)
+        except Exception as e:  # noqa: BLE001 (any error of the file system: network, credentials, missing)
+            raise InputUnavailableError(path, e) from e
+        yield tmp
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def read_avro_blocks(path: str, name: str, decoder: str = "fastavro") -> Iterator[tuple[object, bool]]:
+    """``(block, typed)`` pairs of the Avro file ``path`` (local or remote) of schema ``name``: a list
+    of record dicts (``typed`` True: read against the schema) or, with ``decoder="datafusion"``, Arrow
+    tables (:func:`streameval.io.arrow_avro.read_tables`). Raises
+    :class:`~streameval.io.avro.AvroInputError` for damaged content after the blocks before the damage,
+    :class:`InputUnavailableError` when the environment does not deliver the file."""
+    try:
+        with local_copy(path) as local:
+            if decoder == "datafusion":
+                from ..io import arrow_avro
+
+                for block in arrow_avro.read_tables(local, name):
+                    yield block, True
+            else:
+                for block in avro.read_blocks(local, name):
+                    yield block, True
+    except avro.AvroInputError as e:
+        if e.path != path:  # a copy of a remote file: the error names the file the user gave
+            raise avro.AvroInputError(path, e.reason, e.records_read) from None
+        raise
+    except InputUnavailableError:
+        raise
+    except OSError as e:
+        raise InputUnavailableError(path, e) from e
+
+
+def unreadable_letter(path: str, kind: str, error: avro.AvroInputError, records_read: int) -> dict:
+    """The dead letter of a file whose content could not be read to its end (``kind``:
+    ``"impressions"``, ``"judgments"``, ``"clicks"``)."""
+    reason = getattr(error, "reason", None) or f"{type(error).__name__}: {error}"
+    return {"source": str(path), "raw": json.dumps({"file": str(path), "records_read": int(records_read)}),
+            "reason": f"{UNREADABLE} ({kind}): {reason}; {records_read} records before the damage were read"}
+
+
+class _ReadAvroFile(beam.DoFn):
+    """Records of one Avro file. A file whose content cannot be read to its end (truncated, corrupt,
+    an incompatible schema) gives the records before the damage and one dead letter naming the file
+    and the reason (counter ``unreadable_files:<name>``); a file the environment does not deliver
+    fails the bundle (:class:`InputUnavailableError`)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def setup(self):
+        self.count = counter(NAMESPACE, f"{self.name}s_read")
+        self.unreadable = counter(NAMESPACE, f"unreadable_files:{self.name}")
+
+    def process(self, path):
+        n = 0
+        try:
+            for block, _typed in read_avro_blocks(path, self.name):
+                self.count.inc(len(block))
+                n += len(block)
+                yield from block
+        except avro.AvroInputError as e:
+            self.unreadable.inc()
+            yield beam.pvalue.TaggedOutput("unreadable", unreadable_letter(path, f"{self.name}s", e, n))
+
+
+class ReadAvro(beam.PTransform):
+    """Records of Avro files (local or on any Beam file system), read with :mod:`streameval.io.avro`
+    so timestamps are int microseconds. Counter ``<name>s_read``; after application ``.unreadable``
+    holds the dead letters of damaged files (:class:`_ReadAvroFile`)."""
+
+    def __init__(self, paths, name: str, label=None):
+        super().__init__(label)
+        self.paths = list(paths)
+        self.name = name
+        self.unreadable = None
+
+    def expand(self, pbegin):
+        read = (pbegin
+                | "Paths" >> beam.Create(self.paths)
+                | "Spread" >> beam.Reshuffle()
+                | "ReadFiles" >> beam.ParDo(_ReadAvroFile(self.name)).with_outputs("unreadable", main="records"))
+        #: dead letters of the files that could not be read to their end
+        self.unreadable = read.unreadable
+        return read.records
