@@ -319,6 +319,22 @@ def local_workers(args, beam_args) -> int:
     return int(args.workers)
 
 
+def reported_workers(args, options, workers: int):
+    """The worker count summary.json reports: the local runner's worker processes (``--workers`` or
+    Beam's ``--direct_num_workers`` in multi_processing mode; 1 in-process), else the runner's own
+    worker option when one was given (``--num_workers``, ``--max_num_workers``, ``--parallelism``),
+    else ``"runner"`` (the runner decides)."""
+    opts = options.get_all_options(retain_unknown_options=True)
+    if args.runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS:
+        if opts.get("direct_running_mode") == "multi_processing" and opts.get("direct_num_workers"):
+            return int(opts["direct_num_workers"])
+        return workers
+    for name in ("num_workers", "max_num_workers", "parallelism"):
+        if opts.get(name) and int(opts[name]) > 0:  # (Flink's parallelism is -1 when not set)
+            return int(opts[name])
+    return "runner"
+
+
 def work_threads(args) -> int:
     """Threads of the columnar engine's stages (see --threads): auto is one per core in-process, else 1."""
     if args.threads != "auto":
@@ -557,7 +573,7 @@ def main(argv=None) -> int:
         "state": str(state),
         "wall_seconds": round(wall, 3),
         "runner": args.runner,
-        "workers": workers,
+        "workers": reported_workers(args, options, workers),
         "threads": getattr(args, "work_threads", 1),
         "engine": engine,
         "avro_decoder": (getattr(args, "avro_decoder", None) or default_decoder()) if engine == "columnar" else "fastavro",

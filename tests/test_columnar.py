@@ -155,8 +155,8 @@ def test_factorize_orders_like_the_strings():
 
 
 def test_files_on_remote_file_systems_read_the_same(tmp_path, monkeypatch):
-    """A path with a scheme is read through Beam's FileSystems with fastavro and every record checked
-    one by one; the columns, shards and dead letters equal those of the local reader."""
+    """A path with a scheme is copied through Beam's FileSystems to a local file and read by the local
+    readers; the columns, shards and dead letters equal those of the local file."""
     from apache_beam import pvalue
     from apache_beam.io.filesystems import FileSystems
 
@@ -192,8 +192,9 @@ def test_worker_processes_only_when_asked():
 
 
 def test_damaged_remote_file_keeps_every_record_before_the_damage(tmp_path, monkeypatch):
-    """A remote file cut short: the records fastavro decodes before the failure all reach the job (not
-    only whole blocks of the reader), then one dead letter names the file."""
+    """A remote file cut short: the records fastavro decodes before the failure reach the job (the
+    complete blocks before the damage, as for a local file), then one dead letter names the file (the
+    remote path, not the local copy)."""
     import fastavro
     from apache_beam import pvalue
     from apache_beam.io.filesystems import FileSystems
@@ -216,7 +217,10 @@ def test_damaged_remote_file_keeps_every_record_before_the_damage(tmp_path, monk
     dead = [o.value for o in outs if isinstance(o, pvalue.TaggedOutput)]
     rows = sum(columnar.thaw(o[1])["n"] for o in outs if not isinstance(o, pvalue.TaggedOutput))
     assert rows + len([d for d in dead if not d["reason"].startswith(columnar.UNREADABLE)]) == expected
-    assert [d for d in dead if d["reason"].startswith(columnar.UNREADABLE)]
+    unreadable = [d for d in dead if d["reason"].startswith(columnar.UNREADABLE)]
+    assert [d["source"] for d in unreadable] == [f"fake://{path}"]
+    local = list(columnar._ReadImpressionColumns("src", 4).work(str(path)))
+    assert rows == sum(columnar.thaw(o[1])["n"] for o in local if not isinstance(o, pvalue.TaggedOutput))
 
 
 def test_repeats_and_unique_codes_against_python():
