@@ -1,0 +1,282 @@
+"""Stage 5, the aggregate (key: system): the plumbing shared by the window and session aggregates
+(:mod:`.window_aggregate`, :mod:`.session_aggregate`), and their DoFn.
+
+Input: ``(system, [message, ...])`` with ``("rank", ...)`` messages of :mod:`.queries` and
+``("ctr", ...)`` messages of :mod:`.requests`; ``(_SIDE_KEY, side records)`` goes to the
+``"side"`` output. Messages are kept in a bag (``INBOX``) and folded into the core state when a
+pane may fire: every ``early_count`` updates, every ``early_seconds`` of processing time
+(``PROC`` timer), and at window ends and expiries (``EVENT`` timer, event time). Outputs:
+metric rows (main; :func:`~streameval.beam.transforms.metric_row` dicts with ``pane``,
+``pane_index``, ``is_final``), ``"panes"`` (one element per pane: its rows) and ``"side"``
+(late updates, counted ``late:update``; dead letters).
+
+A request's contribution is replaced, never added twice: the old one is subtracted exactly
+(:func:`_mm_sub`) before the new one is added, so the sums equal those of a fresh pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.coders import FastPrimitivesCoder
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.window import TimestampedValue
+from apache_beam.utils.timestamp import Timestamp
+
+from ...accumulators.moments import MeanMoments, partials_add
+from ..combiners import CtrByPositionCombineFn, MeanCombineFn
+from ..transforms import metric_row
+from .common import _SIDE_KEY, _micros, _tally, _when
+from .windows import _Config
+
+
+# --------------------------------------------------------------------------------------------
+# exact removal and processing time
+
+_SPLIT = 134217729.0  # Veltkamp's splitter, as MeanMoments uses
+
+
+def _mm_sub(state: list, values) -> None:
+    """Remove one observation per metric from a :class:`MeanMoments` state, exactly: the negated
+    value and the negated exact pieces of its square are added to the Shewchuk partials, so the
+    partials' exact sums equal those of a state that never saw the observation, and extraction
+    (which depends only on the exact sums and the count) gives the same result to the last bit."""
+    for m, x in enumerate(values):
+        x = float(x)
+        if math.isnan(x):
+            continue
+        state[0][m] -= 1
+        if x == 0.0:
+            continue
+        partials_add(state[1][m], -x)
+        c = _SPLIT * x
+        hi = c - (c - x)
+        lo = x - hi
+        partials_add(state[2][m], -(hi * hi))
+        partials_add(state[2][m], -(2.0 * hi * lo))
+        partials_add(state[2][m], -(lo * lo))
+
+
+class _Clock:
+    """Processing time for early firings: ``time.time`` or a callable (tests, replays)."""
+
+    def __init__(self, fn=None):
+        self.fn = fn
+
+    def __call__(self) -> float:
+        if self.fn is None:
+            import time
+
+            return time.time()
+        return float(self.fn())
+
+
+# --------------------------------------------------------------------------------------------
+# the aggregate: panes
+
+def _version_of(m):
+    """(request key, request version) of an aggregate message."""
+    return (m[1], m[3][0]) if m[0] == "rank" else (m[1], m[2])
+
+
+class _PaneState:
+    """Book-keeping of one output window: next pane index, whether the on-time pane fired, the
+    (label, metric) rows emitted so far (to retract them if they empty), and whether it changed."""
+
+    NEXT, ONTIME, EMITTED, DIRTY = range(4)
+
+    @staticmethod
+    def new():
+        return [0, False, {}, False]
+
+
+class _AggregateBase:
+    INBOX = BagStateSpec("inbox", FastPrimitivesCoder())
+    CORE = ReadModifyWriteStateSpec("core", FastPrimitivesCoder())
+    SCHED = ReadModifyWriteStateSpec("sched", FastPrimitivesCoder())  # [armed event, armed proc, proc now, count]
+    EVENT = TimerSpec("event", TimeDomain.WATERMARK)
+    PROC = TimerSpec("proc", TimeDomain.REAL_TIME)
+
+    def __init__(self, cfg: "_Config"):
+        self.cfg = cfg
+        self.names = [s.name for s in cfg.specs]
+        self.totals = [s.is_count for s in cfg.specs]
+        self.mean = MeanCombineFn(len(cfg.specs), self.totals)
+        self.mm = MeanMoments(len(cfg.specs))
+        self.ctr_fn = CtrByPositionCombineFn(overall=True)
+        self.clock = _Clock(cfg.clock)
+
+    # -- shared plumbing -----------------------------------------------------------------------
+    def process(self, kv, inbox, core,
+                sched, event,
+                proc, ts):
+        system, msgs = kv
+        if system == _SIDE_KEY:
+            for m in msgs:
+                yield pvalue.TaggedOutput("side", m[1])
+            return
+        inbox.add(msgs)
+        armed, parmed, pnow, count = sched.read() or [None, None, 0.0, 0]
+        count += len(msgs)
+        cand = self.candidate(msgs)
+        if cand is not None and (armed is None or cand < armed):
+            armed = cand
+            event.set(_when(armed))
+        cfg = self.cfg
+        if cfg.early_seconds and parmed is None:
+            parmed = max(self.clock(), pnow) + cfg.early_seconds
+            proc.set(Timestamp.of(parmed))
+        if cfg.early_count and count >= cfg.early_count:
+            count = 0
+            c = self._fold(system, inbox, core)
+            yield from self._emit_dirty(system, c, ts)
+            armed = self._rearm(c, event, armed)
+            core.write(c)
+        sched.write([armed, parmed, pnow, count])
+
+    def _fold(self, system, inbox, core):
+        c = core.read() or self.new_core()
+        batches = list(inbox.read())
+        inbox.clear()
+        self._rejects = []
+        msgs = [m for batch in batches for m in batch]
+        # a request version whose update is late anywhere is late everywhere (ranking and clicks
+        # alike): decided on the state before the fold, so the order of the messages is irrelevant
+        late = {_version_of(m) for m in msgs if self.apply(system, c, m, dry=True) == "late"}
+        for m in msgs:
+            if _version_of(m) in late:
+                self.reject(system, c, m)
+            else:
+                self.apply(system, c, m)
+        return c
+
+    def _late_out(self, ts):
+        rej, self._rejects = self._rejects, []
+        if rej:
+            _tally(self.cfg.run, "late:update", len(rej))
+            for r in rej:
+                yield pvalue.TaggedOutput("side", TimestampedValue(r, ts))
+
+    def _emit_dirty(self, system, c, ts):
+        yield from self._late_out(ts)
+        for wid in self.pane_ids(c):
+            p = self.panes(c)[wid]
+            if p[_PaneState.DIRTY]:
+                pane = "late" if p[_PaneState.ONTIME] else "early"
+                yield from self._pane(system, c, wid, pane, False, ts)
+
+    def on_proc(self, inbox, core,
+                sched, event,
+                key, ts):
+        armed, parmed, pnow, count = sched.read() or [None, None, 0.0, 0]
+        pnow = max(pnow, float(ts))
+        c = self._fold(key, inbox, core)
+        out = list(self._emit_dirty(key, c, _when(self.last_event(c))))
+        armed = self._rearm(c, event, armed)
+        core.write(c)
+        sched.write([armed, None, pnow, 0])
+        yield from out
+
+    def on_event(self, inbox, core,
+                 sched, event,
+                 key, ts):
+        now = _micros(ts)
+        armed, parmed, pnow, count = sched.read() or [None, None, 0.0, 0]
+        c = self._fold(key, inbox, core)
+        out = list(self._late_out(ts))
+        out.extend(self.fire_deadlines(key, c, now, ts))
+        armed = self._rearm(c, event, None)
+        core.write(c)
+        sched.write([armed, parmed, pnow, count])
+        yield from out
+
+    def _rearm(self, c, event, armed):
+        nxt = self.next_deadline(c)
+        if nxt is not None and nxt != armed:
+            event.set(_when(nxt))
+        return nxt
+
+    # -- rows ----------------------------------------------------------------------------------
+    def _pane(self, system, c, wid, pane, final, ts):
+        p = self.panes(c)[wid]
+        start, end, prefix = self.window_of(c, wid)
+        current = self.window_rows(c, wid)  # {label: [(metric, value, n, se), ...]}
+        idx = p[_PaneState.NEXT]
+        extra = dict(pane=pane, pane_index=idx, is_final=bool(final))
+        rows = []
+        emitted = p[_PaneState.EMITTED]
+        for label in sorted(current):
+            out_label = label if prefix is None else (prefix if label == "all" else f"{prefix},{label}")
+            for metric, value, n, se in current[label]:
+                rows.append(metric_row(start, end, out_label, system, metric, value, n, se, **extra))
+        for label, metrics in sorted(emitted.items()):  # emptied since: an empty row replaces it
+            have = {m for m, *_ in current.get(label, [])}
+            out_label = label if prefix is None else (prefix if label == "all" else f"{prefix},{label}")
+            for metric in metrics:
+                if metric not in have:
+                    rows.append(metric_row(start, end, out_label, system, metric, math.nan, 0, None, **extra))
+        for label, rs in current.items():  # every row ever emitted stays in the window's panes
+            have = emitted.setdefault(label, [])
+            have.extend(m for m, *_ in rs if m not in have)
+        p[_PaneState.DIRTY] = False
+        if pane == "on_time":
+            p[_PaneState.ONTIME] = True
+        if not rows:
+            return
+        p[_PaneState.NEXT] = idx + 1
+        _tally(self.cfg.run, f"panes_{pane}")
+        yield pvalue.TaggedOutput("panes", TimestampedValue(rows, ts))
+        for r in rows:
+            yield TimestampedValue(r, ts)
+
+    def _rank_rows(self, merged_rank):
+        """{label: [nreq, mm state]} -> rows of the ranking metrics."""
+        out = {}
+        for label, (nreq, st) in merged_rank.items():
+            if nreq <= 0:
+                continue
+            res = self.mean.extract_output(st)
+            out[label] = [(name, v, n, se) for name, (v, n, se) in zip(self.names, res)]
+        return out
+
+    def _ctr_rows(self, merged_ctr, out):
+        for label, by_pos in merged_ctr.items():
+            by_pos = {p: v for p, v in by_pos.items() if v[0] > 0}
+            if not by_pos:
+                continue
+            (ctr, n, se), per_pos = self.ctr_fn.extract_output(by_pos)
+            rows = out.setdefault(label, [])
+            rows.append(("ctr", ctr, n, se))
+            for pos, (v, n2, se2) in per_pos.items():
+                rows.append((f"ctr@pos{pos}", v, n2, se2))
+        return out
+
+
+class _AggregateFn(beam.DoFn):
+    """Keyed state of systems: panes (logic in :class:`_WindowAggregate` / :class:`_SessionAggregate`)."""
+
+    INBOX, CORE, SCHED = _AggregateBase.INBOX, _AggregateBase.CORE, _AggregateBase.SCHED
+    EVENT, PROC = _AggregateBase.EVENT, _AggregateBase.PROC
+
+    def __init__(self, logic):
+        self.logic = logic
+
+    def process(self, kv, inbox=beam.DoFn.StateParam(INBOX), core=beam.DoFn.StateParam(CORE),
+                sched=beam.DoFn.StateParam(SCHED), event=beam.DoFn.TimerParam(EVENT),
+                proc=beam.DoFn.TimerParam(PROC), ts=beam.DoFn.TimestampParam):
+        return self.logic.process(kv, inbox, core, sched, event, proc, ts)
+
+    @on_timer(PROC)
+    def on_proc(self, inbox=beam.DoFn.StateParam(INBOX), core=beam.DoFn.StateParam(CORE),
+                sched=beam.DoFn.StateParam(SCHED), event=beam.DoFn.TimerParam(EVENT),
+                key=beam.DoFn.KeyParam, ts=beam.DoFn.TimestampParam):
+        return self.logic.on_proc(inbox, core, sched, event, key, ts)
+
+    @on_timer(EVENT)
+    def on_event(self, inbox=beam.DoFn.StateParam(INBOX), core=beam.DoFn.StateParam(CORE),
+                 sched=beam.DoFn.StateParam(SCHED), event=beam.DoFn.TimerParam(EVENT),
+                 key=beam.DoFn.KeyParam, ts=beam.DoFn.TimestampParam):
+        return self.logic.on_event(inbox, core, sched, event, key, ts)

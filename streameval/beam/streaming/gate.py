@@ -1,0 +1,106 @@
+"""Stage 2, the gate (fixed and sliding windows only; one key): the lateness of raw events against
+the sub-windows that already closed.
+
+Input: ``(0, pieces)`` from :mod:`.prepare`. Output: ``(shard, [closed_upto, pieces])`` to the
+requests stage (main output; ``closed_upto``: micros up to which windows are closed, or None) and
+``(query_id, [("upto", closed_upto), ("judg", entries)])`` to the queries stage (``"queries"``).
+An impression or click whose sub-window closed is counted (``late:impression``, ``late:click``)
+and travels on as a late record (``("side", dead_letter)``, shard 0). Replays and duplicates pass
+through: they are decided downstream, per request.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.coders import FastPrimitivesCoder
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+
+from .common import _fmt_us, _late_record, _micros, _tally_late, _when
+from .prepare import _by_shard
+from .windows import WindowSpec
+
+
+# --------------------------------------------------------------------------------------------
+# the gate: lateness of raw events against the windows that already closed
+
+class _GateFn(beam.DoFn):
+    """One key. Remembers the sub-windows it has seen data for and sets an event-time timer at
+    each one's expiry (end + allowed lateness), in order; when the timer fires the watermark has
+    passed that expiry, so every sub-window up to it is closed. An impression or click whose own
+    sub-window is closed is late data: counted and sent to the late output. (A sub-window in which
+    no event was ever seen and which closed before its first event arrives cannot be told apart
+    from an open one: its data is accepted and reported in an immediately final pane.)"""
+
+    STATE = ReadModifyWriteStateSpec("gate", FastPrimitivesCoder())  # [fired sub or None, pending subs]
+    TICK = TimerSpec("tick", TimeDomain.WATERMARK)
+
+    def __init__(self, spec: WindowSpec, lateness: int, shards: int, run: str = ""):
+        self.spec = spec
+        self.lateness = lateness
+        self.shards = shards
+        self.run = run
+
+    def _expiry(self, k):
+        return (k + 1) * self.spec.period + self.lateness
+
+    def process(self, kv, state=beam.DoFn.StateParam(STATE), tick=beam.DoFn.TimerParam(TICK)):
+        _, msgs = kv
+        st = state.read() or [None, []]
+        fired, pending = st
+        pending_set = set(pending)
+        before = pending[0] if pending else None
+        keep_msgs = []
+        late = []
+        side = []
+        judgments = []
+        for m in msgs:
+            if m[0] == "side":
+                side.append(m)
+                continue
+            if m[0] == "judg":
+                judgments.append(m)
+                continue
+            kind, rid, items = m
+            keep = []
+            for it in items:
+                ts = it["timestamp"] if kind == "imp" else it[1]
+                k = self.spec.sub(ts)
+                if fired is not None and k <= fired:
+                    late.append(_late_record(
+                        f"late:{'impression' if kind == 'imp' else 'click'}",
+                        it if kind == "imp" else it[3],
+                        f"event time {_fmt_us(ts)} is in a window that closed at {_fmt_us(self._expiry(k))} "
+                        f"(window end + allowed lateness)"))
+                    continue
+                keep.append(it)
+                pending_set.add(k)
+            if keep:
+                keep_msgs.append((kind, rid, keep))
+        if late:
+            _tally_late(self.run, late)
+            side.extend(("side", r) for r in late)
+        pending = sorted(pending_set)
+        if pending and pending[0] != before:
+            tick.set(_when(self._expiry(pending[0])))
+        state.write([fired, pending])
+        closed_upto = None if fired is None else self._expiry(fired)
+        for _, query, js in judgments:
+            yield pvalue.TaggedOutput("queries", (query, [("upto", closed_upto), ("judg", js)]))
+        parts = dict(_by_shard(keep_msgs, self.shards))
+        if side:
+            parts.setdefault(0, []).extend(side)
+        for shard, ms in parts.items():
+            yield shard, [closed_upto, ms]
+
+    @on_timer(TICK)
+    def on_tick(self, state=beam.DoFn.StateParam(STATE), tick=beam.DoFn.TimerParam(TICK),
+                ts=beam.DoFn.TimestampParam):
+        fired, pending = state.read() or [None, []]
+        now = _micros(ts)
+        while pending and self._expiry(pending[0]) <= now:
+            fired = pending.pop(0) if fired is None else max(fired, pending.pop(0))
+        if pending:
+            tick.set(_when(self._expiry(pending[0])))
+        state.write([fired, pending])

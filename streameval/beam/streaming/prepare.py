@@ -1,0 +1,184 @@
+"""Stage 1, input preparation (stateless): validation of raw events and coarse grouping.
+
+Elements are records (dicts) or lists of records. Each valid record is counted
+(``<kind>s_read``, ``<kind>s_valid``), grouped by request id (impressions, clicks) or query id
+(judgments) and sent on as *pieces*: ``(tag, request_id, entries)`` with ``tag`` ``"imp"``
+(entries: the impression dicts) or ``"click"`` (entries: click entries, below), and
+``("judg", query_id, [[item, ts, grade, raw json], ...])``; invalid records become dead letters
+(``("side", dead_letter)``; counted ``rejected:<kind>:<reason>``). With a gate (fixed and sliding
+windows) every piece goes to the gate under key 0; without one (sessions) impressions and clicks
+go to their request shard as ``(shard, [None, pieces])`` and judgments to their query as
+``(query_id, [("judg", entries)])``.
+
+A click entry is ``[item, ts (micros), system or None, raw json, fate, event key]``; its fate is
+``_PENDING`` until the requests stage decides it when the click's window closes:
+``_ACCEPTED`` (it matched an impression) or ``_DEAD`` (a dead letter).
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam import pvalue
+
+from ...io import records
+from .common import _SEP, _SIDE_KEY, _shard, _tally
+
+# the fate of a click event (the fifth field of a click entry)
+_PENDING, _ACCEPTED, _DEAD = 0, 1, 2
+
+
+# --------------------------------------------------------------------------------------------
+# input preparation (stateless): validation, coarse grouping
+
+def _as_list(element):
+    if isinstance(element, (list, tuple)):
+        return element
+    return [element]
+
+
+class _PrepareEvents(beam.DoFn):
+    """Validates events (a dict or a list of dicts per element) with ``check``, groups them by
+    request id and sends the pieces (``(tag, request_id, entries)``) to the gate (key 0) or, without a
+    gate, to their request shard; invalid ones go on as dead letters. Subclasses set ``kind`` (the
+    counters' ``<kind>s_read`` / ``<kind>s_valid`` / ``rejected:<kind>:...``), ``tag``, ``check`` and
+    ``entry`` (what the requests stage keeps of a valid record)."""
+
+    kind = tag = ""
+
+    def __init__(self, source, gate: bool, shards: int, run: str = ""):
+        self.source = source
+        self.gate = gate
+        self.shards = shards
+        self.run = run
+
+    def check(self, rec):
+        raise NotImplementedError
+
+    def entry(self, rec):
+        raise NotImplementedError
+
+    def process(self, element):
+        by_req: dict = {}
+        dead = []
+        recs = _as_list(element)
+        _tally(self.run, f"{self.kind}s_read", len(recs))
+        for rec in recs:
+            reason = self.check(rec)
+            if reason is not None:
+                _tally(self.run, f"rejected:{self.kind}:{_reason_key(reason)}")
+                dead.append({"source": self.source, "raw": records.to_json_text(rec), "reason": reason})
+                continue
+            by_req.setdefault(rec["request_id"], []).append(self.entry(rec))
+        _tally(self.run, f"{self.kind}s_valid", len(recs) - len(dead))
+        msgs = [(self.tag, rid, entries) for rid, entries in by_req.items()]
+        side = [("side", d) for d in dead]
+        if self.gate:
+            if msgs or side:
+                yield (0, msgs + side)
+        else:
+            parts = dict(_by_shard(msgs, self.shards))
+            if side:
+                parts.setdefault(0, []).extend(side)
+            for shard, ms in parts.items():
+                yield shard, [None, ms]
+
+
+class _PrepareImpressions(_PrepareEvents):
+    kind, tag = "impression", "imp"
+
+    def check(self, rec):
+        return records.check_impression(rec)
+
+    def entry(self, rec):
+        return dict(rec)
+
+
+def _by_shard(msgs, shards):
+    out: dict = {}
+    for m in msgs:
+        out.setdefault(_shard(m[1], shards), []).append(m)
+    return list(out.items())
+
+
+def _reason_key(reason):
+    from ..transforms import reason_key
+
+    return reason_key(reason)
+
+
+def check_click(rec) -> str | None:
+    """Reason why ``rec`` is not a usable click event (``request_id``, ``item_id``, ``timestamp``,
+    optional ``system_id`` and ``event_id``), or None."""
+    if not isinstance(rec, dict):
+        return f"record is not a mapping but {type(rec).__name__}"
+    for f in ("request_id", "item_id"):
+        v = rec.get(f)
+        if not isinstance(v, str) or not v:
+            return f"{f} must be a non-empty string"
+    ts = rec.get("timestamp")
+    if not isinstance(ts, int) or isinstance(ts, bool):
+        return "timestamp must be integer microseconds since the epoch"
+    s = rec.get("system_id")
+    if s is not None and not isinstance(s, str):
+        return "system_id must be a string or null"
+    e = rec.get("event_id")
+    if e is not None and (not isinstance(e, str) or not e):
+        return "event_id must be a non-empty string or null"
+    return None
+
+
+def click_event_key(rec) -> str:
+    """The identity of a click event for de-duplication: its ``event_id``, or without one its
+    ``(request_id, item_id, timestamp)``."""
+    e = rec.get("event_id")
+    if e:
+        return "e" + _SEP + e
+    return "k" + _SEP + rec["request_id"] + _SEP + rec["item_id"] + _SEP + str(int(rec["timestamp"]))
+
+
+class _PrepareClicks(_PrepareEvents):
+    kind, tag = "click", "click"
+
+    def check(self, rec):
+        return check_click(rec)
+
+    def entry(self, rec):
+        # a click: [item, ts, system or None, raw json, fate, event key]
+        return [rec["item_id"], int(rec["timestamp"]), rec.get("system_id"), records.to_json_text(rec), _PENDING,
+                click_event_key(rec)]
+
+
+class _PrepareJudgments(beam.DoFn):
+    """Validates judgments (grades within ``grade_range`` when given) and groups them by query: to
+    the gate (which stamps them with the windows closed so far) or, without a gate, straight to
+    their query."""
+
+    def __init__(self, source, gate: bool, run: str = "", grade_range=None):
+        self.source = source
+        self.gate = gate
+        self.run = run
+        self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
+
+    def process(self, element):
+        by_q: dict = {}
+        dead = []
+        recs = _as_list(element)
+        _tally(self.run, "judgments_read", len(recs))
+        for rec in recs:
+            reason = records.check_judgment(rec, self.grade_range)
+            if reason is not None:
+                _tally(self.run, f"rejected:judgment:{_reason_key(reason)}")
+                dead.append({"source": self.source, "raw": records.to_json_text(rec), "reason": reason})
+                continue
+            by_q.setdefault(rec["query_id"], []).append(
+                [rec["item_id"], int(rec.get("timestamp") or 0), int(rec["grade"]), records.to_json_text(rec)])
+        _tally(self.run, "judgments_valid", len(recs) - len(dead))
+        if self.gate:
+            msgs = [("judg", q, js) for q, js in by_q.items()] + [("side", d) for d in dead]
+            if msgs:
+                yield pvalue.TaggedOutput("gate", (0, msgs))
+            return
+        if dead:
+            yield (_SIDE_KEY, [("side", d) for d in dead])
+        for q, js in by_q.items():
+            yield (q, [("judg", js)])

@@ -1,0 +1,128 @@
+"""The replay source: :class:`Replay` plays recorded events in event-time order with a watermark
+(a ``TestStream``; run it on the local streaming runner), and :func:`replay_clock` is its
+processing time (seconds from the replay's start) for ``StreamMetrics(clock=replay_clock)``.
+
+Record times are integer microseconds since the epoch; ``("watermark", micros)`` steps are
+rounded down to milliseconds (a ``TestStream`` keeps milliseconds). An unknown step kind raises
+``ValueError`` when the transform is applied.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.coders import FastPrimitivesCoder
+from apache_beam.transforms.window import TimestampedValue
+from apache_beam.utils.timestamp import MAX_TIMESTAMP
+
+from .common import _when
+from .windows import parse_duration
+
+# The replay's processing time. Replay sets it as it plays each step (the local runner's test
+# clock advances by the same amounts), so processing-time timers set from it fire in step with
+# the replay. Only meaningful when the replay and the pipeline run in one process (local runner).
+_REPLAY_NOW = [0.0]
+
+
+def replay_clock() -> float:
+    """The processing time of the running :class:`Replay` (seconds from the replay's start); pass
+    ``clock=replay_clock`` to :class:`StreamMetrics` when replaying on the local runner."""
+    return _REPLAY_NOW[0]
+
+
+# --------------------------------------------------------------------------------------------
+# the replay source (TestStream)
+
+class _ReplayFanout(beam.DoFn):
+    def __init__(self, loader=None):
+        self.loader = loader
+
+    def process(self, element):
+        kind, payload, ptime = element
+        _REPLAY_NOW[0] = float(ptime)
+        if kind == "chunk":
+            for k, recs in self.loader(payload):
+                if recs:
+                    yield pvalue.TaggedOutput(k, recs)
+            return
+        yield pvalue.TaggedOutput(kind, payload)
+
+
+class Replay(beam.PTransform):
+    """Plays recorded events in event-time order with a watermark, as a TestStream (run it on the
+    local streaming runner, ``BundleBasedDirectRunner``, with ``streaming=True``).
+
+    ``p | Replay(steps)`` returns ``{"impressions", "judgments", "clicks"}``: PCollections whose
+    elements are lists of records, timestamped with the earliest event time of the list. ``steps``
+    is a list of
+
+    * ``("impressions" | "judgments" | "clicks", [records])``: events delivered together;
+    * ``("watermark", micros)``: the watermark advances (events behind it are late);
+    * ``("advance", seconds)``: processing time advances (early panes by processing time fire);
+    * ``("chunk", descriptor)``: ``loader(descriptor)`` yields ``(kind, records)`` when the chunk
+      plays (keeps the TestStream small: a generator or a file block instead of the records).
+
+    :meth:`from_records` builds the steps of an in-order replay of logs.
+    """
+
+    KINDS = ("impressions", "judgments", "clicks")
+
+    def __init__(self, steps, loader=None, label=None):
+        super().__init__(label)
+        self.steps = list(steps)
+        self.loader = loader
+
+    @classmethod
+    def from_records(cls, impressions=(), judgments=(), clicks=(), step="1h", pace=1.0, label=None):
+        """Steps replaying the records in event-time order: the events of each ``step`` of event
+        time are delivered together, then the watermark moves to the step's end and processing
+        time advances by ``pace`` seconds. Judgments without a timestamp play at time 0."""
+        step_us = parse_duration(step, "step")
+        groups: dict = defaultdict(lambda: {k: [] for k in cls.KINDS})
+        for kind, recs in (("impressions", impressions), ("judgments", judgments), ("clicks", clicks)):
+            for r in recs:
+                ts = int(r.get("timestamp") or 0)
+                groups[ts // step_us][kind].append(r)
+        steps = []
+        for s in sorted(groups):
+            for kind in ("judgments", "impressions", "clicks"):
+                recs = groups[s][kind]
+                if recs:
+                    recs.sort(key=lambda r: int(r.get("timestamp") or 0))
+                    steps.append((kind, recs))
+            steps.append(("watermark", (s + 1) * step_us))
+            if pace:
+                steps.append(("advance", float(pace)))
+        return cls(steps, label=label)
+
+    def expand(self, pbegin):
+        from apache_beam.testing.test_stream import TestStream
+
+        ts = TestStream(coder=FastPrimitivesCoder())
+        ptime = 0.0
+        for step in self.steps:
+            kind, arg = step
+            if kind == "watermark":  # a TestStream keeps milliseconds: round down (never ahead)
+                ts = ts.advance_watermark_to(_when(int(arg) - int(arg) % 1000))
+            elif kind == "advance":
+                ptime += float(arg)
+                ts = ts.advance_processing_time(float(arg))
+            elif kind == "chunk":
+                ts = ts.add_elements([TimestampedValue(("chunk", arg, ptime), _when(arg[0] if isinstance(
+                    arg, (list, tuple)) else 0))])
+            elif kind in self.KINDS:
+                if not arg:
+                    continue
+                t0 = min(int(r.get("timestamp") or 0) if isinstance(r, dict) else 0 for r in arg)
+                ts = ts.add_elements([TimestampedValue((kind, list(arg), ptime), _when(t0))])
+            else:
+                raise ValueError(f"unknown replay step {kind!r}")
+        # close every window while the watermark is still finite (windows expire at +inf: what
+        # fires then would be late for a downstream GroupByKey, e.g. the file writers'), then end
+        end = MAX_TIMESTAMP.micros - MAX_TIMESTAMP.micros % 1000 - 86_400_000_000_000
+        ts = ts.advance_watermark_to(_when(end)).advance_watermark_to_infinity()
+        out = (pbegin | "TestStream" >> ts
+               | "Fanout" >> beam.ParDo(_ReplayFanout(self.loader)).with_outputs(*self.KINDS))
+        return {k: out[k] for k in self.KINDS}

@@ -1,0 +1,213 @@
+"""The public transform: :class:`StreamMetrics` wires the stages (:mod:`.prepare`, :mod:`.gate`,
+:mod:`.requests`, :mod:`.queries`, :mod:`.aggregate`) into one pipeline and reports its record
+counts (:meth:`StreamMetrics.counts`, :meth:`StreamMetrics.accounting`).
+
+Stage graph (fixed and sliding windows; sessions have no gate: pieces go from the preparation
+straight to their request shard or query)::
+
+    impressions, clicks -> Prepare(Impressions|Clicks) -> Gate (key 0) -> Requests (key: shard)
+    judgments           -> PrepareJudgments            -> Gate         -> Queries (key: query id)
+    Requests -> Queries -> Aggregate (key: system)
+
+Without judgments (click metrics only) there is no queries stage: the requests stage sends click
+counts straight to the aggregate. ``StreamMetrics(...)`` raises ``ValueError`` on invalid
+settings (see its docstring).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import apache_beam as beam
+from apache_beam import typehints
+
+from ...io import cleaning
+from ..transforms import ScoreRankings, parse_slices
+from .aggregate import _AggregateFn
+from .common import stream_counts
+from .gate import _GateFn
+from .prepare import _PrepareClicks, _PrepareImpressions, _PrepareJudgments
+from .queries import _QueriesFn
+from .requests import _RequestsFn
+from .session_aggregate import _SessionAggregate
+from .window_aggregate import _WindowAggregate
+from .windows import WindowSpec, _Config, parse_duration
+
+
+class StreamMetrics(beam.PTransform):
+    """``impressions | StreamMetrics(judgments, metrics, window="1h", ...)`` -> metric rows with
+    panes (metric_result dicts; ``pane`` is ``"early"``, ``"on_time"`` or ``"late"``, ``pane_index``
+    counts the window's panes from 0, ``is_final`` marks the last one).
+
+    Inputs are unbounded PCollections (bounded ones work too) whose elements are records or lists
+    of records (coarse elements are faster: send a page view's impressions together), timestamped
+    with their event time: ``impressions`` (impression schema), ``judgments`` (judgment schema;
+    optional: without it only click metrics are computed) and ``clicks`` (optional click events
+    ``{request_id, item_id, timestamp, system_id?}``).
+
+    * ``window``: a :class:`WindowSpec` or text (``"1h"``, ``"1h/10m"`` sliding,
+      ``"session:30m"``, ``"session:30m/request"``).
+    * ``early_every`` (a duration of processing time) and ``early_count`` (request updates):
+      early panes before the watermark passes the window's end; also used for late panes.
+      Without them, late data fires a late pane as soon as the watermark moves.
+    * ``allowed_lateness``: how long after a window's end data still updates it; the final pane
+      fires then. Later data is counted and written to ``self.late`` (dead_letter records), never
+      dropped silently.
+    * ``attribution_delay``: a click event joins the impressions of its request and item served at
+      most this long before it (keep ``allowed_lateness`` >= the delay, or clicks on impressions at
+      a window's end arrive after it closed and go to the late output).
+    * metric options, ``slices``: as :class:`~streameval.beam.transforms.ScoreRankings`;
+      ``ctr=False`` skips click metrics.
+    * ``request_shards``: requests are kept in this many keyed states (a bounded key space: the
+      local runner keeps a record per key ever seen; raise it on distributed runners).
+    * ``retention``: how long a final request is remembered (its later pieces are late data);
+      default the window size or the allowed lateness, whichever is longer.
+    * ``clock``: processing-time source for ``early_every`` (default wall time; pass
+      :func:`replay_clock` when replaying on the local runner).
+    * ``judgment_conflicts``: ``"latest"`` (default), ``"max"`` or ``"reject"``: how judgments of one
+      (query, item) that disagree are resolved (:func:`streameval.io.cleaning.resolve_judgment`, as
+      in batch); ``grade_range=(lo, hi)``: judgments with a grade outside are dead letters.
+
+    Repeated input (as in batch, :func:`streameval.io.cleaning.clean_request`): impressions of one
+    ``(system_id, request_id)`` replayed with the same ``event_id`` and content are duplicates and
+    change nothing; the same ``event_id`` with other content and an item served twice are dead
+    letters, decided on all the request's records whatever their order (a better copy arriving
+    later replaces the kept one in the request's next version). Click events are de-duplicated by
+    ``event_id`` (without one, by ``(request_id, item_id, timestamp)``).
+
+    Record accounting: :meth:`counts` (the counters of
+    :mod:`streameval.beam.accounting`, taken where each record's fate is final) and
+    :meth:`accounting` (the summary and the identities that do not hold).
+
+    After the transform is applied: ``self.panes`` (one element per pane: its rows),
+    ``self.side`` (all records the stream set aside), ``self.late`` (the late data among them) and
+    ``self.dead_letters`` (the rest: invalid records, requests that cannot be scored, click events
+    that matched no impression); ``late`` and ``dead_letters`` are filters of ``side`` added on
+    first use.
+    """
+
+    def __init__(self, judgments=None, metrics=None, window="1h", slices=(), clicks=None,
+                 early_every=None, early_count=None, allowed_lateness=0, attribution_delay="30m",
+                 relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
+                 tie_break="docno", depth=None, score_precision="float32", ctr=True, request_shards=16,
+                 retention=None, clock=None, source="stream", judgment_conflicts="latest", grade_range=None,
+                 label=None):
+        super().__init__(label)
+        if judgment_conflicts not in cleaning.JUDGMENT_POLICIES:
+            raise ValueError(f"judgment_conflicts must be one of {cleaning.JUDGMENT_POLICIES}, "
+                             f"got {judgment_conflicts!r}")
+        if grade_range is not None:
+            lo, hi = (int(g) for g in grade_range)
+            if lo > hi:
+                raise ValueError(f"grade_range: lowest grade {lo} above highest {hi}")
+            grade_range = (lo, hi)
+        self.grade_range = grade_range
+        self.judgments = judgments
+        self.clicks = clicks
+        spec = WindowSpec.parse(window)
+        ranking = judgments is not None
+        if ranking and not metrics:
+            raise ValueError("metrics are required with judgments")
+        if not ranking and not ctr:
+            raise ValueError("nothing to compute: no judgments and ctr=False")
+        sr = ScoreRankings(None, metrics or ["P@1"], slices=slices, relevance_level=relevance_level, gain=gain,
+                           ideal=ideal, err_max_grade=err_max_grade, order=order, tie_break=tie_break,
+                           depth=depth, score_precision=score_precision)
+        lateness = parse_duration(allowed_lateness, "allowed_lateness", allow_zero=True)
+        early_seconds = None if early_every in (None, 0, "0", "none") else \
+            parse_duration(early_every, "early_every") / 1e6
+        if early_count is not None and int(early_count) < 1:
+            raise ValueError("early_count must be positive")
+        if request_shards < 1:
+            raise ValueError("request_shards must be positive")
+        window_us = spec.size
+        self.cfg = _Config(
+            spec=spec, lateness=lateness,
+            delay=parse_duration(attribution_delay, "attribution_delay", allow_zero=True),
+            retention=parse_duration(retention, "retention") if retention else max(window_us, lateness, 1),
+            early_seconds=early_seconds, early_count=int(early_count) if early_count else None,
+            ranking=ranking, ctr=bool(ctr), specs=sr.specs if ranking else [], options=sr.options, ops=sr.ops,
+            slice_specs=parse_slices(slices), attr_keys=sorted({n for s in parse_slices(slices) for n in s}),
+            shards=int(request_shards), clock=clock,
+            cleanup=spec.period if spec.windowed else spec.size,
+            run=uuid.uuid4().hex, source=str(source), policy=judgment_conflicts)
+        self.source = str(source)
+        self.panes = None
+        self.side = None
+
+    def expand(self, impressions):
+        cfg = self.cfg
+        gate = cfg.spec.windowed
+
+        def keyed(pc, key_type):
+            # the key coder of a stateful stage comes from its input's element type
+            pc.element_type = typehints.Tuple[key_type, typehints.Any]
+            return pc
+
+        pieces = [impressions | "PrepareImpressions" >> beam.ParDo(
+            _PrepareImpressions(self.source, gate, cfg.shards, cfg.run))]
+        if self.clicks is not None:
+            pieces.append(self.clicks | "PrepareClicks" >> beam.ParDo(
+                _PrepareClicks(self.source, gate, cfg.shards, cfg.run)))
+        to_queries = []
+        if cfg.ranking:
+            jud = self.judgments | "PrepareJudgments" >> beam.ParDo(
+                _PrepareJudgments(self.source, gate, cfg.run, self.grade_range)).with_outputs("gate", main="queries")
+            to_queries.append(jud.queries)
+            if gate:
+                pieces.append(jud.gate)
+        merged = tuple(pieces) | "AllPieces" >> beam.Flatten() if len(pieces) > 1 else pieces[0]
+        if gate:
+            gated = keyed(merged, int) | "Gate" >> beam.ParDo(
+                _GateFn(cfg.spec, cfg.lateness, cfg.shards, cfg.run)).with_outputs("queries", main="shards")
+            merged = gated.shards
+            to_queries.append(gated.queries)
+        reqs = keyed(merged, int) | "Requests" >> beam.ParDo(_RequestsFn(cfg)).with_outputs("queries", main="systems")
+        to_systems = [reqs.systems]
+        if cfg.ranking:
+            q_in = tuple(to_queries + [reqs.queries]) | "ToQueries" >> beam.Flatten()
+            to_systems.append(keyed(q_in, str) | "Queries" >> beam.ParDo(_QueriesFn(cfg)))
+        agg_fn = _AggregateFn(_WindowAggregate(cfg) if gate else _SessionAggregate(cfg))
+        agg_in = tuple(to_systems) | "ToSystems" >> beam.Flatten() if len(to_systems) > 1 else to_systems[0]
+        agg = keyed(agg_in, str) | "Aggregate" >> beam.ParDo(agg_fn).with_outputs("panes", "side", main="rows")
+        self.panes = agg.panes
+        self.side = agg.side
+        return agg.rows
+
+    def counts(self) -> dict:
+        """The record counts (``impressions_read``, ``impressions_accepted``,
+        ``duplicate:impression``, ``rejected:impression:<reason>``, ``late:impression``, ... and
+        the same for judgments and clicks; see :mod:`streameval.beam.accounting`) taken by this
+        transform in this process: complete after the pipeline ran on a runner in this process
+        (the local runners). The same counts go to Beam counters for other runners."""
+        return stream_counts(self.cfg.run)
+
+    def accounting(self, unreadable=None, counts=None):
+        """``(summary, problems)`` of :func:`streameval.beam.accounting.account` on
+        :meth:`counts` (or ``counts``)."""
+        from ..accounting import account
+
+        return account(self.counts() if counts is None else counts, ranking=self.cfg.ranking, ctr=self.cfg.ctr,
+                       unreadable=unreadable)
+
+    @property
+    def late(self):
+        """Late data (dead_letter records whose source starts with ``late:``); available after the
+        transform is applied."""
+        return self._side_part("late")
+
+    @property
+    def dead_letters(self):
+        """Invalid records, requests that cannot be scored and click events that matched no
+        impression (dead_letter records)."""
+        return self._side_part("dead")
+
+    def _side_part(self, which):
+        if self.side is None:
+            return None
+        cache = self.__dict__.setdefault("_parts", {})
+        if which not in cache:
+            is_late = (lambda r: r["source"].startswith("late:"))
+            keep = is_late if which == "late" else (lambda r: not is_late(r))
+            cache[which] = self.side | f"{self.label}/{which.capitalize()}Records" >> beam.Filter(keep)
+        return cache[which]
