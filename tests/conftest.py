@@ -9,7 +9,7 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-pytest_plugins = ["tests.fixtures_portable"]
+pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_portable"]
 
 
 def data_path(*parts) -> Path:
