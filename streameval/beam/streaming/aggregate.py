@@ -17,6 +17,8 @@ A request's contribution is replaced, never added twice: the old one is subtract
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -82,21 +84,62 @@ def _version_of(m):
     return (m[1], m[3][0]) if m[0] == "rank" else (m[1], m[2])
 
 
+@dataclass(slots=True)
 class _PaneState:
-    """Book-keeping of one output window: next pane index, whether the on-time pane fired, the
-    (label, metric) rows emitted so far (to retract them if they empty), and whether it changed."""
+    """Book-keeping of one output window: ``next_index``, the index of its next pane;
+    ``on_time``, whether the on-time pane fired; ``emitted``, the metrics of the rows emitted so
+    far per slice label (``{label: [metric, ...]}``, to retract them if they empty); ``dirty``,
+    whether it changed since its last pane; ``end``, a session's end (micros; None for fixed and
+    sliding windows, whose bounds follow from their index). State: ``[next_index, on_time,
+    emitted, dirty]``, plus ``end`` for a session."""
 
-    NEXT, ONTIME, EMITTED, DIRTY = range(4)
+    next_index: int = 0
+    on_time: bool = False
+    emitted: dict = field(default_factory=dict)
+    dirty: bool = False
+    end: int | None = None
 
-    @staticmethod
-    def new():
-        return [0, False, {}, False]
+    @classmethod
+    def from_state(cls, value) -> "_PaneState":
+        return cls(*value)
+
+    def to_state(self) -> list:
+        state = [self.next_index, self.on_time, self.emitted, self.dirty]
+        if self.end is not None:
+            state.append(self.end)
+        return state
+
+
+class _Schedule(NamedTuple):
+    """The aggregate's firing book-keeping (per system): ``armed``, the time (micros) the event
+    timer is set for, or None; ``proc_armed``, the processing time (seconds) the early-pane timer
+    is set for, or None; ``proc_now``, the latest processing time seen (seconds); ``count``,
+    updates since the last early pane. State: ``[armed, proc_armed, proc_now, count]``."""
+
+    armed: int | None
+    proc_armed: float | None
+    proc_now: float
+    count: int
+
+    @classmethod
+    def read(cls, state) -> "_Schedule":
+        value = state.read()
+        return cls(None, None, 0.0, 0) if value is None else cls(*value)
+
+    def write(self, state) -> None:
+        state.write(list(self))
 
 
 class _AggregateBase:
+    """The logic shared by the aggregates. A subclass keeps its core state as a named object
+    (``new_core``; ``core_from_state`` / its ``to_state`` convert from and to the primitives kept
+    in the ``CORE`` state) and says which windows exist (``panes``, ``pane_ids``, ``window_of``),
+    how messages change them (``apply``, ``reject``, ``candidate``), their rows
+    (``window_rows``) and when they fire (``next_deadline``, ``fire_deadlines``)."""
+
     INBOX = BagStateSpec("inbox", FastPrimitivesCoder())
     CORE = ReadModifyWriteStateSpec("core", FastPrimitivesCoder())
-    SCHED = ReadModifyWriteStateSpec("sched", FastPrimitivesCoder())  # [armed event, armed proc, proc now, count]
+    SCHED = ReadModifyWriteStateSpec("sched", FastPrimitivesCoder())  # a _Schedule
     EVENT = TimerSpec("event", TimeDomain.WATERMARK)
     PROC = TimerSpec("proc", TimeDomain.REAL_TIME)
 
@@ -119,7 +162,7 @@ class _AggregateBase:
                 yield pvalue.TaggedOutput("side", m[1])
             return
         inbox.add(msgs)
-        armed, parmed, pnow, count = sched.read() or [None, None, 0.0, 0]
+        armed, parmed, pnow, count = _Schedule.read(sched)
         count += len(msgs)
         cand = self.candidate(msgs)
         if cand is not None and (armed is None or cand < armed):
@@ -134,11 +177,12 @@ class _AggregateBase:
             c = self._fold(system, inbox, core)
             yield from self._emit_dirty(system, c, ts)
             armed = self._rearm(c, event, armed)
-            core.write(c)
-        sched.write([armed, parmed, pnow, count])
+            core.write(c.to_state())
+        _Schedule(armed, parmed, pnow, count).write(sched)
 
     def _fold(self, system, inbox, core):
-        c = core.read() or self.new_core()
+        value = core.read()
+        c = self.new_core() if value is None else self.core_from_state(value)
         batches = list(inbox.read())
         inbox.clear()
         self._rejects = []
@@ -164,33 +208,33 @@ class _AggregateBase:
         yield from self._late_out(ts)
         for wid in self.pane_ids(c):
             p = self.panes(c)[wid]
-            if p[_PaneState.DIRTY]:
-                pane = "late" if p[_PaneState.ONTIME] else "early"
+            if p.dirty:
+                pane = "late" if p.on_time else "early"
                 yield from self._pane(system, c, wid, pane, False, ts)
 
     def on_proc(self, inbox, core,
                 sched, event,
                 key, ts):
-        armed, parmed, pnow, count = sched.read() or [None, None, 0.0, 0]
+        armed, parmed, pnow, count = _Schedule.read(sched)
         pnow = max(pnow, float(ts))
         c = self._fold(key, inbox, core)
         out = list(self._emit_dirty(key, c, _when(self.last_event(c))))
         armed = self._rearm(c, event, armed)
-        core.write(c)
-        sched.write([armed, None, pnow, 0])
+        core.write(c.to_state())
+        _Schedule(armed, None, pnow, 0).write(sched)
         yield from out
 
     def on_event(self, inbox, core,
                  sched, event,
                  key, ts):
         now = _micros(ts)
-        armed, parmed, pnow, count = sched.read() or [None, None, 0.0, 0]
+        armed, parmed, pnow, count = _Schedule.read(sched)
         c = self._fold(key, inbox, core)
         out = list(self._late_out(ts))
         out.extend(self.fire_deadlines(key, c, now, ts))
         armed = self._rearm(c, event, None)
-        core.write(c)
-        sched.write([armed, parmed, pnow, count])
+        core.write(c.to_state())
+        _Schedule(armed, parmed, pnow, count).write(sched)
         yield from out
 
     def _rearm(self, c, event, armed):
@@ -204,10 +248,10 @@ class _AggregateBase:
         p = self.panes(c)[wid]
         start, end, prefix = self.window_of(c, wid)
         current = self.window_rows(c, wid)  # {label: [(metric, value, n, se), ...]}
-        idx = p[_PaneState.NEXT]
+        idx = p.next_index
         extra = dict(pane=pane, pane_index=idx, is_final=bool(final))
         rows = []
-        emitted = p[_PaneState.EMITTED]
+        emitted = p.emitted
         for label in sorted(current):
             out_label = label if prefix is None else (prefix if label == "all" else f"{prefix},{label}")
             for metric, value, n, se in current[label]:
@@ -221,12 +265,12 @@ class _AggregateBase:
         for label, rs in current.items():  # every row ever emitted stays in the window's panes
             have = emitted.setdefault(label, [])
             have.extend(m for m, *_ in rs if m not in have)
-        p[_PaneState.DIRTY] = False
+        p.dirty = False
         if pane == "on_time":
-            p[_PaneState.ONTIME] = True
+            p.on_time = True
         if not rows:
             return
-        p[_PaneState.NEXT] = idx + 1
+        p.next_index = idx + 1
         _tally(self.cfg.run, f"panes_{pane}")
         yield pvalue.TaggedOutput("panes", TimestampedValue(rows, ts))
         for r in rows:

@@ -11,6 +11,8 @@ through: they are decided downstream, per request.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.coders import FastPrimitivesCoder
@@ -18,12 +20,29 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 
 from .common import _fmt_us, _late_record, _micros, _tally_late, _when
-from .prepare import _by_shard
+from .prepare import _by_shard, _Click
 from .windows import WindowSpec
 
 
 # --------------------------------------------------------------------------------------------
 # the gate: lateness of raw events against the windows that already closed
+
+class _GateState(NamedTuple):
+    """The gate's state (its one key): ``fired``, the last closed sub-window (every one up to it is
+    closed) or None; ``pending``, the sorted sub-windows with data that are not closed yet. Kept
+    in Beam state as the list ``[fired, pending]``."""
+
+    fired: int | None
+    pending: list
+
+    @classmethod
+    def read(cls, state) -> "_GateState":
+        value = state.read()
+        return cls(None, []) if value is None else cls(*value)
+
+    def write(self, state) -> None:
+        state.write([self.fired, self.pending])
+
 
 class _GateFn(beam.DoFn):
     """One key. Remembers the sub-windows it has seen data for and sets an event-time timer at
@@ -33,7 +52,7 @@ class _GateFn(beam.DoFn):
     no event was ever seen and which closed before its first event arrives cannot be told apart
     from an open one: its data is accepted and reported in an immediately final pane.)"""
 
-    STATE = ReadModifyWriteStateSpec("gate", FastPrimitivesCoder())  # [fired sub or None, pending subs]
+    STATE = ReadModifyWriteStateSpec("gate", FastPrimitivesCoder())  # a _GateState
     TICK = TimerSpec("tick", TimeDomain.WATERMARK)
 
     def __init__(self, spec: WindowSpec, lateness: int, shards: int, run: str = ""):
@@ -47,8 +66,7 @@ class _GateFn(beam.DoFn):
 
     def process(self, kv, state=beam.DoFn.StateParam(STATE), tick=beam.DoFn.TimerParam(TICK)):
         _, msgs = kv
-        st = state.read() or [None, []]
-        fired, pending = st
+        fired, pending = _GateState.read(state)
         pending_set = set(pending)
         before = pending[0] if pending else None
         keep_msgs = []
@@ -65,12 +83,15 @@ class _GateFn(beam.DoFn):
             kind, rid, items = m
             keep = []
             for it in items:
-                ts = it["timestamp"] if kind == "imp" else it[1]
+                if kind == "imp":
+                    ts, raw = it["timestamp"], it
+                else:
+                    click = _Click.from_state(it)
+                    ts, raw = click.ts, click.raw
                 k = self.spec.sub(ts)
                 if fired is not None and k <= fired:
                     late.append(_late_record(
-                        f"late:{'impression' if kind == 'imp' else 'click'}",
-                        it if kind == "imp" else it[3],
+                        f"late:{'impression' if kind == 'imp' else 'click'}", raw,
                         f"event time {_fmt_us(ts)} is in a window that closed at {_fmt_us(self._expiry(k))} "
                         f"(window end + allowed lateness)"))
                     continue
@@ -84,7 +105,7 @@ class _GateFn(beam.DoFn):
         pending = sorted(pending_set)
         if pending and pending[0] != before:
             tick.set(_when(self._expiry(pending[0])))
-        state.write([fired, pending])
+        _GateState(fired, pending).write(state)
         closed_upto = None if fired is None else self._expiry(fired)
         for _, query, js in judgments:
             yield pvalue.TaggedOutput("queries", (query, [("upto", closed_upto), ("judg", js)]))
@@ -97,10 +118,10 @@ class _GateFn(beam.DoFn):
     @on_timer(TICK)
     def on_tick(self, state=beam.DoFn.StateParam(STATE), tick=beam.DoFn.TimerParam(TICK),
                 ts=beam.DoFn.TimestampParam):
-        fired, pending = state.read() or [None, []]
+        fired, pending = _GateState.read(state)
         now = _micros(ts)
         while pending and self._expiry(pending[0]) <= now:
             fired = pending.pop(0) if fired is None else max(fired, pending.pop(0))
         if pending:
             tick.set(_when(self._expiry(pending[0])))
-        state.write([fired, pending])
+        _GateState(fired, pending).write(state)

@@ -10,12 +10,14 @@ windows) every piece goes to the gate under key 0; without one (sessions) impres
 go to their request shard as ``(shard, [None, pieces])`` and judgments to their query as
 ``(query_id, [("judg", entries)])``.
 
-A click entry is ``[item, ts (micros), system or None, raw json, fate, event key]``; its fate is
-``_PENDING`` until the requests stage decides it when the click's window closes:
-``_ACCEPTED`` (it matched an impression) or ``_DEAD`` (a dead letter).
+A click entry (:class:`_Click`) travels as the list ``[item, ts (micros), system or None, raw
+json, fate, event key]``; its fate is ``_PENDING`` until the requests stage decides it when the
+click's window closes: ``_ACCEPTED`` (it matched an impression) or ``_DEAD`` (a dead letter).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -23,8 +25,30 @@ from apache_beam import pvalue
 from ...io import records
 from .common import _SEP, _SIDE_KEY, _shard, _tally
 
-# the fate of a click event (the fifth field of a click entry)
+# the fate of a click event (_Click.fate)
 _PENDING, _ACCEPTED, _DEAD = 0, 1, 2
+
+
+@dataclass(slots=True)
+class _Click:
+    """A valid click event as the stages keep it: the clicked ``item``, its time ``ts`` (micros),
+    the ``system`` it names (None: any), its ``raw`` record (JSON text, for dead letters), its
+    ``fate`` (``_PENDING``, ``_ACCEPTED``, ``_DEAD``) and its identity ``key``
+    (:func:`click_event_key`). In messages and in Beam state it is the list :meth:`to_state`."""
+
+    item: str
+    ts: int
+    system: str | None
+    raw: str
+    fate: int
+    key: str
+
+    @classmethod
+    def from_state(cls, value) -> "_Click":
+        return cls(*value)
+
+    def to_state(self) -> list:
+        return [self.item, self.ts, self.system, self.raw, self.fate, self.key]
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,9 +167,8 @@ class _PrepareClicks(_PrepareEvents):
         return check_click(rec)
 
     def entry(self, rec):
-        # a click: [item, ts, system or None, raw json, fate, event key]
-        return [rec["item_id"], int(rec["timestamp"]), rec.get("system_id"), records.to_json_text(rec), _PENDING,
-                click_event_key(rec)]
+        return _Click(rec["item_id"], int(rec["timestamp"]), rec.get("system_id"), records.to_json_text(rec),
+                      _PENDING, click_event_key(rec)).to_state()
 
 
 class _PrepareJudgments(beam.DoFn):

@@ -16,6 +16,8 @@ impressions) when the request closes, in the timer.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam.coders import FastPrimitivesCoder
@@ -33,9 +35,121 @@ from .windows import _Config
 # --------------------------------------------------------------------------------------------
 # queries: judgments and scoring
 
-# a request in a query's log: [rkey, system, version, place, labels, served state, close, dropped,
-#  impressions, fate ("ranked", "unjudged", "unrankable"), fate generation]
-_LK, _LSYS, _LVER, _LPLACE, _LLAB, _LSERVED, _LCLOSE, _LDROP, _LN, _LFATE, _LFGEN = range(11)
+# State of a query (Beam state, FastPrimitivesCoder: plain primitives only):
+#   JUDGED: {item: [judgment ts (micros), grade (float)]}, the resolved judgment table;
+#   PAIRS:  {item: [_JudgmentCopy as a list, ...]}, every distinct judgment seen, per item;
+#   LOG:    a bag of _LogEntry (as lists): versions of the query's open requests;
+#   META:   a _QueryMeta.
+# The named types below convert from and to those lists (from_state / to_state).
+
+class _QueryMeta(NamedTuple):
+    """A query's book-keeping: ``jgen``, the judgment generation (bumped at each change of the
+    table); ``armed``, the time (micros) the expiry timer is set for, or None; ``n_closed``, how
+    many of its requests were final when a judgment changed the table, and ``last_closed``, the
+    latest close (micros) among them; ``known``, the time up to which windows are known closed,
+    or None. State: ``[jgen, armed, n_closed, last_closed, known]``."""
+
+    jgen: int
+    armed: int | None
+    n_closed: int
+    last_closed: int | None
+    known: int | None
+
+    @classmethod
+    def read(cls, state) -> "_QueryMeta":
+        value = state.read()
+        return cls(0, None, 0, None, None) if value is None else cls(*value)
+
+    def write(self, state) -> None:
+        state.write(list(self))
+
+
+@dataclass(slots=True)
+class _JudgmentCopy:
+    """One distinct judgment of a (query, item): its ``ts`` (micros) and ``grade``, how many
+    ``copies`` arrived, and its ``raw`` record (JSON text; kept under the ``reject`` policy only,
+    for dead letters, else None). State: ``[ts, grade, copies, raw]``."""
+
+    ts: int
+    grade: int
+    copies: int
+    raw: str | None
+
+    def to_state(self) -> list:
+        return [self.ts, self.grade, self.copies, self.raw]
+
+
+def _read_pairs(state) -> dict:
+    """PAIRS state as ``{item: [_JudgmentCopy, ...]}``."""
+    return {item: [_JudgmentCopy(*e) for e in entries] for item, entries in (state.read() or {}).items()}
+
+
+def _write_pairs(state, pairs: dict) -> None:
+    state.write({item: [e.to_state() for e in entries] for item, entries in pairs.items()})
+
+
+@dataclass(slots=True)
+class _LogEntry:
+    """A version of a request in its query's log: ``key`` (request key ``system + _SEP + request
+    id``), ``system``, ``version``; for a version to score: its ``place``, slice ``labels``,
+    ``served`` ranking state and ``close`` (micros, when its window closes); ``dropped``: the
+    request left the query (a drop) or was final when a judgment changed the table;
+    ``impressions``: its kept impressions; ``fate`` (``"ranked"``, ``"unjudged"``,
+    ``"unrankable"``; None for a drop) and ``fate_gen``, the judgment generation that set it.
+    State: ``[key, system, version, place, labels, served, close, dropped, impressions, fate,
+    fate_gen]``."""
+
+    key: str
+    system: str
+    version: int
+    place: object
+    labels: list | None
+    served: list | None
+    close: int | None
+    dropped: bool
+    impressions: int
+    fate: str | None
+    fate_gen: int
+
+    @classmethod
+    def from_state(cls, value) -> "_LogEntry":
+        return cls(*value)
+
+    def to_state(self) -> list:
+        return [self.key, self.system, self.version, self.place, self.labels, self.served, self.close, self.dropped,
+                self.impressions, self.fate, self.fate_gen]
+
+
+class _ScoreJob(NamedTuple):
+    """A request version to score (or pass on) at the end of the bundle (in memory only): the
+    element's timestamp ``ts``, ``query``, request key ``rkey``, ``system``, ``version``, judgment
+    generation ``jgen``, ``place``, ``labels``, ``served`` ranking state (for ``how == "ctr"``:
+    the click-count message passed on), the table's ``grades`` (``{item: grade}``) and ``how``:
+    ``"new"`` (a new version), None (a rescoring), ``"drop"`` or ``"ctr"``."""
+
+    ts: object
+    query: str
+    rkey: str
+    system: str
+    version: int
+    jgen: int
+    place: object
+    labels: list | None
+    served: object
+    grades: dict | None
+    how: str | None
+
+
+class _Resolution(NamedTuple):
+    """:func:`streameval.io.cleaning.resolve_judgment` of a pair: the resolved ``grade`` (None:
+    none), ``n_dup`` duplicates, the ``superseded`` and ``rejected`` ``(ts, grade)`` keys, and the
+    winning ``(ts, grade)`` (None: none)."""
+
+    grade: int | None
+    n_dup: int
+    superseded: list
+    rejected: list
+    win: tuple | None
 
 
 class _Queries:
@@ -51,14 +165,14 @@ class _Queries:
     JUDGED = ReadModifyWriteStateSpec("judged", FastPrimitivesCoder())
     PAIRS = ReadModifyWriteStateSpec("pairs", FastPrimitivesCoder())
     LOG = BagStateSpec("log", FastPrimitivesCoder())
-    META = ReadModifyWriteStateSpec("meta", FastPrimitivesCoder())  # [jgen, armed, closed, last closed]
+    META = ReadModifyWriteStateSpec("meta", FastPrimitivesCoder())  # a _QueryMeta
     EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
 
     def __init__(self, cfg: "_Config"):
         self.cfg = cfg
 
     def start_bundle(self):
-        self._jobs = []  # (ts, query, rkey, system, version, jgen, place, labels, served, judged)
+        self._jobs = []  # [_ScoreJob, ...]
 
     def _fate(self, judged, served) -> str:
         if not judged:
@@ -77,30 +191,30 @@ class _Queries:
             entries = pairs.setdefault(item, [])
             before = _resolve(entries, policy)
             for e in entries:
-                if e[0] == jts and e[1] == grade:
-                    e[2] += 1
+                if e.ts == jts and e.grade == grade:
+                    e.copies += 1
                     break
             else:
-                entries.append([jts, grade, 1, raw if policy == "reject" else None])
+                entries.append(_JudgmentCopy(jts, grade, 1, raw if policy == "reject" else None))
             after = _resolve(entries, policy)
-            _tally(run, "judgments_accepted", (after[0] is not None) - (before[0] is not None))
-            _tally(run, "duplicate:judgment", after[1] - before[1])
-            _tally(run, "superseded:judgment", len(after[2]) - len(before[2]))
-            new_rejected = set(after[3]) - set(before[3])
+            _tally(run, "judgments_accepted", (after.grade is not None) - (before.grade is not None))
+            _tally(run, "duplicate:judgment", after.n_dup - before.n_dup)
+            _tally(run, "superseded:judgment", len(after.superseded) - len(before.superseded))
+            new_rejected = set(after.rejected) - set(before.rejected)
             if new_rejected:
-                grades = sorted({e[1] for e in entries})
-                by_key = {(e[0], e[1]): e for e in entries}
+                grades = sorted({e.grade for e in entries})
+                by_key = {(e.ts, e.grade): e for e in entries}
                 for key in sorted(new_rejected):
                     _tally(run, f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}")
-                    dead.append({"source": cfg.source, "raw": by_key[key][3] or raw,
+                    dead.append({"source": cfg.source, "raw": by_key[key].raw or raw,
                                  "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} (query {query!r}, item {item!r}: "
                                            f"grades {grades}; policy reject)"})
             old = judged.get(item)
-            if after[0] is None:
+            if after.grade is None:
                 judged.pop(item, None)
             else:
-                win = after[4]
-                judged[item] = [win[0], float(win[1])]
+                win_ts, win_grade = after.win
+                judged[item] = [win_ts, float(win_grade)]
             if judged.get(item) != old:
                 changed.append(raw)
         return changed
@@ -114,7 +228,7 @@ class _Queries:
             return
         cfg = self.cfg
         judged = judged_state.read() or {}
-        jgen, armed, n_closed, last_closed, known = meta.read() or [0, None, 0, None, None]
+        jgen, armed, n_closed, last_closed, known = _QueryMeta.read(meta)
         changed_judgments = []
         new_entries = []
         retract = []
@@ -127,42 +241,42 @@ class _Queries:
                     known = m[1]
             elif m[0] == "judg":
                 if pairs is None:
-                    pairs = pairs_state.read() or {}
+                    pairs = _read_pairs(pairs_state)
                 changed_judgments.extend(self._judge(query, judged, pairs, m[1], dead))
             elif m[0] == "req":
                 _, rkey, system, version, place, labels, served, close, upto, ctr_msg, n_imps = m
                 if upto is not None and (known is None or upto > known):
                     known = upto
-                new_entries.append([rkey, system, version, place, labels, served, close, False, n_imps,
-                                    self._fate(judged, served), jgen])
+                new_entries.append(_LogEntry(rkey, system, version, place, labels, served, close, False, n_imps,
+                                             self._fate(judged, served), jgen))
                 if ctr_msg is not None:
                     ctr_msgs.append((system, ctr_msg))
             else:  # drop: the request's query changed; retract what it contributed from here
                 _, rkey, system, version = m
-                new_entries.append([rkey, system, version, None, None, None, None, True, 0, None, jgen])
+                new_entries.append(_LogEntry(rkey, system, version, None, None, None, None, True, 0, None, jgen))
                 retract.append((rkey, system, version))
         if pairs is not None:
-            pairs_state.write(pairs)
+            _write_pairs(pairs_state, pairs)
         if dead:
             yield _SIDE_KEY, [("side", d) for d in dead]
         if changed_judgments:
             # (requests of this bundle were given their fate before the judgments: refresh it)
             for e in new_entries:
-                if not e[_LDROP]:
-                    e[_LFATE] = self._fate(judged, e[_LSERVED])
+                if not e.dropped:
+                    e.fate = self._fate(judged, e.served)
         for e in new_entries:
-            log.add(e)
+            log.add(e.to_state())
         jobs = {}
         if changed_judgments:
             jgen += 1
             judged_state.write(judged)
             latest = _latest(log.read())
             for e in latest.values():  # final already (their windows closed), not yet expired here
-                if not e[_LDROP] and known is not None and e[_LCLOSE] <= known:
+                if not e.dropped and known is not None and e.close <= known:
                     n_closed += 1
-                    last_closed = e[_LCLOSE] if last_closed is None else max(last_closed, e[_LCLOSE])
-                    e[_LDROP] = True
-                    log.add(e)
+                    last_closed = e.close if last_closed is None else max(last_closed, e.close)
+                    e.dropped = True
+                    log.add(e.to_state())
             if n_closed:
                 _tally(cfg.run, "judgment_late_notices", len(changed_judgments))
                 yield _SIDE_KEY, [("side", _late_record(
@@ -171,30 +285,31 @@ class _Queries:
                     f"{_fmt_us(last_closed)}); their windows keep their final values, open and later "
                     "windows use this judgment")) for raw in changed_judgments]
             for e in latest.values():
-                if not e[_LDROP]:
-                    fate = self._fate(judged, e[_LSERVED])
-                    if fate != e[_LFATE]:
-                        e[_LFATE], e[_LFGEN] = fate, jgen
-                        log.add(e)
-                    jobs[e[_LK]] = e
+                if not e.dropped:
+                    fate = self._fate(judged, e.served)
+                    if fate != e.fate:
+                        e.fate, e.fate_gen = fate, jgen
+                        log.add(e.to_state())
+                    jobs[e.key] = e
         else:
             for e in new_entries:
-                if not e[_LDROP]:
-                    jobs[e[_LK]] = e if e[_LK] not in jobs or jobs[e[_LK]][_LVER] < e[_LVER] else jobs[e[_LK]]
+                if not e.dropped:
+                    jobs[e.key] = e if e.key not in jobs or jobs[e.key].version < e.version else jobs[e.key]
         grades = {item: g for item, (_, g) in judged.items()}
-        fresh = {(e[_LK], e[_LVER]) for e in new_entries}
+        fresh = {(e.key, e.version) for e in new_entries}
         for e in jobs.values():
-            self._jobs.append((ts, query, e[_LK], e[_LSYS], e[_LVER], jgen, e[_LPLACE], e[_LLAB], e[_LSERVED],
-                               grades, "new" if (e[_LK], e[_LVER]) in fresh else None))
+            self._jobs.append(_ScoreJob(ts, query, e.key, e.system, e.version, jgen, e.place, e.labels, e.served,
+                                        grades, "new" if (e.key, e.version) in fresh else None))
         for rkey, system, version in retract:
-            self._jobs.append((ts, query, rkey, system, version, jgen, None, None, None, None, "drop"))
+            self._jobs.append(_ScoreJob(ts, query, rkey, system, version, jgen, None, None, None, None, "drop"))
         for system, cm in ctr_msgs:
-            self._jobs.append((ts, query, cm[1], system, cm[2], jgen, None, None, cm, None, "ctr"))
-        closes = [cfg.round_up(e[_LCLOSE]) for e in new_entries if e[_LCLOSE] is not None]
+            _, rkey, version, _place, _counts = cm
+            self._jobs.append(_ScoreJob(ts, query, rkey, system, version, jgen, None, None, cm, None, "ctr"))
+        closes = [cfg.round_up(e.close) for e in new_entries if e.close is not None]
         if closes and (armed is None or min(closes) < armed):
             armed = min(closes)
             expire.set(_when(armed))
-        meta.write([jgen, armed, n_closed, last_closed, known])
+        _QueryMeta(jgen, armed, n_closed, last_closed, known).write(meta)
 
     def finish_bundle(self):
         cfg = self.cfg
@@ -218,7 +333,7 @@ class _Queries:
             else:
                 to_score.append([served[0], grades, served[2], served[3]])
                 where.append(i)
-            s = jobs[i][3]
+            s = jobs[i].system
             stamps[s] = ts if s not in stamps else min(stamps[s], ts)
         if to_score:
             values = compute(cfg.ops.to_lists(to_score), cfg.specs, cfg.options)
@@ -233,58 +348,58 @@ class _Queries:
                   ts, query=None):
         cfg = self.cfg
         now = _micros(ts)
-        jgen, armed, n_closed, last_closed, known = meta.read() or [0, None, 0, None, None]
+        jgen, armed, n_closed, last_closed, known = _QueryMeta.read(meta)
         known = now if known is None else max(known, now)
         latest = _latest(log.read())
         keep = []
         nxt = None
         dead = []
         for e in latest.values():
-            if e[_LCLOSE] is None:  # a drop
+            if e.close is None:  # a drop
                 continue
-            if e[_LCLOSE] <= now:
-                if not e[_LDROP]:
+            if e.close <= now:
+                if not e.dropped:
                     n_closed += 1
-                    last_closed = e[_LCLOSE] if last_closed is None else max(last_closed, e[_LCLOSE])
-                fate = e[_LFATE]
+                    last_closed = e.close if last_closed is None else max(last_closed, e.close)
+                fate = e.fate
                 _tally(cfg.run, "requests_scored" if fate == "ranked" else f"requests_{fate}")
-                _tally(cfg.run, f"impressions_{fate}", e[_LN])
+                _tally(cfg.run, f"impressions_{fate}", e.impressions)
                 if fate == "unrankable":
-                    served = e[_LSERVED]
+                    served = e.served
                     missing = cfg.ops.unrankable(served)
                     _tally(cfg.run, "impressions_unscorable", missing)
                     dead.append({"source": "StreamMetrics", "reason":
                                  f"{missing} of the request's {len(served[0])} impressions have no score: "
                                  "order='score' needs a finite score to rank them (use order='position')",
-                                 "raw": records.to_json_text({"query_id": query, "system_id": e[_LSYS],
-                                                              "request_id": e[_LK].split(_SEP, 1)[1],
-                                                              "impressions": e[_LN], "without_score": missing})})
+                                 "raw": records.to_json_text({"query_id": query, "system_id": e.system,
+                                                              "request_id": e.key.split(_SEP, 1)[1],
+                                                              "impressions": e.impressions, "without_score": missing})})
             else:
                 keep.append(e)
-                d = cfg.round_up(e[_LCLOSE])
+                d = cfg.round_up(e.close)
                 nxt = d if nxt is None else min(nxt, d)
         log.clear()
         for e in keep:
-            log.add(e)
+            log.add(e.to_state())
         if nxt is not None:
             expire.set(_when(nxt))
-        meta.write([jgen, nxt, n_closed, last_closed, known])
+        _QueryMeta(jgen, nxt, n_closed, last_closed, known).write(meta)
         if dead:
             yield _SIDE_KEY, [("side", d) for d in dead]
 
 
-def _resolve(entries, policy):
-    """:func:`cleaning.resolve_judgment` of a pair's ``[[ts, grade, count, raw], ...]``, plus
+def _resolve(entries, policy) -> _Resolution:
+    """:func:`cleaning.resolve_judgment` of a pair's judgments (``[_JudgmentCopy, ...]``), plus
     the winning ``(ts, grade)``."""
     if not entries:
-        return None, 0, [], [], None
-    counts = {(e[0], e[1]): e[2] for e in entries}
+        return _Resolution(None, 0, [], [], None)
+    counts = {(e.ts, e.grade): e.copies for e in entries}
     grade, n_dup, superseded, rejected = cleaning.resolve_judgment(counts, policy)
     win = None
     if grade is not None:
         sup = set(superseded)
         win = next(k for k in counts if k not in sup)
-    return grade, n_dup, superseded, rejected, win
+    return _Resolution(grade, n_dup, superseded, rejected, win)
 
 
 class _QueriesFn(beam.DoFn):
@@ -314,11 +429,13 @@ class _QueriesFn(beam.DoFn):
 
 
 def _latest(entries) -> dict:
-    """The latest version of each request in a query's log (a drop counts as a version; of one
-    version, a closed mark, then the latest fate, wins)."""
+    """The latest version of each request in a query's log (``{request key: _LogEntry}`` from the
+    LOG state's lists; a drop counts as a version; of one version, a closed mark, then the latest
+    fate, wins)."""
     out: dict = {}
-    for e in entries:
-        old = out.get(e[_LK])
-        if old is None or (e[_LVER], e[_LDROP], e[_LFGEN]) > (old[_LVER], old[_LDROP], old[_LFGEN]):
-            out[e[_LK]] = e
+    for value in entries:
+        e = _LogEntry.from_state(value)
+        old = out.get(e.key)
+        if old is None or (e.version, e.dropped, e.fate_gen) > (old.version, old.dropped, old.fate_gen):
+            out[e.key] = e
     return out

@@ -23,6 +23,8 @@ closes, in the timer.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -47,20 +49,146 @@ from .common import (
     _tally_late,
     _when,
 )
-from .prepare import _ACCEPTED, _DEAD, _PENDING
+from .prepare import _ACCEPTED, _DEAD, _PENDING, _Click
 from .windows import _Config
 
 
 # --------------------------------------------------------------------------------------------
 # requests
 
-# per request id: [systems {system: SysEntry}, click events, tombstone [closed_at, forget_at] or None]
-_SYS, _CLICKS, _TOMB = 0, 1, 2
-# per (request, system): [acc, imps, version, emitted query, ctr emitted, rank_close, last impression ts,
-#  records {event_id: [[content key or None, record, copies], ...]}, kept [[event_id, variant], ...]]
-_ACC, _IMPS, _VER, _EQ, _CV, _RCLOSE, _TLAST, _RECS, _KEPT = range(9)
-# an impression kept for CTR: [ts, position, clicked, item, labels]
-# a click event: a click entry of .prepare ([item, ts, system or None, raw json, fate, event key])
+# State of a shard (Beam state, FastPrimitivesCoder: plain primitives only):
+#   STATE: {request id: [deadline (micros) or None, encoded _RequestEntry]} (an entry is decoded
+#          only when an element or the timer touches it);
+#   META:  a _RequestsMeta.
+# The named types below are what the code works on; each converts from and to its list layout
+# (from_state / to_state), so the state holds the same primitives as before the types had names.
+
+class _RequestsMeta(NamedTuple):
+    """A shard's timer book-keeping: ``armed``, the time (micros) the timer is set for, or None;
+    ``closed_upto``, the time up to which windows are known closed, or None. State:
+    ``[armed, closed_upto]``."""
+
+    armed: int | None
+    closed_upto: int | None
+
+    @classmethod
+    def read(cls, state) -> "_RequestsMeta":
+        value = state.read()
+        return cls(None, None) if value is None else cls(*value)
+
+    def write(self, state) -> None:
+        state.write([self.armed, self.closed_upto])
+
+
+@dataclass(slots=True)
+class _Variant:
+    """One content of an event id: ``key``, its :func:`~streameval.io.cleaning.content_key` (None
+    until a second content of the event id needs comparing), the ``record`` (impression dict) and
+    how many ``copies`` arrived. State: ``[key, record, copies]``."""
+
+    key: object
+    record: dict
+    copies: int
+
+    @classmethod
+    def from_state(cls, value) -> "_Variant":
+        return cls(*value)
+
+    def to_state(self) -> list:
+        return [self.key, self.record, self.copies]
+
+
+@dataclass(slots=True)
+class _CtrImpression:
+    """An impression kept for CTR: its time ``ts`` (micros), ``position`` (1-based), ``clicked``
+    (True, False or None when the log says nothing), ``item`` and slice ``labels``. State:
+    ``[ts, position, clicked, item, labels]``."""
+
+    ts: int
+    position: int
+    clicked: bool | None
+    item: str
+    labels: list
+
+    @classmethod
+    def from_state(cls, value) -> "_CtrImpression":
+        return cls(*value)
+
+    def to_state(self) -> list:
+        return [self.ts, self.position, self.clicked, self.item, self.labels]
+
+
+@dataclass(slots=True)
+class _SystemEntry:
+    """A request's records of one system.
+
+    * ``acc``: the kept impressions' :class:`~streameval.beam.combiners.RankingStateCombineFn`
+      accumulator (its own list layout; with click metrics only: the request's first time, query
+      and attributes);
+    * ``imps``: the kept impressions for CTR (:class:`_CtrImpression`);
+    * ``version``: versions sent so far; ``query``: the query the last version went to (None:
+      none yet); ``ctr_emitted``: whether the last version had click counts;
+    * ``rank_close``: when (micros) the window of the request's first impression closes;
+      ``last_ts``: its last kept impression's time (micros);
+    * ``records``: ``{event_id: [_Variant, ...]}``, every content seen;
+    * ``kept``: the kept records as ``[[event_id, variant index], ...]`` (None before the first
+      cleaning), to tell whether a cleaning changed anything.
+
+    State: ``[acc, imps, version, query, ctr_emitted, rank_close, last_ts, records, kept]``.
+    """
+
+    acc: list
+    imps: list
+    version: int
+    query: str | None
+    ctr_emitted: bool
+    rank_close: int | None
+    last_ts: int | None
+    records: dict
+    kept: list | None
+
+    @classmethod
+    def from_state(cls, value) -> "_SystemEntry":
+        acc, imps, version, query, ctr_emitted, rank_close, last_ts, recs, kept = value
+        return cls(acc, [_CtrImpression.from_state(i) for i in imps], version, query, ctr_emitted, rank_close,
+                   last_ts, {eid: [_Variant.from_state(v) for v in vs] for eid, vs in recs.items()}, kept)
+
+    def to_state(self) -> list:
+        return [self.acc, [i.to_state() for i in self.imps], self.version, self.query, self.ctr_emitted,
+                self.rank_close, self.last_ts,
+                {eid: [v.to_state() for v in vs] for eid, vs in self.records.items()}, self.kept]
+
+
+class _Tombstone(NamedTuple):
+    """A final request, remembered so that its later pieces are late data: ``closed_at``, when its
+    last window closed, and ``forget_at``, when it is forgotten (micros). State:
+    ``[closed_at, forget_at]``."""
+
+    closed_at: int
+    forget_at: int
+
+
+@dataclass(slots=True)
+class _RequestEntry:
+    """Everything a shard keeps of one request id: ``systems`` (``{system: _SystemEntry}``), its
+    ``clicks`` (:class:`~streameval.beam.streaming.prepare._Click`, de-duplicated by key) and,
+    once final, its ``tombstone`` (then the other fields are empty). Kept encoded in state
+    (:meth:`decode`, :meth:`encode`); layout ``[systems, clicks, tombstone or None]``."""
+
+    systems: dict
+    clicks: list
+    tombstone: _Tombstone | None
+
+    @classmethod
+    def decode(cls, blob: bytes) -> "_RequestEntry":
+        systems, clicks, tomb = _decode(blob)
+        return cls({s: _SystemEntry.from_state(e) for s, e in systems.items()},
+                   [_Click.from_state(c) for c in clicks], None if tomb is None else _Tombstone(*tomb))
+
+    def encode(self) -> bytes:
+        tomb = self.tombstone
+        return _encode([{s: e.to_state() for s, e in self.systems.items()}, [c.to_state() for c in self.clicks],
+                        None if tomb is None else [tomb.closed_at, tomb.forget_at]])
 
 
 class _Requests:
@@ -74,7 +202,7 @@ class _Requests:
     (accepted, duplicate, rejected) are final, and counted, when the request closes."""
 
     STATE = ReadModifyWriteStateSpec("requests", FastPrimitivesCoder())
-    META = ReadModifyWriteStateSpec("meta", FastPrimitivesCoder())  # [armed, closed_upto]
+    META = ReadModifyWriteStateSpec("meta", FastPrimitivesCoder())  # a _RequestsMeta
     DUE = TimerSpec("due", TimeDomain.WATERMARK)
 
     def __init__(self, cfg: "_Config"):
@@ -84,14 +212,14 @@ class _Requests:
     # -- windows and deadlines ---------------------------------------------------------------
     def _rank_place(self, rid, ent):
         cfg = self.cfg
-        t0 = ent[_ACC][0][3]
+        t0 = ent.acc[0][3]
         if cfg.spec.windowed:
             return cfg.spec.sub(t0)
-        return [self._session_key(rid, ent), t0, ent[_TLAST]]
+        return [self._session_key(rid, ent), t0, ent.last_ts]
 
     def _session_key(self, rid, ent):
         if self.cfg.spec.by == "user":
-            user = ent[_ACC][2].get("\x00user")
+            user = ent.acc[2].get("\x00user")
             if user is not None:
                 return f"user={user}"
         return f"request={rid}"
@@ -100,23 +228,23 @@ class _Requests:
         """(rank_close, last deadline) of a system entry."""
         cfg = self.cfg
         if cfg.spec.windowed:
-            rc = cfg.expiry(cfg.spec.sub(ent[_ACC][0][3]))
-            return rc, max(rc, cfg.expiry(cfg.spec.sub(ent[_TLAST])))
-        rc = ent[_TLAST] + cfg.spec.size + cfg.lateness
+            rc = cfg.expiry(cfg.spec.sub(ent.acc[0][3]))
+            return rc, max(rc, cfg.expiry(cfg.spec.sub(ent.last_ts)))
+        rc = ent.last_ts + cfg.spec.size + cfg.lateness
         return rc, rc
 
-    def _click_deadline(self, c):
+    def _click_deadline(self, c: _Click):
         cfg = self.cfg
         if cfg.spec.windowed:
-            return cfg.expiry(cfg.spec.sub(c[1]))
-        return c[1] + cfg.spec.size + cfg.lateness
+            return cfg.expiry(cfg.spec.sub(c.ts))
+        return c.ts + cfg.spec.size + cfg.lateness
 
     # -- element processing ------------------------------------------------------------------
     def process(self, kv, state, meta,
                 due):
         _, (gate_closed, msgs) = kv
         reqs = state.read() or {}
-        armed, closed_upto = meta.read() or [None, None]
+        armed, closed_upto = _RequestsMeta.read(meta)
         if gate_closed is not None and (closed_upto is None or gate_closed > closed_upto):
             closed_upto = gate_closed
         closed = (lambda t: closed_upto is not None and t <= closed_upto)
@@ -134,13 +262,14 @@ class _Requests:
             kind, rid, items = m
             entry = touched.get(rid)
             if entry is None:
-                cell = reqs.get(rid)
-                entry = touched[rid] = [{}, [], None] if cell is None else _decode(cell[1])
-            if entry[_TOMB] is not None:
+                cell = reqs.get(rid)  # [deadline, encoded entry]
+                entry = touched[rid] = _RequestEntry({}, [], None) if cell is None else _RequestEntry.decode(cell[1])
+            if entry.tombstone is not None:
                 for it in items:
                     late.append(_late_record(
-                        f"late:{'impression' if kind == 'imp' else 'click'}", it if kind == "imp" else it[3],
-                        f"request {rid} is final: its windows closed at {_fmt_us(entry[_TOMB][0])}"))
+                        f"late:{'impression' if kind == 'imp' else 'click'}",
+                        it if kind == "imp" else _Click.from_state(it).raw,
+                        f"request {rid} is final: its windows closed at {_fmt_us(entry.tombstone.closed_at)}"))
                 continue
             changed = set()
             if kind == "imp":
@@ -148,10 +277,10 @@ class _Requests:
             else:
                 self._add_clicks(rid, entry, items, changed, late, closed)
             for system in sorted(changed):
-                self._emit(rid, system, entry[_SYS][system], out_q, out_s)
+                self._emit(rid, system, entry.systems[system], out_q, out_s)
         for rid, entry in touched.items():
             d = self._next_deadline(entry, closed_upto)
-            reqs[rid] = [d, _encode(entry)]
+            reqs[rid] = [d, entry.encode()]
             if d is not None and (nxt is None or d < nxt):
                 nxt = d
         if late:
@@ -161,7 +290,7 @@ class _Requests:
             yield _SIDE_KEY, side
         if nxt is not None and nxt != armed:
             due.set(_when(nxt))
-        meta.write([nxt, closed_upto])
+        _RequestsMeta(nxt, closed_upto).write(meta)
         state.write(reqs)
         for q, ms in out_q.items():
             yield pvalue.TaggedOutput("queries", (q, ms))
@@ -171,30 +300,31 @@ class _Requests:
         touched = set()
         for rec in recs:
             system = rec["system_id"]
-            ent = entry[_SYS].get(system)
-            if ent is not None and ent[_RCLOSE] is not None and closed(ent[_RCLOSE]):
+            ent = entry.systems.get(system)
+            if ent is not None and ent.rank_close is not None and closed(ent.rank_close):
                 late.append(_late_record("late:impression", rec,
                                          f"request {rid} of {system} is final: its window closed at "
-                                         f"{_fmt_us(ent[_RCLOSE])}"))
+                                         f"{_fmt_us(ent.rank_close)}"))
                 continue
             if ent is None:
-                ent = entry[_SYS][system] = [self.combine.create_accumulator(), [], 0, None, False, None, None, {},
-                                             None]
-            variants = ent[_RECS].setdefault(rec["event_id"], [])
+                ent = entry.systems[system] = _SystemEntry(
+                    acc=self.combine.create_accumulator(), imps=[], version=0, query=None, ctr_emitted=False,
+                    rank_close=None, last_ts=None, records={}, kept=None)
+            variants = ent.records.setdefault(rec["event_id"], [])
             if not variants:
-                variants.append([None, rec, 1])
+                variants.append(_Variant(None, rec, 1))
                 touched.add(system)
                 continue
             key = cleaning.content_key(rec)
             for v in variants:
-                if v[0] is None:
-                    v[0] = cleaning.content_key(v[1])
+                if v.key is None:
+                    v.key = cleaning.content_key(v.record)
             for v in variants:
-                if v[0] == key:
-                    v[2] += 1  # a replay: the request's records are unchanged
+                if v.key == key:
+                    v.copies += 1  # a replay: the request's records are unchanged
                     break
             else:
-                variants.append([key, rec, 1])
+                variants.append(_Variant(key, rec, 1))
                 touched.add(system)
         for system in touched:
             if self._rebuild(entry, system):
@@ -205,10 +335,10 @@ class _Requests:
         """``clean_request`` over the records of a system entry: (kept, duplicates, rejected,
         {id(record): [event_id, variant]})."""
         flat, where = [], {}
-        for eid, variants in ent[_RECS].items():
+        for eid, variants in ent.records.items():
             for i, v in enumerate(variants):
-                where[id(v[1])] = [eid, i]
-                flat.extend([v[1]] * v[2])
+                where[id(v.record)] = [eid, i]
+                flat.extend([v.record] * v.copies)
         kept, n_dup, rejected = cleaning.clean_request(flat)
         return kept, n_dup, rejected, where
 
@@ -216,12 +346,12 @@ class _Requests:
         """Recompute the request's kept impressions (and from them its ranking state, CTR
         impressions and last impression time); False when the kept set did not change."""
         cfg = self.cfg
-        ent = entry[_SYS][system]
+        ent = entry.systems[system]
         kept, _, _, where = self._clean(ent)
         sig = [where[id(r)] for r in kept]
-        if sig == ent[_KEPT]:
+        if sig == ent.kept:
             return False
-        ent[_KEPT] = sig
+        ent.kept = sig
         acc = self.combine.create_accumulator()
         imps = []
         tlast = None
@@ -241,58 +371,60 @@ class _Requests:
             tlast = ts if tlast is None else max(tlast, ts)
             if cfg.ctr:
                 clicked = rec.get("clicked")
-                imp = [ts, int(rec["position"]), None if clicked is None else bool(clicked), rec["item_id"],
-                       slice_labels(rec.get("attributes"), cfg.slice_specs)]
-                for c in entry[_CLICKS]:
-                    if c[4] != _DEAD and (c[2] is None or c[2] == system) and c[0] == imp[3] and \
-                            ts <= c[1] <= ts + cfg.delay:
-                        imp[2] = True
+                imp = _CtrImpression(ts, int(rec["position"]), None if clicked is None else bool(clicked),
+                                     rec["item_id"], slice_labels(rec.get("attributes"), cfg.slice_specs))
+                for c in entry.clicks:
+                    if c.fate != _DEAD and (c.system is None or c.system == system) and c.item == imp.item and \
+                            ts <= c.ts <= ts + cfg.delay:
+                        imp.clicked = True
                 imps.append(imp)
-        ent[_ACC], ent[_IMPS], ent[_TLAST] = acc, imps, tlast
-        ent[_RCLOSE] = self._closes(ent)[0]
+        ent.acc, ent.imps, ent.last_ts = acc, imps, tlast
+        ent.rank_close = self._closes(ent)[0]
         return True
 
     def _add_clicks(self, rid, entry, clicks, changed, late, closed):
         cfg = self.cfg
-        seen = {c[5] for c in entry[_CLICKS]}
+        seen = {c.key for c in entry.clicks}
         dup = 0
         for c in clicks:
-            item, cts, csys, raw = c[:4]
-            if c[5] in seen:  # a replayed click event: no effect
+            c = _Click.from_state(c)
+            item, cts, csys, raw = c.item, c.ts, c.system, c.raw
+            if c.key in seen:  # a replayed click event: no effect
                 dup += 1
                 continue
             matched = False
             too_late = False
-            for system, ent in entry[_SYS].items():
+            for system, ent in entry.systems.items():
                 if csys is not None and csys != system:
                     continue
-                for imp in ent[_IMPS]:
-                    if imp[3] == item and imp[0] <= cts <= imp[0] + cfg.delay:
-                        if closed(cfg.expiry(cfg.spec.sub(imp[0])) if cfg.spec.windowed else ent[_RCLOSE]):
+                for imp in ent.imps:
+                    if imp.item == item and imp.ts <= cts <= imp.ts + cfg.delay:
+                        if closed(cfg.expiry(cfg.spec.sub(imp.ts)) if cfg.spec.windowed else ent.rank_close):
                             too_late = True
                             continue
                         matched = True
-                        if imp[2] is not True:
-                            imp[2] = True
+                        if imp.clicked is not True:
+                            imp.clicked = True
                             changed.add(system)
             if too_late and not matched:
                 late.append(_late_record("late:click", raw,
                                          f"the clicked impression's window (request {rid}) already closed"))
                 continue
-            seen.add(c[5])
-            entry[_CLICKS].append(list(c))
+            seen.add(c.key)
+            entry.clicks.append(c)
         _tally(cfg.run, "duplicate:click", dup)
 
     def _emit(self, rid, system, ent, out_q, out_s):
         cfg = self.cfg
-        ent[_VER] += 1
+        ent.version += 1
         rkey = system + _SEP + rid
-        acc = ent[_ACC]
+        acc = ent.acc
         place = self._rank_place(rid, ent)
         ctr_msg = None
         if cfg.ctr:
             counts: dict = {}
-            for ts, pos, clicked, _item, labels in ent[_IMPS]:
+            for imp in ent.imps:
+                ts, pos, clicked, labels = imp.ts, imp.position, imp.clicked, imp.labels
                 if clicked is None:
                     continue
                 if cfg.spec.windowed:
@@ -303,20 +435,20 @@ class _Requests:
                     c = by_label.setdefault(label, {}).setdefault(pos, [0, 0])
                     c[0] += 1
                     c[1] += clicked
-            if counts or ent[_CV]:
-                ctr_msg = ("ctr", rkey, ent[_VER], None if cfg.spec.windowed else place, counts)
-                ent[_CV] = bool(counts)
+            if counts or ent.ctr_emitted:
+                ctr_msg = ("ctr", rkey, ent.version, None if cfg.spec.windowed else place, counts)
+                ent.ctr_emitted = bool(counts)
         if cfg.ranking:
             # the click counts of this version travel with its ranking state, so that both reach
             # the aggregate in one element and are accepted (or found late) together
             qid = acc[1]
             attrs = {k: v for k, v in acc[2].items() if k != "\x00user"}
             labels = slice_labels(attrs, cfg.slice_specs)
-            out_q[qid].append(("req", rkey, system, ent[_VER], place, labels, acc[0], ent[_RCLOSE],
-                               self._closed_upto, ctr_msg, len(ent[_KEPT])))
-            if ent[_EQ] is not None and ent[_EQ] != qid:
-                out_q[ent[_EQ]].append(("drop", rkey, system, ent[_VER]))
-            ent[_EQ] = qid
+            out_q[qid].append(("req", rkey, system, ent.version, place, labels, acc[0], ent.rank_close,
+                               self._closed_upto, ctr_msg, len(ent.kept)))
+            if ent.query is not None and ent.query != qid:
+                out_q[ent.query].append(("drop", rkey, system, ent.version))
+            ent.query = qid
         elif ctr_msg is not None:
             out_s[system].append(ctr_msg)
 
@@ -327,26 +459,26 @@ class _Requests:
                 nxt = d
         if nxt is not None:
             due.set(_when(nxt))
-        meta.write([nxt, closed_upto])
+        _RequestsMeta(nxt, closed_upto).write(meta)
 
     def _next_deadline(self, entry, closed_upto):
         """When the entry needs attention: its tombstone expires, all its windows closed (it becomes
         a tombstone), or a pending click's window closed; rounded up to the cleanup step, so one
         timer firing per shard serves many windows (which windows closed is known from the gate)."""
-        if entry[_TOMB] is not None:
-            return self.cfg.round_up(entry[_TOMB][1])
-        last = max((self._closes(ent)[1] for ent in entry[_SYS].values()), default=None)
-        ds = [self._click_deadline(c) for c in entry[_CLICKS] if c[4] == _PENDING]
+        if entry.tombstone is not None:
+            return self.cfg.round_up(entry.tombstone.forget_at)
+        last = max((self._closes(ent)[1] for ent in entry.systems.values()), default=None)
+        ds = [self._click_deadline(c) for c in entry.clicks if c.fate == _PENDING]
         if last is not None and (not ds or closed_upto is None or last > closed_upto):
             ds.append(last)  # (with clicks pending, a closed request waits for them, not for itself)
         return self.cfg.round_up(min(ds)) if ds else None
 
-    def _click_matches(self, entry, c) -> bool:
-        for system, ent in entry[_SYS].items():
-            if c[2] is not None and c[2] != system:
+    def _click_matches(self, entry, c: _Click) -> bool:
+        for system, ent in entry.systems.items():
+            if c.system is not None and c.system != system:
                 continue
-            for imp in ent[_IMPS]:
-                if imp[3] == c[0] and imp[0] <= c[1] <= imp[0] + self.cfg.delay:
+            for imp in ent.imps:
+                if imp.item == c.item and imp.ts <= c.ts <= imp.ts + self.cfg.delay:
                     return True
         return False
 
@@ -356,8 +488,8 @@ class _Requests:
         cfg = self.cfg
         run = cfg.run
         dead = []
-        for system in sorted(entry[_SYS]):
-            ent = entry[_SYS][system]
+        for system in sorted(entry.systems):
+            ent = entry.systems[system]
             kept, n_dup, rejected, _ = self._clean(ent)
             _tally(run, "impressions_accepted", len(kept))
             _tally(run, "duplicate:impression", n_dup)
@@ -365,8 +497,8 @@ class _Requests:
                 _tally(run, f"rejected:impression:{_category(reason)}")
                 dead.append({"source": cfg.source, "raw": records.to_json_text(rec), "reason": reason})
             if cfg.ctr:
-                not_logged = sum(imp[2] is None for imp in ent[_IMPS])
-                _tally(run, "click_impressions", len(ent[_IMPS]) - not_logged)
+                not_logged = sum(imp.clicked is None for imp in ent.imps)
+                _tally(run, "click_impressions", len(ent.imps) - not_logged)
                 _tally(run, "click_impressions_not_logged", not_logged)
         return dead
 
@@ -375,7 +507,7 @@ class _Requests:
         cfg = self.cfg
         now = _micros(ts)
         reqs = state.read() or {}
-        armed, closed_upto = meta.read() or [None, None]
+        armed, closed_upto = _RequestsMeta.read(meta)
         closed_upto = now if closed_upto is None else max(closed_upto, now)
         self._closed_upto = closed_upto
         side = []
@@ -383,35 +515,35 @@ class _Requests:
             d, blob = reqs[rid]
             if d is None or d > now:
                 continue
-            entry = _decode(blob)
-            if entry[_TOMB] is not None:
-                if entry[_TOMB][1] <= now:
+            entry = _RequestEntry.decode(blob)
+            if entry.tombstone is not None:
+                if entry.tombstone.forget_at <= now:
                     del reqs[rid]
                 continue
             pending = False
-            for c in entry[_CLICKS]:
-                if c[4] != _PENDING:
+            for c in entry.clicks:
+                if c.fate != _PENDING:
                     continue
                 if self._click_deadline(c) > now:
                     pending = True
                 elif self._click_matches(entry, c):
-                    c[4] = _ACCEPTED
+                    c.fate = _ACCEPTED
                     _tally(cfg.run, "clicks_accepted")
                 else:
-                    c[4] = _DEAD
+                    c.fate = _DEAD
                     _tally(cfg.run, f"rejected:click:{REASON_CLICK_UNMATCHED}")
                     side.append(_late_record(
-                        "unmatched:click", c[3],
-                        f"{REASON_CLICK_UNMATCHED} (no impression of item {c[0]!r} in request {rid!r} served at "
+                        "unmatched:click", c.raw,
+                        f"{REASON_CLICK_UNMATCHED} (no impression of item {c.item!r} in request {rid!r} served at "
                         f"most {cfg.delay / 1e6:g} s before the click)"))
-            last = max((self._closes(ent)[1] for ent in entry[_SYS].values()), default=None)
+            last = max((self._closes(ent)[1] for ent in entry.systems.values()), default=None)
             if (last is None or last <= now) and not pending:
                 side.extend(self._final_fates(rid, entry))
                 if last is None:
                     del reqs[rid]
                     continue
-                entry = [{}, [], [last, last + cfg.retention]]
-            reqs[rid] = [self._next_deadline(entry, closed_upto), _encode(entry)]
+                entry = _RequestEntry({}, [], _Tombstone(last, last + cfg.retention))
+            reqs[rid] = [self._next_deadline(entry, closed_upto), entry.encode()]
         if side:
             yield _SIDE_KEY, [("side", r) for r in side]
         self._arm(reqs, meta, due, closed_upto)

@@ -11,13 +11,91 @@ empty rows. An update touching a closed session is late: it goes to the side out
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 from .aggregate import _AggregateBase, _PaneState
 from .common import _SEP, _fmt_us, _late_record
 
-# core of the session aggregate:
-# [reqs {key: entry}, dirty session keys, panes {"skey\x1fstart": PaneState + [end]}, closed
-#  {skey: [[start, end], ...]}, closed_upto]
-_SREQ, _SDIRTY, _SPANES, _SCLOSED, _SUPTO = range(5)
+class _Place(NamedTuple):
+    """Where a request is active: its session ``key`` (``"user=<id>"`` or ``"request=<id>"``) and
+    the times (micros) of its ``first`` and ``last`` kept impressions. In messages and state:
+    ``[key, first, last]``."""
+
+    key: str
+    first: int
+    last: int
+
+
+def _place(value) -> _Place | None:
+    return None if value is None else _Place(*value)
+
+
+class _SessionRank(NamedTuple):
+    """A request version's ranking contribution: its ``order`` (``[version, judgment
+    generation]``), ``place`` (None: it contributes nothing, a tombstone that keeps the order),
+    slice ``labels`` and metric ``vector``. State: ``[order, place, labels, vector]``."""
+
+    order: list
+    place: _Place | None
+    labels: list
+    vector: list | None
+
+    def to_state(self) -> list:
+        return [self.order, None if self.place is None else list(self.place), self.labels, self.vector]
+
+
+class _SessionCtr(NamedTuple):
+    """A request version's click counts: its ``order`` (``[version]``), ``place`` and ``counts``
+    (``{label: {position: [impressions, clicks]}}``). State: ``[order, place, counts]``."""
+
+    order: list
+    place: _Place | None
+    counts: dict
+
+    def to_state(self) -> list:
+        return [self.order, None if self.place is None else list(self.place), self.counts]
+
+
+def _contribution(value):
+    """A :class:`_SessionRank` (four fields) or :class:`_SessionCtr` (three) from its state."""
+    if len(value) == 4:
+        order, place, labels, vector = value
+        return _SessionRank(order, _place(place), labels, vector)
+    order, place, counts = value
+    return _SessionCtr(order, _place(place), counts)
+
+
+@dataclass(slots=True)
+class _SessionCore:
+    """The core state of a system's session aggregate.
+
+    * ``requests``: ``{contribution key: _SessionRank or _SessionCtr}``, the latest contribution
+      of every open request (keys as in :mod:`.window_aggregate`);
+    * ``dirty``: the session keys changed since their sessions were last recomputed;
+    * ``panes``: ``{"<session key>\x1f<start micros>": _PaneState}`` (with the session's ``end``);
+    * ``closed``: ``{session key: [[start, end], ...]}``, the closed sessions (micros), kept for
+      the retention;
+    * ``closed_upto``: the time (micros) up to which sessions closed, or None.
+
+    State: ``[requests (as lists), dirty, panes (as lists), closed, closed_upto]``.
+    """
+
+    requests: dict
+    dirty: list
+    panes: dict
+    closed: dict
+    closed_upto: int | None
+
+    @classmethod
+    def from_state(cls, value) -> "_SessionCore":
+        reqs, dirty, panes, closed, closed_upto = value
+        return cls({k: _contribution(e) for k, e in reqs.items()}, dirty,
+                   {wid: _PaneState.from_state(p) for wid, p in panes.items()}, closed, closed_upto)
+
+    def to_state(self) -> list:
+        return [{k: e.to_state() for k, e in self.requests.items()}, self.dirty,
+                {wid: p.to_state() for wid, p in self.panes.items()}, self.closed, self.closed_upto]
 
 
 class _SessionAggregate(_AggregateBase):
@@ -26,29 +104,32 @@ class _SessionAggregate(_AggregateBase):
     recomputed at each firing. A session is identified by its key and start; one that disappears
     (merged into another by a request bridging the gap) gets a final pane of empty rows."""
 
-    def new_core(self):
-        return [{}, [], {}, {}, None]
+    def new_core(self) -> _SessionCore:
+        return _SessionCore({}, [], {}, {}, None)
+
+    def core_from_state(self, value) -> _SessionCore:
+        return _SessionCore.from_state(value)
 
     def panes(self, c):
-        return c[_SPANES]
+        return c.panes
 
     def pane_ids(self, c):
-        return sorted(c[_SPANES])
+        return sorted(c.panes)
 
     def last_event(self, c):
-        return c[_SUPTO] or 0
+        return c.closed_upto or 0
 
     def window_of(self, c, wid):
         skey, start = wid.rsplit(_SEP, 1)
-        return int(start), c[_SPANES][wid][4], skey
+        return int(start), c.panes[wid].end, skey
 
     def candidate(self, msgs):
         best = None
         for m in msgs:
-            place = m[4] if m[0] == "rank" else m[3]
+            place = _place(m[4] if m[0] == "rank" else m[3])
             if place is None:
                 continue
-            end = place[2] + self.cfg.spec.size
+            end = place.last + self.cfg.spec.size
             best = end if best is None else min(best, end)
         return best
 
@@ -60,7 +141,7 @@ class _SessionAggregate(_AggregateBase):
     def _check(self, c, m):
         """(key, order, place, None) when the message applies, (key, order, place, (detail,
         reason)) when it is late, None when it is stale."""
-        reqs = c[_SREQ]
+        reqs = c.requests
         gap = self.cfg.spec.size
         if m[0] == "rank":
             _, rkey, query, order, place, labels, vector = m
@@ -69,18 +150,19 @@ class _SessionAggregate(_AggregateBase):
             _, rkey, version, place, counts = m
             key = "c" + _SEP + rkey
             order = [version]
+        place = _place(place)
         old = reqs.get(key)
-        if old is not None and old[0] >= order:
+        if old is not None and old.order >= order:
             return None
-        places = [q for q in ([old[1]] if old is not None else []) + [place] if q is not None]
+        places = [q for q in ([old.place] if old is not None else []) + [place] if q is not None]
         for skey, first, last in places:
-            for a, b in c[_SCLOSED].get(skey, []):
+            for a, b in c.closed.get(skey, []):
                 if first < b and last + gap > a:  # it is in, or would join, a closed session
                     return key, order, places, ({"session": skey, "session_window": [_fmt_us(a), _fmt_us(b)]},
                                                 "an update of this request arrived after its session closed")
-        upto = c[_SUPTO]
-        if place is not None and old is None and upto is not None and place[2] + gap + self.cfg.lateness <= upto:
-            return key, order, places, ({"session": place[0], "time": _fmt_us(place[1])},
+        upto = c.closed_upto
+        if place is not None and old is None and upto is not None and place.last + gap + self.cfg.lateness <= upto:
+            return key, order, places, ({"session": place.key, "time": _fmt_us(place.first)},
                                         "the request's session closed before the request arrived")
         return key, order, places, None
 
@@ -96,13 +178,14 @@ class _SessionAggregate(_AggregateBase):
         if dry:
             return "ok"
         if m[0] == "rank":
-            place, labels, vector = m[4], m[5], m[6]
-            c[_SREQ][key] = [order, place if vector is not None else None, labels, vector]
+            _, _rkey, _query, _order, place, labels, vector = m
+            c.requests[key] = _SessionRank(order, _place(place) if vector is not None else None, labels, vector)
         else:
-            c[_SREQ][key] = [order, m[3], m[4]]
+            _, _rkey, _version, place, counts = m
+            c.requests[key] = _SessionCtr(order, _place(place), counts)
         for skey, _, _ in places:
-            if skey not in c[_SDIRTY]:
-                c[_SDIRTY].append(skey)
+            if skey not in c.dirty:
+                c.dirty.append(skey)
         return "ok"
 
     def reject(self, system, c, m):
@@ -114,11 +197,11 @@ class _SessionAggregate(_AggregateBase):
     def _sessions(self, c, skey):
         """[[start, end, entries]] of a session key, from its open requests' contributions."""
         gap = self.cfg.spec.size
-        items = sorted(((e[1][1], k, e) for k, e in c[_SREQ].items() if e[1] is not None and e[1][0] == skey),
-                       key=lambda x: (x[0], x[1]))
+        items = sorted(((e.place.first, k, e) for k, e in c.requests.items()
+                        if e.place is not None and e.place.key == skey), key=lambda x: (x[0], x[1]))
         out = []
         for t, _, e in items:
-            end = e[1][2] + gap
+            end = e.place.last + gap
             if out and t < out[-1][1]:
                 out[-1][1] = max(out[-1][1], end)
                 out[-1][2].append(e)
@@ -130,36 +213,36 @@ class _SessionAggregate(_AggregateBase):
         """Recompute the sessions of the changed keys; returns the identities that disappeared and
         had emitted rows (they need a final empty pane)."""
         gone = []
-        for skey in c[_SDIRTY]:
+        for skey in c.dirty:
             now = {f"{skey}{_SEP}{start}": end for start, end, _ in self._sessions(c, skey)}
-            for wid in [w for w in c[_SPANES] if w.rsplit(_SEP, 1)[0] == skey and w not in now]:
-                if c[_SPANES][wid][_PaneState.EMITTED]:
+            for wid in [w for w in c.panes if w.rsplit(_SEP, 1)[0] == skey and w not in now]:
+                if c.panes[wid].emitted:
                     gone.append(wid)
                 else:
-                    del c[_SPANES][wid]
+                    del c.panes[wid]
             for wid, end in now.items():
-                p = c[_SPANES].get(wid)
+                p = c.panes.get(wid)
                 if p is None:
-                    p = c[_SPANES][wid] = _PaneState.new() + [end]
-                p[4] = end
-                p[_PaneState.DIRTY] = True
-        c[_SDIRTY] = []
+                    p = c.panes[wid] = _PaneState(end=end)
+                p.end = end
+                p.dirty = True
+        c.dirty = []
         return gone
 
     def _close_gone(self, system, c, gone, ts):
         for wid in gone:
-            p = c[_SPANES][wid]
-            yield from self._pane(system, c, wid, "late" if p[_PaneState.ONTIME] else "early", True, ts)
-            del c[_SPANES][wid]
+            p = c.panes[wid]
+            yield from self._pane(system, c, wid, "late" if p.on_time else "early", True, ts)
+            del c.panes[wid]
 
     def _emit_dirty(self, system, c, ts):
         gone = self._refresh(c)
         yield from self._late_out(ts)
         yield from self._close_gone(system, c, gone, ts)
-        for wid in sorted(c[_SPANES]):
-            p = c[_SPANES][wid]
-            if p[_PaneState.DIRTY]:
-                yield from self._pane(system, c, wid, "late" if p[_PaneState.ONTIME] else "early", False, ts)
+        for wid in sorted(c.panes):
+            p = c.panes[wid]
+            if p.dirty:
+                yield from self._pane(system, c, wid, "late" if p.on_time else "early", False, ts)
 
     def window_rows(self, c, wid):
         skey, start = wid.rsplit(_SEP, 1)
@@ -170,13 +253,13 @@ class _SessionAggregate(_AggregateBase):
             if a != start:
                 continue
             for e in entries:
-                if len(e) == 4:  # ranking
-                    for label in e[2]:
-                        cell = rank.setdefault(label, [0, self.mm.create()])
+                if isinstance(e, _SessionRank):
+                    for label in e.labels:
+                        cell = rank.setdefault(label, [0, self.mm.create()])  # [requests, moments]
                         cell[0] += 1
-                        self.mm.add(cell[1], e[3])
+                        self.mm.add(cell[1], e.vector)
                 else:
-                    for label, by_pos in e[2].items():
+                    for label, by_pos in e.counts.items():
                         dl = ctr.setdefault(label, {})
                         for pos, (i, n) in by_pos.items():
                             cell = dl.setdefault(pos, [0, 0])
@@ -186,41 +269,41 @@ class _SessionAggregate(_AggregateBase):
 
     def next_deadline(self, c):
         best = None
-        for p in c[_SPANES].values():
-            end = p[4]
+        for p in c.panes.values():
+            end = p.end
             d = end + self.cfg.lateness
-            if not p[_PaneState.ONTIME] or p[_PaneState.DIRTY]:
+            if not p.on_time or p.dirty:
                 d = min(d, end)
             best = d if best is None else min(best, d)
-        if c[_SDIRTY]:  # changes not yet grouped into sessions: look again now
-            best = c[_SUPTO] if best is None or (c[_SUPTO] is not None and c[_SUPTO] < best) else best
+        if c.dirty:  # changes not yet grouped into sessions: look again now
+            best = c.closed_upto if best is None or (c.closed_upto is not None and c.closed_upto < best) else best
         return best
 
     def fire_deadlines(self, system, c, now, ts):
         L = self.cfg.lateness
         gone = self._refresh(c)
-        c[_SUPTO] = now if c[_SUPTO] is None else max(c[_SUPTO], now)
+        c.closed_upto = now if c.closed_upto is None else max(c.closed_upto, now)
         yield from self._close_gone(system, c, gone, ts)
-        for wid in sorted(c[_SPANES]):
-            p = c[_SPANES][wid]
-            end = p[4]
+        for wid in sorted(c.panes):
+            p = c.panes[wid]
+            end = p.end
             if end > now:
                 continue
             final = end + L <= now
-            if not p[_PaneState.ONTIME]:
+            if not p.on_time:
                 yield from self._pane(system, c, wid, "on_time", final, ts)
-            elif p[_PaneState.DIRTY] or final:
+            elif p.dirty or final:
                 yield from self._pane(system, c, wid, "late", final, ts)
             if final:
                 skey, start = wid.rsplit(_SEP, 1)
                 start = int(start)
-                c[_SCLOSED].setdefault(skey, []).append([start, end])
-                for k, e in list(c[_SREQ].items()):
-                    if e[1] is not None and e[1][0] == skey and start <= e[1][1] < end:
-                        del c[_SREQ][k]
-                del c[_SPANES][wid]
+                c.closed.setdefault(skey, []).append([start, end])
+                for k, e in list(c.requests.items()):
+                    if e.place is not None and e.place.key == skey and start <= e.place.first < end:
+                        del c.requests[k]
+                del c.panes[wid]
         keep_after = now - self.cfg.retention  # forget closed sessions after the retention
-        for skey in list(c[_SCLOSED]):
-            c[_SCLOSED][skey] = [w for w in c[_SCLOSED][skey] if w[1] + L > keep_after]
-            if not c[_SCLOSED][skey]:
-                del c[_SCLOSED][skey]
+        for skey in list(c.closed):
+            c.closed[skey] = [w for w in c.closed[skey] if w[1] + L > keep_after]
+            if not c.closed[skey]:
+                del c.closed[skey]
