@@ -33,7 +33,7 @@ from streameval.beam.accounting import account, exit_status, format_accounting, 
 from streameval.beam.arguments import DEFAULT_METRICS, split_metrics
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
-from streameval.beam.columnar import (DECODER_COUNTER, DECODERS, SHARD_IMPRESSIONS, SHARDS, ColumnarMetrics, auto_shards, default_decoder,
+from streameval.beam.columnar import (DECODER_NAMESPACE, DECODERS, SHARD_IMPRESSIONS, SHARDS, ColumnarMetrics, auto_shards, default_decoder,
                                       release_held)
 from streameval.beam.transforms import (
     NAMESPACE,
@@ -351,15 +351,15 @@ def shard_count(args, impression_paths, total=None) -> int:
     return auto_shards(total, 0 if total is not None else input_bytes(impression_paths))
 
 
-def decoders_used(counters: dict, engine: str, paths) -> dict:
-    """{input file: the Avro decoder(s) that read it} (the columnar engine's ``decoder:`` counters; the
-    per-record engine reads with fastavro)."""
+def decoders_used(result, engine: str, paths) -> dict:
+    """{input file: the Avro decoder(s) that read it} (the columnar engine's counters of
+    ``DECODER_NAMESPACE``; the per-record engine reads with fastavro)."""
     if engine != "columnar":
         return {p: "fastavro" for p in paths}
     out = {}
-    for name, n in counters.items():
-        if name.startswith(DECODER_COUNTER) and n:
-            used, path = name[len(DECODER_COUNTER):].split(":", 1)
+    for name, n in job_counters(result, DECODER_NAMESPACE).items():
+        if n:
+            used, path = name.split(":", 1)
             out[path] = used
     return {p: out.get(p, "unknown") for p in paths}
 
@@ -577,7 +577,7 @@ def main(argv=None) -> int:
         "threads": getattr(args, "work_threads", 1),
         "engine": engine,
         "avro_decoder": (getattr(args, "avro_decoder", None) or default_decoder()) if engine == "columnar" else "fastavro",
-        "decoders": decoders_used(counters, engine, impression_paths + judgment_paths),
+        "decoders": decoders_used(result, engine, impression_paths + judgment_paths),
         "shards": args.shards_used if engine == "columnar" else None,
         "elements": job_distributions(result),
         "impression_files": impression_paths,

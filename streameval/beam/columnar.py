@@ -55,7 +55,7 @@ from .threads import ThreadedDoFn, counter, distribution
 from .transforms import (ALL, MISSING, NAMESPACE, _category, _click_rows, _rows, _window_micros, parse_slices,
                          reason_key, window_bounds)
 
-__all__ = ["SHARDS", "DECODER_COUNTER", "SHARD_IMPRESSIONS", "auto_shards", "UNREADABLE", "impression_columns", "judgment_columns", "columns_records", "ReadImpressionColumns",
+__all__ = ["SHARDS", "DECODER_NAMESPACE", "SHARD_IMPRESSIONS", "auto_shards", "UNREADABLE", "impression_columns", "judgment_columns", "columns_records", "ReadImpressionColumns",
            "ReadJudgmentColumns", "ColumnarMetrics", "shard_of"]
 
 #: shards of the requests and of the queries (the unit of work of stages 2 and 3): the least of
@@ -80,8 +80,9 @@ def auto_shards(impressions: int | None = None, nbytes: int = 0) -> int:
 #: decoders of local Avro files: Apache DataFusion to Arrow columns (:mod:`streameval.io.arrow_avro`;
 #: fastavro for any file or rest of a file it does not take) or fastavro's dicts only
 DECODERS = ("datafusion", "fastavro")
-#: counter ``decoder:<decoders>:<path>`` (1 per input file): the decoders that gave the file's records
-DECODER_COUNTER = "decoder:"
+#: namespace of the counters ``<decoders>:<path>`` (1 per input file): the decoders that gave the file's
+#: records (apart from the records' counters: how a file was read is not what it holds)
+DECODER_NAMESPACE = "streameval.decoders"
 
 
 def default_decoder() -> str:
@@ -665,7 +666,7 @@ class _ReadColumns(ThreadedDoFn):
             # (a file the environment does not deliver raises InputUnavailableError: the bundle fails)
             self.unreadable.inc()
             yield pvalue.TaggedOutput("dead_letters", unreadable_letter(path, f"{self.kind}s", e, n))
-        counter(NAMESPACE, f"{DECODER_COUNTER}{'+'.join(sorted(used)) or 'none'}:{path}").inc()
+        counter(DECODER_NAMESPACE, f"{'+'.join(sorted(used)) or 'none'}:{path}").inc()
 
     def _finish(self, recs, chunk, ok, bad, check, columns, shards):
         """Dead letters of the ``bad`` rows the record check rejects, then the valid rows' columns
