@@ -126,6 +126,12 @@ def test_rerun_replaces_outputs_and_a_failed_run_leaves_no_manifest(messy, monke
     assert len(err.strip().splitlines()) == 1
     assert not sinks.is_complete(str(out))
     assert not (out / "summary.json").exists()
+    (out / "beam-temp-metrics-0123").mkdir(exist_ok=True)  # as a killed run's sink leaves it
+    (out / "beam-temp-metrics-0123" / "part").write_text("x")
+    monkeypatch.setattr(batch, "expand_inputs", real)
+    assert batch.main([*one_file, "--output", str(out), "--quiet"]) == 0
+    assert not glob.glob(str(out / "beam-temp-*"))
+    assert _lines(out, "metrics.jsonl") == _lines(again, "metrics.jsonl")
 
 
 def test_damaged_bytes_stay_dead_letters(messy, tmp_path):

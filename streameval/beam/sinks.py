@@ -16,8 +16,10 @@ Layer 3 (Beam): imports :mod:`streameval.io`; nothing from ``pipelines``.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -54,7 +56,8 @@ def output_files(out_dir: str, name: str) -> list[str]:
 def prepare_output(out_dir: str, names) -> str:
     """Make ``out_dir`` (a local one as an absolute path, returned) and remove what a previous run
     left in it: first the manifest (so the directory no longer passes for complete), then the files
-    of the outputs ``names`` and ``summary.json``."""
+    of the outputs ``names`` and ``summary.json``, and the temporary directories of Beam's sinks that
+    a failed run left."""
     if _remote(out_dir):
         if not FileSystems.exists(out_dir):
             FileSystems.mkdirs(out_dir)
@@ -67,7 +70,23 @@ def prepare_output(out_dir: str, names) -> str:
     old = sorted({f for name in {*names, "summary.json"} for f in output_files(out_dir, name)})
     if old:
         FileSystems.delete(old)
+    _remove_beam_temp(out_dir)
     return out_dir
+
+
+def _remove_beam_temp(out_dir: str) -> None:
+    """Remove the ``beam-temp-*`` directories a failed or killed run of Beam's file sinks left in
+    ``out_dir`` (a finished run removes its own)."""
+    if _remote(out_dir):
+        found = [m.path for m in FileSystems.match([FileSystems.join(out_dir, "beam-temp-*")])[0].metadata_list]
+        if found:
+            FileSystems.delete(found)
+        return
+    for d in glob.glob(os.path.join(out_dir, "beam-temp-*")):
+        if os.path.isdir(d):
+            shutil.rmtree(d)
+        else:
+            os.unlink(d)
 
 
 def _shard_args(shards: int | None) -> dict:
