@@ -271,6 +271,26 @@ def test_missing_object_after_matching_fails_the_job(tmp_path, s3_server, beam_s
     assert out_prefix + "manifest.json" not in s3_server.keys(out_prefix)
 
 
+def test_prepare_output_on_s3_removes_what_a_failed_run_left(s3_server, beam_s3_clients_shared, monkeypatch):
+    """A rerun over an S3 output removes the previous outputs, the manifest and the temporary objects of
+    Beam's sinks that a failed run left (keys under beam-temp-*/: an object store has no directories),
+    and nothing else."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from streameval.beam import sinks
+
+    monkeypatch.setattr(FileSystems, "_pipeline_options", FileSystems._pipeline_options)  # restored after
+    FileSystems.set_options(PipelineOptions(s3_server.beam_args))
+    prefix = s3_server.prefix("rerun") + "out/"
+    for key in ("beam-temp-metrics-0a1b/3c4d.jsonl", "beam-temp-dead_letters-0a1b/5e6f.avro", "metrics.jsonl",
+                "dead_letters-00000-of-00002.jsonl", "dead_letters-00001-of-00002.jsonl", "manifest.json",
+                "summary.json", "notes.txt"):
+        s3_server.put(prefix + key, b"x\n")
+    sinks.prepare_output(s3_server.url(prefix.rstrip("/")), batch.OUTPUT_FILES)
+    assert s3_server.keys(prefix) == [prefix + "notes.txt"]
+
+
 # --------------------------------------------------------------------------------------------
 # (d) a file system that does not answer: an environment error, not damaged data
 

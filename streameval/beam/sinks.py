@@ -19,6 +19,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 
 import apache_beam as beam
@@ -43,14 +44,25 @@ def _json_line(rec) -> str:
     return to_json_text(rec)
 
 
-def output_files(out_dir: str, name: str) -> list[str]:
-    """The files of output ``name`` (``"metrics.jsonl"``: ``metrics.jsonl`` or its shards
-    ``metrics-00000-of-00004.jsonl``) in ``out_dir``, sorted."""
+def _listing(out_dir: str) -> dict[str, tuple[str, int]]:
+    """``{file name: (path, size in bytes)}`` of the files directly in ``out_dir``, from one listing
+    (on S3 every FileSystems call costs a new boto3 client in Beam 2.77: list once, filter here)."""
+    found = FileSystems.match([FileSystems.join(out_dir, "*")])[0].metadata_list
+    return {m.path.rstrip("/").rsplit("/", 1)[-1]: (m.path, m.size_in_bytes) for m in found}
+
+
+def _output_names(listing: dict, name: str) -> list[str]:
     stem, ext = os.path.splitext(name)
-    found = []
-    for pattern in (FileSystems.join(out_dir, name), FileSystems.join(out_dir, f"{stem}-*-of-*{ext}")):
-        found.extend(m.path for m in FileSystems.match([pattern])[0].metadata_list)
-    return sorted(set(found))
+    shard = re.compile(re.escape(stem) + r"-\d+-of-\d+" + re.escape(ext))
+    return sorted(n for n in listing if n == name or shard.fullmatch(n))
+
+
+def output_files(out_dir: str, name: str, listing: dict | None = None) -> list[str]:
+    """The files of output ``name`` (``"metrics.jsonl"``: ``metrics.jsonl`` or its shards
+    ``metrics-00000-of-00004.jsonl``) in ``out_dir``, sorted; ``listing`` (:func:`_listing`) saves
+    listing the directory again."""
+    listing = _listing(out_dir) if listing is None else listing
+    return sorted(listing[n][0] for n in _output_names(listing, name))
 
 
 def prepare_output(out_dir: str, names) -> str:
@@ -67,7 +79,8 @@ def prepare_output(out_dir: str, names) -> str:
     marker = FileSystems.join(out_dir, MANIFEST)
     if FileSystems.exists(marker):
         FileSystems.delete([marker])
-    old = sorted({f for name in {*names, "summary.json"} for f in output_files(out_dir, name)})
+    listing = _listing(out_dir)
+    old = sorted({f for name in {*names, "summary.json"} for f in output_files(out_dir, name, listing)})
     if old:
         FileSystems.delete(old)
     _remove_beam_temp(out_dir)
@@ -78,7 +91,9 @@ def _remove_beam_temp(out_dir: str) -> None:
     """Remove the ``beam-temp-*`` directories a failed or killed run of Beam's file sinks left in
     ``out_dir`` (a finished run removes its own)."""
     if _remote(out_dir):
-        found = [m.path for m in FileSystems.match([FileSystems.join(out_dir, "beam-temp-*")])[0].metadata_list]
+        # an object store has no directories: the temporary files are keys out_dir/beam-temp-<...>/<file>,
+        # and Beam's "*" does not match "/" (beam-temp-* alone matches nothing)
+        found = [m.path for m in FileSystems.match([FileSystems.join(out_dir, "beam-temp-*/**")])[0].metadata_list]
         if found:
             FileSystems.delete(found)
         return
@@ -120,11 +135,9 @@ def publish(out_dir: str, names, extra: dict | None = None) -> dict:
     """Write ``manifest.json`` into ``out_dir``: each output of ``names`` with its files and their
     sizes in bytes, plus ``extra``. Call it after the pipeline finished and ``summary.json`` is
     written; returns the manifest."""
-    outputs = {}
-    for name in names:
-        files = output_files(out_dir, name)
-        sizes = {m.path: m.size_in_bytes for m in FileSystems.match(files)[0].metadata_list} if files else {}
-        outputs[name] = [{"path": f, "bytes": sizes.get(f)} for f in files]
+    listing = _listing(out_dir)  # paths and sizes of every file, one listing
+    outputs = {name: [{"path": listing[n][0], "bytes": listing[n][1]} for n in _output_names(listing, name)]
+               for name in names}
     manifest = {"complete": True, "outputs": outputs, **(extra or {})}
     with FileSystems.create(FileSystems.join(out_dir, MANIFEST)) as fo:
         fo.write(json.dumps(manifest, indent=2).encode("utf-8"))
