@@ -180,6 +180,16 @@ class _AggregateBase:
             core.write(c.to_state())
         _Schedule(armed, parmed, pnow, count).write(sched)
 
+    # the cores of both subclasses (_WindowCore, _SessionCore) hold their panes and closing time alike
+    def panes(self, c):
+        return c.panes
+
+    def pane_ids(self, c):
+        return sorted(c.panes)
+
+    def last_event(self, c):
+        return c.closed_upto or 0
+
     def _fold(self, system, inbox, core):
         value = core.read()
         c = self.new_core() if value is None else self.core_from_state(value)

@@ -110,15 +110,6 @@ class _SessionAggregate(_AggregateBase):
     def core_from_state(self, value) -> _SessionCore:
         return _SessionCore.from_state(value)
 
-    def panes(self, c):
-        return c.panes
-
-    def pane_ids(self, c):
-        return sorted(c.panes)
-
-    def last_event(self, c):
-        return c.closed_upto or 0
-
     def window_of(self, c, wid):
         skey, start = wid.rsplit(_SEP, 1)
         return int(start), c.panes[wid].end, skey

@@ -96,15 +96,6 @@ class _WindowAggregate(_AggregateBase):
     def core_from_state(self, value) -> _WindowCore:
         return _WindowCore.from_state(value)
 
-    def panes(self, c):
-        return c.panes
-
-    def pane_ids(self, c):
-        return sorted(c.panes)
-
-    def last_event(self, c):
-        return c.closed_upto or 0
-
     def window_of(self, c, j):
         start, end = self.cfg.spec.bounds(j)
         return start, end, None
