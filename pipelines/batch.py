@@ -33,8 +33,8 @@ from streameval.beam.accounting import account, exit_status, format_accounting, 
 from streameval.beam.arguments import DEFAULT_METRICS, split_metrics
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
-from streameval.beam.columnar import (DECODER_NAMESPACE, DECODERS, SHARD_IMPRESSIONS, SHARDS, ColumnarMetrics, auto_shards, default_decoder,
-                                      release_held)
+from streameval.beam.columnar import (DECODER_NAMESPACE, DECODERS, SHARD_IMPRESSIONS, SHARDS, ColumnarMetrics,
+                                      auto_shards, default_decoder, release_held)
 from streameval.beam.transforms import (
     NAMESPACE,
     CleanImpressions,
@@ -53,6 +53,7 @@ from streameval import progress, tuning
 from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
 from streameval.io.cleaning import JUDGMENT_POLICIES
+from streameval.io.records import to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.online import parse_online_metric
 
@@ -180,12 +181,6 @@ def split_all_metrics(text: str) -> tuple[list[str], list[str]]:
 # --------------------------------------------------------------------------------------------
 # pipeline pieces
 
-def _json_line(rec) -> str:
-    from streameval.io.records import to_json_text
-
-    return to_json_text(rec)
-
-
 #: requests per text element of unjudged.jsonl (the columnar engine's lists, cut to a bounded size)
 UNJUDGED_PIECE = 10_000
 
@@ -193,7 +188,7 @@ UNJUDGED_PIECE = 10_000
 def _text_pieces(requests):
     """JSON lines of a list of unjudged requests, as text elements of at most ``UNJUDGED_PIECE`` lines."""
     for i in range(0, len(requests), UNJUDGED_PIECE):
-        yield "\n".join(map(_json_line, requests[i:i + UNJUDGED_PIECE]))
+        yield "\n".join(map(to_json_text, requests[i:i + UNJUDGED_PIECE]))
 
 
 def output_shards(args):

@@ -63,7 +63,6 @@ __all__ = [
     "write_records",
     "read_records",
     "read_blocks",
-    "read_stream_blocks",
     "count_records",
     "expand_paths",
 ]
@@ -912,31 +911,6 @@ def _iter_blocks(path: str, name: str | None) -> Iterator[list[dict]]:
                                            f"{len(recs)} decoded", done)
             yield recs
             done += count
-
-
-def read_stream_blocks(fo, block_size: int = 10_000) -> Iterator[list[dict]]:
-    """Lists of up to ``block_size`` records from an open Avro file object of any origin (e.g.
-    Beam's ``FileSystems.open`` on a remote file), decoded by fastavro with the file's own schema;
-    ``timestamp-micros`` values as int microseconds. No schema resolution and no damage checks
-    beyond fastavro's: the caller checks each record (as the jobs do for remote files). When
-    decoding fails, the records decoded before the failure are yielded first, then the error is
-    raised."""
-    block: list = []
-    try:
-        for rec in fastavro.reader(fo):
-            for k, v in rec.items():
-                if isinstance(v, datetime):
-                    rec[k] = _to_micros(v)
-            block.append(rec)
-            if len(block) >= block_size:
-                yield block
-                block = []
-    except Exception:
-        if block:
-            yield block
-        raise
-    if block:
-        yield block
 
 
 def count_records(paths: Union[PathLike, Iterable[PathLike]]) -> int:
