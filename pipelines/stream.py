@@ -99,7 +99,7 @@ def _read_local(paths, kind):
     for path in paths:
         n = 0
         try:
-            for block, _typed in read_avro_blocks(path, name):
+            for block in read_avro_blocks(path, name):
                 recs.extend(block)
                 n += len(block)
         except avro.AvroInputError as e:  # damaged content; a file the environment does not deliver fails
@@ -153,7 +153,7 @@ class _ParseAvroFile(beam.DoFn):
     def process(self, readable):
         n = 0
         try:
-            for block, _typed in read_avro_blocks(readable.metadata.path, _SCHEMA_OF[self.kind]):
+            for block in read_avro_blocks(readable.metadata.path, _SCHEMA_OF[self.kind]):
                 for i in range(0, len(block), 1000):
                     batch = block[i:i + 1000]
                     n += len(batch)

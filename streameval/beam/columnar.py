@@ -651,12 +651,12 @@ class _ReadColumns(ThreadedDoFn):
         n = 0
         used = set()  # the decoders that gave this file's records (counter decoder:<names>:<path>)
         try:
-            for recs, typed in read_avro_blocks(path, self.kind, self.decoder):
+            for recs in read_avro_blocks(path, self.kind, self.decoder):
                 if isinstance(recs, list):
                     used.add("fastavro")
                     self.read.inc(len(recs))
                     n += len(recs)
-                    yield from self._block(recs, typed)
+                    yield from self._block(recs)
                 else:  # an Arrow table (arrow_avro.read_tables)
                     used.add("datafusion")
                     self.read.inc(recs.num_rows)
@@ -668,17 +668,13 @@ class _ReadColumns(ThreadedDoFn):
             yield pvalue.TaggedOutput("dead_letters", unreadable_letter(path, f"{self.kind}s", e, n))
         counter(DECODER_NAMESPACE, f"{'+'.join(sorted(used)) or 'none'}:{path}").inc()
 
-    def _finish(self, recs, chunk, ok, bad, check, columns, shards):
+    def _finish(self, recs, chunk, ok, bad, check, shards):
         """Dead letters of the ``bad`` rows the record check rejects, then the valid rows' columns
-        split by shard. ``chunk`` None: the columns are made from the rows that pass."""
+        split by shard."""
         dead = []
         if len(bad):
             passed, dead = self._reject(recs, bad, check)
-            if chunk is None:
-                chunk = columns([recs[i] for i in passed])
-                ok = np.ones(chunk["n"], dtype=bool)
-            else:
-                ok[passed] = True
+            ok[passed] = True
         yield from dead
         if not ok.all():
             chunk = _take(chunk, ok)
@@ -714,24 +710,21 @@ class _ReadImpressionColumns(_ReadColumns):
     def _shards(self, chunk):
         return _shards_of(chunk["system_id"], chunk["request_id"], self.shards)
 
-    def _block(self, recs, typed):
-        if typed:
-            nulls: dict = {}
-            chunk = impression_columns(recs, nulls)
-            # NaN is null (valid) or NaN (not): when the NaNs are as many as the nulls, all are nulls
-            fine = {}
-            for f in ("score", "propensity"):
-                v = chunk[f]
-                nan = np.isnan(v)
-                n_nan = int(nan.sum())
-                fine[f] = np.isfinite(v) if f == "score" else (v > 0) & (v <= 1)
-                if n_nan and n_nan == nulls[f]:
-                    fine[f] |= nan
-            ok = self._screen(chunk, fine["score"], fine["propensity"])
-            bad = np.flatnonzero(~ok)
-        else:  # records of any schema (remote files): the record check on every one
-            chunk, ok, bad = None, np.zeros(len(recs), dtype=bool), np.arange(len(recs))
-        yield from self._finish(recs, chunk, ok, bad, records.check_impression, impression_columns, self._shards)
+    def _block(self, recs):
+        nulls: dict = {}
+        chunk = impression_columns(recs, nulls)
+        # NaN is null (valid) or NaN (not): when the NaNs are as many as the nulls, all are nulls
+        fine = {}
+        for f in ("score", "propensity"):
+            v = chunk[f]
+            nan = np.isnan(v)
+            n_nan = int(nan.sum())
+            fine[f] = np.isfinite(v) if f == "score" else (v > 0) & (v <= 1)
+            if n_nan and n_nan == nulls[f]:
+                fine[f] |= nan
+        ok = self._screen(chunk, fine["score"], fine["propensity"])
+        bad = np.flatnonzero(~ok)
+        yield from self._finish(recs, chunk, ok, bad, records.check_impression, self._shards)
 
     def _table(self, table):
         chunk, score_null, prop_null = impression_columns_arrow(table)
@@ -744,7 +737,7 @@ class _ReadImpressionColumns(_ReadColumns):
                 if not null[i]:  # NaN is a value here, not a null
                     rec[f] = float(chunk[f][i])
             recs[i] = rec
-        yield from self._finish(recs, chunk, ok, bad, records.check_impression, impression_columns, self._shards)
+        yield from self._finish(recs, chunk, ok, bad, records.check_impression, self._shards)
 
 
 class _ReadJudgmentColumns(_ReadColumns):
@@ -764,21 +757,18 @@ class _ReadJudgmentColumns(_ReadColumns):
     def _shards(self, chunk):
         return _shards_of(chunk["query_id"], None, self.shards)
 
-    def _block(self, recs, typed):
-        if typed:
-            chunk = judgment_columns(recs)
-            ok = self._screen(chunk)
-            bad = np.flatnonzero(~ok)
-        else:
-            chunk, ok, bad = None, np.zeros(len(recs), dtype=bool), np.arange(len(recs))
-        yield from self._finish(recs, chunk, ok, bad, self._check, judgment_columns, self._shards)
+    def _block(self, recs):
+        chunk = judgment_columns(recs)
+        ok = self._screen(chunk)
+        bad = np.flatnonzero(~ok)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards)
 
     def _table(self, table):
         chunk = judgment_columns_arrow(table)
         ok = self._screen(chunk)
         bad = np.flatnonzero(~ok)
         recs = dict(zip(bad.tolist(), _judgment_records(chunk, bad)))
-        yield from self._finish(recs, chunk, ok, bad, self._check, judgment_columns, self._shards)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards)
 
 
 class _Read(beam.PTransform):

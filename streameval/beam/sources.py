@@ -135,9 +135,9 @@ def local_copy(path: str, directory: str | None = None) -> Iterator[str]:
             os.unlink(tmp)
 
 
-def read_avro_blocks(path: str, name: str, decoder: str = "fastavro") -> Iterator[tuple[object, bool]]:
-    """``(block, typed)`` pairs of the Avro file ``path`` (local or remote) of schema ``name``: a list
-    of record dicts (``typed`` True: read against the schema) or, with ``decoder="datafusion"``, Arrow
+def read_avro_blocks(path: str, name: str, decoder: str = "fastavro") -> Iterator:
+    """The blocks of the Avro file ``path`` (local or remote) read against schema ``name``: lists of
+    record dicts (:func:`streameval.io.avro.read_blocks`) or, with ``decoder="datafusion"``, also Arrow
     tables (:func:`streameval.io.arrow_avro.read_tables`). Raises
     :class:`~streameval.io.avro.AvroInputError` for damaged content after the blocks before the damage,
     :class:`InputUnavailableError` when the environment does not deliver the file."""
@@ -146,11 +146,9 @@ def read_avro_blocks(path: str, name: str, decoder: str = "fastavro") -> Iterato
             if decoder == "datafusion":
                 from ..io import arrow_avro
 
-                for block in arrow_avro.read_tables(local, name):
-                    yield block, True
+                yield from arrow_avro.read_tables(local, name)
             else:
-                for block in avro.read_blocks(local, name):
-                    yield block, True
+                yield from avro.read_blocks(local, name)
     except avro.AvroInputError as e:
         if e.path != path:  # a copy of a remote file: the error names the file the user gave
             raise avro.AvroInputError(path, e.reason, e.records_read) from None
@@ -185,7 +183,7 @@ class _ReadAvroFile(beam.DoFn):
     def process(self, path):
         n = 0
         try:
-            for block, _typed in read_avro_blocks(path, self.name):
+            for block in read_avro_blocks(path, self.name):
                 self.count.inc(len(block))
                 n += len(block)
                 yield from block
