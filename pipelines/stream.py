@@ -45,7 +45,6 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Timestamp
@@ -54,7 +53,7 @@ from streameval.beam.arguments import DEFAULT_METRICS, split_metrics
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.sources import UNREADABLE, expand_inputs, read_avro_blocks, set_file_system_options, unreadable_letter
-from streameval.beam.accounting import exit_status, format_accounting
+from streameval.beam.accounting import exit_status, format_accounting, job_counters
 from streameval.beam.streaming import (
     REASON_CLICK_UNMATCHED,
     Replay,
@@ -63,7 +62,6 @@ from streameval.beam.streaming import (
     parse_duration,
     replay_clock,
 )
-from streameval.beam.transforms import NAMESPACE
 from streameval.io import avro
 from streameval.io.cleaning import JUDGMENT_POLICIES
 from streameval.metrics.names import MetricNameError, parse_metrics
@@ -645,23 +643,6 @@ def build_pipeline(p, args, paths):
     return sm, rows, rep
 
 
-def _counters(result) -> dict:
-    out: dict = {}
-    try:
-        res = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
-    except Exception:  # runner without metrics
-        return out
-    for c in res.get("counters", []):
-        try:
-            value = c.committed
-        except Exception:
-            value = None
-        if value is None:
-            value = c.attempted
-        out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(value or 0)
-    return out
-
-
 def _summary_line(c: dict, replayed: dict, local: dict) -> str:
     """The one-line summary: records replayed, panes, late data, unmatched clicks, invalid records
     (``c``: the record counts; ``local``: what the command's own steps counted)."""
@@ -755,7 +736,7 @@ def main(argv=None) -> int:
     result = p.run()
     state = result.wait_until_finish()
     wall = time.perf_counter() - start
-    counters = _counters(result)
+    counters = job_counters(result)
     replayed = rep.counts if rep is not None else {}
     in_process = runner in ("BundleBasedDirectRunner", "DirectRunner")
     # the local runner reports Beam counters of a step's first bundle only: count in this process

@@ -155,51 +155,44 @@ def exit_status(problems: list) -> int:
     return 1
 
 
-def job_counters(result, namespace: str = "streameval") -> dict:
-    """``{counter name: value}`` of ``namespace`` from a finished pipeline's result: committed values
-    where the runner supports them, attempted otherwise; ``{}`` for a runner without metrics."""
+def _results(result, namespace: str, kind: str) -> list:
+    """``(name, value)`` of the metrics of ``kind`` (``"counters"``, ``"distributions"``) in
+    ``namespace``: committed values where the runner supports them, attempted otherwise."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    out: dict = {}
     try:
         res = result.metrics().query(MetricsFilter().with_namespace(namespace))
     except Exception:  # noqa: BLE001 (runner without metrics support)
-        return out
-    for c in res.get("counters", []):
-        name = c.key.metric.name
+        return []
+    out = []
+    for m in res.get(kind, []):
         try:
-            value = c.committed
+            value = m.committed
         except Exception:  # noqa: BLE001 (runners that do not commit metrics raise here)
             value = None
-        if value is None:
-            value = c.attempted
+        out.append((m.key.metric.name, m.attempted if value is None else value))
+    return out
+
+
+def job_counters(result, namespace: str = "streameval") -> dict:
+    """``{counter name: value}`` of ``namespace`` from a finished pipeline's result (the same name's
+    values from several steps added up); ``{}`` for a runner without metrics."""
+    out: dict = {}
+    for name, value in _results(result, namespace, "counters"):
         out[name] = out.get(name, 0) + int(value or 0)
     return out
 
 
 def job_distributions(result, namespace: str = "streameval") -> dict:
     """``{distribution name: {"count", "sum", "min", "max"}}`` of ``namespace`` from a finished
-    pipeline's result (committed values where the runner supports them, attempted otherwise), the
-    same name's values from several steps put together; ``{}`` for a runner without metrics."""
-    from apache_beam.metrics.metric import MetricsFilter
-
+    pipeline's result, the same name's values from several steps put together; ``{}`` for a runner
+    without metrics."""
     out: dict = {}
-    try:
-        res = result.metrics().query(MetricsFilter().with_namespace(namespace))
-    except Exception:  # noqa: BLE001 (runner without metrics support)
-        return out
-    for d in res.get("distributions", []):
-        try:
-            value = d.committed
-        except Exception:  # noqa: BLE001
-            value = None
-        if value is None:
-            value = d.attempted
+    for name, value in _results(result, namespace, "distributions"):
         if value is None or not value.count:
             continue
-        name = d.key.metric.name
-        prev = out.get(name)
         cur = {"count": int(value.count), "sum": int(value.sum), "min": int(value.min), "max": int(value.max)}
+        prev = out.get(name)
         if prev:
             cur = {"count": prev["count"] + cur["count"], "sum": prev["sum"] + cur["sum"],
                    "min": min(prev["min"], cur["min"]), "max": max(prev["max"], cur["max"])}
