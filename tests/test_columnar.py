@@ -69,8 +69,9 @@ def _messy_logs(seed: int):
     return [imps[:cut], imps[cut:] + rest], judg
 
 
-def _run(tmp, name, imp_files, judg, extra):
-    d = tmp / name
+def write_logs(d, imp_files, judg) -> list[str]:
+    """Write the impression files and the judgments into ``d``: the job's input arguments."""
+    d.mkdir(parents=True, exist_ok=True)
     args = []
     for i, recs in enumerate(imp_files):
         p = d / f"imps-{i}.avro"
@@ -78,7 +79,12 @@ def _run(tmp, name, imp_files, judg, extra):
         args += ["--impressions", str(p)]
     jp = d / "judg.avro"
     avro.write_records(jp, "judgment", judg)
-    args += ["--judgments", str(jp)]
+    return args + ["--judgments", str(jp)]
+
+
+def _run(tmp, name, imp_files, judg, extra):
+    d = tmp / name
+    args = write_logs(d, imp_files, judg)
     out = {}
     for engine in ("records", "columnar"):
         o = d / engine

@@ -20,19 +20,7 @@ from pipelines import batch
 from streameval.beam import columnar, sinks, sources
 from streameval.io import avro
 
-from .test_columnar import _messy_logs
-
-
-def _write(d, imp_files, judg):
-    d.mkdir(parents=True, exist_ok=True)
-    args = []
-    for i, recs in enumerate(imp_files):
-        p = d / f"imps-{i}.avro"
-        avro.write_records(p, "impression", recs)
-        args += ["--impressions", str(p)]
-    jp = d / "judg.avro"
-    avro.write_records(jp, "judgment", judg)
-    return args + ["--judgments", str(jp)]
+from .test_columnar import _messy_logs, write_logs
 
 
 def _lines(out_dir, name):
@@ -47,7 +35,7 @@ def _lines(out_dir, name):
 def messy(tmp_path_factory):
     d = tmp_path_factory.mktemp("messy")
     imp_files, judg = _messy_logs(11)
-    return d, _write(d / "in", imp_files, judg)
+    return d, write_logs(d / "in", imp_files, judg)
 
 
 def test_auto_shards_follow_the_input():
