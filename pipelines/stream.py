@@ -36,7 +36,9 @@ import json
 import math
 import os
 import re
+import signal
 import sys
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -52,8 +54,9 @@ from apache_beam.utils.timestamp import Timestamp
 from streameval.beam.arguments import DEFAULT_METRICS, split_metrics
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
-from streameval.beam.sources import UNREADABLE, expand_inputs, read_avro_blocks, set_file_system_options, unreadable_letter
+from streameval.beam.sources import UNREADABLE, expand_inputs, failure_reason, read_avro_blocks, set_file_system_options, unreadable_letter
 from streameval.beam.accounting import exit_status, format_accounting, job_counters
+from streameval.beam.streaming.live import WatchFiles
 from streameval.beam.streaming import (
     REASON_CLICK_UNMATCHED,
     Replay,
@@ -81,6 +84,7 @@ __all__ = [
 ]
 
 KINDS = ("impressions", "judgments", "clicks")
+LOCAL_STREAM_RUNNERS = ("BundleBasedDirectRunner", "DirectRunner")
 _MICRO = timedelta(microseconds=1)
 _SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": None}
 
@@ -529,8 +533,17 @@ def build_arg_parser() -> argparse.ArgumentParser:
     src.add_argument("--replay-step", default="1h", help="event time per watermark step of the replay (default 1h)")
     src.add_argument("--replay-pace", type=float, default=1.0,
                      help="processing-time seconds per replay step (drives --early-every; default 1)")
-    src.add_argument("--watch", action="store_true", help="watch the patterns for new Avro files (MatchContinuously)")
-    src.add_argument("--watch-interval", type=float, default=10.0, help="seconds between matches (default 10)")
+    src.add_argument("--watch", action="store_true",
+                     help="watch the patterns for new Avro files while the job runs (local runner: a live "
+                          "TestStream service; other runners: fileio.MatchContinuously)")
+    src.add_argument("--watch-interval", type=float, default=None,
+                     help="seconds between matches (default 1 on the local runner, 10 elsewhere)")
+    src.add_argument("--watch-delay", default="0",
+                     help="local runner: the watermark stays this far behind the latest impression or click "
+                          "time seen (default 0: a file older than everything seen before is late)")
+    src.add_argument("--watch-idle-stop", type=float, default=None, metavar="SECONDS",
+                     help="local runner: end the job (closing every window) after this long without a new "
+                          "file (default: run until stopped)")
     for k in KINDS:
         src.add_argument(f"--pubsub-{k}", default=None, help=f"Pub/Sub subscription or topic of {k} (JSON)")
         src.add_argument(f"--kafka-{k}", default=None, help=f"Kafka topic of {k} (JSON values)")
@@ -586,18 +599,30 @@ def _window_spec(args) -> WindowSpec:
     return WindowSpec.sliding(args.window, args.every) if args.every else WindowSpec.fixed(args.window)
 
 
+def _live_watch(args) -> bool:
+    """``--watch`` on the local streaming runner: the live TestStream source (:class:`WatchFiles`)."""
+    return bool(args.watch) and (args.runner or "BundleBasedDirectRunner") in LOCAL_STREAM_RUNNERS
+
+
 def _sources(p, args, paths):
-    """{kind: PCollection or None}"""
+    """({kind: PCollection or None}, replay or live source or None)"""
     if args.replay:
         rep = ReplayAvro(paths["impressions"], paths["judgments"], paths["clicks"], step=args.replay_step,
                          pace=args.replay_pace)
         out = p | "Replay" >> rep
         return {k: out[k] if (paths[k]) else None for k in KINDS}, rep
+    if _live_watch(args):
+        live = WatchFiles(paths, interval=args.watch_interval or 1.0, delay=args.watch_delay,
+                          idle_stop=args.watch_idle_stop)
+        out = p | "Watch" >> live
+        srcs = {k: out[k] if paths[k] else None for k in KINDS}
+        srcs["watchers"] = [live]
+        return srcs, live
     out = {"watchers": []}
     for k in KINDS:
         ps, topic = getattr(args, f"pubsub_{k}"), getattr(args, f"kafka_{k}")
         if args.watch and args.__dict__[k]:
-            watchers = [WatchAvro(pat, k, args.watch_interval) for pat in args.__dict__[k]]
+            watchers = [WatchAvro(pat, k, args.watch_interval or 10.0) for pat in args.__dict__[k]]
             out["watchers"].extend(watchers)
             pcs = [p | f"Watch{k.title()}{i}" >> w for i, w in enumerate(watchers)]
             out[k] = pcs[0] if len(pcs) == 1 else pcs | f"All{k.title()}" >> beam.Flatten()
@@ -625,7 +650,7 @@ def build_pipeline(p, args, paths):
         attribution_delay=args.attribution_delay, relevance_level=args.relevance_level, gain=args.gain,
         ideal=args.ideal, err_max_grade=args.err_max_grade, order=args.order, tie_break=args.tie_break,
         depth=args.depth, score_precision=args.score_precision, ctr=not args.no_ctr,
-        request_shards=args.request_shards, clock=replay_clock if args.replay else None,
+        request_shards=args.request_shards, clock=replay_clock if args.replay or _live_watch(args) else None,
         source=",".join(paths["impressions"]) or "stream", judgment_conflicts=args.judgment_conflicts,
         grade_range=_grades(args.grades))
     rows = srcs["impressions"] | "StreamMetrics" >> sm
@@ -633,7 +658,7 @@ def build_pipeline(p, args, paths):
     me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
     sm.panes | "Console" >> beam.ParDo(me._PanesOut(names, args.quiet))  # (by reference, also under -m)
     side = [sm.side]
-    if rep is not None and rep.unreadable:
+    if isinstance(rep, ReplayAvro) and rep.unreadable:
         side.append(p | "UnreadableFiles" >> beam.Create(rep.unreadable))
     side.extend(w.unreadable for w in srcs.get("watchers", []))
     side = side[0] if len(side) == 1 else tuple(side) | "AllSideRecords" >> beam.Flatten()
@@ -643,13 +668,13 @@ def build_pipeline(p, args, paths):
     return sm, rows, rep
 
 
-def _summary_line(c: dict, replayed: dict, local: dict) -> str:
+def _summary_line(c: dict, replayed: dict, local: dict, verb: str = "replayed") -> str:
     """The one-line summary: records replayed, panes, late data, unmatched clicks, invalid records
     (``c``: the record counts; ``local``: what the command's own steps counted)."""
     invalid = sum(v for k, v in c.items() if k.startswith("rejected:"))
     parts = []
     if replayed:
-        parts.append(f"replayed {replayed.get('impressions', 0)} impression, {replayed.get('judgments', 0)} judgment "
+        parts.append(f"{verb} {replayed.get('impressions', 0)} impression, {replayed.get('judgments', 0)} judgment "
                      f"and {replayed.get('clicks', 0)} click records")
     panes = {**c, **local}
     parts.append("panes: " + ", ".join(f"{panes.get(f'panes_{p}', 0)} {p}" for p in ("early", "on_time", "late"))
@@ -713,7 +738,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    runner = args.runner or ("BundleBasedDirectRunner" if args.replay else None)
+    runner = args.runner or ("BundleBasedDirectRunner" if args.replay or args.watch else None)
     if runner is None:
         print("error: name a streaming runner with --runner (e.g. DataflowRunner, FlinkRunner, PrismRunner)",
               file=sys.stderr)
@@ -733,8 +758,25 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    result = p.run()
-    state = result.wait_until_finish()
+    live = rep if isinstance(rep, WatchFiles) else None
+    handlers = {}
+    if live is not None and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):  # stop watching: every window closes, the job reports
+            handlers[sig] = signal.signal(sig, lambda *_: live.watcher.stop())
+    try:
+        result = p.run()
+        state = result.wait_until_finish()
+    except Exception as e:  # noqa: BLE001 - the runner's error, reported in one line
+        print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
+        return 1
+    finally:
+        if live is not None:
+            live.close()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    if live is not None and live.watcher.error is not None:
+        print(f"error: the job failed: {failure_reason(live.watcher.error)}", file=sys.stderr)
+        return 1
     wall = time.perf_counter() - start
     counters = job_counters(result)
     replayed = rep.counts if rep is not None else {}
@@ -745,7 +787,7 @@ def main(argv=None) -> int:
     accounting, problems = sm.accounting(unreadable=sorted(unreadable), counts=counts)
     if in_process:
         problems += check_outputs(counts, local_seen, {k: v for k, v in replayed.items() if paths[k]})
-    line = _summary_line(counts, replayed, local_seen if in_process else {})
+    line = _summary_line(counts, replayed, local_seen if in_process else {}, "read" if live else "replayed")
     print(line)
     print(format_accounting(accounting))
     if args.output:

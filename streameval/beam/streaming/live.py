@@ -1,0 +1,303 @@
+"""A live file source for Beam's local streaming runner: :class:`WatchFiles` watches patterns for new
+Avro files while the pipeline runs and feeds their records to it, with an event-time watermark.
+
+Beam's local streaming runner (``BundleBasedDirectRunner``) has no splittable DoFns, so
+``fileio.MatchContinuously`` cannot run on it. It does read a ``TestStream`` whose events come live
+from a ``TestStreamService`` over gRPC (``TestStream(endpoint=...)``, the mechanism Beam's
+interactive runner uses to feed a running pipeline). :class:`FileWatcher` is such a service's
+event reader: it polls the patterns, reads each new file (:func:`streameval.beam.sources.
+read_avro_blocks`, the batch job's reader and checks) and sends its records as coarse elements
+(lists of up to ``chunk`` records of one kind), then the new watermark.
+
+Watermark policy (documented in docs/metrics.md, "Streaming", "Event time and watermarks"): event
+time is each record's own ``timestamp`` (int microseconds). After the files of a poll are sent, the
+watermark moves to ``max event time of the impressions and clicks seen - delay`` (never back): with
+``delay = 0`` a file's records may be in any order, but a later file's records older than
+everything already seen are late. Judgments never move it (their time is when they were made, not
+when the traffic was). When no new file arrived for ``idle_stop``
+seconds the watcher closes every window (watermark to the end of time) and the job ends; without
+``idle_stop`` it runs until stopped. Processing time (``replay_clock``, early panes) is the
+watcher's wall time since it started.
+
+A file is read once, when it is complete: its size was the same at two successive polls (or write
+it elsewhere and rename it into the directory). Names starting with ``.`` or ``_`` are skipped
+(temporary files). A file whose bytes are damaged gives the records before the damage and a dead
+letter (output ``"unreadable"``); a file the environment does not deliver (permission, network)
+stops the watcher: :attr:`FileWatcher.error` holds the
+:class:`~streameval.beam.sources.InputUnavailableError`, and the job must fail on it
+(:meth:`WatchFiles.raise_error`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import apache_beam as beam
+import grpc
+from apache_beam import pvalue
+from apache_beam.coders import FastPrimitivesCoder
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.portability.api import beam_interactive_api_pb2_grpc
+from apache_beam.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
+from apache_beam.transforms.window import TimestampedValue
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, Duration, Timestamp
+
+from ...io import avro
+from ..sources import read_avro_blocks, unreadable_letter
+from . import replay as _replay
+from .windows import parse_duration
+
+_LOG = logging.getLogger(__name__)
+
+KINDS = ("impressions", "judgments", "clicks")
+SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": None}
+# the watermark that closes every window while it is still finite (see Replay.expand)
+END_OF_TIME_US = MAX_TIMESTAMP.micros - MAX_TIMESTAMP.micros % 1000 - 86_400_000_000_000
+
+
+def _ms_floor(us: int) -> int:
+    return int(us) - int(us) % 1000
+
+
+class FileWatcher:
+    """The event reader of a live :class:`WatchFiles`: polls ``patterns`` (``{kind: [pattern, ...]}``,
+    kinds ``impressions``, ``judgments``, ``clicks``; local or remote, matched with Beam's
+    FileSystems) every ``interval`` seconds and yields ``TestStream`` events: one element per chunk of
+    at most ``chunk`` records of one file (``(kind, records, processing seconds)``, timestamped with
+    the chunk's earliest event time), ``("unreadable", dead letter, seconds)`` for a damaged file,
+    then the watermark and the processing time (see the module's policy). ``delay``: microseconds
+    the watermark stays behind the latest event time seen. ``idle_stop``: seconds without a new
+    file after which the watcher ends (None: never). ``clock``: wall time (tests pass their own).
+
+    Counters for the job's accounting: :attr:`records` (records sent, by kind), :attr:`files`
+    (paths read, in order), :attr:`watermark_us`; :attr:`error`: the environment error that stopped
+    the watcher, or None."""
+
+    def __init__(self, patterns: dict, interval: float = 1.0, delay: int = 0, idle_stop: float | None = None,
+                 chunk: int = 10_000, clock=time.monotonic, sleep=time.sleep):
+        unknown = set(patterns) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown kinds {sorted(unknown)}: use {KINDS}")
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        if chunk < 1:
+            raise ValueError("chunk must be positive")
+        self.patterns = {k: list(v) for k, v in patterns.items() if v}
+        self.interval = float(interval)
+        self.delay = int(delay)
+        self.idle_stop = None if idle_stop is None else float(idle_stop)
+        self.chunk = int(chunk)
+        self._clock = clock
+        self._sleep = sleep
+        self.records = {k: 0 for k in KINDS}
+        self.files: list[str] = []
+        self.error: BaseException | None = None
+        self.watermark_us: int | None = None
+        self._sizes: dict = {}  # path -> size at the last poll (not read yet)
+        self._done: set = set()
+        self._max_event: int | None = None
+        self.stopped = threading.Event()
+
+    # ----------------------------------------------------------------------------------------
+    def _ready_files(self) -> list:
+        """``(kind, path)`` of the files complete since the last poll, in name order."""
+        ready = []
+        for kind, pats in self.patterns.items():
+            for res in FileSystems.match(pats):
+                for md in res.metadata_list:
+                    path = md.path
+                    if path in self._done or os.path.basename(path).startswith((".", "_")):
+                        continue
+                    size = md.size_in_bytes
+                    if self._sizes.get(path) == size:
+                        ready.append((kind, path))
+                        del self._sizes[path]
+                    else:
+                        self._sizes[path] = size
+        ready.sort(key=lambda kp: (kp[1], kp[0]))
+        return ready
+
+    def _file_events(self, kind, path, now):
+        n = 0
+        try:
+            for block in read_avro_blocks(path, SCHEMA_OF[kind]):
+                for i in range(0, len(block), self.chunk):
+                    recs = block[i:i + self.chunk]
+                    times = [r["timestamp"] for r in recs if isinstance(r, dict)
+                             and isinstance(r.get("timestamp"), int) and not isinstance(r.get("timestamp"), bool)]
+                    n += len(recs)
+                    self.records[kind] += len(recs)
+                    if times and kind != "judgments":  # judgments never move the watermark
+                        top = max(times)
+                        self._max_event = top if self._max_event is None else max(self._max_event, top)
+                    t0 = min(times, default=0)
+                    yield ElementEvent([TimestampedValue((kind, recs, now), Timestamp(micros=_ms_floor(t0)))])
+        except avro.AvroInputError as e:  # damaged bytes: the records before the damage and a dead letter
+            yield ElementEvent([TimestampedValue(("unreadable", unreadable_letter(path, kind, e, n), now),
+                                                 Timestamp(micros=0))])
+
+    def events(self):
+        """The ``TestStream`` events (Python objects) of the live stream, until ``idle_stop`` or
+        :meth:`stop`."""
+        start = self._clock()
+        sent_ms = 0  # processing time sent so far, milliseconds
+        last_new = start
+        while not self.stopped.is_set():
+            now_s = self._clock() - start
+            try:
+                ready = self._ready_files()
+                for kind, path in ready:
+                    yield from self._file_events(kind, path, round(sent_ms / 1000, 3))
+                    self._done.add(path)
+                    self.files.append(path)
+            except Exception as e:  # the environment does not deliver a file: stop, the job fails
+                self.error = e
+                _LOG.error("watching stopped: %s", e)
+                return
+            if ready:
+                last_new = self._clock()
+            if self._max_event is not None:
+                wm = _ms_floor(self._max_event - self.delay)
+                if self.watermark_us is None or wm > self.watermark_us:
+                    self.watermark_us = wm
+                    yield WatermarkEvent(Timestamp(micros=wm))
+            now_ms = int(now_s * 1000)
+            if now_ms > sent_ms:  # also a heartbeat: the runner gives up on a silent service after 30 s
+                yield ProcessingTimeEvent(Duration(micros=(now_ms - sent_ms) * 1000))
+                sent_ms = now_ms
+            if self.idle_stop is not None and self._clock() - last_new >= self.idle_stop:
+                break
+            self._sleep(self.interval)
+        self.watermark_us = END_OF_TIME_US
+        yield WatermarkEvent(Timestamp(micros=END_OF_TIME_US))
+
+    def stop(self) -> None:
+        """Ends the stream at the next poll (every window closes, the job finishes)."""
+        self.stopped.set()
+
+
+def _decoded_micros():
+    """Microseconds the runner's decoder makes of 1 in each time field of a TestStream event
+    proto (``element``, ``watermark``, ``advance``). The proto says milliseconds, and Beam's encoder
+    (``Event.to_runner_api``) sends milliseconds, but the local runner's decoder (2.5x to at least
+    2.77: ``_TestStream.test_stream_payload_to_events``) reads microseconds; measured here rather
+    than assumed, so the events stay right when either side changes."""
+    from apache_beam.portability.api import beam_runner_api_pb2
+    from apache_beam.runners.direct.test_stream_impl import _TestStream
+
+    ev = beam_runner_api_pb2.TestStreamPayload.Event
+    coder = FastPrimitivesCoder()
+    probe = {
+        "element": ev(element_event=ev.AddElements(elements=[
+            beam_runner_api_pb2.TestStreamPayload.TimestampedElement(encoded_element=coder.encode(0), timestamp=1)])),
+        "watermark": ev(watermark_event=ev.AdvanceWatermark(new_watermark=1)),
+        "advance": ev(processing_time_event=ev.AdvanceProcessingTime(advance_duration=1)),
+    }
+    out = {}
+    for name, proto in probe.items():
+        e = _TestStream.test_stream_payload_to_events(proto, coder)
+        out[name] = (e.timestamped_values[0].timestamp.micros if name == "element" else
+                     e.new_watermark.micros if name == "watermark" else e.advance_by.micros)
+    return out
+
+
+def _to_proto(event, coder, unit: dict):
+    """A TestStream event as the proto the local runner's decoder turns back into the same event
+    (``unit``: :func:`_decoded_micros`)."""
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    ev = beam_runner_api_pb2.TestStreamPayload.Event
+    if isinstance(event, ElementEvent):
+        return ev(element_event=ev.AddElements(tag="None", elements=[
+            beam_runner_api_pb2.TestStreamPayload.TimestampedElement(
+                encoded_element=coder.encode(tv.value), timestamp=tv.timestamp.micros // unit["element"])
+            for tv in event.timestamped_values]))
+    if isinstance(event, WatermarkEvent):
+        return ev(watermark_event=ev.AdvanceWatermark(tag="None",
+                                                      new_watermark=event.new_watermark.micros // unit["watermark"]))
+    return ev(processing_time_event=ev.AdvanceProcessingTime(advance_duration=event.advance_by.micros // unit["advance"]))
+
+
+class _Service(beam_interactive_api_pb2_grpc.TestStreamServiceServicer):
+    """A TestStreamService on 127.0.0.1 serving one stream of a :class:`FileWatcher`."""
+
+    def __init__(self, watcher: FileWatcher, coder):
+        self.watcher = watcher
+        self.coder = coder
+        self.unit = _decoded_micros()
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=2))
+        beam_interactive_api_pb2_grpc.add_TestStreamServiceServicer_to_server(self, self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.endpoint = f"127.0.0.1:{port}"
+        self.server.start()
+
+    def Events(self, request, context):
+        for event in self.watcher.events():
+            if not context.is_active():
+                self.watcher.stop()
+                return
+            yield _to_proto(event, self.coder, self.unit)
+
+    def stop(self):
+        self.server.stop(0)
+
+
+class _Fanout(beam.DoFn):
+    def process(self, element):
+        kind, payload, ptime = element
+        _replay._REPLAY_NOW[0] = float(ptime)
+        yield pvalue.TaggedOutput(kind, payload)
+
+
+class WatchFiles(beam.PTransform):
+    """``p | WatchFiles({"impressions": [pattern], "judgments": [...], "clicks": [...]}, ...)``: new
+    Avro files as they appear, while the pipeline runs, on Beam's local streaming runner
+    (``BundleBasedDirectRunner``, ``streaming=True``). Returns ``{"impressions", "judgments",
+    "clicks", "unreadable"}``: lists of records timestamped with their earliest event time, and one
+    dead letter per damaged file. Arguments as :class:`FileWatcher` (``delay``: a duration such as
+    ``"5m"``); use ``StreamMetrics(clock=replay_clock)`` for early panes by processing time.
+
+    The gRPC service that feeds the runner starts when the transform is applied; call :meth:`close`
+    after the pipeline finished and :meth:`raise_error` to fail the job when a file could not be
+    read (the runner itself ends the stream as if it were complete)."""
+
+    def __init__(self, patterns: dict, interval: float = 1.0, delay="0", idle_stop: float | None = None,
+                 chunk: int = 10_000, label=None):
+        super().__init__(label)
+        self.watcher = FileWatcher(patterns, interval=interval,
+                                   delay=parse_duration(delay, "delay", allow_zero=True), idle_stop=idle_stop,
+                                   chunk=chunk)
+        self.service = None
+        self.unreadable = None
+
+    @property
+    def counts(self) -> dict:
+        """Records sent so far, by kind."""
+        return dict(self.watcher.records)
+
+    def expand(self, pbegin):
+        from apache_beam.testing.test_stream import TestStream
+
+        coder = FastPrimitivesCoder()
+        self.service = _Service(self.watcher, coder)
+        out = (pbegin
+               | "Live" >> TestStream(coder=coder, endpoint=self.service.endpoint)
+               | "Fanout" >> beam.ParDo(_Fanout()).with_outputs(*KINDS, "unreadable"))
+        #: dead letters of the files that could not be read to their end
+        self.unreadable = out["unreadable"]
+        return {k: out[k] for k in (*KINDS, "unreadable")}
+
+    def close(self) -> None:
+        """Stops the watcher and its service."""
+        self.watcher.stop()
+        if self.service is not None:
+            self.service.stop()
+
+    def raise_error(self) -> None:
+        """Raises the environment error that stopped the watcher, if any."""
+        if self.watcher.error is not None:
+            raise self.watcher.error
