@@ -7,12 +7,11 @@ watermark policy on its own (no Beam): :class:`streameval.beam.streaming.live.Fi
 import glob
 import json
 import os
-import shutil
 import threading
 import time
 
 import pytest
-from apache_beam.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
+from apache_beam.testing.test_stream import ElementEvent, WatermarkEvent
 
 from pipelines import stream as stream_cli
 from streameval.beam.sources import InputUnavailableError
