@@ -1,7 +1,8 @@
-"""Stage 2, the gate (fixed and sliding windows only; one key): the lateness of raw events against
-the sub-windows that already closed.
+"""Stage 2, the gate (fixed and sliding windows only; keyed by request shard, as the requests stage,
+so the work spreads over workers): the lateness of raw events against the sub-windows that already
+closed.
 
-Input: ``(0, pieces)`` from :mod:`.prepare`. Output: ``(shard, [closed_upto, pieces])`` to the
+Input: ``(shard, pieces)`` from :mod:`.prepare` (judgments: the shard of their query id). Output: ``(shard, [closed_upto, pieces])`` to the
 requests stage (main output; ``closed_upto``: micros up to which windows are closed, or None) and
 ``(query_id, [("upto", closed_upto), ("judg", entries)])`` to the queries stage (``"queries"``).
 An impression or click whose sub-window closed is counted (``late:impression``, ``late:click``)
@@ -28,7 +29,7 @@ from .windows import WindowSpec
 # the gate: lateness of raw events against the windows that already closed
 
 class _GateState(NamedTuple):
-    """The gate's state (its one key): ``fired``, the last closed sub-window (every one up to it is
+    """The gate's state (per shard): ``fired``, the last closed sub-window (every one up to it is
     closed) or None; ``pending``, the sorted sub-windows with data that are not closed yet. Kept
     in Beam state as the list ``[fired, pending]``."""
 
@@ -45,7 +46,9 @@ class _GateState(NamedTuple):
 
 
 class _GateFn(beam.DoFn):
-    """One key. Remembers the sub-windows it has seen data for and sets an event-time timer at
+    """Per request shard. Remembers the sub-windows that have data (its own events and the
+    ``("seen", [sub-windows])`` notices that the preparation stage sends every shard, so each shard
+    knows what a single gate over all events would know) and sets an event-time timer at
     each one's expiry (end + allowed lateness), in order; when the timer fires the watermark has
     passed that expiry, so every sub-window up to it is closed. An impression or click whose own
     sub-window is closed is late data: counted and sent to the late output. (A sub-window in which
@@ -76,6 +79,9 @@ class _GateFn(beam.DoFn):
         for m in msgs:
             if m[0] == "side":
                 side.append(m)
+                continue
+            if m[0] == "seen":  # sub-windows with data on some shard (.prepare announces them to all)
+                pending_set.update(k for k in m[1] if fired is None or k > fired)
                 continue
             if m[0] == "judg":
                 judgments.append(m)

@@ -62,18 +62,27 @@ def _as_list(element):
 
 class _PrepareEvents(beam.DoFn):
     """Validates events (a dict or a list of dicts per element) with ``check``, groups them by
-    request id and sends the pieces (``(tag, request_id, entries)``) to the gate (key 0) or, without a
-    gate, to their request shard; invalid ones go on as dead letters. Subclasses set ``kind`` (the
+    request id and sends the pieces (``(tag, request_id, entries)``) to their request shard: through
+    the gate (keyed by the same shard) or, without a gate, straight to the requests stage; invalid ones go on as dead letters. Subclasses set ``kind`` (the
     counters' ``<kind>s_read`` / ``<kind>s_valid`` / ``rejected:<kind>:...``), ``tag``, ``check`` and
     ``entry`` (what the requests stage keeps of a valid record)."""
 
     kind = tag = ""
 
-    def __init__(self, source, gate: bool, shards: int, run: str = ""):
+    def __init__(self, source, gate, shards: int, run: str = ""):
         self.source = source
-        self.gate = gate
+        self.gate = gate  # the WindowSpec of the gate's sub-windows, or None / False: no gate
         self.shards = shards
         self.run = run
+        self._noticed: set = set()  # sub-windows already announced to every gate shard (by committed bundles)
+
+    def start_bundle(self):
+        self._bundle_notices: set = set()
+
+    def finish_bundle(self):
+        self._noticed |= self._bundle_notices
+        if len(self._noticed) > 100_000:  # a cache only: forgetting re-announces, which changes nothing
+            self._noticed = set(self._bundle_notices)
 
     def check(self, rec):
         raise NotImplementedError
@@ -84,6 +93,7 @@ class _PrepareEvents(beam.DoFn):
     def process(self, element):
         by_req: dict = {}
         dead = []
+        subs: set = set()
         recs = _as_list(element)
         _tally(self.run, f"{self.kind}s_read", len(recs))
         for rec in recs:
@@ -93,18 +103,25 @@ class _PrepareEvents(beam.DoFn):
                 dead.append({"source": self.source, "raw": records.to_json_text(rec), "reason": reason})
                 continue
             by_req.setdefault(rec["request_id"], []).append(self.entry(rec))
+            if self.gate:
+                subs.add(self.gate.sub(int(rec["timestamp"])))
         _tally(self.run, f"{self.kind}s_valid", len(recs) - len(dead))
         msgs = [(self.tag, rid, entries) for rid, entries in by_req.items()]
         side = [("side", d) for d in dead]
+        parts = dict(_by_shard(msgs, self.shards))
+        if side:
+            parts.setdefault(0, []).extend(side)
         if self.gate:
-            if msgs or side:
-                yield (0, msgs + side)
-        else:
-            parts = dict(_by_shard(msgs, self.shards))
-            if side:
-                parts.setdefault(0, []).extend(side)
-            for shard, ms in parts.items():
-                yield shard, [None, ms]
+            # every gate shard learns each sub-window that has data anywhere, so each one knows the
+            # windows closed as a single gate would (see .gate); announced once per worker
+            new = subs - self._noticed - self._bundle_notices
+            if new:
+                self._bundle_notices |= new
+                notice = ("seen", sorted(new))
+                for shard in range(self.shards):
+                    parts.setdefault(shard, []).append(notice)
+        for shard, ms in parts.items():  # the gate and the requests stage are keyed by the same shard
+            yield (shard, ms) if self.gate else (shard, [None, ms])
 
 
 class _PrepareImpressions(_PrepareEvents):
@@ -173,13 +190,14 @@ class _PrepareClicks(_PrepareEvents):
 
 class _PrepareJudgments(beam.DoFn):
     """Validates judgments (grades within ``grade_range`` when given) and groups them by query: to
-    the gate (which stamps them with the windows closed so far) or, without a gate, straight to
-    their query."""
+    the gate shard of the query id (which stamps them with the windows it knows closed) or, without
+    a gate, straight to their query."""
 
-    def __init__(self, source, gate: bool, run: str = "", grade_range=None):
+    def __init__(self, source, gate: bool, run: str = "", grade_range=None, shards: int = 1):
         self.source = source
         self.gate = gate
         self.run = run
+        self.shards = shards
         self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
 
     def process(self, element):
@@ -196,10 +214,12 @@ class _PrepareJudgments(beam.DoFn):
             by_q.setdefault(rec["query_id"], []).append(
                 [rec["item_id"], int(rec.get("timestamp") or 0), int(rec["grade"]), records.to_json_text(rec)])
         _tally(self.run, "judgments_valid", len(recs) - len(dead))
-        if self.gate:
-            msgs = [("judg", q, js) for q, js in by_q.items()] + [("side", d) for d in dead]
-            if msgs:
-                yield pvalue.TaggedOutput("gate", (0, msgs))
+        if self.gate:  # a query's judgments to the gate shard of the query id
+            parts = dict(_by_shard([("judg", q, js) for q, js in by_q.items()], self.shards))
+            if dead:
+                parts.setdefault(0, []).extend(("side", d) for d in dead)
+            for shard, msgs in parts.items():
+                yield pvalue.TaggedOutput("gate", (shard, msgs))
             return
         if dead:
             yield (_SIDE_KEY, [("side", d) for d in dead])

@@ -5,8 +5,8 @@ counts (:meth:`StreamMetrics.counts`, :meth:`StreamMetrics.accounting`).
 Stage graph (fixed and sliding windows; sessions have no gate: pieces go from the preparation
 straight to their request shard or query)::
 
-    impressions, clicks -> Prepare(Impressions|Clicks) -> Gate (key 0) -> Requests (key: shard)
-    judgments           -> PrepareJudgments            -> Gate         -> Queries (key: query id)
+    impressions, clicks -> Prepare(Impressions|Clicks) -> Gate (key: shard) -> Requests (key: shard)
+    judgments           -> PrepareJudgments            -> Gate (key: shard of the query id) -> Queries (key: query id)
     Requests -> Queries -> Aggregate (key: system)
 
 Without judgments (click metrics only) there is no queries stage: the requests stage sends click
@@ -145,14 +145,14 @@ class StreamMetrics(beam.PTransform):
             return pc
 
         pieces = [impressions | "PrepareImpressions" >> beam.ParDo(
-            _PrepareImpressions(self.source, gate, cfg.shards, cfg.run))]
+            _PrepareImpressions(self.source, cfg.spec if gate else None, cfg.shards, cfg.run))]
         if self.clicks is not None:
             pieces.append(self.clicks | "PrepareClicks" >> beam.ParDo(
-                _PrepareClicks(self.source, gate, cfg.shards, cfg.run)))
+                _PrepareClicks(self.source, cfg.spec if gate else None, cfg.shards, cfg.run)))
         to_queries = []
         if cfg.ranking:
             jud = self.judgments | "PrepareJudgments" >> beam.ParDo(
-                _PrepareJudgments(self.source, gate, cfg.run, self.grade_range)).with_outputs("gate", main="queries")
+                _PrepareJudgments(self.source, gate, cfg.run, self.grade_range, cfg.shards)).with_outputs("gate", main="queries")
             to_queries.append(jud.queries)
             if gate:
                 pieces.append(jud.gate)
