@@ -64,6 +64,7 @@ from streameval.beam.streaming import (
     WindowSpec,
     parse_duration,
     replay_clock,
+    stream_counts,
 )
 from streameval.io import avro
 from streameval.io.cleaning import JUDGMENT_POLICIES
@@ -85,6 +86,7 @@ __all__ = [
 
 KINDS = ("impressions", "judgments", "clicks")
 LOCAL_STREAM_RUNNERS = ("BundleBasedDirectRunner", "DirectRunner")
+RUNNING_TOTALS = "running_totals.jsonl"  # in --output (a local directory): the accounting as of each pane
 _MICRO = timedelta(microseconds=1)
 _SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": None}
 
@@ -425,6 +427,8 @@ def format_pane(rows, metric_names=()) -> str:
 # Panes and side records counted in this process: the local runner drops Beam counters of elements
 # that come from timers (every pane does), so the summary of a local run counts them here.
 LOCAL_COUNTS: dict = {}
+# (monotonic time, pane, window end, is_final) of each pane as it reached the console step (local runner)
+PANE_LOG: list = []
 
 
 def _count(key, n=1):
@@ -433,21 +437,54 @@ def _count(key, n=1):
 
 class _PanesOut(beam.DoFn):
     """Counts each pane (``LOCAL_COUNTS``) and prints it unless ``quiet``: one step, since every
-    step after the aggregate costs a bundle per aggregate bundle on the local runner."""
+    step after the aggregate costs a bundle per aggregate bundle on the local runner. With ``run``
+    (the StreamMetrics' run id) it also reports the running totals of the record accounting as of
+    each pane: a line on the console (unless ``quiet``) and, with a local ``totals_path``, a JSON
+    line ``{"at", "pane", "window_start", "window_end", "system", "counts"}`` appended to it. The
+    totals are this process's (:func:`streameval.beam.streaming.stream_counts`): the whole job's on
+    the local runner; other runners report Beam counters (see :func:`main`)."""
 
-    def __init__(self, metric_names, quiet):
+    def __init__(self, metric_names, quiet, run=None, totals_path=None):
         self.metric_names = list(metric_names)
         self.quiet = quiet
+        self.run = run
+        self.totals_path = totals_path
 
     def process(self, rows):
         if not rows:
             return
-        _count(f"panes_{rows[0]['pane']}")
-        if rows[0]["is_final"]:
+        r0 = rows[0]
+        _count(f"panes_{r0['pane']}")
+        PANE_LOG.append((time.monotonic(), r0["pane"], r0["window_end"], r0["is_final"]))
+        if r0["is_final"]:
             _count("panes_final")
         if not self.quiet:
             sys.stdout.write(format_pane(rows, self.metric_names) + "\n\n")
+        if self.run is not None:
+            counts = stream_counts(self.run)
+            if not self.quiet:
+                sys.stdout.write(running_totals_line(counts) + "\n\n")
+            if self.totals_path:
+                rec = {"at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), "pane": r0["pane"],
+                       "window_start": r0["window_start"], "window_end": r0["window_end"], "system": r0["system"],
+                       "counts": dict(sorted(counts.items()))}
+                with open(self.totals_path, "a", encoding="utf-8") as fo:
+                    fo.write(json.dumps(rec) + "\n")
+        if not self.quiet:
             sys.stdout.flush()
+
+
+def running_totals_line(counts: dict) -> str:
+    """One line of running totals: records read, accepted, late and rejected per kind so far."""
+    parts = []
+    for kind in ("impression", "judgment", "click"):
+        read = counts.get(f"{kind}s_read", 0)
+        if not read:
+            continue
+        rejected = sum(v for k, v in counts.items() if k.startswith(f"rejected:{kind}:"))
+        parts.append(f"{kind}s read {read}, valid {counts.get(f'{kind}s_valid', 0)}, late "
+                     f"{counts.get(f'late:{kind}', 0)}, rejected {rejected}")
+    return "running totals: " + ("; ".join(parts) or "nothing read yet")
 
 
 # files that could not be read to their end (their dead letters' reasons), seen by _SideOut
@@ -583,6 +620,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     o = p.add_argument_group("output")
     o.add_argument("--output", default=None, help="directory for the windowed files (none: console only)")
     o.add_argument("--quiet", action="store_true", help="do not print the panes")
+    o.add_argument("--report-every", type=float, default=60.0, metavar="SECONDS",
+                   help="on other runners than the local one: print the running totals of the job's counters "
+                        "this often while it runs (default 60)")
     o.add_argument("--runner", default=None,
                    help="Beam runner (default BundleBasedDirectRunner for --replay; e.g. DataflowRunner, "
                         "FlinkRunner, PrismRunner)")
@@ -656,7 +696,10 @@ def build_pipeline(p, args, paths):
     rows = srcs["impressions"] | "StreamMetrics" >> sm
     names = [s.name for s in parse_metrics(split_metrics(args.metrics))] if ranking else []
     me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
-    sm.panes | "Console" >> beam.ParDo(me._PanesOut(names, args.quiet))  # (by reference, also under -m)
+    totals = os.path.join(args.output, RUNNING_TOTALS) if args.output and "://" not in args.output else None
+    if totals and os.path.exists(totals):
+        os.remove(totals)
+    sm.panes | "Console" >> beam.ParDo(me._PanesOut(names, args.quiet, sm.cfg.run, totals))  # (by reference)
     side = [sm.side]
     if isinstance(rep, ReplayAvro) and rep.unreadable:
         side.append(p | "UnreadableFiles" >> beam.Create(rep.unreadable))
@@ -707,6 +750,27 @@ def check_outputs(counts: dict, local: dict, replayed: dict | None) -> list[str]
     return problems
 
 
+def wait_reporting(result, every: float, out=None, sleep=time.sleep):
+    """Waits for a job on another runner (an unbounded one may never end), printing the running
+    totals of its Beam counters (:func:`running_totals_line`) every ``every`` seconds; returns the
+    final state."""
+    from apache_beam.runners.runner import PipelineState
+
+    out = out or sys.stdout
+    while not PipelineState.is_terminal(result.state):
+        sleep(every)
+        try:
+            counters = job_counters(result)
+        except Exception as e:  # noqa: BLE001 - a runner that cannot report metrics while running
+            counters, note = {}, f" (metrics unavailable: {type(e).__name__})"
+        else:
+            note = ""
+        out.write(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {result.state}: "
+                  f"{running_totals_line(counters)}{note}\n")
+        out.flush()
+    return result.wait_until_finish()
+
+
 def main(argv=None) -> int:
     parser = build_arg_parser()
     args, beam_args = parser.parse_known_args(argv)
@@ -752,6 +816,7 @@ def main(argv=None) -> int:
     local, unreadable = me.LOCAL_COUNTS, me.LOCAL_UNREADABLE
     local.clear()
     unreadable.clear()
+    me.PANE_LOG.clear()
     p = beam.Pipeline(options=options)
     try:
         sm, _, rep = build_pipeline(p, args, paths)
@@ -765,7 +830,8 @@ def main(argv=None) -> int:
             handlers[sig] = signal.signal(sig, lambda *_: live.watcher.stop())
     try:
         result = p.run()
-        state = result.wait_until_finish()
+        in_process = runner in LOCAL_STREAM_RUNNERS
+        state = result.wait_until_finish() if in_process else wait_reporting(result, args.report_every)
     except Exception as e:  # noqa: BLE001 - the runner's error, reported in one line
         print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
         return 1
@@ -780,7 +846,6 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - start
     counters = job_counters(result)
     replayed = rep.counts if rep is not None else {}
-    in_process = runner in ("BundleBasedDirectRunner", "DirectRunner")
     # the local runner reports Beam counters of a step's first bundle only: count in this process
     counts = sm.counts() if in_process else counters
     local_seen = dict(local)

@@ -137,6 +137,66 @@ def test_watch_scores_files_dropped_while_the_job_runs(tmp_path, monkeypatch, ca
     assert sorted(json.loads(r["raw"])["event_id"] for r in late) == sorted(r["event_id"] for r in too_late)
     summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["accounting_problems"] == [] and summary["replayed"]["impressions"] == len(imps)
+    # the accounting as it went: one running-totals record per pane, never decreasing, the last one equal
+    # to the job's final counts
+    totals = [json.loads(line) for line in open(out_dir / stream_cli.RUNNING_TOTALS)]
+    assert len(totals) == sum(len(seq) for seq in panes.values())
+    reads = [t["counts"].get("impressions_read", 0) for t in totals]
+    assert reads == sorted(reads) and 0 < reads[0] < len(imps) and reads[-1] == len(imps)
+    assert totals[-1]["counts"] == summary["counts"]
+    assert {t["pane"] for t in totals} == {"early", "on_time", "late"}
+
+
+class _Result:
+    """A job on another runner, as far as the launcher sees it: its state and its counters."""
+
+    def __init__(self, states, counts):
+        self.states = list(states)
+        self.counts = counts
+
+    @property
+    def state(self):
+        return self.states[0]
+
+    def metrics(self):
+        from apache_beam.metrics.execution import MetricKey
+        from apache_beam.metrics.metricbase import MetricName
+
+        class _Res:
+            def __init__(self, name, v):
+                self.key = MetricKey("step", MetricName("streameval", name))
+                self.committed = self.attempted = v
+
+        counts = self.counts.pop(0)
+
+        class _M:
+            def query(self, _filter=None):
+                return {"counters": [_Res(k, v) for k, v in counts.items()], "distributions": [], "gauges": []}
+
+        return _M()
+
+    def wait_until_finish(self, duration=None):
+        return self.states[-1]
+
+
+def test_launcher_reports_the_counters_of_a_job_on_another_runner_as_it_runs():
+    import io
+
+    res = _Result(["RUNNING", "RUNNING", "DONE"],
+                  [{"impressions_read": 10, "impressions_valid": 9, "rejected:impression:bad": 1},
+                   {"impressions_read": 25, "impressions_valid": 23, "rejected:impression:bad": 2, "late:impression": 1}])
+    out = io.StringIO()
+    sleeps = []
+
+    def sleep(s):
+        sleeps.append(s)
+        res.states.pop(0)
+
+    assert stream_cli.wait_reporting(res, 30, out=out, sleep=sleep) == "DONE"
+    lines = out.getvalue().splitlines()
+    assert sleeps == [30, 30] and len(lines) == 2
+    assert lines[0].endswith("RUNNING: running totals: impressions read 10, valid 9, late 0, rejected 1")
+    assert lines[1].endswith("DONE: running totals: impressions read 25, valid 23, late 1, rejected 2")
 
 
 def test_watch_damaged_file_is_a_dead_letter_and_an_undeliverable_one_fails_the_job(tmp_path, capsys, monkeypatch):
@@ -234,12 +294,12 @@ def test_file_watcher_watermark_policy(tmp_path):
     got = _describe(w.events())
     second = 1_000_000
     assert got == [
-        # poll 0 only notes the sizes; poll 1: the complete files, in chunks of two records, each element
-        # timestamped with its earliest event time (milliseconds) and carrying the processing time sent so far
-        ("impressions", 2, 0.0, 10_000_000), ("impressions", 1, 0.0, 30_000_000), ("judgments", 1, 0.0, 10**15),
-        # the watermark: the latest impression time minus the delay (the judgment's far-future time does
-        # not count), then the processing time
-        ("watermark", 45_000_000), ("advance", second),
+        # poll 0 only notes the sizes; poll 1: the complete files in name order, in chunks of two records, each
+        # element timestamped with its earliest event time (milliseconds), with the processing time sent so far,
+        # and, after each file, the watermark: the latest impression time minus the delay (the judgment's
+        # far-future time does not count); then the processing time
+        ("impressions", 2, 0.0, 10_000_000), ("impressions", 1, 0.0, 30_000_000), ("watermark", 45_000_000),
+        ("judgments", 1, 0.0, 10**15), ("advance", second),
         ("advance", second),  # poll 2: b.avro changed size since poll 1: it waits
         ("impressions", 1, 2.0, 20_000_000), ("advance", second),  # poll 3: older than 45 s: no step back
         ("advance", second), ("advance", second), ("advance", second),  # idle 3 s: every window closes

@@ -6,14 +6,14 @@ Beam's local streaming runner (``BundleBasedDirectRunner``) has no splittable Do
 from a ``TestStreamService`` over gRPC (``TestStream(endpoint=...)``, the mechanism Beam's
 interactive runner uses to feed a running pipeline). :class:`FileWatcher` is such a service's
 event reader: it polls the patterns, reads each new file (:func:`streameval.beam.sources.
-read_avro_blocks`, the batch job's reader and checks) and sends its records as coarse elements
-(lists of up to ``chunk`` records of one kind), then the new watermark.
+read_avro_blocks`, the batch job's reader and checks), in name order, and sends its records as
+coarse elements (lists of up to ``chunk`` records of one kind), then the new watermark.
 
 Watermark policy (documented in docs/metrics.md, "Streaming", "Event time and watermarks"): event
-time is each record's own ``timestamp`` (int microseconds). After the files of a poll are sent, the
-watermark moves to ``max event time of the impressions and clicks seen - delay`` (never back): with
-``delay = 0`` a file's records may be in any order, but a later file's records older than
-everything already seen are late. Judgments never move it (their time is when they were made, not
+time is each record's own ``timestamp`` (int microseconds). Files are read in name order (name them
+by time, as loggers do); after each file the watermark moves to ``max event time of the impressions
+and clicks seen - delay`` (never back): with ``delay = 0`` a file's records may be in any order, but
+a later file's records older than everything already seen are late. Judgments never move it (their time is when they were made, not
 when the traffic was). When no new file arrived for ``idle_stop``
 seconds the watcher closes every window (watermark to the end of time) and the job ends; without
 ``idle_stop`` it runs until stopped. Processing time (``replay_clock``, early panes) is the
@@ -34,6 +34,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
@@ -71,14 +72,18 @@ class FileWatcher:
     the chunk's earliest event time), ``("unreadable", dead letter, seconds)`` for a damaged file,
     then the watermark and the processing time (see the module's policy). ``delay``: microseconds
     the watermark stays behind the latest event time seen. ``idle_stop``: seconds without a new
-    file after which the watcher ends (None: never). ``clock``: wall time (tests pass their own).
+    file after which the watcher ends (None: never). ``clock``, ``sleep``: wall time (tests pass
+    their own). Back pressure: with ``max_pending`` and ``received`` (a function giving the records
+    the pipeline received so far), the watcher waits while more than ``max_pending`` records sent
+    were not received, so what is in flight stays bounded whatever the backlog of files.
 
     Counters for the job's accounting: :attr:`records` (records sent, by kind), :attr:`files`
-    (paths read, in order), :attr:`watermark_us`; :attr:`error`: the environment error that stopped
-    the watcher, or None."""
+    (paths read, in order), :attr:`watermark_us` and :attr:`watermark_log` (``(clock, micros)`` of
+    each watermark sent); :attr:`error`: the environment error that stopped the watcher, or None."""
 
     def __init__(self, patterns: dict, interval: float = 1.0, delay: int = 0, idle_stop: float | None = None,
-                 chunk: int = 10_000, clock=time.monotonic, sleep=time.sleep):
+                 chunk: int = 10_000, clock=time.monotonic, sleep=time.sleep, max_pending: int | None = None,
+                 received=None):
         unknown = set(patterns) - set(KINDS)
         if unknown:
             raise ValueError(f"unknown kinds {sorted(unknown)}: use {KINDS}")
@@ -97,6 +102,13 @@ class FileWatcher:
         self.files: list[str] = []
         self.error: BaseException | None = None
         self.watermark_us: int | None = None
+        self.watermark_log: list = []  # (clock time, watermark micros) of each watermark sent
+        self.sent = 0  # records sent
+        self.first_sent_at = None  # clock time of the first record sent
+        self.max_pending = None if max_pending is None else int(max_pending)
+        self.received = received
+        self._start = clock()
+        self._sent_ms = 0
         self._sizes: dict = {}  # path -> size at the last poll (not read yet)
         self._done: set = set()
         self._max_event: int | None = None
@@ -121,59 +133,88 @@ class FileWatcher:
         ready.sort(key=lambda kp: (kp[1], kp[0]))
         return ready
 
-    def _file_events(self, kind, path, now):
+    def _advance(self):
+        """The processing-time event up to now (None when less than a millisecond passed)."""
+        now_ms = int((self._clock() - self._start) * 1000)
+        if now_ms <= self._sent_ms:
+            return None
+        event = ProcessingTimeEvent(Duration(micros=(now_ms - self._sent_ms) * 1000))
+        self._sent_ms = now_ms
+        return event
+
+    def _wait_for_room(self):
+        """Back pressure: while more than ``max_pending`` records sent are not yet received by the
+        pipeline, wait (sending the processing time every second: the runner's heartbeat)."""
+        if self.max_pending is None or self.received is None:
+            return
+        beat = self._clock()
+        while self.sent - self.received() > self.max_pending and not self.stopped.is_set():
+            self._sleep(0.02)
+            if self._clock() - beat >= 1.0:
+                beat = self._clock()
+                event = self._advance()
+                if event is not None:
+                    yield event
+
+    def _file_events(self, kind, path):
         n = 0
         try:
             for block in read_avro_blocks(path, SCHEMA_OF[kind]):
                 for i in range(0, len(block), self.chunk):
                     recs = block[i:i + self.chunk]
+                    yield from self._wait_for_room()
                     times = [r["timestamp"] for r in recs if isinstance(r, dict)
                              and isinstance(r.get("timestamp"), int) and not isinstance(r.get("timestamp"), bool)]
                     n += len(recs)
                     self.records[kind] += len(recs)
+                    self.sent += len(recs)
+                    if self.first_sent_at is None:
+                        self.first_sent_at = self._clock()
                     if times and kind != "judgments":  # judgments never move the watermark
                         top = max(times)
                         self._max_event = top if self._max_event is None else max(self._max_event, top)
                     t0 = min(times, default=0)
-                    yield ElementEvent([TimestampedValue((kind, recs, now), Timestamp(micros=_ms_floor(t0)))])
+                    yield ElementEvent([TimestampedValue((kind, recs, self._sent_ms / 1000),
+                                                         Timestamp(micros=_ms_floor(t0)))])
         except avro.AvroInputError as e:  # damaged bytes: the records before the damage and a dead letter
-            yield ElementEvent([TimestampedValue(("unreadable", unreadable_letter(path, kind, e, n), now),
-                                                 Timestamp(micros=0))])
+            yield ElementEvent([TimestampedValue(("unreadable", unreadable_letter(path, kind, e, n),
+                                                  self._sent_ms / 1000), Timestamp(micros=0))])
+
+    def _watermark(self, us: int):
+        self.watermark_us = us
+        self.watermark_log.append((self._clock(), us))
+        return WatermarkEvent(Timestamp(micros=us))
 
     def events(self):
         """The ``TestStream`` events (Python objects) of the live stream, until ``idle_stop`` or
         :meth:`stop`."""
-        start = self._clock()
-        sent_ms = 0  # processing time sent so far, milliseconds
-        last_new = start
+        self._start = self._clock()
+        self._sent_ms = 0  # processing time sent so far, milliseconds
+        last_new = self._start
         while not self.stopped.is_set():
-            now_s = self._clock() - start
             try:
                 ready = self._ready_files()
                 for kind, path in ready:
-                    yield from self._file_events(kind, path, round(sent_ms / 1000, 3))
+                    yield from self._file_events(kind, path)
                     self._done.add(path)
                     self.files.append(path)
+                    if self._max_event is not None:  # after each file, so a backlog closes windows as it goes
+                        wm = _ms_floor(self._max_event - self.delay)
+                        if self.watermark_us is None or wm > self.watermark_us:
+                            yield self._watermark(wm)
             except Exception as e:  # the environment does not deliver a file: stop, the job fails
                 self.error = e
                 _LOG.error("watching stopped: %s", e)
                 return
             if ready:
                 last_new = self._clock()
-            if self._max_event is not None:
-                wm = _ms_floor(self._max_event - self.delay)
-                if self.watermark_us is None or wm > self.watermark_us:
-                    self.watermark_us = wm
-                    yield WatermarkEvent(Timestamp(micros=wm))
-            now_ms = int(now_s * 1000)
-            if now_ms > sent_ms:  # also a heartbeat: the runner gives up on a silent service after 30 s
-                yield ProcessingTimeEvent(Duration(micros=(now_ms - sent_ms) * 1000))
-                sent_ms = now_ms
+            event = self._advance()  # also a heartbeat: the runner gives up on a silent service after 30 s
+            if event is not None:
+                yield event
             if self.idle_stop is not None and self._clock() - last_new >= self.idle_stop:
                 break
             self._sleep(self.interval)
-        self.watermark_us = END_OF_TIME_US
-        yield WatermarkEvent(Timestamp(micros=END_OF_TIME_US))
+        yield self._watermark(END_OF_TIME_US)
 
     def stop(self) -> None:
         """Ends the stream at the next poll (every window closes, the job finishes)."""
@@ -246,10 +287,19 @@ class _Service(beam_interactive_api_pb2_grpc.TestStreamServiceServicer):
         self.server.stop(0)
 
 
+# records received by the pipeline, per live source (the local runner runs in this process)
+_RECEIVED: dict = {}
+
+
 class _Fanout(beam.DoFn):
+    def __init__(self, token: str):
+        self.token = token
+
     def process(self, element):
         kind, payload, ptime = element
         _replay._REPLAY_NOW[0] = float(ptime)
+        if kind in KINDS:
+            _RECEIVED[self.token] = _RECEIVED.get(self.token, 0) + len(payload)
         yield pvalue.TaggedOutput(kind, payload)
 
 
@@ -259,18 +309,20 @@ class WatchFiles(beam.PTransform):
     (``BundleBasedDirectRunner``, ``streaming=True``). Returns ``{"impressions", "judgments",
     "clicks", "unreadable"}``: lists of records timestamped with their earliest event time, and one
     dead letter per damaged file. Arguments as :class:`FileWatcher` (``delay``: a duration such as
-    ``"5m"``); use ``StreamMetrics(clock=replay_clock)`` for early panes by processing time.
+    ``"5m"``; ``max_pending``: records in flight before the watcher waits for the pipeline); use ``StreamMetrics(clock=replay_clock)`` for early panes by processing time.
 
     The gRPC service that feeds the runner starts when the transform is applied; call :meth:`close`
     after the pipeline finished and :meth:`raise_error` to fail the job when a file could not be
     read (the runner itself ends the stream as if it were complete)."""
 
     def __init__(self, patterns: dict, interval: float = 1.0, delay="0", idle_stop: float | None = None,
-                 chunk: int = 10_000, label=None):
+                 chunk: int = 10_000, max_pending: int | None = 40_000, label=None):
         super().__init__(label)
+        self.token = uuid.uuid4().hex
         self.watcher = FileWatcher(patterns, interval=interval,
                                    delay=parse_duration(delay, "delay", allow_zero=True), idle_stop=idle_stop,
-                                   chunk=chunk)
+                                   chunk=chunk, max_pending=max_pending,
+                                   received=lambda: _RECEIVED.get(self.token, 0))
         self.service = None
         self.unreadable = None
 
@@ -286,7 +338,7 @@ class WatchFiles(beam.PTransform):
         self.service = _Service(self.watcher, coder)
         out = (pbegin
                | "Live" >> TestStream(coder=coder, endpoint=self.service.endpoint)
-               | "Fanout" >> beam.ParDo(_Fanout()).with_outputs(*KINDS, "unreadable"))
+               | "Fanout" >> beam.ParDo(_Fanout(self.token)).with_outputs(*KINDS, "unreadable"))
         #: dead letters of the files that could not be read to their end
         self.unreadable = out["unreadable"]
         return {k: out[k] for k in (*KINDS, "unreadable")}
@@ -296,6 +348,7 @@ class WatchFiles(beam.PTransform):
         self.watcher.stop()
         if self.service is not None:
             self.service.stop()
+        _RECEIVED.pop(self.token, None)
 
     def raise_error(self) -> None:
         """Raises the environment error that stopped the watcher, if any."""
