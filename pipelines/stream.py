@@ -217,17 +217,29 @@ class ReadPubSubEvents(beam.PTransform):
                 | "Decode" >> beam.Map(_json_event))
 
 
+KAFKA_TIMESTAMP_POLICIES = {"create_time": "CreateTime", "log_append_time": "LogAppendTime",
+                            "processing_time": "ProcessingTime"}
+
+
 class ReadKafkaEvents(beam.PTransform):
     """JSON records from a Kafka topic (``apache_beam.io.kafka.ReadFromKafka``, a cross-language
     transform: the runner needs Beam's Java expansion service), timestamped with the record's
-    ``timestamp`` field."""
+    ``timestamp`` field. The watermark follows Kafka's record timestamps (``timestamp_policy``,
+    default ``create_time``: producers should set each record's timestamp to the event's time in
+    milliseconds, so that a backlog read late is not late data); ``processing_time`` makes every
+    event older than the reading time late (Beam's default, not ours)."""
 
-    def __init__(self, bootstrap_servers, topic, consumer_config=None, expansion_service=None, label=None):
+    def __init__(self, bootstrap_servers, topic, consumer_config=None, expansion_service=None,
+                 timestamp_policy="create_time", label=None):
         super().__init__(label)
+        if timestamp_policy not in KAFKA_TIMESTAMP_POLICIES:
+            raise ValueError(f"timestamp_policy must be one of {sorted(KAFKA_TIMESTAMP_POLICIES)}, "
+                             f"got {timestamp_policy!r}")
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.consumer_config = dict(consumer_config or {})
         self.expansion_service = expansion_service
+        self.timestamp_policy = KAFKA_TIMESTAMP_POLICIES[timestamp_policy]
         self.read = self._make_read()
 
     def _make_read(self):
@@ -235,7 +247,7 @@ class ReadKafkaEvents(beam.PTransform):
 
         cfg = {"bootstrap.servers": self.bootstrap_servers, "auto.offset.reset": "earliest", **self.consumer_config}
         kw = {"expansion_service": self.expansion_service} if self.expansion_service else {}
-        return ReadFromKafka(consumer_config=cfg, topics=[self.topic], **kw)
+        return ReadFromKafka(consumer_config=cfg, topics=[self.topic], timestamp_policy=self.timestamp_policy, **kw)
 
     def expand(self, pbegin):
         return pbegin | "ReadKafka" >> self.read | "Decode" >> beam.Map(lambda kv: _json_event(kv[1]))
@@ -587,6 +599,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     src.add_argument("--pubsub-timestamp-attribute", default=None, help="Pub/Sub attribute holding the event time")
     src.add_argument("--kafka-bootstrap", default=None, help="Kafka bootstrap servers (host:port,...)")
     src.add_argument("--kafka-expansion-service", default=None, help="address of a running expansion service")
+    src.add_argument("--kafka-timestamp-policy", choices=sorted(KAFKA_TIMESTAMP_POLICIES), default="create_time",
+                     help="what the watermark of a Kafka source follows (default create_time: producers set each "
+                          "record's timestamp to its event time)")
 
     w = p.add_argument_group("windows and triggers")
     w.add_argument("--window", default=None, help="fixed window size (1h, 1d, ...); with --every: sliding")
@@ -670,7 +685,8 @@ def _sources(p, args, paths):
             out[k] = p | f"PubSub{k.title()}" >> ReadPubSubEvents(ps, args.pubsub_timestamp_attribute)
         elif topic:
             out[k] = p | f"Kafka{k.title()}" >> ReadKafkaEvents(args.kafka_bootstrap, topic,
-                                                                expansion_service=args.kafka_expansion_service)
+                                                                expansion_service=args.kafka_expansion_service,
+                                                                timestamp_policy=args.kafka_timestamp_policy)
         else:
             out[k] = None
     return out, None

@@ -686,6 +686,14 @@ def test_pubsub_kafka_and_directory_sources_are_constructed():
     assert isinstance(rows, beam.pvalue.PCollection)
     kafka = stream_cli.ReadKafkaEvents("localhost:9092", "impressions")
     assert type(kafka.read).__name__ == "ReadFromKafka"
+    # the watermark follows the records' Kafka timestamps (set by producers to the event time), not the
+    # reading time (Beam's default), so a backlog is not late
+    assert kafka.timestamp_policy == "CreateTime"
+    payload = getattr(kafka.read, "_payload", None)  # the expansion request Beam will send (2.77)
+    if isinstance(payload, bytes):
+        assert b"CreateTime" in payload and b"ProcessingTime" not in payload
+    with pytest.raises(ValueError, match="timestamp_policy"):
+        stream_cli.ReadKafkaEvents("localhost:9092", "impressions", timestamp_policy="now")
     ev = stream_cli._json_event(json.dumps({"timestamp": 1_000_123, "x": 1}).encode())
     assert ev.timestamp.micros == 1_000_123 and ev.value["x"] == 1
 
