@@ -630,7 +630,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "equal times: the larger grade), max grade, or reject them all (dead letters)")
     m.add_argument("--grades", default=None, metavar="LO:HI",
                    help="declared grade range, inclusive (e.g. 0:4): judgments outside it are dead letters")
-    m.add_argument("--request-shards", type=int, default=16, help="keyed states holding the open requests")
+    m.add_argument("--request-shards", type=int, default=None,
+                   help="keyed states holding the open requests: 0 keys them by request id (each element reads "
+                        "and writes only its requests' state); default 16 on the local runner, 0 on others")
 
     o = p.add_argument_group("output")
     o.add_argument("--output", default=None, help="directory for the windowed files (none: console only)")
@@ -652,6 +654,14 @@ def _window_spec(args) -> WindowSpec:
     if not args.window:
         raise ValueError("give --window SIZE (with --every PERIOD for sliding windows) or --sessions GAP")
     return WindowSpec.sliding(args.window, args.every) if args.every else WindowSpec.fixed(args.window)
+
+
+def _request_shards(args) -> int:
+    """``--request-shards``, or its default: 16 on the local runner (it pays per key in every bundle),
+    0 (one key per request) on distributed runners."""
+    if args.request_shards is not None:
+        return args.request_shards
+    return 16 if (args.runner or "BundleBasedDirectRunner") in LOCAL_STREAM_RUNNERS else 0
 
 
 def _live_watch(args) -> bool:
@@ -706,7 +716,7 @@ def build_pipeline(p, args, paths):
         attribution_delay=args.attribution_delay, relevance_level=args.relevance_level, gain=args.gain,
         ideal=args.ideal, err_max_grade=args.err_max_grade, order=args.order, tie_break=args.tie_break,
         depth=args.depth, score_precision=args.score_precision, ctr=not args.no_ctr,
-        request_shards=args.request_shards, clock=replay_clock if args.replay or _live_watch(args) else None,
+        request_shards=_request_shards(args), clock=replay_clock if args.replay or _live_watch(args) else None,
         source=",".join(paths["impressions"]) or "stream", judgment_conflicts=args.judgment_conflicts,
         grade_range=_grades(args.grades))
     rows = srcs["impressions"] | "StreamMetrics" >> sm

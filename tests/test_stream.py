@@ -359,7 +359,8 @@ def dl_hard_stream():
     return {"imps": imps, "judgments": judgments, "qids": qids, "start": start}
 
 
-def test_dl_hard_hourly_final_panes_equal_batch(dl_hard_stream):
+@pytest.mark.parametrize("shards", [16, 0], ids=["request_shards16", "per_request"])
+def test_dl_hard_hourly_final_panes_equal_batch(dl_hard_stream, shards):
     imps, judgments = dl_hard_stream["imps"], dl_hard_stream["judgments"]
     rnd = random.Random(2)
     steps = Replay.from_records(imps, judgments, step="10m").steps
@@ -367,7 +368,7 @@ def test_dl_hard_hourly_final_panes_equal_batch(dl_hard_stream):
         if kind == "impressions":
             rnd.shuffle(recs)
     opts = dict(relevance_level=2, depth=1000)
-    out = run_stream(lambda p: stream_metrics(p, steps, metrics=DL_METRICS, window="1h", allowed_lateness="45m",
+    out = run_stream(lambda p: stream_metrics(p, steps, request_shards=shards, metrics=DL_METRICS, window="1h", allowed_lateness="45m",
                                               ctr=False, **opts))
     assert out["late"] == [] and out["dead"] == []
     batch = run_batch(imps, judgments, DL_METRICS, window="1h", ctr=False, **opts)
@@ -417,7 +418,8 @@ def test_obd_week_hourly_and_daily_equal_batch():
         assert {r["pane"] for r in out[f"rows{w}"]} == {"on_time"}  # no lateness: the on-time pane is final
 
 
-def test_click_events_join_within_the_attribution_delay():
+@pytest.mark.parametrize("shards", [16, 0], ids=["request_shards16", "per_request"])
+def test_click_events_join_within_the_attribution_delay(shards):
     """Two days of the Open Bandit sample with every click delivered as a separate event 0-20
     minutes after its impression (which says clicked=False): with a 30 minute attribution delay
     the final hourly panes equal the batch job on the original log. Click events that match no
@@ -437,7 +439,7 @@ def test_click_events_join_within_the_attribution_delay():
     stray = [dict(early, timestamp=early["timestamp"] + 40 * MIN),  # beyond the attribution delay, request open
              {"request_id": "no-such-request", "item_id": "1", "timestamp": original[5]["timestamp"]}]
     steps = Replay.from_records(imps, clicks=clicks + stray, step="2h", pace=0).steps
-    out = run_stream(lambda p: stream_metrics(p, steps, window="1h", slices=["campaign"], allowed_lateness="40m",
+    out = run_stream(lambda p: stream_metrics(p, steps, request_shards=shards, window="1h", slices=["campaign"], allowed_lateness="40m",
                                               attribution_delay="30m", with_judgments=False))
     final = assert_final_equals_batch(out["rows"], run_batch(original, [], window="1h", slices=["campaign"]))
     assert sum(r["value"] > 0 for r in final.values()) > 50
@@ -466,7 +468,8 @@ def _small_judged():
     return imps, judg
 
 
-def test_late_judgments_within_and_beyond_the_allowed_lateness():
+@pytest.mark.parametrize("shards", [16, 0], ids=["request_shards16", "per_request"])
+def test_late_judgments_within_and_beyond_the_allowed_lateness(shards):
     """A judgment arriving after the window's on-time pane, within the allowed lateness, updates
     the query's requests in a late pane; one arriving after the window closed goes to the late
     output, leaves that window's final pane alone and is used by a later window."""
@@ -479,7 +482,7 @@ def test_late_judgments_within_and_beyond_the_allowed_lateness():
     steps = [("judgments", judg), ("impressions", w0), ("watermark", BASE + HOUR + MIN),
              ("judgments", [within]), ("watermark", BASE + HOUR + 35 * MIN),
              ("judgments", [beyond]), ("impressions", w2), ("watermark", BASE + 4 * HOUR)]
-    out = run_stream(lambda p: stream_metrics(p, steps, metrics=metrics, window="1h", allowed_lateness="30m",
+    out = run_stream(lambda p: stream_metrics(p, steps, request_shards=shards, metrics=metrics, window="1h", allowed_lateness="30m",
                                               ctr=False))
     # hour 0: its final pane includes `within`, not `beyond`
     batch0 = run_batch(w0, judg + [within], metrics, window="1h", ctr=False)
@@ -496,7 +499,8 @@ def test_late_judgments_within_and_beyond_the_allowed_lateness():
     assert json.loads(out["late"][0]["raw"])["item_id"] == "d6" and "final" in out["late"][0]["reason"]
 
 
-def test_late_impressions_and_clicks_beyond_the_allowed_lateness_go_to_the_late_output():
+@pytest.mark.parametrize("shards", [16, 0], ids=["request_shards16", "per_request"])
+def test_late_impressions_and_clicks_beyond_the_allowed_lateness_go_to_the_late_output(shards):
     imps, judg = _small_judged()
     on_time = [r for r in imps if r["timestamp"] < BASE + HOUR]
     too_late = imp("r9", "d1", 1, BASE + 30 * MIN, clicked=True)        # hour 0 closed at 1:10
@@ -506,7 +510,7 @@ def test_late_impressions_and_clicks_beyond_the_allowed_lateness_go_to_the_late_
     steps = [("judgments", judg), ("impressions", on_time), ("watermark", BASE + HOUR + 5 * MIN),
              ("impressions", [in_time]), ("watermark", BASE + HOUR + 20 * MIN),
              ("impressions", [too_late, late_piece]), ("clicks", [late_click]), ("watermark", BASE + 3 * HOUR)]
-    out = run_stream(lambda p: stream_metrics(p, steps, metrics=["P@1"], window="1h", allowed_lateness="10m",
+    out = run_stream(lambda p: stream_metrics(p, steps, request_shards=shards, metrics=["P@1"], window="1h", allowed_lateness="10m",
                                               attribution_delay="2h"))
     assert sorted(json.loads(r["raw"]).get("event_id", "click") for r in out["late"]) == sorted(
         [too_late["event_id"], late_piece["event_id"], "click"])
@@ -551,7 +555,8 @@ def test_early_panes_by_count_and_by_processing_time():
     assert_final_equals_batch(out["rows"], run_batch(w0, judg, ["P@2"], window="1h", ctr=False))
 
 
-def test_request_in_several_pieces_and_an_emptied_window():
+@pytest.mark.parametrize("shards", [16, 0], ids=["request_shards16", "per_request"])
+def test_request_in_several_pieces_and_an_emptied_window(shards):
     """A request arrives in three pieces (the last after the on-time pane, within the lateness); a
     late, earlier piece moves another request to the previous window, leaving its window empty:
     that window's final pane has empty rows (the batch job has none); windows without any event
@@ -567,7 +572,7 @@ def test_request_in_several_pieces_and_an_emptied_window():
              ("impressions", mover), ("watermark", BASE + 6 * HOUR + 5 * MIN), ("impressions", earlier),
              ("watermark", BASE + 9 * HOUR)]
     metrics = ["P@3", "ndcg@3"]
-    out = run_stream(lambda p: stream_metrics(p, steps, metrics=metrics, window="1h", allowed_lateness="90m"))
+    out = run_stream(lambda p: stream_metrics(p, steps, request_shards=shards, metrics=metrics, window="1h", allowed_lateness="90m"))
     assert out["late"] == [] and out["dead"] == []
     everything = p1 + p2 + p3 + mover + earlier
     final = assert_final_equals_batch(out["rows"], run_batch(everything, judg, metrics, window="1h"))

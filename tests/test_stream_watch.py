@@ -294,18 +294,19 @@ def test_file_watcher_watermark_policy(tmp_path):
     got = _describe(w.events())
     second = 1_000_000
     assert got == [
-        # poll 0 only notes the sizes; poll 1: the complete files in name order, in chunks of two records, each
-        # element timestamped with its earliest event time (milliseconds), with the processing time sent so far,
-        # and, after each file, the watermark: the latest impression time minus the delay (the judgment's
-        # far-future time does not count); then the processing time
+        # poll 0 only notes the sizes; poll 1: the complete files, judgments first, then impressions, each in
+        # name order, in chunks of two records, each element timestamped with its earliest event time
+        # (milliseconds), with the processing time sent so far, and, after each file, the watermark: the
+        # latest impression time minus the delay (the judgment's far-future time does not count)
+        ("judgments", 1, 0.0, 10**15),
         ("impressions", 2, 0.0, 10_000_000), ("impressions", 1, 0.0, 30_000_000), ("watermark", 45_000_000),
-        ("judgments", 1, 0.0, 10**15), ("advance", second),
+        ("advance", second),
         ("advance", second),  # poll 2: b.avro changed size since poll 1: it waits
         ("impressions", 1, 2.0, 20_000_000), ("advance", second),  # poll 3: older than 45 s: no step back
         ("advance", second), ("advance", second), ("advance", second),  # idle 3 s: every window closes
         ("watermark", live.END_OF_TIME_US)]
     assert w.records == {"impressions": 4, "judgments": 1, "clicks": 0}
-    assert [os.path.basename(f) for f in w.files] == ["a.avro", "j.avro", "b.avro"]
+    assert [os.path.basename(f) for f in w.files] == ["j.avro", "a.avro", "b.avro"]
     assert w.error is None
 
 
@@ -327,3 +328,10 @@ def test_file_watcher_stops_on_a_file_it_cannot_read(tmp_path, monkeypatch):
     assert events == []  # poll 0 notes the size (processing time 0: nothing to send), poll 1 fails
     assert isinstance(w.error, InputUnavailableError) and "x.avro: " in str(w.error)
     assert "Connection reset" in str(w.error) and w.records["impressions"] == 0
+
+
+def test_request_state_is_keyed_by_request_id_on_distributed_runners():
+    parse = stream_cli.build_arg_parser().parse_known_args
+    assert stream_cli._request_shards(parse(["--replay"])[0]) == 16  # the local runner pays per key
+    assert stream_cli._request_shards(parse(["--runner", "DataflowRunner"])[0]) == 0
+    assert stream_cli._request_shards(parse(["--runner", "FlinkRunner", "--request-shards", "64"])[0]) == 64

@@ -21,7 +21,7 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 
 from .common import _fmt_us, _late_record, _micros, _tally_late, _when
-from .prepare import _by_shard, _Click
+from .prepare import _by_shard, _Click, side_key
 from .windows import WindowSpec
 
 
@@ -59,6 +59,8 @@ class _GateFn(beam.DoFn):
     TICK = TimerSpec("tick", TimeDomain.WATERMARK)
 
     def __init__(self, spec: WindowSpec, lateness: int, shards: int, run: str = ""):
+        """``shards``: the requests stage's key space (0: keyed by request id); the gate's own keys
+        are the preparation stage's gate shards."""
         self.spec = spec
         self.lateness = lateness
         self.shards = shards
@@ -115,9 +117,9 @@ class _GateFn(beam.DoFn):
         closed_upto = None if fired is None else self._expiry(fired)
         for _, query, js in judgments:
             yield pvalue.TaggedOutput("queries", (query, [("upto", closed_upto), ("judg", js)]))
-        parts = dict(_by_shard(keep_msgs, self.shards))
+        parts = dict(_by_shard(keep_msgs, self.shards))  # to the requests stage's keys
         if side:
-            parts.setdefault(0, []).extend(side)
+            parts.setdefault(side_key(self.shards), []).extend(side)
         for shard, ms in parts.items():
             yield shard, [closed_upto, ms]
 

@@ -6,8 +6,9 @@ Beam's local streaming runner (``BundleBasedDirectRunner``) has no splittable Do
 from a ``TestStreamService`` over gRPC (``TestStream(endpoint=...)``, the mechanism Beam's
 interactive runner uses to feed a running pipeline). :class:`FileWatcher` is such a service's
 event reader: it polls the patterns, reads each new file (:func:`streameval.beam.sources.
-read_avro_blocks`, the batch job's reader and checks), in name order, and sends its records as
-coarse elements (lists of up to ``chunk`` records of one kind), then the new watermark.
+read_avro_blocks`, the batch job's reader and checks), judgment files first, then impressions and
+clicks, each in name order, and sends its records as coarse elements (lists of up to ``chunk``
+records of one kind), then the new watermark.
 
 Watermark policy (documented in docs/metrics.md, "Streaming", "Event time and watermarks"): event
 time is each record's own ``timestamp`` (int microseconds). Files are read in name order (name them
@@ -116,7 +117,8 @@ class FileWatcher:
 
     # ----------------------------------------------------------------------------------------
     def _ready_files(self) -> list:
-        """``(kind, path)`` of the files complete since the last poll, in name order."""
+        """``(kind, path)`` of the files complete since the last poll: judgments, impressions, clicks,
+        each in name order."""
         ready = []
         for kind, pats in self.patterns.items():
             for res in FileSystems.match(pats):
@@ -130,7 +132,9 @@ class FileWatcher:
                         del self._sizes[path]
                     else:
                         self._sizes[path] = size
-        ready.sort(key=lambda kp: (kp[1], kp[0]))
+        # judgments first (they do not move the watermark, and a request scored before its query's
+        # judgments would be rescored, or be final, without them), then impressions, then clicks
+        ready.sort(key=lambda kp: (KINDS.index(kp[0]) != 1, KINDS.index(kp[0]), kp[1]))
         return ready
 
     def _advance(self):

@@ -69,10 +69,11 @@ class _PrepareEvents(beam.DoFn):
 
     kind = tag = ""
 
-    def __init__(self, source, gate, shards: int, run: str = ""):
+    def __init__(self, source, gate, shards: int, run: str = "", gate_shards: int | None = None):
         self.source = source
         self.gate = gate  # the WindowSpec of the gate's sub-windows, or None / False: no gate
-        self.shards = shards
+        self.shards = shards  # the requests stage's (0: keyed by request id)
+        self.gate_shards = gate_shards or shards or 16
         self.run = run
         self._noticed: set = set()  # sub-windows already announced to every gate shard (by committed bundles)
 
@@ -108,9 +109,10 @@ class _PrepareEvents(beam.DoFn):
         _tally(self.run, f"{self.kind}s_valid", len(recs) - len(dead))
         msgs = [(self.tag, rid, entries) for rid, entries in by_req.items()]
         side = [("side", d) for d in dead]
-        parts = dict(_by_shard(msgs, self.shards))
+        route = self.gate_shards if self.gate else self.shards
+        parts = dict(_by_shard(msgs, route))
         if side:
-            parts.setdefault(0, []).extend(side)
+            parts.setdefault(0 if self.gate else side_key(self.shards), []).extend(side)
         if self.gate:
             # every gate shard learns each sub-window that has data anywhere, so each one knows the
             # windows closed as a single gate would (see .gate); announced once per worker
@@ -118,9 +120,9 @@ class _PrepareEvents(beam.DoFn):
             if new:
                 self._bundle_notices |= new
                 notice = ("seen", sorted(new))
-                for shard in range(self.shards):
+                for shard in range(self.gate_shards):
                     parts.setdefault(shard, []).append(notice)
-        for shard, ms in parts.items():  # the gate and the requests stage are keyed by the same shard
+        for shard, ms in parts.items():
             yield (shard, ms) if self.gate else (shard, [None, ms])
 
 
@@ -135,10 +137,18 @@ class _PrepareImpressions(_PrepareEvents):
 
 
 def _by_shard(msgs, shards):
+    """``[(key, messages)]`` of messages ``(tag, id, ...)``: the key is the shard of the id among
+    ``shards``, or with ``shards == 0`` the id itself (one key per request)."""
     out: dict = {}
     for m in msgs:
-        out.setdefault(_shard(m[1], shards), []).append(m)
+        out.setdefault(m[1] if shards == 0 else _shard(m[1], shards), []).append(m)
     return list(out.items())
+
+
+def side_key(shards: int):
+    """The requests-stage key that carries records set aside: shard 0, or "" when keyed by request
+    id (``shards == 0``; request ids are never empty)."""
+    return 0 if shards else ""
 
 
 def _reason_key(reason):

@@ -192,7 +192,8 @@ class _RequestEntry:
 
 
 class _Requests:
-    """Key: a shard of request ids. Each request's records (per system), cleaned as the batch job
+    """Key: a shard of request ids, or the request id itself (``request_shards=0``: the state an
+    element reads and writes is its own request's). Each request's records (per system), cleaned as the batch job
     cleans them (:func:`streameval.io.cleaning.clean_request`: replays are duplicates, conflicting
     event ids and items served twice rejected; decided on all the records seen, so the order of
     arrival does not matter), the kept impressions' served items (RankingStateCombineFn
@@ -547,7 +548,13 @@ class _Requests:
         if side:
             yield _SIDE_KEY, [("side", r) for r in side]
         self._arm(reqs, meta, due, closed_upto)
-        state.write(reqs)
+        if reqs:
+            state.write(reqs)
+        elif cfg.shards == 0:  # keyed by request id and the request is forgotten: nothing stays
+            state.clear()
+            meta.clear()
+        else:
+            state.write(reqs)
 
 
 class _RequestsFn(beam.DoFn):

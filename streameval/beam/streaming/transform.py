@@ -34,6 +34,9 @@ from .window_aggregate import _WindowAggregate
 from .windows import WindowSpec, _Config, parse_duration
 
 
+GATE_SHARDS = 16  # the gate's keys when the requests stage is keyed by request id
+
+
 class StreamMetrics(beam.PTransform):
     """``impressions | StreamMetrics(judgments, metrics, window="1h", ...)`` -> metric rows with
     panes (metric_result dicts; ``pane`` is ``"early"``, ``"on_time"`` or ``"late"``, ``pane_index``
@@ -58,8 +61,11 @@ class StreamMetrics(beam.PTransform):
       a window's end arrive after it closed and go to the late output).
     * metric options, ``slices``: as :class:`~streameval.beam.transforms.ScoreRankings`;
       ``ctr=False`` skips click metrics.
-    * ``request_shards``: requests are kept in this many keyed states (a bounded key space: the
-      local runner keeps a record per key ever seen; raise it on distributed runners).
+    * ``request_shards``: requests are kept in this many keyed states, each read and written whole
+      by every element that touches it (a bounded key space: the local runner keeps a record per
+      key ever seen and pays per key in each bundle); ``0``: one key per request id, so an element
+      reads and writes only its own request's state (for distributed runners; the gate then has
+      16 shards).
     * ``retention``: how long a final request is remembered (its later pieces are late data);
       default the window size or the allowed lateness, whichever is longer.
     * ``clock``: processing-time source for ``early_every`` (default wall time; pass
@@ -118,8 +124,8 @@ class StreamMetrics(beam.PTransform):
             parse_duration(early_every, "early_every") / 1e6
         if early_count is not None and int(early_count) < 1:
             raise ValueError("early_count must be positive")
-        if request_shards < 1:
-            raise ValueError("request_shards must be positive")
+        if request_shards < 0:
+            raise ValueError("request_shards must be 0 (one key per request) or positive")
         window_us = spec.size
         self.cfg = _Config(
             spec=spec, lateness=lateness,
@@ -138,6 +144,7 @@ class StreamMetrics(beam.PTransform):
     def expand(self, impressions):
         cfg = self.cfg
         gate = cfg.spec.windowed
+        gate_shards = cfg.shards or GATE_SHARDS
 
         def keyed(pc, key_type):
             # the key coder of a stateful stage comes from its input's element type
@@ -145,14 +152,14 @@ class StreamMetrics(beam.PTransform):
             return pc
 
         pieces = [impressions | "PrepareImpressions" >> beam.ParDo(
-            _PrepareImpressions(self.source, cfg.spec if gate else None, cfg.shards, cfg.run))]
+            _PrepareImpressions(self.source, cfg.spec if gate else None, cfg.shards, cfg.run, gate_shards))]
         if self.clicks is not None:
             pieces.append(self.clicks | "PrepareClicks" >> beam.ParDo(
-                _PrepareClicks(self.source, cfg.spec if gate else None, cfg.shards, cfg.run)))
+                _PrepareClicks(self.source, cfg.spec if gate else None, cfg.shards, cfg.run, gate_shards)))
         to_queries = []
         if cfg.ranking:
             jud = self.judgments | "PrepareJudgments" >> beam.ParDo(
-                _PrepareJudgments(self.source, gate, cfg.run, self.grade_range, cfg.shards)).with_outputs("gate", main="queries")
+                _PrepareJudgments(self.source, gate, cfg.run, self.grade_range, gate_shards)).with_outputs("gate", main="queries")
             to_queries.append(jud.queries)
             if gate:
                 pieces.append(jud.gate)
@@ -162,7 +169,7 @@ class StreamMetrics(beam.PTransform):
                 _GateFn(cfg.spec, cfg.lateness, cfg.shards, cfg.run)).with_outputs("queries", main="shards")
             merged = gated.shards
             to_queries.append(gated.queries)
-        reqs = keyed(merged, int) | "Requests" >> beam.ParDo(_RequestsFn(cfg)).with_outputs("queries", main="systems")
+        reqs = keyed(merged, str if cfg.shards == 0 else int) | "Requests" >> beam.ParDo(_RequestsFn(cfg)).with_outputs("queries", main="systems")
         to_systems = [reqs.systems]
         if cfg.ranking:
             q_in = tuple(to_queries + [reqs.queries]) | "ToQueries" >> beam.Flatten()
