@@ -278,3 +278,29 @@ def test_add_many_over_several_bincount_calls_equals_one_by_one():
         assert moments._exact(many[1][m]) == moments._exact(one[1][m])
         assert moments._exact(many[2][m]) == moments._exact(one[2][m])
     assert str(mm.extract(many)) == str(mm.extract(one))
+
+
+def test_pruned_state_keeps_what_ideal_served_needs():
+    """With ``ideal="served"`` the ideal DCG of ndcg@2 comes from every served item's grade, so the
+    state must not be pruned to the top 2 (issue 17: a request of 6 served items with its grade-3
+    item at position 5 gave ndcg@2 = 1.0 through ScoreRankings' ops instead of evaluate()'s value)."""
+    from streameval.api import evaluate
+    from streameval.beam.transforms import ScoreRankings
+    from streameval.metrics.kernel import MetricOptions, compute
+
+    items = [f"d{i}" for i in range(1, 7)]
+    scores = {it: float(10 - i) for i, it in enumerate(items)}  # served in this order, d5 at position 5
+    grades = {"d1": 1, "d2": 0, "d3": 0, "d4": 0, "d5": 3, "d6": 0}
+    for ideal in ("judgments", "served"):
+        want = evaluate({"q": grades}, {"q": scores}, ["ndcg@2"], ideal=ideal).means["ndcg@2"]
+        ops = ScoreRankings(None, ["ndcg@2"], ideal=ideal).ops
+        s = ops.create()
+        for g_item, g in grades.items():
+            ops.add_judgment(s, g_item, g)
+        for pos, it in enumerate(items, 1):
+            ops.add_impression(s, it, scores[it], pos, False)
+        got = compute(ops.to_lists([s]), parse_metrics(["ndcg@2"]), MetricOptions(ideal=ideal))[0, 0]
+        assert got == want, ideal
+    assert round(want, 4) == 0.2754  # the issue's value: DCG@2 = 1, ideal DCG@2 = 3 + 1/log2(3)
+    assert ScoreRankings(None, ["ndcg@2", "P@2"], ideal="served").ops.keep is None
+    assert ScoreRankings(None, ["ndcg@2", "P@2"]).ops.keep == 2  # trec_eval's ideal: the top K suffices

@@ -120,6 +120,8 @@ def _conflict_free(letters):
          "--gain", "exponential", "--relevance-level", "2", "--metrics", "ndcg@10,map,recip_rank,Rprec"]),
     (4, ["--threads", "1", "--tie-break", "position", "--score-precision", "float64", "--ideal", "served", "--no-ctr",
          "--metrics", "ndcg,map,P@5,success@3"]),
+    # every metric with a cutoff and ideal="served": the per-record engine must not prune the served items
+    (6, ["--ideal", "served", "--no-ctr", "--metrics", "ndcg@1,P@1,ndcg@2"]),
 ])
 def test_columnar_engine_equals_the_record_engine(tmp_path, seed, extra):
     imp_files, judg = _messy_logs(seed)

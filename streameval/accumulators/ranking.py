@@ -16,7 +16,8 @@ the served items are pruned to the top K in rank order whenever they exceed 2K; 
 union equals the top K of the union of the parts' top K, so pruning never changes a score. The
 judgments are kept whole (an item served later may need its grade); their memory is the query's
 judgment count, a fixed property of the qrels. Metrics without a cutoff (map, bpref, Rprec, ndcg,
-recip_rank, num_*) need every served item: then ``keep`` is None.
+recip_rank, num_*) need every served item, and so does ``ideal="served"`` (the ideal DCG is built
+from every served item's grade): then ``keep`` is None (:func:`keep_for`).
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ from ..metrics.prepare import judgment_histogram, rank_order
 __all__ = ["RankingOps", "keep_for"]
 
 
-def keep_for(specs) -> int | None:
-    """The top-K a set of metric specs needs, or None when one has no cutoff."""
+def keep_for(specs, ideal: str = "judgments") -> int | None:
+    """The top-K a set of metric specs needs, or None (keep every served item) when one has no
+    cutoff or when ``ideal="served"``: the ideal DCG then comes from the grades of every served
+    item, not only of the top K."""
     ks = [s.k for s in specs]
-    if any(k is None for k in ks):
+    if ideal == "served" or any(k is None for k in ks):
         return None
     return max(ks)
 

@@ -524,7 +524,7 @@ class ScoreRankings(beam.PTransform):
         if order not in ORDERS or tie_break not in TIE_BREAKS or score_precision not in SCORE_PRECISIONS:
             raise ValueError(f"order must be one of {ORDERS}, tie_break one of {TIE_BREAKS} and "
                              f"score_precision one of {SCORE_PRECISIONS}")
-        self.ops = RankingOps(order=order, tie_break=tie_break, keep=keep_for(self.specs), depth=depth,
+        self.ops = RankingOps(order=order, tie_break=tie_break, keep=keep_for(self.specs, ideal), depth=depth,
                               score_precision=score_precision)
         self.order = order
         self.window_micros = _window_micros(window)
