@@ -94,10 +94,11 @@ def expand_inputs(patterns) -> list[str]:
     paths: list[str] = []
     for pat in patterns:
         if is_remote(pat):
-            found = [m.path for m in FileSystems.match([pat])[0].metadata_list]
-            if not found:
+            metadata = FileSystems.match([pat])[0].metadata_list
+            if not metadata:
                 raise FileNotFoundError(f"no files match the pattern {pat!r}")
-            paths.extend(sorted(found))
+            _SIZES.update((m.path, m.size_in_bytes) for m in metadata)
+            paths.extend(sorted(m.path for m in metadata))
         else:
             paths.extend(os.path.abspath(p) for p in avro.expand_paths(pat))
     for p in paths:
@@ -106,11 +107,20 @@ def expand_inputs(patterns) -> list[str]:
     return paths
 
 
+# sizes of the remote files that expand_inputs matched in this process: each call of Beam's S3 file
+# system makes a new client (about 0.4 s with Beam 2.77), so the sizes are not asked for again
+_SIZES: dict = {}
+
+
 def input_bytes(paths) -> int:
-    """The total size in bytes of the files ``paths`` (local or remote, through FileSystems)."""
-    if not paths:
-        return 0
-    return sum(m.size_in_bytes for r in FileSystems.match(list(paths)) for m in r.metadata_list)
+    """The total size in bytes of the files ``paths`` (local or remote, through FileSystems; remote
+    sizes seen by :func:`expand_inputs` are not matched again)."""
+    paths = list(paths)
+    known = sum(_SIZES[p] for p in paths if p in _SIZES)
+    rest = [p for p in paths if p not in _SIZES]
+    if not rest:
+        return known
+    return known + sum(m.size_in_bytes for r in FileSystems.match(rest) for m in r.metadata_list)
 
 
 @contextlib.contextmanager
