@@ -17,8 +17,9 @@ Design (see docs/metrics.md, "Streaming"):
   would be late downstream. Hence data flows only through ``process`` (whose pending output holds
   the downstream watermark on every runner) and timers only fire panes, expire state, and track
   which windows closed.
-* ``Gate`` (one key): drops nothing; events whose own window already closed go to the late output.
-* ``Requests`` (key: a shard of the request id): the request's records, cleaned as in batch
+* ``Gate`` (key: a shard of the request id): drops nothing; events whose own window already closed
+  go to the late output.
+* ``Requests`` (key: a shard of the request id, or the request id with ``request_shards=0``): the request's records, cleaned as in batch
   (:func:`streameval.io.cleaning.clean_request`: replays are duplicates, reused event ids and items
   served twice are rejected, whatever the arrival order), the kept ones' served items (the batch
   job's :class:`RankingStateCombineFn` accumulator), its impressions for CTR, its click events

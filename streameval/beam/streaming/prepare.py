@@ -6,9 +6,11 @@ Elements are records (dicts) or lists of records. Each valid record is counted
 (entries: the impression dicts) or ``"click"`` (entries: click entries, below), and
 ``("judg", query_id, [[item, ts, grade, raw json], ...])``; invalid records become dead letters
 (``("side", dead_letter)``; counted ``rejected:<kind>:<reason>``). With a gate (fixed and sliding
-windows) every piece goes to the gate under key 0; without one (sessions) impressions and clicks
-go to their request shard as ``(shard, [None, pieces])`` and judgments to their query as
-``(query_id, [("judg", entries)])``.
+windows) every piece goes to the gate shard of its request id (judgments: of their query id), and
+each new sub-window with data is announced to every gate shard (``("seen", [sub-windows])``);
+without one (sessions) impressions and clicks go to their request's key (its shard, or its id with
+``request_shards=0``) as ``(key, [None, pieces])`` and judgments to their query as ``(query_id,
+[("judg", entries)])``.
 
 A click entry (:class:`_Click`) travels as the list ``[item, ts (micros), system or None, raw
 json, fate, event key]``; its fate is ``_PENDING`` until the requests stage decides it when the
