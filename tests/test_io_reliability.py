@@ -714,3 +714,49 @@ def test_count_records_reads_block_headers_only(tmp_path):
     from streameval import progress
 
     assert progress.count_avro_records(tmp_path / "cut.avro") is None
+
+
+# --------------------------------------------------------------------------------------------
+# line endings and byte-order marks (issue 20, item 6: a CR-only run file was read as one line)
+
+_RUN_LINES = ["q1 Q0 d1 1 5.0 tagA", "q1 Q0 d2 2 4.0 tagA", "q1 Q0 d3 3 3.5 tagA", "q2 Q0 d1 1 2.0 tagA",
+              "q2 Q0 d9 2 1.0 tagA"]
+_QRELS_LINES = ["q1 0 d1 1", "q1 0 d3 2", "q2 0 d9 1", "q2 0 d4 0"]
+
+
+@pytest.mark.parametrize("ending,bom", [("\r", False), ("\r", True), ("\r\n", True), ("\n", True),
+                                        ("\r\n", False)])
+def test_cr_line_endings_and_a_bom_read_as_lf_files(tmp_path, ending, bom, capsys):
+    """Old Mac line ends (CR alone), Windows ones (CRLF) and a UTF-8 byte-order mark: the same runs and
+    qrels as the plain LF file, on every reader (the fast path, the general one, trec-eval's)."""
+    def write(name, lines, end, with_bom):
+        p = tmp_path / name
+        p.write_bytes((b"\xef\xbb\xbf" if with_bom else b"") + (end.join(lines) + end).encode())
+        return p
+
+    ref_run, ref_qrels = write("ref.run", _RUN_LINES, "\n", False), write("ref.qrels", _QRELS_LINES, "\n", False)
+    run, qrels = write("x.run", _RUN_LINES, ending, bom), write("x.qrels", _QRELS_LINES, ending, bom)
+    want, got = trec.read_run(ref_run), trec.read_run(run)
+    assert len(got.qid) == 5
+    for f in ("qid", "docno", "score", "rank"):
+        assert list(getattr(got, f)) == list(getattr(want, f)), f
+    assert got.tag == want.tag == "tagA"
+    wq, gq = trec.read_qrels(ref_qrels), trec.read_qrels(qrels)
+    for f in ("qid", "docno", "grade"):
+        assert list(getattr(gq, f)) == list(getattr(wq, f)), f
+    strict = trec.read_run(run, strict=True)
+    assert list(strict.docno) == list(want.docno)
+    assert cli.main(["trec-eval", "-q", str(ref_qrels), str(ref_run)]) == 0
+    ref_out = capsys.readouterr().out
+    assert cli.main(["trec-eval", "-q", str(qrels), str(run)]) == 0
+    assert capsys.readouterr().out == ref_out
+    cells = {(m.strip(), q): v.strip() for m, q, v in (line.split("\t") for line in ref_out.splitlines())}
+    assert cells[("num_ret", "q1")] == "3" and cells[("num_ret", "q2")] == "2" and cells[("num_ret", "all")] == "5"
+
+
+def test_a_cr_inside_a_line_of_an_lf_file_still_ends_nothing(tmp_path):
+    """A CR directly before LF (Windows) is part of the line end; the rules above apply to files whose
+    lines end with a CR alone."""
+    p = tmp_path / "w.run"
+    p.write_bytes(b"q1 Q0 d1 1 5.0 t\r\nq1 Q0 d2 2 4.0 t\r\n")
+    assert list(trec.read_run(p).docno) == ["d1", "d2"]

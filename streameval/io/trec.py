@@ -191,16 +191,33 @@ class TrecQrels:
 # tokenising
 
 
+_BOM = b"\xef\xbb\xbf"
+_LONE_CR = re.compile(rb"\r(?!\n)")
+
+
+def _plain_lines(data):
+    """``data`` with a leading UTF-8 byte-order mark removed and every line that ends with a CR alone
+    (old Mac files) ended with LF, as Python's universal newlines and pytrec_eval read them (a CR
+    before LF stays: the readers treat it as trailing space). ``data`` itself when it has neither,
+    which is the common case and costs one search for a CR byte."""
+    bom = data[:3] == _BOM
+    lone_cr = data.find(b"\r") != -1 and _LONE_CR.search(data) is not None
+    if not bom and not lone_cr:
+        return data
+    out = bytes(data[3:] if bom else data)
+    return _LONE_CR.sub(b"\n", out) if lone_cr else out
+
+
 def _read_bytes(path: PathLike) -> bytes:
     p = os.fspath(path)
     if p.endswith(".gz"):
         try:
             with gzip.open(p, "rb") as f:
-                return f.read()
+                return _plain_lines(f.read())
         except (gzip.BadGzipFile, EOFError, zlib.error) as e:
             raise InputFormatError(p, None, f"not a readable gzip file ({type(e).__name__}: {e})") from None
     with open(p, "rb") as f:
-        return f.read()
+        return _plain_lines(f.read())
 
 
 def _line_at(data: bytes, offset: int) -> tuple[int, str]:
@@ -967,7 +984,7 @@ def _map_file(path: str):
 
         with open(path, "rb") as f:
             try:
-                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                return _plain_lines(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
             except (ValueError, OSError):  # empty file, or not a regular file
                 pass
     return _read_bytes(path)
