@@ -199,3 +199,34 @@ def test_cli_entry_does_not_import_beam(tmp_path):
                          env=env, cwd=REPO)
     assert res.returncode == 0, res.stderr
     assert "AGREE" in res.stdout
+
+
+def test_tolerances_and_csv_panes_cannot_give_a_wrong_verdict(tmp_path, capsys):
+    """Issue 20, item 7: ``--abs-tol nan`` said AGREE for 0.5 against 0.9; a CSV's pane_index was
+    compared as text (pane 9 beat pane 10) and its is_final "false" counted as true."""
+    write_jsonl(tmp_path / "a.jsonl", [row(T0, "ctr", 0.5)])
+    write_jsonl(tmp_path / "b.jsonl", [row(T0, "ctr", 0.9)])
+    for bad in (["--abs-tol", "nan"], ["--rel-tol", "nan"], ["--abs-tol", "inf"], ["--rel-tol", "-1"],
+                ["--min-correlation", "nan"]):
+        assert reconcile.main([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), *bad], out=io.StringIO()) == 2, bad
+        assert "must be" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="abs_tol"):
+        reconcile.compare({}, {}, abs_tol=math.nan)
+    assert run([tmp_path / "a.jsonl", tmp_path / "b.jsonl"])[0] == 1
+    # a dashboard export of a streaming table: panes as text
+    with open(tmp_path / "panes.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["window_start", "window_end", "slice", "system", "metric", "value", "pane_index", "is_final"])
+        w.writerow([T0, T0 + DAY, "all", "bts", "ctr", 0.1, "9", "false"])
+        w.writerow([T0, T0 + DAY, "all", "bts", "ctr", 0.9, "10", "false"])   # the later pane
+        w.writerow([T0 + DAY, T0 + 2 * DAY, "all", "bts", "ctr", 0.2, "0", "true"])  # final
+        w.writerow([T0 + DAY, T0 + 2 * DAY, "all", "bts", "ctr", 0.3, "1", "False"])
+    write_jsonl(tmp_path / "want.jsonl", [row(T0, "ctr", 0.9), row(T0 + DAY, "ctr", 0.2)])
+    rc, text = run([tmp_path / "panes.csv", tmp_path / "want.jsonl"])
+    assert rc == 0, text
+    with open(tmp_path / "badpane.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["window_start", "window_end", "slice", "system", "metric", "value", "pane_index", "is_final"])
+        w.writerow([T0, T0 + DAY, "all", "bts", "ctr", 0.1, "x", "maybe"])
+    assert reconcile.main([str(tmp_path / "badpane.csv"), str(tmp_path / "want.jsonl")], out=io.StringIO()) == 2
+    assert "badpane.csv:2" in capsys.readouterr().err

@@ -115,9 +115,43 @@ def _normalise(rec: dict, where: str) -> dict:
         "value": _float(rec.get("value"), where, "value"),
         "num_queries": _count(rec.get("num_queries"), where),
         "stderr": _float(rec.get("stderr"), where, "stderr"),
-        "pane_index": rec.get("pane_index"),
-        "is_final": rec.get("is_final"),
+        "pane_index": _pane_index(rec.get("pane_index"), where),
+        "is_final": _flag(rec.get("is_final"), where),
     }
+
+
+def _pane_index(value, where: str):
+    """A pane index (an int, from a job's table or a CSV's text) or None; the metric_result schema's
+    type, so a CSV's "10" orders after "9"."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool):
+        raise TableError(f"{where}: pane_index is not an integer: {value!r}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise TableError(f"{where}: pane_index is not an integer: {value!r}") from None
+    if not f.is_integer() or f < 0:
+        raise TableError(f"{where}: pane_index is not a non-negative integer: {value!r}")
+    return int(f)
+
+
+_TRUE, _FALSE = {"true", "t", "1", "yes"}, {"false", "f", "0", "no"}
+
+
+def _flag(value, where: str):
+    """``is_final`` as a bool or None: a job's bool, or a CSV's text (``true``/``false``, ``1``/``0``,
+    any case; empty: None). Anything else is an input error, never a truthy string."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text == "":
+        return None
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise TableError(f"{where}: is_final is not a boolean: {value!r}")
 
 
 def _read_csv(path: str):
@@ -222,9 +256,19 @@ def _sort_key(key):
     return (ws is not None, ws or 0, we or 0, sl != "all", sl, system, metric)
 
 
+def check_tolerances(abs_tol: float, rel_tol: float) -> None:
+    """Raises ``ValueError`` unless both tolerances are finite and non-negative (a NaN tolerance
+    would make every comparison false, so any two tables would agree)."""
+    for name, v in (("abs_tol", abs_tol), ("rel_tol", rel_tol)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{name} must be a finite non-negative number, got {v!r}")
+
+
 def compare(a: dict, b: dict, abs_tol: float = 1e-9, rel_tol: float = 1e-9, counts: bool = True,
             metrics=None) -> Comparison:
-    """Compare two tables from :func:`read_table` (optionally only the metrics in ``metrics``)."""
+    """Compare two tables from :func:`read_table` (optionally only the metrics in ``metrics``).
+    Raises ``ValueError`` for a tolerance that is negative or not finite."""
+    check_tolerances(abs_tol, rel_tol)
     if metrics:
         wanted = set(metrics)
         a = {k: v for k, v in a.items() if k[4] in wanted}
@@ -343,8 +387,13 @@ def _json_key(key):
 def main(argv=None, out=None) -> int:
     out = out or sys.stdout
     args = _parser().parse_args(argv)
-    if args.abs_tol < 0 or args.rel_tol < 0:
-        print("streameval reconcile: tolerances must be non-negative", file=sys.stderr)
+    try:
+        check_tolerances(args.abs_tol, args.rel_tol)
+        if args.min_correlation is not None and not -1 <= args.min_correlation <= 1:
+            raise ValueError(f"--min-correlation must be a number in [-1, 1], got {args.min_correlation!r}")
+    except ValueError as e:
+        msg = str(e).replace("abs_tol", "--abs-tol").replace("rel_tol", "--rel-tol")
+        print(f"streameval reconcile: {msg}", file=sys.stderr)
         return 2
     pairs = []
     for spec in args.correlate:
