@@ -228,6 +228,7 @@ def _convert(args, avro, convert, trec) -> int:
         qrels = trec.read_qrels(args.qrels, check=True)
         if len(qrels) == 0:
             raise trec.InputFormatError(args.qrels, None, "empty qrels file (no judgment lines)")
+        convert.check_qrels_grades(qrels, args.qrels)
         return _write(avro, args.output, "judgment", convert.trec_qrels_to_judgments(qrels))
     if args.kind == "obd":
         return _write(avro, args.output, "impression",

@@ -369,3 +369,32 @@ def test_map_columns_same_keys_in_every_row_equal_lookup():
             assert list(got) == keys
             for k in keys:
                 assert got[k].to_pylist() == [d.get(k) for d in dicts], (rows, k)
+
+
+def test_values_outside_avro_int_are_dead_letters_on_both_engines(tmp_path):
+    """Issue 20, item 1: an Avro writer that does not check ranges (fastavro) can store grade 2**31 or
+    position 2**31 / 2**40 in an ``int`` field. The record rules reject them ("does not fit an Avro
+    int"); the columnar engine's vectorised screen used to clear them and score them (map 0.8333
+    against 0.3333). Both engines: the same rows, dead letters and counters, and the rows those of the
+    clean records alone."""
+    def imp(req, item, pos, score):
+        return {"event_id": f"{req}/{item}", "request_id": req, "query_id": "q1", "user_id": None, "system_id": "A",
+                "item_id": item, "position": pos, "score": score, "clicked": None, "timestamp": 0,
+                "propensity": None, "attributes": {}}
+
+    imps = [imp("r1", "d1", 1, 3.0), imp("r1", "d2", 2, 2.0), imp("r1", "d3", 3, 1.0),
+            imp("r2", "d1", 2**31, 3.0), imp("r2", "d2", 1, 2.0), imp("r3", "d4", 2**40, 1.0)]
+    judg = [{"query_id": "q1", "item_id": "d1", "grade": 0, "timestamp": 0, "source": "t"},
+            {"query_id": "q1", "item_id": "d2", "grade": 2**31, "timestamp": 0, "source": "t"},
+            {"query_id": "q1", "item_id": "d3", "grade": 1, "timestamp": 0, "source": "t"},
+            {"query_id": "q1", "item_id": "d4", "grade": -(2**31) - 1, "timestamp": 0, "source": "t"}]
+    got = _run(tmp_path, "range", [imps], judg, ["--metrics", "map,P@3", "--no-ctr"])
+    rec, col = got["records"], got["columnar"]
+    assert col["metrics.jsonl"] == rec["metrics.jsonl"]
+    assert _conflict_free(col["dead_letters.jsonl"]) == _conflict_free(rec["dead_letters.jsonl"])
+    reasons = sorted(json.loads(x)["reason"] for x in col["dead_letters.jsonl"])
+    assert sum("does not fit an Avro int" in r for r in reasons) == 4, reasons
+    clean = _run(tmp_path, "clean", [[imps[0], imps[1], imps[2], imps[4]]], [judg[0], judg[2]],
+                 ["--metrics", "map,P@3", "--no-ctr"])
+    # the rejected impressions and judgments count for nothing: the rows of the clean records alone
+    assert col["metrics.jsonl"] == clean["columnar"]["metrics.jsonl"] == clean["records"]["metrics.jsonl"]

@@ -760,3 +760,17 @@ def test_a_cr_inside_a_line_of_an_lf_file_still_ends_nothing(tmp_path):
     p = tmp_path / "w.run"
     p.write_bytes(b"q1 Q0 d1 1 5.0 t\r\nq1 Q0 d2 2 4.0 t\r\n")
     assert list(trec.read_run(p).docno) == ["d1", "d2"]
+
+
+def test_convert_refuses_grades_the_jobs_would_reject(tmp_path, capsys):
+    """Issue 20, item 1: ``convert qrels`` wrote grade 2147483648 into the Avro int field, which the jobs
+    then disagreed about; it now refuses it with path:line, as the jobs' record rules would."""
+    q = tmp_path / "q.qrels"
+    q.write_text("q1 0 d1 1\nq1 0 d2 2147483648\nq1 0 d3 -2147483648\n")
+    out = tmp_path / "j.avro"
+    code, line = _convert(capsys, "qrels", q, out)
+    assert code == 2 and line == f"streameval convert: {q}:2: grade 2147483648 does not fit an Avro int: 'q1 0 d2 2147483648'"
+    assert not out.exists()
+    q.write_text("q1 0 d1 1\nq1 0 d3 -2147483648\nq1 0 d4 2147483647\n")  # the limits themselves fit
+    assert _convert(capsys, "qrels", q, out)[0] == 0
+    assert [r["grade"] for r in read_records(str(out), "judgment")] == [1, -2147483648, 2147483647]

@@ -701,8 +701,10 @@ class _ReadImpressionColumns(_ReadColumns):
 
     @staticmethod
     def _screen(chunk, score_ok, prop_ok) -> np.ndarray:
-        """Rows the vectorised screen clears (the others go through the record check)."""
-        ok = chunk["position"] >= 1
+        """Rows the vectorised screen clears (the others go through the record check, which decides
+        and gives the reason): the ranges are :mod:`streameval.io.records`'."""
+        pos = chunk["position"]
+        ok = (pos >= 1) & (pos <= records.AVRO_INT_MAX)
         for f in ("event_id", "request_id", "system_id", "item_id"):
             ok &= _nonempty(chunk[f])
         return ok & score_ok & prop_ok
@@ -745,9 +747,10 @@ class _ReadJudgmentColumns(_ReadColumns):
     runs = ("query_id", "source")
 
     def _screen(self, chunk) -> np.ndarray:
+        g = chunk["grade"]
         ok = _nonempty(chunk["query_id"]) & _nonempty(chunk["item_id"])
+        ok &= (g >= records.AVRO_INT_MIN) & (g <= records.AVRO_INT_MAX)
         if self.grade_range is not None:
-            g = chunk["grade"]
             ok &= (g >= self.grade_range[0]) & (g <= self.grade_range[1])
         return ok
 

@@ -22,6 +22,7 @@ from .trec import InputFormatError, TrecQrels, TrecRun, trec_order
 __all__ = [
     "trec_run_to_impressions",
     "trec_qrels_to_judgments",
+    "check_qrels_grades",
     "obd_to_impressions",
     "letor_to_records",
     "yandex_to_impressions",
@@ -145,6 +146,23 @@ def _timestamp_for(spec: TimestampSpec, qid: str, cache: dict) -> int:
     if ts is None:
         ts = cache[qid] = int(spec(qid))
     return ts
+
+
+def check_qrels_grades(qrels: TrecQrels, path) -> None:
+    """Raise :class:`~streameval.io.trec.TrecFormatError` (path, line) for the first grade that does
+    not fit the judgment schema's Avro ``int``: the jobs would reject it (``streameval.io.records``),
+    so the converter refuses to write it (trec_eval itself reads any integer)."""
+    import numpy as np
+
+    from .records import AVRO_INT_MAX, AVRO_INT_MIN
+    from .trec import TrecFormatError, _row_lines
+
+    g = np.asarray(qrels.grade)
+    bad = np.flatnonzero((g < AVRO_INT_MIN) | (g > AVRO_INT_MAX))
+    if bad.size:
+        r = int(bad[0])
+        lineno, text = _row_lines(path, [r]).get(r, (None, None))
+        raise TrecFormatError(os.fspath(path), lineno, f"grade {int(g[r])} does not fit an Avro int", text)
 
 
 def trec_qrels_to_judgments(

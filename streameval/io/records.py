@@ -44,8 +44,11 @@ IMPRESSION_REQUIRED = ("event_id", "request_id", "query_id", "system_id", "item_
 _IMPRESSION_NONEMPTY = ("event_id", "request_id", "system_id", "item_id")
 JUDGMENT_REQUIRED = ("query_id", "item_id", "grade")
 
-_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+#: the ranges of Avro's int and long: what the vectorised screens of the columnar engine check too
+AVRO_INT_MIN, AVRO_INT_MAX = -(2**31), 2**31 - 1
+AVRO_LONG_MIN, AVRO_LONG_MAX = -(2**63), 2**63 - 1
+_INT_MIN, _INT_MAX = AVRO_INT_MIN, AVRO_INT_MAX
+_LONG_MIN, _LONG_MAX = AVRO_LONG_MIN, AVRO_LONG_MAX
 
 
 def _is_int(x: Any) -> bool:
