@@ -398,3 +398,32 @@ def test_values_outside_avro_int_are_dead_letters_on_both_engines(tmp_path):
                  ["--metrics", "map,P@3", "--no-ctr"])
     # the rejected impressions and judgments count for nothing: the rows of the clean records alone
     assert col["metrics.jsonl"] == clean["columnar"]["metrics.jsonl"] == clean["records"]["metrics.jsonl"]
+
+
+def test_a_request_naming_two_query_ids_is_rejected_by_both_engines(tmp_path):
+    """Issue 20, item 8: a request whose impressions name two query ids was scored against the smaller
+    one, silently. Every impression of it is a dead letter ("request names several query ids"), on
+    both engines (and in the streaming job, which cleans with the same rule: test_stream_reliability)."""
+    def imp(req, item, pos, query, event=None):
+        return {"event_id": event or f"{req}/{item}", "request_id": req, "query_id": query, "user_id": None,
+                "system_id": "A", "item_id": item, "position": pos, "score": float(10 - pos), "clicked": pos == 1,
+                "timestamp": 0, "propensity": None, "attributes": {}}
+
+    good = [imp("r1", "d1", 1, "q1"), imp("r1", "d2", 2, "q1"), imp("r2", "d1", 1, "q2"), imp("r2", "d3", 2, "q2")]
+    mixed = [imp("r3", "d1", 1, "q1"), imp("r3", "d2", 2, "q2"), imp("r3", "d3", 3, "q1")]
+    replay = [dict(mixed[0])]  # a replayed copy stays a duplicate
+    judg = [{"query_id": q, "item_id": d, "grade": g, "timestamp": 0, "source": "t"}
+            for q, d, g in (("q1", "d1", 0), ("q1", "d2", 1), ("q2", "d1", 1), ("q2", "d3", 0), ("q1", "d3", 1))]
+    got = _run(tmp_path, "mixed", [good + mixed[:2], mixed[2:] + replay], judg, ["--metrics", "map,P@2"])
+    rec, col = got["records"], got["columnar"]
+    assert col["metrics.jsonl"] == rec["metrics.jsonl"]
+    assert sorted(col["dead_letters.jsonl"]) == sorted(rec["dead_letters.jsonl"])
+    dead = [json.loads(x) for x in col["dead_letters.jsonl"]]
+    assert len(dead) == 3 and all(d["reason"] == "request names several query ids ('q1', 'q2')" for d in dead)
+    assert sorted(json.loads(d["raw"])["item_id"] for d in dead) == ["d1", "d2", "d3"]
+    nonzero = lambda c: {k: v for k, v in c.items() if v}  # noqa: E731
+    assert nonzero(col["counters"]) == nonzero(rec["counters"])
+    assert col["counters"]["rejected:impression:request names several query ids"] == 3
+    assert col["counters"]["duplicate:impression"] == 1
+    clean = _run(tmp_path, "clean", [good], judg, ["--metrics", "map,P@2"])
+    assert col["metrics.jsonl"] == clean["columnar"]["metrics.jsonl"]  # r3 counts for nothing, clicks included

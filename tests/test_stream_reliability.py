@@ -147,6 +147,35 @@ def test_conflicting_event_ids_and_items_served_twice_are_dead_letters():
     assert first and first[0]["value"] != run_batch(clean, judg, ["ndcg@3"], window="1h", ctr=False)[0]["value"]
 
 
+def test_a_request_naming_two_query_ids_is_rejected_whole():
+    """Issue 20, item 8: a request whose impressions name two query ids (its later piece names another
+    query) is not scored against either: all its impressions are dead letters, as in batch; the
+    request's earlier contribution (an on-time pane scored it against q1) is retracted, and the final
+    panes equal batch on the other requests."""
+    imps, judg = _requests()
+    r1 = [r for r in imps if r["request_id"] == "r1"]
+    other_query = imp("r1", "d5", 5, r1[0]["timestamp"] + 9000, system="A", query="q2", score=0.01, clicked=False)
+    steps = [("judgments", judg), ("impressions", imps), ("watermark", BASE + HOUR + 5 * MIN),
+             ("impressions", [other_query]), ("watermark", BASE + 4 * HOUR)]
+    metrics = ["ndcg@3", "P@2", "map"]
+    out = run_sm(steps, metrics=metrics, window="1h", allowed_lateness="30m")
+    reason = f"{cleaning.REASON_QUERY_CONFLICT} ('q1', 'q2')"
+    assert sorted((d["raw"], d["reason"]) for d in out["dead"]) == \
+        sorted((records.to_json_text(r), reason) for r in r1 + [other_query])
+    # the batch job drops the request the same way (test_columnar: both engines against the clean log)
+    clean = [r for r in imps if r["request_id"] != "r1"]
+    assert_final_equals_batch(out["rows"], run_batch(clean, judg, metrics, window="1h"))
+    # r1 had been scored against q1 in hour 0's on-time pane: the later piece retracted it
+    on_time = [r for r in out["rows"] if r["pane"] == "on_time" and r["window_start"] == BASE and r["system"] == "A"
+               and r["slice"] == "all" and r["metric"] == "map"]
+    final = [r for r in out["rows"] if r["is_final"] and r["window_start"] == BASE and r["system"] == "A"
+             and r["slice"] == "all" and r["metric"] == "map"]
+    assert on_time[0]["num_queries"] == final[0]["num_queries"] + 1
+    c = out["counts"]
+    assert c[f"rejected:impression:{cleaning.REASON_QUERY_CONFLICT}"] == 5
+    assert out["sm"].accounting()[1] == []
+
+
 def _resolved(judg, policy):
     """One judgment per (query, item) under ``policy`` (the batch rules)."""
     pairs: dict = {}

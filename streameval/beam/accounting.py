@@ -35,10 +35,12 @@ Identities checked (a term missing from the counters counts as 0):
 
 Rejections after validation are those whose reason category is listed in
 :data:`POST_VALIDATION_REASONS` (duplicates with different content, an item served twice in a request,
-conflicting judgments under the ``reject`` policy, grades outside the declared range).
+a request naming several query ids, conflicting judgments under the ``reject`` policy, grades outside the declared range).
 """
 
 from __future__ import annotations
+
+from ..io import cleaning
 
 __all__ = ["job_counters", "job_distributions", "account", "POST_VALIDATION_REASONS", "KINDS", "format_accounting", "exit_status"]
 
@@ -47,9 +49,10 @@ KINDS = ("impression", "judgment", "click")
 #: reason categories of rejections made after the record checks (by CleanImpressions,
 #: the judgment conflict policy, ...): the rest are rejections at validation
 POST_VALIDATION_REASONS = frozenset({
-    "event_id repeated with different content",
-    "item served twice in one request",
-    "conflicting judgments for one (query, item)",
+    cleaning.REASON_EVENT_CONFLICT,
+    cleaning.REASON_ITEM_TWICE,
+    cleaning.REASON_QUERY_CONFLICT,
+    cleaning.REASON_JUDGMENT_CONFLICT,
     # streaming: a click event that matched no impression (streameval.beam.streaming.REASON_CLICK_UNMATCHED)
     "click matched no impression within the attribution delay",
 })

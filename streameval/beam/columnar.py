@@ -544,6 +544,17 @@ def _repeats(group: np.ndarray, values, starts: np.ndarray | None = None, piece:
 _NEARBY = 16  # groups up to this size are checked by comparing each value with the ones before it
 
 
+def _several(group: np.ndarray, values, starts: np.ndarray) -> np.ndarray:
+    """Groups (int64 codes; rows grouped, each group's rows adjacent from ``starts``) whose rows do not
+    all carry the same value of the string column ``values`` (nulls: a value of their own)."""
+    n = len(values)
+    if n < 2:
+        return np.zeros(0, np.int64)
+    differs = np.concatenate(([False], _changes(_strings(values))))
+    differs[starts] = False  # a group's first row starts it, whatever came before
+    return np.unique(group[differs])
+
+
 def _repeats_nearby(group: np.ndarray, values: pa.Array, starts: np.ndarray, sizes: np.ndarray,
                     longest: int) -> np.ndarray:
     """:func:`_repeats` of small adjacent groups (at most ``longest`` rows each; no nulls): each value
@@ -933,6 +944,7 @@ class _CleanShard(ThreadedDoFn):
         bad = np.zeros(len(first), dtype=bool)
         bad[_repeats(req, chunk["event_id"], starts)] = True
         bad[_repeats(req, chunk["item_id"], starts)] = True
+        bad[_several(req, chunk["query_id"], starts)] = True  # cleaning.REASON_QUERY_CONFLICT
         n_dup = 0
         if bad.any():
             rows_bad = bad[req]

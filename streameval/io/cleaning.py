@@ -13,7 +13,10 @@ Impressions (within one request, i.e. one ``(system_id, request_id)``):
   content");
 * the same ``item_id`` under different event ids (an item served twice in one ranked list, which
   trec_eval refuses in a run): the impression with the smallest ``(timestamp, position, event_id)`` is
-  kept, the others are **rejected** ("item served twice in one request").
+  kept, the others are **rejected** ("item served twice in one request");
+* impressions of one request that name different ``query_id`` values: the request cannot be scored
+  against one query, so every impression of it is **rejected** ("request names several query ids"),
+  never scored against one of them.
 
 The choices depend only on the set of records, never on arrival order, so batch and streaming agree.
 
@@ -37,6 +40,7 @@ __all__ = [
     "REASON_EVENT_CONFLICT",
     "REASON_ITEM_TWICE",
     "REASON_JUDGMENT_CONFLICT",
+    "REASON_QUERY_CONFLICT",
     "content_key",
     "clean_request",
     "resolve_judgment",
@@ -46,6 +50,7 @@ JUDGMENT_POLICIES = ("latest", "max", "reject")
 REASON_EVENT_CONFLICT = "event_id repeated with different content"
 REASON_ITEM_TWICE = "item served twice in one request"
 REASON_JUDGMENT_CONFLICT = "conflicting judgments for one (query, item)"
+REASON_QUERY_CONFLICT = "request names several query ids"
 
 
 def content_key(rec: dict) -> str:
@@ -66,7 +71,8 @@ def clean_request(impressions) -> tuple[list, int, list]:
     ``impressions``: dicts that passed :func:`streameval.io.records.check_impression`, all of one
     ``(system_id, request_id)``. ``kept``: one impression per item, sorted by position;
     ``rejected``: ``(record, reason)`` pairs (reasons :data:`REASON_EVENT_CONFLICT`,
-    :data:`REASON_ITEM_TWICE`, with the kept record's position or event id named).
+    :data:`REASON_ITEM_TWICE`, with the kept record's position or event id named, and
+    :data:`REASON_QUERY_CONFLICT` for every impression of a request naming several query ids).
     ``len(impressions) == len(kept) + n_duplicates + len(rejected)``.
     """
     by_event: dict = {}
@@ -87,6 +93,11 @@ def clean_request(impressions) -> tuple[list, int, list]:
                 n_dup += 1
             else:
                 rejected.append((r, f"{REASON_EVENT_CONFLICT} (event_id {event_id!r})"))
+    queries = sorted({rec["query_id"] for rec in singles})
+    if len(queries) > 1:
+        shown = ", ".join(repr(q) for q in queries[:4]) + (", ..." if len(queries) > 4 else "")
+        rejected.extend((r, f"{REASON_QUERY_CONFLICT} ({shown})") for r in singles)
+        return [], n_dup, rejected
     by_item: dict = {}
     for rec in singles:
         by_item.setdefault(rec["item_id"], []).append(rec)

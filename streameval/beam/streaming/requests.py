@@ -379,6 +379,10 @@ class _Requests:
                             ts <= c.ts <= ts + cfg.delay:
                         imp.clicked = True
                 imps.append(imp)
+        if not kept:  # every record rejected (a request naming several query ids): it contributes nothing,
+            # but keeps its time, so that it closes (and its records' fates are counted) with its window
+            times = [int(v.record["timestamp"]) for vs in ent.records.values() for v in vs]
+            acc[0][3], tlast = min(times), max(times)
         ent.acc, ent.imps, ent.last_ts = acc, imps, tlast
         ent.rank_close = self._closes(ent)[0]
         return True
@@ -439,7 +443,13 @@ class _Requests:
             if counts or ent.ctr_emitted:
                 ctr_msg = ("ctr", rkey, ent.version, None if cfg.spec.windowed else place, counts)
                 ent.ctr_emitted = bool(counts)
-        if cfg.ranking:
+        if cfg.ranking and not ent.kept:  # nothing kept: retract what the request contributed
+            if ent.query is not None:
+                out_q[ent.query].append(("drop", rkey, system, ent.version))
+                ent.query = None
+            if ctr_msg is not None:
+                out_s[system].append(ctr_msg)
+        elif cfg.ranking:
             # the click counts of this version travel with its ranking state, so that both reach
             # the aggregate in one element and are accepted (or found late) together
             qid = acc[1]
