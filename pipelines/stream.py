@@ -267,7 +267,16 @@ def _iso(us) -> str:
 
 
 def _safe(text) -> str:
-    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", str(text))[:80] or "_"
+    """``text`` as a file-name part: unchanged when it is short and plain; otherwise its characters
+    outside ``[A-Za-z0-9._=+-]`` replaced, cut to 80 characters and followed by ``~`` and 8 hex
+    digits of its SHA-1, so two different names never give the same file (``sys/1`` and ``sys_1``)."""
+    import hashlib
+
+    text = str(text)
+    safe = re.sub(r"[^A-Za-z0-9._=+-]+", "_", text)[:80] or "_"
+    if safe == text:
+        return safe
+    return f"{safe}~{hashlib.sha1(text.encode('utf-8')).hexdigest()[:8]}"
 
 
 def pane_file_stem(rows) -> str:

@@ -335,3 +335,18 @@ def test_request_state_is_keyed_by_request_id_on_distributed_runners():
     assert stream_cli._request_shards(parse(["--replay"])[0]) == 16  # the local runner pays per key
     assert stream_cli._request_shards(parse(["--runner", "DataflowRunner"])[0]) == 0
     assert stream_cli._request_shards(parse(["--runner", "FlinkRunner", "--request-shards", "64"])[0]) == 64
+
+
+def test_pane_file_names_never_collide():
+    """Issue 20, item 11: systems ``sys/1`` and ``sys_1`` (or two long names sharing 80 characters) gave
+    the same pane file name, so one pane overwrote the other."""
+    def stem(system, sl="all"):
+        return stream_cli.pane_file_stem([{"window_start": 0, "window_end": 3_600_000_000, "system": system,
+                                           "slice": sl, "pane_index": 0, "pane": "on_time", "is_final": True}])
+
+    names = ["sys/1", "sys_1", "sys 1", "a" * 80 + "x", "a" * 80 + "y", "A"]
+    stems = [stem(n) for n in names]
+    assert len(set(stems)) == len(names), stems
+    assert stem("A") == "metrics-1970-01-01T000000Z-1970-01-01T010000Z-A-pane000-on_time-final"  # plain names as before
+    assert stem("sys_1").endswith("-sys_1-pane000-on_time-final")
+    assert stem("A", "user=u/1") != stem("A", "user=u_1")
