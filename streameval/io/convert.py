@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Union
 
+from .records import AVRO_INT_MAX, AVRO_INT_MIN
 from .trec import InputFormatError, TrecQrels, TrecRun, trec_order
 
 __all__ = [
@@ -54,9 +55,6 @@ def user_hash(*parts: str) -> str:
     h = hashlib.blake2b(digest_size=8)
     h.update("\x1f".join(parts).encode("utf-8"))
     return h.hexdigest()
-
-
-_INT_MAX = 2**31 - 1
 
 
 def _utf8_error(path: str, exc: UnicodeDecodeError) -> InputFormatError:
@@ -154,7 +152,6 @@ def check_qrels_grades(qrels: TrecQrels, path) -> None:
     so the converter refuses to write it (trec_eval itself reads any integer)."""
     import numpy as np
 
-    from .records import AVRO_INT_MAX, AVRO_INT_MIN
     from .trec import TrecFormatError, _row_lines
 
     g = np.asarray(qrels.grade)
@@ -296,7 +293,7 @@ def _obd_rows(path: str, system_id: str, campaign: str, group_same_page: bool) -
                 position = int(row[i_pos])
             except ValueError:
                 raise bad(f"position is not an integer: {row[i_pos]!r}", row) from None
-            if not 1 <= position <= _INT_MAX:
+            if not 1 <= position <= AVRO_INT_MAX:
                 raise bad(f"position must be a 1-based rank, got {position}", row)
             click = row[i_click].strip()
             if click not in ("0", "1"):
@@ -346,7 +343,7 @@ def _parse_label(text: str, path: str, lineno: int, line: str) -> int:
         raise InputFormatError(path, lineno, f"label is not a number: {text!r}", line) from None
     if not value.is_integer():
         raise InputFormatError(path, lineno, f"label is not an integer grade: {text!r}", line)
-    if not -_INT_MAX - 1 <= value <= _INT_MAX:
+    if not AVRO_INT_MIN <= value <= AVRO_INT_MAX:
         raise InputFormatError(path, lineno, f"label {text!r} does not fit an Avro int", line)
     return int(value)
 

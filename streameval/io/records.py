@@ -47,8 +47,6 @@ JUDGMENT_REQUIRED = ("query_id", "item_id", "grade")
 #: the ranges of Avro's int and long: what the vectorised screens of the columnar engine check too
 AVRO_INT_MIN, AVRO_INT_MAX = -(2**31), 2**31 - 1
 AVRO_LONG_MIN, AVRO_LONG_MAX = -(2**63), 2**63 - 1
-_INT_MIN, _INT_MAX = AVRO_INT_MIN, AVRO_INT_MAX
-_LONG_MIN, _LONG_MAX = AVRO_LONG_MIN, AVRO_LONG_MAX
 
 
 def _is_int(x: Any) -> bool:
@@ -104,7 +102,7 @@ def check_impression(rec: Any) -> str | None:
         return f"position must be an integer, got {_type_name(position)} {_short(position)}"
     if position < 1:
         return f"position must be >= 1 (1-based), got {int(position)}"
-    if position > _INT_MAX:
+    if position > AVRO_INT_MAX:
         return f"position {int(position)} does not fit an Avro int"
 
     reason = _check_timestamp(rec["timestamp"])
@@ -177,7 +175,7 @@ def check_judgment(rec: Any, grade_range: tuple[int, int] | None = None) -> str 
     grade = rec["grade"]
     if not _is_int(grade):
         return f"grade must be an integer, got {_type_name(grade)} {_short(grade)}"
-    if not _INT_MIN <= grade <= _INT_MAX:
+    if not AVRO_INT_MIN <= grade <= AVRO_INT_MAX:
         return f"grade {int(grade)} does not fit an Avro int"
     if grade_range is not None and not grade_range[0] <= grade <= grade_range[1]:
         return f"grade outside the declared range {grade_range[0]}..{grade_range[1]}, got {int(grade)}"
@@ -196,7 +194,7 @@ def check_judgment(rec: Any, grade_range: tuple[int, int] | None = None) -> str 
 def _check_timestamp(ts) -> str | None:
     if not _is_int(ts):
         return f"timestamp must be integer microseconds since the epoch, got {_type_name(ts)} {_short(ts)}"
-    if not _LONG_MIN <= ts <= _LONG_MAX:
+    if not AVRO_LONG_MIN <= ts <= AVRO_LONG_MAX:
         return f"timestamp {int(ts)} does not fit an Avro long"
     return None
 
