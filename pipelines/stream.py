@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from datetime import datetime, timedelta, timezone
 
 import apache_beam as beam
@@ -448,8 +449,9 @@ def format_pane(rows, metric_names=()) -> str:
 # Panes and side records counted in this process: the local runner drops Beam counters of elements
 # that come from timers (every pane does), so the summary of a local run counts them here.
 LOCAL_COUNTS: dict = {}
-# (monotonic time, pane, window end, is_final) of each pane as it reached the console step (local runner)
-PANE_LOG: list = []
+# (monotonic time, pane, window end, is_final) of the latest panes as they reached the console step
+# (local runner; bounded: a live job runs for ever)
+PANE_LOG: deque = deque(maxlen=100_000)
 
 
 def _count(key, n=1):
@@ -665,17 +667,26 @@ def _window_spec(args) -> WindowSpec:
     return WindowSpec.sliding(args.window, args.every) if args.every else WindowSpec.fixed(args.window)
 
 
+def _runner(args) -> str | None:
+    """``--runner``, or the local streaming runner for ``--replay`` and ``--watch`` (None otherwise)."""
+    return args.runner or ("BundleBasedDirectRunner" if args.replay or args.watch else None)
+
+
+def _on_local_runner(args) -> bool:
+    return _runner(args) in LOCAL_STREAM_RUNNERS
+
+
 def _request_shards(args) -> int:
     """``--request-shards``, or its default: 16 on the local runner (it pays per key in every bundle),
     0 (one key per request) on distributed runners."""
     if args.request_shards is not None:
         return args.request_shards
-    return 16 if (args.runner or "BundleBasedDirectRunner") in LOCAL_STREAM_RUNNERS else 0
+    return 16 if _on_local_runner(args) else 0
 
 
 def _live_watch(args) -> bool:
     """``--watch`` on the local streaming runner: the live TestStream source (:class:`WatchFiles`)."""
-    return bool(args.watch) and (args.runner or "BundleBasedDirectRunner") in LOCAL_STREAM_RUNNERS
+    return bool(args.watch) and _on_local_runner(args)
 
 
 def _sources(p, args, paths):
@@ -731,10 +742,13 @@ def build_pipeline(p, args, paths):
     rows = srcs["impressions"] | "StreamMetrics" >> sm
     names = [s.name for s in parse_metrics(split_metrics(args.metrics))] if ranking else []
     me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
-    totals = os.path.join(args.output, RUNNING_TOTALS) if args.output and "://" not in args.output else None
+    # running totals after each pane: this process's counts are the whole job's on the local runner only
+    # (other runners: wait_reporting prints the job's counters from the launcher)
+    local = _on_local_runner(args)
+    totals = os.path.join(args.output, RUNNING_TOTALS) if local and args.output and "://" not in args.output else None
     if totals and os.path.exists(totals):
         os.remove(totals)
-    sm.panes | "Console" >> beam.ParDo(me._PanesOut(names, args.quiet, sm.cfg.run, totals))  # (by reference)
+    sm.panes | "Console" >> beam.ParDo(me._PanesOut(names, args.quiet, sm.cfg.run if local else None, totals))
     side = [sm.side]
     if isinstance(rep, ReplayAvro) and rep.unreadable:
         side.append(p | "UnreadableFiles" >> beam.Create(rep.unreadable))
@@ -837,7 +851,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    runner = args.runner or ("BundleBasedDirectRunner" if args.replay or args.watch else None)
+    runner = _runner(args)
     if runner is None:
         print("error: name a streaming runner with --runner (e.g. DataflowRunner, FlinkRunner, PrismRunner)",
               file=sys.stderr)
@@ -865,7 +879,7 @@ def main(argv=None) -> int:
             handlers[sig] = signal.signal(sig, lambda *_: live.watcher.stop())
     try:
         result = p.run()
-        in_process = runner in LOCAL_STREAM_RUNNERS
+        in_process = _on_local_runner(args)
         state = result.wait_until_finish() if in_process else wait_reporting(result, args.report_every)
     except Exception as e:  # noqa: BLE001 - the runner's error, reported in one line
         print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)

@@ -36,6 +36,7 @@ import os
 import threading
 import time
 import uuid
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
@@ -46,25 +47,20 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.portability.api import beam_interactive_api_pb2_grpc
 from apache_beam.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
 from apache_beam.transforms.window import TimestampedValue
-from apache_beam.utils.timestamp import MAX_TIMESTAMP, Duration, Timestamp
+from apache_beam.utils.timestamp import Duration, Timestamp
 
 from ...io import avro
 from ..sources import read_avro_blocks, unreadable_letter
 from . import replay as _replay
+from .replay import END_OF_TIME_US, ms_floor
 from .windows import parse_duration
 
 _LOG = logging.getLogger(__name__)
 
 KINDS = ("impressions", "judgments", "clicks")
+_READ_ORDER = {"judgments": 0, "impressions": 1, "clicks": 2}  # the kinds of a poll's files, in reading order
+LOG_LENGTH = 100_000  # entries kept of the watcher's logs (files read, watermarks sent)
 SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": None}
-# the watermark that closes every window while it is still finite (see Replay.expand)
-END_OF_TIME_US = MAX_TIMESTAMP.micros - MAX_TIMESTAMP.micros % 1000 - 86_400_000_000_000
-
-
-def _ms_floor(us: int) -> int:
-    return int(us) - int(us) % 1000
-
-
 class FileWatcher:
     """The event reader of a live :class:`WatchFiles`: polls ``patterns`` (``{kind: [pattern, ...]}``,
     kinds ``impressions``, ``judgments``, ``clicks``; local or remote, matched with Beam's
@@ -79,7 +75,7 @@ class FileWatcher:
     were not received, so what is in flight stays bounded whatever the backlog of files.
 
     Counters for the job's accounting: :attr:`records` (records sent, by kind), :attr:`files`
-    (paths read, in order), :attr:`watermark_us` and :attr:`watermark_log` (``(clock, micros)`` of
+    (the latest paths read, in order), :attr:`watermark_us` and :attr:`watermark_log` (``(clock, micros)`` of
     each watermark sent); :attr:`error`: the environment error that stopped the watcher, or None."""
 
     def __init__(self, patterns: dict, interval: float = 1.0, delay: int = 0, idle_stop: float | None = None,
@@ -100,10 +96,10 @@ class FileWatcher:
         self._clock = clock
         self._sleep = sleep
         self.records = {k: 0 for k in KINDS}
-        self.files: list[str] = []
+        self.files: deque = deque(maxlen=LOG_LENGTH)  # the latest paths read, in order
         self.error: BaseException | None = None
         self.watermark_us: int | None = None
-        self.watermark_log: list = []  # (clock time, watermark micros) of each watermark sent
+        self.watermark_log: deque = deque(maxlen=LOG_LENGTH)  # (clock time, micros) of the latest watermarks
         self.sent = 0  # records sent
         self.first_sent_at = None  # clock time of the first record sent
         self.max_pending = None if max_pending is None else int(max_pending)
@@ -120,10 +116,12 @@ class FileWatcher:
         """``(kind, path)`` of the files complete since the last poll: judgments, impressions, clicks,
         each in name order."""
         ready = []
+        matched = set()
         for kind, pats in self.patterns.items():
             for res in FileSystems.match(pats):
                 for md in res.metadata_list:
                     path = md.path
+                    matched.add(path)
                     if path in self._done or os.path.basename(path).startswith((".", "_")):
                         continue
                     size = md.size_in_bytes
@@ -132,9 +130,12 @@ class FileWatcher:
                         del self._sizes[path]
                     else:
                         self._sizes[path] = size
+        # a file read (or seen) and since removed is forgotten: bounded in a job that runs for ever
+        self._done &= matched
+        self._sizes = {p: size for p, size in self._sizes.items() if p in matched}
         # judgments first (they do not move the watermark, and a request scored before its query's
         # judgments would be rescored, or be final, without them), then impressions, then clicks
-        ready.sort(key=lambda kp: (KINDS.index(kp[0]) != 1, KINDS.index(kp[0]), kp[1]))
+        ready.sort(key=lambda kp: (_READ_ORDER[kp[0]], kp[1]))
         return ready
 
     def _advance(self):
@@ -179,7 +180,7 @@ class FileWatcher:
                         self._max_event = top if self._max_event is None else max(self._max_event, top)
                     t0 = min(times, default=0)
                     yield ElementEvent([TimestampedValue((kind, recs, self._sent_ms / 1000),
-                                                         Timestamp(micros=_ms_floor(t0)))])
+                                                         Timestamp(micros=ms_floor(t0)))])
         except avro.AvroInputError as e:  # damaged bytes: the records before the damage and a dead letter
             yield ElementEvent([TimestampedValue(("unreadable", unreadable_letter(path, kind, e, n),
                                                   self._sent_ms / 1000), Timestamp(micros=0))])
@@ -203,7 +204,7 @@ class FileWatcher:
                     self._done.add(path)
                     self.files.append(path)
                     if self._max_event is not None:  # after each file, so a backlog closes windows as it goes
-                        wm = _ms_floor(self._max_event - self.delay)
+                        wm = ms_floor(self._max_event - self.delay)
                         if self.watermark_us is None or wm > self.watermark_us:
                             yield self._watermark(wm)
             except Exception as e:  # the environment does not deliver a file: stop, the job fails

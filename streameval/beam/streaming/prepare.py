@@ -30,6 +30,8 @@ from .common import _SEP, _SIDE_KEY, _shard, _tally
 # the fate of a click event (_Click.fate)
 _PENDING, _ACCEPTED, _DEAD = 0, 1, 2
 
+GATE_SHARDS = 16  # the gate's keys when the requests stage is keyed by request id (request_shards=0)
+
 
 @dataclass(slots=True)
 class _Click:
@@ -75,7 +77,7 @@ class _PrepareEvents(beam.DoFn):
         self.source = source
         self.gate = gate  # the WindowSpec of the gate's sub-windows, or None / False: no gate
         self.shards = shards  # the requests stage's (0: keyed by request id)
-        self.gate_shards = gate_shards or shards or 16
+        self.gate_shards = gate_shards or shards or GATE_SHARDS
         self.run = run
         self._noticed: set = set()  # sub-windows already announced to every gate shard (by committed bundles)
 

@@ -32,6 +32,16 @@ def replay_clock() -> float:
     return _REPLAY_NOW[0]
 
 
+#: the watermark that closes every window while it is still finite (windows expire at +inf: what
+#: fires then would be late for a downstream GroupByKey, e.g. the file writers'); whole milliseconds
+END_OF_TIME_US = MAX_TIMESTAMP.micros - MAX_TIMESTAMP.micros % 1000 - 86_400_000_000_000
+
+
+def ms_floor(us: int) -> int:
+    """``us`` rounded down to whole milliseconds (a TestStream keeps milliseconds: never ahead)."""
+    return int(us) - int(us) % 1000
+
+
 # --------------------------------------------------------------------------------------------
 # the replay source (TestStream)
 
@@ -104,8 +114,8 @@ class Replay(beam.PTransform):
         ptime = 0.0
         for step in self.steps:
             kind, arg = step
-            if kind == "watermark":  # a TestStream keeps milliseconds: round down (never ahead)
-                ts = ts.advance_watermark_to(_when(int(arg) - int(arg) % 1000))
+            if kind == "watermark":
+                ts = ts.advance_watermark_to(_when(ms_floor(arg)))
             elif kind == "advance":
                 ptime += float(arg)
                 ts = ts.advance_processing_time(float(arg))
@@ -119,10 +129,8 @@ class Replay(beam.PTransform):
                 ts = ts.add_elements([TimestampedValue((kind, list(arg), ptime), _when(t0))])
             else:
                 raise ValueError(f"unknown replay step {kind!r}")
-        # close every window while the watermark is still finite (windows expire at +inf: what
-        # fires then would be late for a downstream GroupByKey, e.g. the file writers'), then end
-        end = MAX_TIMESTAMP.micros - MAX_TIMESTAMP.micros % 1000 - 86_400_000_000_000
-        ts = ts.advance_watermark_to(_when(end)).advance_watermark_to_infinity()
+        # close every window while the watermark is still finite, then end
+        ts = ts.advance_watermark_to(_when(END_OF_TIME_US)).advance_watermark_to_infinity()
         out = (pbegin | "TestStream" >> ts
                | "Fanout" >> beam.ParDo(_ReplayFanout(self.loader)).with_outputs(*self.KINDS))
         return {k: out[k] for k in self.KINDS}

@@ -26,15 +26,12 @@ from ..transforms import ScoreRankings, parse_slices
 from .aggregate import _AggregateFn
 from .common import stream_counts
 from .gate import _GateFn
-from .prepare import _PrepareClicks, _PrepareImpressions, _PrepareJudgments
+from .prepare import GATE_SHARDS, _PrepareClicks, _PrepareImpressions, _PrepareJudgments
 from .queries import _QueriesFn
 from .requests import _RequestsFn
 from .session_aggregate import _SessionAggregate
 from .window_aggregate import _WindowAggregate
 from .windows import WindowSpec, _Config, parse_duration
-
-
-GATE_SHARDS = 16  # the gate's keys when the requests stage is keyed by request id
 
 
 class StreamMetrics(beam.PTransform):
