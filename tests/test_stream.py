@@ -695,8 +695,8 @@ def test_pubsub_kafka_and_directory_sources_are_constructed():
     # reading time (Beam's default), so a backlog is not late
     assert kafka.timestamp_policy == "CreateTime"
     payload = getattr(kafka.read, "_payload", None)  # the expansion request Beam will send (2.77)
-    if isinstance(payload, bytes):
-        assert b"CreateTime" in payload and b"ProcessingTime" not in payload
+    assert isinstance(payload, bytes), "Beam's ReadFromKafka no longer keeps its payload: check the policy otherwise"
+    assert b"CreateTime" in payload and b"ProcessingTime" not in payload
     with pytest.raises(ValueError, match="timestamp_policy"):
         stream_cli.ReadKafkaEvents("localhost:9092", "impressions", timestamp_policy="now")
     ev = stream_cli._json_event(json.dumps({"timestamp": 1_000_123, "x": 1}).encode())
