@@ -427,3 +427,40 @@ def test_a_request_naming_two_query_ids_is_rejected_by_both_engines(tmp_path):
     assert col["counters"]["duplicate:impression"] == 1
     clean = _run(tmp_path, "clean", [good], judg, ["--metrics", "map,P@2"])
     assert col["metrics.jsonl"] == clean["columnar"]["metrics.jsonl"]  # r3 counts for nothing, clicks included
+
+
+def test_slices_never_merge_a_missing_attribute_or_a_value_that_looks_like_a_label(tmp_path):
+    """Issue 20, item 4: with ``--slices campaign --slices campaign+device`` a campaign whose value is
+    the text ``(missing)`` was merged with the requests that lack the attribute, and a value holding
+    ``,`` or ``=`` could spell another slice's label. Each (attribute, value) pair is now its own
+    slice on both engines: the row count and every slice's num_queries are counted here by hand."""
+    def imp(req, item, pos, attrs):
+        return {"event_id": f"{req}/{item}", "request_id": req, "query_id": "q1", "user_id": None,
+                "system_id": "A", "item_id": item, "position": pos, "score": float(10 - pos), "clicked": pos == 1,
+                "timestamp": 0, "propensity": None, "attributes": attrs}
+
+    attrs = {"r1": {}, "r2": {"campaign": "(missing)"}, "r3": {"campaign": "men,device=pc"},
+             "r4": {"campaign": "men", "device": "pc"}, "r5": {"campaign": "men\\", "device": "pc"},
+             "r6": {"campaign": "men", "device": "(missing)"}, "r7": {"campaign": "men"}}
+    imps = [imp(r, d, p, a) for r, a in attrs.items() for p, d in ((1, "d1"), (2, "d2"))]
+    judg = [{"query_id": "q1", "item_id": "d1", "grade": 1, "timestamp": 0, "source": "t"}]
+    got = _run(tmp_path, "slices", [imps], judg, ["--metrics", "P@1", "--no-ctr", "--slices", "campaign",
+                                                  "--slices", "campaign+device"])
+    rec, col = got["records"], got["columnar"]
+    assert col["metrics.jsonl"] == rec["metrics.jsonl"]
+    rows = {json.loads(x)["slice"]: json.loads(x)["num_queries"] for x in col["metrics.jsonl"]}
+    # by hand: distinct campaign values (absent counts as one) and distinct (campaign, device) pairs
+    by_campaign = {}
+    by_pair = {}
+    for a in attrs.values():
+        c = a.get("campaign")
+        by_campaign[c] = by_campaign.get(c, 0) + 1
+        by_pair[(c, a.get("device"))] = by_pair.get((c, a.get("device")), 0) + 1
+    assert len(rows) == 1 + len(by_campaign) + len(by_pair) == 1 + 5 + 7
+    assert sorted(v for k, v in rows.items() if k != "all" and "device=" not in k.replace("\\=", "")) == \
+        sorted(by_campaign.values())
+    assert rows["all"] == 7
+    assert rows["campaign=(missing)"] == 1 and rows["campaign=\\(missing)"] == 1
+    assert rows["campaign=men\\,device\\=pc"] == 1 and rows["campaign=men"] == 3
+    assert rows["campaign=men,device=\\(missing)"] == 1 and rows["campaign=men,device=(missing)"] == 1
+    assert rows["campaign=men\\\\,device=pc"] == 1

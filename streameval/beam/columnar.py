@@ -52,8 +52,8 @@ from ..metrics.prepare import judgment_histogram, rank_order
 from .combiners import CtrByPositionCombineFn, MeanCombineFn
 from .sources import UNREADABLE, read_avro_blocks, unreadable_letter
 from .threads import ThreadedDoFn, counter, distribution
-from .transforms import (ALL, MISSING, NAMESPACE, _category, _click_rows, _rows, _window_micros, parse_slices,
-                         reason_key, window_bounds)
+from .transforms import (ALL, NAMESPACE, _category, _click_rows, _rows, _window_micros, parse_slices, reason_key,
+                         slice_part, window_bounds)
 
 __all__ = ["SHARDS", "DECODER_NAMESPACE", "SHARD_IMPRESSIONS", "auto_shards", "UNREADABLE", "impression_columns", "judgment_columns", "columns_records", "ReadImpressionColumns",
            "ReadJudgmentColumns", "ColumnarMetrics", "shard_of"]
@@ -839,11 +839,8 @@ def _labels(attrs: dict, n: int, slice_specs) -> list[tuple[np.ndarray, list]]:
         vocabs = []
         for a in names:
             if a not in coded:
-                col = attrs.get(a)
-                if col is None:
-                    coded[a] = (np.zeros(n, np.int64), _obj([MISSING]))
-                else:
-                    coded[a] = _factorize(pc.fill_null(col, MISSING))
+                col = attrs.get(a)  # null: the attribute is absent (a None in the vocabulary)
+                coded[a] = (np.zeros(n, np.int64), _obj([None])) if col is None else _factorize(col)
             codes, vocab = coded[a]
             key = key * len(vocab) + codes
             vocabs.append(vocab)
@@ -852,7 +849,7 @@ def _labels(attrs: dict, n: int, slice_specs) -> list[tuple[np.ndarray, list]]:
         for k in uk.tolist():
             parts = []
             for a, vocab in zip(reversed(names), reversed(vocabs)):
-                parts.append(f"{a}={vocab[k % len(vocab)]}")
+                parts.append(slice_part(a, vocab[k % len(vocab)]))
                 k //= len(vocab)
             texts.append(",".join(reversed(parts)))
         out.append((inv, texts))

@@ -46,6 +46,7 @@ __all__ = [
     "parse_window",
     "parse_slices",
     "slice_labels",
+    "slice_part",
     "window_bounds",
     "reason_key",
 ]
@@ -118,13 +119,29 @@ def parse_slices(slices) -> list[tuple[str, ...]]:
     return out
 
 
+def _escape_slice_text(text: str, value: bool) -> str:
+    out = text.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+    if value and out.startswith("("):
+        out = "\\" + out  # a value "(missing)" is not the absent attribute
+    return out
+
+
+def slice_part(name: str, value: str | None) -> str:
+    """One ``attribute=value`` of a slice label: the (attribute, value) pair rendered so that
+    different pairs never give the same text. A backslash, ``,`` and ``=`` in either are escaped
+    with a backslash, and so is a value's leading ``(``; an absent attribute (``value`` None) is
+    shown as ``(missing)``, unescaped, so it never equals a present value, not even the string
+    ``"(missing)"`` (rendered ``\\(missing)``). See docs/metrics.md, "Slices"."""
+    return f"{_escape_slice_text(name, False)}={MISSING if value is None else _escape_slice_text(value, True)}"
+
+
 def slice_labels(attributes: dict | None, slice_specs) -> list[str]:
-    """``["all", "campaign=men", "campaign=men,device=pc", ...]`` for one record; a missing
-    attribute has the value ``"(missing)"``."""
+    """``["all", "campaign=men", "campaign=men,device=pc", ...]`` for one record (each part by
+    :func:`slice_part`: an absent attribute is ``(missing)``, special characters escaped)."""
     attrs = attributes or {}
     labels = [ALL]
     for names in slice_specs:
-        labels.append(",".join(f"{n}={attrs.get(n, MISSING)}" for n in names))
+        labels.append(",".join(slice_part(n, attrs.get(n)) for n in names))
     return labels
 
 
