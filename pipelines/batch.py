@@ -29,7 +29,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from streameval.beam.accounting import account, exit_status, format_accounting, job_counters, job_distributions
+from streameval.beam.accounting import (account, add_input_check_arguments, check_inputs, exit_status, format_accounting,
+                                        input_checks_from_args, job_counters, job_distributions)
 from streameval.beam.arguments import DEFAULT_METRICS, split_metrics
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
@@ -53,8 +54,10 @@ from streameval import progress, tuning
 from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
 from streameval.io.cleaning import JUDGMENT_POLICIES
-from streameval.io.records import to_json_text
+from streameval.io.records import parse_time_range, to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
+from streameval.metrics.kernel import MetricOptions
+from streameval.metrics.prepare import check_ranking_options
 from streameval.metrics.online import parse_online_metric
 
 __all__ = ["main", "build_arg_parser", "build_pipeline", "ReadAvro", "format_table", "sort_rows", "split_metrics",
@@ -108,6 +111,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "equal times: the larger grade), max grade, or reject them all (dead letters)")
     p.add_argument("--grades", default=None, metavar="LO:HI",
                    help="declared grade range, inclusive (e.g. 0:4): judgments outside it are dead letters")
+    p.add_argument("--event-time-range", default=None, metavar="FROM..TO",
+                   help="accepted event times of impressions (and click events), FROM..TO, each a year or an ISO 8601 "
+                        "time (e.g. 1970..2200): timestamps outside are dead letters; those outside the years "
+                        "1 to 9999 always are")
     p.add_argument("--complete", action="store_true",
                    help="judged queries without a request score 0 (trec_eval -c; global window only)")
     p.add_argument("--no-ctr", action="store_true", help="do not compute click metrics")
@@ -161,6 +168,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="Beam runner (default FnApiRunner; e.g. PrismRunner, FlinkRunner, SparkRunner, "
                         "DataflowRunner)")
     p.add_argument("--quiet", action="store_true", help="do not print the table of metric rows")
+    add_input_check_arguments(p)
     return p
 
 
@@ -257,7 +265,8 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     read_imps = ReadAvro(impression_paths, "impression")
     valid, imp_dead = (p | "ReadImpressions" >> read_imps
                        | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", _local_total(impression_paths)))
-                       | "ValidateImpressions" >> ValidateImpressions(imp_source))
+                       | "ValidateImpressions" >> ValidateImpressions(
+                           imp_source, time_range=parse_time_range(args.event_time_range)))
     imps, clean_dead = valid | "CleanImpressions" >> CleanImpressions(imp_source)
     row_parts, dead_parts = [], [read_imps.unreadable, imp_dead, clean_dead]
     ranking, online = split_all_metrics(args.metrics)
@@ -372,7 +381,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         impression_source=",".join(args.impressions), judgment_source=",".join(args.judgments or []),
         shards=args.shards_used, progress_total=total,
         decoder=getattr(args, "avro_decoder", None), in_process=getattr(args, "in_process", False),
-        threads=getattr(args, "work_threads", 1))
+        threads=getattr(args, "work_threads", 1), time_range=parse_time_range(args.event_time_range))
     rows = p | "Metrics" >> col
     if col.unjudged is not None:
         # lists of requests, one per shard: one text element (lines) each (an empty list writes no line)
@@ -477,6 +486,7 @@ def main(argv=None) -> int:
         metric_specs = parse_metrics(ranking) if ranking else []
         _hist_range(args.hist_range)
         _grades(args.grades)
+        parse_time_range(args.event_time_range)
         parse_window(args.window)
         _slices_from_args(args.slices)
         if args.depth is not None and args.depth < 1:
@@ -496,6 +506,11 @@ def main(argv=None) -> int:
             raise ValueError("--ci-level must be in (0, 1)")
         if args.replicates < 1:
             raise ValueError("--replicates must be positive")
+        checks = input_checks_from_args(args)
+        MetricOptions(relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal,
+                      err_max_grade=args.err_max_grade)
+        check_ranking_options(depth=args.depth, score_precision=args.score_precision, tie_break=args.tie_break,
+                              order=args.order)
         workers = local_workers(args, beam_args)
         if workers > 1:
             beam_args = [*beam_args, "--direct_num_workers", str(workers), "--direct_running_mode",
@@ -560,6 +575,7 @@ def main(argv=None) -> int:
         unreadable = [f"{counters[f'unreadable_files:{k}']} {k} files (see dead_letters)"
                       for k in ("impression", "judgment") if counters.get(f"unreadable_files:{k}")]
     accounting, problems = account(counters, ranking=ranked, ctr=not args.no_ctr, unreadable=unreadable)
+    failed_checks = check_inputs(accounting, checks, judgments=bool(judgment_paths), inputs=impression_paths)
     names = ([s.name for s in metric_specs] if judgment_paths else []) + \
         [parse_online_metric(m).name for m in online]
     engine = "columnar" if args.engine == "columnar" or (args.engine == "auto" and not records_needed(args)) \
@@ -589,11 +605,13 @@ def main(argv=None) -> int:
         "counters": dict(sorted(counters.items())),
         "accounting": accounting,
         "accounting_problems": problems,
+        "input_checks_failed": failed_checks,
         "outputs": [FileSystems.join(args.output, f) for f in outputs],
     }
     with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
         fo.write(json.dumps(summary, indent=2, sort_keys=False).encode("utf-8"))
-    publish(args.output, outputs, {"state": str(state), "accounting_problems": problems})
+    publish(args.output, outputs, {"state": str(state), "accounting_problems": problems,
+                                   "input_checks_failed": failed_checks})
     if not args.quiet and note is None:
         print(format_table(rows, names))
     if note:
@@ -604,7 +622,7 @@ def main(argv=None) -> int:
     print(format_accounting(accounting))
     on = f"{args.runner}, {workers} worker processes" if workers > 1 else args.runner
     print(f"wrote {summary['num_rows']} metric rows to {args.output} in {wall:.1f} s ({on})")
-    return exit_status(problems)
+    return exit_status(problems, failed_checks)
 
 
 if __name__ == "__main__":  # pragma: no cover

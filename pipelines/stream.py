@@ -56,8 +56,10 @@ from streameval.beam.arguments import DEFAULT_METRICS, split_metrics
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.sources import UNREADABLE, expand_inputs, failure_reason, read_avro_blocks, set_file_system_options, unreadable_letter
-from streameval.beam.accounting import exit_status, format_accounting, job_counters
+from streameval.beam.accounting import (add_input_check_arguments, check_inputs, exit_status, format_accounting,
+                                        input_checks_from_args, job_counters)
 from streameval.beam.streaming.live import WatchFiles
+from streameval.beam.streaming.replay import element_time, usable_time
 from streameval.beam.streaming import (
     REASON_CLICK_UNMATCHED,
     Replay,
@@ -69,6 +71,7 @@ from streameval.beam.streaming import (
 )
 from streameval.io import avro
 from streameval.io.cleaning import JUDGMENT_POLICIES
+from streameval.io.records import parse_time_range
 from streameval.metrics.names import MetricNameError, parse_metrics
 
 __all__ = [
@@ -151,9 +154,7 @@ class _ParseAvroFile(beam.DoFn):
     def _stamped(batch):
         from apache_beam.transforms.window import TimestampedValue
 
-        times = [r.get("timestamp") for r in batch if isinstance(r, dict)]
-        times = [t for t in times if isinstance(t, int) and not isinstance(t, bool)]
-        return TimestampedValue(batch, Timestamp(micros=min(times, default=0)))
+        return TimestampedValue(batch, Timestamp(micros=element_time(batch)))
 
     def process(self, readable):
         n = 0
@@ -194,10 +195,10 @@ def _json_event(data, ts_field="timestamp"):
     from apache_beam.transforms.window import TimestampedValue
 
     rec = json.loads(data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data)
-    ts = rec.get(ts_field)
-    if isinstance(ts, int) and not isinstance(ts, bool):
+    ts = usable_time({"timestamp": rec.get(ts_field)}) if isinstance(rec, dict) else None
+    if ts is not None:
         return TimestampedValue(rec, Timestamp(micros=ts))
-    return rec
+    return rec  # no usable event time: the preparation stage makes it a dead letter
 
 
 class ReadPubSubEvents(beam.PTransform):
@@ -641,6 +642,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "equal times: the larger grade), max grade, or reject them all (dead letters)")
     m.add_argument("--grades", default=None, metavar="LO:HI",
                    help="declared grade range, inclusive (e.g. 0:4): judgments outside it are dead letters")
+    m.add_argument("--event-time-range", default=None, metavar="FROM..TO",
+                   help="accepted event times of impressions (and click events), FROM..TO, each a year or an ISO 8601 "
+                        "time (e.g. 1970..2200): timestamps outside are dead letters; those outside the years "
+                        "1 to 9999 always are")
     m.add_argument("--request-shards", type=int, default=None,
                    help="keyed states holding the open requests: 0 keys them by request id (each element reads "
                         "and writes only its requests' state); default 16 on the local runner, 0 on others")
@@ -654,6 +659,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     o.add_argument("--runner", default=None,
                    help="Beam runner (default BundleBasedDirectRunner for --replay; e.g. DataflowRunner, "
                         "FlinkRunner, PrismRunner)")
+    add_input_check_arguments(p)
     return p
 
 
@@ -738,7 +744,7 @@ def build_pipeline(p, args, paths):
         depth=args.depth, score_precision=args.score_precision, ctr=not args.no_ctr,
         request_shards=_request_shards(args), clock=replay_clock if args.replay or _live_watch(args) else None,
         source=",".join(paths["impressions"]) or "stream", judgment_conflicts=args.judgment_conflicts,
-        grade_range=_grades(args.grades))
+        grade_range=_grades(args.grades), time_range=parse_time_range(args.event_time_range))
     rows = srcs["impressions"] | "StreamMetrics" >> sm
     names = [s.name for s in parse_metrics(split_metrics(args.metrics))] if ranking else []
     me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
@@ -834,6 +840,7 @@ def main(argv=None) -> int:
             parse_duration(args.early_every, "--early-every")
         _slices_from_args(args.slices)
         _grades(args.grades)
+        parse_time_range(args.event_time_range)
         if args.judgments or any(getattr(args, f"{s}_judgments") for s in ("pubsub", "kafka")):
             parse_metrics(split_metrics(args.metrics))
         paths = {k: [] for k in KINDS}
@@ -847,6 +854,7 @@ def main(argv=None) -> int:
             raise ValueError("choose a source: --replay, --watch, --pubsub-impressions or --kafka-impressions")
         if any(getattr(args, f"kafka_{k}") for k in KINDS) and not args.kafka_bootstrap:
             raise ValueError("Kafka topics need --kafka-bootstrap")
+        checks = input_checks_from_args(args)
     except (ValueError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -901,6 +909,8 @@ def main(argv=None) -> int:
     accounting, problems = sm.accounting(unreadable=sorted(unreadable), counts=counts)
     if in_process:
         problems += check_outputs(counts, local_seen, {k: v for k, v in replayed.items() if paths[k]})
+    failed_checks = check_inputs(accounting, checks, judgments=sm.cfg.ranking,
+                                 inputs=paths.get("impressions") or [])
     line = _summary_line(counts, replayed, local_seen if in_process else {}, "read" if live else "replayed")
     print(line)
     print(format_accounting(accounting))
@@ -911,11 +921,12 @@ def main(argv=None) -> int:
                    "judgment_conflicts": args.judgment_conflicts, "grades": args.grades, "inputs": paths,
                    "replayed": replayed, "counts": dict(sorted(counts.items())),
                    "counters": dict(sorted(counters.items())), "counted_here": dict(sorted(local_seen.items())),
-                   "accounting": accounting, "accounting_problems": problems, "summary": line}
+                   "accounting": accounting, "accounting_problems": problems,
+                   "input_checks_failed": failed_checks, "summary": line}
         with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
             fo.write(json.dumps(summary, indent=2).encode("utf-8"))
         print(f"wrote the panes to {args.output} in {wall:.1f} s ({runner})")
-    return exit_status(problems)
+    return exit_status(problems, failed_checks)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -34,6 +34,13 @@ def _pick(df, names, what):
     raise ValueError(f"DataFrame has no {what} column (looked for {', '.join(names)}); has {list(df.columns)}")
 
 
+def _ids(values) -> np.ndarray:
+    """Query or document ids as text (``str(id)``), whatever the container: ids order as strings
+    (trec_eval's strcmp), so ``10`` sorts before ``2`` from a dict, a DataFrame or a numpy array."""
+    arr = np.asarray(values)
+    return arr if arr.dtype.kind == "U" else arr.astype(str)
+
+
 def _columns(obj, kind: str):
     """(qid, docno, value) arrays from any accepted input; kind is 'run' or 'qrels'."""
     if isinstance(obj, (str, os.PathLike)):
@@ -59,8 +66,8 @@ def _columns(obj, kind: str):
         d = _pick(obj, _D_COLS, "document id").astype(str)
         v = _pick(obj, _S_COLS if kind == "run" else _G_COLS, "score" if kind == "run" else "grade")
         return q, d, np.asarray(v, dtype=np.float64)
-    if isinstance(obj, tuple) and len(obj) == 3:
-        return np.asarray(obj[0]), np.asarray(obj[1]), np.asarray(obj[2], dtype=np.float64)
+    if isinstance(obj, tuple) and len(obj) == 3:  # ids as text, as from every other container
+        return _ids(obj[0]), _ids(obj[1]), np.asarray(obj[2], dtype=np.float64)
     raise TypeError(f"cannot read a {kind} from {type(obj).__name__}: give a dict, a TREC file path, "
                     "a TrecRun/TrecQrels, a (qid, docno, value) tuple of arrays or a pandas DataFrame")
 

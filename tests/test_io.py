@@ -275,7 +275,7 @@ def test_check_impression_accepts_good_records():
         ({"clicked": "false"}, "clicked must be a boolean"),
         ({"clicked": 2}, "clicked must be a boolean"),
         ({"timestamp": 1.5}, "timestamp must be integer microseconds"),
-        ({"timestamp": 2**64}, "does not fit an Avro long"),
+        ({"timestamp": 2**64}, "is outside the event times a job can window (years 1 to 9999)"),
         ({"user_id": 5}, "user_id must be a string or null"),
         ({"attributes": {"a": 1}}, "attributes must map strings to strings"),
         ({"attributes": None}, "attributes must be a map"),
@@ -515,7 +515,7 @@ def test_trec_run_to_impressions_tie_order():
     ]
     first = imps[0]
     assert first == {
-        "event_id": "sys/q1/D2", "request_id": "sys/q1", "query_id": "q1", "user_id": None, "system_id": "sys",
+        "event_id": f"sys/q1/D2@{convert.run_digest(run)[:12]}", "request_id": "sys/q1", "query_id": "q1", "user_id": None, "system_id": "sys",
         "item_id": "D2", "position": 1, "score": 2.0, "clicked": None, "timestamp": 1000, "propensity": None,
         "attributes": {},
     }
@@ -524,6 +524,32 @@ def test_trec_run_to_impressions_tie_order():
     assert {r["system_id"] for r in other} == {"other"} and {r["timestamp"] for r in other} == {7}
     assert other[0]["request_id"] == "other/q1"
     assert all(records.check_impression(r) is None for r in imps)
+
+
+def test_converted_event_ids_differ_between_runs_and_repeat_for_one():
+    """Issue 20, item 12: two different runs converted with one tag shared their event ids (a blended
+    job took one run's impressions as replays or conflicts of the other's). The ids now carry the
+    run's content digest: equal for the same content (whatever the tag, rank column or line order),
+    different when any qid, docno or score differs."""
+    base = [("q1", "d1", 2.0), ("q1", "d2", 1.0), ("q2", "d1", 0.5)]
+
+    def run(lines, tag="PYSERINI", shuffle=False):
+        lines = list(reversed(lines)) if shuffle else lines
+        return trec.TrecRun(np.array([q for q, _, _ in lines]), np.array([d for _, d, _ in lines]),
+                            np.array([s for _, _, s in lines], dtype=np.float64),
+                            np.arange(1, len(lines) + 1), tag)
+
+    def ids(r):
+        return [x["event_id"] for x in convert.trec_run_to_impressions(r, system_id="S")]
+
+    same = sorted(ids(run(base)))
+    assert same == sorted(ids(run(base, tag="other", shuffle=True)))
+    assert len({i.rsplit("@", 1)[1] for i in same}) == 1
+    for changed in ([("q1", "d1", 2.0), ("q1", "d2", 1.5), ("q2", "d1", 0.5)],
+                    [("q1", "d1", 2.0), ("q1", "d3", 1.0), ("q2", "d1", 0.5)],
+                    [("q1", "d1", 2.0), ("q1", "d2", 1.0), ("q3", "d1", 0.5)],
+                    base[:2]):
+        assert not set(ids(run(changed))) & set(same)
 
 
 def test_trec_files_convert_and_write(tmp_path):

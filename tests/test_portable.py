@@ -160,15 +160,18 @@ def run_job(argv, out: str, runner_args=()) -> tuple[int, dict]:
     return code, read_output(Path(out))
 
 
-def run_pair(portable_runner, name: str, argv) -> tuple[dict, dict]:
-    """The job on the portable runner (output ``name/portable``) and on FnApiRunner (``name/fnapi``)."""
+def run_pair(portable_runner, name: str, argv, expect: int = 0) -> tuple[dict, dict]:
+    """The job on the portable runner (output ``name/portable``) and on FnApiRunner (``name/fnapi``),
+    both ending with exit status ``expect`` (3: an input check failed, the outputs written)."""
     started = portable_runner.pool.workers_started()
     code, port = run_job(argv, f"{name}/portable", portable_runner.args)
-    assert code == 0, f"portable run of {name}: exit {code}\n{portable_runner.pool.log_tail()}"
+    assert code == expect, f"portable run of {name}: exit {code}\n{portable_runner.pool.log_tail()}"
     assert portable_runner.pool.workers_started() > started, "the job started no worker of the pool"
     assert port["summary"]["runner"] == "PortableRunner" and port["manifest"]["complete"]
     code, ref = run_job(argv, f"{name}/fnapi")
-    assert code == 0, f"FnApiRunner run of {name}: exit {code}"
+    assert code == expect, f"FnApiRunner run of {name}: exit {code}"
+    assert port["summary"]["input_checks_failed"] == ref["summary"]["input_checks_failed"]
+    assert bool(ref["summary"]["input_checks_failed"]) == (expect == 3)
     assert ref["summary"]["runner"] == "FnApiRunner"
     assert ref["metrics.jsonl"], f"the reference run of {name} wrote no metric row"
     assert_manifest_lists_every_file(Path(f"{name}/portable"), port["manifest"])
@@ -215,12 +218,12 @@ def sample_columnar(portable_runner, launch):
 
 @pytest.fixture(scope="module")
 def messy_records(portable_runner, launch):
-    return run_pair(portable_runner, "messy-records", MESSY_RECORDS)
+    return run_pair(portable_runner, "messy-records", MESSY_RECORDS, expect=3)  # the file cut short
 
 
 @pytest.fixture(scope="module")
 def messy_columnar(portable_runner, launch):
-    return run_pair(portable_runner, "messy-columnar", MESSY_COLUMNAR)
+    return run_pair(portable_runner, "messy-columnar", MESSY_COLUMNAR, expect=3)
 
 
 @pytest.fixture(scope="module")

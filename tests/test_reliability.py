@@ -10,6 +10,7 @@ import json
 import math
 import random
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -60,7 +61,7 @@ def _run(tmp_path, name, imp_files, judg_files, extra=(), metrics="ndcg@5,map,mr
     out = d / "out"
     code = batch.main([*imp_paths, *judg_paths, "--metrics", metrics, "--window", "1h", "--slices", "device",
                        "--output", str(out), "--quiet", *extra])
-    if code not in (0, 1):
+    if code not in (0, 1, 3):
         return code, None, None, None
     rows = {(r["window_start"], r["slice"], r["system"], r["metric"]): (r["value"], r["num_queries"], r["stderr"])
             for r in map(json.loads, open(out / "metrics.jsonl"))}
@@ -215,7 +216,8 @@ def test_judgment_policies_in_the_job(tmp_path, policy, expected, rejected):
             {"query_id": "q", "item_id": "a", "grade": 0, "timestamp": 9, "source": ""}]
     code, rows, summary, dead = _run(tmp_path, policy, [imps], [judg], metrics="map,bpref",
                                      extra=["--judgment-conflicts", policy, "--no-ctr"])
-    assert code == 0
+    # rejecting 2 of 3 judgments fails the input check (exit 3, outputs written): see test_input_checks
+    assert code == (3 if rejected else 0)
     got = {k[3]: v[0] for k, v in rows.items() if k[1] == "all"}
     assert got == expected
     assert len(dead) == rejected
@@ -230,7 +232,8 @@ def test_truncated_file_keeps_the_records_before_the_damage(clean, tmp_path):
     avro.write_records(whole, "impression", extra_imps, sync_interval=2000)
     data = whole.read_bytes()
     code, rows, summary, dead = _run(tmp_path, "cut", [imps, data[: len(data) * 2 // 3]], [judg])
-    assert code == 0
+    assert code == 3  # a damaged file fails the input check unless --allow-unreadable (the outputs are written)
+    assert len(summary["input_checks_failed"]) == 1 and "damaged" in summary["input_checks_failed"][0]
     assert len(dead) == 1 and "unreadable Avro file" in dead[0]["reason"]
     n = json.loads(dead[0]["raw"])["records_read"]
     assert 0 < n < len(extra_imps)
@@ -241,7 +244,7 @@ def test_truncated_file_keeps_the_records_before_the_damage(clean, tmp_path):
 
 
 def test_empty_and_missing_inputs(tmp_path, capsys):
-    code, rows, summary, dead = _run(tmp_path, "empty", [[]], [[]])
+    code, rows, summary, dead = _run(tmp_path, "empty", [[]], [[]], extra=["--allow-empty"])
     assert code == 0 and rows == {} and dead == []
     assert summary["accounting"] == {"unreadable_files": []}
     assert batch.main(["--impressions", str(tmp_path / "nothing*.avro"), "--output", str(tmp_path / "o")]) == 2
@@ -321,7 +324,7 @@ def test_batch_job_reads_compatible_schema_versions_and_refuses_others(clean, tm
     code = batch.main(["--impressions", str(d / "imps.avro"), "--impressions", str(d / "broken.avro"),
                        "--impressions", str(d / "noise.avro"), "--judgments", str(d / "judg.avro"),
                        "--metrics", "ndcg@5,map,mrr@10,P@5,bpref", "--window", "1h", "--slices", "device",
-                       "--output", str(out), "--quiet"])
+                       "--output", str(out), "--quiet", "--allow-unreadable"])
     assert code == 0
     got = {(r["window_start"], r["slice"], r["system"], r["metric"]): (r["value"], r["num_queries"], r["stderr"])
            for r in map(json.loads, open(out / "metrics.jsonl"))}
@@ -333,3 +336,214 @@ def test_batch_job_reads_compatible_schema_versions_and_refuses_others(clean, tm
     assert any("position" in x["reason"] for x in dead if x["source"].endswith("broken.avro"))
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["accounting"]["unreadable_files"]) == 2 and summary["accounting_problems"] == []
+
+
+# --------------------------------------------------------------------------------------------
+# issue 20, items 12 and 13: input checks (exit status 3) and runs that share a tag
+
+def _imp(i, position=None, req=None):
+    return {"event_id": f"e{i}", "request_id": req or f"r{i // 4}", "query_id": "q", "user_id": None,
+            "system_id": "A", "item_id": f"d{i % 4}", "position": position if position is not None else i % 4 + 1,
+            "score": float(4 - i % 4), "clicked": i % 4 == 0, "timestamp": BASE_TS, "propensity": None,
+            "attributes": {}}
+
+
+def test_input_checks_fail_a_garbage_or_partly_rejected_input(tmp_path, capsys):
+    """Issue 20, item 13: a job whose every impression is garbage wrote 0 rows and exited 0. Now it
+    exits 3 (outputs written, the reason on one stderr line, in summary.json and the manifest); the
+    share of rejected records is checked against --max-rejected-fraction (not above: passes)."""
+    judg = [{"query_id": "q", "item_id": "d0", "grade": 1, "timestamp": 0, "source": ""}]
+    garbage = [_imp(i, position=0) for i in range(20)]
+    code, rows, summary, dead = _run(tmp_path, "garbage", [garbage], [judg], metrics="map")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3 and rows == {} and len(dead) == 20
+    assert len(err) == 1 and "20 of 20 impressions rejected (100.0 %, most: position must be >= 1" in err[0]
+    assert "no impression was accepted (read 20" in err[0]
+    assert len(summary["input_checks_failed"]) == 2 and "; ".join(summary["input_checks_failed"]) in err[0]
+    manifest = json.loads((tmp_path / "garbage" / "out" / "manifest.json").read_text())
+    assert manifest["complete"] and manifest["input_checks_failed"] == summary["input_checks_failed"]
+    code, *_ = _run(tmp_path, "garbage-allowed", [garbage], [judg], metrics="map",
+                    extra=["--max-rejected-fraction", "1", "--allow-empty"])
+    assert code == 0
+    # the threshold: 1 of 20 rejected is 5 % (not above the default), 2 of 20 is above it
+    good = [_imp(i) for i in range(20)]
+    one_bad = good[:19] + [dict(good[19], event_id="bad", item_id="")]
+    two_bad = good[:18] + [dict(g, event_id=f"bad{k}", item_id="") for k, g in enumerate(good[18:])]
+    assert _run(tmp_path, "one", [one_bad], [judg], metrics="map")[0] == 0
+    code, _, summary, _ = _run(tmp_path, "two", [two_bad], [judg], metrics="map")
+    assert code == 3 and summary["input_checks_failed"][0].startswith("2 of 20 impressions rejected (10.0 %")
+    assert _run(tmp_path, "two-ok", [two_bad], [judg], metrics="map", extra=["--max-rejected-fraction", "0.1"])[0] == 0
+    capsys.readouterr()
+    for bad in ("nan", "1.5", "-0.1", "inf"):
+        code = batch.main(["--impressions", str(tmp_path / "one" / "imps-0.avro"), "--output", str(tmp_path / "o"),
+                           "--max-rejected-fraction", bad])
+        assert code == 2, bad
+        assert "max-rejected-fraction" in capsys.readouterr().err
+
+
+def _trec_run(path, lines, tag="PYSERINI"):
+    path.write_text("".join(f"{q} Q0 {d} {r} {s} {tag}\n" for r, (q, d, s) in enumerate(lines, 1)))
+    return str(path)
+
+
+def test_two_runs_with_one_tag_are_not_blended(tmp_path, capsys):
+    """Issue 20, item 12: two different runs both tagged PYSERINI, converted and scored in one job, were
+    blended into one system (exit 0, a value neither run has). The converted event ids now differ
+    between runs, every overlapping item is a conflict, and the job exits 3 naming the inputs and the
+    way out (a system id per run); with one, each system equals pytrec_eval on its own run."""
+    import pytrec_eval
+
+    from streameval import cli
+
+    rnd = random.Random(3)
+    qrels = {f"q{q}": {f"d{d}": rnd.randint(0, 2) for d in range(8)} for q in range(5)}
+    runs = {name: [(q, f"d{d}", float(rnd.randint(0, 50)) / 4) for q in qrels for d in rnd.sample(range(10), 7)]
+            for name in ("bm25", "rm3")}
+    (tmp_path / "qrels.txt").write_text("".join(f"{q} 0 {d} {g}\n" for q, js in qrels.items() for d, g in js.items()))
+    assert cli.main(["convert", "qrels", str(tmp_path / "qrels.txt"), str(tmp_path / "judg.avro")]) == 0
+    for name, lines in runs.items():
+        run = _trec_run(tmp_path / f"{name}.run", lines)
+        assert cli.main(["convert", "trec-run", run, str(tmp_path / f"{name}.avro")]) == 0
+        assert cli.main(["convert", "trec-run", run, str(tmp_path / f"{name}-own.avro"), "--system", name]) == 0
+    capsys.readouterr()
+    common = ["--judgments", str(tmp_path / "judg.avro"), "--metrics", "ndcg_cut_10", "--no-ctr", "--quiet"]
+    code = batch.main(["--impressions", str(tmp_path / "bm25.avro"), "--impressions", str(tmp_path / "rm3.avro"),
+                       *common, "--output", str(tmp_path / "blended")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3 and len(err) == 1
+    assert "another ranking" in err[0] and "bm25.avro" in err[0] and "rm3.avro" in err[0] and "--system" in err[0]
+    code = batch.main(["--impressions", str(tmp_path / "bm25-own.avro"), "--impressions", str(tmp_path / "rm3-own.avro"),
+                       *common, "--output", str(tmp_path / "apart")])
+    assert code == 0
+    got = {r["system"]: r["value"] for r in map(json.loads, open(tmp_path / "apart" / "metrics.jsonl"))}
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"})
+    for name, lines in runs.items():
+        run = {}
+        for q, d, s in lines:
+            run.setdefault(q, {})[d] = s
+        per_q = evaluator.evaluate(run)
+        assert got[name] == pytest.approx(sum(v["ndcg_cut_10"] for v in per_q.values()) / len(per_q), abs=1e-12)
+
+
+def test_ids_order_as_text_whatever_the_container():
+    """Issue 20, item 10: tied scores gave recip_rank 0.5 from a dict with int ids and 1.0 from numpy
+    int arrays (10 sorted after 2 as numbers). Ids are text in every container (trec_eval's strcmp):
+    every form gives pytrec_eval's value on the string ids."""
+    import pytrec_eval
+
+    qrels_s = {"1": {"10": 1, "3": 0}}
+    run_s = {"1": {"2": 1.0, "10": 1.0, "3": 0.5}}
+    want = pytrec_eval.RelevanceEvaluator(qrels_s, {"recip_rank"}).evaluate(run_s)["1"]["recip_rank"]
+    assert want == 0.5  # "2" > "10" as text: d2 ranks first on the tie
+    q = np.array([1, 1, 1])
+    forms = [
+        (qrels_s, run_s),
+        ({1: {10: 1, 3: 0}}, {1: {2: 1.0, 10: 1.0, 3: 0.5}}),
+        ((np.array([1, 1]), np.array([10, 3]), np.array([1, 0])), (q, np.array([2, 10, 3]), np.array([1.0, 1.0, 0.5]))),
+        (pd.DataFrame({"q_id": [1, 1], "doc_id": [10, 3], "rel": [1, 0]}),
+         pd.DataFrame({"q_id": q, "doc_id": [2, 10, 3], "score": [1.0, 1.0, 0.5]})),
+    ]
+    for qrels, run in forms:
+        assert se.evaluate(qrels, run, "recip_rank") == want
+
+
+@pytest.mark.parametrize("kwargs,error,name", [
+    ({"score_precision": "float16"}, ValueError, "score_precision"),
+    ({"relevance_level": float("nan")}, ValueError, "relevance_level"),
+    ({"relevance_level": "2"}, TypeError, "relevance_level"),
+    ({"relevance_level": True}, TypeError, "relevance_level"),
+    ({"depth": 1.5}, TypeError, "depth"),
+    ({"depth": 0}, ValueError, "depth"),
+    ({"err_max_grade": float("inf")}, ValueError, "err_max_grade"),
+    ({"complete": "yes"}, TypeError, "complete"),
+    ({"tie_break": "random"}, ValueError, "tie_break"),
+])
+def test_bad_library_arguments_are_named(kwargs, error, name):
+    """Issue 20, item 10: such arguments were accepted (``score_precision="float16"``, ``depth=1.5``) or
+    failed deep inside numpy (``relevance_level="2"``); each now raises at once, naming itself, in
+    ``evaluate()`` and in the Beam transforms of both engines."""
+    from streameval.beam.columnar import ColumnarMetrics
+    from streameval.beam.transforms import ScoreRankings
+
+    with pytest.raises(error, match=name):
+        se.evaluate({"q": {"d": 1}}, {"q": {"d": 1.0}}, "ndcg@10", **kwargs)
+    if "complete" not in kwargs:
+        with pytest.raises(error, match=name):
+            ScoreRankings(None, ["ndcg@10"], **kwargs)
+        with pytest.raises(error, match=name):
+            ColumnarMetrics([], [], ["ndcg@10"], **kwargs)
+
+
+def test_bad_option_values_exit_2_on_every_command(tmp_path, capsys):
+    from pipelines import stream as stream_cli
+    from streameval import cli
+
+    (tmp_path / "q.txt").write_text("q 0 d 1\n")
+    (tmp_path / "r.txt").write_text("q Q0 d 1 1.0 t\n")
+    assert cli.main(["trec-eval", "-l", "nan", str(tmp_path / "q.txt"), str(tmp_path / "r.txt")]) == 2
+    imps = tmp_path / "i.avro"
+    avro.write_records(imps, "impression", [_imp(0)])
+    avro.write_records(tmp_path / "j.avro", "judgment", [{"query_id": "q", "item_id": "d0", "grade": 1,
+                                                         "timestamp": 0, "source": ""}])
+    common = ["--impressions", str(imps), "--judgments", str(tmp_path / "j.avro"), "--metrics", "map"]
+    assert batch.main([*common, "--relevance-level", "nan", "--output", str(tmp_path / "o")]) == 2
+    assert stream_cli.main(["--replay", *common, "--window", "1h", "--relevance-level", "nan"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("relevance_level must be finite") == 3
+
+
+def test_timestamps_beyond_the_years_a_job_can_window_are_dead_letters(tmp_path):
+    """Issue 20, item 2: a timestamp near +-2**63 passed the record checks, then the batch job died in
+    the metrics writer (window_end overflowed) and the streaming job on Beam's MAX_TIMESTAMP. Event
+    times outside the years 1 to 9999 are dead letters on both engines and in the streaming job (its
+    sources stamp elements with usable times only), and --event-time-range narrows the range."""
+    from pipelines import stream as stream_cli
+    from streameval.io.records import EVENT_TIME_MAX, EVENT_TIME_MIN
+
+    def imp(req, item, pos, ts):
+        return dict(_imp(0), event_id=f"{req}/{item}", request_id=req, item_id=item, position=pos, timestamp=ts,
+                    query_id="q1")
+
+    good = [imp("r1", "d1", 1, BASE_TS), imp("r1", "d2", 2, BASE_TS + 5), imp("r2", "d2", 1, BASE_TS + 9),
+            imp("r5", "d1", 1, EVENT_TIME_MAX), imp("r6", "d2", 1, EVENT_TIME_MIN), imp("r7", "d1", 1, -1)]
+    bad = [imp("r2", "d1", 2, 2**63 - 1), imp("r3", "d1", 1, -2**63), imp("r4", "d1", 1, EVENT_TIME_MAX + 1),
+           imp("r8", "d1", 1, EVENT_TIME_MIN - 1)]
+    avro.write_records(tmp_path / "imps.avro", "impression", good + bad)
+    # judged before the first event (a judgment has an event time too: later, it would be late for year 1)
+    avro.write_records(tmp_path / "judg.avro", "judgment", [{"query_id": "q1", "item_id": "d1", "grade": 1,
+                                                              "timestamp": EVENT_TIME_MIN, "source": ""}])
+    common = ["--impressions", str(tmp_path / "imps.avro"), "--judgments", str(tmp_path / "judg.avro"),
+              "--metrics", "map,P@2", "--window", "1d", "--quiet", "--max-rejected-fraction", "1"]
+
+    def batch_rows(out, *extra):
+        outs = {}
+        for engine in ("columnar", "records"):
+            o = tmp_path / f"{out}-{engine}"
+            assert batch.main([*common, "--engine", engine, "--output", str(o), *extra]) == 0
+            assert not list(o.glob("beam-temp-*"))
+            rows = sorted((r["window_start"], r["metric"], r["value"], r["num_queries"])
+                          for r in map(json.loads, open(o / "metrics.jsonl")))
+            dead = sorted((json.loads(d["raw"])["request_id"], d["reason"]) for d in map(json.loads, open(o / "dead_letters.jsonl")))
+            outs[engine] = (rows, dead)
+        assert outs["columnar"] == outs["records"]
+        return outs["columnar"]
+
+    rows, dead = batch_rows("all")
+    assert [r for r, _ in dead] == ["r2", "r3", "r4", "r8"]
+    assert all("is outside the event times a job can window (years 1 to 9999)" in reason for _, reason in dead)
+    # the first and last representable days are windows like any other: 4 windows (r1 and r2 share one)
+    assert len({r[0] for r in rows}) == 4 and max(r[0] for r in rows) == EVENT_TIME_MAX - EVENT_TIME_MAX % 86_400_000_000
+    assert stream_cli.main(["--replay", *common, "--output", str(tmp_path / "stream")]) == 0
+    finals = sorted((r["window_start"], r["metric"], r["value"], r["num_queries"])
+                    for f in (tmp_path / "stream").glob("metrics-*.jsonl") for r in map(json.loads, open(f))
+                    if r["is_final"] and r["slice"] == "all" and r["metric"] in ("map", "P@2"))
+    assert finals == [r for r in rows if r[1] in ("map", "P@2")]
+    stream_dead = sorted((json.loads(d["raw"])["request_id"], d["reason"])
+                         for f in (tmp_path / "stream").glob("dead_letters-*.jsonl") for d in map(json.loads, open(f)))
+    assert stream_dead == dead
+    # a plausible range, by option: 1969's and the far years' impressions are dead letters as well
+    rows, dead = batch_rows("range", "--event-time-range", "1970..2200")
+    assert [r for r, _ in dead] == ["r2", "r3", "r4", "r5", "r6", "r7", "r8"]
+    assert sum("outside the accepted event times 1970-01-01T00:00:00Z..2200-01-01T00:00:00Z" in reason
+               for _, reason in dead) == 3
+    assert len({r[0] for r in rows}) == 1

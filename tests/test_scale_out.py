@@ -123,8 +123,9 @@ def test_rerun_replaces_outputs_and_a_failed_run_leaves_no_manifest(messy, monke
 
 
 def test_damaged_bytes_stay_dead_letters(messy, tmp_path):
-    """A truncated file is not an environment error: the job succeeds, the file is one dead letter and
-    one line of unreadable_files.jsonl, and the records of its complete blocks are used."""
+    """A truncated file is not an environment error: the job runs to its end (exit 3: the input check
+    on damaged files, the outputs written), the file is one dead letter and one line of
+    unreadable_files.jsonl, and the records of its complete blocks are used."""
     d, args = messy
     src = args[1]
     cut = tmp_path / "cut.avro"
@@ -133,7 +134,7 @@ def test_damaged_bytes_stay_dead_letters(messy, tmp_path):
     data = cut.read_bytes()
     cut.write_bytes(data[: len(data) // 2])
     out = tmp_path / "o"
-    assert batch.main(["--impressions", str(cut), *args[-2:], "--output", str(out), "--quiet"]) == 0
+    assert batch.main(["--impressions", str(cut), *args[-2:], "--output", str(out), "--quiet"]) == 3
     letters = [json.loads(x) for x in _lines(out, "unreadable_files.jsonl")]
     assert [x["source"] for x in letters] == [str(cut)]
     assert letters[0]["reason"].startswith(sources.UNREADABLE + " (impressions): truncated file")

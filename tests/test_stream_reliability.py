@@ -279,13 +279,16 @@ def test_stream_command_damaged_file_conflicts_and_accounting(tmp_path, capsys, 
     args = ["--replay", "--impressions", str(tmp_path / "in" / "*.avro"),
             "--judgments", str(tmp_path / "judgments.avro"), "--metrics", "ndcg@3,map", "--window", "1h", "--allowed-lateness", "10m", "--replay-step", "30m",
             "--judgment-conflicts", "max", "--grades", "0:3", "--quiet", "--output", str(out_dir)]
-    assert stream_cli.main(args) == 0
+    # one of ten judgments rejected and a damaged file: the input checks fail (exit 3), the panes are written
+    assert stream_cli.main(args) == 3
     printed = capsys.readouterr().out
     assert f"impressions: read {len(imps) + 2 + len(good_bulk)} = accepted {len(imps) + len(good_bulk)}" in printed
     assert "duplicates 2" in printed and "unreadable file: " in printed and "bulk.avro" in printed
     summary = json.loads((out_dir / "summary.json").read_text())
     acc = summary["accounting"]
     assert summary["accounting_problems"] == []
+    failed = summary["input_checks_failed"]
+    assert len(failed) == 2 and failed[0].startswith("1 of 10 judgments rejected") and "bulk.avro" in failed[1]
     assert acc["impression"]["duplicates"] == 2 and acc["judgment"]["superseded"] == 1
     assert acc["judgment"]["rejected"] == {"grade outside the declared range 0..3": 1}
     assert len(acc["unreadable_files"]) == 1 and "bulk.avro" in acc["unreadable_files"][0]

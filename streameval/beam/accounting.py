@@ -40,9 +40,22 @@ a request naming several query ids, conflicting judgments under the ``reject`` p
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from ..io import cleaning
 
-__all__ = ["job_counters", "job_distributions", "account", "POST_VALIDATION_REASONS", "KINDS", "format_accounting", "exit_status"]
+__all__ = ["job_counters", "job_distributions", "account", "POST_VALIDATION_REASONS", "KINDS", "format_accounting",
+           "exit_status", "InputChecks", "check_inputs", "add_input_check_arguments", "EXIT_OK", "EXIT_FAILED",
+           "EXIT_USAGE", "EXIT_INPUT_CHECK"]
+
+#: exit statuses of ``streameval batch`` and ``streameval stream`` (and of every command: 2 for usage)
+EXIT_OK = 0
+EXIT_FAILED = 1  # the job failed (runner, environment) or its record counts do not add up
+EXIT_USAGE = 2  # bad options, or inputs the job cannot start on (missing files, bad globs)
+EXIT_INPUT_CHECK = 3  # the job ran and its outputs are complete, but its input failed a check (InputChecks)
+
+DEFAULT_MAX_REJECTED_FRACTION = 0.05
 
 KINDS = ("impression", "judgment", "click")
 
@@ -147,15 +160,105 @@ def format_accounting(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def exit_status(problems: list) -> int:
-    """A job's exit status from :func:`account`'s problems: 0, or 1 after saying on stderr which
-    identities failed."""
-    if not problems:
-        return 0
+def exit_status(problems: list, failed_checks: list | None = None) -> int:
+    """A job's exit status from :func:`account`'s problems and :func:`check_inputs`' failures:
+    :data:`EXIT_OK`; :data:`EXIT_FAILED` (1) after saying on stderr which identities failed; or
+    :data:`EXIT_INPUT_CHECK` (3) after saying, on one line, which input checks failed."""
     import sys
 
-    print("error: the record counts do not add up: " + "; ".join(problems), file=sys.stderr)
-    return 1
+    if problems:
+        print("error: the record counts do not add up: " + "; ".join(problems), file=sys.stderr)
+        return EXIT_FAILED
+    if failed_checks:
+        print("error: the input failed a check (the outputs are written, exit status 3): " + "; ".join(failed_checks),
+              file=sys.stderr)
+        return EXIT_INPUT_CHECK
+    return EXIT_OK
+
+
+@dataclass(frozen=True)
+class InputChecks:
+    """What makes a job that ran fail on its input (exit status :data:`EXIT_INPUT_CHECK`), so that a
+    scheduler can tell a garbage or truncated input from a good run (docs/metrics.md, "Input checks"):
+
+    * ``max_rejected_fraction``: the largest share of a kind's records read (impressions,
+      judgments, click events) that may be rejected (dead letters); duplicates, superseded
+      judgments and late data are not rejections. Default 0.05.
+    * ``allow_unreadable``: a damaged file (its records up to the damage are used, the rest are
+      unknown) fails the job unless this is set.
+    * ``allow_empty``: a job that accepted no impression, or that was given judgments and
+      accepted none, fails unless this is set.
+
+    Raises ``ValueError`` on a fraction that is not a finite number in [0, 1]."""
+
+    max_rejected_fraction: float = DEFAULT_MAX_REJECTED_FRACTION
+    allow_unreadable: bool = False
+    allow_empty: bool = False
+
+    def __post_init__(self):
+        f = self.max_rejected_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or not 0 <= f <= 1:
+            raise ValueError(f"max_rejected_fraction must be a number in [0, 1], got {f!r}")
+
+
+#: rejections that mean one request id was served two different rankings
+_CONFLICTING_RANKINGS = (cleaning.REASON_EVENT_CONFLICT, cleaning.REASON_ITEM_TWICE)
+
+
+def check_inputs(summary: dict, checks: InputChecks, *, judgments: bool = False, inputs=()) -> list[str]:
+    """The input checks of ``checks`` that ``summary`` (:func:`account`'s) fails, as text (empty:
+    none). ``judgments``: the job was given judgments; ``inputs``: the impression files, named when
+    the rejections say that two inputs give one request id different rankings (two runs converted
+    with the same system id: the way out is a system id per run)."""
+    failed = []
+    imp = summary.get("impression") or {}
+    if not checks.allow_empty:
+        if not imp.get("accepted"):
+            failed.append(f"no impression was accepted (read {imp.get('read', 0)}; --allow-empty to accept that)")
+        if judgments and not (summary.get("judgment") or {}).get("accepted"):
+            failed.append(f"no judgment was accepted (read {(summary.get('judgment') or {}).get('read', 0)}; "
+                          "--allow-empty to accept that)")
+    for kind in KINDS:
+        e = summary.get(kind)
+        if not e or not e.get("read"):
+            continue
+        rejected = sum(e["rejected"].values())
+        share = rejected / e["read"]
+        if share > checks.max_rejected_fraction:
+            top, n_top = max(e["rejected"].items(), key=lambda kv: kv[1])
+            text = (f"{rejected} of {e['read']} {kind}s rejected ({100 * share:.1f} %, most: {top}: {n_top}), above "
+                    f"--max-rejected-fraction {checks.max_rejected_fraction:g}")
+            clash = sum(e["rejected"].get(r, 0) for r in _CONFLICTING_RANKINGS)
+            if kind == "impression" and clash * 2 >= rejected:
+                files = ", ".join(list(inputs)[:3]) + (" ..." if len(inputs) > 3 else "")
+                text += (f"; {clash} impressions give a request id another ranking than it already has: do two "
+                         f"inputs ({files}) carry one system id? give each run its own (convert --system NAME)")
+            failed.append(text)
+    if summary.get("unreadable_files") and not checks.allow_unreadable:
+        failed.append(f"{len(summary['unreadable_files'])} input files are damaged and were read only up to the "
+                      f"damage ({summary['unreadable_files'][0]}); --allow-unreadable to accept that")
+    return failed
+
+
+def add_input_check_arguments(parser) -> None:
+    """The command-line options of :class:`InputChecks` (``--max-rejected-fraction``,
+    ``--allow-unreadable``, ``--allow-empty``), shared by the batch and streaming jobs."""
+    g = parser.add_argument_group("input checks (exit status 3 when one fails; the outputs are still written)")
+    g.add_argument("--max-rejected-fraction", type=float, default=DEFAULT_MAX_REJECTED_FRACTION, metavar="F",
+                   help="fail when more than this share of a kind's records are rejected (default "
+                        f"{DEFAULT_MAX_REJECTED_FRACTION:g})")
+    g.add_argument("--allow-unreadable", action="store_true",
+                   help="do not fail on a damaged input file (its records up to the damage are used)")
+    g.add_argument("--allow-empty", action="store_true", help="do not fail when no impression (or judgment) is accepted")
+
+
+def input_checks_from_args(args) -> InputChecks:
+    """:class:`InputChecks` of the options of :func:`add_input_check_arguments`; ``ValueError``
+    naming the option."""
+    f = args.max_rejected_fraction
+    if not (math.isfinite(f) and 0 <= f <= 1):
+        raise ValueError(f"--max-rejected-fraction must be a number in [0, 1], got {f!r}")
+    return InputChecks(max_rejected_fraction=f, allow_unreadable=args.allow_unreadable, allow_empty=args.allow_empty)
 
 
 def _results(result, namespace: str, kind: str) -> list:

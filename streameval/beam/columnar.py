@@ -645,7 +645,7 @@ class _ReadColumns(ThreadedDoFn):
     runs: tuple = ()
 
     def __init__(self, source: str, shards: int, grade_range=None, decoder: str = "datafusion", hold: bool = False,
-                 threads: int = 1):
+                 threads: int = 1, time_range=None):
         if decoder not in DECODERS:
             raise ValueError(f"decoder must be one of {DECODERS}")
         self.threads = int(threads)
@@ -654,6 +654,10 @@ class _ReadColumns(ThreadedDoFn):
         self.shards = shards
         self.decoder = decoder
         self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
+        # the impressions' event times: the representable ones, narrowed by --event-time-range
+        lo, hi = time_range if time_range is not None else (records.EVENT_TIME_MIN, records.EVENT_TIME_MAX)
+        self.time_range = time_range
+        self.ts_lo, self.ts_hi = max(int(lo), records.EVENT_TIME_MIN), min(int(hi), records.EVENT_TIME_MAX)
         self.read = counter(NAMESPACE, f"{self.kind}s_read")
         self.valid = counter(NAMESPACE, f"{self.kind}s_valid")
         self.unreadable = counter(NAMESPACE, f"unreadable_files:{self.kind}")
@@ -710,15 +714,18 @@ class _ReadImpressionColumns(_ReadColumns):
     kind = "impression"
     runs = ("request_id", "query_id", "user_id", "system_id", "attributes")  # a request's records are adjacent
 
-    @staticmethod
-    def _screen(chunk, score_ok, prop_ok) -> np.ndarray:
+    def _screen(self, chunk, score_ok, prop_ok) -> np.ndarray:
         """Rows the vectorised screen clears (the others go through the record check, which decides
         and gives the reason): the ranges are :mod:`streameval.io.records`'."""
         pos = chunk["position"]
-        ok = (pos >= 1) & (pos <= records.AVRO_INT_MAX)
+        ts = chunk["timestamp"]
+        ok = (pos >= 1) & (pos <= records.AVRO_INT_MAX) & (ts >= self.ts_lo) & (ts <= self.ts_hi)
         for f in ("event_id", "request_id", "system_id", "item_id"):
             ok &= _nonempty(chunk[f])
         return ok & score_ok & prop_ok
+
+    def _check(self, rec):
+        return records.check_impression(rec, self.time_range)
 
     def _shards(self, chunk):
         return _shards_of(chunk["system_id"], chunk["request_id"], self.shards)
@@ -737,7 +744,7 @@ class _ReadImpressionColumns(_ReadColumns):
                 fine[f] |= nan
         ok = self._screen(chunk, fine["score"], fine["propensity"])
         bad = np.flatnonzero(~ok)
-        yield from self._finish(recs, chunk, ok, bad, records.check_impression, self._shards)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards)
 
     def _table(self, table):
         chunk, score_null, prop_null = impression_columns_arrow(table)
@@ -750,7 +757,7 @@ class _ReadImpressionColumns(_ReadColumns):
                 if not null[i]:  # NaN is a value here, not a null
                     rec[f] = float(chunk[f][i])
             recs[i] = rec
-        yield from self._finish(recs, chunk, ok, bad, records.check_impression, self._shards)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards)
 
 
 class _ReadJudgmentColumns(_ReadColumns):
@@ -761,6 +768,8 @@ class _ReadJudgmentColumns(_ReadColumns):
         g = chunk["grade"]
         ok = _nonempty(chunk["query_id"]) & _nonempty(chunk["item_id"])
         ok &= (g >= records.AVRO_INT_MIN) & (g <= records.AVRO_INT_MAX)
+        ts = chunk["timestamp"]  # 0 when null
+        ok &= (ts >= records.EVENT_TIME_MIN) & (ts <= records.EVENT_TIME_MAX)
         if self.grade_range is not None:
             ok &= (g >= self.grade_range[0]) & (g <= self.grade_range[1])
         return ok
@@ -789,8 +798,9 @@ class _Read(beam.PTransform):
     fn = None
 
     def __init__(self, paths, source: str, shards: int = SHARDS, grade_range=None, decoder: str | None = None,
-                 hold: bool = False, threads: int = 1, label=None):
+                 hold: bool = False, threads: int = 1, label=None, time_range=None):
         super().__init__(label)
+        self.time_range = time_range
         self.hold = hold
         self.threads = int(threads)
         self.paths = list(paths)
@@ -805,7 +815,7 @@ class _Read(beam.PTransform):
                 | "Paths" >> beam.Create(self.paths)
                 | "Spread" >> beam.Reshuffle()
                 | "Blocks" >> beam.ParDo(self.fn(self.source, self.shards, self.grade_range, self.decoder,
-                                                 self.hold, self.threads)).with_outputs(
+                                                 self.hold, self.threads, self.time_range)).with_outputs(
                     "dead_letters", main="chunks"))
         #: dead letters: records failing the checks, and one per file that could not be read to its end
         self.dead_letters = read.dead_letters
@@ -1378,6 +1388,10 @@ class ColumnarMetrics(beam.PTransform):
     ``threads``: elements (files, shards) each stage works on at once, on a pool of threads of the
     worker's process (:mod:`streameval.beam.threads`: most of the work is numpy, Arrow and DataFusion
     code that runs without the GIL). Default 1: the work runs in the DoFns' ``process`` itself.
+
+    ``time_range``: ``(lo, hi)`` inclusive micros: impressions whose timestamp lies outside are dead
+    letters (:func:`streameval.io.records.parse_time_range`; as ``ValidateImpressions``); those
+    outside the years 1 to 9999 always are.
     """
 
     def __init__(self, impression_paths, judgment_paths, metrics=(), *, ctr=True, window=None, slices=(),
@@ -1385,8 +1399,9 @@ class ColumnarMetrics(beam.PTransform):
                  tie_break="docno", depth=None, score_precision="float32", judgment_conflicts="latest",
                  grade_range=None, ci_level=stats.DEFAULT_LEVEL, impression_source="impressions",
                  judgment_source="judgments", shards=SHARDS, progress_total=None, decoder=None, in_process=False,
-                 threads=1, label=None):
+                 threads=1, time_range=None, label=None):
         super().__init__(label)
+        self.time_range = time_range
         self.in_process = bool(in_process)
         if int(threads) < 1:
             raise ValueError("threads must be positive")
@@ -1400,13 +1415,9 @@ class ColumnarMetrics(beam.PTransform):
         self.slice_specs = parse_slices(slices)
         self.options = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal,
                                      err_max_grade=err_max_grade)
-        from ..metrics.prepare import ORDERS, SCORE_PRECISIONS, TIE_BREAKS
+        from ..metrics.prepare import check_ranking_options
 
-        if order not in ORDERS or tie_break not in TIE_BREAKS or score_precision not in SCORE_PRECISIONS:
-            raise ValueError(f"order must be one of {ORDERS}, tie_break one of {TIE_BREAKS} and "
-                             f"score_precision one of {SCORE_PRECISIONS}")
-        if depth is not None and depth < 1:
-            raise ValueError("depth must be positive")
+        check_ranking_options(depth=depth, score_precision=score_precision, tie_break=tie_break, order=order)
         if judgment_conflicts not in cleaning.JUDGMENT_POLICIES:
             raise ValueError(f"judgment conflict policy must be one of {cleaning.JUDGMENT_POLICIES}")
         self.order, self.tie_break, self.score_precision, self.depth = order, tie_break, score_precision, depth
@@ -1427,7 +1438,8 @@ class ColumnarMetrics(beam.PTransform):
         from .. import progress
 
         read = ReadImpressionColumns(self.impression_paths, self.impression_source, self.shards,
-                                     decoder=self.decoder, hold=self.in_process, threads=self.threads)
+                                     decoder=self.decoder, hold=self.in_process, threads=self.threads,
+                                     time_range=self.time_range)
         chunks = (pbegin
                   | "ReadImpressions" >> read
                   | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", self.progress_total,

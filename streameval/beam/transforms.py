@@ -186,15 +186,16 @@ def metric_row(window_start, window_end, slice_label, system, metric, value, num
 # validation
 
 class _ValidateFn(beam.DoFn):
-    def __init__(self, kind: str, source: str, grade_range=None):
+    def __init__(self, kind: str, source: str, grade_range=None, time_range=None):
         self.kind = kind
+        self.time_range = time_range
         self.source = source
         self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
         self.valid = Metrics.counter(NAMESPACE, f"{kind}s_valid")
 
     def process(self, rec):
         if self.kind == "impression":
-            reason = records.check_impression(rec)
+            reason = records.check_impression(rec, self.time_range)
         else:
             reason = records.check_judgment(rec, self.grade_range)
         if reason is None:
@@ -209,20 +210,23 @@ class _ValidateFn(beam.DoFn):
 class _Validate(beam.PTransform):
     kind = ""
 
-    def __init__(self, source: str, label: str | None = None, grade_range=None):
+    def __init__(self, source: str, label: str | None = None, grade_range=None, time_range=None):
         super().__init__(label)
         self.source = str(source)
         self.grade_range = grade_range
+        self.time_range = time_range
 
     def expand(self, pcoll):
-        return pcoll | "Check" >> beam.ParDo(_ValidateFn(self.kind, self.source, self.grade_range)).with_outputs(
+        return pcoll | "Check" >> beam.ParDo(_ValidateFn(self.kind, self.source, self.grade_range,
+                                                         self.time_range)).with_outputs(
             "dead_letters", main="valid")
 
 
 class ValidateImpressions(_Validate):
     """``valid, dead = records | ValidateImpressions(source)``: impressions passing
     :func:`streameval.io.records.check_impression`, and dead letters ``{source, raw, reason}``
-    (also ``result.valid`` / ``result.dead_letters``)."""
+    (also ``result.valid`` / ``result.dead_letters``). ``time_range=(lo, hi)`` (inclusive micros,
+    :func:`streameval.io.records.parse_time_range`): timestamps outside are dead letters too."""
 
     kind = "impression"
 
@@ -533,14 +537,9 @@ class ScoreRankings(beam.PTransform):
         self.specs = parse_metrics(metrics)
         self.options = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal,
                                      err_max_grade=err_max_grade)
-        if depth is not None and depth < 1:
-            raise ValueError("depth must be positive")
-        # fail early on bad order / tie_break / score_precision
-        from ..metrics.prepare import ORDERS, SCORE_PRECISIONS, TIE_BREAKS
+        from ..metrics.prepare import check_ranking_options
 
-        if order not in ORDERS or tie_break not in TIE_BREAKS or score_precision not in SCORE_PRECISIONS:
-            raise ValueError(f"order must be one of {ORDERS}, tie_break one of {TIE_BREAKS} and "
-                             f"score_precision one of {SCORE_PRECISIONS}")
+        check_ranking_options(depth=depth, score_precision=score_precision, tie_break=tie_break, order=order)
         self.ops = RankingOps(order=order, tie_break=tie_break, keep=keep_for(self.specs, ideal), depth=depth,
                               score_precision=score_precision)
         self.order = order

@@ -76,6 +76,16 @@ def _utf8_error(path: str, exc: UnicodeDecodeError) -> InputFormatError:
 # TREC
 
 
+def run_digest(run: TrecRun) -> str:
+    """SHA-1 (hex) of a run's content: its (qid, docno, score) lines sorted, scores as their shortest
+    round-trip text. The tag, the rank column and the order of the lines are not content (trec_eval
+    ignores them)."""
+    h = hashlib.sha1()
+    for q, d, sc in sorted(zip(run.qid.tolist(), run.docno.tolist(), run.score.tolist())):
+        h.update(f"{q}\t{d}\t{sc!r}\n".encode("utf-8"))
+    return h.hexdigest()
+
+
 def trec_run_to_impressions(
     run: TrecRun,
     system_id: str | None = None,
@@ -94,7 +104,10 @@ def trec_run_to_impressions(
     * ``position`` = 1-based rank in trec_eval's order: score descending, ties
       broken by docno descending (plain string comparison); the run's rank
       column is ignored;
-    * ``event_id`` = ``f"{system_id}/{qid}/{docno}"``;
+    * ``event_id`` = ``f"{system_id}/{qid}/{docno}@{digest}"``, ``digest`` the first 12 hex digits of
+      :func:`run_digest` (the run's content): converting one run twice gives the same ids (a replay
+      is a duplicate), two different runs never share one, even with the same tag and system id
+      (their impressions of one request then conflict and the job says so, never blends them);
     * ``clicked`` None (a run logs no clicks), ``user_id``/``propensity`` None, ``attributes`` {};
     * ``timestamp`` = ``timestamp_micros`` if an int, else
       ``timestamp_micros(qid)`` (called once per query, e.g. for synthetic
@@ -106,6 +119,7 @@ def trec_run_to_impressions(
     system = run.tag if system_id is None else system_id
     if not system:
         raise ValueError("system_id is empty (and the run has no tag)")
+    digest = run_digest(run)[:12]
     order = trec_order(run.qid, run.docno, run.score)
     qids = run.qid[order].tolist()
     docnos = run.docno[order].tolist()
@@ -121,7 +135,7 @@ def trec_run_to_impressions(
             request_id = f"{system}/{qid}"
         position += 1
         yield {
-            "event_id": f"{request_id}/{docno}",
+            "event_id": f"{request_id}/{docno}@{digest}",
             "request_id": request_id,
             "query_id": qid,
             "user_id": None,

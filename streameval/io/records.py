@@ -13,7 +13,10 @@ Rules (impression.avsc / judgment.avsc):
 * ``event_id``, ``request_id``, ``system_id``, ``item_id`` non-empty
   (``query_id`` may be empty: click logs without queries);
 * ``position`` an integer >= 1 (and < 2**31, an Avro int);
-* ``timestamp`` an integer (microseconds since the epoch, Avro long range);
+* ``timestamp`` an integer (microseconds since the epoch) within the event times every job can
+  window and write, years 1 to 9999 (:data:`EVENT_TIME_MIN`, :data:`EVENT_TIME_MAX`; Python's
+  datetime and ISO 8601 stop there, Beam's timestamps a little further), and within ``time_range``
+  when one is given (the jobs' ``--event-time-range``, for example 1970..2200);
 * ``score`` ``None`` or a finite number (within the double range);
 * ``propensity`` ``None`` or a number in (0, 1];
 * ``clicked`` absent or ``None`` (clicks not logged: the impression is left out
@@ -23,7 +26,8 @@ Rules (impression.avsc / judgment.avsc):
 * ``user_id`` ``None`` or a string; ``attributes`` absent or a
   ``{str: str}`` mapping;
 * judgments: ``query_id``/``item_id`` non-empty strings, ``grade`` an integer
-  (not a float, not a bool), ``timestamp`` (optional) an integer, ``source``
+  (not a float, not a bool), ``timestamp`` (optional) as an impression's (without
+  ``time_range``: a judgment's time only orders its versions), ``source
   (optional) a string.
 """
 
@@ -38,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_impression", "check_judgment", "to_json_text", "IMPRESSION_REQUIRED", "JUDGMENT_REQUIRED"]
+__all__ = ["check_impression", "check_judgment", "check_timestamp", "parse_time_range", "format_time_range",
+           "to_json_text", "IMPRESSION_REQUIRED", "JUDGMENT_REQUIRED", "EVENT_TIME_MIN", "EVENT_TIME_MAX"]
 
 IMPRESSION_REQUIRED = ("event_id", "request_id", "query_id", "system_id", "item_id", "position", "timestamp")
 _IMPRESSION_NONEMPTY = ("event_id", "request_id", "system_id", "item_id")
@@ -47,6 +52,9 @@ JUDGMENT_REQUIRED = ("query_id", "item_id", "grade")
 #: the ranges of Avro's int and long: what the vectorised screens of the columnar engine check too
 AVRO_INT_MIN, AVRO_INT_MAX = -(2**31), 2**31 - 1
 AVRO_LONG_MIN, AVRO_LONG_MAX = -(2**63), 2**63 - 1
+#: event times (microseconds since the epoch) a job can window and write: 0001-01-01T00:00:00Z to
+#: 9999-12-31T23:59:59.999999Z. Windows and lateness fit after them in Beam's timestamps (int64).
+EVENT_TIME_MIN, EVENT_TIME_MAX = -62_135_596_800_000_000, 253_402_300_799_999_999
 
 
 def _is_int(x: Any) -> bool:
@@ -77,10 +85,11 @@ def _short(x: Any) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
-def check_impression(rec: Any) -> str | None:
+def check_impression(rec: Any, time_range=None) -> str | None:
     """Reason why ``rec`` is not a usable impression, or ``None`` if it is.
 
-    See the module docstring for the rules.
+    See the module docstring for the rules; ``time_range``: ``(lo, hi)`` inclusive micros the
+    timestamp must lie in (:func:`parse_time_range`), besides the years 1 to 9999.
     """
     if not isinstance(rec, Mapping):
         return f"record is not a mapping but {_type_name(rec)}"
@@ -105,7 +114,7 @@ def check_impression(rec: Any) -> str | None:
     if position > AVRO_INT_MAX:
         return f"position {int(position)} does not fit an Avro int"
 
-    reason = _check_timestamp(rec["timestamp"])
+    reason = check_timestamp(rec["timestamp"], time_range)
     if reason:
         return reason
 
@@ -180,7 +189,7 @@ def check_judgment(rec: Any, grade_range: tuple[int, int] | None = None) -> str 
     if grade_range is not None and not grade_range[0] <= grade <= grade_range[1]:
         return f"grade outside the declared range {grade_range[0]}..{grade_range[1]}, got {int(grade)}"
     if rec.get("timestamp") is not None:
-        reason = _check_timestamp(rec["timestamp"])
+        reason = check_timestamp(rec["timestamp"])
         if reason:
             return reason
     source = rec.get("source")
@@ -191,12 +200,54 @@ def check_judgment(rec: Any, grade_range: tuple[int, int] | None = None) -> str 
     return None
 
 
-def _check_timestamp(ts) -> str | None:
+def check_timestamp(ts, time_range=None) -> str | None:
+    """Reason why ``ts`` is not a usable event time (integer microseconds since the epoch within
+    :data:`EVENT_TIME_MIN` .. :data:`EVENT_TIME_MAX`, and within ``time_range`` = ``(lo, hi)``
+    inclusive micros when given), or None."""
     if not _is_int(ts):
         return f"timestamp must be integer microseconds since the epoch, got {_type_name(ts)} {_short(ts)}"
-    if not AVRO_LONG_MIN <= ts <= AVRO_LONG_MAX:
-        return f"timestamp {int(ts)} does not fit an Avro long"
+    if not EVENT_TIME_MIN <= ts <= EVENT_TIME_MAX:
+        return f"timestamp {int(ts)} is outside the event times a job can window (years 1 to 9999)"
+    if time_range is not None and not time_range[0] <= ts <= time_range[1]:
+        return f"timestamp {int(ts)} is outside the accepted event times {format_time_range(time_range)}"
     return None
+
+
+def format_time_range(time_range) -> str:
+    """``"1970-01-01T00:00:00Z..2200-01-01T00:00:00Z"`` of ``(lo, hi)`` micros."""
+    from datetime import timedelta, timezone
+
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return "..".join((epoch + timedelta(microseconds=int(t))).isoformat().replace("+00:00", "Z") for t in time_range)
+
+
+def parse_time_range(text) -> tuple[int, int] | None:
+    """``(lo, hi)``, inclusive micros, of ``"FROM..TO"`` (or ``FROM:TO`` with two years), each end a
+    year (its first instant: ``1970..2200`` is 1970-01-01T00:00:00Z to 2200-01-01T00:00:00Z) or an
+    ISO 8601 date or time (UTC unless it names a zone); None for None or ``""``. Raises
+    ``ValueError``."""
+    if text is None or str(text).strip() == "":
+        return None
+    from datetime import timezone
+
+    raw = str(text).strip()
+    parts = raw.split("..") if ".." in raw else raw.split(":", 1) if raw.count(":") == 1 else None
+    if not parts or len(parts) != 2:
+        raise ValueError(f"event time range {text!r}: write FROM..TO, each a year or an ISO 8601 date or time")
+    ends = []
+    for p in parts:
+        p = p.strip()
+        try:
+            d = datetime(int(p), 1, 1) if p.isdigit() else datetime.fromisoformat(p.replace("Z", "+00:00"))
+        except ValueError as e:
+            raise ValueError(f"event time range {text!r}: cannot read {p!r} as a year or an ISO 8601 time") from e
+        if d.tzinfo is None:
+            d = d.replace(tzinfo=timezone.utc)
+        delta = d - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        ends.append((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds)
+    if ends[0] > ends[1]:
+        raise ValueError(f"event time range {text!r} ends before it starts")
+    return ends[0], ends[1]
 
 
 def _jsonable(x: Any) -> Any:

@@ -55,8 +55,14 @@ class MetricOptions:
             raise ValueError(f"gain must be one of {GAINS}, got {self.gain!r}")
         if self.ideal not in IDEALS:
             raise ValueError(f"ideal must be one of {IDEALS}, got {self.ideal!r}")
+        for name in ("relevance_level", "err_max_grade"):
+            v = getattr(self, name)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise TypeError(f"{name} must be a number, got {v!r}")
+            if not np.isfinite(v):
+                raise ValueError(f"{name} must be finite, got {v!r}")
         if not self.err_max_grade > 0:
-            raise ValueError("err_max_grade must be positive")
+            raise ValueError(f"err_max_grade must be positive, got {self.err_max_grade!r}")
 
 
 @dataclass

@@ -21,6 +21,28 @@ TIE_BREAKS = ("docno", "position")
 SCORE_PRECISIONS = ("float32", "float64")
 
 
+def check_ranking_options(*, depth=None, score_precision="float32", tie_break="docno", order="score",
+                          complete=False) -> None:
+    """Checks the ranking options every engine takes, naming the argument: ``depth`` None or a
+    positive int (trec_eval ``-M``), ``score_precision`` in :data:`SCORE_PRECISIONS`, ``tie_break``
+    in :data:`TIE_BREAKS`, ``order`` in :data:`ORDERS`, ``complete`` a bool. Raises ``TypeError``
+    for a value of the wrong type (``depth=1.5``, ``complete="yes"``), ``ValueError`` for one out
+    of range."""
+    if depth is not None:
+        if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)):
+            raise TypeError(f"depth must be a positive int or None, got {depth!r}")
+        if depth < 1:
+            raise ValueError(f"depth must be positive, got {depth}")
+    if score_precision not in SCORE_PRECISIONS:
+        raise ValueError(f"score_precision must be one of {SCORE_PRECISIONS}, got {score_precision!r}")
+    if tie_break not in TIE_BREAKS:
+        raise ValueError(f"tie_break must be one of {TIE_BREAKS}, got {tie_break!r}")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    if not isinstance(complete, (bool, np.bool_)):
+        raise TypeError(f"complete must be a bool, got {complete!r}")
+
+
 def ranking_scores(scores, score_precision: str = "float32") -> np.ndarray:
     """Scores as the ranking compares them. trec_eval keeps a run's score in a C ``float``
     (``TEXT_RESULTS.sim`` in trec_format.h), so two scores equal in single precision tie and fall
@@ -233,8 +255,8 @@ def prepare(
     if n_qrels and not np.all(np.isfinite(qrels_grade)):
         raise ValueError("qrels grades must be finite numbers")
 
-    if depth is not None and depth < 1:
-        raise ValueError("depth must be positive")
+    check_ranking_options(depth=depth, score_precision=score_precision, tie_break=tie_break, order=order,
+                          complete=complete)
     if fast_path and order == "score" and tie_break == "docno":
         from .grouped import prepare_grouped
 

@@ -52,7 +52,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from ...io import avro
 from ..sources import read_avro_blocks, unreadable_letter
 from . import replay as _replay
-from .replay import END_OF_TIME_US, ms_floor
+from .replay import END_OF_TIME_US, ms_floor, usable_time
 from .windows import parse_duration
 
 _LOG = logging.getLogger(__name__)
@@ -168,8 +168,7 @@ class FileWatcher:
                 for i in range(0, len(block), self.chunk):
                     recs = block[i:i + self.chunk]
                     yield from self._wait_for_room()
-                    times = [r["timestamp"] for r in recs if isinstance(r, dict)
-                             and isinstance(r.get("timestamp"), int) and not isinstance(r.get("timestamp"), bool)]
+                    times = [t for t in map(usable_time, recs) if t is not None]
                     n += len(recs)
                     self.records[kind] += len(recs)
                     self.sent += len(recs)

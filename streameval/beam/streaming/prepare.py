@@ -73,8 +73,9 @@ class _PrepareEvents(beam.DoFn):
 
     kind = tag = ""
 
-    def __init__(self, source, gate, shards: int, run: str = "", gate_shards: int | None = None):
+    def __init__(self, source, gate, shards: int, run: str = "", gate_shards: int | None = None, time_range=None):
         self.source = source
+        self.time_range = time_range  # (lo, hi) inclusive micros, or None (the years 1 to 9999 only)
         self.gate = gate  # the WindowSpec of the gate's sub-windows, or None / False: no gate
         self.shards = shards  # the requests stage's (0: keyed by request id)
         self.gate_shards = gate_shards or shards or GATE_SHARDS
@@ -134,7 +135,7 @@ class _PrepareImpressions(_PrepareEvents):
     kind, tag = "impression", "imp"
 
     def check(self, rec):
-        return records.check_impression(rec)
+        return records.check_impression(rec, self.time_range)
 
     def entry(self, rec):
         return dict(rec)
@@ -161,8 +162,9 @@ def _reason_key(reason):
     return reason_key(reason)
 
 
-def check_click(rec) -> str | None:
-    """Reason why ``rec`` is not a usable click event (``request_id``, ``item_id``, ``timestamp``,
+def check_click(rec, time_range=None) -> str | None:
+    """Reason why ``rec`` is not a usable click event (``request_id``, ``item_id``, ``timestamp``
+    as an impression's (:func:`streameval.io.records.check_timestamp`, ``time_range`` included),
     optional ``system_id`` and ``event_id``), or None."""
     if not isinstance(rec, dict):
         return f"record is not a mapping but {type(rec).__name__}"
@@ -171,8 +173,11 @@ def check_click(rec) -> str | None:
         if not isinstance(v, str) or not v:
             return f"{f} must be a non-empty string"
     ts = rec.get("timestamp")
-    if not isinstance(ts, int) or isinstance(ts, bool):
+    if ts is None:
         return "timestamp must be integer microseconds since the epoch"
+    reason = records.check_timestamp(ts, time_range)
+    if reason is not None:
+        return reason
     s = rec.get("system_id")
     if s is not None and not isinstance(s, str):
         return "system_id must be a string or null"
@@ -195,7 +200,7 @@ class _PrepareClicks(_PrepareEvents):
     kind, tag = "click", "click"
 
     def check(self, rec):
-        return check_click(rec)
+        return check_click(rec, self.time_range)
 
     def entry(self, rec):
         return _Click(rec["item_id"], int(rec["timestamp"]), rec.get("system_id"), records.to_json_text(rec),

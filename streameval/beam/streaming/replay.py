@@ -17,6 +17,7 @@ from apache_beam.coders import FastPrimitivesCoder
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 
+from ...io import records
 from .common import _when
 from .windows import parse_duration
 
@@ -35,6 +36,24 @@ def replay_clock() -> float:
 #: the watermark that closes every window while it is still finite (windows expire at +inf: what
 #: fires then would be late for a downstream GroupByKey, e.g. the file writers'); whole milliseconds
 END_OF_TIME_US = MAX_TIMESTAMP.micros - MAX_TIMESTAMP.micros % 1000 - 86_400_000_000_000
+
+
+def usable_time(rec) -> int | None:
+    """The event time (micros) of a record that has a usable one (a dict whose ``timestamp`` passes
+    :func:`streameval.io.records.check_timestamp`: an integer in the years 1 to 9999), else None.
+    Sources stamp elements only with usable times: a record with another timestamp travels on to
+    the preparation stage, which makes it a dead letter, instead of crashing the runner (Beam's
+    timestamps stop near 2**63 microseconds)."""
+    if not isinstance(rec, dict):
+        return None
+    ts = rec.get("timestamp")
+    return int(ts) if ts is not None and records.check_timestamp(ts) is None else None
+
+
+def element_time(recs) -> int:
+    """The earliest usable event time (:func:`usable_time`) of ``recs``, or 0 when none has one:
+    the timestamp a source gives the element that carries them."""
+    return min((t for t in map(usable_time, recs) if t is not None), default=0)
 
 
 def ms_floor(us: int) -> int:
@@ -93,14 +112,13 @@ class Replay(beam.PTransform):
         groups: dict = defaultdict(lambda: {k: [] for k in cls.KINDS})
         for kind, recs in (("impressions", impressions), ("judgments", judgments), ("clicks", clicks)):
             for r in recs:
-                ts = int(r.get("timestamp") or 0)
-                groups[ts // step_us][kind].append(r)
+                groups[(usable_time(r) or 0) // step_us][kind].append(r)
         steps = []
         for s in sorted(groups):
             for kind in ("judgments", "impressions", "clicks"):
                 recs = groups[s][kind]
                 if recs:
-                    recs.sort(key=lambda r: int(r.get("timestamp") or 0))
+                    recs.sort(key=lambda r: usable_time(r) or 0)
                     steps.append((kind, recs))
             steps.append(("watermark", (s + 1) * step_us))
             if pace:
@@ -125,8 +143,7 @@ class Replay(beam.PTransform):
             elif kind in self.KINDS:
                 if not arg:
                     continue
-                t0 = min(int(r.get("timestamp") or 0) if isinstance(r, dict) else 0 for r in arg)
-                ts = ts.add_elements([TimestampedValue((kind, list(arg), ptime), _when(t0))])
+                ts = ts.add_elements([TimestampedValue((kind, list(arg), ptime), _when(element_time(arg)))])
             else:
                 raise ValueError(f"unknown replay step {kind!r}")
         # close every window while the watermark is still finite, then end

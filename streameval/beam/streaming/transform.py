@@ -69,7 +69,9 @@ class StreamMetrics(beam.PTransform):
       :func:`replay_clock` when replaying on the local runner).
     * ``judgment_conflicts``: ``"latest"`` (default), ``"max"`` or ``"reject"``: how judgments of one
       (query, item) that disagree are resolved (:func:`streameval.io.cleaning.resolve_judgment`, as
-      in batch); ``grade_range=(lo, hi)``: judgments with a grade outside are dead letters.
+      in batch); ``grade_range=(lo, hi)``: judgments with a grade outside are dead letters;
+      ``time_range=(lo, hi)`` (inclusive micros): impressions and click events whose timestamp lies
+      outside are dead letters (those outside the years 1 to 9999 always are).
 
     Repeated input (as in batch, :func:`streameval.io.cleaning.clean_request`): impressions of one
     ``(system_id, request_id)`` replayed with the same ``event_id`` and content are duplicates and
@@ -94,7 +96,7 @@ class StreamMetrics(beam.PTransform):
                  relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
                  tie_break="docno", depth=None, score_precision="float32", ctr=True, request_shards=16,
                  retention=None, clock=None, source="stream", judgment_conflicts="latest", grade_range=None,
-                 label=None):
+                 time_range=None, label=None):
         super().__init__(label)
         if judgment_conflicts not in cleaning.JUDGMENT_POLICIES:
             raise ValueError(f"judgment_conflicts must be one of {cleaning.JUDGMENT_POLICIES}, "
@@ -105,6 +107,12 @@ class StreamMetrics(beam.PTransform):
                 raise ValueError(f"grade_range: lowest grade {lo} above highest {hi}")
             grade_range = (lo, hi)
         self.grade_range = grade_range
+        if time_range is not None:
+            lo, hi = (int(t) for t in time_range)
+            if lo > hi:
+                raise ValueError(f"time_range: {lo} after {hi}")
+            time_range = (lo, hi)
+        self.time_range = time_range
         self.judgments = judgments
         self.clicks = clicks
         spec = WindowSpec.parse(window)
@@ -149,10 +157,12 @@ class StreamMetrics(beam.PTransform):
             return pc
 
         pieces = [impressions | "PrepareImpressions" >> beam.ParDo(
-            _PrepareImpressions(self.source, cfg.spec if gate else None, cfg.shards, cfg.run, gate_shards))]
+            _PrepareImpressions(self.source, cfg.spec if gate else None, cfg.shards, cfg.run, gate_shards,
+                                self.time_range))]
         if self.clicks is not None:
             pieces.append(self.clicks | "PrepareClicks" >> beam.ParDo(
-                _PrepareClicks(self.source, cfg.spec if gate else None, cfg.shards, cfg.run, gate_shards)))
+                _PrepareClicks(self.source, cfg.spec if gate else None, cfg.shards, cfg.run, gate_shards,
+                               self.time_range)))
         to_queries = []
         if cfg.ranking:
             jud = self.judgments | "PrepareJudgments" >> beam.ParDo(
