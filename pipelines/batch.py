@@ -489,8 +489,6 @@ def main(argv=None) -> int:
         parse_time_range(args.event_time_range)
         parse_window(args.window)
         _slices_from_args(args.slices)
-        if args.depth is not None and args.depth < 1:
-            raise ValueError("--depth must be positive")
         if args.workers != "auto" and (not args.workers.isdigit() or int(args.workers) < 1):
             raise ValueError(f"--workers wants a positive number or auto, got {args.workers!r}")
         if args.threads != "auto" and (not args.threads.isdigit() or int(args.threads) < 1):

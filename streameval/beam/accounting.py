@@ -255,10 +255,11 @@ def add_input_check_arguments(parser) -> None:
 def input_checks_from_args(args) -> InputChecks:
     """:class:`InputChecks` of the options of :func:`add_input_check_arguments`; ``ValueError``
     naming the option."""
-    f = args.max_rejected_fraction
-    if not (math.isfinite(f) and 0 <= f <= 1):
-        raise ValueError(f"--max-rejected-fraction must be a number in [0, 1], got {f!r}")
-    return InputChecks(max_rejected_fraction=f, allow_unreadable=args.allow_unreadable, allow_empty=args.allow_empty)
+    try:
+        return InputChecks(max_rejected_fraction=args.max_rejected_fraction, allow_unreadable=args.allow_unreadable,
+                           allow_empty=args.allow_empty)
+    except ValueError as e:
+        raise ValueError(f"--{e}".replace("max_rejected_fraction", "max-rejected-fraction", 1)) from None
 
 
 def _results(result, namespace: str, kind: str) -> list:
