@@ -302,10 +302,10 @@ class _JsonLinesSink(fileio.FileSink):
         self._fh = fh
 
     def write(self, rows):
-        from streameval.io.records import to_json_text
+        from streameval.io.results import json_line
 
         for r in rows:
-            self._fh.write(to_json_text(r).encode("utf-8") + b"\n")
+            self._fh.write(json_line(r).encode("utf-8") + b"\n")
 
     def flush(self):
         self._fh.flush()
@@ -394,12 +394,12 @@ class _AppendJsonl(beam.DoFn):
     def finish_bundle(self):
         if not self._recs:
             return
-        from streameval.io.records import to_json_text
+        from streameval.io.results import json_line
 
         path = FileSystems.join(self.directory, f"{self.prefix}-{uuid.uuid4().hex[:12]}.jsonl")
         with FileSystems.create(path) as fo:
             for r in self._recs:
-                fo.write(to_json_text(r).encode("utf-8") + b"\n")
+                fo.write(json_line(r).encode("utf-8") + b"\n")
         self._recs = []
 
 

@@ -547,3 +547,43 @@ def test_timestamps_beyond_the_years_a_job_can_window_are_dead_letters(tmp_path)
     assert sum("outside the accepted event times 1970-01-01T00:00:00Z..2200-01-01T00:00:00Z" in reason
                for _, reason in dead) == 3
     assert len({r[0] for r in rows}) == 1
+
+
+def test_json_lines_outputs_write_nan_as_null(tmp_path, capsys):
+    """Issue 20, item 11: metrics.jsonl wrote NaN as the string "NaN" (JSON has no NaN, and a column
+    that mixes strings with numbers breaks a warehouse load). Every JSON-lines output writes null; the
+    Avro table keeps NaN; reconcile and report read null as NaN."""
+    from streameval import cli
+    from streameval.io import results
+
+    imps, judg = _logs()
+    # a slice with no click: its AUC is NaN (one class absent)
+    imps += [dict(imps[0], event_id=f"u/{i}", request_id="u", item_id=f"d{i}", position=i, clicked=False,
+                  attributes={"device": "tv"}) for i in range(1, 4)]
+    code, rows, _, _ = _run(tmp_path, "nan", [imps], [judg], extra=("--ci", "t"), metrics="ndcg@5,auc")
+    assert code == 0
+    out = tmp_path / "nan" / "out"
+
+    def strict(text):  # json.loads accepts NaN unless told not to
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c} in {text}"))
+
+    lines = [strict(line) for line in open(out / "metrics.jsonl")]
+    nan = [r for r in lines if r["value"] is None]
+    assert {(r["slice"], r["metric"]) for r in nan} == {("device=tv", "auc")}
+    assert not any(isinstance(v, str) and v in ("NaN", "Infinity", "-Infinity") for r in lines for v in r.values())
+    # one query (the tv request's ndcg@5): no standard error, written null as well
+    one = [r for r in lines if r["slice"] == "device=tv" and r["metric"] == "ndcg@5"]
+    assert [(r["num_queries"], r["stderr"], r["ci_low"]) for r in one] == [(1, None, None)]
+    avro_rows = {(r["window_start"], r["slice"], r["metric"], r["system"]): r
+                 for r, _ in results.iter_rows(out / "metrics.avro")}
+    back = list(results.iter_rows(out / "metrics.jsonl"))
+    assert len(back) == len(avro_rows) == len(lines)
+    for r, _ in back:
+        a = avro_rows[(r["window_start"], r["slice"], r["metric"], r["system"])]
+        assert (math.isnan(a["value"]) and math.isnan(r["value"])) or a["value"] == r["value"]
+    assert all(isinstance(strict(line), dict) for line in open(out / "dead_letters.jsonl"))
+    # the two formats of one table agree, and report reads the null rows
+    capsys.readouterr()
+    assert cli.main(["reconcile", str(out / "metrics.avro"), str(out / "metrics.jsonl"),
+                     "--json", str(tmp_path / "rec.json")]) == 0
+    strict((tmp_path / "rec.json").read_text())

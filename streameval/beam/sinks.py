@@ -39,9 +39,9 @@ def _remote(path: str) -> bool:
 
 
 def _json_line(rec) -> str:
-    from ..io.records import to_json_text
+    from ..io.results import json_line
 
-    return to_json_text(rec)
+    return json_line(rec)
 
 
 def _listing(out_dir: str) -> dict[str, tuple[str, int]]:
@@ -168,10 +168,8 @@ def read_jsonl(path: str) -> list[dict]:
 
 
 def read_metric_rows(path: str) -> list[dict]:
-    """The metric rows of a ``metrics.jsonl`` output (:func:`read_jsonl`), numbers as floats."""
-    rows = read_jsonl(path)
-    for r in rows:
-        for k in ("value", "stderr", "ci_low", "ci_high"):
-            if isinstance(r.get(k), str):
-                r[k] = float(r[k])
-    return rows
+    """The metric rows of a ``metrics.jsonl`` output (:func:`read_jsonl`), numbers as floats (a null
+    ``value`` is NaN)."""
+    from ..io.results import parse_float_fields
+
+    return [parse_float_fields(r) for r in read_jsonl(path)]

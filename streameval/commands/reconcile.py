@@ -427,7 +427,10 @@ def main(argv=None, out=None) -> int:
         "correlations": cors, "agree": agree,
     }
     if args.json_out:
-        text = json.dumps(report, indent=2, default=lambda x: None, allow_nan=True)
+        from ..io.results import null_for_nonfinite
+
+        # JSON has no NaN: a NaN value (an empty set) or difference is null, as in metrics.jsonl
+        text = json.dumps(null_for_nonfinite(report), indent=2, default=lambda x: None, allow_nan=False)
         if args.json_out == "-":
             out.write(text + "\n")
             return 0 if agree else 1
