@@ -129,8 +129,8 @@ def _stages(paths, jpath, decoder: str) -> None:
     def round_trip(by):
         return {k: [pickle.loads(pickle.dumps(v, 5)) for v in vs] for k, vs in by.items()}
 
-    rd = C._ReadImpressionColumns("bench", C.SHARDS, decoder=decoder)
-    rj = C._ReadJudgmentColumns("bench", C.SHARDS, decoder=decoder)
+    rd = C._ReadImpressionColumns(C.SHARDS, decoder=decoder)
+    rj = C._ReadJudgmentColumns(C.SHARDS, decoder=decoder)
     # block by block, as the job does (holding every decoded dict at once would add GC time)
     decode = columns = 0.0
     n = 0

@@ -261,22 +261,22 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
         return _build_columnar(p, args, impression_paths, judgment_paths)
     window = parse_window(args.window)
     slices = _slices_from_args(args.slices)
-    imp_source = ",".join(args.impressions)
-    read_imps = ReadAvro(impression_paths, "impression")
+    # a record check's dead letter names the record's file; a replay or conflict's the stage (the
+    # records involved may come from several files)
+    read_imps = ReadAvro(impression_paths, "impression", with_file=True)
     valid, imp_dead = (p | "ReadImpressions" >> read_imps
                        | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", _local_total(impression_paths)))
                        | "ValidateImpressions" >> ValidateImpressions(
-                           imp_source, time_range=parse_time_range(args.event_time_range)))
-    imps, clean_dead = valid | "CleanImpressions" >> CleanImpressions(imp_source)
+                           "impressions", time_range=parse_time_range(args.event_time_range)))
+    imps, clean_dead = valid | "CleanImpressions" >> CleanImpressions()
     row_parts, dead_parts = [], [read_imps.unreadable, imp_dead, clean_dead]
     ranking, online = split_all_metrics(args.metrics)
     judg = None
     if judgment_paths:
-        judg_source = ",".join(args.judgments)
-        read_judg = ReadAvro(judgment_paths, "judgment")
+        read_judg = ReadAvro(judgment_paths, "judgment", with_file=True)
         judg, judg_dead = (p | "ReadJudgments" >> read_judg
-                           | "ValidateJudgments" >> ValidateJudgments(judg_source, grade_range=_grades(args.grades)))
-        judg, conflict_dead = judg | "ResolveJudgments" >> ResolveJudgments(args.judgment_conflicts, judg_source)
+                           | "ValidateJudgments" >> ValidateJudgments("judgments", grade_range=_grades(args.grades)))
+        judg, conflict_dead = judg | "ResolveJudgments" >> ResolveJudgments(args.judgment_conflicts)
         dead_parts.extend([read_judg.unreadable, judg_dead, conflict_dead])
     if judgment_paths and ranking:
         score = ScoreRankings(judg, ranking, window=window, slices=slices,
@@ -378,7 +378,6 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal, err_max_grade=args.err_max_grade,
         order=args.order, tie_break=args.tie_break, depth=args.depth, score_precision=args.score_precision,
         judgment_conflicts=args.judgment_conflicts, grade_range=_grades(args.grades), ci_level=args.ci_level,
-        impression_source=",".join(args.impressions), judgment_source=",".join(args.judgments or []),
         shards=args.shards_used, progress_total=total,
         decoder=getattr(args, "avro_decoder", None), in_process=getattr(args, "in_process", False),
         threads=getattr(args, "work_threads", 1), time_range=parse_time_range(args.event_time_range))

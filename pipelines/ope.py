@@ -315,9 +315,9 @@ def main(argv=None) -> int:
     out_dir = args.output or tmp
     os.makedirs(out_dir, exist_ok=True)
     p = beam.Pipeline(options=PipelineOptions(["--runner", args.runner, *beam_args]))
-    imps, dead = (p | "ReadLogs" >> ReadAvro([logs_path], "impression")
+    imps, dead = (p | "ReadLogs" >> ReadAvro([logs_path], "impression")  # one file converted from the logs: name them
                   | "ValidateLogs" >> ValidateImpressions(",".join(args.logs)))
-    imps, clean_dead = imps | "CleanLogs" >> CleanImpressions(",".join(args.logs))
+    imps, clean_dead = imps | "CleanLogs" >> CleanImpressions()
     ope = OffPolicyCtr(target, name, slices=slices)
     parts = [imps | "Ope" >> ope]
     deads = [dead, clean_dead, ope.rejected]
@@ -326,7 +326,7 @@ def main(argv=None) -> int:
         avro.write_records(tpath, "impression", target_recs)
         timps, tdead = (p | "ReadTarget" >> ReadAvro([tpath], "impression")
                         | "ValidateTarget" >> ValidateImpressions(",".join(args.target_logs)))
-        timps, tclean_dead = timps | "CleanTarget" >> CleanImpressions(",".join(args.target_logs))
+        timps, tclean_dead = timps | "CleanTarget" >> CleanImpressions()
         deads.append(tclean_dead)
         parts.append(timps | "Measured" >> ClickMetrics(slices=slices)
                      | "OnlyCtr" >> beam.Filter(lambda r: r["metric"] == "ctr"))

@@ -99,16 +99,17 @@ _SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": No
 # sources
 
 def _read_local(paths, kind):
-    """``(records, dead letters of unreadable files)``: a damaged file (truncated, corrupt, an
-    incompatible schema) gives the records of its complete blocks before the damage
+    """``({path: records}, dead letters of unreadable files)``: a damaged file (truncated, corrupt,
+    an incompatible schema) gives the records of its complete blocks before the damage
     (:func:`streameval.io.avro.read_blocks`, as the batch job reads it) and one dead letter."""
-    recs, unreadable = [], []
+    recs, unreadable = {}, []
     name = _SCHEMA_OF[kind]
     for path in paths:
         n = 0
+        mine = recs.setdefault(str(path), [])
         try:
             for block in read_avro_blocks(path, name):
-                recs.extend(block)
+                mine.extend(block)
                 n += len(block)
         except avro.AvroInputError as e:  # damaged content; a file the environment does not deliver fails
             unreadable.append(unreadable_letter(path, kind, e, n))
@@ -137,7 +138,7 @@ class ReplayAvro(beam.PTransform):
         for k, v in self.paths.items():
             recs[k], bad = _read_local(v, k)
             self.unreadable.extend(bad)
-        self.counts = {k: len(v) for k, v in recs.items()}
+        self.counts = {k: sum(map(len, v.values())) for k, v in recs.items()}
         return pbegin | "Replay" >> Replay.from_records(recs["impressions"], recs["judgments"], recs["clicks"],
                                                         step=self.step, pace=self.pace)
 
@@ -151,19 +152,20 @@ class _ParseAvroFile(beam.DoFn):
         self.kind = kind
 
     @staticmethod
-    def _stamped(batch):
+    def _stamped(path, batch):
         from apache_beam.transforms.window import TimestampedValue
 
-        return TimestampedValue(batch, Timestamp(micros=element_time(batch)))
+        return TimestampedValue((path, batch), Timestamp(micros=element_time(batch)))
 
     def process(self, readable):
         n = 0
+        path = readable.metadata.path
         try:
-            for block in read_avro_blocks(readable.metadata.path, _SCHEMA_OF[self.kind]):
+            for block in read_avro_blocks(path, _SCHEMA_OF[self.kind]):
                 for i in range(0, len(block), 1000):
                     batch = block[i:i + 1000]
                     n += len(batch)
-                    yield self._stamped(batch)
+                    yield self._stamped(path, batch)
         except avro.AvroInputError as e:  # damaged content; a file the environment does not deliver fails
             yield pvalue.TaggedOutput("unreadable", unreadable_letter(readable.metadata.path, self.kind, e, n))
 
@@ -728,6 +730,16 @@ def _sources(p, args, paths):
     return out, None
 
 
+def _source_labels(args) -> dict:
+    """The dead-letter ``source`` of each kind's records that do not come from a file (file sources
+    name the file): the Pub/Sub subscription or topic, the Kafka topic."""
+    labels = {}
+    for k in KINDS:
+        ps, topic = getattr(args, f"pubsub_{k}", None), getattr(args, f"kafka_{k}", None)
+        labels[k] = ps or (f"kafka:{topic}" if topic else k)
+    return labels
+
+
 def build_pipeline(p, args, paths):
     """Add the job to ``p``: returns (StreamMetrics transform, rows, replay source or None)."""
     spec = _window_spec(args)
@@ -743,7 +755,7 @@ def build_pipeline(p, args, paths):
         ideal=args.ideal, err_max_grade=args.err_max_grade, order=args.order, tie_break=args.tie_break,
         depth=args.depth, score_precision=args.score_precision, ctr=not args.no_ctr,
         request_shards=_request_shards(args), clock=replay_clock if args.replay or _live_watch(args) else None,
-        source=",".join(paths["impressions"]) or "stream", judgment_conflicts=args.judgment_conflicts,
+        source=_source_labels(args), judgment_conflicts=args.judgment_conflicts,
         grade_range=_grades(args.grades), time_range=parse_time_range(args.event_time_range))
     rows = srcs["impressions"] | "StreamMetrics" >> sm
     names = [s.name for s in parse_metrics(split_metrics(args.metrics))] if ranking else []

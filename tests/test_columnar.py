@@ -173,13 +173,14 @@ def test_files_on_remote_file_systems_read_the_same(tmp_path, monkeypatch):
     path = tmp_path / "imps.avro"
     avro.write_records(path, "impression", imp_files[1])
     monkeypatch.setattr(FileSystems, "open", staticmethod(lambda p, *a, **k: open(p.split("://", 1)[1], "rb")))
-    fn = columnar._ReadImpressionColumns("src", 4)
+    fn = columnar._ReadImpressionColumns(4)
 
     def read(p):
         dead, rows = [], []
         for out in fn.work(p):
             if isinstance(out, pvalue.TaggedOutput):
-                dead.append(json.dumps(out.value, sort_keys=True))
+                assert out.value["source"] == p  # a dead letter names the file it was read from
+                dead.append(json.dumps({**out.value, "source": None}, sort_keys=True))
             else:
                 shard, chunk = out[0], columnar.thaw(out[1])
                 rows += [(shard, json.dumps(r, sort_keys=True)) for r in columnar.columns_records(chunk, range(chunk["n"]))]
@@ -222,13 +223,13 @@ def test_damaged_remote_file_keeps_every_record_before_the_damage(tmp_path, monk
         pass
     assert 0 < expected < len(imp_files[0])
     monkeypatch.setattr(FileSystems, "open", staticmethod(lambda p, *a, **k: open(p.split("://", 1)[1], "rb")))
-    outs = list(columnar._ReadImpressionColumns("src", 4).work(f"fake://{path}"))
+    outs = list(columnar._ReadImpressionColumns(4).work(f"fake://{path}"))
     dead = [o.value for o in outs if isinstance(o, pvalue.TaggedOutput)]
     rows = sum(columnar.thaw(o[1])["n"] for o in outs if not isinstance(o, pvalue.TaggedOutput))
     assert rows + len([d for d in dead if not d["reason"].startswith(columnar.UNREADABLE)]) == expected
     unreadable = [d for d in dead if d["reason"].startswith(columnar.UNREADABLE)]
     assert [d["source"] for d in unreadable] == [f"fake://{path}"]
-    local = list(columnar._ReadImpressionColumns("src", 4).work(str(path)))
+    local = list(columnar._ReadImpressionColumns(4).work(str(path)))
     assert rows == sum(columnar.thaw(o[1])["n"] for o in local if not isinstance(o, pvalue.TaggedOutput))
 
 

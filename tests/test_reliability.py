@@ -587,3 +587,34 @@ def test_json_lines_outputs_write_nan_as_null(tmp_path, capsys):
     assert cli.main(["reconcile", str(out / "metrics.avro"), str(out / "metrics.jsonl"),
                      "--json", str(tmp_path / "rec.json")]) == 0
     strict((tmp_path / "rec.json").read_text())
+
+
+def test_dead_letters_name_the_file_of_the_record(tmp_path):
+    """Issue 20, item 11: a rejected record's dead letter named the glob (batch) or every impression
+    file joined by commas, also for judgments (stream). A record check's dead letter names the file
+    the record was read from, on both engines and in the stream; a replay or conflict (decided across
+    files) names the stage."""
+    from pipelines import stream as stream_cli
+
+    imps, judg = _logs(queries=3, reps=1)
+    bad_pos = dict(imps[0], event_id="bad/1", request_id="bad", position=0)
+    conflict = dict(imps[1], score=99.0)  # the event id of imps[1] with other content, in another file
+    d = tmp_path / "in"
+    avro.write_records(d / "imps-0.avro", "impression", imps)
+    avro.write_records(d / "imps-1.avro", "impression", [bad_pos, conflict])
+    avro.write_records(d / "judg-0.avro", "judgment", judg)
+    avro.write_records(d / "judg-1.avro", "judgment", [dict(judg[0], item_id="")])
+    common = ["--impressions", str(d / "imps-*.avro"), "--judgments", str(d / "judg-*.avro"), "--metrics", "map",
+              "--quiet", "--max-rejected-fraction", "1"]
+    expected = sorted([(str(d / "imps-1.avro"), "bad/1"), ("CleanImpressions", imps[1]["event_id"]),
+                       (str(d / "judg-1.avro"), None)])
+
+    def letters(files):
+        return sorted((x["source"], json.loads(x["raw"]).get("event_id")) for f in files for x in map(json.loads, open(f)))
+
+    for engine in ("columnar", "records"):
+        out = tmp_path / engine
+        assert batch.main([*common, "--engine", engine, "--output", str(out)]) == 0
+        assert letters([out / "dead_letters.jsonl"]) == expected, engine
+    assert stream_cli.main(["--replay", *common, "--window", "1d", "--output", str(tmp_path / "stream")]) == 0
+    assert letters((tmp_path / "stream").glob("dead_letters-*.jsonl")) == expected

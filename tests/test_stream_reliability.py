@@ -305,7 +305,8 @@ def test_stream_command_damaged_file_conflicts_and_accounting(tmp_path, capsys, 
             path = str(tmp_path / "in" / "bulk.avro")
 
     parsed = list(stream_cli._ParseAvroFile("impressions").process(_Readable()))
-    got = [r for x in parsed if not hasattr(x, "tag") for r in x.value]
+    assert {x.value[0] for x in parsed if not hasattr(x, "tag")} == {_Readable.metadata.path}  # (path, records)
+    got = [r for x in parsed if not hasattr(x, "tag") for r in x.value[1]]
     letters = [x.value for x in parsed if hasattr(x, "tag")]
     assert got == good_bulk and len(letters) == 1 and letters[0]["reason"] == unreadable[0]["reason"]
 

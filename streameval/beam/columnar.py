@@ -644,13 +644,12 @@ class _ReadColumns(ThreadedDoFn):
     #: string columns whose runs of equal values are encoded between stages (see freeze)
     runs: tuple = ()
 
-    def __init__(self, source: str, shards: int, grade_range=None, decoder: str = "datafusion", hold: bool = False,
+    def __init__(self, shards: int, grade_range=None, decoder: str = "datafusion", hold: bool = False,
                  threads: int = 1, time_range=None):
         if decoder not in DECODERS:
             raise ValueError(f"decoder must be one of {DECODERS}")
         self.threads = int(threads)
         self.hold = hold
-        self.source = source
         self.shards = shards
         self.decoder = decoder
         self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
@@ -671,24 +670,24 @@ class _ReadColumns(ThreadedDoFn):
                     used.add("fastavro")
                     self.read.inc(len(recs))
                     n += len(recs)
-                    yield from self._block(recs)
+                    yield from self._block(recs, path)
                 else:  # an Arrow table (arrow_avro.read_tables)
                     used.add("datafusion")
                     self.read.inc(recs.num_rows)
                     n += recs.num_rows
-                    yield from self._table(recs)
+                    yield from self._table(recs, path)
         except avro.AvroInputError as e:  # damaged content: the records before it and a dead letter
             # (a file the environment does not deliver raises InputUnavailableError: the bundle fails)
             self.unreadable.inc()
             yield pvalue.TaggedOutput("dead_letters", unreadable_letter(path, f"{self.kind}s", e, n))
         counter(DECODER_NAMESPACE, f"{'+'.join(sorted(used)) or 'none'}:{path}").inc()
 
-    def _finish(self, recs, chunk, ok, bad, check, shards):
-        """Dead letters of the ``bad`` rows the record check rejects, then the valid rows' columns
-        split by shard."""
+    def _finish(self, recs, chunk, ok, bad, check, shards, path):
+        """Dead letters of the ``bad`` rows the record check rejects (``source``: their file
+        ``path``), then the valid rows' columns split by shard."""
         dead = []
         if len(bad):
-            passed, dead = self._reject(recs, bad, check)
+            passed, dead = self._reject(recs, bad, check, path)
             ok[passed] = True
         yield from dead
         if not ok.all():
@@ -696,8 +695,8 @@ class _ReadColumns(ThreadedDoFn):
         self.valid.inc(chunk["n"])
         yield from _split(chunk, shards(chunk), self.runs, self.hold)
 
-    def _reject(self, recs, rows, check):
-        """Run the record check on ``rows``: (rows that pass, dead letters)."""
+    def _reject(self, recs, rows, check, path):
+        """Run the record check on ``rows`` (read from ``path``): (rows that pass, dead letters)."""
         passed, dead = [], []
         for i in rows:
             reason = check(recs[i])
@@ -705,7 +704,7 @@ class _ReadColumns(ThreadedDoFn):
                 passed.append(i)
                 continue
             counter(NAMESPACE, f"rejected:{self.kind}:{reason_key(reason)}").inc()
-            dead.append(pvalue.TaggedOutput("dead_letters", {"source": self.source,
+            dead.append(pvalue.TaggedOutput("dead_letters", {"source": str(path),
                                                              "raw": records.to_json_text(recs[i]), "reason": reason}))
         return passed, dead
 
@@ -730,7 +729,7 @@ class _ReadImpressionColumns(_ReadColumns):
     def _shards(self, chunk):
         return _shards_of(chunk["system_id"], chunk["request_id"], self.shards)
 
-    def _block(self, recs):
+    def _block(self, recs, path):
         nulls: dict = {}
         chunk = impression_columns(recs, nulls)
         # NaN is null (valid) or NaN (not): when the NaNs are as many as the nulls, all are nulls
@@ -744,9 +743,9 @@ class _ReadImpressionColumns(_ReadColumns):
                 fine[f] |= nan
         ok = self._screen(chunk, fine["score"], fine["propensity"])
         bad = np.flatnonzero(~ok)
-        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path)
 
-    def _table(self, table):
+    def _table(self, table, path):
         chunk, score_null, prop_null = impression_columns_arrow(table)
         prop = chunk["propensity"]
         ok = self._screen(chunk, np.isfinite(chunk["score"]) | score_null, ((prop > 0) & (prop <= 1)) | prop_null)
@@ -757,7 +756,7 @@ class _ReadImpressionColumns(_ReadColumns):
                 if not null[i]:  # NaN is a value here, not a null
                     rec[f] = float(chunk[f][i])
             recs[i] = rec
-        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path)
 
 
 class _ReadJudgmentColumns(_ReadColumns):
@@ -780,31 +779,30 @@ class _ReadJudgmentColumns(_ReadColumns):
     def _shards(self, chunk):
         return _shards_of(chunk["query_id"], None, self.shards)
 
-    def _block(self, recs):
+    def _block(self, recs, path):
         chunk = judgment_columns(recs)
         ok = self._screen(chunk)
         bad = np.flatnonzero(~ok)
-        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path)
 
-    def _table(self, table):
+    def _table(self, table, path):
         chunk = judgment_columns_arrow(table)
         ok = self._screen(chunk)
         bad = np.flatnonzero(~ok)
         recs = dict(zip(bad.tolist(), _judgment_records(chunk, bad)))
-        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path)
 
 
 class _Read(beam.PTransform):
     fn = None
 
-    def __init__(self, paths, source: str, shards: int = SHARDS, grade_range=None, decoder: str | None = None,
+    def __init__(self, paths, shards: int = SHARDS, grade_range=None, decoder: str | None = None,
                  hold: bool = False, threads: int = 1, label=None, time_range=None):
         super().__init__(label)
         self.time_range = time_range
         self.hold = hold
         self.threads = int(threads)
         self.paths = list(paths)
-        self.source = str(source)
         self.shards = int(shards)
         self.grade_range = grade_range
         self.decoder = decoder or default_decoder()
@@ -814,7 +812,7 @@ class _Read(beam.PTransform):
         read = (pbegin
                 | "Paths" >> beam.Create(self.paths)
                 | "Spread" >> beam.Reshuffle()
-                | "Blocks" >> beam.ParDo(self.fn(self.source, self.shards, self.grade_range, self.decoder,
+                | "Blocks" >> beam.ParDo(self.fn(self.shards, self.grade_range, self.decoder,
                                                  self.hold, self.threads, self.time_range)).with_outputs(
                     "dead_letters", main="chunks"))
         #: dead letters: records failing the checks, and one per file that could not be read to its end
@@ -1397,8 +1395,7 @@ class ColumnarMetrics(beam.PTransform):
     def __init__(self, impression_paths, judgment_paths, metrics=(), *, ctr=True, window=None, slices=(),
                  relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
                  tie_break="docno", depth=None, score_precision="float32", judgment_conflicts="latest",
-                 grade_range=None, ci_level=stats.DEFAULT_LEVEL, impression_source="impressions",
-                 judgment_source="judgments", shards=SHARDS, progress_total=None, decoder=None, in_process=False,
+                 grade_range=None, ci_level=stats.DEFAULT_LEVEL, shards=SHARDS, progress_total=None, decoder=None, in_process=False,
                  threads=1, time_range=None, label=None):
         super().__init__(label)
         self.time_range = time_range
@@ -1424,8 +1421,6 @@ class ColumnarMetrics(beam.PTransform):
         self.policy = judgment_conflicts
         self.grade_range = grade_range
         self.ci_level = float(ci_level)
-        self.impression_source = str(impression_source)
-        self.judgment_source = str(judgment_source)
         self.shards = int(shards)
         self.progress_total = progress_total
         self.decoder = decoder or default_decoder()
@@ -1437,7 +1432,7 @@ class ColumnarMetrics(beam.PTransform):
     def expand(self, pbegin):
         from .. import progress
 
-        read = ReadImpressionColumns(self.impression_paths, self.impression_source, self.shards,
+        read = ReadImpressionColumns(self.impression_paths, self.shards,
                                      decoder=self.decoder, hold=self.in_process, threads=self.threads,
                                      time_range=self.time_range)
         chunks = (pbegin
@@ -1447,7 +1442,7 @@ class ColumnarMetrics(beam.PTransform):
         cleaned = (chunks
                    | "GroupRequests" >> beam.GroupByKey()
                    | "CleanRequests" >> beam.ParDo(_CleanShard(
-                       self.impression_source, self.ranking, self.ctr, self.window_micros, self.slice_specs,
+                       "CleanImpressions", self.ranking, self.ctr, self.window_micros, self.slice_specs,
                        self.order, self.shards, self.in_process, self.threads))
                    .with_outputs("dead_letters", "clicks", main="requests"))
         dead = [read.dead_letters, cleaned.dead_letters]
@@ -1457,7 +1452,7 @@ class ColumnarMetrics(beam.PTransform):
                         | "MergeClicks" >> beam.CombinePerKey(_MergeClicks(overall=True))
                         | "ClickRows" >> beam.FlatMap(_click_rows, self.ci_level))
         if self.ranking:
-            jread = ReadJudgmentColumns(self.judgment_paths, self.judgment_source, self.shards, self.grade_range,
+            jread = ReadJudgmentColumns(self.judgment_paths, self.shards, self.grade_range,
                                         decoder=self.decoder, hold=self.in_process, threads=self.threads)
             judgments = pbegin | "ReadJudgments" >> jread
             dead.append(jread.dead_letters)
@@ -1465,7 +1460,7 @@ class ColumnarMetrics(beam.PTransform):
             # cross the runner twice (one GroupByKey), not four times as through CoGroupByKey's Flatten
             resolved = (judgments
                         | "GroupJudgments" >> beam.GroupByKey()
-                        | "ResolveJudgments" >> beam.ParDo(_ResolveShard(self.policy, self.judgment_source,
+                        | "ResolveJudgments" >> beam.ParDo(_ResolveShard(self.policy, "ResolveJudgments",
                                                                          self.in_process, self.threads))
                         .with_output_types(typing.Tuple[int, typing.Tuple[int, typing.Any]])  # a KV, for the multimap
                         .with_outputs("dead_letters", main="judgments"))

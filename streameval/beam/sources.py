@@ -183,8 +183,9 @@ class _ReadAvroFile(beam.DoFn):
     and the reason (counter ``unreadable_files:<name>``); a file the environment does not deliver
     fails the bundle (:class:`InputUnavailableError`)."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, with_file: bool = False):
         self.name = name
+        self.with_file = with_file
 
     def setup(self):
         self.count = counter(NAMESPACE, f"{self.name}s_read")
@@ -196,7 +197,10 @@ class _ReadAvroFile(beam.DoFn):
             for block in read_avro_blocks(path, self.name):
                 self.count.inc(len(block))
                 n += len(block)
-                yield from block
+                if self.with_file:
+                    yield from ((path, rec) for rec in block)
+                else:
+                    yield from block
         except avro.AvroInputError as e:
             self.unreadable.inc()
             yield beam.pvalue.TaggedOutput("unreadable", unreadable_letter(path, f"{self.name}s", e, n))
@@ -205,19 +209,23 @@ class _ReadAvroFile(beam.DoFn):
 class ReadAvro(beam.PTransform):
     """Records of Avro files (local or on any Beam file system), read with :mod:`streameval.io.avro`
     so timestamps are int microseconds. Counter ``<name>s_read``; after application ``.unreadable``
-    holds the dead letters of damaged files (:class:`_ReadAvroFile`)."""
+    holds the dead letters of damaged files (:class:`_ReadAvroFile`). With ``with_file`` the elements
+    are ``(path, record)`` pairs, so that a record check can name the file of a rejected record
+    (:class:`~streameval.beam.transforms.ValidateImpressions` takes either form)."""
 
-    def __init__(self, paths, name: str, label=None):
+    def __init__(self, paths, name: str, label=None, with_file: bool = False):
         super().__init__(label)
         self.paths = list(paths)
         self.name = name
+        self.with_file = with_file
         self.unreadable = None
 
     def expand(self, pbegin):
         read = (pbegin
                 | "Paths" >> beam.Create(self.paths)
                 | "Spread" >> beam.Reshuffle()
-                | "ReadFiles" >> beam.ParDo(_ReadAvroFile(self.name)).with_outputs("unreadable", main="records"))
+                | "ReadFiles" >> beam.ParDo(_ReadAvroFile(self.name, self.with_file)).with_outputs(
+                    "unreadable", main="records"))
         #: dead letters of the files that could not be read to their end
         self.unreadable = read.unreadable
         return read.records

@@ -193,7 +193,12 @@ class _ValidateFn(beam.DoFn):
         self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
         self.valid = Metrics.counter(NAMESPACE, f"{kind}s_valid")
 
-    def process(self, rec):
+    def process(self, element):
+        source = self.source
+        if isinstance(element, tuple):  # (path, record) from ReadAvro(with_file=True): name the file
+            source, rec = element
+        else:
+            rec = element
         if self.kind == "impression":
             reason = records.check_impression(rec, self.time_range)
         else:
@@ -203,7 +208,7 @@ class _ValidateFn(beam.DoFn):
             yield rec
             return
         Metrics.counter(NAMESPACE, f"rejected:{self.kind}:{reason_key(reason)}").inc()
-        yield pvalue.TaggedOutput("dead_letters", {"source": self.source, "raw": records.to_json_text(rec),
+        yield pvalue.TaggedOutput("dead_letters", {"source": source, "raw": records.to_json_text(rec),
                                                    "reason": reason})
 
 
@@ -225,7 +230,9 @@ class _Validate(beam.PTransform):
 class ValidateImpressions(_Validate):
     """``valid, dead = records | ValidateImpressions(source)``: impressions passing
     :func:`streameval.io.records.check_impression`, and dead letters ``{source, raw, reason}``
-    (also ``result.valid`` / ``result.dead_letters``). ``time_range=(lo, hi)`` (inclusive micros,
+    (also ``result.valid`` / ``result.dead_letters``). An element may be a record or a
+    ``(path, record)`` pair (:class:`~streameval.beam.sources.ReadAvro` with ``with_file``): then the
+    dead letter's ``source`` is that path and the valid output holds the record alone. ``time_range=(lo, hi)`` (inclusive micros,
     :func:`streameval.io.records.parse_time_range`): timestamps outside are dead letters too."""
 
     kind = "impression"

@@ -178,7 +178,7 @@ class FileWatcher:
                         top = max(times)
                         self._max_event = top if self._max_event is None else max(self._max_event, top)
                     t0 = min(times, default=0)
-                    yield ElementEvent([TimestampedValue((kind, recs, self._sent_ms / 1000),
+                    yield ElementEvent([TimestampedValue((kind, (str(path), recs), self._sent_ms / 1000),
                                                          Timestamp(micros=ms_floor(t0)))])
         except avro.AvroInputError as e:  # damaged bytes: the records before the damage and a dead letter
             yield ElementEvent([TimestampedValue(("unreadable", unreadable_letter(path, kind, e, n),
@@ -302,8 +302,8 @@ class _Fanout(beam.DoFn):
     def process(self, element):
         kind, payload, ptime = element
         _replay._REPLAY_NOW[0] = float(ptime)
-        if kind in KINDS:
-            _RECEIVED[self.token] = _RECEIVED.get(self.token, 0) + len(payload)
+        if kind in KINDS:  # payload: (path, records)
+            _RECEIVED[self.token] = _RECEIVED.get(self.token, 0) + len(payload[1])
         yield pvalue.TaggedOutput(kind, payload)
 
 

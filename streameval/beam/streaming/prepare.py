@@ -58,10 +58,14 @@ class _Click:
 # --------------------------------------------------------------------------------------------
 # input preparation (stateless): validation, coarse grouping
 
-def _as_list(element):
+def file_records(element, default: str) -> tuple[str, list]:
+    """``(source, records)`` of a source's element: a ``(path, [records])`` pair from a file source
+    (its dead letters name that file), else a record or a list of records (named ``default``)."""
+    if isinstance(element, tuple) and len(element) == 2 and isinstance(element[0], str):
+        return element[0], list(element[1])
     if isinstance(element, (list, tuple)):
-        return element
-    return [element]
+        return default, element
+    return default, [element]
 
 
 class _PrepareEvents(beam.DoFn):
@@ -100,13 +104,13 @@ class _PrepareEvents(beam.DoFn):
         by_req: dict = {}
         dead = []
         subs: set = set()
-        recs = _as_list(element)
+        source, recs = file_records(element, self.source)
         _tally(self.run, f"{self.kind}s_read", len(recs))
         for rec in recs:
             reason = self.check(rec)
             if reason is not None:
                 _tally(self.run, f"rejected:{self.kind}:{_reason_key(reason)}")
-                dead.append({"source": self.source, "raw": records.to_json_text(rec), "reason": reason})
+                dead.append({"source": source, "raw": records.to_json_text(rec), "reason": reason})
                 continue
             by_req.setdefault(rec["request_id"], []).append(self.entry(rec))
             if self.gate:
@@ -222,13 +226,13 @@ class _PrepareJudgments(beam.DoFn):
     def process(self, element):
         by_q: dict = {}
         dead = []
-        recs = _as_list(element)
+        source, recs = file_records(element, self.source)
         _tally(self.run, "judgments_read", len(recs))
         for rec in recs:
             reason = records.check_judgment(rec, self.grade_range)
             if reason is not None:
                 _tally(self.run, f"rejected:judgment:{_reason_key(reason)}")
-                dead.append({"source": self.source, "raw": records.to_json_text(rec), "reason": reason})
+                dead.append({"source": source, "raw": records.to_json_text(rec), "reason": reason})
                 continue
             by_q.setdefault(rec["query_id"], []).append(
                 [rec["item_id"], int(rec.get("timestamp") or 0), int(rec["grade"]), records.to_json_text(rec)])

@@ -206,7 +206,7 @@ class _Queries:
                 by_key = {(e.ts, e.grade): e for e in entries}
                 for key in sorted(new_rejected):
                     _tally(run, f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}")
-                    dead.append({"source": cfg.source, "raw": by_key[key].raw or raw,
+                    dead.append({"source": "ResolveJudgments", "raw": by_key[key].raw or raw,
                                  "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} (query {query!r}, item {item!r}: "
                                            f"grades {grades}; policy reject)"})
             old = judged.get(item)

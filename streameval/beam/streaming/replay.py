@@ -71,7 +71,7 @@ class _ReplayFanout(beam.DoFn):
     def process(self, element):
         kind, payload, ptime = element
         _REPLAY_NOW[0] = float(ptime)
-        if kind == "chunk":
+        if kind == "chunk":  # the loader yields (kind, records) or (kind, (path, records))
             for k, recs in self.loader(payload):
                 if recs:
                     yield pvalue.TaggedOutput(k, recs)
@@ -87,7 +87,8 @@ class Replay(beam.PTransform):
     elements are lists of records, timestamped with the earliest event time of the list. ``steps``
     is a list of
 
-    * ``("impressions" | "judgments" | "clicks", [records])``: events delivered together;
+    * ``("impressions" | "judgments" | "clicks", [records])``: events delivered together (or
+      ``(path, [records])``: events of one file, whose dead letters name it);
     * ``("watermark", micros)``: the watermark advances (events behind it are late);
     * ``("advance", seconds)``: processing time advances (early panes by processing time fire);
     * ``("chunk", descriptor)``: ``loader(descriptor)`` yields ``(kind, records)`` when the chunk
@@ -107,19 +108,22 @@ class Replay(beam.PTransform):
     def from_records(cls, impressions=(), judgments=(), clicks=(), step="1h", pace=1.0, label=None):
         """Steps replaying the records in event-time order: the events of each ``step`` of event
         time are delivered together, then the watermark moves to the step's end and processing
-        time advances by ``pace`` seconds. Judgments without a timestamp play at time 0."""
+        time advances by ``pace`` seconds. Judgments without a timestamp play at time 0. A kind's
+        records are a list, or ``{path: records}`` for records read from files (the events of one
+        step and file are one element ``(path, records)``, so a dead letter names its file)."""
         step_us = parse_duration(step, "step")
-        groups: dict = defaultdict(lambda: {k: [] for k in cls.KINDS})
-        for kind, recs in (("impressions", impressions), ("judgments", judgments), ("clicks", clicks)):
-            for r in recs:
-                groups[(usable_time(r) or 0) // step_us][kind].append(r)
+        groups: dict = defaultdict(lambda: {k: defaultdict(list) for k in cls.KINDS})
+        for kind, given in (("impressions", impressions), ("judgments", judgments), ("clicks", clicks)):
+            by_file = given.items() if isinstance(given, dict) else [(None, given)]
+            for path, recs in by_file:
+                for r in recs:
+                    groups[(usable_time(r) or 0) // step_us][kind][path].append(r)
         steps = []
         for s in sorted(groups):
             for kind in ("judgments", "impressions", "clicks"):
-                recs = groups[s][kind]
-                if recs:
+                for path, recs in groups[s][kind].items():
                     recs.sort(key=lambda r: usable_time(r) or 0)
-                    steps.append((kind, recs))
+                    steps.append((kind, recs if path is None else (path, recs)))
             steps.append(("watermark", (s + 1) * step_us))
             if pace:
                 steps.append(("advance", float(pace)))
@@ -141,6 +145,11 @@ class Replay(beam.PTransform):
                 ts = ts.add_elements([TimestampedValue(("chunk", arg, ptime), _when(arg[0] if isinstance(
                     arg, (list, tuple)) else 0))])
             elif kind in self.KINDS:
+                if isinstance(arg, tuple) and len(arg) == 2 and isinstance(arg[0], str):  # (path, records)
+                    if arg[1]:
+                        ts = ts.add_elements([TimestampedValue((kind, (arg[0], list(arg[1])), ptime),
+                                                               _when(element_time(arg[1])))])
+                    continue
                 if not arg:
                     continue
                 ts = ts.add_elements([TimestampedValue((kind, list(arg), ptime), _when(element_time(arg)))])

@@ -506,7 +506,7 @@ class _Requests:
             _tally(run, "duplicate:impression", n_dup)
             for rec, reason in rejected:
                 _tally(run, f"rejected:impression:{_category(reason)}")
-                dead.append({"source": cfg.source, "raw": records.to_json_text(rec), "reason": reason})
+                dead.append({"source": "CleanImpressions", "raw": records.to_json_text(rec), "reason": reason})
             if cfg.ctr:
                 not_logged = sum(imp.clicked is None for imp in ent.imps)
                 _tally(run, "click_impressions", len(ent.imps) - not_logged)

@@ -72,6 +72,11 @@ class StreamMetrics(beam.PTransform):
       in batch); ``grade_range=(lo, hi)``: judgments with a grade outside are dead letters;
       ``time_range=(lo, hi)`` (inclusive micros): impressions and click events whose timestamp lies
       outside are dead letters (those outside the years 1 to 9999 always are).
+    * ``source``: the ``source`` of the dead letters of records that do not come from a file (a
+      text, or ``{"impressions" | "judgments" | "clicks": text}``); a file source's elements are
+      ``(path, records)`` pairs and their dead letters name the file. Replays and conflicts are
+      decided across files: their dead letters name the stage (``CleanImpressions``,
+      ``ResolveJudgments``), as in batch.
 
     Repeated input (as in batch, :func:`streameval.io.cleaning.clean_request`): impressions of one
     ``(system_id, request_id)`` replayed with the same ``event_id`` and content are duplicates and
@@ -141,8 +146,10 @@ class StreamMetrics(beam.PTransform):
             slice_specs=parse_slices(slices), attr_keys=sorted({n for s in parse_slices(slices) for n in s}),
             shards=int(request_shards), clock=clock,
             cleanup=spec.period if spec.windowed else spec.size,
-            run=uuid.uuid4().hex, source=str(source), policy=judgment_conflicts)
-        self.source = str(source)
+            run=uuid.uuid4().hex, policy=judgment_conflicts)
+        # the dead-letter source of records that come without their file (see prepare.file_records)
+        self.sources = {k: str(source.get(k, "stream") if isinstance(source, dict) else source)
+                        for k in ("impressions", "judgments", "clicks")}
         self.panes = None
         self.side = None
 
@@ -157,16 +164,16 @@ class StreamMetrics(beam.PTransform):
             return pc
 
         pieces = [impressions | "PrepareImpressions" >> beam.ParDo(
-            _PrepareImpressions(self.source, cfg.spec if gate else None, cfg.shards, cfg.run, gate_shards,
+            _PrepareImpressions(self.sources["impressions"], cfg.spec if gate else None, cfg.shards, cfg.run, gate_shards,
                                 self.time_range))]
         if self.clicks is not None:
             pieces.append(self.clicks | "PrepareClicks" >> beam.ParDo(
-                _PrepareClicks(self.source, cfg.spec if gate else None, cfg.shards, cfg.run, gate_shards,
+                _PrepareClicks(self.sources["clicks"], cfg.spec if gate else None, cfg.shards, cfg.run, gate_shards,
                                self.time_range)))
         to_queries = []
         if cfg.ranking:
             jud = self.judgments | "PrepareJudgments" >> beam.ParDo(
-                _PrepareJudgments(self.source, gate, cfg.run, self.grade_range, gate_shards)).with_outputs("gate", main="queries")
+                _PrepareJudgments(self.sources["judgments"], gate, cfg.run, self.grade_range, gate_shards)).with_outputs("gate", main="queries")
             to_queries.append(jud.queries)
             if gate:
                 pieces.append(jud.gate)

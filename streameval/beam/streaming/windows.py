@@ -152,7 +152,6 @@ class _Config:
     clock: object
     cleanup: int = 1
     run: str = ""
-    source: str = "stream"
     policy: str = "latest"
 
     """The settings of one :class:`~streameval.beam.streaming.StreamMetrics`, shared by its stages.
@@ -164,7 +163,7 @@ class _Config:
     ranking metrics as :class:`~streameval.beam.transforms.ScoreRankings` prepares them;
     ``slice_specs`` / ``attr_keys``: the slices and the attributes they read; ``shards``: keyed
     states of requests; ``clock``: processing-time source (None: wall time); ``run``: the id
-    under which counts are tallied; ``source``: the dead letters' source; ``policy``: the
+    under which counts are tallied; ``policy``: the
     judgment conflict policy.
     """
 
