@@ -31,7 +31,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from streameval.beam.accounting import (account, add_input_check_arguments, check_inputs, exit_status, format_accounting,
                                         input_checks_from_args, job_counters, job_distributions)
-from streameval.beam.arguments import DEFAULT_METRICS, split_metrics
+from streameval.accumulators.bootstrap import ReplicateSums
+from streameval.exits import EXIT_USAGE, one_line
+from streameval.beam.arguments import DEFAULT_METRICS, make_pipeline, split_metrics
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.columnar import (DECODER_NAMESPACE, DECODERS, SHARD_IMPRESSIONS, SHARDS, ColumnarMetrics,
@@ -503,6 +505,7 @@ def main(argv=None) -> int:
             raise ValueError("--ci-level must be in (0, 1)")
         if args.replicates < 1:
             raise ValueError("--replicates must be positive")
+        ReplicateSums(1, args.replicates, "poisson", args.ci_seed)  # their ranges: one line, exit 2
         checks = input_checks_from_args(args)
         MetricOptions(relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal,
                       err_max_grade=args.err_max_grade)
@@ -513,6 +516,7 @@ def main(argv=None) -> int:
             beam_args = [*beam_args, "--direct_num_workers", str(workers), "--direct_running_mode",
                          "multi_processing"]
         options = PipelineOptions(["--runner", args.runner, *beam_args])
+        p = make_pipeline(options)  # checks the runner's name
         set_file_system_options(options)  # before any remote file is matched (credentials, endpoint)
         impression_paths = expand_inputs(args.impressions)
         judgment_paths = expand_inputs(args.judgments) if args.judgments else []
@@ -520,9 +524,9 @@ def main(argv=None) -> int:
             raise ValueError("--labels judgments needs --judgments")
         if not judgment_paths and args.no_ctr and not online:
             raise ValueError("nothing to compute: no --judgments, no online metrics and --no-ctr")
-    except (ValueError, MetricNameError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, TypeError, MetricNameError, FileNotFoundError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
 
     ranked = bool(judgment_paths and ranking)
     outputs = [f for f in OUTPUT_FILES if ranked or f != "unjudged.jsonl"]
@@ -531,14 +535,17 @@ def main(argv=None) -> int:
     try:
         args.output = prepare_output(args.output, (*OUTPUT_FILES, "comparisons.jsonl"))
     except Exception as e:  # noqa: BLE001 (the output's file system: permission, credentials, network)
-        print(f"error: cannot prepare the output directory {args.output}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+        print(f"error: cannot prepare the output directory {args.output!r}: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_USAGE
     # Beam's local runner in this process: the columnar engine keeps the values between stages in memory
     args.in_process = args.runner == "FnApiRunner" and not _beam_sets_workers(beam_args)
     args.work_threads = work_threads(args)
     start = time.perf_counter()
-    p = beam.Pipeline(options=options)
-    build_pipeline(p, args, impression_paths, judgment_paths)
+    try:
+        build_pipeline(p, args, impression_paths, judgment_paths)
+    except (ValueError, TypeError) as e:  # an option a transform refuses (each checks its own)
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
     local = args.runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS
     if local:  # the job runs in this process: fewer page faults (streameval/tuning.py)
         tuning.keep_freed_memory()

@@ -46,6 +46,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from streameval.beam.accounting import job_counters
+from streameval.beam.arguments import make_output_dir, make_pipeline
+from streameval.exits import one_line
 from streameval.beam.sinks import read_metric_rows, write_records
 from streameval.beam.sources import ReadAvro
 from streameval.beam.online import OffPolicyCtr
@@ -304,8 +306,11 @@ def main(argv=None) -> int:
             name = f"{target_system or 'target'}-logged"
             notes.append(f"logged target: propensities of {len(target_recs)} target-log impressions, nearest time "
                          "per (slice, item, position)")
-    except (ValueError, FileNotFoundError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        p = make_pipeline(PipelineOptions(["--runner", args.runner, *beam_args]))
+        if args.output:
+            make_output_dir(args.output)
+    except (ValueError, TypeError, FileNotFoundError, OSError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
 
     start = time.perf_counter()
@@ -313,8 +318,6 @@ def main(argv=None) -> int:
     logs_path = os.path.join(tmp, "logs.avro")
     avro.write_records(logs_path, "impression", logs)
     out_dir = args.output or tmp
-    os.makedirs(out_dir, exist_ok=True)
-    p = beam.Pipeline(options=PipelineOptions(["--runner", args.runner, *beam_args]))
     imps, dead = (p | "ReadLogs" >> ReadAvro([logs_path], "impression")  # one file converted from the logs: name them
                   | "ValidateLogs" >> ValidateImpressions(",".join(args.logs)))
     imps, clean_dead = imps | "CleanLogs" >> CleanImpressions()

@@ -52,7 +52,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Timestamp
 
-from streameval.beam.arguments import DEFAULT_METRICS, split_metrics
+from streameval.beam.arguments import DEFAULT_METRICS, make_output_dir, make_pipeline, split_metrics
+from streameval.exits import one_line
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.sources import UNREADABLE, expand_inputs, failure_reason, read_avro_blocks, set_file_system_options, unreadable_letter
@@ -867,8 +868,8 @@ def main(argv=None) -> int:
         if any(getattr(args, f"kafka_{k}") for k in KINDS) and not args.kafka_bootstrap:
             raise ValueError("Kafka topics need --kafka-bootstrap")
         checks = input_checks_from_args(args)
-    except (ValueError, MetricNameError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ValueError, TypeError, MetricNameError, FileNotFoundError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
 
     runner = _runner(args)
@@ -876,21 +877,25 @@ def main(argv=None) -> int:
         print("error: name a streaming runner with --runner (e.g. DataflowRunner, FlinkRunner, PrismRunner)",
               file=sys.stderr)
         return 2
-    if args.output:
-        FileSystems.mkdirs(args.output) if "://" in args.output else os.makedirs(args.output, exist_ok=True)
     options = PipelineOptions(["--runner", runner, *beam_args])
     options.view_as(StandardOptions).streaming = True
+    try:
+        p = make_pipeline(options)
+        if args.output:
+            make_output_dir(args.output)
+    except ValueError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
     start = time.perf_counter()
     me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
     local, unreadable = me.LOCAL_COUNTS, me.LOCAL_UNREADABLE
     local.clear()
     unreadable.clear()
     me.PANE_LOG.clear()
-    p = beam.Pipeline(options=options)
     try:
         sm, _, rep = build_pipeline(p, args, paths)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ValueError, TypeError) as e:  # an option a transform refuses (each checks its own)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     live = rep if isinstance(rep, WatchFiles) else None
     handlers = {}

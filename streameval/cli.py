@@ -62,9 +62,7 @@ def _fmt_value(spec, v) -> str:
     return "%.4f" % v
 
 
-def _one_line(err) -> str:
-    """An exception as one line of text (error messages go to stderr on a single line)."""
-    return " ".join(str(err).split()) or type(err).__name__
+from .exits import one_line as _one_line  # noqa: E402  (used by every command here)
 
 
 def _trec_input_error(err: ValueError, run, qrels, run_path, qrels_path) -> ValueError:
@@ -219,6 +217,11 @@ def _convert_main(args) -> int:
 def _convert(args, avro, convert, trec) -> int:
     """Convert as ``args`` say; returns the number of records written."""
     if args.kind == "trec-run":
+        from .io.records import check_timestamp
+
+        bad_time = check_timestamp(args.timestamp)  # a converter refuses what the jobs would reject
+        if bad_time:
+            raise ValueError(f"--timestamp: {bad_time}")
         run = trec.read_run(args.run, check=True)
         if len(run) == 0:
             raise trec.InputFormatError(args.run, None, "empty run file (no result lines)")

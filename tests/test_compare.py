@@ -257,7 +257,7 @@ def test_compare_command_small(tmp_path, capsys):
         assert r["mean_a"] == res.means[r["metric"]] and r["mean_b"] == res_b.means[r["metric"]]
         assert r["perm_method"] == "exact" and r["p_perm"] == brute_force_sign_flip((b - a).tolist())
         assert r["p_t"] == pytest.approx(sst.ttest_rel(b, a).pvalue, rel=1e-9)
-    assert compare.main([str(paths["qrels"]), str(paths["a.run"]), str(paths["b.run"]), "-m", "nonsense"]) == 1
+    assert compare.main([str(paths["qrels"]), str(paths["a.run"]), str(paths["b.run"]), "-m", "nonsense"]) == 2
     assert "nonsense" in capsys.readouterr().err
 
 

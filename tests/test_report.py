@@ -200,14 +200,35 @@ def test_report_renders_in_headless_chromium(rendered, tmp_path):
 
 
 def test_report_command_errors(tmp_path, capsys):
-    assert report.main([str(tmp_path / "missing.avro"), "--out", str(tmp_path / "o")]) == 1
+    assert report.main([str(tmp_path / "missing.avro"), "--out", str(tmp_path / "o")]) == 2
     (tmp_path / "empty.jsonl").write_text("")
-    assert report.main([str(tmp_path / "empty.jsonl"), "--out", str(tmp_path / "o")]) == 1
+    assert report.main([str(tmp_path / "empty.jsonl"), "--out", str(tmp_path / "o")]) == 2
     assert "no metric rows" in capsys.readouterr().err
     rows = constructed_rows()
     avro.write_records(tmp_path / "m.avro", "metric_result", rows)
     assert report.main([str(tmp_path / "m.avro"), "--out", str(tmp_path / "o"), "--metrics", "ndcg@10"]) == 0
     assert [p.name for p in (tmp_path / "o").glob("*.png")] == ["ndcg_10_global.png"]
+
+
+def test_report_shows_windows_at_the_ends_of_time(tmp_path):
+    """Issue 20, item 11: report died ("year 10000 is out of range") on a window after the year 9999,
+    and a float conversion put 9999's last microsecond into the year 10000. The last representable
+    day is drawn on a date axis; a table with any int64 window start still gives a report, with
+    days since 1970 on the axis and the microseconds in the table."""
+    last = records.EVENT_TIME_MAX - records.EVENT_TIME_MAX % DAY  # 9999-12-31, as a job windows it
+    rows = [metric_row(last - DAY, last, "all", "a", "map", 0.25, 4, 0.1),
+            metric_row(last, last + DAY, "all", "a", "map", 0.5, 4, 0.1)]
+    avro.write_records(tmp_path / "last.avro", "metric_result", rows)
+    assert report.main([str(tmp_path / "last.avro"), "--out", str(tmp_path / "o1")]) == 0
+    page = (tmp_path / "o1" / "report.html").read_text()
+    assert "9999-12-31 00:00:00 UTC" in page and "9999-12-30 00:00:00 UTC" in page
+    assert report._fmt_time(records.EVENT_TIME_MAX) == "9999-12-31 23:59:59 UTC"
+    beyond = [metric_row(last + DAY, last + 2 * DAY, "all", "a", "map", 0.75, 4, 0.1), *rows]
+    avro.write_records(tmp_path / "beyond.avro", "metric_result", beyond)
+    assert report.main([str(tmp_path / "beyond.avro"), "--out", str(tmp_path / "o2")]) == 0
+    page = (tmp_path / "o2" / "report.html").read_text()
+    assert f"{last + DAY} us since 1970" in page and "9999-12-31 00:00:00 UTC" in page
+    assert png_size((tmp_path / "o2" / "map_windows.png").read_bytes())[0] > 100
 
 
 # --------------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_REPLICATES",
     "DEFAULT_FLIPS",
     "DEFAULT_EXACT_MAX",
+    "MAX_REPLICATES",
     "ReplicateSums",
     "PoissonBootstrap",
     "PairedComparison",
@@ -57,6 +58,8 @@ __all__ = [
 DEFAULT_REPLICATES = 200
 DEFAULT_FLIPS = 10_000
 DEFAULT_EXACT_MAX = 20
+#: the most bootstrap replicates or sign flips (their weights are built in memory, a row per query)
+MAX_REPLICATES = 1_000_000
 
 _GRID = 1126  # x * 2**1126 is an integer for every finite double x (smallest subnormal 2**-1074)
 _MASK32 = np.uint64(0xFFFFFFFF)
@@ -122,8 +125,15 @@ class ReplicateSums:
     def __init__(self, n_metrics: int, replicates: int, kind: str = "poisson", seed: int = 0):
         if kind not in ("poisson", "sign"):
             raise ValueError("kind must be 'poisson' or 'sign'")
-        if replicates < 0:
-            raise ValueError("replicates must be >= 0")
+        what = "replicates" if kind == "poisson" else "flips"
+        if isinstance(replicates, bool) or not isinstance(replicates, (int, np.integer)):
+            raise TypeError(f"{what} must be an int, got {replicates!r}")
+        if not 0 <= replicates <= MAX_REPLICATES:
+            raise ValueError(f"{what} must be between 0 and {MAX_REPLICATES}, got {replicates}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"seed must be between 0 and 2**64 - 1 (it keys a 64-bit hash), got {seed}")
         self.n = int(n_metrics)
         self.r = int(replicates)
         self.kind = kind

@@ -43,17 +43,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..exits import EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE
 from ..io import cleaning
 
 __all__ = ["job_counters", "job_distributions", "account", "POST_VALIDATION_REASONS", "KINDS", "format_accounting",
            "exit_status", "InputChecks", "check_inputs", "add_input_check_arguments", "EXIT_OK", "EXIT_FAILED",
            "EXIT_USAGE", "EXIT_INPUT_CHECK"]
 
-#: exit statuses of ``streameval batch`` and ``streameval stream`` (and of every command: 2 for usage)
-EXIT_OK = 0
-EXIT_FAILED = 1  # the job failed (runner, environment) or its record counts do not add up
-EXIT_USAGE = 2  # bad options, or inputs the job cannot start on (missing files, bad globs)
-EXIT_INPUT_CHECK = 3  # the job ran and its outputs are complete, but its input failed a check (InputChecks)
+# EXIT_*: the exit statuses of every command (streameval/exits.py), also importable from here
 
 DEFAULT_MAX_REJECTED_FRACTION = 0.05
 

@@ -1,9 +1,9 @@
 """Command-line values shared by the batch and streaming jobs: metric lists, slice specifications,
-grade ranges. Layer 3: the jobs (``pipelines/``) import these instead of each other's helpers."""
+grade ranges, the pipeline and its output directory. Layer 3: the jobs (``pipelines/``) import these instead of each other's helpers."""
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_METRICS", "split_metrics", "parse_slice_args", "parse_grades"]
+__all__ = ["DEFAULT_METRICS", "split_metrics", "parse_slice_args", "parse_grades", "make_pipeline", "make_output_dir"]
 
 DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
 
@@ -53,3 +53,33 @@ def parse_grades(text):
     if lo > hi:
         raise ValueError(f"--grades: {lo} > {hi}")
     return lo, hi
+
+
+def make_pipeline(options):
+    """``beam.Pipeline(options=options)``; a runner Beam does not know (a wrong name, a module path
+    that does not import) raises ``ValueError`` with one line, which the jobs report with exit 2."""
+    import apache_beam as beam
+
+    try:
+        return beam.Pipeline(options=options)
+    except ImportError as e:  # Beam imports a runner given as a dotted path
+        raise ValueError(f"--runner: cannot import the runner ({e})") from None
+
+
+def make_output_dir(path: str) -> None:
+    """Create the output directory ``path`` (local, or on a Beam file system when it has a scheme);
+    raises ``ValueError`` naming it when it cannot be made (a file of that name, no permission, a NUL
+    in the name)."""
+    import os
+
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        if "://" in path:
+            FileSystems.mkdirs(path)
+        else:
+            os.makedirs(path, exist_ok=True)
+    except Exception as e:  # noqa: BLE001 (any file-system error: permission, credentials, a file in the way)
+        if "://" in path and FileSystems.exists(path):
+            return  # an object store "directory" that exists already
+        raise ValueError(f"cannot make the output directory {path!r}: {type(e).__name__}: {e}") from None

@@ -18,6 +18,8 @@ import os
 import sys
 import warnings
 
+from ..exits import EXIT_USAGE, one_line
+
 __all__ = ["main", "compare_runs", "build_arg_parser"]
 
 
@@ -145,8 +147,13 @@ def main(argv=None) -> int:
         if args.replicates < 0 or args.flips < 0 or args.exact_max < 0:
             raise ValueError("--replicates, --flips and --exact-max must be >= 0")
         qrels = trec.read_qrels(args.qrels)
+        if len(qrels) == 0:
+            raise trec.InputFormatError(args.qrels, None, "empty qrels file (no judgment lines)")
         paths = [args.run_a, *args.runs_b]
         runs = [trec.read_run(p) for p in paths]
+        for p, run in zip(paths, runs):
+            if len(run) == 0:  # as trec-eval: a comparison with n = 0 is no comparison
+                raise trec.InputFormatError(p, None, "empty run file (no result lines)")
         names = [_name(p) for p in paths]
         if len(set(names)) < len(names):
             names = paths
@@ -155,8 +162,8 @@ def main(argv=None) -> int:
                                   seed=args.seed, relevance_level=args.level, complete=args.complete,
                                   depth=args.depth, gain=args.gain, err_max_grade=args.err_max_grade)
     except (MetricNameError, ValueError, OSError) as e:
-        print(f"streameval compare: {e}", file=sys.stderr)
-        return 1
+        print(f"streameval compare: {one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
     if args.json:
         for r in rows:
             print(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}))

@@ -434,8 +434,13 @@ def main(argv=None, out=None) -> int:
         if args.json_out == "-":
             out.write(text + "\n")
             return 0 if agree else 1
-        with open(args.json_out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+        try:
+            with open(args.json_out, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+            print(f"streameval reconcile: cannot write --json {args.json_out!r}: {getattr(e, 'strerror', None) or e}",
+                  file=sys.stderr)
+            return 2
 
     w = out.write
     w(f"A: {args.a} ({len(a)} rows)\nB: {args.b} ({len(b)} rows)\n")

@@ -26,7 +26,9 @@ import os
 import re
 import sys
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+
+from ..exits import EXIT_USAGE, one_line
 
 __all__ = ["main", "read_rows", "prepare_rows", "write_report", "build_arg_parser"]
 
@@ -117,13 +119,26 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_") or "metric"
 
 
+#: the window starts a date axis can show (Python's and matplotlib's years 1 to 9999)
+_DATE_MIN, _DATE_MAX = -62_135_596_800_000_000, 253_402_300_799_999_999
+
+
+def _dated(micros) -> bool:
+    return micros is not None and _DATE_MIN <= micros <= _DATE_MAX
+
+
 def _dt(micros):
-    return datetime.fromtimestamp(micros / 1e6, tz=timezone.utc)
+    # exact (a float of micros / 1e6 rounds the last microsecond of 9999 into the year 10000)
+    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=int(micros))
 
 
 def _fmt_time(micros) -> str:
+    """A window start as UTC date and time; one outside the years 1 to 9999 (a table may hold
+    any int64) as its microseconds since the epoch."""
     if micros is None:
         return "global"
+    if not _dated(micros):
+        return f"{micros} us since 1970"
     return _dt(micros).strftime("%Y-%m-%d %H:%M:%S") + " UTC"
 
 
@@ -144,6 +159,8 @@ def _plot_windows(plt, metric, rows):
     nrows = -(-len(slices) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(6.4 * ncols, 3.8 * nrows), squeeze=False, sharey=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    # a date axis for windows within the years 1 to 9999; else days since 1970 on a plain axis
+    dates = all(_dated(r["window_start"]) for r in rows)
     for ax, sl in zip(axes.flat, slices):
         for i, system in enumerate(systems):
             pts = sorted((r for r in rows if r["slice"] == sl and r["system"] == system),
@@ -151,14 +168,17 @@ def _plot_windows(plt, metric, rows):
             if not pts:
                 continue
             color = colors[i % len(colors)]
-            x = [_dt(r["window_start"]) for r in pts]
+            x = [_dt(r["window_start"]) if dates else r["window_start"] / 86_400e6 for r in pts]
             y = [r["value"] if _ok(r["value"]) else math.nan for r in pts]
             lo = [r["ci_low"] if _ok(r.get("ci_low")) else math.nan for r in pts]
             hi = [r["ci_high"] if _ok(r.get("ci_high")) else math.nan for r in pts]
             ax.plot(x, y, marker="o", markersize=3, color=color, label=system)
             ax.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0)
         ax.set_title(f"{metric} - {sl}", fontsize=10)
-        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(mdates.AutoDateLocator()))
+        if dates:
+            ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(mdates.AutoDateLocator()))
+        else:
+            ax.set_xlabel("window start (days since 1970-01-01)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(slices):]:
@@ -338,8 +358,8 @@ def main(argv=None) -> int:
         res = write_report(rows, args.out, title=args.title, level=args.confidence,
                            inputs=[os.path.basename(os.path.normpath(p)) for p in args.results], metrics=metrics)
     except (ValueError, OSError) as e:
-        print(f"streameval report: {e}", file=sys.stderr)
-        return 1
+        print(f"streameval report: {one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
     print(f"wrote {res['html']} and {len(res['pngs'])} PNG plots ({res['rows']} rows)")
     return 0
 

@@ -38,10 +38,13 @@ __all__ = [
     "parse_metric",
     "parse_metrics",
     "TREC_DEFAULT_CUTOFFS",
+    "MAX_CUTOFF",
     "ALL_TREC",
     "OFFICIAL_TREC",
 ]
 
+#: the largest cutoff and depth (positions are Avro ints in the logs; trec_eval's ranks are C ints)
+MAX_CUTOFF = 2**31 - 1
 # trec_eval's default cutoffs for P, recall, map_cut and ndcg_cut; success has its own.
 TREC_DEFAULT_CUTOFFS = (5, 10, 15, 20, 30, 100, 200, 500, 1000)
 TREC_SUCCESS_CUTOFFS = (1, 5, 10)
@@ -206,6 +209,8 @@ def _parse_one(raw: str) -> list[MetricSpec]:
             value = float(part)
         except ValueError:
             raise MetricNameError(f"metric {raw!r}: cutoff {part!r} is not a number. Accepted: {ACCEPTED}") from None
+        if not 1 <= value < MAX_CUTOFF + 1:  # NaN fails too
+            raise MetricNameError(f"metric {raw!r}: cutoff {part!r} must be between 1 and {MAX_CUTOFF}")
         if value != int(value):
             # trec_eval truncates fractional cutoffs (ndcg_cut.23.4 -> 23)
             value = int(value)

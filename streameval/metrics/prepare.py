@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .kernel import RankedLists
+from .names import MAX_CUTOFF as MAX_RANK
 
 __all__ = ["Prepared", "prepare", "factorize", "rank_order", "ranking_scores", "ORDERS", "TIE_BREAKS",
            "SCORE_PRECISIONS"]
@@ -31,8 +32,8 @@ def check_ranking_options(*, depth=None, score_precision="float32", tie_break="d
     if depth is not None:
         if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)):
             raise TypeError(f"depth must be a positive int or None, got {depth!r}")
-        if depth < 1:
-            raise ValueError(f"depth must be positive, got {depth}")
+        if not 1 <= depth <= MAX_RANK:
+            raise ValueError(f"depth must be between 1 and {MAX_RANK} (the largest position), got {depth}")
     if score_precision not in SCORE_PRECISIONS:
         raise ValueError(f"score_precision must be one of {SCORE_PRECISIONS}, got {score_precision!r}")
     if tie_break not in TIE_BREAKS:

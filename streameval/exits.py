@@ -1,0 +1,29 @@
+"""Exit statuses of every ``streameval`` command, and the one-line form of an error.
+
+Documented in the README ("Exit statuses") and docs/metrics.md ("Input checks and exit status"):
+
+* 0 (:data:`EXIT_OK`): done;
+* 1 (:data:`EXIT_FAILED`): the job failed (runner, environment) or its record counts do not add up;
+  ``reconcile``: the tables disagree;
+* 2 (:data:`EXIT_USAGE`): bad options, or inputs or an output the command cannot start on (missing
+  or malformed files, a bad glob, an ``--output`` that cannot be created);
+* 3 (:data:`EXIT_INPUT_CHECK`): the job ran and its outputs are complete, but its input failed a
+  check (:class:`streameval.beam.accounting.InputChecks`).
+
+Errors go to stderr as one line (:func:`one_line`), never as a traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INPUT_CHECK", "one_line"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INPUT_CHECK = 3
+
+
+def one_line(err) -> str:
+    """An exception (or text) as one line: its message with runs of white space (newlines too)
+    made one space; the exception's type name when it has no message."""
+    return " ".join(str(err).split()) or type(err).__name__
