@@ -269,7 +269,8 @@ def _describe(events):
     out = []
     for e in events:
         if isinstance(e, ElementEvent):
-            out.extend((tv.value[0], len(tv.value[1]), tv.value[2], tv.timestamp.micros) for tv in e.timestamped_values)
+            # an element: (kind, (path, records), processing time)
+            out.extend((tv.value[0], len(tv.value[1][1]), tv.value[2], tv.timestamp.micros) for tv in e.timestamped_values)
         elif isinstance(e, WatermarkEvent):
             out.append(("watermark", e.new_watermark.micros))
         else:
