@@ -48,7 +48,7 @@ from streameval.beam.transforms import (
     ValidateJudgments,
     parse_window,
 )
-from streameval.beam.sinks import prepare_output, publish, read_jsonl, read_metric_rows, write_jsonl, write_records
+from streameval.beam.sinks import prepare_output, publish, read_jsonl, remove_temporary, read_metric_rows, write_jsonl, write_records
 from streameval.beam.sources import (UNREADABLE, ReadAvro, expand_inputs, failure_reason, input_bytes,
                                      set_file_system_options)
 from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetrics, split_metric_names
@@ -556,6 +556,7 @@ def main(argv=None) -> int:
             state = result.wait_until_finish()
         except Exception as e:  # noqa: BLE001 (the runner reports a failed job as an exception)
             print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
+            remove_temporary(args.output)  # no manifest: the directory reads as incomplete
             return 1
         finally:
             release_held()
@@ -563,6 +564,7 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - start
     if str(state).rsplit(".", 1)[-1] != "DONE":
         print(f"error: the job ended in state {state}", file=sys.stderr)
+        remove_temporary(args.output)
         return 1
     counters = job_counters(result)
 
@@ -612,10 +614,14 @@ def main(argv=None) -> int:
         "input_checks_failed": failed_checks,
         "outputs": [FileSystems.join(args.output, f) for f in outputs],
     }
-    with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
-        fo.write(json.dumps(summary, indent=2, sort_keys=False).encode("utf-8"))
-    publish(args.output, outputs, {"state": str(state), "accounting_problems": problems,
-                                   "input_checks_failed": failed_checks})
+    try:
+        with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
+            fo.write(json.dumps(summary, indent=2, sort_keys=False).encode("utf-8"))
+        publish(args.output, outputs, {"state": str(state), "accounting_problems": problems,
+                                       "input_checks_failed": failed_checks})
+    except Exception as e:  # noqa: BLE001 (the output's file system: disk full, permission)
+        print(f"error: cannot finish the output {args.output}: {one_line(e)}", file=sys.stderr)
+        return 1
     if not args.quiet and note is None:
         print(format_table(rows, names))
     if note:

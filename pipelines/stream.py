@@ -52,7 +52,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Timestamp
 
-from streameval.beam.arguments import DEFAULT_METRICS, make_output_dir, make_pipeline, split_metrics
+from streameval.beam.arguments import DEFAULT_METRICS, make_pipeline, split_metrics
+from streameval.beam.sinks import prepare_output, publish, remove_temporary
 from streameval.exits import one_line
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
@@ -92,6 +93,8 @@ __all__ = [
 KINDS = ("impressions", "judgments", "clicks")
 LOCAL_STREAM_RUNNERS = ("BundleBasedDirectRunner", "DirectRunner")
 RUNNING_TOTALS = "running_totals.jsonl"  # in --output (a local directory): the accounting as of each pane
+#: the outputs in --output: a rerun removes a previous run's first, the manifest lists them last
+OUTPUTS = ("metrics-*", "late_data-*", "dead_letters-*", RUNNING_TOTALS)
 _MICRO = timedelta(microseconds=1)
 _SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": None}
 
@@ -881,9 +884,9 @@ def main(argv=None) -> int:
     options.view_as(StandardOptions).streaming = True
     try:
         p = make_pipeline(options)
-        if args.output:
-            make_output_dir(args.output)
-    except ValueError as e:
+        if args.output:  # a previous run's panes, manifest and temporary files go first: no mix of two runs
+            args.output = prepare_output(args.output, OUTPUTS)
+    except Exception as e:  # noqa: BLE001 (the runner's name; the output's file system: a file in the way, permission)
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     start = time.perf_counter()
@@ -908,6 +911,8 @@ def main(argv=None) -> int:
         state = result.wait_until_finish() if in_process else wait_reporting(result, args.report_every)
     except Exception as e:  # noqa: BLE001 - the runner's error, reported in one line
         print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
+        if args.output:
+            remove_temporary(args.output)  # no manifest: the directory reads as incomplete
         return 1
     finally:
         if live is not None:
@@ -940,8 +945,14 @@ def main(argv=None) -> int:
                    "counters": dict(sorted(counters.items())), "counted_here": dict(sorted(local_seen.items())),
                    "accounting": accounting, "accounting_problems": problems,
                    "input_checks_failed": failed_checks, "summary": line}
-        with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
-            fo.write(json.dumps(summary, indent=2).encode("utf-8"))
+        try:
+            with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
+                fo.write(json.dumps(summary, indent=2).encode("utf-8"))
+            publish(args.output, OUTPUTS, {"state": str(state), "accounting_problems": problems,
+                                           "input_checks_failed": failed_checks})
+        except Exception as e:  # noqa: BLE001 (the output's file system: disk full, permission)
+            print(f"error: cannot finish the output {args.output}: {one_line(e)}", file=sys.stderr)
+            return 1
         print(f"wrote the panes to {args.output} in {wall:.1f} s ({runner})")
     return exit_status(problems, failed_checks)
 

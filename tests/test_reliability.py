@@ -618,3 +618,58 @@ def test_dead_letters_name_the_file_of_the_record(tmp_path):
         assert letters([out / "dead_letters.jsonl"]) == expected, engine
     assert stream_cli.main(["--replay", *common, "--window", "1d", "--output", str(tmp_path / "stream")]) == 0
     assert letters((tmp_path / "stream").glob("dead_letters-*.jsonl")) == expected
+
+
+def test_stream_rerun_replaces_the_panes_and_a_failed_run_leaves_no_manifest(tmp_path, monkeypatch, capsys):
+    """Issue 20, item 5: a rerun of the streaming job into its output directory left the first run's
+    pane files beside the new ones (windows of the old input stayed), with nothing to tell a complete
+    directory from a killed run's. The job now clears its outputs first and writes manifest.json last
+    (the batch job's mechanism); a failed run leaves no manifest and no temporary files."""
+    from pipelines import stream as stream_cli
+    from streameval.beam import sinks
+
+    imps, judg = _logs(queries=3, reps=2)
+    day1 = tmp_path / "day1.avro"
+    day2 = tmp_path / "day2.avro"
+    avro.write_records(day1, "impression", imps)
+    avro.write_records(day2, "impression", [dict(r, timestamp=r["timestamp"] + 86_400_000_000) for r in imps])
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+
+    def run(imp, o):
+        return stream_cli.main(["--replay", "--impressions", str(imp), "--judgments", str(tmp_path / "judg.avro"),
+                                "--metrics", "map", "--window", "1h", "--quiet", "--output", str(o)])
+
+    def panes(o):
+        return sorted(f.name for f in o.glob("metrics-*"))
+
+    assert run(day1, out) == 0 and sinks.is_complete(str(out))
+    first = panes(out)
+    assert run(day2, out) == 0 and run(day2, fresh) == 0
+    assert panes(out) == panes(fresh) and not set(panes(out)) & set(first)
+    manifest = json.loads((out / "manifest.json").read_text())
+    listed = sorted(f["path"].rsplit("/", 1)[-1] for f in manifest["outputs"]["metrics-*"])
+    assert listed == panes(out) and manifest["complete"] is True
+    # a run that fails: no manifest (the directory reads as incomplete), no temporary files
+    monkeypatch.setattr(stream_cli, "ReplayAvro", _failing_replay(stream_cli.ReplayAvro))
+    capsys.readouterr()
+    assert run(day1, out) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the job failed" in err[0], err
+    assert not sinks.is_complete(str(out)) and not list(out.glob("beam-temp-*"))
+
+
+def _failing_replay(replay):
+    """A replay source whose records make the pipeline fail: a DoFn raising in the middle of the job."""
+    import apache_beam as beam
+
+    class Failing(replay):
+        def expand(self, pbegin):
+            out = super().expand(pbegin)
+
+            def boom(x):
+                raise RuntimeError("disk full (simulated)")
+
+            return {**out, "impressions": out["impressions"] | "Boom" >> beam.Map(boom)}
+
+    return Failing

@@ -114,6 +114,7 @@ def test_rerun_replaces_outputs_and_a_failed_run_leaves_no_manifest(messy, monke
     assert len(err.strip().splitlines()) == 1
     assert not sinks.is_complete(str(out))
     assert not (out / "summary.json").exists()
+    assert not glob.glob(str(out / "beam-temp-*"))  # the failed run removed its temporary files
     (out / "beam-temp-metrics-0123").mkdir(exist_ok=True)  # as a killed run's sink leaves it
     (out / "beam-temp-metrics-0123" / "part").write_text("x")
     monkeypatch.setattr(batch, "expand_inputs", real)

@@ -28,7 +28,7 @@ from apache_beam.io.filesystems import FileSystems
 from ..io import avro
 
 __all__ = ["MANIFEST", "prepare_output", "write_records", "write_jsonl", "publish", "is_complete", "read_jsonl", "read_metric_rows",
-           "output_files"]
+           "output_files", "remove_temporary"]
 
 #: the completion marker: written last, after every output is in place
 MANIFEST = "manifest.json"
@@ -52,6 +52,8 @@ def _listing(out_dir: str) -> dict[str, tuple[str, int]]:
 
 
 def _output_names(listing: dict, name: str) -> list[str]:
+    if name.endswith("*"):  # a family of files named by a prefix (the stream's pane files)
+        return sorted(n for n in listing if n.startswith(name[:-1]))
     stem, ext = os.path.splitext(name)
     shard = re.compile(re.escape(stem) + r"-\d+-of-\d+" + re.escape(ext))
     return sorted(n for n in listing if n == name or shard.fullmatch(n))
@@ -59,8 +61,9 @@ def _output_names(listing: dict, name: str) -> list[str]:
 
 def output_files(out_dir: str, name: str, listing: dict | None = None) -> list[str]:
     """The files of output ``name`` (``"metrics.jsonl"``: ``metrics.jsonl`` or its shards
-    ``metrics-00000-of-00004.jsonl``) in ``out_dir``, sorted; ``listing`` (:func:`_listing`) saves
-    listing the directory again."""
+    ``metrics-00000-of-00004.jsonl``; ``"metrics-*"``: every file whose name starts with
+    ``metrics-``) in ``out_dir``, sorted; ``listing`` (:func:`_listing`) saves listing the directory
+    again."""
     listing = _listing(out_dir) if listing is None else listing
     return sorted(listing[n][0] for n in _output_names(listing, name))
 
@@ -85,6 +88,16 @@ def prepare_output(out_dir: str, names) -> str:
         FileSystems.delete(old)
     _remove_beam_temp(out_dir)
     return out_dir
+
+
+def remove_temporary(out_dir: str) -> None:
+    """After a failed run: remove the temporary files Beam's sinks left in ``out_dir`` (the outputs
+    already published stay, without a manifest, so a reader sees an incomplete directory). Errors of
+    the file system are ignored: the next run clears them too (:func:`prepare_output`)."""
+    try:
+        _remove_beam_temp(out_dir)
+    except Exception:  # noqa: BLE001 (best effort on the failure path)
+        pass
 
 
 def _remove_beam_temp(out_dir: str) -> None:
