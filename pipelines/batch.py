@@ -93,6 +93,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", default="none",
                    help="fixed event-time window, aligned to the epoch: e.g. 3600s, 30m, 1h, 1d, or none "
                         "(default: one global window)")
+    p.add_argument("--allowed-lateness", default="0",
+                   help="with --window: a request belongs to the window of its earliest impression, and its "
+                        "impressions at or after that window's end plus this lateness are late data (dead letters "
+                        "with source late:impression), as in the streaming job with the same option (default 0)")
     p.add_argument("--slices", action="append", default=[],
                    help="comma-separated attributes to slice by, each on its own; join attributes with '+' "
                         "for a combination (campaign+device); repeatable")
@@ -270,7 +274,8 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                        | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", _local_total(impression_paths)))
                        | "ValidateImpressions" >> ValidateImpressions(
                            "impressions", time_range=parse_time_range(args.event_time_range)))
-    imps, clean_dead = valid | "CleanImpressions" >> CleanImpressions()
+    imps, clean_dead = valid | "CleanImpressions" >> CleanImpressions(window=window,
+                                                                       allowed_lateness=args.allowed_lateness)
     row_parts, dead_parts = [], [read_imps.unreadable, imp_dead, clean_dead]
     ranking, online = split_all_metrics(args.metrics)
     judg = None
@@ -377,6 +382,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
     col = ColumnarMetrics(
         impression_paths, judgment_paths, ranking if judgment_paths else [], ctr=not args.no_ctr,
         window=parse_window(args.window), slices=_slices_from_args(args.slices),
+        allowed_lateness=args.allowed_lateness,
         relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal, err_max_grade=args.err_max_grade,
         order=args.order, tie_break=args.tie_break, depth=args.depth, score_precision=args.score_precision,
         judgment_conflicts=args.judgment_conflicts, grade_range=_grades(args.grades), ci_level=args.ci_level,
@@ -489,6 +495,8 @@ def main(argv=None) -> int:
         _grades(args.grades)
         parse_time_range(args.event_time_range)
         parse_window(args.window)
+        if parse_window(args.allowed_lateness or "0") is None and str(args.allowed_lateness).strip() not in ("0", ""):
+            raise ValueError(f"--allowed-lateness wants a duration such as 0, 45m or 1h, got {args.allowed_lateness!r}")
         _slices_from_args(args.slices)
         if args.workers != "auto" and (not args.workers.isdigit() or int(args.workers) < 1):
             raise ValueError(f"--workers wants a positive number or auto, got {args.workers!r}")
@@ -601,6 +609,7 @@ def main(argv=None) -> int:
         "judgment_files": judgment_paths,
         "metrics": names,
         "window": args.window,
+        "allowed_lateness": args.allowed_lateness,
         "slices": _slices_from_args(args.slices),
         "options": {"judgment_conflicts": args.judgment_conflicts, "grades": args.grades, "labels": args.labels, "unjudged": args.unjudged, "hist_bins": args.hist_bins,
                     "hist_range": args.hist_range, "group_rows": args.group_rows,

@@ -244,10 +244,12 @@ def test_check_rejects_what_cannot_be_written():
 
 
 _token = st.one_of(
-    # no "\n" inside a token: a random line stays one line (the tests locate it by its line number)
-    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"), min_size=1, max_size=6),
+    # no "\n" and no "\r" inside a token: a random line stays one line (the tests locate it by its line
+    # number; a CR alone ends a line, as universal newlines and pytrec_eval read it: tests/test_io_reliability)
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), min_size=1,
+            max_size=6),
     st.sampled_from(["q1", "q2", "Q0", "d1", "d2", "0", "1", "2", "-1", "1.5", "nan", "inf", "-inf", "1e400",
-                     "#", "1_0", "0x10", "+3", "", "\x00", "\t", "\r", "\x0b"]),
+                     "#", "1_0", "0x10", "+3", "", "\x00", "\t", "\x0b"]),
     st.integers(-(10**20), 10**20).map(str),
     st.floats().map(repr),
 )

@@ -673,3 +673,67 @@ def _failing_replay(replay):
             return {**out, "impressions": out["impressions"] | "Boom" >> beam.Map(boom)}
 
     return Failing
+
+
+def test_requests_spanning_windows_follow_one_rule_in_batch_and_stream(tmp_path):
+    """Issue 20, item 3: the stream scored a request's impressions after its window closed as a new
+    request (or as late data, depending on when they arrived), the batch job kept them all in the
+    request's first window; an impression at timestamp -1 split its request. One rule now, by event
+    time, on both batch engines and in the stream: a request belongs to the window of its earliest
+    impression, and its impressions at or after that window's end plus the allowed lateness are late
+    data (late:impression, with the reason), counted as late."""
+    from pipelines import stream as stream_cli
+
+    hour = 3_600_000_000
+
+    def imp(req, item, pos, ts, query="q1"):
+        return dict(_imp(0), event_id=f"{req}/{item}", request_id=req, item_id=item, position=pos, timestamp=ts,
+                    query_id=query, attributes={"device": "pc"})
+
+    base = BASE_TS
+    imps = [imp("a", "d1", 1, base + 10), imp("a", "d2", 2, base + 20), imp("a", "d3", 3, base + 30),
+            # b: two pieces; the second 50 minutes into the next window (inside 1h of lateness, after 0)
+            imp("b", "d1", 1, base + 59 * 60_000_000), imp("b", "d2", 2, base + hour + 50 * 60_000_000),
+            imp("b", "d3", 3, base + hour + 55 * 60_000_000),
+            # c: an impression at -1 makes its window 1969's last hour: the rest is after its close
+            imp("c", "d3", 1, -1, "q2"), imp("c", "d1", 2, base + 40, "q2"), imp("c", "d2", 3, base + 50, "q2")]
+    judg = [{"query_id": q, "item_id": f"d{i}", "grade": g, "timestamp": -2, "source": ""}
+            for q in ("q1", "q2") for i, g in ((1, 0), (2, 1), (3, 2))]
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    common = ["--impressions", str(tmp_path / "imps.avro"), "--judgments", str(tmp_path / "judg.avro"),
+              "--metrics", "map,P@3,ndcg@3", "--window", "1h", "--quiet", "--max-rejected-fraction", "1"]
+
+    def late_of(letters):
+        return sorted((json.loads(d["raw"])["event_id"], d["reason"]) for d in letters if d["source"] == "late:impression")
+
+    for lateness, late_ids in (("0", ["b/d2", "b/d3", "c/d1", "c/d2"]), ("1h", ["c/d1", "c/d2"])):
+        outs = {}
+        for engine in ("columnar", "records"):
+            o = tmp_path / f"b-{engine}-{lateness}"
+            assert batch.main([*common, "--engine", engine, "--allowed-lateness", lateness, "--output", str(o)]) == 0
+            rows = sorted((r["window_start"], r["slice"], r["system"], r["metric"], r["value"], r["num_queries"])
+                          for r in map(json.loads, open(o / "metrics.jsonl")))
+            letters = [json.loads(line) for line in open(o / "dead_letters.jsonl")]
+            summary = json.loads((o / "summary.json").read_text())
+            outs[engine] = (rows, late_of(letters), summary["accounting"]["impression"]["late"])
+        assert outs["columnar"] == outs["records"]
+        rows, late, n_late = outs["columnar"]
+        assert [e for e, _ in late] == late_ids and n_late == len(late_ids)
+        assert all("impression after its request's window closed" in reason for _, reason in late)
+        # c is scored on d3 alone (grade 2; q2 has 2 relevant items): AP 1/2 in 1969's last hour
+        by = {(r[0], r[3]): r for r in rows if r[1] == "all"}
+        assert by[(-hour, "map")][4:] == (0.5, 1) and by[(-hour, "P@3")][4:] == (1 / 3, 1)
+        # a and b's first piece in the first hour; with 1h of lateness b keeps all three impressions
+        assert by[(base - base % hour, "map")][5] == 2 and (base - base % hour + hour, "map") not in by
+        so = tmp_path / f"s-{lateness}"
+        assert stream_cli.main(["--replay", *common, "--allowed-lateness", lateness, "--output", str(so)]) == 0
+        finals = sorted((r["window_start"], r["slice"], r["system"], r["metric"], r["value"], r["num_queries"])
+                        for f in so.glob("metrics-*.jsonl") for r in map(json.loads, open(f))
+                        if r["is_final"] and r["num_queries"] > 0)
+        assert [r for r in finals if r[3] != "ctr" and "@pos" not in r[3]] == \
+            [r for r in rows if r[3] != "ctr" and "@pos" not in r[3]]
+        assert [r for r in finals if r[3] == "ctr"] == [r for r in rows if r[3] == "ctr"]
+        stream_late = late_of(json.loads(line) for f in so.glob("late_data-*.jsonl") for line in open(f))
+        assert stream_late == late
+        assert json.loads((so / "summary.json").read_text())["accounting"]["impression"]["late"] == len(late_ids)

@@ -362,6 +362,10 @@ def dl_hard_stream():
 @pytest.mark.parametrize("shards", [16, 0], ids=["request_shards16", "per_request"])
 def test_dl_hard_hourly_final_panes_equal_batch(dl_hard_stream, shards):
     imps, judgments = dl_hard_stream["imps"], dl_hard_stream["judgments"]
+    runs = DL_RUNS
+    if shards == 0:  # one key per request: the first run only (CI's time budget; the layout is what differs)
+        runs = DL_RUNS[:1]
+        imps = [r for r in imps if r["system_id"] == runs[0]]
     rnd = random.Random(2)
     steps = Replay.from_records(imps, judgments, step="10m").steps
     for kind, recs in steps:  # out of order inside each step
@@ -374,7 +378,7 @@ def test_dl_hard_hourly_final_panes_equal_batch(dl_hard_stream, shards):
     batch = run_batch(imps, judgments, DL_METRICS, window="1h", ctr=False, **opts)
     final = assert_final_equals_batch(out["rows"], batch)
     assert {k[0] for k in final} == {BASE, BASE + HOUR, BASE + 2 * HOUR}
-    assert len(final) == len(DL_RUNS) * len(DL_METRICS) * 3
+    assert len(final) == len(runs) * len(DL_METRICS) * 3
     # the straddling requests' later pieces arrive after their window's on-time pane: late panes
     panes = panes_of(out["rows"])
     for (ws, system), seq in panes.items():

@@ -52,7 +52,7 @@ from ..metrics.prepare import judgment_histogram, rank_order
 from .combiners import CtrByPositionCombineFn, MeanCombineFn
 from .sources import UNREADABLE, read_avro_blocks, unreadable_letter
 from .threads import ThreadedDoFn, counter, distribution
-from .transforms import (ALL, NAMESPACE, _category, _click_rows, _rows, _window_micros, parse_slices, reason_key,
+from .transforms import (ALL, NAMESPACE, _category, _click_rows, _rows, _lateness_micros, _window_micros, parse_slices, reason_key,
                          slice_part, window_bounds)
 
 __all__ = ["SHARDS", "DECODER_NAMESPACE", "SHARD_IMPRESSIONS", "auto_shards", "UNREADABLE", "impression_columns", "judgment_columns", "columns_records", "ReadImpressionColumns",
@@ -920,7 +920,9 @@ def _first_min(values: pa.Array, starts: np.ndarray, ends: np.ndarray) -> pa.Arr
 
 class _CleanShard(ThreadedDoFn):
     def __init__(self, source: str, ranking: bool, ctr: bool, window_micros, slice_specs, order: str, shards: int,
-                 hold: bool = False, threads: int = 1):
+                 hold: bool = False, threads: int = 1, lateness_micros: int = 0):
+        self.lateness_micros = int(lateness_micros)
+        self.late = counter(NAMESPACE, "late:impression")
         self.hold = hold
         self.threads = int(threads)
         self.source = source
@@ -967,6 +969,11 @@ class _CleanShard(ThreadedDoFn):
                     yield pvalue.TaggedOutput("dead_letters", {"source": self.source,
                                                                "raw": records.to_json_text(rec), "reason": reason})
             chunk = _concat([clean_part, impression_columns(kept)]) if kept else clean_part
+        if self.window_micros is not None and chunk["n"]:
+            chunk, late = self._after_close(chunk)
+            if late:
+                bad[:] = True  # the chunk was rebuilt (below: code its requests again)
+                yield from late
         self.duplicates.inc(n_dup)
         self.accepted.inc(chunk["n"])
         if not chunk["n"]:
@@ -977,6 +984,27 @@ class _CleanShard(ThreadedDoFn):
             if bad.any():  # the chunk was rebuilt: code its requests again
                 req, _ = _pair_codes(chunk["system_id"], chunk["request_id"])
             yield from self._requests(chunk, req)
+
+    def _after_close(self, chunk):
+        """(chunk, late dead letters): a request's impressions at or after the end of its earliest
+        impression's window plus the allowed lateness are late data (the rule of
+        :func:`streameval.io.cleaning.split_after_close`, vectorised)."""
+        req, first = _pair_codes(chunk["system_id"], chunk["request_id"])
+        ts = chunk["timestamp"]
+        t0 = np.full(len(first), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(t0, req, ts)
+        w = self.window_micros
+        close = (t0 // w + 1) * w + self.lateness_micros
+        late = ts >= close[req]
+        if not late.any():
+            return chunk, []
+        rows = np.flatnonzero(late)
+        letters = [pvalue.TaggedOutput("dead_letters", {
+            "source": "late:impression", "raw": records.to_json_text(rec),
+            "reason": cleaning.after_close_reason(int(ts[i]), int(close[req[i]]))})
+            for rec, i in zip(columns_records(chunk, rows), rows.tolist())]
+        self.late.inc(len(rows))
+        return _take(chunk, ~late), letters
 
     def _clicks(self, chunk):
         logged = chunk["clicked"] >= 0
@@ -1390,13 +1418,18 @@ class ColumnarMetrics(beam.PTransform):
     ``time_range``: ``(lo, hi)`` inclusive micros: impressions whose timestamp lies outside are dead
     letters (:func:`streameval.io.records.parse_time_range`; as ``ValidateImpressions``); those
     outside the years 1 to 9999 always are.
+
+    ``allowed_lateness`` (with a ``window``): a request's impressions at or after the end of its
+    earliest impression's window plus this lateness are late data (dead letters with source
+    ``late:impression``), as in :class:`~streameval.beam.transforms.CleanImpressions` and the
+    streaming job.
     """
 
     def __init__(self, impression_paths, judgment_paths, metrics=(), *, ctr=True, window=None, slices=(),
                  relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
                  tie_break="docno", depth=None, score_precision="float32", judgment_conflicts="latest",
                  grade_range=None, ci_level=stats.DEFAULT_LEVEL, shards=SHARDS, progress_total=None, decoder=None, in_process=False,
-                 threads=1, time_range=None, label=None):
+                 threads=1, time_range=None, allowed_lateness=0, label=None):
         super().__init__(label)
         self.time_range = time_range
         self.in_process = bool(in_process)
@@ -1409,6 +1442,7 @@ class ColumnarMetrics(beam.PTransform):
         self.ranking = bool(self.specs) and bool(self.judgment_paths)
         self.ctr = bool(ctr)
         self.window_micros = _window_micros(window)
+        self.lateness_micros = _lateness_micros(allowed_lateness)
         self.slice_specs = parse_slices(slices)
         self.options = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal,
                                      err_max_grade=err_max_grade)
@@ -1443,7 +1477,7 @@ class ColumnarMetrics(beam.PTransform):
                    | "GroupRequests" >> beam.GroupByKey()
                    | "CleanRequests" >> beam.ParDo(_CleanShard(
                        "CleanImpressions", self.ranking, self.ctr, self.window_micros, self.slice_specs,
-                       self.order, self.shards, self.in_process, self.threads))
+                       self.order, self.shards, self.in_process, self.threads, self.lateness_micros))
                    .with_outputs("dead_letters", "clicks", main="requests"))
         dead = [read.dead_letters, cleaned.dead_letters]
         rows = []

@@ -93,6 +93,16 @@ def _window_micros(window) -> int | None:
     return micros
 
 
+def _lateness_micros(value) -> int:
+    """The allowed lateness in micros: 0, None, seconds, or text as :func:`parse_window` reads it."""
+    if value in (None, 0, "0"):
+        return 0
+    size = parse_window(value)
+    if size is None:
+        return 0
+    return int(round(size * 1_000_000))
+
+
 def window_bounds(timestamp: int | None, size_micros: int | None) -> tuple:
     """``(window_start, window_end)`` in microseconds of the fixed, epoch-aligned window holding
     ``timestamp``; ``(None, None)`` for the global window (``size_micros`` None)."""
@@ -254,19 +264,29 @@ def _category(reason: str) -> str:
 
 
 class _CleanRequestFn(beam.DoFn):
-    def __init__(self, source: str):
+    def __init__(self, source: str, window_micros=None, lateness_micros: int = 0):
         self.source = source
+        self.window_micros = window_micros
+        self.lateness_micros = int(lateness_micros)
         self.accepted = Metrics.counter(NAMESPACE, "impressions_accepted")
         self.duplicates = Metrics.counter(NAMESPACE, "duplicate:impression")
+        self.late = Metrics.counter(NAMESPACE, "late:impression")
 
     def process(self, element):
         _, recs = element
         kept, n_dup, rejected = cleaning.clean_request(list(recs))
+        w, lat = self.window_micros, self.lateness_micros
+        kept, late = cleaning.split_after_close(
+            kept, None if w is None else (lambda t0: cleaning.request_close(t0, w, lat)))
         self.duplicates.inc(n_dup)
         self.accepted.inc(len(kept))
+        self.late.inc(len(late))
         for rec, reason in rejected:
             Metrics.counter(NAMESPACE, f"rejected:impression:{_category(reason)}").inc()
             yield pvalue.TaggedOutput("dead_letters", {"source": self.source, "raw": records.to_json_text(rec),
+                                                       "reason": reason})
+        for rec, reason in late:  # as the streaming job's late data (docs/metrics.md, "Windows")
+            yield pvalue.TaggedOutput("dead_letters", {"source": "late:impression", "raw": records.to_json_text(rec),
                                                        "reason": reason})
         yield from kept
 
@@ -279,17 +299,27 @@ class CleanImpressions(beam.PTransform):
     ``duplicate:impression``, ``rejected:impression:<reason>``; ``dead`` holds dead letters
     ``{source, raw, reason}``. Apply it before :class:`ScoreRankings`, :class:`ClickMetrics` and the
     online metrics so that a replayed impression changes no metric.
+
+    With ``window`` (fixed windows, as the scoring transforms'): a request belongs to the window of
+    its earliest impression, and its impressions at or after that window's end plus
+    ``allowed_lateness`` (seconds or text such as ``"45m"``; default 0) are late data, as in the
+    streaming job: dead letters with source ``late:impression`` and the reason, counted
+    ``late:impression`` (:func:`streameval.io.cleaning.split_after_close`).
     """
 
-    def __init__(self, source: str = "CleanImpressions", label: str | None = None):
+    def __init__(self, source: str = "CleanImpressions", label: str | None = None, window=None,
+                 allowed_lateness=0):
         super().__init__(label)
         self.source = str(source)
+        self.window_micros = _window_micros(window)
+        self.lateness_micros = _lateness_micros(allowed_lateness)
 
     def expand(self, impressions):
         return (impressions
                 | "KeyByRequest" >> beam.Map(lambda r: ((r["system_id"], r["request_id"]), r))
                 | "GroupRequests" >> beam.GroupByKey()
-                | "Clean" >> beam.ParDo(_CleanRequestFn(self.source)).with_outputs("dead_letters", main="clean"))
+                | "Clean" >> beam.ParDo(_CleanRequestFn(self.source, self.window_micros, self.lateness_micros))
+                .with_outputs("dead_letters", main="clean"))
 
 
 class _ResolveJudgmentFn(beam.DoFn):

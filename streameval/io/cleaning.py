@@ -39,6 +39,10 @@ __all__ = [
     "JUDGMENT_POLICIES",
     "REASON_EVENT_CONFLICT",
     "REASON_ITEM_TWICE",
+    "REASON_AFTER_CLOSE",
+    "request_close",
+    "split_after_close",
+    "after_close_reason",
     "REASON_JUDGMENT_CONFLICT",
     "REASON_QUERY_CONFLICT",
     "content_key",
@@ -51,6 +55,35 @@ REASON_EVENT_CONFLICT = "event_id repeated with different content"
 REASON_ITEM_TWICE = "item served twice in one request"
 REASON_JUDGMENT_CONFLICT = "conflicting judgments for one (query, item)"
 REASON_QUERY_CONFLICT = "request names several query ids"
+#: the late-data reason of an impression after its request's window end plus the allowed lateness
+REASON_AFTER_CLOSE = "impression after its request's window closed"
+
+
+def request_close(first_ts: int, window_micros: int, lateness_micros: int = 0) -> int:
+    """When (micros) a request whose earliest impression is at ``first_ts`` closes in fixed,
+    epoch-aligned windows of ``window_micros``: the end of that impression's window plus the allowed
+    lateness. The streaming job finalises the request then; later impressions of it are late data."""
+    return (int(first_ts) // int(window_micros) + 1) * int(window_micros) + int(lateness_micros)
+
+
+def split_after_close(kept: list, close_of) -> tuple[list, list]:
+    """The rule for requests spanning windows (batch and stream alike): ``(kept, late)`` where ``late``
+    holds ``(record, reason)`` for each impression of ``kept`` (one request's cleaned impressions)
+    at or after ``close_of(earliest timestamp)`` (for example :func:`request_close`); ``close_of``
+    None keeps everything (the global window)."""
+    if close_of is None or not kept:
+        return kept, []
+    close = close_of(min(int(r["timestamp"]) for r in kept))
+    if all(int(r["timestamp"]) < close for r in kept):
+        return kept, []
+    late = [(r, after_close_reason(int(r["timestamp"]), close)) for r in kept if int(r["timestamp"]) >= close]
+    return [r for r in kept if int(r["timestamp"]) < close], late
+
+
+def after_close_reason(ts: int, close: int) -> str:
+    """The reason of an impression at ``ts`` set aside because its request closed at ``close``."""
+    return (f"{REASON_AFTER_CLOSE} (timestamp {ts} is at or after {close}, the end of the window of the "
+            "request's first impression plus the allowed lateness)")
 
 
 def content_key(rec: dict) -> str:

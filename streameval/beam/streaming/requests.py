@@ -266,11 +266,16 @@ class _Requests:
                 cell = reqs.get(rid)  # [deadline, encoded entry]
                 entry = touched[rid] = _RequestEntry({}, [], None) if cell is None else _RequestEntry.decode(cell[1])
             if entry.tombstone is not None:
+                closed_at = entry.tombstone.closed_at
                 for it in items:
+                    if kind == "imp" and int(it["timestamp"]) >= closed_at:  # by its own time: batch's rule
+                        late.append(_late_record("late:impression", it,
+                                                 cleaning.after_close_reason(int(it["timestamp"]), closed_at)))
+                        continue
                     late.append(_late_record(
                         f"late:{'impression' if kind == 'imp' else 'click'}",
                         it if kind == "imp" else _Click.from_state(it).raw,
-                        f"request {rid} is final: its windows closed at {_fmt_us(entry.tombstone.closed_at)}"))
+                        f"request {rid} is final: its windows closed at {_fmt_us(closed_at)}"))
                 continue
             changed = set()
             if kind == "imp":
@@ -303,7 +308,10 @@ class _Requests:
             system = rec["system_id"]
             ent = entry.systems.get(system)
             if ent is not None and ent.rank_close is not None and closed(ent.rank_close):
-                late.append(_late_record("late:impression", rec,
+                ts = int(rec["timestamp"])
+                # after the close by its own time: the batch job's rule and reason; else late by arrival
+                late.append(_late_record("late:impression", rec, cleaning.after_close_reason(ts, ent.rank_close)
+                                         if ts >= ent.rank_close else
                                          f"request {rid} of {system} is final: its window closed at "
                                          f"{_fmt_us(ent.rank_close)}"))
                 continue
@@ -331,16 +339,23 @@ class _Requests:
             if self._rebuild(entry, system):
                 changed.add(system)
 
-    @staticmethod
-    def _clean(ent):
+    def _clean(self, ent, with_late=False):
         """``clean_request`` over the records of a system entry: (kept, duplicates, rejected,
-        {id(record): [event_id, variant]})."""
+        {id(record): [event_id, variant]}), and with ``with_late`` the impressions after the
+        request's close (:func:`streameval.io.cleaning.split_after_close`, the batch job's rule:
+        at or after the end of its earliest impression's window plus the allowed lateness), which
+        ``kept`` then leaves out whatever the order they came in."""
         flat, where = [], {}
         for eid, variants in ent.records.items():
             for i, v in enumerate(variants):
                 where[id(v.record)] = [eid, i]
                 flat.extend([v.record] * v.copies)
         kept, n_dup, rejected = cleaning.clean_request(flat)
+        cfg = self.cfg
+        kept, late = cleaning.split_after_close(
+            kept, (lambda t0: cfg.expiry(cfg.spec.sub(t0))) if cfg.spec.windowed else None)
+        if with_late:
+            return kept, n_dup, rejected, where, late
         return kept, n_dup, rejected, where
 
     def _rebuild(self, entry, system) -> bool:
@@ -501,12 +516,15 @@ class _Requests:
         dead = []
         for system in sorted(entry.systems):
             ent = entry.systems[system]
-            kept, n_dup, rejected, _ = self._clean(ent)
+            kept, n_dup, rejected, _, late = self._clean(ent, with_late=True)
             _tally(run, "impressions_accepted", len(kept))
             _tally(run, "duplicate:impression", n_dup)
             for rec, reason in rejected:
                 _tally(run, f"rejected:impression:{_category(reason)}")
                 dead.append({"source": "CleanImpressions", "raw": records.to_json_text(rec), "reason": reason})
+            if late:
+                _tally(run, "late:impression", len(late))
+                dead.extend(_late_record("late:impression", rec, reason) for rec, reason in late)
             if cfg.ctr:
                 not_logged = sum(imp.clicked is None for imp in ent.imps)
                 _tally(run, "click_impressions", len(ent.imps) - not_logged)
