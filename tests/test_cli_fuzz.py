@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 from contextlib import redirect_stderr, redirect_stdout
 
 import apache_beam as beam
