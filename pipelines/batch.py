@@ -46,6 +46,7 @@ from streameval.beam.transforms import (
     ScoreRankings,
     ValidateImpressions,
     ValidateJudgments,
+    parse_lateness,
     parse_window,
 )
 from streameval.beam.sinks import prepare_output, publish, read_jsonl, remove_temporary, read_metric_rows, write_jsonl, write_records
@@ -495,8 +496,7 @@ def main(argv=None) -> int:
         _grades(args.grades)
         parse_time_range(args.event_time_range)
         parse_window(args.window)
-        if parse_window(args.allowed_lateness or "0") is None and str(args.allowed_lateness).strip() not in ("0", ""):
-            raise ValueError(f"--allowed-lateness wants a duration such as 0, 45m or 1h, got {args.allowed_lateness!r}")
+        parse_lateness(args.allowed_lateness)
         _slices_from_args(args.slices)
         if args.workers != "auto" and (not args.workers.isdigit() or int(args.workers) < 1):
             raise ValueError(f"--workers wants a positive number or auto, got {args.workers!r}")

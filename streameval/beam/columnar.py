@@ -52,7 +52,7 @@ from ..metrics.prepare import judgment_histogram, rank_order
 from .combiners import CtrByPositionCombineFn, MeanCombineFn
 from .sources import UNREADABLE, read_avro_blocks, unreadable_letter
 from .threads import ThreadedDoFn, counter, distribution
-from .transforms import (ALL, NAMESPACE, _category, _click_rows, _rows, _lateness_micros, _window_micros, parse_slices, reason_key,
+from .transforms import (ALL, NAMESPACE, _category, _click_rows, _rows, _window_micros, parse_lateness, parse_slices, reason_key,
                          slice_part, window_bounds)
 
 __all__ = ["SHARDS", "DECODER_NAMESPACE", "SHARD_IMPRESSIONS", "auto_shards", "UNREADABLE", "impression_columns", "judgment_columns", "columns_records", "ReadImpressionColumns",
@@ -953,7 +953,8 @@ class _CleanShard(ThreadedDoFn):
         bad[_repeats(req, chunk["item_id"], starts)] = True
         bad[_several(req, chunk["query_id"], starts)] = True  # cleaning.REASON_QUERY_CONFLICT
         n_dup = 0
-        if bad.any():
+        rebuilt = bool(bad.any())
+        if rebuilt:
             rows_bad = bad[req]
             kept = []
             clean_part = _take(chunk, ~rows_bad)
@@ -970,9 +971,12 @@ class _CleanShard(ThreadedDoFn):
                                                                "raw": records.to_json_text(rec), "reason": reason})
             chunk = _concat([clean_part, impression_columns(kept)]) if kept else clean_part
         if self.window_micros is not None and chunk["n"]:
-            chunk, late = self._after_close(chunk)
+            if rebuilt:  # code the rebuilt chunk's requests again
+                req, _ = _pair_codes(chunk["system_id"], chunk["request_id"])
+                rebuilt = False
+            chunk, late = self._after_close(chunk, req)
             if late:
-                bad[:] = True  # the chunk was rebuilt (below: code its requests again)
+                rebuilt = True
                 yield from late
         self.duplicates.inc(n_dup)
         self.accepted.inc(chunk["n"])
@@ -981,20 +985,18 @@ class _CleanShard(ThreadedDoFn):
         if self.ctr:
             yield from self._clicks(chunk)
         if self.ranking:
-            if bad.any():  # the chunk was rebuilt: code its requests again
+            if rebuilt:  # the chunk was rebuilt: code its requests again
                 req, _ = _pair_codes(chunk["system_id"], chunk["request_id"])
             yield from self._requests(chunk, req)
 
-    def _after_close(self, chunk):
-        """(chunk, late dead letters): a request's impressions at or after the end of its earliest
-        impression's window plus the allowed lateness are late data (the rule of
-        :func:`streameval.io.cleaning.split_after_close`, vectorised)."""
-        req, first = _pair_codes(chunk["system_id"], chunk["request_id"])
+    def _after_close(self, chunk, req):
+        """(chunk, late dead letters): a request's impressions (``req``: their request codes) at or
+        after the end of its earliest impression's window plus the allowed lateness are late data
+        (the rule of :func:`streameval.io.cleaning.split_after_close`, vectorised)."""
         ts = chunk["timestamp"]
-        t0 = np.full(len(first), np.iinfo(np.int64).max, dtype=np.int64)
+        t0 = np.full(int(req.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
         np.minimum.at(t0, req, ts)
-        w = self.window_micros
-        close = (t0 // w + 1) * w + self.lateness_micros
+        close = cleaning.request_close(t0, self.window_micros, self.lateness_micros)
         late = ts >= close[req]
         if not late.any():
             return chunk, []
@@ -1442,7 +1444,7 @@ class ColumnarMetrics(beam.PTransform):
         self.ranking = bool(self.specs) and bool(self.judgment_paths)
         self.ctr = bool(ctr)
         self.window_micros = _window_micros(window)
-        self.lateness_micros = _lateness_micros(allowed_lateness)
+        self.lateness_micros = parse_lateness(allowed_lateness)
         self.slice_specs = parse_slices(slices)
         self.options = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal,
                                      err_max_grade=err_max_grade)

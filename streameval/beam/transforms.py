@@ -44,6 +44,7 @@ __all__ = [
     "ClickMetrics",
     "JudgmentsCombineFn",
     "parse_window",
+    "parse_lateness",
     "parse_slices",
     "slice_labels",
     "slice_part",
@@ -93,13 +94,14 @@ def _window_micros(window) -> int | None:
     return micros
 
 
-def _lateness_micros(value) -> int:
-    """The allowed lateness in micros: 0, None, seconds, or text as :func:`parse_window` reads it."""
-    if value in (None, 0, "0"):
+def parse_lateness(value) -> int:
+    """The allowed lateness in micros: 0, None or "" (none), seconds, or text as :func:`parse_window`
+    reads it (``"45m"``). Raises ValueError for anything else (``"none"``, ``"-1"``)."""
+    if value in (None, 0, "0", ""):
         return 0
     size = parse_window(value)
     if size is None:
-        return 0
+        raise ValueError(f"allowed lateness wants a duration such as 0, 45m or 1h, got {value!r}")
     return int(round(size * 1_000_000))
 
 
@@ -312,7 +314,7 @@ class CleanImpressions(beam.PTransform):
         super().__init__(label)
         self.source = str(source)
         self.window_micros = _window_micros(window)
-        self.lateness_micros = _lateness_micros(allowed_lateness)
+        self.lateness_micros = parse_lateness(allowed_lateness)
 
     def expand(self, impressions):
         return (impressions

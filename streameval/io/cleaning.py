@@ -62,8 +62,9 @@ REASON_AFTER_CLOSE = "impression after its request's window closed"
 def request_close(first_ts: int, window_micros: int, lateness_micros: int = 0) -> int:
     """When (micros) a request whose earliest impression is at ``first_ts`` closes in fixed,
     epoch-aligned windows of ``window_micros``: the end of that impression's window plus the allowed
-    lateness. The streaming job finalises the request then; later impressions of it are late data."""
-    return (int(first_ts) // int(window_micros) + 1) * int(window_micros) + int(lateness_micros)
+    lateness. The streaming job finalises the request then; later impressions of it are late data.
+    ``first_ts`` may be a numpy int64 array (one close per request)."""
+    return (first_ts // int(window_micros) + 1) * int(window_micros) + int(lateness_micros)
 
 
 def split_after_close(kept: list, close_of) -> tuple[list, list]:

@@ -34,6 +34,16 @@ from .window_aggregate import _WindowAggregate
 from .windows import WindowSpec, _Config, parse_duration
 
 
+def _ordered_pair(pair, name: str):
+    """``(lo, hi)`` as ints, or None; ValueError naming ``name`` when ``lo > hi``."""
+    if pair is None:
+        return None
+    lo, hi = (int(v) for v in pair)
+    if lo > hi:
+        raise ValueError(f"{name}: {lo} above {hi}")
+    return lo, hi
+
+
 class StreamMetrics(beam.PTransform):
     """``impressions | StreamMetrics(judgments, metrics, window="1h", ...)`` -> metric rows with
     panes (metric_result dicts; ``pane`` is ``"early"``, ``"on_time"`` or ``"late"``, ``pane_index``
@@ -106,18 +116,8 @@ class StreamMetrics(beam.PTransform):
         if judgment_conflicts not in cleaning.JUDGMENT_POLICIES:
             raise ValueError(f"judgment_conflicts must be one of {cleaning.JUDGMENT_POLICIES}, "
                              f"got {judgment_conflicts!r}")
-        if grade_range is not None:
-            lo, hi = (int(g) for g in grade_range)
-            if lo > hi:
-                raise ValueError(f"grade_range: lowest grade {lo} above highest {hi}")
-            grade_range = (lo, hi)
-        self.grade_range = grade_range
-        if time_range is not None:
-            lo, hi = (int(t) for t in time_range)
-            if lo > hi:
-                raise ValueError(f"time_range: {lo} after {hi}")
-            time_range = (lo, hi)
-        self.time_range = time_range
+        self.grade_range = _ordered_pair(grade_range, "grade_range")
+        self.time_range = _ordered_pair(time_range, "time_range")
         self.judgments = judgments
         self.clicks = clicks
         spec = WindowSpec.parse(window)
