@@ -46,6 +46,7 @@ from streameval.beam.transforms import (
     ScoreRankings,
     ValidateImpressions,
     ValidateJudgments,
+    judgment_grade_range,
     parse_lateness,
     parse_window,
 )
@@ -283,7 +284,9 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     if judgment_paths:
         read_judg = ReadAvro(judgment_paths, "judgment", with_file=True)
         judg, judg_dead = (p | "ReadJudgments" >> read_judg
-                           | "ValidateJudgments" >> ValidateJudgments("judgments", grade_range=_grades(args.grades)))
+                           | "ValidateJudgments" >> ValidateJudgments("judgments", grade_range=judgment_grade_range(
+                               _grades(args.grades), parse_metrics(ranking),
+                               MetricOptions(gain=args.gain, err_max_grade=args.err_max_grade))))
         judg, conflict_dead = judg | "ResolveJudgments" >> ResolveJudgments(args.judgment_conflicts)
         dead_parts.extend([read_judg.unreadable, judg_dead, conflict_dead])
     if judgment_paths and ranking:

@@ -62,6 +62,7 @@ from streameval.beam.accounting import (add_input_check_arguments, check_inputs,
                                         input_checks_from_args, job_counters)
 from streameval.beam.streaming.live import WatchFiles
 from streameval.beam.streaming.replay import element_time, usable_time
+from streameval.beam.transforms import SOURCE_UNRANKABLE
 from streameval.beam.streaming import (
     REASON_CLICK_UNMATCHED,
     Replay,
@@ -536,7 +537,7 @@ class _SideOut(_AppendJsonl):
         elif rec.get("reason", "").startswith(UNREADABLE):
             _count("written:unreadable")
             LOCAL_UNREADABLE.append(rec["reason"].replace(f"{UNREADABLE} ", f"{src} ", 1))
-        elif src == "StreamMetrics":  # a request that cannot be ranked (its impressions are accepted)
+        elif src == SOURCE_UNRANKABLE:  # a request that cannot be ranked (its impressions are accepted)
             _count("written:unrankable")
         else:
             _count("written:rejected")
@@ -630,6 +631,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     w.add_argument("--early-count", type=int, default=None, help="early panes every N request updates")
     w.add_argument("--allowed-lateness", default="0", help="data this late still updates a window (default 0)")
     w.add_argument("--attribution-delay", default="30m", help="click events join impressions this recent (30m)")
+    w.add_argument("--retention", default=None,
+                   help="how long a final request is remembered, so that its later pieces are late data as in "
+                        "the batch job (default: the window size or the allowed lateness, whichever is longer; "
+                        "state grows with the request ids of this span)")
 
     m = p.add_argument_group("metrics (as streameval batch)")
     m.add_argument("--metrics", default=DEFAULT_METRICS)
@@ -754,7 +759,7 @@ def build_pipeline(p, args, paths):
     sm = StreamMetrics(
         srcs["judgments"], split_metrics(args.metrics) if ranking else None, window=spec,
         slices=_slices_from_args(args.slices), clicks=srcs["clicks"], early_every=args.early_every,
-        early_count=args.early_count, allowed_lateness=args.allowed_lateness,
+        early_count=args.early_count, allowed_lateness=args.allowed_lateness, retention=args.retention,
         attribution_delay=args.attribution_delay, relevance_level=args.relevance_level, gain=args.gain,
         ideal=args.ideal, err_max_grade=args.err_max_grade, order=args.order, tie_break=args.tie_break,
         depth=args.depth, score_precision=args.score_precision, ctr=not args.no_ctr,
@@ -852,6 +857,8 @@ def main(argv=None) -> int:
             raise ValueError("--replay and --watch exclude each other")
         parse_duration(args.allowed_lateness, "--allowed-lateness", allow_zero=True)
         parse_duration(args.attribution_delay, "--attribution-delay", allow_zero=True)
+        if args.retention is not None:
+            parse_duration(args.retention, "--retention")
         if args.early_every:
             parse_duration(args.early_every, "--early-every")
         _slices_from_args(args.slices)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .metrics.kernel import MetricOptions, compute
 from .metrics.names import MetricSpec, parse_metrics
-from .metrics.prepare import Prepared, prepare
+from .metrics.prepare import Prepared, prepare, refuse_nul
 
 __all__ = ["evaluate", "Evaluation", "score_queries", "aggregate"]
 
@@ -37,6 +37,8 @@ def _pick(df, names, what):
 def _ids(values) -> np.ndarray:
     """Query or document ids as text (``str(id)``), whatever the container: ids order as strings
     (trec_eval's strcmp), so ``10`` sorts before ``2`` from a dict, a DataFrame or a numpy array."""
+    if isinstance(values, (list, tuple)) or (isinstance(values, np.ndarray) and values.dtype.kind == "O"):
+        refuse_nul(values)  # before numpy drops trailing NULs
     arr = np.asarray(values)
     return arr if arr.dtype.kind == "U" else arr.astype(str)
 
@@ -60,10 +62,10 @@ def _columns(obj, kind: str):
                 q.append(str(qid))
                 d.append(str(doc))
                 v.append(val)
-        return (np.asarray(q, dtype=str), np.asarray(d, dtype=str), np.asarray(v, dtype=np.float64))
+        return _ids(q), _ids(d), np.asarray(v, dtype=np.float64)
     if hasattr(obj, "columns") and hasattr(obj, "to_numpy"):  # pandas DataFrame
-        q = _pick(obj, _Q_COLS, "query id").astype(str)
-        d = _pick(obj, _D_COLS, "document id").astype(str)
+        q = _ids(_pick(obj, _Q_COLS, "query id"))
+        d = _ids(_pick(obj, _D_COLS, "document id"))
         v = _pick(obj, _S_COLS if kind == "run" else _G_COLS, "score" if kind == "run" else "grade")
         return q, d, np.asarray(v, dtype=np.float64)
     if isinstance(obj, tuple) and len(obj) == 3:  # ids as text, as from every other container

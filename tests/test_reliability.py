@@ -737,3 +737,46 @@ def test_requests_spanning_windows_follow_one_rule_in_batch_and_stream(tmp_path)
         stream_late = late_of(json.loads(line) for f in so.glob("late_data-*.jsonl") for line in open(f))
         assert stream_late == late
         assert json.loads((so / "summary.json").read_text())["accounting"]["impression"]["late"] == len(late_ids)
+
+
+def test_grades_the_measures_cannot_score_and_ids_with_nul_are_dead_letters(tmp_path):
+    """Issue 20, item 1 (found by the differential test): a judgment of grade 2000 failed the whole
+    batch job with err@k (ERR raises above err_max_grade) and, with the exponential gain, made nDCG
+    NaN: the query silently left out (a row of 0 queries). The jobs now reject a judgment above the
+    highest grade the requested measures can score, as a dead letter with its reason, on both engines
+    and in the stream; the library raises ValueError naming the limit."""
+    from pipelines import stream as stream_cli
+
+    imps = [dict(_imp(i), query_id="q", item_id=f"d{i}", position=i, score=float(9 - i)) for i in (1, 2)]
+    # and an id with a trailing NUL, which numpy's string arrays read as "d2" (the per-record engine
+    # joined it with d2's judgment): a dead letter too, and the library refuses it
+    nul = dict(_imp(3), query_id="q", item_id="d2\x00", position=3, score=9.0)
+    avro.write_records(tmp_path / "imps.avro", "impression", imps + [nul])
+    avro.write_records(tmp_path / "judg.avro", "judgment", [
+        {"query_id": "q", "item_id": "d1", "grade": 2000, "timestamp": 0, "source": ""},
+        {"query_id": "q", "item_id": "d2", "grade": 1, "timestamp": 0, "source": ""}])
+    common = ["--impressions", str(tmp_path / "imps.avro"), "--judgments", str(tmp_path / "judg.avro"), "--quiet",
+              "--max-rejected-fraction", "1", "--no-ctr"]
+    # d2 alone, grade 1 at position 2: ERR = 1/2 * (2**1 - 1) / 2**4; nDCG (exp. gain) = 1 / log2(3)
+    for extra, metric, value, why, engines in (
+            (["--metrics", "err@5"], "err@5", 0.5 / 16, "grade 2000 is above 4, the largest grade ERR scores",
+             ("columnar", "records", "stream")),
+            (["--metrics", "ndcg@5", "--gain", "exponential"], "ndcg@5", 1 / math.log2(3),
+             "grade 2000 is above 1023, the largest grade whose exponential gain", ("columnar",))):
+        for engine in engines[:2]:
+            o = tmp_path / f"{metric}-{engine}"
+            assert batch.main([*common, *extra, "--engine", engine, "--output", str(o)]) == 0
+            assert [(r["metric"], r["num_queries"]) for r in map(json.loads, open(o / "metrics.jsonl"))] == [(metric, 1)]
+            assert json.loads((o / "metrics.jsonl").read_text())["value"] == pytest.approx(value, abs=1e-15)
+            dead = sorted(json.loads(x)["reason"] for x in open(o / "dead_letters.jsonl"))
+            assert len(dead) == 2 and dead[0].startswith(why) and dead[1] == "item_id contains a NUL character: 'd2\\x00'"
+        if "stream" not in engines:
+            continue
+        so = tmp_path / f"{metric}-stream"
+        assert stream_cli.main(["--replay", *common, *extra, "--window", "1d", "--output", str(so)]) == 0
+        dead = sorted(json.loads(x)["reason"] for f in so.glob("dead_letters-*.jsonl") for x in open(f))
+        assert len(dead) == 2 and dead[0].startswith(why) and dead[1].startswith("item_id contains a NUL"), dead
+    with pytest.raises(ValueError, match="grade 2000 is above 1023"):
+        se.evaluate({"q": {"d1": 2000, "d2": 1}}, {"q": {"d1": 2.0, "d2": 1.0}}, "ndcg", gain="exponential")
+    with pytest.raises(ValueError, match="ids must not contain NUL"):
+        se.evaluate({"q": {"d2": 1}}, {"q": {"d2\x00": 2.0, "d1": 1.0}}, "P@1")

@@ -345,3 +345,31 @@ def test_soak_20000_events():
     late = sum(e["late"] for e in exp.values())
     assert abs(bad / n - 0.05) < 0.01 and abs(dup / n - 0.02) < 0.005 and abs(late / n - 0.03) < 0.01
     assert len(exp["impression"]["malformed"]) == 4 and exp["click"]["late"] > 0 and exp["click"]["duplicates"] > 0
+
+
+def test_a_closed_request_id_is_closed_for_its_system_only_and_late_data_comes_before_the_request_rules():
+    """Issue 20, item 1 (found by the differential test): the stream remembered a closed request by
+    its id alone, so another system's request with the same id (a request is a system and a request
+    id, as in batch) became late data; and a late piece was judged by the request rules (an item
+    served twice) in batch, where the stream, which no longer holds the request's records, sets it
+    late. Now a closed request id stays closed for its system only, and late data is set aside
+    before the request rules everywhere (a replayed copy of a late impression is late too)."""
+    judg = [jdg("q1", "d0", 1), jdg("q1", "d1", 0), jdg("q1", "d2", 2), jdg("q2", "d0", 2), jdg("q2", "d3", 1)]
+    a = [imp("r1", "d0", 1, BASE + 5 * MIN), imp("r1", "d1", 2, BASE + 6 * MIN)]
+    b = [imp("r1", "d3", 1, BASE + HOUR + 40 * MIN, system="B", query="q2"),
+         imp("r1", "d0", 2, BASE + HOUR + 40 * MIN, system="B", query="q2")]
+    piece = imp("r1", "d2", 3, BASE + HOUR + 41 * MIN)  # system A's r1 after its close
+    twice = imp("r1", "d0", 4, BASE + HOUR + 42 * MIN)  # A's d0 again: late, not "served twice"
+    steps = [("judgments", judg), ("impressions", a), ("watermark", BASE + HOUR + 30 * MIN),
+             ("impressions", b + [piece, dict(piece), twice]), ("watermark", BASE + 5 * HOUR)]
+    out = run_sm(steps, metrics=["map", "P@2"], window="1h")
+    late = sorted((json.loads(d["raw"])["event_id"], d["reason"].split(" (")[0]) for d in out["late"])
+    assert late == sorted([(piece["event_id"], cleaning.REASON_AFTER_CLOSE)] * 2 +
+                          [(twice["event_id"], cleaning.REASON_AFTER_CLOSE)])
+    assert out["dead"] == []
+    # B's r1 is a request of its own in hour 1 (AP of q2: d3 then d0, grades 1 and 2: 1)
+    final = assert_final_equals_batch(out["rows"], run_batch(a + b, judg, ["map", "P@2"], window="1h"))
+    assert final[(BASE + HOUR, "all", "B", "map")]["value"] == 1.0
+    c = out["counts"]
+    assert c["late:impression"] == 3 and not c.get("duplicate:impression") and \
+        not c.get(f"rejected:impression:{cleaning.REASON_ITEM_TWICE}")

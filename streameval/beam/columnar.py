@@ -52,7 +52,7 @@ from ..metrics.prepare import judgment_histogram, rank_order
 from .combiners import CtrByPositionCombineFn, MeanCombineFn
 from .sources import UNREADABLE, read_avro_blocks, unreadable_letter
 from .threads import ThreadedDoFn, counter, distribution
-from .transforms import (ALL, NAMESPACE, _category, _click_rows, _rows, _window_micros, parse_lateness, parse_slices, reason_key,
+from .transforms import (ALL, NAMESPACE, SOURCE_UNRANKABLE, judgment_grade_range, _category, _click_rows, _rows, _window_micros, parse_lateness, parse_slices, reason_key,
                          slice_part, window_bounds)
 
 __all__ = ["SHARDS", "DECODER_NAMESPACE", "SHARD_IMPRESSIONS", "auto_shards", "UNREADABLE", "impression_columns", "judgment_columns", "columns_records", "ReadImpressionColumns",
@@ -139,6 +139,14 @@ def _pylist(a, rows) -> list:
     """Python values of rows ``rows`` of a numpy or Arrow column."""
     rows = np.asarray(rows, dtype=np.int64)
     return a[rows].tolist() if isinstance(a, np.ndarray) else _pick(a, rows).to_pylist()
+
+
+def _no_nul(a) -> np.ndarray:
+    """Bool per row: the string holds no NUL character (null counts as none)."""
+    has = pc.match_substring(a, "\x00")
+    if has.null_count:
+        has = pc.fill_null(has, False)
+    return ~np.asarray(has.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _nonempty(a: pa.Array) -> np.ndarray:
@@ -652,7 +660,7 @@ class _ReadColumns(ThreadedDoFn):
         self.hold = hold
         self.shards = shards
         self.decoder = decoder
-        self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
+        self.grade_range = records.as_grade_range(grade_range)
         # the impressions' event times: the representable ones, narrowed by --event-time-range
         lo, hi = time_range if time_range is not None else (records.EVENT_TIME_MIN, records.EVENT_TIME_MAX)
         self.time_range = time_range
@@ -721,6 +729,8 @@ class _ReadImpressionColumns(_ReadColumns):
         ok = (pos >= 1) & (pos <= records.AVRO_INT_MAX) & (ts >= self.ts_lo) & (ts <= self.ts_hi)
         for f in ("event_id", "request_id", "system_id", "item_id"):
             ok &= _nonempty(chunk[f])
+        for f in records.ID_FIELDS["impression"]:
+            ok &= _no_nul(chunk[f])
         return ok & score_ok & prop_ok
 
     def _check(self, rec):
@@ -766,6 +776,8 @@ class _ReadJudgmentColumns(_ReadColumns):
     def _screen(self, chunk) -> np.ndarray:
         g = chunk["grade"]
         ok = _nonempty(chunk["query_id"]) & _nonempty(chunk["item_id"])
+        for f in records.ID_FIELDS["judgment"]:
+            ok &= _no_nul(chunk[f])
         ok &= (g >= records.AVRO_INT_MIN) & (g <= records.AVRO_INT_MAX)
         ts = chunk["timestamp"]  # 0 when null
         ok &= (ts >= records.EVENT_TIME_MIN) & (ts <= records.EVENT_TIME_MAX)
@@ -947,6 +959,11 @@ class _CleanShard(ThreadedDoFn):
         if not chunk["n"]:
             return
         req, first = _pair_codes(chunk["system_id"], chunk["request_id"])
+        if self.window_micros is not None:  # late data first, the request rules on the rest (cleaning)
+            chunk, late = self._after_close(chunk, req)
+            if late:
+                yield from late
+                req, first = _pair_codes(chunk["system_id"], chunk["request_id"])
         chunk, req, starts, _ = _grouped(chunk, req)
         bad = np.zeros(len(first), dtype=bool)
         bad[_repeats(req, chunk["event_id"], starts)] = True
@@ -970,14 +987,6 @@ class _CleanShard(ThreadedDoFn):
                     yield pvalue.TaggedOutput("dead_letters", {"source": self.source,
                                                                "raw": records.to_json_text(rec), "reason": reason})
             chunk = _concat([clean_part, impression_columns(kept)]) if kept else clean_part
-        if self.window_micros is not None and chunk["n"]:
-            if rebuilt:  # code the rebuilt chunk's requests again
-                req, _ = _pair_codes(chunk["system_id"], chunk["request_id"])
-                rebuilt = False
-            chunk, late = self._after_close(chunk, req)
-            if late:
-                rebuilt = True
-                yield from late
         self.duplicates.inc(n_dup)
         self.accepted.inc(chunk["n"])
         if not chunk["n"]:
@@ -992,7 +1001,8 @@ class _CleanShard(ThreadedDoFn):
     def _after_close(self, chunk, req):
         """(chunk, late dead letters): a request's impressions (``req``: their request codes) at or
         after the end of its earliest impression's window plus the allowed lateness are late data
-        (the rule of :func:`streameval.io.cleaning.split_after_close`, vectorised)."""
+        (the rule of :func:`streameval.io.cleaning.split_after_close`, vectorised, applied before
+        the request rules as there)."""
         ts = chunk["timestamp"]
         t0 = np.full(int(req.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
         np.minimum.at(t0, req, ts)
@@ -1292,7 +1302,7 @@ class _ScoreShard(ThreadedDoFn):
             self.unscorable.inc(missing)
             self.imp_unrankable.inc(total)
             yield pvalue.TaggedOutput("dead_letters", {
-                "source": "ScoreRankings",
+                "source": SOURCE_UNRANKABLE,
                 "raw": records.to_json_text({"query_id": qid, "system_id": system,
                                              "request_id": rid, "impressions": total,
                                              "without_score": missing}),
@@ -1455,7 +1465,7 @@ class ColumnarMetrics(beam.PTransform):
             raise ValueError(f"judgment conflict policy must be one of {cleaning.JUDGMENT_POLICIES}")
         self.order, self.tie_break, self.score_precision, self.depth = order, tie_break, score_precision, depth
         self.policy = judgment_conflicts
-        self.grade_range = grade_range
+        self.grade_range = judgment_grade_range(grade_range, self.specs, self.options)
         self.ci_level = float(ci_level)
         self.shards = int(shards)
         self.progress_total = progress_total

@@ -27,7 +27,7 @@ from apache_beam.metrics import Metrics
 
 from ..accumulators.ranking import RankingOps, keep_for
 from ..io import cleaning, records
-from ..metrics.kernel import MetricOptions, compute
+from ..metrics.kernel import MetricOptions, compute, usable_grade_limit
 from ..metrics import stats
 from ..metrics.names import parse_metrics
 from .combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn
@@ -53,6 +53,9 @@ __all__ = [
 ]
 
 NAMESPACE = "streameval"
+#: the dead-letter ``source`` of a request that cannot be ranked (its impressions are accepted, so the
+#: accounting counts it apart from rejected records): the same on both engines and in the stream
+SOURCE_UNRANKABLE = "ScoreRankings"
 #: slice value of a request that lacks a slice attribute
 MISSING = "(missing)"
 ALL = "all"
@@ -61,12 +64,17 @@ ALL = "all"
 # --------------------------------------------------------------------------------------------
 # small helpers (pure Python, shared with pipelines/batch.py)
 
+# the longest window, lateness or retention: the years 1 to 9999 that event times may span (so that
+# an event time plus a window, a lateness and a retention stays far inside Beam's timestamps)
+MAX_DURATION_SECONDS = 10_000 * 366 * 86400
+
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def parse_window(window) -> float | None:
     """Window size in seconds from ``None``/``"none"``, a number of seconds, or text such as
-    ``"3600s"``, ``"30m"``, ``"1h"``, ``"1d"``, ``"1w"`` (``"3600"`` = seconds). Raises ValueError."""
+    ``"3600s"``, ``"30m"``, ``"1h"``, ``"1d"``, ``"1w"`` (``"3600"`` = seconds). Raises ValueError
+    (also for more than :data:`MAX_DURATION_SECONDS`, 10000 years)."""
     if window is None:
         return None
     if isinstance(window, (int, float)) and not isinstance(window, bool):
@@ -81,6 +89,9 @@ def parse_window(window) -> float | None:
         size = float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1)
     if not size > 0 or not math.isfinite(size):
         raise ValueError(f"window must be a positive duration, got {window!r}")
+    if size > MAX_DURATION_SECONDS:
+        raise ValueError(f"a duration must be at most 10000 years (the span of event times a job can window), "
+                         f"got {window!r}")
     return size
 
 
@@ -92,6 +103,14 @@ def _window_micros(window) -> int | None:
     if micros < 1:
         raise ValueError(f"window {window!r} is shorter than a microsecond")
     return micros
+
+
+def judgment_grade_range(declared, specs, options: MetricOptions):
+    """The grade range a job's judgment checks enforce (:func:`streameval.io.records.grade_range_for`):
+    the ``declared`` one (``--grades``, or None) narrowed to the grades the metric ``specs`` can
+    score under ``options`` (ERR's ``err_max_grade``; 1023 with the exponential gain), so that a
+    judgment they cannot use is a dead letter with its reason, the same on every engine."""
+    return records.grade_range_for(declared, usable_grade_limit({s.family for s in specs}, options))
 
 
 def parse_lateness(value) -> int:
@@ -202,7 +221,7 @@ class _ValidateFn(beam.DoFn):
         self.kind = kind
         self.time_range = time_range
         self.source = source
-        self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
+        self.grade_range = records.as_grade_range(grade_range)
         self.valid = Metrics.counter(NAMESPACE, f"{kind}s_valid")
 
     def process(self, element):
@@ -276,10 +295,10 @@ class _CleanRequestFn(beam.DoFn):
 
     def process(self, element):
         _, recs = element
-        kept, n_dup, rejected = cleaning.clean_request(list(recs))
         w, lat = self.window_micros, self.lateness_micros
         kept, late = cleaning.split_after_close(
-            kept, None if w is None else (lambda t0: cleaning.request_close(t0, w, lat)))
+            list(recs), None if w is None else (lambda t0: cleaning.request_close(t0, w, lat)))
+        kept, n_dup, rejected = cleaning.clean_request(kept)
         self.duplicates.inc(n_dup)
         self.accepted.inc(len(kept))
         self.late.inc(len(late))
@@ -487,7 +506,7 @@ class _ScoreQueries(beam.DoFn):
                 self.unscorable.inc(missing)
                 self.imp_unrankable.inc(acc[3])
                 yield pvalue.TaggedOutput("rejected", {
-                    "source": "ScoreRankings",
+                    "source": SOURCE_UNRANKABLE,
                     "raw": records.to_json_text({"query_id": qid, "system_id": system, "request_id": request_id,
                                                  "impressions": len(st[0]), "without_score": missing}),
                     "reason": f"{missing} of the request's {len(st[0])} impressions have no score: "

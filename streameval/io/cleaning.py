@@ -69,9 +69,14 @@ def request_close(first_ts: int, window_micros: int, lateness_micros: int = 0) -
 
 def split_after_close(kept: list, close_of) -> tuple[list, list]:
     """The rule for requests spanning windows (batch and stream alike): ``(kept, late)`` where ``late``
-    holds ``(record, reason)`` for each impression of ``kept`` (one request's cleaned impressions)
-    at or after ``close_of(earliest timestamp)`` (for example :func:`request_close`); ``close_of``
-    None keeps everything (the global window)."""
+    holds ``(record, reason)`` for each impression of ``kept`` (one request's impressions that
+    passed the record checks) at or after ``close_of(earliest timestamp)`` (for example
+    :func:`request_close`); ``close_of`` None keeps everything (the global window).
+
+    Late data is set aside first, and :func:`clean_request` (replays, conflicts, items served twice,
+    query ids) applies to the rest: a stream cannot hold a request's records after it closed, so a
+    late impression is late whatever it would have met there (a replayed copy of a late impression
+    is late as well, not a duplicate)."""
     if close_of is None or not kept:
         return kept, []
     close = close_of(min(int(r["timestamp"]) for r in kept))

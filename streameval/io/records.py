@@ -11,7 +11,7 @@ Rules (impression.avsc / judgment.avsc):
 * required fields present and not ``None``; strings are ``str`` that UTF-8
   can encode (no lone surrogates, which Avro and JSON files cannot hold);
 * ``event_id``, ``request_id``, ``system_id``, ``item_id`` non-empty
-  (``query_id`` may be empty: click logs without queries);
+  (``query_id`` may be empty: click logs without queries); no id contains NUL (:data:`ID_FIELDS`);
 * ``position`` an integer >= 1 (and < 2**31, an Avro int);
 * ``timestamp`` an integer (microseconds since the epoch) within the event times every job can
   window and write, years 1 to 9999 (:data:`EVENT_TIME_MIN`, :data:`EVENT_TIME_MAX`; Python's
@@ -25,7 +25,7 @@ Rules (impression.avsc / judgment.avsc):
   because ``bool("false")`` is true);
 * ``user_id`` ``None`` or a string; ``attributes`` absent or a
   ``{str: str}`` mapping;
-* judgments: ``query_id``/``item_id`` non-empty strings, ``grade`` an integer
+* judgments: ``query_id``/``item_id`` non-empty strings without NUL, ``grade`` an integer
   (not a float, not a bool), ``timestamp`` (optional) as an impression's (without
   ``time_range``: a judgment's time only orders its versions), ``source
   (optional) a string.
@@ -43,8 +43,13 @@ from typing import Any
 import numpy as np
 
 __all__ = ["check_impression", "check_judgment", "check_timestamp", "parse_time_range", "format_time_range",
-           "to_json_text", "IMPRESSION_REQUIRED", "JUDGMENT_REQUIRED", "EVENT_TIME_MIN", "EVENT_TIME_MAX"]
+           "to_json_text", "grade_range_for", "as_grade_range", "IMPRESSION_REQUIRED", "JUDGMENT_REQUIRED", "EVENT_TIME_MIN", "EVENT_TIME_MAX"]
 
+#: the id fields of each kind that may not contain NUL: ids are joined, grouped and ordered as text,
+#: and numpy's string arrays (the library's and the per-record engine's) drop trailing NULs, which
+#: would make "d1\x00" the item "d1"; no TREC file can hold one either (C strings)
+ID_FIELDS = {"impression": ("event_id", "request_id", "query_id", "system_id", "item_id"),
+             "judgment": ("query_id", "item_id")}
 IMPRESSION_REQUIRED = ("event_id", "request_id", "query_id", "system_id", "item_id", "position", "timestamp")
 _IMPRESSION_NONEMPTY = ("event_id", "request_id", "system_id", "item_id")
 JUDGMENT_REQUIRED = ("query_id", "item_id", "grade")
@@ -105,6 +110,9 @@ def check_impression(rec: Any, time_range=None) -> str | None:
     for field in _IMPRESSION_NONEMPTY:
         if not rec[field]:
             return f"empty {field}"
+    for field in ID_FIELDS["impression"]:
+        if "\x00" in rec[field]:
+            return f"{field} contains a NUL character: {_short(rec[field])}"
 
     position = rec["position"]
     if not _is_int(position):
@@ -163,11 +171,30 @@ def check_impression(rec: Any, time_range=None) -> str | None:
     return None
 
 
+def grade_range_for(declared: tuple[int, int] | None, usable: tuple[int, str] | None) -> tuple | None:
+    """The grade range the record checks enforce: the ``declared`` one (``--grades``), narrowed to
+    the highest grade the requested measures can score (``usable``: ``(highest, why)`` from
+    :func:`streameval.metrics.kernel.usable_grade_limit`); ``(lo, hi)``, ``(lo, hi, why)`` or None."""
+    if usable is None or (declared is not None and declared[1] <= usable[0]):
+        return None if declared is None else (int(declared[0]), int(declared[1]))
+    lo = AVRO_INT_MIN if declared is None else int(declared[0])
+    return (lo, min(int(usable[0]), AVRO_INT_MAX), usable[1])
+
+
+def as_grade_range(grade_range) -> tuple | None:
+    """``grade_range`` (None, ``(lo, hi)`` or ``(lo, hi, why)``) with integer bounds, as the record
+    checks take it."""
+    if grade_range is None:
+        return None
+    return (int(grade_range[0]), int(grade_range[1]), *([str(grade_range[2])] if len(grade_range) > 2 else []))
+
+
 def check_judgment(rec: Any, grade_range: tuple[int, int] | None = None) -> str | None:
     """Reason why ``rec`` is not a usable judgment, or ``None`` if it is.
 
     ``grade_range``: ``(lowest, highest)`` grade the judgments declare (inclusive); a grade outside
-    it is rejected ("grade outside the declared range"). None: any Avro int."""
+    it is rejected ("grade outside the declared range"). A third element says why else the range
+    holds (:func:`grade_range_for`: the grades the requested measures can score). None: any Avro int."""
     if not isinstance(rec, Mapping):
         return f"record is not a mapping but {_type_name(rec)}"
     for field in JUDGMENT_REQUIRED:
@@ -181,12 +208,16 @@ def check_judgment(rec: Any, grade_range: tuple[int, int] | None = None) -> str 
             return f"empty {field}"
         if _not_unicode(value):
             return f"{field} is not valid Unicode (lone surrogate): {_short(value)}"
+        if "\x00" in value:
+            return f"{field} contains a NUL character: {_short(value)}"
     grade = rec["grade"]
     if not _is_int(grade):
         return f"grade must be an integer, got {_type_name(grade)} {_short(grade)}"
     if not AVRO_INT_MIN <= grade <= AVRO_INT_MAX:
         return f"grade {int(grade)} does not fit an Avro int"
     if grade_range is not None and not grade_range[0] <= grade <= grade_range[1]:
+        if len(grade_range) > 2 and grade_range[2] and grade > grade_range[1]:
+            return f"grade {int(grade)} is above {grade_range[1]}, {grade_range[2]}"
         return f"grade outside the declared range {grade_range[0]}..{grade_range[1]}, got {int(grade)}"
     if rec.get("timestamp") is not None:
         reason = check_timestamp(rec["timestamp"])

@@ -34,6 +34,23 @@ CHUNK_ITEMS = 1 << 19
 IDEALS = ("judgments", "served")
 
 
+#: the largest grade the exponential gain 2**grade - 1 can use (2**1024 overflows a double)
+MAX_EXPONENTIAL_GRADE = 1023
+
+
+def usable_grade_limit(families, options: "MetricOptions") -> tuple[int, str] | None:
+    """``(highest grade, why)`` the metric ``families`` (``MetricSpec.family`` names) can score under
+    ``options``, or None when any grade can: ERR's ``err_max_grade`` (a larger grade raises in
+    ``_err``) and :data:`MAX_EXPONENTIAL_GRADE` with ``gain="exponential"`` (nDCG, DCG). The jobs
+    reject the judgments above it as dead letters instead of failing or scoring NaN."""
+    limits = []
+    if "err" in families:
+        limits.append((int(np.floor(options.err_max_grade)), "the largest grade ERR scores (--err-max-grade)"))
+    if options.gain == "exponential" and {"ndcg", "dcg"} & set(families):
+        limits.append((MAX_EXPONENTIAL_GRADE, "the largest grade whose exponential gain 2**grade - 1 fits a double"))
+    return min(limits) if limits else None
+
+
 @dataclass(frozen=True)
 class MetricOptions:
     """Named conventions that change a metric's value (documented in ``docs/metrics.md``).
@@ -42,7 +59,8 @@ class MetricOptions:
     gain: ``"linear"`` (trec_eval, gain = grade) or ``"exponential"`` (gain = 2**grade - 1).
     ideal: ``"judgments"`` (ideal DCG from all judged items, trec_eval) or ``"served"``.
     err_max_grade: the maximum grade g_max of ERR's satisfaction probability (2**g - 1) / 2**g_max;
-        default 4 (grades 0-4, as TREC Web track's gdeval). A larger grade raises ``ValueError``.
+        default 4 (grades 0-4, as TREC Web track's gdeval). A larger grade raises ``ValueError``, as
+        does a grade above :data:`MAX_EXPONENTIAL_GRADE` with the exponential gain.
     """
 
     relevance_level: float = 1
@@ -235,6 +253,9 @@ class _Batch:
     def gain(self, grades):
         with np.errstate(invalid="ignore"):
             pos = grades > 0
+            if self.opts.gain == "exponential" and np.any(grades > MAX_EXPONENTIAL_GRADE):
+                raise ValueError(f"gain='exponential': grade {np.nanmax(grades):g} is above "
+                                 f"{MAX_EXPONENTIAL_GRADE}, the largest whose gain 2**grade - 1 fits a double")
         g = np.where(pos, grades, 0.0)
         if self.opts.gain == "exponential":
             g = np.where(pos, np.exp2(g) - 1.0, 0.0)

@@ -143,7 +143,22 @@ class Prepared:
     missing_qids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
 
 
+def refuse_nul(a) -> None:
+    """ValueError when a sequence of ids holds a string with NUL: numpy's string arrays drop
+    trailing NULs, which would make ``"d1\x00"`` the id ``"d1"`` (the jobs' record checks reject
+    such ids as dead letters, :data:`streameval.io.records.ID_FIELDS`)."""
+    try:
+        joined = "".join(a)
+    except TypeError:  # not all strings (ints, None)
+        joined = "".join(x for x in a if isinstance(x, str))
+    if "\x00" in joined:
+        bad = next(x for x in a if isinstance(x, str) and "\x00" in x)
+        raise ValueError(f"ids must not contain NUL characters, got {bad!r}")
+
+
 def _as_key_array(a) -> np.ndarray:
+    if isinstance(a, (list, tuple)) or (isinstance(a, np.ndarray) and a.dtype.kind == "O"):
+        refuse_nul(a)
     a = np.asarray(a)
     if a.dtype.kind in "iu":
         return a

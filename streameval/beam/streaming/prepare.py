@@ -221,7 +221,7 @@ class _PrepareJudgments(beam.DoFn):
         self.gate = gate
         self.run = run
         self.shards = shards
-        self.grade_range = None if grade_range is None else (int(grade_range[0]), int(grade_range[1]))
+        self.grade_range = records.as_grade_range(grade_range)
 
     def process(self, element):
         by_q: dict = {}

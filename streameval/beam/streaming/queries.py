@@ -27,6 +27,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from ...io import cleaning, records
+from ..transforms import SOURCE_UNRANKABLE
 from ...metrics.kernel import compute
 from .common import _SEP, _SIDE_KEY, _fmt_us, _late_record, _micros, _tally, _when
 from .windows import _Config
@@ -368,7 +369,7 @@ class _Queries:
                     served = e.served
                     missing = cfg.ops.unrankable(served)
                     _tally(cfg.run, "impressions_unscorable", missing)
-                    dead.append({"source": "StreamMetrics", "reason":
+                    dead.append({"source": SOURCE_UNRANKABLE, "reason":
                                  f"{missing} of the request's {len(served[0])} impressions have no score: "
                                  "order='score' needs a finite score to rank them (use order='position')",
                                  "raw": records.to_json_text({"query_id": query, "system_id": e.system,

@@ -160,10 +160,14 @@ class _SystemEntry:
 
 
 class _Tombstone(NamedTuple):
-    """A final request, remembered so that its later pieces are late data: ``closed_at``, when its
-    last window closed, and ``forget_at``, when it is forgotten (micros). State:
-    ``[closed_at, forget_at]``."""
+    """The final requests of one request id, remembered so that their later pieces are late data:
+    ``closes`` (``{system: close}``, the end of the window of each system's first impression plus
+    the allowed lateness: the batch job's rule), ``closed_at``, when their last window closed, and
+    ``forget_at``, when they are forgotten (micros). A request is a (system, request id) pair, as in
+    the batch job: a system the id had not served starts a new request beside the tombstone.
+    State: ``[closes, closed_at, forget_at]``."""
 
+    closes: dict
     closed_at: int
     forget_at: int
 
@@ -179,6 +183,10 @@ class _RequestEntry:
     clicks: list
     tombstone: _Tombstone | None
 
+    def live(self) -> bool:
+        """Whether the entry has records not yet final (systems or clicks)."""
+        return bool(self.systems or self.clicks)
+
     @classmethod
     def decode(cls, blob: bytes) -> "_RequestEntry":
         systems, clicks, tomb = _decode(blob)
@@ -188,7 +196,7 @@ class _RequestEntry:
     def encode(self) -> bytes:
         tomb = self.tombstone
         return _encode([{s: e.to_state() for s, e in self.systems.items()}, [c.to_state() for c in self.clicks],
-                        None if tomb is None else [tomb.closed_at, tomb.forget_at]])
+                        None if tomb is None else list(tomb)])
 
 
 class _Requests:
@@ -226,10 +234,13 @@ class _Requests:
         return f"request={rid}"
 
     def _closes(self, ent):
-        """(rank_close, last deadline) of a system entry."""
+        """(rank_close, last deadline) of a system entry: in windows, its close is that of its
+        earliest record (any that passed the record checks: late data is set aside before the
+        request rules, :func:`streameval.io.cleaning.split_after_close`)."""
         cfg = self.cfg
         if cfg.spec.windowed:
-            rc = cfg.expiry(cfg.spec.sub(ent.acc[0][3]))
+            first = min(int(v.record["timestamp"]) for vs in ent.records.values() for v in vs)
+            rc = cfg.expiry(cfg.spec.sub(first))
             return rc, max(rc, cfg.expiry(cfg.spec.sub(ent.last_ts)))
         rc = ent.last_ts + cfg.spec.size + cfg.lateness
         return rc, rc
@@ -266,17 +277,9 @@ class _Requests:
                 cell = reqs.get(rid)  # [deadline, encoded entry]
                 entry = touched[rid] = _RequestEntry({}, [], None) if cell is None else _RequestEntry.decode(cell[1])
             if entry.tombstone is not None:
-                closed_at = entry.tombstone.closed_at
-                for it in items:
-                    if kind == "imp" and int(it["timestamp"]) >= closed_at:  # by its own time: batch's rule
-                        late.append(_late_record("late:impression", it,
-                                                 cleaning.after_close_reason(int(it["timestamp"]), closed_at)))
-                        continue
-                    late.append(_late_record(
-                        f"late:{'impression' if kind == 'imp' else 'click'}",
-                        it if kind == "imp" else _Click.from_state(it).raw,
-                        f"request {rid} is final: its windows closed at {_fmt_us(closed_at)}"))
-                continue
+                items = self._after_tombstone(rid, entry, kind, items, late)
+                if not items:
+                    continue
             changed = set()
             if kind == "imp":
                 self._add_impressions(rid, entry, items, changed, late, closed)
@@ -301,6 +304,32 @@ class _Requests:
         for q, ms in out_q.items():
             yield pvalue.TaggedOutput("queries", (q, ms))
         yield from out_s.items()
+
+    def _after_tombstone(self, rid, entry, kind, items, late) -> list:
+        """The records of a request id some of whose requests are final: an impression of a final
+        (system, request) is late (at or after its close by its own time: the batch job's rule and
+        reason; else late by arrival), a click is late when it can only belong to a final request;
+        the rest (a system the id had not served) are returned, to start new requests."""
+        tomb = entry.tombstone
+        fresh = []
+        for it in items:
+            if kind == "imp":
+                system = it["system_id"]
+                rc = tomb.closes.get(system)
+                if rc is None:
+                    fresh.append(it)
+                    continue
+                ts = int(it["timestamp"])
+                late.append(_late_record("late:impression", it, cleaning.after_close_reason(ts, rc) if ts >= rc else
+                                         f"request {rid} of {system} is final: its window closed at {_fmt_us(rc)}"))
+                continue
+            c = _Click.from_state(it)
+            if (c.system is None and not entry.systems) or c.system in tomb.closes:
+                late.append(_late_record("late:click", c.raw,
+                                         f"request {rid} is final: its windows closed at {_fmt_us(tomb.closed_at)}"))
+                continue
+            fresh.append(it)
+        return fresh
 
     def _add_impressions(self, rid, entry, recs, changed, late, closed):
         touched = set()
@@ -350,10 +379,10 @@ class _Requests:
             for i, v in enumerate(variants):
                 where[id(v.record)] = [eid, i]
                 flat.extend([v.record] * v.copies)
-        kept, n_dup, rejected = cleaning.clean_request(flat)
         cfg = self.cfg
-        kept, late = cleaning.split_after_close(
-            kept, (lambda t0: cfg.expiry(cfg.spec.sub(t0))) if cfg.spec.windowed else None)
+        flat, late = cleaning.split_after_close(
+            flat, (lambda t0: cfg.expiry(cfg.spec.sub(t0))) if cfg.spec.windowed else None)
+        kept, n_dup, rejected = cleaning.clean_request(flat)
         if with_late:
             return kept, n_dup, rejected, where, late
         return kept, n_dup, rejected, where
@@ -491,7 +520,7 @@ class _Requests:
         """When the entry needs attention: its tombstone expires, all its windows closed (it becomes
         a tombstone), or a pending click's window closed; rounded up to the cleanup step, so one
         timer firing per shard serves many windows (which windows closed is known from the gate)."""
-        if entry.tombstone is not None:
+        if entry.tombstone is not None and not entry.live():
             return self.cfg.round_up(entry.tombstone.forget_at)
         last = max((self._closes(ent)[1] for ent in entry.systems.values()), default=None)
         ds = [self._click_deadline(c) for c in entry.clicks if c.fate == _PENDING]
@@ -545,8 +574,9 @@ class _Requests:
             if d is None or d > now:
                 continue
             entry = _RequestEntry.decode(blob)
-            if entry.tombstone is not None:
-                if entry.tombstone.forget_at <= now:
+            tomb = entry.tombstone
+            if tomb is not None and not entry.live():
+                if tomb.forget_at <= now:
                     del reqs[rid]
                 continue
             pending = False
@@ -568,10 +598,15 @@ class _Requests:
             last = max((self._closes(ent)[1] for ent in entry.systems.values()), default=None)
             if (last is None or last <= now) and not pending:
                 side.extend(self._final_fates(rid, entry))
-                if last is None:
+                if last is None and tomb is None:
                     del reqs[rid]
                     continue
-                entry = _RequestEntry({}, [], _Tombstone(last, last + cfg.retention))
+                closes = {} if tomb is None else dict(tomb.closes)
+                closes.update((s, self._closes(ent)[0]) for s, ent in entry.systems.items())
+                if last is None or (tomb is not None and tomb.closed_at > last):
+                    last = tomb.closed_at
+                forget = last + cfg.retention if tomb is None else max(tomb.forget_at, last + cfg.retention)
+                entry = _RequestEntry({}, [], _Tombstone(closes, last, forget))
             reqs[rid] = [self._next_deadline(entry, closed_upto), entry.encode()]
         if side:
             yield _SIDE_KEY, [("side", r) for r in side]

@@ -22,7 +22,7 @@ import apache_beam as beam
 from apache_beam import typehints
 
 from ...io import cleaning
-from ..transforms import ScoreRankings, parse_slices
+from ..transforms import ScoreRankings, judgment_grade_range, parse_slices
 from .aggregate import _AggregateFn
 from .common import stream_counts
 from .gate import _GateFn
@@ -129,6 +129,8 @@ class StreamMetrics(beam.PTransform):
         sr = ScoreRankings(None, metrics or ["P@1"], slices=slices, relevance_level=relevance_level, gain=gain,
                            ideal=ideal, err_max_grade=err_max_grade, order=order, tie_break=tie_break,
                            depth=depth, score_precision=score_precision)
+        if ranking:
+            self.grade_range = judgment_grade_range(self.grade_range, sr.specs, sr.options)
         lateness = parse_duration(allowed_lateness, "allowed_lateness", allow_zero=True)
         early_seconds = None if early_every in (None, 0, "0", "none") else \
             parse_duration(early_every, "early_every") / 1e6
