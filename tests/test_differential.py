@@ -104,7 +104,8 @@ def _write(d, imp_files, judg):
 
 
 def _row(r):
-    return (r["window_start"], r["window_end"], r["slice"], r["system"], r["metric"], r["value"], r["num_queries"])
+    return (r["window_start"], r["window_end"], r["slice"], r["system"], r["metric"], r["value"], r["num_queries"],
+            r["stderr"], r["ci_low"], r["ci_high"], r["ci_method"])
 
 
 def _letter(x):

@@ -147,7 +147,7 @@ def _bits(x):
 
 
 def assert_final_equals_batch(rows, batch_rows, window_of=None):
-    """The final panes equal the batch rows bit for bit (value, n, stderr); a final row with n = 0
+    """The final panes equal the batch rows bit for bit (value, n, stderr, interval); a final row with n = 0
     (a window or slice emptied by a late update) stands for a row the batch job does not have."""
     final = final_rows(rows)
     batch = {}
@@ -161,6 +161,9 @@ def assert_final_equals_batch(rows, batch_rows, window_of=None):
         f = present[k]
         assert (_bits(f["value"]), f["num_queries"], _bits(f["stderr"])) == \
                (_bits(b["value"]), b["num_queries"], _bits(b["stderr"])), (k, f, b)
+        # the interval too: the batch job's of the same numbers (Wilson for CTR, t otherwise)
+        assert (_bits(f["ci_low"]), _bits(f["ci_high"]), f["ci_level"], f["ci_method"]) == \
+               (_bits(b["ci_low"]), _bits(b["ci_high"]), b["ci_level"], b["ci_method"]), (k, f, b)
         if window_of is None:
             assert f["window_end"] == b["window_end"]
     return final

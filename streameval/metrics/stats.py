@@ -66,6 +66,7 @@ __all__ = [
     "POISSON_THRESHOLDS",
     "is_binomial_metric",
     "row_interval",
+    "check_level",
 ]
 
 DEFAULT_LEVEL = 0.95
@@ -73,11 +74,15 @@ BOOTSTRAP_STREAM = b"streameval-boot"
 FLIP_STREAM = b"streameval-flip"
 
 
-def _check_level(level: float) -> float:
+def check_level(level: float) -> float:
+    """``level`` as a float; ValueError unless it is in (0, 1) (NaN is not)."""
     level = float(level)
     if not 0.0 < level < 1.0:
         raise ValueError(f"confidence level must be in (0, 1), got {level}")
     return level
+
+
+_check_level = check_level
 
 
 def _finite(x) -> bool:

@@ -29,6 +29,7 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from ...accumulators.moments import MeanMoments, partials_add
+from ...metrics import stats
 from ..combiners import CtrByPositionCombineFn, MeanCombineFn
 from ..transforms import metric_row
 from .common import _SIDE_KEY, _micros, _tally, _when
@@ -265,7 +266,9 @@ class _AggregateBase:
         for label in sorted(current):
             out_label = label if prefix is None else (prefix if label == "all" else f"{prefix},{label}")
             for metric, value, n, se in current[label]:
-                rows.append(metric_row(start, end, out_label, system, metric, value, n, se, **extra))
+                # the batch job's interval of the same numbers (Wilson for CTR, t otherwise)
+                rows.append(metric_row(start, end, out_label, system, metric, value, n, se, **extra,
+                                       **stats.row_interval(metric, value, n, se, self.cfg.ci_level)))
         for label, metrics in sorted(emitted.items()):  # emptied since: an empty row replaces it
             have = {m for m, *_ in current.get(label, [])}
             out_label = label if prefix is None else (prefix if label == "all" else f"{prefix},{label}")

@@ -22,6 +22,7 @@ import apache_beam as beam
 from apache_beam import typehints
 
 from ...io import cleaning
+from ...metrics import stats
 from ..transforms import ScoreRankings, judgment_grade_range, parse_slices
 from .aggregate import _AggregateFn
 from .common import stream_counts
@@ -47,7 +48,11 @@ def _ordered_pair(pair, name: str):
 class StreamMetrics(beam.PTransform):
     """``impressions | StreamMetrics(judgments, metrics, window="1h", ...)`` -> metric rows with
     panes (metric_result dicts; ``pane`` is ``"early"``, ``"on_time"`` or ``"late"``, ``pane_index``
-    counts the window's panes from 0, ``is_final`` marks the last one).
+    counts the window's panes from 0, ``is_final`` marks the last one). Every pane's rows carry the
+    batch job's interval of their numbers at ``ci_level`` (default 0.95;
+    :func:`streameval.metrics.stats.row_interval`: Wilson for CTR, Student t from the standard
+    error otherwise), so a final pane equals the batch row interval included. These are
+    fixed-sample intervals: watched at every early pane they are not simultaneous.
 
     Inputs are unbounded PCollections (bounded ones work too) whose elements are records or lists
     of records (coarse elements are faster: send a page view's impressions together), timestamped
@@ -111,7 +116,7 @@ class StreamMetrics(beam.PTransform):
                  relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
                  tie_break="docno", depth=None, score_precision="float32", ctr=True, request_shards=16,
                  retention=None, clock=None, source="stream", judgment_conflicts="latest", grade_range=None,
-                 time_range=None, label=None):
+                 time_range=None, ci_level=stats.DEFAULT_LEVEL, label=None):
         super().__init__(label)
         if judgment_conflicts not in cleaning.JUDGMENT_POLICIES:
             raise ValueError(f"judgment_conflicts must be one of {cleaning.JUDGMENT_POLICIES}, "
@@ -148,7 +153,7 @@ class StreamMetrics(beam.PTransform):
             slice_specs=parse_slices(slices), attr_keys=sorted({n for s in parse_slices(slices) for n in s}),
             shards=int(request_shards), clock=clock,
             cleanup=spec.period if spec.windowed else spec.size,
-            run=uuid.uuid4().hex, policy=judgment_conflicts)
+            run=uuid.uuid4().hex, policy=judgment_conflicts, ci_level=stats.check_level(ci_level))
         # the dead-letter source of records that come without their file (see prepare.file_records)
         self.sources = {k: str(source.get(k, "stream") if isinstance(source, dict) else source)
                         for k in ("impressions", "judgments", "clicks")}

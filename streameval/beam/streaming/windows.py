@@ -153,6 +153,7 @@ class _Config:
     cleanup: int = 1
     run: str = ""
     policy: str = "latest"
+    ci_level: float = 0.95
 
     """The settings of one :class:`~streameval.beam.streaming.StreamMetrics`, shared by its stages.
 
@@ -164,7 +165,7 @@ class _Config:
     ``slice_specs`` / ``attr_keys``: the slices and the attributes they read; ``shards``: keyed
     states of requests; ``clock``: processing-time source (None: wall time); ``run``: the id
     under which counts are tallied; ``policy``: the
-    judgment conflict policy.
+    judgment conflict policy; ``ci_level``: the level of the rows' intervals.
     """
 
     def round_up(self, t: int) -> int:
