@@ -645,6 +645,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     m.add_argument("--err-max-grade", type=float, default=4)
     m.add_argument("--ci-level", type=float, default=0.95,
                    help="level of every pane row's interval (Wilson for CTR, t otherwise; default 0.95)")
+    m.add_argument("--intervals", choices=("fixed", "anytime"), default="fixed",
+                   help="fixed-sample intervals (default) or confidence sequences, valid at every pane at once")
     m.add_argument("--order", choices=("score", "position"), default="score")
     m.add_argument("--tie-break", choices=("docno", "position"), default="docno")
     m.add_argument("--score-precision", choices=("float32", "float64"), default="float32")
@@ -768,7 +770,7 @@ def build_pipeline(p, args, paths):
         request_shards=_request_shards(args), clock=replay_clock if args.replay or _live_watch(args) else None,
         source=_source_labels(args), judgment_conflicts=args.judgment_conflicts,
         grade_range=_grades(args.grades), time_range=parse_time_range(args.event_time_range),
-        ci_level=args.ci_level)
+        ci_level=args.ci_level, intervals=args.intervals)
     rows = srcs["impressions"] | "StreamMetrics" >> sm
     names = [s.name for s in parse_metrics(split_metrics(args.metrics))] if ranking else []
     me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
@@ -950,7 +952,7 @@ def main(argv=None) -> int:
     print(format_accounting(accounting))
     if args.output:
         summary = {"state": str(state), "wall_seconds": round(wall, 3), "runner": runner,
-                   "window": sm.cfg.spec.describe(), "allowed_lateness": args.allowed_lateness, "retention": args.retention, "ci_level": args.ci_level,
+                   "window": sm.cfg.spec.describe(), "allowed_lateness": args.allowed_lateness, "retention": args.retention, "ci_level": args.ci_level, "intervals": args.intervals,
                    "early_every": args.early_every, "early_count": args.early_count,
                    "judgment_conflicts": args.judgment_conflicts, "grades": args.grades, "inputs": paths,
                    "replayed": replayed, "counts": dict(sorted(counts.items())),

@@ -376,3 +376,94 @@ def test_bootstrap_combinefn_in_a_pipeline():
     assert len(got) == 2 and dict(got) == want
     empty = fn.extract_output(fn.merge_accumulators([]))
     assert empty[0]["num_queries"] == 0 and math.isnan(empty[0]["value"]) and empty[0]["ci_low"] is None
+
+
+# --------------------------------------------------------------------------------------------
+# confidence sequences (issue 18, item 2): valid at every look, where fixed intervals are not
+
+def test_confidence_sequences_hold_at_every_look_where_fixed_intervals_do_not():
+    """Seeded simulation, no real change, a look every 100 queries (50 looks) or every 400
+    impressions (25 looks): the share of paths on which the fixed-sample interval ever excludes the
+    true value grows far past 5% (about a third), the confidence sequence's stays at or under 5%."""
+    rng = np.random.default_rng(20261126)
+    paths, n_max, step, mu = 1000, 5000, 100, 0.3
+    x = rng.normal(mu, 1.0, (paths, n_max))
+    c, c2 = np.cumsum(x, 1), np.cumsum(x * x, 1)
+    t_alarm = np.zeros(paths, bool)
+    cs_alarm = np.zeros(paths, bool)
+    for n in range(step, n_max + 1, step):
+        m = c[:, n - 1] / n
+        se = np.sqrt((c2[:, n - 1] - n * m * m) / (n - 1) / n)
+        half = sst.t.ppf(0.975, n - 1) * se  # what stats.t_interval gives row by row
+        t_alarm |= (m - half > mu) | (m + half < mu)
+        lo, hi = stats.normal_mixture_cs(m, n, se)
+        cs_alarm |= (lo > mu) | (hi < mu)
+    assert t_alarm.mean() > 0.2, t_alarm.mean()
+    assert cs_alarm.mean() <= 0.05, cs_alarm.mean()
+
+    p0, paths, n_max, step = 0.05, 300, 10_000, 400
+    k = np.cumsum(rng.random((paths, n_max)) < p0, 1)
+    w_alarm = np.zeros(paths, bool)
+    bb_alarm = np.zeros(paths, bool)
+    for n in range(step, n_max + 1, step):
+        lo, hi = stats.wilson_interval(k[:, n - 1], n)
+        w_alarm |= (lo > p0) | (hi < p0)
+        for i in np.flatnonzero(~bb_alarm):
+            lo, hi = stats.beta_binomial_cs(int(k[i, n - 1]), n)
+            bb_alarm[i] = lo > p0 or hi < p0
+    assert w_alarm.mean() > 0.15, w_alarm.mean()
+    assert bb_alarm.mean() <= 0.05, bb_alarm.mean()
+
+
+def test_confidence_sequence_detects_a_real_change():
+    """A real change of 0.1 standard deviations (null 0): the confidence sequence excludes 0 on
+    every one of 400 seeded paths within 50 looks of 100 queries; the median delay is 9 looks
+    (900 queries), the 90th percentile 18 (docs/metrics.md, "Anytime-valid intervals")."""
+    rng = np.random.default_rng(7)
+    paths, n_max, step = 400, 5000, 100
+    x = rng.normal(0.1, 1.0, (paths, n_max))
+    c, c2 = np.cumsum(x, 1), np.cumsum(x * x, 1)
+    first = np.full(paths, -1)
+    for look, n in enumerate(range(step, n_max + 1, step), 1):
+        m = c[:, n - 1] / n
+        lo, _ = stats.normal_mixture_cs(m, n, np.sqrt((c2[:, n - 1] - n * m * m) / (n - 1) / n))
+        first[(lo > 0) & (first < 0)] = look
+    assert (first > 0).all()
+    assert np.median(first) == 9 and np.percentile(first, 90) == 18
+
+
+def test_beta_binomial_cs_ends_are_where_the_mixture_crosses_one_over_alpha():
+    """The ends are the p where the beta-binomial mixture likelihood ratio equals 1/alpha, computed
+    independently from scipy's beta-binomial and binomial distributions (the binomial coefficients
+    cancel); inside, the ratio is below it; k = 0 and k = n reach 0 and 1."""
+    for k, n, level, a, b in ((3, 10, 0.95, 1, 1), (50, 1000, 0.9, 1, 1), (7, 40, 0.99, 0.5, 2)):
+        lo, hi = stats.beta_binomial_cs(k, n, level, a, b)
+
+        def ratio(p):
+            return sst.betabinom.pmf(k, n, a, b) / sst.binom.pmf(k, n, p)
+
+        assert ratio(lo) == pytest.approx(1 / (1 - level), rel=1e-9)
+        assert ratio(hi) == pytest.approx(1 / (1 - level), rel=1e-9)
+        assert ratio((lo + hi) / 2) < 1 / (1 - level) and lo < k / n < hi
+    assert stats.beta_binomial_cs(0, 10)[0] == 0.0 and stats.beta_binomial_cs(10, 10)[1] == 1.0
+    # wider than Wilson at any one look: the price of holding at every look
+    w = stats.wilson_interval(50, 1000)
+    cs = stats.beta_binomial_cs(50, 1000)
+    assert cs[0] < w[0] and cs[1] > w[1]
+
+
+def test_normal_mixture_cs_is_tightest_at_its_target_and_wider_than_t():
+    """``target_n`` tunes the mixture so that the sequence is narrowest there (Waudby-Smith et al.
+    2024, the choice of rho); at every n it is wider than the t interval; row_interval picks the
+    sequences with kind="anytime"."""
+    width = {t: np.subtract(*stats.normal_mixture_cs(0.0, 1000, 0.03, target_n=t)[::-1]) for t in (250, 1000, 4000)}
+    assert width[1000] < width[250] and width[1000] < width[4000]
+    for n in (2, 30, 1000, 100_000):
+        lo, hi = stats.normal_mixture_cs(0.5, n, 0.1)
+        t_lo, t_hi = stats.t_interval(0.5, n, 0.1)
+        assert lo < t_lo and hi > t_hi
+    assert stats.row_interval("map", 0.5, 100, 0.02, kind="anytime")["ci_method"] == "cs-normal-mixture"
+    assert stats.row_interval("ctr", 0.05, 1000, 0.007, kind="anytime")["ci_method"] == "cs-beta-binomial"
+    assert stats.row_interval("map", 0.5, 1, None, kind="anytime")["ci_low"] is None
+    with pytest.raises(ValueError, match="kind"):
+        stats.row_interval("map", 0.5, 10, 0.1, kind="sometimes")

@@ -373,3 +373,22 @@ def test_a_closed_request_id_is_closed_for_its_system_only_and_late_data_comes_b
     c = out["counts"]
     assert c["late:impression"] == 3 and not c.get("duplicate:impression") and \
         not c.get(f"rejected:impression:{cleaning.REASON_ITEM_TWICE}")
+
+
+def test_anytime_intervals_on_every_pane():
+    """Issue 18, items 1 and 2: with intervals="anytime" every pane's rows carry confidence
+    sequences (cs-normal-mixture for ranking metrics, cs-beta-binomial for CTR) of their own
+    numbers, wider than the fixed intervals the same rows get by default."""
+    from streameval.metrics import stats
+
+    imps, judg = _requests()
+    steps = [("judgments", judg), ("impressions", imps), ("watermark", BASE + 4 * HOUR)]
+    out = run_sm(steps, metrics=["ndcg@3", "map"], window="1h", intervals="anytime", early_count=2)
+    rows = [r for r in out["rows"] if r["ci_method"] is not None]
+    assert {r["ci_method"] for r in rows} == {"cs-normal-mixture", "cs-beta-binomial"}
+    assert {r["pane"] for r in rows} >= {"early", "on_time"}
+    for r in rows:
+        cs = stats.row_interval(r["metric"], r["value"], r["num_queries"], r["stderr"], 0.95, "anytime")
+        fixed = stats.row_interval(r["metric"], r["value"], r["num_queries"], r["stderr"], 0.95)
+        assert (r["ci_low"], r["ci_high"]) == (cs["ci_low"], cs["ci_high"])
+        assert r["ci_low"] <= fixed["ci_low"] and r["ci_high"] >= fixed["ci_high"]

@@ -6,7 +6,18 @@ Intervals (``level`` is the confidence level, default 0.95):
 * :func:`t_interval` - Student t on the per-query scores: ``mean -/+ t_{n-1,(1+level)/2} * stderr``.
 * :func:`wilson_interval` - Wilson score interval of a binomial proportion (CTR rows).
 * :func:`normal_interval` - ``mean -/+ z_{(1+level)/2} * stderr`` (the Wald interval for a proportion).
-* :func:`row_interval` - the interval fields of a metric_result row (Wilson for CTR, t otherwise).
+* :func:`row_interval` - the interval fields of a metric_result row (Wilson for CTR, t otherwise;
+  with ``kind="anytime"`` the confidence sequences below).
+
+Confidence sequences (anytime-valid: with probability ``level`` they hold at every look at once, so
+someone who watches every early pane and stops at the first exclusion keeps the error rate):
+
+* :func:`normal_mixture_cs` - the asymptotic confidence sequence of a mean (Waudby-Smith, Arbour,
+  Sinha, Kennedy and Ramdas, "Time-uniform central limit theory and asymptotic confidence
+  sequences", Annals of Statistics 2024, the two-sided normal-mixture boundary).
+* :func:`beta_binomial_cs` - the beta-binomial mixture confidence sequence of a proportion (Howard,
+  Ramdas, McAuliffe and Sekhon, "Time-uniform, nonparametric, nonasymptotic confidence sequences",
+  Annals of Statistics 2021, the conjugate-mixture method with Ville's inequality); exact.
 * :func:`percentile_interval` - the ``(1-level)/2`` and ``(1+level)/2`` quantiles of bootstrap
   replicates, as the ``(R+1) alpha``-th order statistics (Hyndman and Fan type 6, interpolated;
   Davison and Hinkley 1997, section 5.2). numpy's default (type 7) puts the ends of a 95% interval
@@ -67,6 +78,10 @@ __all__ = [
     "is_binomial_metric",
     "row_interval",
     "check_level",
+    "normal_mixture_cs",
+    "beta_binomial_cs",
+    "CS_TARGET_N",
+    "INTERVAL_KINDS",
 ]
 
 DEFAULT_LEVEL = 0.95
@@ -330,17 +345,85 @@ def is_binomial_metric(metric: str) -> bool:
     return metric == "ctr" or metric.startswith("ctr@")
 
 
-def row_interval(metric: str, value, num_queries, stderr, level: float = DEFAULT_LEVEL) -> dict:
+#: the number of observations at which :func:`normal_mixture_cs` is tightest by default
+CS_TARGET_N = 1000
+#: ``row_interval``'s kinds: fixed-sample intervals, or confidence sequences valid at every look
+INTERVAL_KINDS = ("fixed", "anytime")
+
+
+def normal_mixture_cs(mean, n, stderr, level: float = DEFAULT_LEVEL, target_n: float = CS_TARGET_N):
+    """Asymptotic confidence sequence of a mean after ``n`` observations (Waudby-Smith et al. 2024,
+    two-sided normal mixture): ``mean -/+ sigma * sqrt(2 (n rho^2 + 1) / (n^2 rho^2) *
+    log(sqrt(n rho^2 + 1) / alpha))`` with ``sigma = stderr * sqrt(n)`` (the sample standard
+    deviation), ``alpha = 1 - level`` and ``rho^2 = (-2 log alpha + log(1 - 2 log alpha)) /
+    target_n``, which makes it tightest near ``n = target_n``. Valid at every ``n`` at once (as
+    ``n`` grows); wider than the t interval at any one ``n``. Scalars or arrays; NaN where ``n < 2``
+    or the standard error is missing."""
+    level = _check_level(level)
+    alpha = 1.0 - level
+    rho2 = (-2.0 * math.log(alpha) + math.log(1.0 - 2.0 * math.log(alpha))) / float(target_n)
+    n = np.asarray(n, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sigma = np.asarray(stderr, dtype=np.float64) * np.sqrt(n)
+        half = sigma * np.sqrt(2.0 * (n * rho2 + 1.0) / (n * n * rho2) * np.log(np.sqrt(n * rho2 + 1.0) / alpha))
+        half = np.where(n >= 2, half, np.nan)
+    mean = np.asarray(mean, dtype=np.float64)
+    lo, hi = mean - half, mean + half
+    return (float(lo), float(hi)) if lo.ndim == 0 else (lo, hi)
+
+
+def beta_binomial_cs(successes: int, trials: int, level: float = DEFAULT_LEVEL, a: float = 1.0, b: float = 1.0):
+    """Confidence sequence of a proportion after ``successes`` in ``trials`` Bernoulli draws (Howard
+    et al. 2021, conjugate beta-binomial mixture): the ``p`` whose mixture martingale
+    ``M(p) = B(a + k, b + n - k) / B(a, b) / (p^k (1 - p)^(n - k))`` stays below ``1 / (1 - level)``;
+    by Ville's inequality the true ``p`` leaves it at some ``n`` with probability at most
+    ``1 - level``. ``(a, b)`` is the Beta prior of the mixture (uniform by default). The set is an
+    interval around ``k / n`` (``log M`` is convex in ``p`` and at most 0 at ``k / n``); its ends are
+    found by Brent's method. ``trials == 0`` gives ``(0, 1)``."""
+    from scipy import optimize, special
+
+    level = _check_level(level)
+    k, n = int(successes), int(trials)
+    if not 0 <= k <= n:
+        raise ValueError(f"successes must be in 0..trials, got {k} of {n}")
+    if n == 0:
+        return 0.0, 1.0
+    bound = math.log(1.0 / (1.0 - level))
+    c = float(special.betaln(a + k, b + n - k) - special.betaln(a, b))
+
+    def excess(p):  # log M(p) - log(1 / alpha)
+        return c - (k * math.log(p) if k else 0.0) - ((n - k) * math.log1p(-p) if n - k else 0.0) - bound
+
+    phat = k / n
+    tiny = 1e-300
+    lo = 0.0 if k == 0 else optimize.brentq(excess, tiny, phat, xtol=1e-15, rtol=4 * np.finfo(float).eps)
+    hi = 1.0 if k == n else optimize.brentq(excess, phat, 1.0 - 1e-16, xtol=1e-15, rtol=4 * np.finfo(float).eps)
+    return lo, hi
+
+
+def row_interval(metric: str, value, num_queries, stderr, level: float = DEFAULT_LEVEL, kind: str = "fixed") -> dict:
     """The ``ci_low``, ``ci_high``, ``ci_level``, ``ci_method`` fields of a metric_result row from
     its value, count and standard error: Wilson for a click-through rate (clicks recovered as
     ``round(value * num_queries)``), Student t otherwise; all None when no interval can be made
-    (no value, fewer than two queries, no standard error, e.g. the num_* totals)."""
+    (no value, fewer than two queries, no standard error, e.g. the num_* totals). ``kind="anytime"``:
+    the confidence sequences instead, valid at every pane at once (``cs-beta-binomial`` for CTR,
+    :func:`beta_binomial_cs`; ``cs-normal-mixture`` otherwise, :func:`normal_mixture_cs`)."""
+    if kind not in INTERVAL_KINDS:
+        raise ValueError(f"kind must be one of {INTERVAL_KINDS}, got {kind!r}")
     none = {"ci_low": None, "ci_high": None, "ci_level": None, "ci_method": None}
     if value is None or num_queries is None or not math.isfinite(value) or num_queries < 1:
         return none
-    if is_binomial_metric(metric):
+    if is_binomial_metric(metric) and kind == "anytime":
+        lo, hi = beta_binomial_cs(min(max(round(value * num_queries), 0), num_queries), num_queries, level)
+        method = "cs-beta-binomial"
+    elif is_binomial_metric(metric):
         lo, hi = wilson_interval(round(value * num_queries), num_queries, level)
         method = "wilson"
+    elif kind == "anytime":
+        if stderr is None or num_queries < 2:
+            return none
+        lo, hi = normal_mixture_cs(value, num_queries, stderr, level)
+        method = "cs-normal-mixture"
     else:
         lo, hi = t_interval(value, num_queries, stderr, level)
         method = "t"

@@ -268,7 +268,7 @@ class _AggregateBase:
             for metric, value, n, se in current[label]:
                 # the batch job's interval of the same numbers (Wilson for CTR, t otherwise)
                 rows.append(metric_row(start, end, out_label, system, metric, value, n, se, **extra,
-                                       **stats.row_interval(metric, value, n, se, self.cfg.ci_level)))
+                                       **stats.row_interval(metric, value, n, se, self.cfg.ci_level, self.cfg.intervals)))
         for label, metrics in sorted(emitted.items()):  # emptied since: an empty row replaces it
             have = {m for m, *_ in current.get(label, [])}
             out_label = label if prefix is None else (prefix if label == "all" else f"{prefix},{label}")

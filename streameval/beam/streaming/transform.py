@@ -53,6 +53,9 @@ class StreamMetrics(beam.PTransform):
     :func:`streameval.metrics.stats.row_interval`: Wilson for CTR, Student t from the standard
     error otherwise), so a final pane equals the batch row interval included. These are
     fixed-sample intervals: watched at every early pane they are not simultaneous.
+    ``intervals="anytime"`` gives confidence sequences instead (``cs-normal-mixture`` for means,
+    ``cs-beta-binomial`` for CTR), valid at every pane at once (docs/metrics.md, "Anytime-valid
+    intervals").
 
     Inputs are unbounded PCollections (bounded ones work too) whose elements are records or lists
     of records (coarse elements are faster: send a page view's impressions together), timestamped
@@ -116,8 +119,10 @@ class StreamMetrics(beam.PTransform):
                  relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
                  tie_break="docno", depth=None, score_precision="float32", ctr=True, request_shards=16,
                  retention=None, clock=None, source="stream", judgment_conflicts="latest", grade_range=None,
-                 time_range=None, ci_level=stats.DEFAULT_LEVEL, label=None):
+                 time_range=None, ci_level=stats.DEFAULT_LEVEL, intervals="fixed", label=None):
         super().__init__(label)
+        if intervals not in stats.INTERVAL_KINDS:
+            raise ValueError(f"intervals must be one of {stats.INTERVAL_KINDS}, got {intervals!r}")
         if judgment_conflicts not in cleaning.JUDGMENT_POLICIES:
             raise ValueError(f"judgment_conflicts must be one of {cleaning.JUDGMENT_POLICIES}, "
                              f"got {judgment_conflicts!r}")
@@ -153,7 +158,8 @@ class StreamMetrics(beam.PTransform):
             slice_specs=parse_slices(slices), attr_keys=sorted({n for s in parse_slices(slices) for n in s}),
             shards=int(request_shards), clock=clock,
             cleanup=spec.period if spec.windowed else spec.size,
-            run=uuid.uuid4().hex, policy=judgment_conflicts, ci_level=stats.check_level(ci_level))
+            run=uuid.uuid4().hex, policy=judgment_conflicts, ci_level=stats.check_level(ci_level),
+            intervals=intervals)
         # the dead-letter source of records that come without their file (see prepare.file_records)
         self.sources = {k: str(source.get(k, "stream") if isinstance(source, dict) else source)
                         for k in ("impressions", "judgments", "clicks")}

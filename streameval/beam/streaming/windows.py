@@ -154,6 +154,7 @@ class _Config:
     run: str = ""
     policy: str = "latest"
     ci_level: float = 0.95
+    intervals: str = "fixed"
 
     """The settings of one :class:`~streameval.beam.streaming.StreamMetrics`, shared by its stages.
 
@@ -165,7 +166,8 @@ class _Config:
     ``slice_specs`` / ``attr_keys``: the slices and the attributes they read; ``shards``: keyed
     states of requests; ``clock``: processing-time source (None: wall time); ``run``: the id
     under which counts are tallied; ``policy``: the
-    judgment conflict policy; ``ci_level``: the level of the rows' intervals.
+    judgment conflict policy; ``ci_level``: the level of the rows' intervals; ``intervals``:
+    ``"fixed"`` (t / Wilson) or ``"anytime"`` (confidence sequences).
     """
 
     def round_up(self, t: int) -> int:
