@@ -7,16 +7,23 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
+#: small reference files kept in the repository (each folder with its SOURCE.md), so that a fresh
+#: clone runs the main correctness tests; looked up before ../shared/data
+LOCAL_DATA = REPO / "tests" / "data"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_portable"]
 
 
 def data_path(*parts) -> Path:
-    """A file under ../shared/data; the test is skipped (with the path) when it is absent."""
+    """A data file from tests/data (small reference files kept in the repository) or else from
+    ../shared/data; the test is skipped, naming both paths, when neither has it."""
+    local = LOCAL_DATA.joinpath(*parts)
+    if local.exists():
+        return local
     p = DATA.joinpath(*parts)
     if not p.exists():
-        pytest.skip(f"shared data not found: {p}")
+        pytest.skip(f"data not found: {local} (kept in the repository) nor {p} (shared data)")
     return p
 
 

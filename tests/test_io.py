@@ -21,15 +21,9 @@ from streameval.io import avro, convert, records, trec
 from streameval.io.avro import SCHEMA_NAMES, load_schema, read_blocks, read_records, schema_path, write_records
 from streameval.io.trec import TrecFormatError
 
+from .conftest import data_path
+
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-def data_path(*parts: str) -> Path:
-    p = DATA.joinpath(*parts)
-    if not p.exists():
-        pytest.skip(f"shared data file {p} is not available (expected /work/shared/data next to the repository)")
-    return p
 
 
 # ---------------------------------------------------------------------------
