@@ -32,7 +32,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from streameval.beam.accounting import (account, add_input_check_arguments, check_inputs, exit_status, format_accounting,
                                         input_checks_from_args, job_counters, job_distributions)
 from streameval.accumulators.bootstrap import ReplicateSums
-from streameval.exits import EXIT_USAGE, one_line
+from streameval.alerts import load_rules
+from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
+from streameval.exits import EXIT_ALERT, EXIT_OK, EXIT_USAGE, one_line
 from streameval.beam.arguments import DEFAULT_METRICS, make_pipeline, split_metrics
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
@@ -58,7 +60,7 @@ from streameval import progress, tuning
 from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
 from streameval.io.cleaning import JUDGMENT_POLICIES
-from streameval.io.records import parse_time_range, to_json_text
+from streameval.io.records import format_time_range, parse_time_range, to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.kernel import MetricOptions
 from streameval.metrics.prepare import check_ranking_options
@@ -145,6 +147,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare-baseline", default=None, metavar="SYSTEM",
                    help="also compare SYSTEM with every other system on the same queries (paired, per window "
                         "and slice): comparisons.jsonl")
+    p.add_argument("--alerts", default=None, metavar="RULES.toml",
+                   help="alert rules (docs/metrics.md, 'Alert rules'): alerts.avro / alerts.jsonl, printed; exit "
+                        "status 4 when one fired")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="columnar: one Beam element per block of records or shard of requests (fast; ranking "
                         "metrics and CTR); records: one element per record (needed by online metrics, "
@@ -222,12 +227,15 @@ def _is_unreadable(letter) -> bool:
     return letter.get("reason", "").startswith(UNREADABLE)
 
 
-def _write_outputs(rows, dead, out_dir: str, shards):
+def _write_outputs(rows, dead, out_dir: str, shards, rules=None):
     """The metric rows and dead letters (Avro and JSON lines; the dead letters in ``shards`` files, see
     :func:`output_shards`), the small list of damaged input files (``unreadable_files.jsonl``, which the
-    launcher reads), and a count of the rows written."""
+    launcher reads), a count of the rows written, and with alert ``rules`` the alerts they raise
+    (``alerts.avro`` / ``alerts.jsonl``, counted ``alerts_fired``)."""
     rows = rows | "CountRows" >> beam.Map(_count_row)
     write_records(rows, out_dir, "metrics", "metric_result", "Metrics")
+    if rules:
+        write_records(rows | "Alerts" >> EvaluateAlerts(rules), out_dir, "alerts", "alert", "AlertRecords")
     write_records(dead, out_dir, "dead_letters", "dead_letter", "DeadLetters", shards=shards)
     write_jsonl(dead | "UnreadableFiles" >> beam.Filter(_is_unreadable), out_dir, "unreadable_files", "Unreadable")
 
@@ -314,7 +322,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
             hist_range=_hist_range(args.hist_range), group_rows=args.group_rows, ci_level=args.ci_level))
     rows = tuple(row_parts) | "AllRows" >> beam.Flatten()
     dead = tuple(dead_parts) | "AllDeadLetters" >> beam.Flatten()
-    _write_outputs(rows, dead, args.output, output_shards(args))
+    _write_outputs(rows, dead, args.output, output_shards(args), getattr(args, "alert_rules", None))
     return rows, dead
 
 
@@ -399,7 +407,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         lines = (col.unjudged
                  | "UnjudgedJson" >> beam.FlatMap(_text_pieces))
         write_jsonl(lines, args.output, "unjudged", "Unjudged", lines=True, shards=output_shards(args))
-    _write_outputs(rows, col.dead_letters, args.output, output_shards(args))
+    _write_outputs(rows, col.dead_letters, args.output, output_shards(args), getattr(args, "alert_rules", None))
     return rows, col.dead_letters
 
 
@@ -535,6 +543,7 @@ def main(argv=None) -> int:
             raise ValueError("--labels judgments needs --judgments")
         if not judgment_paths and args.no_ctr and not online:
             raise ValueError("nothing to compute: no --judgments, no online metrics and --no-ctr")
+        args.alert_rules = load_rules(args.alerts) if args.alerts else None
     except (ValueError, TypeError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
@@ -543,8 +552,10 @@ def main(argv=None) -> int:
     outputs = [f for f in OUTPUT_FILES if ranked or f != "unjudged.jsonl"]
     if args.compare_baseline and ranked:
         outputs.append("comparisons.jsonl")
+    if args.alert_rules:
+        outputs += ["alerts.avro", "alerts.jsonl"]
     try:
-        args.output = prepare_output(args.output, (*OUTPUT_FILES, "comparisons.jsonl"))
+        args.output = prepare_output(args.output, (*OUTPUT_FILES, "comparisons.jsonl", "alerts.avro", "alerts.jsonl"))
     except Exception as e:  # noqa: BLE001 (the output's file system: permission, credentials, network)
         print(f"error: cannot prepare the output directory {args.output!r}: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -644,7 +655,19 @@ def main(argv=None) -> int:
     print(format_accounting(accounting))
     on = f"{args.runner}, {workers} worker processes" if workers > 1 else args.runner
     print(f"wrote {summary['num_rows']} metric rows to {args.output} in {wall:.1f} s ({on})")
-    return exit_status(problems, failed_checks)
+    status = exit_status(problems, failed_checks)
+    fired = counters.get(ALERTS_FIRED, 0)
+    if args.alert_rules:
+        print(f"alerts: {fired} fired ({FileSystems.join(args.output, 'alerts.jsonl')})")
+        if fired:
+            for a in sorted(read_jsonl(FileSystems.join(args.output, "alerts.jsonl")),
+                            key=lambda a: (a["rule"], a["metric"], a["slice"], a["system"], a["window_start"] or 0)):
+                ws = "all" if a["window_start"] is None else format_time_range([a["window_start"]])
+                print(f"ALERT {a['rule']}: {a['metric']} {a['slice']} {a['system']} window {ws}: "
+                      f"{a['value']:.6g} (n {a['num_queries']}), {a['condition']}")
+    if status == EXIT_OK and fired:
+        return EXIT_ALERT
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover

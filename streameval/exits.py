@@ -8,19 +8,22 @@ Documented in the README ("Exit statuses") and docs/metrics.md ("Input checks an
 * 2 (:data:`EXIT_USAGE`): bad options, or inputs or an output the command cannot start on (missing
   or malformed files, a bad glob, an ``--output`` that cannot be created);
 * 3 (:data:`EXIT_INPUT_CHECK`): the job ran and its outputs are complete, but its input failed a
-  check (:class:`streameval.beam.accounting.InputChecks`).
+  check (:class:`streameval.beam.accounting.InputChecks`);
+* 4 (:data:`EXIT_ALERT`): the job ran, its outputs are complete and its input passed the checks,
+  and an alert rule fired (``--alerts``; :mod:`streameval.alerts`).
 
 Errors go to stderr as one line (:func:`one_line`), never as a traceback.
 """
 
 from __future__ import annotations
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INPUT_CHECK", "one_line"]
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INPUT_CHECK", "EXIT_ALERT", "one_line"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INPUT_CHECK = 3
+EXIT_ALERT = 4
 
 
 def one_line(err) -> str:

@@ -46,6 +46,7 @@ def test_schema_files_are_documented_and_versioned(name):
         "judgment": "Judgment",
         "metric_result": "MetricResult",
         "dead_letter": "DeadLetter",
+        "alert": "Alert",
     }[name]
 
 

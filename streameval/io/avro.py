@@ -67,7 +67,7 @@ __all__ = [
     "expand_paths",
 ]
 
-SCHEMA_NAMES = ("impression", "judgment", "metric_result", "dead_letter")
+SCHEMA_NAMES = ("impression", "judgment", "metric_result", "dead_letter", "alert")
 SCHEMA_VERSION = 1
 
 PathLike = Union[str, os.PathLike]

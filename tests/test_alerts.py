@@ -1,0 +1,141 @@
+"""Alert rules (issue 18, item 3): a TOML rules file checked up front, rules that fire on intervals
+only, alert records from the batch job, exit status 4.
+
+References: hand-made rows whose intervals are worked out here (scipy's normal quantile for the
+difference of two rows), and the rule evaluation run in this process on the job's own metric rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from scipy import stats as sst
+
+from pipelines import batch
+from streameval import alerts
+from streameval.io import avro, results
+
+HOUR = 3_600_000_000
+
+
+def row(ws, system, value, n, se, lo=None, hi=None, metric="ndcg@10", slice_="all"):
+    return {"window_start": ws, "window_end": None if ws is None else ws + HOUR, "slice": slice_, "system": system,
+            "metric": metric, "value": value, "num_queries": n, "stderr": se, "ci_low": lo, "ci_high": hi}
+
+
+def rules(text, tmp_path):
+    p = tmp_path / "rules.toml"
+    p.write_text(text)
+    return alerts.load_rules(str(p))
+
+
+def test_a_threshold_fires_on_the_interval_never_on_the_value_alone(tmp_path):
+    rs = rules('[[rule]]\nname = "low"\nmetric = "ndcg@10"\nbelow = 0.5\nmin_n = 10\n', tmp_path)
+    got = alerts.evaluate(rs, [
+        row(0, "A", 0.40, 50, 0.02, 0.36, 0.44),   # interval below 0.5: fires
+        row(HOUR, "A", 0.45, 50, 0.05, 0.35, 0.55),  # value below, interval not: no alert
+        row(2 * HOUR, "A", 0.40, 5, 0.02, 0.36, 0.44),  # n below min_n
+        row(3 * HOUR, "A", 0.40, 1, None),  # no interval
+        row(0, "A", 0.1, 50, 0.01, 0.08, 0.12, metric="map"),  # another metric
+    ])
+    assert [(a["window_start"], a["baseline"], a["baseline_of"]) for a in got] == [(0, 0.5, "threshold")]
+    assert got[0]["condition"] == "interval 0.36 .. 0.44 below 0.5"
+    above = rules('[[rule]]\nname = "high"\nmetric = "ctr"\nabove = 0.1\nslice = "device=pc"\n', tmp_path)
+    got = alerts.evaluate(above, [row(0, "A", 0.2, 100, 0.04, 0.12, 0.28, metric="ctr", slice_="device=pc"),
+                                  row(0, "A", 0.2, 100, 0.04, 0.12, 0.28, metric="ctr", slice_="all")])
+    assert [a["slice"] for a in got] == ["device=pc"]
+
+
+def test_changes_against_another_system_and_the_trailing_windows(tmp_path):
+    z = sst.norm.ppf(0.975)
+    rs = rules('[[rule]]\nname = "vs-prod"\nmetric = "ndcg@10"\nbaseline = "system:prod"\nchange_below = 0.0\n'
+               '[[rule]]\nname = "trend"\nmetric = "ndcg@10"\nsystem = "prod"\nbaseline = "trailing:2"\n'
+               'change_above = 0.01\n', tmp_path)
+    rows = [row(0, "prod", 0.50, 100, 0.010), row(0, "new", 0.45, 100, 0.012),   # drop of 0.05: fires
+            row(HOUR, "prod", 0.50, 100, 0.010), row(HOUR, "new", 0.49, 100, 0.012),  # within noise
+            row(2 * HOUR, "prod", 0.60, 100, 0.010)]  # prod jumps against its own two previous windows
+    got = {(a["rule"], a["window_start"]): a for a in alerts.evaluate(rs, rows)}
+    assert set(got) == {("vs-prod", 0), ("trend", 2 * HOUR)}
+    a = got[("vs-prod", 0)]
+    half = z * math.sqrt(0.012 ** 2 + 0.010 ** 2)
+    assert a["system"] == "new" and a["baseline"] == 0.5 and a["baseline_of"] == "system prod"
+    assert a["diff_low"] == pytest.approx(-0.05 - half, abs=1e-12) and a["diff_high"] == pytest.approx(-0.05 + half, abs=1e-12)
+    t = got[("trend", 2 * HOUR)]
+    se_b = math.sqrt(2 * 0.010 ** 2) / 2
+    assert t["baseline"] == pytest.approx(0.5) and t["baseline_of"] == "trailing 2 windows"
+    assert t["diff_low"] == pytest.approx(0.1 - z * math.sqrt(0.010 ** 2 + se_b ** 2), abs=1e-12)
+    # the first two windows of prod have no two earlier windows: no trailing baseline, no alert
+    assert not [k for k in got if k[0] == "trend" and k[1] < 2 * HOUR]
+
+
+@pytest.mark.parametrize("text,error", [
+    ('[[rule]]\nmetric = "map"\nbelow = 1\n', "rule 1: name is required"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbelo = 1\n', "rule 1 ('x'): unknown key 'belo'"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\n', "rule 1 ('x'): no condition"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nchange_below = 0\n', "need a baseline"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbaseline = "week:1"\nchange_below = 0\n', "baseline must be"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbaseline = "system:p"\nbelow = 0\n', "takes change_below"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbelow = nan\n', "below must be a finite number"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbelow = 1\nmin_n = 0\n', "min_n must be a positive integer"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbelow = 1\n[[rule]]\nname = "x"\nmetric = "map"\nabove = 1\n',
+     "rule 2 ('x'): the name is used by an earlier rule"),
+    ('name = "x"\n', "only [[rule]] tables"),
+    ("[[rule]\n", "not TOML"),
+])
+def test_a_bad_rules_file_is_one_line_naming_the_rule(tmp_path, text, error):
+    with pytest.raises(ValueError) as e:
+        rules(text, tmp_path)
+    assert error in str(e.value) and "\n" not in str(e.value) and str(tmp_path / "rules.toml") in str(e.value)
+
+
+def _logs():
+    """Two systems over two hours; system B ranks the relevant items low and is clicked less."""
+    imps, judg = [], []
+    for q in range(30):
+        judg += [{"query_id": f"q{q}", "item_id": f"d{i}", "grade": int(i < 2), "timestamp": 0, "source": ""}
+                 for i in range(5)]
+        for system in ("A", "B"):
+            order = range(5) if system == "A" else range(4, -1, -1)
+            req = f"{system}{q}"
+            for pos, i in enumerate(order, 1):
+                imps.append({"event_id": f"{req}/{i}", "request_id": req, "query_id": f"q{q}", "user_id": None,
+                             "system_id": system, "item_id": f"d{i}", "position": pos, "score": float(10 - pos),
+                             "clicked": (system == "A" and pos == 1 and q % 2 == 0) or (q % 7 == 0 and pos == 2),
+                             "timestamp": (q % 2) * HOUR + q, "propensity": None, "attributes": {}})
+    return imps, judg
+
+
+def test_the_batch_job_writes_prints_and_exits_4_on_an_alert(tmp_path, capsys):
+    imps, judg = _logs()
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    (tmp_path / "rules.toml").write_text(
+        '[[rule]]\nname = "ndcg-vs-A"\nmetric = "ndcg@5"\nbaseline = "system:A"\nchange_below = -0.05\n'
+        '[[rule]]\nname = "ctr-floor"\nmetric = "ctr"\nbelow = 0.5\nmin_n = 20\n')
+    common = ["--impressions", str(tmp_path / "imps.avro"), "--judgments", str(tmp_path / "judg.avro"),
+              "--metrics", "ndcg@5,map", "--window", "1h", "--quiet"]
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert batch.main([*common, "--alerts", str(tmp_path / "rules.toml"), "--output", str(out)]) == 4
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ALERT ")]
+    written = [json.loads(line) for line in open(out / "alerts.jsonl")]
+    # the reference: the same rules evaluated here on the rows the job wrote
+    rows = [r for r, _ in results.iter_rows(out / "metrics.jsonl")]
+    expected = alerts.evaluate(alerts.load_rules(str(tmp_path / "rules.toml")), rows)
+    key = lambda a: (a["rule"], a["system"], a["window_start"])  # noqa: E731
+    assert sorted(written, key=key) == sorted(expected, key=key)
+    assert {a["rule"] for a in written} == {"ndcg-vs-A", "ctr-floor"} and len(printed) == len(written)
+    assert all(a["system"] == "B" for a in written if a["rule"] == "ndcg-vs-A")
+    assert sorted(avro.read_records(str(out / "alerts.avro"), "alert"), key=key) == sorted(written, key=key)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counters"]["alerts_fired"] == len(written)
+    # a rule that holds nowhere: exit 0, an empty alerts table; a broken rules file: exit 2 before the job
+    (tmp_path / "quiet.toml").write_text('[[rule]]\nname = "never"\nmetric = "map"\nbelow = -1\n')
+    assert batch.main([*common, "--alerts", str(tmp_path / "quiet.toml"), "--output", str(tmp_path / "o2")]) == 0
+    assert (tmp_path / "o2" / "alerts.jsonl").read_text() == ""
+    (tmp_path / "bad.toml").write_text('[[rule]]\nname = "x"\nmetric = "map"\n')
+    capsys.readouterr()
+    assert batch.main([*common, "--alerts", str(tmp_path / "bad.toml"), "--output", str(tmp_path / "o3")]) == 2
+    assert "no condition" in capsys.readouterr().err
