@@ -54,7 +54,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from streameval.beam.arguments import DEFAULT_METRICS, make_pipeline, split_metrics
 from streameval.beam.sinks import prepare_output, publish, remove_temporary
-from streameval.exits import one_line
+from streameval.exits import EXIT_ALERT, EXIT_OK, one_line
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.sources import UNREADABLE, expand_inputs, failure_reason, read_avro_blocks, set_file_system_options, unreadable_letter
@@ -63,6 +63,8 @@ from streameval.beam.accounting import (add_input_check_arguments, check_inputs,
 from streameval.beam.streaming.live import WatchFiles
 from streameval.beam.streaming.replay import element_time, usable_time
 from streameval.beam.transforms import SOURCE_UNRANKABLE
+from streameval.alerts import load_rules
+from streameval.beam.alerts import ALERTS_FIRED, StreamAlerts
 from streameval.beam.streaming import (
     REASON_CLICK_UNMATCHED,
     Replay,
@@ -95,7 +97,7 @@ KINDS = ("impressions", "judgments", "clicks")
 LOCAL_STREAM_RUNNERS = ("BundleBasedDirectRunner", "DirectRunner")
 RUNNING_TOTALS = "running_totals.jsonl"  # in --output (a local directory): the accounting as of each pane
 #: the outputs in --output: a rerun removes a previous run's first, the manifest lists them last
-OUTPUTS = ("metrics-*", "late_data-*", "dead_letters-*", RUNNING_TOTALS)
+OUTPUTS = ("metrics-*", "late_data-*", "dead_letters-*", "alerts-*", RUNNING_TOTALS)
 _MICRO = timedelta(microseconds=1)
 _SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": None}
 
@@ -631,6 +633,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     w.add_argument("--early-count", type=int, default=None, help="early panes every N request updates")
     w.add_argument("--allowed-lateness", default="0", help="data this late still updates a window (default 0)")
     w.add_argument("--attribution-delay", default="30m", help="click events join impressions this recent (30m)")
+    w.add_argument("--alerts", default=None, metavar="RULES.toml",
+                   help="alert rules (docs/metrics.md, 'Alert rules'), evaluated on every pane: ALERT lines, "
+                        "alerts-*.jsonl; exit status 4 when one fired")
     w.add_argument("--retention", default=None,
                    help="how long a final request is remembered, so that its later pieces are late data as in "
                         "the batch job (default: the window size or the allowed lateness, whichever is longer; "
@@ -789,7 +794,20 @@ def build_pipeline(p, args, paths):
     side | "SideRecords" >> beam.ParDo(me._SideOut(args.output, "side"))
     if args.output:
         sm.panes | "WritePanes" >> WriteWindowedFiles(args.output)
+    if getattr(args, "alert_rules", None):
+        alerts = sm.panes | "Alerts" >> StreamAlerts(args.alert_rules)
+        alerts | "PrintAlerts" >> beam.Map(_print_alert)
+        if args.output:
+            alerts | "WriteAlerts" >> WriteRecords(args.output, "alerts")
     return sm, rows, rep
+
+
+def _print_alert(a):
+    """One ``ALERT`` line on stdout as an alert fires (the local runner's process)."""
+    _count("alerts_printed")
+    ws = _iso(a["window_start"]) if a["window_start"] is not None else "all"
+    print(f"ALERT {a['rule']}: {a['metric']} {a['slice']} {a['system']} window {ws} pane {a['pane']} "
+          f"#{a['pane_index']}: {a['value']:.6g} (n {a['num_queries']}), {a['condition']}", flush=True)
 
 
 def _summary_line(c: dict, replayed: dict, local: dict, verb: str = "replayed") -> str:
@@ -864,6 +882,7 @@ def main(argv=None) -> int:
         parse_duration(args.attribution_delay, "--attribution-delay", allow_zero=True)
         if args.retention is not None:
             parse_duration(args.retention, "--retention")
+        args.alert_rules = load_rules(args.alerts) if args.alerts else None
         if not 0 < args.ci_level < 1:
             raise ValueError(f"--ci-level must be in (0, 1), got {args.ci_level}")
         if args.early_every:
@@ -968,7 +987,14 @@ def main(argv=None) -> int:
             print(f"error: cannot finish the output {args.output}: {one_line(e)}", file=sys.stderr)
             return 1
         print(f"wrote the panes to {args.output} in {wall:.1f} s ({runner})")
-    return exit_status(problems, failed_checks)
+    status = exit_status(problems, failed_checks)
+    if args.alert_rules:
+        # the local runner's counters cover a step's first bundle only: the alerts printed here
+        fired = local_seen.get("alerts_printed", 0) if in_process else counters.get(ALERTS_FIRED, 0)
+        print(f"alerts: {fired} fired" + (f" (alerts-*.jsonl in {args.output})" if args.output else ""))
+        if status == EXIT_OK and fired:
+            return EXIT_ALERT
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,7 +11,10 @@ A rule fires on an interval, never on a point value alone (docs/metrics.md, "Ale
   ``change_below`` / ``change_above``: the normal interval of ``value - baseline``, from the two
   standard errors (independent samples: ``sqrt(se^2 + se_b^2)``; the trailing mean's standard error
   ``sqrt(sum se_i^2) / N``), lies entirely below / above it;
-* ``min_n`` (default 2): rows with fewer queries (impressions, for CTR) never fire.
+* ``min_n`` (default 2): rows with fewer queries (impressions, for CTR) never fire;
+* ``for_panes`` (default 1; the streaming job): the condition must hold on that many consecutive
+  panes of a window before the alert fires (once per rule, window, slice and system). A batch row is
+  a window's final value: one look, ``for_panes`` does not apply.
 
 An alert record (schema ``schemas/alert.avsc``) names the rule, the window, slice, system, metric,
 value, interval, baseline and the condition that held.
@@ -23,13 +26,14 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["Rule", "load_rules", "parse_rules", "evaluate", "ALERT_FIELDS", "RULE_KEYS"]
+__all__ = ["Rule", "load_rules", "parse_rules", "evaluate", "evaluate_row", "ALERT_FIELDS", "RULE_KEYS"]
 
 #: the keys a rule may have (``name`` and ``metric`` are required, and one condition)
 RULE_KEYS = ("name", "metric", "slice", "system", "min_n", "below", "above", "baseline", "change_below",
-             "change_above", "level")
+             "change_above", "level", "for_panes")
 ALERT_FIELDS = ("rule", "window_start", "window_end", "slice", "system", "metric", "value", "num_queries",
-                "ci_low", "ci_high", "baseline", "baseline_of", "diff_low", "diff_high", "condition")
+                "ci_low", "ci_high", "baseline", "baseline_of", "diff_low", "diff_high", "condition", "pane",
+                "pane_index")
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Rule:
     change_below: float | None = None
     change_above: float | None = None
     level: float = 0.95
+    for_panes: int = 1
 
 
 def load_rules(path: str) -> list[Rule]:
@@ -116,11 +121,12 @@ def _rule(item) -> Rule:
         if key in item and not isinstance(item[key], str):
             raise ValueError(f"{key} must be a string, got {item[key]!r}")
     kw = {k: item[k] for k in ("name", "metric", "slice", "system") if k in item}
-    if "min_n" in item:
-        n = item["min_n"]
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"min_n must be a positive integer, got {n!r}")
-        kw["min_n"] = n
+    for key in ("min_n", "for_panes"):
+        if key in item:
+            n = item[key]
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"{key} must be a positive integer, got {n!r}")
+            kw[key] = n
     if "level" in item:
         level = _number(item["level"], "level")
         if not 0 < level < 1:
@@ -173,7 +179,7 @@ def _alert(rule, row, condition, baseline=None, baseline_of=None, diff=None) -> 
             "num_queries": row["num_queries"], "ci_low": row.get("ci_low"), "ci_high": row.get("ci_high"),
             "baseline": baseline, "baseline_of": baseline_of,
             "diff_low": None if diff is None else diff[0], "diff_high": None if diff is None else diff[1],
-            "condition": condition}
+            "condition": condition, "pane": row.get("pane"), "pane_index": row.get("pane_index")}
 
 
 def _matches(rule, row) -> bool:
@@ -194,48 +200,56 @@ def _change(rule, row, base, base_se, baseline_of):
     return None
 
 
+def _window_key(r):
+    return (r["window_start"] is not None, r["window_start"] or 0)
+
+
+def evaluate_row(rule: Rule, row: dict, others: Iterable[dict]) -> dict | None:
+    """The alert ``rule`` raises on ``row``, or None; ``others``: rows of the same metric and slice
+    (the baseline system's row of the window, the series' earlier windows), ``row`` among them or
+    not."""
+    if not _matches(rule, row) or not _finite(row.get("value")) or (row.get("num_queries") or 0) < rule.min_n:
+        return None
+    if rule.baseline is None:
+        lo, hi = row.get("ci_low"), row.get("ci_high")
+        if not (_finite(lo) and _finite(hi)):
+            return None
+        if rule.below is not None and hi < rule.below:
+            return _alert(rule, row, f"interval {lo:.6g} .. {hi:.6g} below {rule.below:g}", rule.below, "threshold")
+        if rule.above is not None and lo > rule.above:
+            return _alert(rule, row, f"interval {lo:.6g} .. {hi:.6g} above {rule.above:g}", rule.above, "threshold")
+        return None
+    if rule.baseline[0] == "system":
+        if row["system"] == rule.baseline[1]:
+            return None
+        b = next((r for r in others if r["system"] == rule.baseline[1] and r["slice"] == row["slice"]
+                  and r["metric"] == row["metric"] and r["window_start"] == row["window_start"]), None)
+        if b is None or not _finite(b.get("value")) or (b.get("num_queries") or 0) < rule.min_n:
+            return None
+        return _change(rule, row, b["value"], b.get("stderr"), f"system {rule.baseline[1]}")
+    n = rule.baseline[1]
+    prev = sorted((r for r in others if r["system"] == row["system"] and r["slice"] == row["slice"]
+                   and r["metric"] == row["metric"] and _window_key(r) < _window_key(row)), key=_window_key)[-n:]
+    if len(prev) < n or not all(_finite(r.get("value")) and _finite(r.get("stderr")) for r in prev):
+        return None
+    base = math.fsum(r["value"] for r in prev) / n
+    base_se = math.sqrt(math.fsum(r["stderr"] ** 2 for r in prev)) / n
+    return _change(rule, row, base, base_se, f"trailing {n} windows")
+
+
 def evaluate(rules: Iterable[Rule], rows: Iterable[dict]) -> list[dict]:
-    """The alerts the ``rules`` raise on metric ``rows`` (metric_result dicts of one job; a rule
-    with a baseline sees the other systems' and the earlier windows' rows among them), in a
-    stable order (rule, metric, slice, system, window)."""
+    """The alerts the ``rules`` raise on metric ``rows`` (metric_result dicts of one job, one row per
+    window, slice, system and metric; a rule with a baseline finds the other systems' and the
+    earlier windows' rows among them), in a stable order (rule, slice, system, window)."""
     rows = [r for r in rows if r.get("value") is not None]
+    by_metric_slice: dict = {}
+    for r in rows:
+        by_metric_slice.setdefault((r["metric"], r["slice"]), []).append(r)
     out = []
     for rule in rules:
-        mine = sorted((r for r in rows if _matches(rule, r)),
-                      key=lambda r: (r["slice"], r["system"], r["window_start"] is not None, r["window_start"] or 0))
-        if rule.baseline is not None and rule.baseline[0] == "system":
-            base_rows = {(r["window_start"], r["slice"]): r for r in rows
-                         if r["metric"] == rule.metric and r["system"] == rule.baseline[1]}
-        for i, row in enumerate(mine):
-            if not _finite(row["value"]) or (row.get("num_queries") or 0) < rule.min_n:
-                continue
-            if rule.baseline is None:
-                lo, hi = row.get("ci_low"), row.get("ci_high")
-                if not (_finite(lo) and _finite(hi)):
-                    continue
-                if rule.below is not None and hi < rule.below:
-                    out.append(_alert(rule, row, f"interval {lo:.6g} .. {hi:.6g} below {rule.below:g}",
-                                      rule.below, "threshold"))
-                elif rule.above is not None and lo > rule.above:
-                    out.append(_alert(rule, row, f"interval {lo:.6g} .. {hi:.6g} above {rule.above:g}",
-                                      rule.above, "threshold"))
-            elif rule.baseline[0] == "system":
-                if row["system"] == rule.baseline[1]:
-                    continue
-                b = base_rows.get((row["window_start"], row["slice"]))
-                if b is None or (b.get("num_queries") or 0) < rule.min_n:
-                    continue
-                alert = _change(rule, row, b["value"], b.get("stderr"), f"system {rule.baseline[1]}")
-                if alert:
-                    out.append(alert)
-            else:
-                n = rule.baseline[1]
-                prev = [r for r in mine[max(0, i - n):i] if r["slice"] == row["slice"] and r["system"] == row["system"]]
-                if len(prev) < n or not all(_finite(r["value"]) and _finite(r.get("stderr")) for r in prev):
-                    continue
-                base = math.fsum(r["value"] for r in prev) / n
-                base_se = math.sqrt(math.fsum(r["stderr"] ** 2 for r in prev)) / n
-                alert = _change(rule, row, base, base_se, f"trailing {n} windows")
-                if alert:
-                    out.append(alert)
+        mine = sorted((r for r in rows if _matches(rule, r)), key=lambda r: (r["slice"], r["system"], _window_key(r)))
+        for row in mine:
+            alert = evaluate_row(rule, row, by_metric_slice[(row["metric"], row["slice"])])
+            if alert:
+                out.append(alert)
     return out

@@ -139,3 +139,52 @@ def test_the_batch_job_writes_prints_and_exits_4_on_an_alert(tmp_path, capsys):
     capsys.readouterr()
     assert batch.main([*common, "--alerts", str(tmp_path / "bad.toml"), "--output", str(tmp_path / "o3")]) == 2
     assert "no condition" in capsys.readouterr().err
+
+
+def test_the_stream_raises_each_alert_once_on_the_pane_where_it_first_held_long_enough(tmp_path, capsys):
+    """Issue 18, item 3, in the streaming job: rules are evaluated on every pane; a rule fires once
+    per window, slice and system, on the first pane that completes ``for_panes`` consecutive panes
+    on which it held. Reference: the pane rows the job wrote, scanned here in pane order for the
+    threshold rule; for the baseline rule, every window the batch job alerts on (final values) was
+    alerted on by some pane of the stream."""
+    from pipelines import stream as stream_cli
+
+    imps, judg = _logs()
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    rules_path = tmp_path / "rules.toml"
+    rules_path.write_text(
+        '[[rule]]\nname = "ndcg-vs-A"\nmetric = "ndcg@5"\nbaseline = "system:A"\nchange_below = -0.05\n'
+        '[[rule]]\nname = "ctr-floor"\nmetric = "ctr"\nbelow = 0.5\nmin_n = 5\nfor_panes = 2\n')
+    common = ["--impressions", str(tmp_path / "imps.avro"), "--judgments", str(tmp_path / "judg.avro"),
+              "--metrics", "ndcg@5,map", "--window", "1h", "--quiet", "--alerts", str(rules_path)]
+    capsys.readouterr()
+    so = tmp_path / "stream"
+    assert stream_cli.main(["--replay", *common, "--early-count", "4", "--output", str(so)]) == 4
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ALERT ")]
+    got = [json.loads(line) for f in so.glob("alerts-*.jsonl") for line in open(f)]
+    assert len(got) == len(printed) and {a["rule"] for a in got} == {"ndcg-vs-A", "ctr-floor"}
+    once = [(a["rule"], a["window_start"], a["slice"], a["system"]) for a in got]
+    assert len(once) == len(set(once))
+    # the threshold rule, from the pane rows written: the first pane closing two in a row below 0.5
+    panes: dict = {}
+    for f in so.glob("metrics-*.jsonl"):
+        for r in map(json.loads, open(f)):
+            if r["metric"] == "ctr":
+                panes.setdefault((r["window_start"], r["slice"], r["system"]), []).append(r)
+    expected = set()
+    for key, rows in panes.items():
+        run = 0
+        for r in sorted(rows, key=lambda r: r["pane_index"]):
+            held = r["num_queries"] >= 5 and r["ci_high"] is not None and r["ci_high"] < 0.5
+            run = run + 1 if held else 0
+            if run == 2:
+                expected.add((*key, r["pane_index"]))
+                break
+    assert expected and {(a["window_start"], a["slice"], a["system"], a["pane_index"]) for a in got
+                         if a["rule"] == "ctr-floor"} == expected
+    # the baseline rule: each window the batch job alerts on was alerted on by the stream
+    assert batch.main([*common, "--output", str(tmp_path / "batch")]) == 4
+    in_batch = {(a["window_start"], a["slice"], a["system"]) for a in map(json.loads, open(tmp_path / "batch" / "alerts.jsonl"))
+                if a["rule"] == "ndcg-vs-A"}
+    assert in_batch and in_batch <= {(a["window_start"], a["slice"], a["system"]) for a in got if a["rule"] == "ndcg-vs-A"}

@@ -7,12 +7,14 @@ the rows of one table column, never the records. Counter ``alerts_fired``."""
 from __future__ import annotations
 
 import apache_beam as beam
+from apache_beam.coders import FastPrimitivesCoder
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 from .. import alerts as alert_rules
 from .transforms import NAMESPACE
 
-__all__ = ["EvaluateAlerts", "ALERTS_FIRED"]
+__all__ = ["EvaluateAlerts", "StreamAlerts", "ALERTS_FIRED"]
 
 #: the counter of alerts raised (the batch job's exit status 4 when it is not 0)
 ALERTS_FIRED = "alerts_fired"
@@ -47,3 +49,75 @@ class EvaluateAlerts(beam.PTransform):
                 | "ByMetricSlice" >> beam.Map(lambda r: ((r["metric"], r["slice"]), r))
                 | "Group" >> beam.GroupByKey()
                 | "Evaluate" >> beam.ParDo(_Evaluate(self.rules)))
+
+
+class _StreamAlertsFn(beam.DoFn):
+    """Keyed by (metric, slice): keeps the latest pane row of each (system, window) of the key (the
+    last ``keep`` windows of each system), counts for each (rule, system, window) the consecutive
+    panes on which the rule holds, and emits an alert the first time the count reaches the rule's
+    ``for_panes``: once per rule, window, slice and system."""
+
+    STATE = ReadModifyWriteStateSpec("alerts", FastPrimitivesCoder())
+
+    def __init__(self, rules):
+        self.rules = list(rules)
+        trailing = [r.baseline[1] for r in self.rules if r.baseline is not None and r.baseline[0] == "trailing"]
+        self.keep = max(trailing, default=0) + 1
+        self.fired = Metrics.counter(NAMESPACE, ALERTS_FIRED)
+
+    def process(self, kv, state=beam.DoFn.StateParam(STATE)):
+        (metric, _), row = kv
+        rows, holds = state.read() or ({}, {})
+        system, ws = row["system"], row["window_start"]
+        rows[(system, ws)] = row
+        others = list(rows.values())
+        for rule in self.rules:
+            if rule.metric != metric:
+                continue
+            key = (rule.name, system, ws)
+            count = holds.get(key, 0)
+            if count < 0:  # fired for this window already
+                continue
+            alert = alert_rules.evaluate_row(rule, row, others)
+            count = count + 1 if alert else 0
+            if alert and count >= rule.for_panes:
+                self.fired.inc()
+                yield alert
+                count = -1
+            holds[key] = count
+        # keep the latest windows of each system (a trailing baseline's reach) and their counts
+        by_system: dict = {}
+        for s, w in rows:
+            by_system.setdefault(s, []).append(w)
+        for s, ws_list in by_system.items():
+            for w in sorted(ws_list, key=lambda w: (w is not None, w or 0))[:-self.keep]:
+                del rows[(s, w)]
+        live = set(rows)
+        holds = {k: v for k, v in holds.items() if (k[1], k[2]) in live}
+        state.write((rows, holds))
+
+
+class StreamAlerts(beam.PTransform):
+    """Pane rows (metric_result dicts with ``pane`` and ``pane_index``, or lists of them: the
+    panes of :class:`~streameval.beam.streaming.StreamMetrics`) -> alert records, each with the
+    pane that raised it. A rule fires once per window, slice and system, when it has held on
+    ``for_panes`` consecutive panes of the window (:mod:`streameval.alerts`). Keyed by (metric,
+    slice), like :class:`EvaluateAlerts`."""
+
+    def __init__(self, rules, label=None):
+        super().__init__(label)
+        self.rules = list(rules)
+        if not self.rules:
+            raise ValueError("no alert rules")
+
+    def expand(self, panes):
+        metrics = {r.metric for r in self.rules}
+
+        def rows_of(element):
+            for r in (element if isinstance(element, list) else [element]):
+                if r["metric"] in metrics:
+                    yield (r["metric"], r["slice"]), r
+
+        return (panes
+                | "RuleRows" >> beam.FlatMap(rows_of)
+                | "Evaluate" >> beam.ParDo(_StreamAlertsFn(self.rules)))
