@@ -405,11 +405,11 @@ def _obd_sample():
 
 
 def test_obd_week_hourly_and_daily_equal_batch():
-    """Three days of the bundled Open Bandit week (24,757 impressions, two policies, three campaigns;
-    three of the seven days keep the test's time in CI's budget) replayed in event-time order; hourly
+    """Two days of the bundled Open Bandit week (two policies, three campaigns; two of the seven days
+    keep the test's time in CI's budget) replayed in event-time order; hourly
     and daily CTR and CTR by position: the final panes equal the batch job's rows for every window,
     campaign and policy."""
-    imps = [r for r in _obd_sample() if r["timestamp"] < 1574553600000000 + 3 * DAY]
+    imps = [r for r in _obd_sample() if r["timestamp"] < 1574553600000000 + 2 * DAY]
     steps = Replay.from_records(imps, step="6h", pace=0).steps
 
     def build(p):
@@ -419,9 +419,9 @@ def test_obd_week_hourly_and_daily_equal_batch():
 
     out = run_stream(build)
     batch_rows = run_batch(imps, [], windows=["1h", "1d"], slices=["campaign"])
-    for w, n_windows in (("1h", 72), ("1d", 3)):
+    for w, n_windows in (("1h", 48), ("1d", 2)):
         final = assert_final_equals_batch(out[f"rows{w}"], batch_rows[w])
-        assert len({k[0] for k in final}) == n_windows  # the three days
+        assert len({k[0] for k in final}) == n_windows  # the two days
         assert sum(r["metric"] == "ctr" and r["slice"] == "all" for r in final.values()) == 2 * n_windows
         assert {r["pane"] for r in out[f"rows{w}"]} == {"on_time"}  # no lateness: the on-time pane is final
 
@@ -431,8 +431,10 @@ def test_click_events_join_within_the_attribution_delay(shards):
     """A day of the Open Bandit sample with every click delivered as a separate event 0-20
     minutes after its impression (which says clicked=False): with a 30 minute attribution delay
     the final hourly panes equal the batch job on the original log. Click events that match no
-    impression within the delay are dead letters."""
-    original = [r for r in _obd_sample() if r["timestamp"] < 1574553600000000 + DAY]
+    impression within the delay are dead letters. (One key per request costs more per element on
+    the local runner: that variant takes the day's first six hours, for the CI's time.)"""
+    span = DAY if shards else DAY // 4
+    original = [r for r in _obd_sample() if r["timestamp"] < 1574553600000000 + span]
     rnd = random.Random(8)
     imps, clicks = [], []
     for r in original:
@@ -442,7 +444,7 @@ def test_click_events_join_within_the_attribution_delay(shards):
             clicks.append({"request_id": r["request_id"], "item_id": r["item_id"], "system_id": r["system_id"],
                            "timestamp": r["timestamp"] + rnd.randrange(20 * MIN)})
         imps.append(r2)
-    assert len(clicks) == 47
+    assert len(clicks) == (47 if shards else 12)
     early = next(c for c in clicks if c["timestamp"] % HOUR < 30 * MIN)
     stray = [dict(early, timestamp=early["timestamp"] + 40 * MIN),  # beyond the attribution delay, request open
              {"request_id": "no-such-request", "item_id": "1", "timestamp": original[5]["timestamp"]}]
@@ -450,7 +452,7 @@ def test_click_events_join_within_the_attribution_delay(shards):
     out = run_stream(lambda p: stream_metrics(p, steps, request_shards=shards, window="1h", slices=["campaign"], allowed_lateness="40m",
                                               attribution_delay="30m", with_judgments=False))
     final = assert_final_equals_batch(out["rows"], run_batch(original, [], window="1h", slices=["campaign"]))
-    assert sum(r["value"] > 0 for r in final.values()) > 50
+    assert sum(r["value"] > 0 for r in final.values()) > (50 if shards else 20)
     assert out["late"] == []
     dead = out["dead"]
     assert len(dead) == 2 and all(d["source"] == "unmatched:click" for d in dead), dead
