@@ -32,7 +32,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from streameval.beam.accounting import (account, add_input_check_arguments, check_inputs, exit_status, format_accounting,
                                         input_checks_from_args, job_counters, job_distributions)
 from streameval.accumulators.bootstrap import ReplicateSums
-from streameval.alerts import load_rules
+from streameval.alerts import format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
 from streameval.exits import EXIT_ALERT, EXIT_OK, EXIT_USAGE, one_line
 from streameval.beam.arguments import DEFAULT_METRICS, make_pipeline, split_metrics
@@ -60,7 +60,7 @@ from streameval import progress, tuning
 from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
 from streameval.io.cleaning import JUDGMENT_POLICIES
-from streameval.io.records import format_time_range, parse_time_range, to_json_text
+from streameval.io.records import parse_time_range, to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.kernel import MetricOptions
 from streameval.metrics.prepare import check_ranking_options
@@ -662,9 +662,7 @@ def main(argv=None) -> int:
         if fired:
             for a in sorted(read_jsonl(FileSystems.join(args.output, "alerts.jsonl")),
                             key=lambda a: (a["rule"], a["metric"], a["slice"], a["system"], a["window_start"] or 0)):
-                ws = "all" if a["window_start"] is None else format_time_range([a["window_start"]])
-                print(f"ALERT {a['rule']}: {a['metric']} {a['slice']} {a['system']} window {ws}: "
-                      f"{a['value']:.6g} (n {a['num_queries']}), {a['condition']}")
+                print(format_alert(a))
     if status == EXIT_OK and fired:
         return EXIT_ALERT
     return status

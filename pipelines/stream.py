@@ -63,7 +63,7 @@ from streameval.beam.accounting import (add_input_check_arguments, check_inputs,
 from streameval.beam.streaming.live import WatchFiles
 from streameval.beam.streaming.replay import element_time, usable_time
 from streameval.beam.transforms import SOURCE_UNRANKABLE
-from streameval.alerts import load_rules
+from streameval.alerts import format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, StreamAlerts
 from streameval.beam.streaming import (
     REASON_CLICK_UNMATCHED,
@@ -805,9 +805,7 @@ def build_pipeline(p, args, paths):
 def _print_alert(a):
     """One ``ALERT`` line on stdout as an alert fires (the local runner's process)."""
     _count("alerts_printed")
-    ws = _iso(a["window_start"]) if a["window_start"] is not None else "all"
-    print(f"ALERT {a['rule']}: {a['metric']} {a['slice']} {a['system']} window {ws} pane {a['pane']} "
-          f"#{a['pane_index']}: {a['value']:.6g} (n {a['num_queries']}), {a['condition']}", flush=True)
+    print(format_alert(a), flush=True)
 
 
 def _summary_line(c: dict, replayed: dict, local: dict, verb: str = "replayed") -> str:

@@ -26,7 +26,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["Rule", "load_rules", "parse_rules", "evaluate", "evaluate_row", "ALERT_FIELDS", "RULE_KEYS"]
+__all__ = ["Rule", "load_rules", "parse_rules", "evaluate", "evaluate_row", "format_alert", "ALERT_FIELDS",
+           "RULE_KEYS"]
 
 #: the keys a rule may have (``name`` and ``metric`` are required, and one condition)
 RULE_KEYS = ("name", "metric", "slice", "system", "min_n", "below", "above", "baseline", "change_below",
@@ -253,3 +254,13 @@ def evaluate(rules: Iterable[Rule], rows: Iterable[dict]) -> list[dict]:
             if alert:
                 out.append(alert)
     return out
+
+
+def format_alert(a: dict) -> str:
+    """The one-line ``ALERT`` text of an alert record, as the jobs print it."""
+    from .io.records import format_time_range
+
+    ws = "all" if a["window_start"] is None else format_time_range([a["window_start"]])
+    pane = "" if a.get("pane") is None else f" pane {a['pane']} #{a['pane_index']}"
+    return (f"ALERT {a['rule']}: {a['metric']} {a['slice']} {a['system']} window {ws}{pane}: "
+            f"{a['value']:.6g} (n {a['num_queries']}), {a['condition']}")

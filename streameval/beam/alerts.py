@@ -32,15 +32,19 @@ class _Evaluate(beam.DoFn):
         yield from out
 
 
-class EvaluateAlerts(beam.PTransform):
-    """Metric rows (metric_result dicts) -> alert records (schema ``alert``) of ``rules``
-    (:class:`streameval.alerts.Rule`, e.g. from :func:`streameval.alerts.load_rules`)."""
+class _WithRules(beam.PTransform):
+    """A transform of a non-empty list of alert rules."""
 
     def __init__(self, rules, label=None):
         super().__init__(label)
         self.rules = list(rules)
         if not self.rules:
             raise ValueError("no alert rules")
+
+
+class EvaluateAlerts(_WithRules):
+    """Metric rows (metric_result dicts) -> alert records (schema ``alert``) of ``rules``
+    (:class:`streameval.alerts.Rule`, e.g. from :func:`streameval.alerts.load_rules`)."""
 
     def expand(self, rows):
         metrics = {r.metric for r in self.rules}
@@ -97,18 +101,12 @@ class _StreamAlertsFn(beam.DoFn):
         state.write((rows, holds))
 
 
-class StreamAlerts(beam.PTransform):
+class StreamAlerts(_WithRules):
     """Pane rows (metric_result dicts with ``pane`` and ``pane_index``, or lists of them: the
     panes of :class:`~streameval.beam.streaming.StreamMetrics`) -> alert records, each with the
     pane that raised it. A rule fires once per window, slice and system, when it has held on
     ``for_panes`` consecutive panes of the window (:mod:`streameval.alerts`). Keyed by (metric,
     slice), like :class:`EvaluateAlerts`."""
-
-    def __init__(self, rules, label=None):
-        super().__init__(label)
-        self.rules = list(rules)
-        if not self.rules:
-            raise ValueError("no alert rules")
 
     def expand(self, panes):
         metrics = {r.metric for r in self.rules}
