@@ -660,7 +660,12 @@ def main(argv=None) -> int:
     if args.alert_rules:
         print(f"alerts: {fired} fired ({FileSystems.join(args.output, 'alerts.jsonl')})")
         if fired:
-            for a in sorted(read_jsonl(FileSystems.join(args.output, "alerts.jsonl")),
+            try:  # a small output, through FileSystems; a local --output of remote workers is not here
+                fired_alerts = read_jsonl(FileSystems.join(args.output, "alerts.jsonl"))
+            except (OSError, ValueError) as e:
+                print(f"note: the alerts are not readable from this machine ({one_line(e)})")
+                fired_alerts = []
+            for a in sorted(fired_alerts,
                             key=lambda a: (a["rule"], a["metric"], a["slice"], a["system"], a["window_start"] or 0)):
                 print(format_alert(a))
     if status == EXIT_OK and fired:
