@@ -302,3 +302,85 @@ def test_compare_and_report_do_not_import_beam(tmp_path):
             "assert rc == 0 and 'apache_beam' not in sys.modules, sorted(m for m in sys.modules if 'beam' in m)")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+
+
+# --------------------------------------------------------------------------------------------
+# multiple comparisons (--adjust, --tukey)
+
+
+def write_runs(tmp_path, rng, names, n_queries=12, docs=8):
+    """qrels and one run per name; run 'd' has no results for query 0 (it is left out of its pair
+    and of Tukey's common queries)."""
+    qrels = [f"{q} 0 d{d} {int(rng.integers(0, 3))}" for q in range(n_queries) for d in range(docs)]
+    (tmp_path / "qrels").write_text("\n".join(qrels) + "\n")
+    paths = []
+    for name in names:
+        lines = [f"{q} Q0 d{d} {rank + 1} {10 - rank} {name}" for q in range(n_queries)
+                 if not (name == "d" and q == 0) for rank, d in enumerate(rng.permutation(docs))]
+        paths.append(tmp_path / f"{name}.run")
+        paths[-1].write_text("\n".join(lines) + "\n")
+    return tmp_path / "qrels", paths
+
+
+def test_compare_command_adjust_and_tukey(tmp_path, capsys):
+    from statsmodels.stats.multicomp import pairwise_tukeyhsd
+
+    from .test_multiple import _sm
+
+    names, metrics = ["a", "b", "c", "d"], ["ndcg@5", "P@3"]
+    qrels, paths = write_runs(tmp_path, np.random.default_rng(5), names)
+    files = [str(qrels), *map(str, paths)]
+    fast = ["--replicates", "20", "--flips", "100"]  # not under test here (12 queries: exact sign flips)
+    per_query = {n: api.evaluate(str(qrels), str(p), metrics, per_query=True).per_query for n, p in zip(names, paths)}
+    # --adjust: one family per metric, the comparisons of b, c, d with a
+    for method in ("holm", "bh"):
+        assert compare.main(files + ["-m", "ndcg@5", "-m", "P_3", "--json", "--adjust", method] + fast) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert len(rows) == 6 and all(r["adjust"] == method for r in rows)
+        for m in metrics:
+            family = [r for r in rows if r["metric"] == m]
+            assert [r["system_b"] for r in family] == ["b", "c", "d"]
+            raw = []
+            for r in family:  # the raw p-values, from scipy on the evaluated per-query scores
+                a, b = per_query["a"][m], per_query[r["system_b"]][m]
+                shared = a.index.intersection(b.index)
+                assert r["num_queries"] == len(shared) == (11 if r["system_b"] == "d" else 12)
+                raw.append(sst.ttest_rel(b[shared].to_numpy(), a[shared].to_numpy()).pvalue)
+            assert [r["p_t"] for r in family] == pytest.approx(raw, rel=1e-9)
+            assert [r["p_t_adj"] for r in family] == pytest.approx(_sm(np.array(raw), method), rel=1e-9)
+            assert [r["p_perm_adj"] for r in family] == pytest.approx(
+                _sm(np.array([r["p_perm"] for r in family]), method), rel=1e-12)
+    # --tukey: all 6 pairs on the 11 queries every run scored, as statsmodels on the same scores (one
+    # metric: each pair's p-value is a numerical integration)
+    assert compare.main(files + ["-m", "ndcg@5", "--json", "--tukey"] + fast) == 0
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert all("p_t_adj" not in r for r in out if "test" not in r)  # no --adjust: no adjusted fields
+    tukey = [r for r in out if r.get("test") == "tukey_hsd"]
+    common = sorted(set.intersection(*(set(per_query[n].index) for n in names)))
+    assert len(common) == 11 and len(tukey) == 6
+    scores = np.concatenate([per_query[n].loc[common, "ndcg@5"].to_numpy() for n in names])
+    sm = pairwise_tukeyhsd(scores, np.repeat(names, len(common)), alpha=0.05)
+    assert [(r["system_a"], r["system_b"]) for r in tukey] == list(itertools.combinations(names, 2))  # sm's order
+    assert all(r["num_queries"] == 11 and r["df"] == 40 and r["ci_level"] == 0.95 for r in tukey)
+    assert [r["diff"] for r in tukey] == pytest.approx(sm.meandiffs, rel=1e-12, abs=1e-15)
+    assert [r["p_tukey"] for r in tukey] == pytest.approx(sm.pvalues, rel=1e-9, abs=1e-14)
+    np.testing.assert_allclose([[r["ci_low"], r["ci_high"]] for r in tukey], sm.confint, rtol=1e-12, atol=1e-15)
+    assert [r["reject"] for r in tukey] == sm.reject.tolist()
+    # the tables
+    assert compare.main(files + ["-m", "ndcg@5", "--adjust", "bh", "--tukey"] + fast) == 0
+    text = capsys.readouterr().out
+    assert "p (t, bh)" in text and "p (perm, bh)" in text and "Benjamini-Hochberg" in text
+    assert "Tukey HSD, all pairs of the 4 runs, on the 11 queries every run scored" in text
+    assert "95% simultaneous CI" in text and "No correction" not in text
+    assert compare.main(files + ["-m", "ndcg@5"] + fast) == 0
+    text = capsys.readouterr().out
+    assert "No correction for multiple comparisons." in text and "Tukey" not in text and "p (t, " not in text
+    # bad input
+    with pytest.raises(SystemExit):
+        compare.main(files + ["--adjust", "bonferroni"])
+    with pytest.raises(ValueError, match="adjust must be one of none, holm, bh"):
+        compare.compare_runs(str(qrels), str(paths[0]), [str(paths[1])], ["P@3"], adjust="fdr")
+    for line, n in (("5 Q0 d1 1 1 one", 1), ("99 Q0 d1 1 1 one", 0)):  # Tukey needs two queries every run scored
+        (tmp_path / "one.run").write_text(line + "\n")
+        assert compare.main([*files[:3], str(tmp_path / "one.run"), "--tukey"] + fast) == 2
+        assert f"fewer than two queries scored by every run ({n})" in capsys.readouterr().err
