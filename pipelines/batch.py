@@ -55,6 +55,7 @@ from streameval.beam.transforms import (
 from streameval.beam.sinks import prepare_output, publish, read_jsonl, remove_temporary, read_metric_rows, write_jsonl, write_records
 from streameval.beam.sources import (UNREADABLE, ReadAvro, expand_inputs, failure_reason, input_bytes,
                                      set_file_system_options)
+from streameval.beam import columnar_online
 from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetrics, split_metric_names
 from streameval import progress, tuning
 from streameval.beam.stats import CompareSystems
@@ -260,7 +261,7 @@ def records_needed(args) -> list[str]:
     _, online = split_all_metrics(args.metrics)
     need = []
     if online:
-        need.append("online metrics " + ",".join(online))
+        need.extend(columnar_online.supported(online_labels(args)))
     if args.ci == "bootstrap":
         need.append("--ci bootstrap")
     if args.compare_baseline:
@@ -268,6 +269,11 @@ def records_needed(args) -> list[str]:
     if args.complete:
         need.append("--complete")
     return need
+
+
+def online_labels(args) -> str:
+    """The labels of auc / gauc: ``--labels``, or for auto judgments when judgments are given."""
+    return args.labels if args.labels != "auto" else ("judgments" if args.judgments else "clicks")
 
 
 def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
@@ -293,7 +299,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
         read_judg = ReadAvro(judgment_paths, "judgment", with_file=True)
         judg, judg_dead = (p | "ReadJudgments" >> read_judg
                            | "ValidateJudgments" >> ValidateJudgments("judgments", grade_range=judgment_grade_range(
-                               _grades(args.grades), parse_metrics(ranking),
+                               _grades(args.grades), parse_metrics(ranking) if ranking else [],
                                MetricOptions(gain=args.gain, err_max_grade=args.err_max_grade))))
         judg, conflict_dead = judg | "ResolveJudgments" >> ResolveJudgments(args.judgment_conflicts)
         dead_parts.extend([read_judg.unreadable, judg_dead, conflict_dead])
@@ -315,7 +321,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     if not args.no_ctr:
         row_parts.append(imps | "ClickMetrics" >> ClickMetrics(window=window, slices=slices, ci_level=args.ci_level))
     if online:
-        labels = args.labels if args.labels != "auto" else ("judgments" if judgment_paths else "clicks")
+        labels = online_labels(args)
         row_parts.append(imps | "OnlineMetrics" >> OnlineMetrics(
             online, window=window, slices=slices, labels=labels, judgments=judg,
             relevance_level=args.relevance_level, unjudged=args.unjudged, hist_bins=args.hist_bins,
@@ -388,7 +394,7 @@ def decoders_used(result, engine: str, paths) -> dict:
 
 
 def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
-    ranking, _ = split_all_metrics(args.metrics)
+    ranking, online = split_all_metrics(args.metrics)
     total = _local_total(impression_paths)
     args.shards_used = shard_count(args, impression_paths, total)
     col = ColumnarMetrics(
@@ -400,7 +406,9 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         judgment_conflicts=args.judgment_conflicts, grade_range=_grades(args.grades), ci_level=args.ci_level,
         shards=args.shards_used, progress_total=total,
         decoder=getattr(args, "avro_decoder", None), in_process=getattr(args, "in_process", False),
-        threads=getattr(args, "work_threads", 1), time_range=parse_time_range(args.event_time_range))
+        threads=getattr(args, "work_threads", 1), time_range=parse_time_range(args.event_time_range),
+        online=online, labels=online_labels(args), unjudged=args.unjudged, hist_bins=args.hist_bins, hist_range=_hist_range(args.hist_range),
+        group_rows=args.group_rows)
     rows = p | "Metrics" >> col
     if col.unjudged is not None:
         # lists of requests, one per shard: one text element (lines) each (an empty list writes no line)
@@ -548,6 +556,9 @@ def main(argv=None) -> int:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
 
+    if args.engine == "auto" and records_needed(args):  # never a silent fallback to the slow engine
+        print(f"note: the per-record engine runs this job ({', '.join(records_needed(args))} not on the columnar "
+              "engine yet): expect tens of times the columnar engine's time on large inputs", file=sys.stderr)
     ranked = bool(judgment_paths and ranking)
     outputs = [f for f in OUTPUT_FILES if ranked or f != "unjudged.jsonl"]
     if args.compare_baseline and ranked:

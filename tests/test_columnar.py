@@ -123,6 +123,18 @@ def _conflict_free(letters):
          "--metrics", "ndcg,map,P@5,success@3"]),
     # every metric with a cutoff and ideal="served": the per-record engine must not prune the served items
     (6, ["--ideal", "served", "--no-ctr", "--metrics", "ndcg@1,P@1,ndcg@2"]),
+    # online metrics with labels from clicks (issue 22): every family, weighting and group, windows and slices
+    (7, ["--labels", "clicks", "--window", "1h", "--slices", "device", "--slices", "campaign+device", "--group-rows",
+         "--hist-bins", "7", "--hist-range", "0.5,2.5", "--metrics", "map,auc,auc_hist,gauc,gauc[user,clicks],"
+         "gauc[query,unweighted],gauc[request,impressions],clicks@3,clicks,rr_first_click,rr_first_click[clicked],"
+         "abandonment"]),
+    (8, ["--labels", "clicks", "--workers", "2", "--no-ctr", "--shards", "3", "--metrics",
+         "auc,gauc[query],clicks@1,abandonment"]),
+    # labels from judgments (the default with judgments): the latest judgment after the conflict policy
+    (9, ["--window", "2h", "--slices", "campaign", "--judgment-conflicts", "max", "--relevance-level", "2",
+         "--metrics", "ndcg@5,auc,auc_hist,gauc[user],gauc[request,clicks],rr_first_click", "--group-rows"]),
+    (10, ["--workers", "2", "--shards", "5", "--unjudged", "nonrelevant", "--no-ctr", "--metrics",
+          "auc,gauc[query,unweighted],clicks@5"]),
 ])
 def test_columnar_engine_equals_the_record_engine(tmp_path, seed, extra):
     imp_files, judg = _messy_logs(seed)
@@ -466,3 +478,20 @@ def test_slices_never_merge_a_missing_attribute_or_a_value_that_looks_like_a_lab
     assert rows["campaign=men\\,device\\=pc"] == 1 and rows["campaign=men"] == 3
     assert rows["campaign=men,device=\\(missing)"] == 1 and rows["campaign=men,device=(missing)"] == 1
     assert rows["campaign=men\\\\,device=pc"] == 1
+
+
+def test_the_job_says_when_the_per_record_engine_runs_it(tmp_path, capsys):
+    """Issue 22: no silent fallback. Online metrics (labels from clicks or judgments) run on the
+    columnar engine; an option it does not cover yet is named in one line before the job runs."""
+    imp_files, judg = _messy_logs(11)
+    args = write_logs(tmp_path / "in", imp_files, judg)
+    common = [*args, "--quiet", "--max-rejected-fraction", "1"]
+    assert batch.main([*common, "--output", str(tmp_path / "a"), "--metrics", "map,auc,gauc,clicks@3"]) == 0
+    err = capsys.readouterr().err
+    assert "per-record engine" not in err
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["engine"] == "columnar"
+    assert batch.main([*common, "--output", str(tmp_path / "b"), "--metrics", "map", "--ci", "bootstrap",
+                       "--replicates", "20"]) == 0
+    notes = [x for x in capsys.readouterr().err.splitlines() if "per-record engine" in x]
+    assert len(notes) == 1 and "--ci bootstrap" in notes[0], notes
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["engine"] == "records"

@@ -31,7 +31,8 @@ import numpy as np
 from ..metrics import online as om
 from .moments import partials_add, partials_merge
 
-__all__ = ["AucOps", "HistAucOps", "GaucOps", "ClickRequestOps", "OpeOps", "exact_sum"]
+__all__ = ["AucOps", "HistAucOps", "GaucOps", "ClickRequestOps", "OpeOps", "CountArrays", "exact_sum", "auc_result",
+           "hist_auc_result", "gauc_group_sums"]
 
 
 def exact_sum(partials: list) -> Fraction:
@@ -117,9 +118,7 @@ class AucOps:
     @classmethod
     def extract(cls, state: dict) -> tuple[float, int, float]:
         """``(auc, examples, DeLong stderr)``; NaN AUC when a class is absent."""
-        pos, neg = cls.counts(state)
-        auc, P, N = om.auc_from_counts(pos, neg)
-        return (auc, P + N, om.auc_delong_stderr(pos, neg))
+        return auc_result(*cls.counts(state))
 
     @classmethod
     def summary(cls, state: dict) -> tuple[float, int, int, float]:
@@ -179,9 +178,92 @@ class HistAucOps:
     @staticmethod
     def extract(state: dict) -> tuple[float, int, float, float]:
         """``(auc, examples, DeLong stderr over the bins, max_error)``."""
-        pos, neg = _sorted_counts(state)
-        auc, P, N = om.auc_from_counts(pos, neg)
-        return (auc, P + N, om.auc_delong_stderr(pos, neg), om.hist_auc_max_error(pos, neg))
+        return hist_auc_result(*_sorted_counts(state))
+
+
+def auc_result(pos, neg) -> tuple[float, int, float]:
+    """``(auc, examples, DeLong stderr)`` from counts per distinct score, scores ascending (shape
+    (v,) each); NaN AUC when a class is absent (:func:`~streameval.metrics.online.auc_from_counts`,
+    :func:`~streameval.metrics.online.auc_delong_stderr`)."""
+    auc, P, N = om.auc_from_counts(pos, neg)
+    return (auc, P + N, om.auc_delong_stderr(pos, neg))
+
+
+def hist_auc_result(pos, neg) -> tuple[float, int, float, float]:
+    """``(auc, examples, DeLong stderr, max_error)`` from counts per bin, bins ascending."""
+    auc, n, se = auc_result(pos, neg)
+    return (auc, n, se, om.hist_auc_max_error(pos, neg))
+
+
+# --------------------------------------------------------------------------------------------
+# the same counts as arrays, for many keys at once (the columnar engine)
+
+class CountArrays:
+    """The counts of :class:`AucOps` / :class:`HistAucOps` as arrays, built for many keys at once.
+
+    State: ``(values, positives, negatives)`` as the bytes of three arrays (float64, int64, int64;
+    values ascending and distinct; ``-0.0`` and ``0.0`` are one value, as for a dict key): Beam's
+    FastPrimitivesCoder encodes it without pickling. The values are the scores (exact AUC) or the
+    bin numbers (histogram AUC); :func:`auc_result` / :func:`hist_auc_result` of :meth:`counts` give
+    what :meth:`AucOps.extract` / :meth:`HistAucOps.extract` give for the same examples."""
+
+    EMPTY = (b"", b"", b"")
+
+    @staticmethod
+    def _state(values, pos, neg) -> tuple[bytes, bytes, bytes]:
+        return (np.ascontiguousarray(values, dtype=np.float64).tobytes(),
+                np.ascontiguousarray(pos, dtype=np.int64).tobytes(),
+                np.ascontiguousarray(neg, dtype=np.int64).tobytes())
+
+    @classmethod
+    def by_key(cls, key, values, labels):
+        """``(key, state)`` per distinct key, keys ascending. ``key``: int64 codes, shape (n,);
+        ``values``: the examples' scores or bins, shape (n,), finite; ``labels``: booleans, shape (n,)."""
+        key = np.asarray(key, dtype=np.int64)
+        if not len(key):
+            return
+        v = np.asarray(values, dtype=np.float64)
+        order = np.lexsort((v, key))
+        k, v, y = key[order], v[order], np.asarray(labels, dtype=bool)[order]
+        new = np.ones(len(k), dtype=bool)
+        new[1:] = (k[1:] != k[:-1]) | (v[1:] != v[:-1])
+        starts = np.flatnonzero(new)
+        tot = np.diff(np.append(starts, len(k)))
+        pos = np.add.reduceat(y.astype(np.int64), starts)
+        rk = k[starts]
+        kstarts = np.flatnonzero(np.concatenate(([True], rk[1:] != rk[:-1])))
+        kends = np.append(kstarts[1:], len(rk))
+        rv = v[starts]
+        for lo, hi in zip(kstarts.tolist(), kends.tolist()):
+            yield int(rk[lo]), cls._state(rv[lo:hi], pos[lo:hi], tot[lo:hi] - pos[lo:hi])
+
+    @staticmethod
+    def arrays(state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (np.frombuffer(state[0], dtype=np.float64), np.frombuffer(state[1], dtype=np.int64),
+                np.frombuffer(state[2], dtype=np.int64))
+
+    @classmethod
+    def merge(cls, states):
+        """One state of several (exact integer counts); ``merge([])`` is the empty state."""
+        states = [s for s in states if s[0]]
+        if not states:
+            return cls.EMPTY
+        if len(states) == 1:
+            return states[0]
+        parts = [cls.arrays(s) for s in states]
+        values, inv = np.unique(np.concatenate([p[0] for p in parts]), return_inverse=True)
+        pos = np.zeros(len(values), dtype=np.int64)
+        neg = np.zeros(len(values), dtype=np.int64)
+        inv = inv.reshape(-1)
+        np.add.at(pos, inv, np.concatenate([p[1] for p in parts]))
+        np.add.at(neg, inv, np.concatenate([p[2] for p in parts]))
+        return cls._state(values, pos, neg)
+
+    @classmethod
+    def counts(cls, state) -> tuple[np.ndarray, np.ndarray]:
+        """(positives, negatives) per value, values ascending."""
+        _, pos, neg = cls.arrays(state)
+        return pos, neg
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,6 +315,27 @@ class GaucOps:
             value, se = om.ratio_from_sums(n, *(exact_sum(p) for p in state[2][i]))
             out.append((value, n, se))
         return out, state[1]
+
+
+def gauc_group_sums(auc, n_pos, n_neg, weightings) -> list:
+    """The :class:`GaucOps` state of many groups at once (vectorised, exact): ``auc``, ``n_pos``,
+    ``n_neg`` shape (g,) (a NaN AUC or a single class: the group is excluded). The sums are the exact
+    sums of the same float products :meth:`GaucOps.add_group` adds one group at a time, so the
+    state's value is the same to the last bit."""
+    from .moments import exact_sum_floats
+
+    auc = np.asarray(auc, dtype=np.float64)
+    n_pos = np.asarray(n_pos)
+    n_neg = np.asarray(n_neg)
+    ok = ~np.isnan(auc) & (n_pos > 0) & (n_neg > 0)
+    a = auc[ok]
+    out = [int(ok.sum()), int((~ok).sum()), []]
+    for wname in weightings:
+        w = om.gauc_weights(n_pos[ok], n_neg[ok], wname)
+        ww = w * w
+        wwa = ww * a
+        out[2].append([exact_sum_floats(x) if len(x) else [] for x in (w, w * a, ww, wwa, wwa * a)])
+    return out
 
 
 # --------------------------------------------------------------------------------------------

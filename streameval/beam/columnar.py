@@ -932,7 +932,8 @@ def _first_min(values: pa.Array, starts: np.ndarray, ends: np.ndarray) -> pa.Arr
 
 class _CleanShard(ThreadedDoFn):
     def __init__(self, source: str, ranking: bool, ctr: bool, window_micros, slice_specs, order: str, shards: int,
-                 hold: bool = False, threads: int = 1, lateness_micros: int = 0):
+                 hold: bool = False, threads: int = 1, lateness_micros: int = 0, online=None):
+        self.online = online  # a columnar_online.OnlineColumns, or None
         self.lateness_micros = int(lateness_micros)
         self.late = counter(NAMESPACE, "late:impression")
         self.hold = hold
@@ -993,6 +994,8 @@ class _CleanShard(ThreadedDoFn):
             return
         if self.ctr:
             yield from self._clicks(chunk)
+        if self.online:
+            yield from self.online.states(chunk)
         if self.ranking:
             if rebuilt:  # the chunk was rebuilt: code its requests again
                 req, _ = _pair_codes(chunk["system_id"], chunk["request_id"])
@@ -1355,32 +1358,41 @@ class _ScoreShard(ThreadedDoFn):
         return compute(lists, self.specs, self.options)
 
     def _means(self, r, values):
-        nreq = r["n_requests"]
-        wcode, wkeys = _windows(r["min_ts"], self.window_micros)
-        scode, svals = _factorize(r["system_id"])
-        labels = _labels(r["attributes"], nreq, self.slice_specs)
-        # every slice specification partitions the requests, so the states of "all" are the exact
-        # merges of the first specification's states (the exact sums are computed once, not twice)
-        derive_all = len(labels) > 1
-        merged: dict = {}
-        for spec, (lcode, lvals) in enumerate(labels):
-            if spec == 0 and derive_all:
-                continue
-            key = (wcode * len(lvals) + lcode) * len(svals) + scode
-            order, starts, ends = _group_bounds(key)
-            for lo, hi in zip(starts, ends):
-                members = order[lo:hi]
-                k = int(key[members[0]])
-                si = k % len(svals)
-                li = (k // len(svals)) % len(lvals)
-                wi = k // len(svals) // len(lvals)
-                wkey = wkeys[wi]
-                state = self.mm.add_many(self.mm.create(), values[:, members])
-                if spec == 1 and derive_all:
-                    merged.setdefault((*wkey, ALL, svals[si]), []).append(state)
-                yield ((*wkey, lvals[li], svals[si]), state)
-        for key, states in merged.items():
-            yield (key, self.mm.merge(states))
+        return mean_states(self.mm, r["min_ts"], r["system_id"], r["attributes"], values, self.window_micros,
+                           self.slice_specs)
+
+
+def mean_states(mm: MeanMoments, min_ts, system_id, attributes: dict, values, window_micros, slice_specs):
+    """``((window_start, window_end, slice, system), MeanMoments state)`` pairs of requests' metric
+    values: ``values`` shape (n_metrics, n_requests); ``min_ts`` (int64 micros), ``system_id`` (Arrow
+    strings) and ``attributes`` (``{key: Arrow strings}``, the slicing ones) per request. A request
+    counts in the window of ``min_ts`` and in its label of every slice specification."""
+    nreq = len(min_ts)
+    wcode, wkeys = _windows(min_ts, window_micros)
+    scode, svals = _factorize(system_id)
+    labels = _labels(attributes, nreq, slice_specs)
+    # every slice specification partitions the requests, so the states of "all" are the exact
+    # merges of the first specification's states (the exact sums are computed once, not twice)
+    derive_all = len(labels) > 1
+    merged: dict = {}
+    for spec, (lcode, lvals) in enumerate(labels):
+        if spec == 0 and derive_all:
+            continue
+        key = (wcode * len(lvals) + lcode) * len(svals) + scode
+        order, starts, ends = _group_bounds(key)
+        for lo, hi in zip(starts, ends):
+            members = order[lo:hi]
+            k = int(key[members[0]])
+            si = k % len(svals)
+            li = (k // len(svals)) % len(lvals)
+            wi = k // len(svals) // len(lvals)
+            wkey = wkeys[wi]
+            state = mm.add_many(mm.create(), values[:, members])
+            if spec == 1 and derive_all:
+                merged.setdefault((*wkey, ALL, svals[si]), []).append(state)
+            yield ((*wkey, lvals[li], svals[si]), state)
+    for key, states in merged.items():
+        yield (key, mm.merge(states))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1415,8 +1427,12 @@ class ColumnarMetrics(beam.PTransform):
     "impressions"}`` dicts, not one element per request).
 
     ``metrics``: ranking metric names (empty or ``judgment_paths`` empty: no ranking); ``ctr``:
-    compute CTR and CTR by position. Not covered (the job uses the per-record transforms for them):
-    online metrics, bootstrap intervals, ``complete``, per-query scores for comparisons.
+    compute CTR and CTR by position. ``online``: online metric names (``auc``, ``auc_hist``,
+    ``gauc[...]``, ``clicks@k``, ``rr_first_click``, ``abandonment``) with ``labels`` from clicks or
+    judgments, ``unjudged``, ``hist_bins``, ``hist_range`` and ``group_rows`` as in
+    :class:`~streameval.beam.online.OnlineMetrics`, whose rows they equal
+    (:mod:`streameval.beam.columnar_online`). Not covered (the job uses the per-record transforms for
+    them): bootstrap intervals, ``complete``, per-query scores for comparisons.
 
     ``in_process``: the values between stages stay in this process's memory and only their keys go
     through Beam (:func:`freeze`); only for Beam's in-process local runner (``FnApiRunner`` with no
@@ -1441,8 +1457,23 @@ class ColumnarMetrics(beam.PTransform):
                  relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
                  tie_break="docno", depth=None, score_precision="float32", judgment_conflicts="latest",
                  grade_range=None, ci_level=stats.DEFAULT_LEVEL, shards=SHARDS, progress_total=None, decoder=None, in_process=False,
-                 threads=1, time_range=None, allowed_lateness=0, label=None):
+                 threads=1, time_range=None, allowed_lateness=0, online=(), labels="clicks", unjudged="exclude",
+                 hist_bins=1000,
+                 hist_range=(0.0, 1.0), group_rows=False, label=None):
         super().__init__(label)
+        from ..accumulators.online import HistAucOps
+        from ..metrics.online import parse_online_metrics
+        from .columnar_online import supported
+
+        self.online_specs = [s for s in parse_online_metrics(list(online)) if s.family != "ctr"] if online else []
+        if self.online_specs and supported(labels):
+            raise ValueError(f"the columnar engine does not compute {', '.join(supported(labels))}")
+        if self.online_specs and labels == "judgments" and not judgment_paths:
+            raise ValueError("labels='judgments' needs judgment files")
+        self.labels = labels
+        self.unjudged_policy = unjudged
+        self.hist = HistAucOps(hist_range[0], hist_range[1], hist_bins)  # validates
+        self.group_rows = bool(group_rows)
         self.time_range = time_range
         self.in_process = bool(in_process)
         if int(threads) < 1:
@@ -1485,19 +1516,25 @@ class ColumnarMetrics(beam.PTransform):
                   | "ReadImpressions" >> read
                   | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", self.progress_total,
                                                                       size=lambda kv: kv[1][0])))
+        from . import columnar_online
+
+        online = columnar_online.OnlineColumns(
+            self.online_specs, self.window_micros, self.slice_specs, self.hist, self.shards, self.in_process,
+            self.labels, self.options.relevance_level, self.unjudged_policy) if self.online_specs else None
         cleaned = (chunks
                    | "GroupRequests" >> beam.GroupByKey()
                    | "CleanRequests" >> beam.ParDo(_CleanShard(
                        "CleanImpressions", self.ranking, self.ctr, self.window_micros, self.slice_specs,
-                       self.order, self.shards, self.in_process, self.threads, self.lateness_micros))
-                   .with_outputs("dead_letters", "clicks", main="requests"))
+                       self.order, self.shards, self.in_process, self.threads, self.lateness_micros, online))
+                   .with_outputs("dead_letters", "clicks", *columnar_online.TAGS, main="requests"))
         dead = [read.dead_letters, cleaned.dead_letters]
         rows = []
+
         if self.ctr:
             rows.append(cleaned.clicks
                         | "MergeClicks" >> beam.CombinePerKey(_MergeClicks(overall=True))
                         | "ClickRows" >> beam.FlatMap(_click_rows, self.ci_level))
-        if self.ranking:
+        if self.judgment_paths:  # read and checked also when no ranking metric uses them (accounting)
             jread = ReadJudgmentColumns(self.judgment_paths, self.shards, self.grade_range,
                                         decoder=self.decoder, hold=self.in_process, threads=self.threads)
             judgments = pbegin | "ReadJudgments" >> jread
@@ -1511,6 +1548,10 @@ class ColumnarMetrics(beam.PTransform):
                         .with_output_types(typing.Tuple[int, typing.Tuple[int, typing.Any]])  # a KV, for the multimap
                         .with_outputs("dead_letters", main="judgments"))
             dead.append(resolved.dead_letters)
+        if online:
+            rows.extend(columnar_online.online_rows(cleaned, online, self.group_rows, self.ci_level,
+                                                    resolved.judgments if self.judgment_paths else None))
+        if self.ranking:
             scored = (cleaned.requests
                       | "GroupQueries" >> beam.GroupByKey()
                       | "ScoreShards" >> beam.ParDo(_ScoreShard(

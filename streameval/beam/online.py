@@ -303,11 +303,29 @@ def _keys(rec, window_micros, slice_specs):
     return [(ws, we, label, rec["system_id"]) for label in slice_labels(rec.get("attributes"), slice_specs)]
 
 
-def _group_slice(label, group, gid):
+def group_slice(label, group, gid):
+    """The slice of one group's AUC row (``group_rows``): ``<group>=<id>`` within ``label``."""
     return f"{group}={gid}" if label == "all" else f"{label},{group}={gid}"
 
 
-def _with_interval(row: dict, level: float) -> dict:
+def hist_rows(kv):
+    """The rows of one key's histogram AUC: the value and its guaranteed error bound."""
+    (ws, we, label, system), (auc, n, se, bound) = kv
+    yield metric_row(ws, we, label, system, "auc_hist", auc, n, se)
+    yield metric_row(ws, we, label, system, "auc_hist:max_error", bound, n, None)
+
+
+def gauc_rows(kv, group, weightings):
+    """The rows of one key's GAUC (:meth:`~streameval.accumulators.online.GaucOps.extract` output):
+    one per weighting, and the count of excluded (single-class) groups."""
+    (ws, we, label, system), (results, excluded) = kv
+    for wname, (value, n, se) in zip(weightings, results):
+        yield metric_row(ws, we, label, system, f"gauc[{group},{wname}]", value, n, se)
+    n_used = results[0][1] if results else 0
+    yield metric_row(ws, we, label, system, f"gauc[{group}]:excluded_groups", excluded, n_used + excluded, None)
+
+
+def with_interval(row: dict, level: float) -> dict:
     """Fill a row's confidence interval from its value, count and standard error
     (:func:`streameval.metrics.stats.row_interval`: Wilson for CTR, t otherwise); rows without a
     standard error (bounds, counts of excluded groups) keep none."""
@@ -408,12 +426,6 @@ class OnlineMetrics(beam.PTransform):
                              | "AucRows" >> beam.Map(lambda kv: metric_row(*kv[0], "auc", *kv[1])))
             if "auc_hist" in families:
                 h = self.hist
-
-                def hist_rows(kv):
-                    (ws, we, label, system), (auc, n, se, bound) = kv
-                    yield metric_row(ws, we, label, system, "auc_hist", auc, n, se)
-                    yield metric_row(ws, we, label, system, "auc_hist:max_error", bound, n, None)
-
                 parts.append(keyed | "HistAuc" >> beam.CombinePerKey(HistAucCombineFn(h.lo, h.hi, h.bins))
                              | "HistAucRows" >> beam.FlatMap(hist_rows))
         groups: dict = {}
@@ -442,22 +454,13 @@ class OnlineMetrics(beam.PTransform):
         if self.group_rows:
             def group_row(kv):
                 (ws, we, label, system, gid), (auc, p, n, se) = kv
-                return metric_row(ws, we, _group_slice(label, group, gid), system, "auc", auc, p + n, se)
+                return metric_row(ws, we, group_slice(label, group, gid), system, "auc", auc, p + n, se)
 
             out.append(per_group | f"GroupRows[{group}]" >> beam.Map(group_row))
-
-        def gauc_rows(kv):
-            (ws, we, label, system), (results, excluded) = kv
-            for wname, (value, n, se) in zip(weightings, results):
-                yield metric_row(ws, we, label, system, f"gauc[{group},{wname}]", value, n, se)
-            n_used = results[0][1] if results else 0
-            yield metric_row(ws, we, label, system, f"gauc[{group}]:excluded_groups", excluded,
-                             n_used + excluded, None)
-
         out.append(per_group
                    | f"Regroup[{group}]" >> beam.Map(lambda kv: (kv[0][:4], kv[1][:3]))
                    | f"Gauc[{group}]" >> beam.CombinePerKey(GaucCombineFn(weightings))
-                   | f"GaucRows[{group}]" >> beam.FlatMap(gauc_rows))
+                   | f"GaucRows[{group}]" >> beam.FlatMap(gauc_rows, group, weightings))
         return out
 
     # -- clicks -----------------------------------------------------------------------------
@@ -511,7 +514,7 @@ class OnlineMetrics(beam.PTransform):
         if req_specs:
             parts.append(self._request_rows(impressions, wm, req_specs))
         return (tuple(parts) | "OnlineRows" >> beam.Flatten()
-                | "OnlineIntervals" >> beam.Map(_with_interval, self.ci_level))
+                | "OnlineIntervals" >> beam.Map(with_interval, self.ci_level))
 
 
 # --------------------------------------------------------------------------------------------
@@ -598,4 +601,4 @@ class OffPolicyCtr(beam.PTransform):
         return (keyed.keyed
                 | "Ope" >> beam.CombinePerKey(OpeCombineFn())
                 | "OpeRows" >> beam.FlatMap(rows)
-                | "OpeIntervals" >> beam.Map(_with_interval, self.ci_level))
+                | "OpeIntervals" >> beam.Map(with_interval, self.ci_level))

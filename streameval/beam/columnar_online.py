@@ -1,0 +1,382 @@
+"""The online metrics on the columnar engine (:class:`~streameval.beam.columnar.ColumnarMetrics`).
+
+The same rows as :class:`~streameval.beam.online.OnlineMetrics` with labels from clicks, from the
+clean impressions' columns of each request shard, vectorised; the states are those of
+:mod:`streameval.accumulators.online`, so the values are the same to the last bit:
+
+* ``auc`` / ``auc_hist``: per (window, slice, system) and shard, the counts of positives and
+  negatives per distinct score or bin (:class:`~streameval.accumulators.online.CountArrays`), merged
+  by :class:`CountsCombineFn`;
+* ``gauc[GROUP,WEIGHTING]``: a group (user, query or request) may span request shards, so each
+  clean shard sends its examples (group id, key, score, label) to the shard of their group
+  (:func:`~streameval.beam.columnar.shard_of` of the id): one element per pair of shards, not one
+  per group. There every group's AUC is computed at once
+  (:func:`~streameval.metrics.online.group_auc`) and summed into a
+  :class:`~streameval.accumulators.online.GaucOps` state per (window, slice, system)
+  (:func:`~streameval.accumulators.online.gauc_group_sums`);
+* ``clicks@k``, ``rr_first_click``, ``abandonment``: a request is whole in its shard, so its terms
+  (:func:`~streameval.metrics.online.click_request_terms`) are computed there and summed into
+  MeanMoments states, as the ranking metrics.
+
+Counters as the per-record transforms: ``online:no_score``, ``online:not_labelled``,
+``online:no_group:<field>``, ``online:requests``, ``online:requests_not_logged``.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from apache_beam import pvalue
+from apache_beam.coders import FastPrimitivesCoder
+
+from ..accumulators.moments import MeanMoments
+from ..accumulators.online import CountArrays, GaucOps, auc_result, gauc_group_sums, hist_auc_result
+from ..metrics import online as om
+from . import columnar as col
+from .online import LABEL_SOURCES, UNJUDGED_POLICIES, gauc_rows, group_slice, hist_rows, with_interval
+from .threads import counter
+from .transforms import NAMESPACE, metric_row
+
+__all__ = ["OnlineColumns", "CountsCombineFn", "GaucStatesCombineFn", "GaucShard", "online_rows", "supported",
+           "TAG_AUC", "TAG_HIST", "TAG_GAUC", "TAG_REQUESTS"]
+
+TAG_AUC, TAG_HIST, TAG_GAUC, TAG_REQUESTS = "online_auc", "online_auc_hist", "online_gauc", "online_requests"
+#: scored impressions on their way to their judgments (labels from judgments)
+TAG_EXAMPLES = "online_examples"
+SCORE_TAGS = (TAG_AUC, TAG_HIST, TAG_GAUC)
+TAGS = (*SCORE_TAGS, TAG_REQUESTS, TAG_EXAMPLES)
+#: the columns the label stage needs of a scored impression
+_EXAMPLE_FIELDS = ("query_id", "item_id", "score", "timestamp", "system_id", "attributes", "user_id", "request_id")
+
+
+def supported(labels: str = "clicks") -> list[str]:
+    """Why the columnar engine cannot compute the online metrics with these options (empty: it can)."""
+    return [] if labels in LABEL_SOURCES else [f"online metrics with labels from {labels}"]
+
+
+class OnlineColumns:
+    """What a clean request shard contributes to the online metrics: tagged ``(key, state)`` outputs.
+
+    ``specs``: :class:`~streameval.metrics.online.OnlineSpec` (the ``ctr`` family is left to the
+    engine's CTR), ``hist``: a :class:`~streameval.accumulators.online.HistAucOps` (its bins),
+    ``shards``: the group shards of GAUC."""
+
+    def __init__(self, specs, window_micros, slice_specs, hist, shards: int, hold: bool = False, labels="clicks",
+                 relevance_level=1, unjudged="exclude"):
+        if labels not in LABEL_SOURCES:
+            raise ValueError(f"labels must be one of {LABEL_SOURCES}, got {labels!r}")
+        if unjudged not in UNJUDGED_POLICIES:
+            raise ValueError(f"unjudged must be one of {UNJUDGED_POLICIES}, got {unjudged!r}")
+        self.labels = labels
+        self.relevance_level = relevance_level
+        self.unjudged = unjudged
+        self.specs = [s for s in specs if s.family != "ctr"]
+        self.window_micros = window_micros
+        self.slice_specs = slice_specs
+        self.hist = hist
+        self.shards = int(shards)
+        self.hold = hold
+        families = {s.family for s in self.specs}
+        self.auc = "auc" in families
+        self.auc_hist = "auc_hist" in families
+        self.groups = sorted({s.group for s in self.specs if s.family == "gauc"})
+        self.request_specs = [s for s in self.specs if s.per_request]
+        self.scores = any(s.needs_scores for s in self.specs)
+        self.attr_keys = sorted({a for names in slice_specs for a in names})
+        self.no_score = counter(NAMESPACE, "online:no_score")
+        self.not_labelled = counter(NAMESPACE, "online:not_labelled")
+        self.unjudged_counter = counter(NAMESPACE, "online:unjudged")
+        self.requests = counter(NAMESPACE, "online:requests")
+        self.not_logged = counter(NAMESPACE, "online:requests_not_logged")
+        self.no_group = {g: counter(NAMESPACE, f"online:no_group:{om.GAUC_GROUPS[g]}") for g in self.groups}
+        self.mm = MeanMoments(len(self.request_specs))
+
+    def __bool__(self):
+        return bool(self.specs)
+
+    def states(self, chunk):
+        """Tagged outputs of one clean chunk (impression columns, :func:`~streameval.beam.columnar.
+        impression_columns`)."""
+        if self.scores:
+            yield from self._score_states(chunk)
+        if self.request_specs:
+            yield from self._request_states(chunk)
+
+    # -- examples: scored impressions with a logged click flag ------------------------------
+    def _keys(self, ex):
+        """Per slice specification: (key code per example, ``(ws, we, label, system)`` per code)."""
+        wcode, wkeys = col._windows(ex["timestamp"], self.window_micros)
+        scode, svals = col._factorize(ex["system_id"])
+        for lcode, lvals in col._labels(ex["attributes"], ex["n"], self.slice_specs):
+            key = (wcode * len(lvals) + lcode) * len(svals) + scode
+            uk, inv = col._unique_codes(key)
+            names = []
+            for k in uk.tolist():
+                si = k % len(svals)
+                li = (k // len(svals)) % len(lvals)
+                names.append((*wkeys[k // len(svals) // len(lvals)], lvals[li], svals[si]))
+            yield inv, names
+
+    def _score_states(self, chunk):
+        scored = ~np.isnan(chunk["score"])
+        self.no_score.inc(int(chunk["n"] - scored.sum()))
+        if self.labels == "judgments":  # to the shard of their query's judgments (see LabelShard)
+            ex = col._take(chunk, scored, _EXAMPLE_FIELDS)
+            for s, frozen in col._split(ex, col._shards_of(ex["query_id"], None, self.shards), hold=self.hold):
+                yield pvalue.TaggedOutput(TAG_EXAMPLES, (s, frozen))
+            return
+        labelled = scored & (chunk["clicked"] >= 0)
+        self.not_labelled.inc(int(scored.sum() - labelled.sum()))
+        if not labelled.any():
+            return
+        ex = col._take(chunk, labelled) if not labelled.all() else chunk
+        yield from self.labelled_states(ex, ex["clicked"] == 1)
+
+    def labelled_states(self, ex, label):
+        """Tagged AUC, histogram AUC and GAUC outputs of examples ``ex`` (impression columns with
+        scores) and their labels (bool, shape (n,))."""
+        if not ex["n"]:
+            return
+        score = ex["score"]
+        keys = list(self._keys(ex))
+        if self.auc or self.auc_hist:
+            bins = om.hist_bin_index(score, self.hist.lo, self.hist.hi, self.hist.bins) if self.auc_hist else None
+            for code, names in keys:
+                if self.auc:
+                    for k, state in CountArrays.by_key(code, score, label):
+                        yield pvalue.TaggedOutput(TAG_AUC, (names[k], state))
+                if self.auc_hist:
+                    for k, state in CountArrays.by_key(code, bins, label):
+                        yield pvalue.TaggedOutput(TAG_HIST, (names[k], state))
+        for group in self.groups:
+            gid = ex[om.GAUC_GROUPS[group]]
+            valid = col._nonempty(gid) & np.asarray(pc.is_valid(gid).to_numpy(zero_copy_only=False))
+            self.no_group[group].inc(int(len(valid) - valid.sum()))
+            if not valid.any():
+                continue
+            rows = np.flatnonzero(valid)
+            # one row per (example, slice specification), the key codes of each specification after
+            # those of the ones before
+            codes, names = [], []
+            for code, nm in keys:
+                codes.append(code[rows] + len(names))
+                names.extend(nm)
+            rep = np.tile(rows, len(keys))
+            out = {"n": len(rep), "gid": col._pick(gid, rep), "key": np.concatenate(codes),
+                   "score": score[rep], "label": label[rep].astype(np.int8)}
+            shard = col._shards_of(out["gid"], None, self.shards)
+            for s, frozen in col._split(out, shard, hold=self.hold):
+                yield pvalue.TaggedOutput(TAG_GAUC, ((group, s), (names, frozen)))
+
+    # -- requests: whole in their shard -----------------------------------------------------
+    def _request_states(self, chunk):
+        req, _ = col._pair_codes(chunk["system_id"], chunk["request_id"])
+        rows, req, starts, ends = col._grouped(chunk, req, ("timestamp", "attributes", "position", "system_id",
+                                                           "request_id", "clicked"))
+        logged = np.maximum.reduceat(rows["clicked"], starts) >= 0
+        n_logged = int(logged.sum())
+        self.requests.inc(n_logged)
+        self.not_logged.inc(len(starts) - n_logged)
+        if not n_logged:
+            return
+        clicked = np.flatnonzero(rows["clicked"] == 1)
+        terms = om.click_request_terms(self.request_specs, req[clicked], rows["position"][clicked], len(starts))
+        keep = np.flatnonzero(logged)
+        attrs = {a: col._first_min(rows["attributes"][a], starts, ends)
+                 for a in self.attr_keys if a in rows["attributes"]}
+        yield from (pvalue.TaggedOutput(TAG_REQUESTS, kv) for kv in col.mean_states(
+            self.mm, np.minimum.reduceat(rows["timestamp"], starts)[keep],
+            col._pick(rows["system_id"], starts[keep]),
+            {a: col._pick(v, keep) for a, v in attrs.items()}, terms[:, keep],
+            self.window_micros, self.slice_specs))
+
+
+class LabelShard(beam.DoFn):
+    """Labels from judgments: ``(query shard, frozen scored impressions)`` and the shard's resolved
+    judgments (a multimap side input of the engine's judgment stage) -> the tagged outputs of
+    :meth:`OnlineColumns.labelled_states`. An impression's label is ``grade >= relevance_level`` of
+    its (query_id, item_id) judgment; without one (or with a negative grade: trec_eval's pooled but
+    unjudged) it is left out and counted (``online:unjudged``) or, with ``unjudged="nonrelevant"``,
+    labelled non-relevant (:class:`~streameval.beam.online.LabelFromJudgments`' rule)."""
+
+    def __init__(self, online: OnlineColumns):
+        self.online = online
+
+    def process(self, element, judgments):
+        shard, parts = element
+        ex = col._concat([col.thaw(v) for v in parts])
+        if not ex["n"]:
+            return
+        jparts = [col.thaw(v, keep=True) for v in judgments[shard]]  # a side input: may be read again
+        grade = np.full(ex["n"], np.nan)
+        if jparts:
+            jc = col._concat(jparts)
+            qc, jqc, _ = col._sorted_codes(ex["query_id"], jc["query_id"])
+            ic, jic, ni = col._sorted_codes(ex["item_id"], jc["item_id"])
+            ni = max(ni, 1)
+            at = pc.index_in(pa.array(qc * ni + ic), value_set=pa.array(jqc * ni + jic))
+            at = np.asarray(at.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+            grade = np.where(at >= 0, np.asarray(jc["grade"], dtype=np.float64)[at], np.nan)
+        unjudged = np.isnan(grade) | (grade < 0)
+        online = self.online
+        if online.unjudged == "exclude":
+            online.unjudged_counter.inc(int(unjudged.sum()))
+            if unjudged.any():
+                ex = col._take(ex, ~unjudged)
+                grade = grade[~unjudged]
+            label = grade >= online.relevance_level
+        else:
+            label = ~unjudged & (grade >= online.relevance_level)
+        yield from online.labelled_states(ex, label)
+
+
+class GaucShard(beam.DoFn):
+    """``((group, shard), [(key names, frozen examples), ...])`` -> ``((group, key), GaucOps state)``
+    per (window, slice, system) key; with ``group_rows`` also each group's AUC row (metric ``auc``,
+    slice ``<group>=<id>``)."""
+
+    def __init__(self, weightings: dict, group_rows: bool = False):
+        self.weightings = weightings
+        self.group_rows = bool(group_rows)
+
+    def process(self, element):
+        (group, _), values = element
+        index: dict = {}
+        keys, gids, scores, labels = [], [], [], []
+        for names, frozen in values:
+            c = col.thaw(frozen)
+            remap = np.fromiter((index.setdefault(k, len(index)) for k in names), dtype=np.int64, count=len(names))
+            keys.append(remap[c["key"]])
+            gids.append(c["gid"])
+            scores.append(c["score"])
+            labels.append(c["label"])
+        key = np.concatenate(keys)
+        gid = pa.concat_arrays(gids)
+        score = np.concatenate(scores)
+        label = np.concatenate(labels) == 1
+        gcode, gvals = col._encode(gid)
+        combined = key * len(gvals) + gcode
+        ids, auc, n_pos, n_neg = om.group_auc(combined, score, label)
+        names = list(index)
+        kid = ids // len(gvals)
+        starts = np.flatnonzero(np.concatenate(([True], kid[1:] != kid[:-1])))
+        ends = np.append(starts[1:], len(kid))
+        weightings = self.weightings[group]
+        for lo, hi in zip(starts.tolist(), ends.tolist()):
+            state = gauc_group_sums(auc[lo:hi], n_pos[lo:hi], n_neg[lo:hi], weightings)
+            yield ((group, names[int(kid[lo])]), state)
+        if self.group_rows:
+            texts = gvals.to_pylist()
+            for code, state in CountArrays.by_key(combined, score, label):
+                ws, we, slice_label, system = names[code // len(gvals)]
+                value, n, se = auc_result(*CountArrays.counts(state))
+                yield pvalue.TaggedOutput("group_rows", metric_row(
+                    ws, we, group_slice(slice_label, group, texts[code % len(gvals)]), system, "auc", value, n, se))
+
+
+class CountsCombineFn(beam.CombineFn):
+    """Merges :class:`~streameval.accumulators.online.CountArrays` states; output ``(auc, examples,
+    stderr)`` (``kind="auc"``) or ``(auc, examples, stderr, max_error)`` (``"auc_hist"``).
+    Accumulator: a list of states, merged 64 at a time."""
+
+    def __init__(self, kind: str = "auc"):
+        if kind not in ("auc", "auc_hist"):
+            raise ValueError(f"kind must be auc or auc_hist, got {kind!r}")
+        self.kind = kind
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, state):
+        acc.append(state)
+        if len(acc) >= 64:
+            acc[:] = [CountArrays.merge(acc)]
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        return [CountArrays.merge([s for a in accumulators for s in a])]
+
+    def compact(self, acc):
+        return [CountArrays.merge(acc)]
+
+    def extract_output(self, acc):
+        pos, neg = CountArrays.counts(CountArrays.merge(acc))
+        return auc_result(pos, neg) if self.kind == "auc" else hist_auc_result(pos, neg)
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()
+
+
+class GaucStatesCombineFn(beam.CombineFn):
+    """Merges :class:`~streameval.accumulators.online.GaucOps` states; output as
+    :class:`~streameval.beam.online.GaucCombineFn`."""
+
+    def __init__(self, weightings):
+        self.ops = GaucOps(weightings)
+
+    def create_accumulator(self):
+        return self.ops.create()
+
+    def add_input(self, acc, state):
+        return self.ops.merge([acc, state])
+
+    def merge_accumulators(self, accumulators):
+        return self.ops.merge(accumulators)
+
+    def compact(self, acc):
+        return acc
+
+    def extract_output(self, acc):
+        return self.ops.extract(acc)
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()
+
+
+def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: float, judgments=None) -> list:
+    """The metric rows (PCollections) of the clean stage's tagged ``outputs``; with labels from
+    judgments, ``judgments`` is the engine's resolved judgments by query shard."""
+    if online.labels == "judgments" and online.scores:
+        labelled = (outputs[TAG_EXAMPLES]
+                    | "GroupExamples" >> beam.GroupByKey()
+                    | "LabelExamples" >> beam.ParDo(LabelShard(online), beam.pvalue.AsMultiMap(judgments))
+                    .with_outputs(*SCORE_TAGS))
+        outputs = {TAG_REQUESTS: outputs[TAG_REQUESTS], **{t: labelled[t] for t in SCORE_TAGS}}
+    parts = []
+    if online.auc:
+        parts.append(outputs[TAG_AUC]
+                     | "MergeAuc" >> beam.CombinePerKey(CountsCombineFn("auc"))
+                     | "AucRows" >> beam.Map(lambda kv: metric_row(*kv[0], "auc", *kv[1])))
+    if online.auc_hist:
+        parts.append(outputs[TAG_HIST]
+                     | "MergeHistAuc" >> beam.CombinePerKey(CountsCombineFn("auc_hist"))
+                     | "HistAucRows" >> beam.FlatMap(hist_rows))
+    if online.groups:
+        weightings = {g: tuple(s.weighting for s in online.specs if s.family == "gauc" and s.group == g)
+                      for g in online.groups}
+        per_key = (outputs[TAG_GAUC]
+                   | "GroupShards" >> beam.GroupByKey()
+                   | "GroupAuc" >> beam.ParDo(GaucShard(weightings, group_rows)).with_outputs(
+                       "group_rows", main="states"))
+        if group_rows:
+            parts.append(per_key.group_rows)
+        for g in online.groups:
+            parts.append(per_key.states
+                         | f"Keep[{g}]" >> beam.Filter(lambda kv, g: kv[0][0] == g, g)
+                         | f"Key[{g}]" >> beam.Map(lambda kv: (kv[0][1], kv[1]))
+                         | f"Gauc[{g}]" >> beam.CombinePerKey(GaucStatesCombineFn(weightings[g]))
+                         | f"GaucRows[{g}]" >> beam.FlatMap(gauc_rows, g, weightings[g]))
+    if online.request_specs:
+        names = [s.name for s in online.request_specs]
+        parts.append(outputs[TAG_REQUESTS]
+                     | "MergeRequestMeans" >> beam.CombinePerKey(col._MergeMeans(len(names)))
+                     | "RequestRows" >> beam.FlatMap(_request_rows, names))
+    return [p | f"OnlineIntervals{i}" >> beam.Map(with_interval, ci_level) for i, p in enumerate(parts)]
+
+
+def _request_rows(kv, names):
+    (ws, we, label, system), results = kv
+    for name, (value, n, se) in zip(names, results):
+        yield metric_row(ws, we, label, system, name, value, n, se)
