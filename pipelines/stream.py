@@ -65,6 +65,8 @@ from streameval.beam.streaming.replay import element_time, usable_time
 from streameval.beam.transforms import SOURCE_UNRANKABLE
 from streameval.alerts import format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, StreamAlerts
+from streameval.beam.prometheus import STORE as PROMETHEUS
+from streameval.beam.prometheus import serve
 from streameval.beam.streaming import (
     REASON_CLICK_UNMATCHED,
     Replay,
@@ -633,6 +635,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
     w.add_argument("--early-count", type=int, default=None, help="early panes every N request updates")
     w.add_argument("--allowed-lateness", default="0", help="data this late still updates a window (default 0)")
     w.add_argument("--attribution-delay", default="30m", help="click events join impressions this recent (30m)")
+    w.add_argument("--prometheus-port", type=int, default=None, metavar="PORT",
+                   help="serve the latest final and latest pane values on http://127.0.0.1:PORT/metrics "
+                        "(Prometheus exposition format; the local runner)")
+    w.add_argument("--prometheus-linger", type=float, default=0, metavar="S",
+                   help="after the job ended, keep serving until one more scrape collected the final "
+                        "values, at most S seconds (default 0)")
     w.add_argument("--alerts", default=None, metavar="RULES.toml",
                    help="alert rules (docs/metrics.md, 'Alert rules'), evaluated on every pane: ALERT lines, "
                         "alerts-*.jsonl; exit status 4 when one fired")
@@ -794,12 +802,20 @@ def build_pipeline(p, args, paths):
     side | "SideRecords" >> beam.ParDo(me._SideOut(args.output, "side"))
     if args.output:
         sm.panes | "WritePanes" >> WriteWindowedFiles(args.output)
+    if args.prometheus_port is not None:
+        sm.panes | "Prometheus" >> beam.Map(_export_pane)
     if getattr(args, "alert_rules", None):
         alerts = sm.panes | "Alerts" >> StreamAlerts(args.alert_rules)
         alerts | "PrintAlerts" >> beam.Map(_print_alert)
         if args.output:
             alerts | "WriteAlerts" >> WriteRecords(args.output, "alerts")
     return sm, rows, rep
+
+
+def _export_pane(rows):
+    """A pane's rows into the store the Prometheus endpoint serves (this process: the local runner)."""
+    for r in rows if isinstance(rows, list) else [rows]:
+        PROMETHEUS.update(r)
 
 
 def _print_alert(a):
@@ -881,6 +897,10 @@ def main(argv=None) -> int:
         if args.retention is not None:
             parse_duration(args.retention, "--retention")
         args.alert_rules = load_rules(args.alerts) if args.alerts else None
+        if args.prometheus_port is not None and not 0 <= args.prometheus_port <= 65535:
+            raise ValueError(f"--prometheus-port must be 0..65535, got {args.prometheus_port}")
+        if not (0 <= args.prometheus_linger <= 86400):  # also NaN
+            raise ValueError(f"--prometheus-linger must be 0..86400 seconds, got {args.prometheus_linger}")
         if not 0 < args.ci_level < 1:
             raise ValueError(f"--ci-level must be in (0, 1), got {args.ci_level}")
         if args.early_every:
@@ -931,6 +951,14 @@ def main(argv=None) -> int:
     except (ValueError, TypeError) as e:  # an option a transform refuses (each checks its own)
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
+    exporter = None
+    if args.prometheus_port is not None:
+        PROMETHEUS.clear()
+        try:
+            exporter = serve(args.prometheus_port)
+        except (OSError, ImportError) as e:
+            print(f"error: --prometheus-port {args.prometheus_port}: {one_line(e)}", file=sys.stderr)
+            return 2
     live = rep if isinstance(rep, WatchFiles) else None
     handlers = {}
     if live is not None and threading.current_thread() is threading.main_thread():
@@ -944,6 +972,8 @@ def main(argv=None) -> int:
         print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
         if args.output:
             remove_temporary(args.output)  # no manifest: the directory reads as incomplete
+        if exporter is not None:
+            exporter[0].shutdown()
         return 1
     finally:
         if live is not None:
@@ -952,6 +982,8 @@ def main(argv=None) -> int:
             signal.signal(sig, handler)
     if live is not None and live.watcher.error is not None:
         print(f"error: the job failed: {failure_reason(live.watcher.error)}", file=sys.stderr)
+        if exporter is not None:
+            exporter[0].shutdown()
         return 1
     wall = time.perf_counter() - start
     counters = job_counters(result)
@@ -985,6 +1017,11 @@ def main(argv=None) -> int:
             print(f"error: cannot finish the output {args.output}: {one_line(e)}", file=sys.stderr)
             return 1
         print(f"wrote the panes to {args.output} in {wall:.1f} s ({runner})")
+    if exporter is not None:
+        if args.prometheus_linger:  # until a scrape collected the final values, at most the linger
+            if PROMETHEUS.wait_for_scrape(PROMETHEUS.scrapes, args.prometheus_linger):
+                time.sleep(0.5)  # the response of that scrape is still being written
+        exporter[0].shutdown()
     status = exit_status(problems, failed_checks)
     if args.alert_rules:
         # the local runner's counters cover a step's first bundle only: the alerts printed here

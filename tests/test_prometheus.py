@@ -1,0 +1,141 @@
+"""Prometheus export (issue 18, item 4): the streaming job's endpoint scraped by a real Prometheus
+server (Debian's ``prometheus`` package, started here on 127.0.0.1 and stopped by PID), and the batch
+job's textfile. Reference: the metric rows the jobs wrote (metrics-*.jsonl / metrics.jsonl)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from pipelines import batch
+from pipelines import stream as stream_cli
+from streameval.beam.prometheus import LatestValues
+from streameval.io import avro
+
+from .test_alerts import _logs
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.read().decode("utf-8")
+
+
+@pytest.fixture
+def prometheus_server(tmp_path):
+    """A Prometheus server on 127.0.0.1 scraping 127.0.0.1:<target> every second: (web port,
+    target port). Skips, naming the package, when the binary is not installed."""
+    exe = shutil.which("prometheus")
+    if exe is None:
+        pytest.skip("Prometheus is not installed (Debian: apt-get install prometheus; .ci/run does it)")
+    web, target = _free_port(), _free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+                   f"  - job_name: streameval\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n")
+    log = open(tmp_path / "prometheus.log", "wb")
+    proc = subprocess.Popen([exe, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{web}"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if "Ready" in _get(f"http://127.0.0.1:{web}/-/ready"):
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"Prometheus did not start: {(tmp_path / 'prometheus.log').read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield web, target
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _latest_final(rows):
+    """{(metric, slice, system): value} of the final row of each series' latest window."""
+    best = {}
+    for r in rows:
+        if r["is_final"] is False or r["value"] is None:
+            continue
+        key = (r["metric"], r["slice"], r["system"])
+        if key not in best or r["window_end"] >= best[key]["window_end"]:
+            best[key] = r
+    return {k: r["value"] for k, r in best.items()}
+
+
+def test_a_real_prometheus_scrapes_the_streams_final_values(tmp_path, prometheus_server):
+    web, target = prometheus_server
+    imps, judg = _logs()
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    out = tmp_path / "stream"
+    assert stream_cli.main(["--replay", "--impressions", str(tmp_path / "imps.avro"), "--judgments",
+                            str(tmp_path / "judg.avro"), "--metrics", "ndcg@5,map", "--window", "1h", "--quiet",
+                            "--output", str(out), "--prometheus-port", str(target),
+                            "--prometheus-linger", "60"]) == 0
+    expected = _latest_final(r for f in out.glob("metrics-*.jsonl") for r in map(json.loads, open(f)))
+    query = urllib.parse.quote('streameval_value{pane="final"}')
+    got = {}
+    for _ in range(20):  # the last scrape may still be on its way into the query engine
+        res = json.loads(_get(f"http://127.0.0.1:{web}/api/v1/query?query={query}"))
+        assert res["status"] == "success"
+        got = {(m["metric"]["metric"], m["metric"]["slice"], m["metric"]["system"]): float(m["value"][1])
+               for m in res["data"]["result"]}
+        if got.keys() == expected.keys():
+            break
+        time.sleep(0.5)
+    assert got.keys() == expected.keys() and len(got) >= 6
+    for k, v in expected.items():
+        assert got[k] == pytest.approx(v, rel=1e-12, abs=1e-15), k
+
+
+def test_the_batch_textfile_and_the_latest_window_rule(tmp_path):
+    """The batch textfile parses (prometheus-client's own parser) to the latest window's rows; a late
+    pane of an older window never replaces a newer window's value in the stream's store."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    imps, judg = _logs()
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    out, prom = tmp_path / "out", tmp_path / "streameval.prom"
+    assert batch.main(["--impressions", str(tmp_path / "imps.avro"), "--judgments", str(tmp_path / "judg.avro"),
+                       "--metrics", "ndcg@5,map", "--window", "1h", "--quiet", "--output", str(out),
+                       "--prometheus-textfile", str(prom)]) == 0
+    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    expected = _latest_final(rows)
+    fams = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    got = {(s.labels["metric"], s.labels["slice"], s.labels["system"]): s.value
+           for s in fams["streameval_value"].samples if s.labels["pane"] == "final"}
+    assert got == expected
+    ends = {s.labels["metric"]: s.value for s in fams["streameval_window_end_seconds"].samples}
+    assert set(ends.values()) == {max(r["window_end"] for r in rows) / 1e6}
+
+    store = LatestValues()
+    new = {"metric": "map", "slice": "all", "system": "A", "value": 0.5, "num_queries": 3, "window_end": 7200,
+           "is_final": False, "ci_low": None, "ci_high": None}
+    store.update(new)
+    store.update(dict(new, value=0.1, window_end=3600, is_final=True))  # a late pane of the older window
+    rows = store.rows()
+    assert rows[("map", "all", "A", "latest")]["value"] == 0.5
+    assert rows[("map", "all", "A", "final")]["value"] == 0.1  # the only final one so far
+    store.update(dict(new, value=math.nan, window_end=10800))  # an emptied slice: left out
+    assert store.rows()[("map", "all", "A", "latest")]["value"] == 0.5
