@@ -639,8 +639,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="serve the latest final and latest pane values on http://127.0.0.1:PORT/metrics "
                         "(Prometheus exposition format; the local runner)")
     w.add_argument("--prometheus-linger", type=float, default=0, metavar="S",
-                   help="after the job ended, keep serving until one more scrape collected the final "
-                        "values, at most S seconds (default 0)")
+                   help="after the job ended, keep serving until a scraper stored the final values (a scrape "
+                        "after the end was sent and the next scrape arrived), at most S seconds (default 0; "
+                        "give two scrape intervals or more)")
     w.add_argument("--alerts", default=None, metavar="RULES.toml",
                    help="alert rules (docs/metrics.md, 'Alert rules'), evaluated on every pane: ALERT lines, "
                         "alerts-*.jsonl; exit status 4 when one fired")
@@ -901,6 +902,9 @@ def main(argv=None) -> int:
             raise ValueError(f"--prometheus-port must be 0..65535, got {args.prometheus_port}")
         if not (0 <= args.prometheus_linger <= 86400):  # also NaN
             raise ValueError(f"--prometheus-linger must be 0..86400 seconds, got {args.prometheus_linger}")
+        if args.prometheus_port is not None and not _on_local_runner(args):
+            raise ValueError("--prometheus-port serves from the launcher's process: the local runner only "
+                             f"(got --runner {args.runner})")
         if not 0 < args.ci_level < 1:
             raise ValueError(f"--ci-level must be in (0, 1), got {args.ci_level}")
         if args.early_every:
@@ -959,6 +963,18 @@ def main(argv=None) -> int:
         except (OSError, ImportError) as e:
             print(f"error: --prometheus-port {args.prometheus_port}: {one_line(e)}", file=sys.stderr)
             return 2
+        print(f"serving the latest values on http://127.0.0.1:{exporter.port}/metrics (Prometheus)")
+    try:
+        return _run(p, args, paths, sm, rep, exporter, checks, runner, start)
+    finally:
+        if exporter is not None:
+            exporter.close()
+
+
+def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
+    """The job's run and report (``main``'s second half; ``exporter``: the Prometheus endpoint or None)."""
+    me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
+    local, unreadable = me.LOCAL_COUNTS, me.LOCAL_UNREADABLE
     live = rep if isinstance(rep, WatchFiles) else None
     handlers = {}
     if live is not None and threading.current_thread() is threading.main_thread():
@@ -972,8 +988,6 @@ def main(argv=None) -> int:
         print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
         if args.output:
             remove_temporary(args.output)  # no manifest: the directory reads as incomplete
-        if exporter is not None:
-            exporter[0].shutdown()
         return 1
     finally:
         if live is not None:
@@ -982,8 +996,6 @@ def main(argv=None) -> int:
             signal.signal(sig, handler)
     if live is not None and live.watcher.error is not None:
         print(f"error: the job failed: {failure_reason(live.watcher.error)}", file=sys.stderr)
-        if exporter is not None:
-            exporter[0].shutdown()
         return 1
     wall = time.perf_counter() - start
     counters = job_counters(result)
@@ -1017,11 +1029,14 @@ def main(argv=None) -> int:
             print(f"error: cannot finish the output {args.output}: {one_line(e)}", file=sys.stderr)
             return 1
         print(f"wrote the panes to {args.output} in {wall:.1f} s ({runner})")
-    if exporter is not None:
-        if args.prometheus_linger:  # until a scrape collected the final values, at most the linger
-            if PROMETHEUS.wait_for_scrape(PROMETHEUS.scrapes, args.prometheus_linger):
-                time.sleep(0.5)  # the response of that scrape is still being written
-        exporter[0].shutdown()
+    if exporter is not None and args.prometheus_linger:
+        # the job ended: every later scrape collects the final values; wait until one was stored
+        got = exporter.wait_for_scrape(exporter.mark(), args.prometheus_linger)
+        if got == "stored":
+            print("prometheus: a scrape stored the final values")
+        else:
+            print(f"note: prometheus: {'no scrape collected' if got == 'none' else 'no scrape after the one that collected'}"
+                  f" the final values within --prometheus-linger {args.prometheus_linger:g} s")
     status = exit_status(problems, failed_checks)
     if args.alert_rules:
         # the local runner's counters cover a step's first bundle only: the alerts printed here
