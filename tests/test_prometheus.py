@@ -153,3 +153,106 @@ def test_the_batch_textfile_and_the_latest_window_rule(tmp_path):
     assert rows[("map", "all", "A", "final")]["value"] == 0.1  # the only final one so far
     store.update(dict(new, value=math.nan, window_end=10800))  # an emptied slice: left out
     assert store.rows()[("map", "all", "A", "latest")]["value"] == 0.5
+
+
+_RULES = """
+[[rule]]
+name = "ctr-men-low"
+metric = "ctr"
+slice = "campaign=men"
+min_n = 1000
+below = 0.004
+
+[[rule]]
+name = "map-band"
+metric = "map"
+system = "bts"
+below = 0.45
+above = 0.9
+
+[[rule]]
+name = "map-vs-prod"
+metric = "map"
+baseline = "system:prod"
+change_below = -0.02
+"""
+
+
+def _row(metric, slice_, system, value, se, n, start=0, ci=None):
+    lo, hi = ci or (value - 2 * se, value + 2 * se)
+    return {"metric": metric, "slice": slice_, "system": system, "value": value, "stderr": se, "num_queries": n,
+            "ci_low": lo, "ci_high": hi, "window_start": start, "window_end": start + 3_600_000_000,
+            "is_final": True}
+
+
+def test_alert_rules_as_prometheus_alerting_rules(tmp_path, capsys):
+    """``alerts-to-prometheus``: promtool accepts the file, a threshold rule's expression is the
+    interval gauge against the threshold, and Prometheus' own rule evaluation (``promtool test
+    rules``) on the gauges of some rows fires exactly the alerts ``streameval.alerts.evaluate``
+    raises on those rows; what the gauges cannot express is refused in one line."""
+    import yaml
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from streameval.alerts import evaluate, load_rules
+    from streameval.cli import main as cli
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian's prometheus package has it; .ci/run installs it)")
+    toml, out = tmp_path / "rules.toml", tmp_path / "rules.yml"
+    toml.write_text(_RULES)
+    assert cli(["alerts-to-prometheus", str(toml), "-o", str(out)]) == 0
+    doc = yaml.safe_load(out.read_text())
+    rules = doc["groups"][0]["rules"]
+    assert [(r["alert"], r["labels"]["condition"]) for r in rules] == [
+        ("ctr-men-low", "below"), ("map-band", "below"), ("map-band", "above"), ("map-vs-prod", "change_below")]
+    assert rules[0]["expr"] == ('streameval_ci_high{metric="ctr", pane="latest", slice="campaign=men"} < 0.004 '
+                                'and streameval_num_queries{metric="ctr", pane="latest", slice="campaign=men"} >= 1000')
+    check = subprocess.run([promtool, "check", "rules", str(out)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    rows = [_row("map", "all", "prod", 0.5, 0.01, 100), _row("map", "all", "bts", 0.40, 0.01, 100),  # both fire
+            _row("map", "men", "prod", 0.5, 0.05, 100), _row("map", "men", "bts", 0.47, 0.05, 100),  # neither
+            _row("map", "kids", "prod", 0.5, 0.01, 100),  # a different window: no baseline; the band fires
+            _row("map", "kids", "bts", 0.1, 0.01, 100, start=3_600_000_000),
+            _row("map", "few", "prod", 0.5, 0.01, 100), _row("map", "few", "bts", 0.1, 0.01, 1),  # min_n
+            _row("map", "high", "bts", 0.95, 0.01, 100), _row("map", "high", "prod", 0.95, 0.01, 100),
+            _row("ctr", "campaign=men", "bts", 0.003, 0.0002, 5000, ci=(0.0025, 0.0035)),
+            _row("ctr", "all", "bts", 0.003, 0.0002, 5000, ci=(0.0025, 0.0035))]
+    expected = evaluate(load_rules(str(toml)), rows)
+    assert len(expected) == 5
+    store = LatestValues()
+    for r in rows:
+        store.update(r)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(store)
+    series = [{"series": s.name + "{" + ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(s.labels.items())) + "}",
+               "values": f"{s.value!r}+0x5"}
+              for fam in text_string_to_metric_families(generate_latest(reg).decode()) for s in fam.samples]
+    summary = {(r["alert"], r["labels"]["condition"]): r["annotations"]["summary"] for r in rules}
+    want: dict = {name: [] for name in ("ctr-men-low", "map-band", "map-vs-prod")}
+    for a in expected:
+        words = a["condition"].split()
+        cond = words[4] if a["baseline_of"] == "threshold" else "change_" + words[3]
+        labels = {"metric": a["metric"], "slice": a["slice"], "system": a["system"], "pane": "latest"}
+        text = summary[(a["rule"], cond)]
+        for k, v in labels.items():
+            text = text.replace("{{ $labels.%s }}" % k, v)
+        want[a["rule"]].append({"exp_labels": dict(labels, rule=a["rule"], condition=cond),
+                                "exp_annotations": {"summary": text}})
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({
+        "rule_files": [str(out)], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series,
+                   "alert_rule_test": [{"eval_time": "2m", "alertname": k, "exp_alerts": v} for k, v in want.items()]}]}))
+    run = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+    capsys.readouterr()
+    for text, message in [('baseline = "trailing:3"\nchange_below = -0.1', "needs the preceding windows"),
+                          ("below = 0.1\nfor_panes = 3", "counts panes")]:
+        toml.write_text(f'[[rule]]\nname = "r"\nmetric = "map"\n{text}\n')
+        assert cli(["alerts-to-prometheus", str(toml)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err and str(toml) in err, err

@@ -8,6 +8,7 @@ early pane of the open window, as it fires):
 
 * ``streameval_value``: the row's value;
 * ``streameval_num_queries``: its count (queries, or impressions for CTR);
+* ``streameval_stderr``: its standard error (absent when the row has none);
 * ``streameval_ci_low`` / ``streameval_ci_high``: its interval (absent when the row has none);
 * ``streameval_window_end_seconds``: the end of the row's window (Unix seconds).
 
@@ -15,6 +16,9 @@ A row updates its series only when its window is at least as late as the one the
 a late pane of an old window never hides a newer window's value. Rows with a NaN value (a slice
 emptied by a late update) are left out. The store lives in the process that runs the panes' last
 step: on the local runner the launcher itself.
+
+:func:`alerting_rules` writes alert rules (``streameval.alerts``) as Prometheus alerting rules over
+these gauges.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ from __future__ import annotations
 import math
 import threading
 
-__all__ = ["LatestValues", "Exporter", "STORE", "serve", "write_textfile", "GAUGES"]
+__all__ = ["LatestValues", "Exporter", "STORE", "serve", "write_textfile", "GAUGES", "alerting_rules"]
 
 #: (metric name suffix, row field) of each gauge
-GAUGES = (("value", "value"), ("num_queries", "num_queries"), ("ci_low", "ci_low"), ("ci_high", "ci_high"))
+GAUGES = (("value", "value"), ("num_queries", "num_queries"), ("stderr", "stderr"), ("ci_low", "ci_low"),
+          ("ci_high", "ci_high"))
 LABELS = ("metric", "slice", "system", "pane")
 
 
@@ -67,7 +72,8 @@ class LatestValues:
 
         rows = self.rows()
         docs = {"value": "latest value of a streameval metric row", "num_queries": "its number of queries "
-                "(impressions for CTR)", "ci_low": "low end of its interval", "ci_high": "high end of its interval"}
+                "(impressions for CTR)", "stderr": "its standard error", "ci_low": "low end of its interval",
+                "ci_high": "high end of its interval"}
         for name, field in GAUGES:
             g = GaugeMetricFamily(f"streameval_{name}", docs[name], labels=LABELS)
             for key, row in sorted(rows.items()):
@@ -222,3 +228,110 @@ def write_textfile(path: str, rows, store: LatestValues | None = None) -> None:
     for r in rows:
         store.update(r)
     _client().write_to_textfile(str(path), _registry(store))
+
+
+def _selector(name: str, labels: dict) -> str:
+    inner = ", ".join(f'{k}{op}{_promql_string(v)}' for k, (op, v) in labels.items())
+    return f"streameval_{name}{{{inner}}}"
+
+
+def _promql_string(v: str) -> str:
+    return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _num(x: float) -> str:
+    return repr(float(x))
+
+
+_DURATION = __import__("re").compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+
+
+def rule_expressions(rule, pane: str = "latest") -> list[tuple[str, str, str]]:
+    """The PromQL expressions of one ``streameval.alerts.Rule`` over the gauges of ``pane``
+    ("latest": every pane, as the streaming job evaluates rules; "final": final panes only):
+    [(condition, expression, summary)], one per condition (``below`` and ``above`` are two).
+
+    Threshold rules compare the interval gauges (``ci_high < below``, ``ci_low > above``);
+    ``baseline = "system:NAME"`` rules take the normal interval of ``value - baseline`` from the two
+    ``streameval_stderr`` gauges, the baseline's series of the same metric, slice and window end.
+    Raises ValueError (one line, naming the rule) for what the gauges cannot express: a
+    ``trailing:N`` baseline (they hold the latest window only) and ``for_panes`` > 1 (Prometheus'
+    ``for`` counts time, not panes)."""
+    if pane not in ("latest", "final"):
+        raise ValueError(f"pane must be 'latest' or 'final', got {pane!r}")
+    if rule.for_panes > 1:
+        raise ValueError(f"rule {rule.name!r}: for_panes = {rule.for_panes} counts panes, which the gauges do not "
+                         "(drop it and give a time with --for)")
+    labels = {"metric": ("=", rule.metric), "pane": ("=", pane)}
+    if rule.slice is not None:
+        labels["slice"] = ("=", rule.slice)
+    out = []
+    if rule.baseline is None:
+        mine = labels | _system(rule)
+        enough = f"{_selector('num_queries', mine)} >= {rule.min_n}"
+        if rule.below is not None:
+            out.append(("below", f"{_selector('ci_high', mine)} < {_num(rule.below)} and {enough}",
+                        f"interval entirely below {rule.below:g}"))
+        if rule.above is not None:
+            out.append(("above", f"{_selector('ci_low', mine)} > {_num(rule.above)} and {enough}",
+                        f"interval entirely above {rule.above:g}"))
+        return out
+    kind, arg = rule.baseline
+    if kind != "system":
+        raise ValueError(f"rule {rule.name!r}: baseline 'trailing:{arg}' needs the preceding windows, which the "
+                         "gauges do not hold (they hold the latest window)")
+    if rule.system == arg:
+        raise ValueError(f"rule {rule.name!r}: system {arg!r} is its own baseline (the rule never fires)")
+    from scipy import special
+
+    z = float(special.ndtri((1.0 + rule.level) / 2.0))
+    mine = labels | _system(rule, arg)
+    base = labels | {"system": ("=", arg)}
+
+    diff = f"({_selector('value', mine)} - ignoring(system) group_left {_selector('value', base)})"
+    half = (f"{_num(z)} * sqrt({_selector('stderr', mine)} ^ 2 + ignoring(system) group_left "
+            f"{_selector('stderr', base)} ^ 2)")
+    same = (f"({_selector('window_end_seconds', mine)} == ignoring(system) group_left "
+            f"{_selector('window_end_seconds', base)})")
+    enough = f"{_selector('num_queries', mine)} >= {rule.min_n}"
+    guard = (f" and {enough} and ignoring(system) {_selector('num_queries', base)} >= {rule.min_n}"
+             f" and {same}")
+    if rule.change_below is not None:
+        out.append(("change_below", f"{diff} + {half} < {_num(rule.change_below)}{guard}",
+                    f"value - baseline (system {arg}) entirely below {rule.change_below:g}"))
+    if rule.change_above is not None:
+        out.append(("change_above", f"{diff} - {half} > {_num(rule.change_above)}{guard}",
+                    f"value - baseline (system {arg}) entirely above {rule.change_above:g}"))
+    return out
+
+
+def _system(rule, baseline: str | None = None) -> dict:
+    if rule.system is not None:
+        return {"system": ("=", rule.system)}
+    return {} if baseline is None else {"system": ("!=", baseline)}
+
+
+def alerting_rules(rules, pane: str = "latest", for_: str | None = None, group: str = "streameval") -> str:
+    """A Prometheus alerting rules file (YAML text, one group) of ``rules`` (``streameval.alerts.Rule``):
+    one alerting rule per condition (:func:`rule_expressions`), the alert named after the rule, labels
+    ``rule`` and ``condition``, ``for: for_`` (a Prometheus duration such as "5m") when given.
+    Raises ValueError (one line) for a rule the gauges cannot express or a bad ``for_``."""
+    import json
+
+    if for_ is not None and not _DURATION.match(for_):
+        raise ValueError(f"--for must be a Prometheus duration (30s, 5m, 1h30m), got {for_!r}")
+    q = json.dumps  # a JSON string is a YAML double-quoted scalar
+    lines = ["# Prometheus alerting rules written by 'streameval alerts-to-prometheus' over the gauges",
+             "# of stream --prometheus-port / batch --prometheus-textfile (docs/metrics.md)",
+             "groups:", f"  - name: {q(group)}", "    rules:"]
+    for rule in rules:
+        for condition, expr, summary in rule_expressions(rule, pane):
+            lines += [f"      - alert: {q(rule.name)}", f"        expr: {q(expr)}"]
+            if for_:
+                lines.append(f"        for: {for_}")
+            lines += ["        labels:", f"          rule: {q(rule.name)}", f"          condition: {q(condition)}",
+                      "        annotations:",
+                      "          summary: " + q(f"{{{{ $labels.metric }}}} {{{{ $labels.slice }}}} "
+                                                f"{{{{ $labels.system }}}} ({pane} pane): {summary} "
+                                                f"(streameval rule {rule.name})")]
+    return "\n".join(lines) + "\n"
