@@ -34,6 +34,7 @@ from streameval.beam.accounting import (account, add_input_check_arguments, chec
 from streameval.accumulators.bootstrap import ReplicateSums
 from streameval.alerts import format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
+from streameval.beam.prometheus import write_textfile
 from streameval.exits import EXIT_ALERT, EXIT_OK, EXIT_USAGE, one_line
 from streameval.beam.arguments import DEFAULT_METRICS, make_pipeline, split_metrics
 from streameval.beam.arguments import parse_grades as _grades
@@ -151,6 +152,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--alerts", default=None, metavar="RULES.toml",
                    help="alert rules (docs/metrics.md, 'Alert rules'): alerts.avro / alerts.jsonl, printed; exit "
                         "status 4 when one fired")
+    p.add_argument("--prometheus-textfile", default=None, metavar="PATH",
+                   help="also write the latest value of every (metric, slice, system) in Prometheus' exposition "
+                        "format to this local file (node_exporter's textfile collector; docs/metrics.md)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="columnar: one Beam element per block of records or shard of requests (fast; ranking "
                         "metrics and CTR); records: one element per record (needed by online metrics, "
@@ -660,6 +664,13 @@ def main(argv=None) -> int:
         print(format_table(rows, names))
     if note:
         print(f"note: {note}")
+    if args.prometheus_textfile:
+        try:
+            write_textfile(args.prometheus_textfile, rows)
+        except (OSError, ImportError) as e:
+            print(f"error: cannot write --prometheus-textfile {args.prometheus_textfile}: {one_line(e)}",
+                  file=sys.stderr)
+            return 1
     line = _report_line(counters, ranked)
     if line:
         print(line)

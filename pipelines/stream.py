@@ -65,6 +65,8 @@ from streameval.beam.streaming.replay import element_time, usable_time
 from streameval.beam.transforms import SOURCE_UNRANKABLE
 from streameval.alerts import format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, StreamAlerts
+from streameval.beam.prometheus import STORE as PROMETHEUS
+from streameval.beam.prometheus import serve
 from streameval.beam.streaming import (
     REASON_CLICK_UNMATCHED,
     Replay,
@@ -633,6 +635,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
     w.add_argument("--early-count", type=int, default=None, help="early panes every N request updates")
     w.add_argument("--allowed-lateness", default="0", help="data this late still updates a window (default 0)")
     w.add_argument("--attribution-delay", default="30m", help="click events join impressions this recent (30m)")
+    w.add_argument("--prometheus-port", type=int, default=None, metavar="PORT",
+                   help="serve the latest final and latest pane values on http://127.0.0.1:PORT/metrics "
+                        "(Prometheus exposition format; the local runner)")
+    w.add_argument("--prometheus-linger", type=float, default=0, metavar="S",
+                   help="after the job ended, keep serving until a scraper stored the final values (a scrape "
+                        "after the end was sent and the next scrape arrived), at most S seconds (default 0; "
+                        "give two scrape intervals or more)")
     w.add_argument("--alerts", default=None, metavar="RULES.toml",
                    help="alert rules (docs/metrics.md, 'Alert rules'), evaluated on every pane: ALERT lines, "
                         "alerts-*.jsonl; exit status 4 when one fired")
@@ -794,12 +803,20 @@ def build_pipeline(p, args, paths):
     side | "SideRecords" >> beam.ParDo(me._SideOut(args.output, "side"))
     if args.output:
         sm.panes | "WritePanes" >> WriteWindowedFiles(args.output)
+    if args.prometheus_port is not None:
+        sm.panes | "Prometheus" >> beam.Map(_export_pane)
     if getattr(args, "alert_rules", None):
         alerts = sm.panes | "Alerts" >> StreamAlerts(args.alert_rules)
         alerts | "PrintAlerts" >> beam.Map(_print_alert)
         if args.output:
             alerts | "WriteAlerts" >> WriteRecords(args.output, "alerts")
     return sm, rows, rep
+
+
+def _export_pane(rows):
+    """A pane's rows into the store the Prometheus endpoint serves (this process: the local runner)."""
+    for r in rows if isinstance(rows, list) else [rows]:
+        PROMETHEUS.update(r)
 
 
 def _print_alert(a):
@@ -881,6 +898,13 @@ def main(argv=None) -> int:
         if args.retention is not None:
             parse_duration(args.retention, "--retention")
         args.alert_rules = load_rules(args.alerts) if args.alerts else None
+        if args.prometheus_port is not None and not 0 <= args.prometheus_port <= 65535:
+            raise ValueError(f"--prometheus-port must be 0..65535, got {args.prometheus_port}")
+        if not (0 <= args.prometheus_linger <= 86400):  # also NaN
+            raise ValueError(f"--prometheus-linger must be 0..86400 seconds, got {args.prometheus_linger}")
+        if args.prometheus_port is not None and not _on_local_runner(args):
+            raise ValueError("--prometheus-port serves from the launcher's process: the local runner only "
+                             f"(got --runner {args.runner})")
         if not 0 < args.ci_level < 1:
             raise ValueError(f"--ci-level must be in (0, 1), got {args.ci_level}")
         if args.early_every:
@@ -931,6 +955,26 @@ def main(argv=None) -> int:
     except (ValueError, TypeError) as e:  # an option a transform refuses (each checks its own)
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
+    exporter = None
+    if args.prometheus_port is not None:
+        PROMETHEUS.clear()
+        try:
+            exporter = serve(args.prometheus_port)
+        except (OSError, ImportError) as e:
+            print(f"error: --prometheus-port {args.prometheus_port}: {one_line(e)}", file=sys.stderr)
+            return 2
+        print(f"serving the latest values on http://127.0.0.1:{exporter.port}/metrics (Prometheus)")
+    try:
+        return _run(p, args, paths, sm, rep, exporter, checks, runner, start)
+    finally:
+        if exporter is not None:
+            exporter.close()
+
+
+def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
+    """The job's run and report (``main``'s second half; ``exporter``: the Prometheus endpoint or None)."""
+    me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
+    local, unreadable = me.LOCAL_COUNTS, me.LOCAL_UNREADABLE
     live = rep if isinstance(rep, WatchFiles) else None
     handlers = {}
     if live is not None and threading.current_thread() is threading.main_thread():
@@ -985,6 +1029,14 @@ def main(argv=None) -> int:
             print(f"error: cannot finish the output {args.output}: {one_line(e)}", file=sys.stderr)
             return 1
         print(f"wrote the panes to {args.output} in {wall:.1f} s ({runner})")
+    if exporter is not None and args.prometheus_linger:
+        # the job ended: every later scrape collects the final values; wait until one was stored
+        got = exporter.wait_for_scrape(exporter.mark(), args.prometheus_linger)
+        if got == "stored":
+            print("prometheus: a scrape stored the final values")
+        else:
+            print(f"note: prometheus: {'no scrape collected' if got == 'none' else 'no scrape after the one that collected'}"
+                  f" the final values within --prometheus-linger {args.prometheus_linger:g} s")
     status = exit_status(problems, failed_checks)
     if args.alert_rules:
         # the local runner's counters cover a step's first bundle only: the alerts printed here

@@ -281,6 +281,8 @@ COMMANDS = {
                   "compare two metric tables: differences, one-sided rows, correlation"),
     "compare": ("streameval.commands.compare", "main", False, "paired comparison of two runs on the same queries"),
     "report": ("streameval.commands.report", "main", False, "PNG plots and an HTML page from metric rows"),
+    "alerts-to-prometheus": ("streameval.commands.alerts_to_prometheus", "main", False,
+                             "TOML alert rules as Prometheus alerting rules over the exported gauges"),
 }
 
 

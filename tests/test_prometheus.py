@@ -1,0 +1,258 @@
+"""Prometheus export (issue 18, item 4): the streaming job's endpoint scraped by a real Prometheus
+server (Debian's ``prometheus`` package, started here on 127.0.0.1 and stopped by PID), and the batch
+job's textfile. Reference: the metric rows the jobs wrote (metrics-*.jsonl / metrics.jsonl)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from pipelines import batch
+from pipelines import stream as stream_cli
+from streameval.beam.prometheus import LatestValues
+from streameval.io import avro
+
+from .test_alerts import _logs
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.read().decode("utf-8")
+
+
+@pytest.fixture
+def prometheus_server(tmp_path):
+    """A Prometheus server on 127.0.0.1 scraping 127.0.0.1:<target> every second (timeout one second):
+    (web port, target port). Stopped by its PID. Skips, naming the package, when the binary is not
+    installed."""
+    exe = shutil.which("prometheus")
+    if exe is None:
+        pytest.skip("Prometheus is not installed (Debian: apt-get install prometheus; .ci/run does it)")
+    web, target = _free_port(), _free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+                   "scrape_configs:\n  - job_name: streameval\n    static_configs:\n"
+                   f"      - targets: ['127.0.0.1:{target}']\n")
+    log = open(tmp_path / "prometheus.log", "wb")
+    proc = subprocess.Popen([exe, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{web}"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if "Ready" in _get(f"http://127.0.0.1:{web}/-/ready"):
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"Prometheus did not start: {(tmp_path / 'prometheus.log').read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield web, target
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _latest_final(rows):
+    """{(metric, slice, system): value} of the final row of each series' latest window."""
+    best = {}
+    for r in rows:
+        if r["is_final"] is False or r["value"] is None:
+            continue
+        key = (r["metric"], r["slice"], r["system"])
+        if key not in best or r["window_end"] >= best[key]["window_end"]:
+            best[key] = r
+    return {k: r["value"] for k, r in best.items()}
+
+
+def _query(web: int, promql: str) -> dict:
+    """{(metric, slice, system, pane): value} of an instant query's result (now)."""
+    res = json.loads(_get(f"http://127.0.0.1:{web}/api/v1/query?query={urllib.parse.quote(promql)}"))
+    assert res["status"] == "success", res
+    return {(m["metric"]["metric"], m["metric"]["slice"], m["metric"]["system"], m["metric"]["pane"]):
+            float(m["value"][1]) for m in res["data"]["result"]}
+
+
+def test_a_real_prometheus_scrapes_the_streams_final_values(tmp_path, prometheus_server, capsys):
+    """No race with the job's end by design: the job serves until a scrape that started after its
+    end was sent and Prometheus' next scrape arrived (it stores a scrape before starting the next),
+    at most --prometheus-linger; the query reads the last sample of the past 5 minutes, since the
+    series go stale as soon as a scrape of the stopped endpoint fails."""
+    web, target = prometheus_server
+    imps, judg = _logs()
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    out = tmp_path / "stream"
+    assert stream_cli.main(["--replay", "--impressions", str(tmp_path / "imps.avro"), "--judgments",
+                            str(tmp_path / "judg.avro"), "--metrics", "ndcg@5,map", "--window", "1h", "--quiet",
+                            "--output", str(out), "--prometheus-port", str(target),
+                            "--prometheus-linger", "20"]) == 0
+    assert "prometheus: a scrape stored the final values" in capsys.readouterr().out
+    expected = _latest_final(r for f in out.glob("metrics-*.jsonl") for r in map(json.loads, open(f)))
+    assert len(expected) >= 6
+    got, deadline = {}, time.monotonic() + 10
+    while time.monotonic() < deadline:  # stored already; the deadline only covers a slow query engine
+        got = _query(web, 'last_over_time(streameval_value{job="streameval"}[5m])')
+        if {k[:3] for k in got if k[3] == "final"} == expected.keys():
+            break
+        time.sleep(0.2)
+    final = {k[:3]: v for k, v in got.items() if k[3] == "final"}
+    assert final.keys() == expected.keys()
+    for k, v in expected.items():
+        assert final[k] == pytest.approx(v, rel=1e-12, abs=1e-15), k
+    assert {k[:3] for k in got if k[3] == "latest"} == expected.keys()  # the early panes' series too
+
+
+def test_the_batch_textfile_and_the_latest_window_rule(tmp_path):
+    """The batch textfile parses (prometheus-client's own parser) to the latest window's rows; a late
+    pane of an older window never replaces a newer window's value in the stream's store."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    imps, judg = _logs()
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    out, prom = tmp_path / "out", tmp_path / "streameval.prom"
+    assert batch.main(["--impressions", str(tmp_path / "imps.avro"), "--judgments", str(tmp_path / "judg.avro"),
+                       "--metrics", "ndcg@5,map", "--window", "1h", "--quiet", "--output", str(out),
+                       "--prometheus-textfile", str(prom)]) == 0
+    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    expected = _latest_final(rows)
+    fams = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    got = {(s.labels["metric"], s.labels["slice"], s.labels["system"]): s.value
+           for s in fams["streameval_value"].samples if s.labels["pane"] == "final"}
+    assert got == expected
+    ends = {s.labels["metric"]: s.value for s in fams["streameval_window_end_seconds"].samples}
+    assert set(ends.values()) == {max(r["window_end"] for r in rows) / 1e6}
+
+    store = LatestValues()
+    new = {"metric": "map", "slice": "all", "system": "A", "value": 0.5, "num_queries": 3, "window_end": 7200,
+           "is_final": False, "ci_low": None, "ci_high": None}
+    store.update(new)
+    store.update(dict(new, value=0.1, window_end=3600, is_final=True))  # a late pane of the older window
+    rows = store.rows()
+    assert rows[("map", "all", "A", "latest")]["value"] == 0.5
+    assert rows[("map", "all", "A", "final")]["value"] == 0.1  # the only final one so far
+    store.update(dict(new, value=math.nan, window_end=10800))  # an emptied slice: left out
+    assert store.rows()[("map", "all", "A", "latest")]["value"] == 0.5
+
+
+_RULES = """
+[[rule]]
+name = "ctr-men-low"
+metric = "ctr"
+slice = "campaign=men"
+min_n = 1000
+below = 0.004
+
+[[rule]]
+name = "map-band"
+metric = "map"
+system = "bts"
+below = 0.45
+above = 0.9
+
+[[rule]]
+name = "map-vs-prod"
+metric = "map"
+baseline = "system:prod"
+change_below = -0.02
+"""
+
+
+def _row(metric, slice_, system, value, se, n, start=0, ci=None):
+    lo, hi = ci or (value - 2 * se, value + 2 * se)
+    return {"metric": metric, "slice": slice_, "system": system, "value": value, "stderr": se, "num_queries": n,
+            "ci_low": lo, "ci_high": hi, "window_start": start, "window_end": start + 3_600_000_000,
+            "is_final": True}
+
+
+def test_alert_rules_as_prometheus_alerting_rules(tmp_path, capsys):
+    """``alerts-to-prometheus``: promtool accepts the file, a threshold rule's expression is the
+    interval gauge against the threshold, and Prometheus' own rule evaluation (``promtool test
+    rules``) on the gauges of some rows fires exactly the alerts ``streameval.alerts.evaluate``
+    raises on those rows; what the gauges cannot express is refused in one line."""
+    import yaml
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from streameval.alerts import evaluate, load_rules
+    from streameval.cli import main as cli
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian's prometheus package has it; .ci/run installs it)")
+    toml, out = tmp_path / "rules.toml", tmp_path / "rules.yml"
+    toml.write_text(_RULES)
+    assert cli(["alerts-to-prometheus", str(toml), "-o", str(out)]) == 0
+    doc = yaml.safe_load(out.read_text())
+    rules = doc["groups"][0]["rules"]
+    assert [(r["alert"], r["labels"]["condition"]) for r in rules] == [
+        ("ctr-men-low", "below"), ("map-band", "below"), ("map-band", "above"), ("map-vs-prod", "change_below")]
+    assert rules[0]["expr"] == ('streameval_ci_high{metric="ctr", pane="latest", slice="campaign=men"} < 0.004 '
+                                'and streameval_num_queries{metric="ctr", pane="latest", slice="campaign=men"} >= 1000')
+    check = subprocess.run([promtool, "check", "rules", str(out)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    rows = [_row("map", "all", "prod", 0.5, 0.01, 100), _row("map", "all", "bts", 0.40, 0.01, 100),  # both fire
+            _row("map", "men", "prod", 0.5, 0.05, 100), _row("map", "men", "bts", 0.47, 0.05, 100),  # neither
+            _row("map", "kids", "prod", 0.5, 0.01, 100),  # a different window: no baseline; the band fires
+            _row("map", "kids", "bts", 0.1, 0.01, 100, start=3_600_000_000),
+            _row("map", "few", "prod", 0.5, 0.01, 100), _row("map", "few", "bts", 0.1, 0.01, 1),  # min_n
+            _row("map", "high", "bts", 0.95, 0.01, 100), _row("map", "high", "prod", 0.95, 0.01, 100),
+            _row("ctr", "campaign=men", "bts", 0.003, 0.0002, 5000, ci=(0.0025, 0.0035)),
+            _row("ctr", "all", "bts", 0.003, 0.0002, 5000, ci=(0.0025, 0.0035))]
+    expected = evaluate(load_rules(str(toml)), rows)
+    assert len(expected) == 5
+    store = LatestValues()
+    for r in rows:
+        store.update(r)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(store)
+    series = [{"series": s.name + "{" + ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(s.labels.items())) + "}",
+               "values": f"{s.value!r}+0x5"}
+              for fam in text_string_to_metric_families(generate_latest(reg).decode()) for s in fam.samples]
+    summary = {(r["alert"], r["labels"]["condition"]): r["annotations"]["summary"] for r in rules}
+    want: dict = {name: [] for name in ("ctr-men-low", "map-band", "map-vs-prod")}
+    for a in expected:
+        words = a["condition"].split()
+        cond = words[4] if a["baseline_of"] == "threshold" else "change_" + words[3]
+        labels = {"metric": a["metric"], "slice": a["slice"], "system": a["system"], "pane": "latest"}
+        text = summary[(a["rule"], cond)]
+        for k, v in labels.items():
+            text = text.replace("{{ $labels.%s }}" % k, v)
+        want[a["rule"]].append({"exp_labels": dict(labels, rule=a["rule"], condition=cond),
+                                "exp_annotations": {"summary": text}})
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({
+        "rule_files": [str(out)], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series,
+                   "alert_rule_test": [{"eval_time": "2m", "alertname": k, "exp_alerts": v} for k, v in want.items()]}]}))
+    run = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+    capsys.readouterr()
+    for text, message in [('baseline = "trailing:3"\nchange_below = -0.1', "needs the preceding windows"),
+                          ("below = 0.1\nfor_panes = 3", "counts panes")]:
+        toml.write_text(f'[[rule]]\nname = "r"\nmetric = "map"\n{text}\n')
+        assert cli(["alerts-to-prometheus", str(toml)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err and str(toml) in err, err
