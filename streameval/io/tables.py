@@ -1,0 +1,298 @@
+"""A job's metric rows as one table: :func:`read_metrics` reads the ``metric_result`` rows of a
+finished batch or streaming job's output directory (local, or a prefix on any Beam file system such
+as ``s3://`` or ``gs://``) through the job's ``manifest.json``.
+
+The batch job writes its rows to ``metrics.jsonl`` (and ``metrics.avro``; shards
+``metrics-00000-of-0000N.jsonl`` off the local runners). The streaming job writes one file set per
+window, system and pane, ``metrics-<window>-<system>-pane<index>-<pane>[-final].{jsonl,avro}``.
+Both write ``manifest.json`` last, listing every output file with its size; a directory without it
+is a job that was killed or failed half way (or is no job's output) and is refused. The manifest is
+the table's list of files: a file it lists that is missing, or whose size changed since, is an
+error; a file it does not list (a stray pane of another run) is not read.
+
+Rows are dicts with the fields of ``schemas/metric_result.avsc`` (:data:`METRIC_FIELDS`): window
+bounds as int microseconds since the Unix epoch, UTC (None for the global window), ``value`` a float
+(NaN for an empty set; JSON lines write it as null), ``num_queries`` an int; streaming rows keep
+their pane fields (``pane``: ``"early"``, ``"on_time"`` or ``"late"``; ``pane_index`` from 0 within
+the window; ``is_final``), batch rows have them None.
+
+Layer 4 (I/O): imports the standard library, fastavro (through :mod:`.avro`) and, for remote paths
+only, Beam's ``FileSystems`` (``apache_beam.io.filesystems``, not :mod:`streameval.beam`); pandas
+only for ``as_frame=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from .results import parse_float_fields
+
+__all__ = ["MANIFEST", "METRIC_FIELDS", "KEY_FIELDS", "MetricsTableError", "read_metrics", "final_panes",
+           "metric_files"]
+
+#: the completion marker the jobs write last (``streameval.beam.sinks.MANIFEST``)
+MANIFEST = "manifest.json"
+#: the fields of a metric row, in the order of ``schemas/metric_result.avsc``
+METRIC_FIELDS = ("window_start", "window_end", "slice", "system", "metric", "value", "num_queries", "stderr",
+                 "ci_low", "ci_high", "ci_level", "ci_method", "pane", "pane_index", "is_final")
+#: the fields that name one value of the table (one row per key and pane)
+KEY_FIELDS = ("window_start", "window_end", "slice", "system", "metric")
+_REQUIRED = ("slice", "system", "metric", "value", "num_queries")
+_INT_FIELDS = ("window_start", "window_end", "num_queries", "pane_index")
+
+
+class MetricsTableError(ValueError):
+    """A job output that cannot be read as one metric table: no manifest (an unfinished job), a
+    listed file missing or changed, a row that is not a metric row, two rows for one pane. The
+    message is one line and names the directory or file (and the line)."""
+
+
+# --------------------------------------------------------------------------------------------
+# files
+
+def _remote(path: str) -> bool:
+    return "://" in path
+
+
+def _filesystems():
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
+
+
+def _join(base: str, name: str) -> str:
+    return base.rstrip("/") + "/" + name if _remote(base) else os.path.join(base, name)
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        if not _remote(path):
+            with open(path, "rb") as fo:
+                return fo.read()
+        with _filesystems().open(path) as fo:
+            return fo.read()
+    except OSError as e:
+        raise MetricsTableError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    except Exception as e:  # noqa: BLE001 (Beam wraps file-system errors in its own types)
+        raise MetricsTableError(f"{path}: cannot read: {type(e).__name__}: {' '.join(str(e).split())}") from None
+
+
+def _sizes(directory: str) -> dict[str, int]:
+    """``{file name: size in bytes}`` of the files directly in ``directory`` (one listing)."""
+    if not _remote(directory):
+        out = {}
+        with os.scandir(directory) as it:
+            for e in it:
+                if e.is_file():
+                    out[e.name] = e.stat().st_size
+        return out
+    fs = _filesystems()
+    found = fs.match([_join(directory, "*")])[0].metadata_list
+    return {m.path.rstrip("/").rsplit("/", 1)[-1]: m.size_in_bytes for m in found}
+
+
+def _is_file(path: str) -> bool:
+    if not _remote(path):
+        return os.path.isfile(path)
+    return path.endswith((".jsonl", ".avro"))
+
+
+def _manifest(directory: str) -> dict:
+    marker = _join(directory, MANIFEST)
+    if _remote(directory):
+        exists = _filesystems().exists(marker)
+    else:
+        if not os.path.isdir(directory):
+            raise MetricsTableError(f"{directory}: no such directory")
+        exists = os.path.isfile(marker)
+    if not exists:
+        raise MetricsTableError(f"{directory}: no {MANIFEST}: the job did not finish (killed or failed half way) "
+                                "or this is not a job's output directory; its files are not read as a table")
+    try:
+        manifest = json.loads(_read_bytes(marker).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise MetricsTableError(f"{marker}: not a manifest (not JSON: {e})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("outputs"), dict):
+        raise MetricsTableError(f"{marker}: not a manifest (no 'outputs')")
+    if manifest.get("complete") is not True:
+        raise MetricsTableError(f"{marker}: the manifest does not mark the output complete")
+    return manifest
+
+
+def metric_files(path) -> list[str]:
+    """The files that hold the metric rows of the output directory ``path`` (a local directory or a
+    remote prefix, e.g. ``s3://bucket/out``), in the manifest's order (by name): the batch job's
+    ``metrics.jsonl`` (or its shards), or the streaming job's ``metrics-*.jsonl`` pane files; the
+    ``.avro`` twins only when the job wrote no JSON lines. Paths are ``path`` joined with the names
+    the manifest lists (the directory may have been moved or copied since).
+
+    Raises :class:`MetricsTableError` when ``path`` has no ``manifest.json`` (a killed or failed
+    job), the manifest lists no metric output, or a listed file is missing or its size differs from
+    the manifest's."""
+    directory = os.fspath(path)
+    if not _remote(directory):
+        directory = os.path.abspath(directory)
+    manifest = _manifest(directory)
+    outputs = manifest["outputs"]
+
+    def names(key):
+        """{file name: bytes} of the files the manifest lists for output ``key``."""
+        return {str(e.get("path", "")).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]: e.get("bytes")
+                for e in outputs.get(key) or [] if isinstance(e, dict)}
+
+    if "metrics.jsonl" in outputs:  # the batch job (an empty output on S3 lists no file: no rows)
+        sizes = names("metrics.jsonl")
+        chosen = list(sizes)
+    elif "metrics.avro" in outputs:
+        sizes = names("metrics.avro")
+        chosen = list(sizes)
+    elif "metrics-*" in outputs:  # the streaming job: one file per window, system, pane and format
+        sizes = names("metrics-*")
+        chosen = [n for n in sizes if n.endswith(".jsonl")] or [n for n in sizes if n.endswith(".avro")]
+    else:
+        raise MetricsTableError(f"{_join(directory, MANIFEST)}: lists no metric output (metrics.jsonl or metrics-*)")
+    chosen = sorted(chosen)
+    if chosen:
+        present = _sizes(directory)
+        for n in chosen:
+            if n not in present:
+                raise MetricsTableError(f"{_join(directory, n)}: listed in {MANIFEST} but missing")
+            want = sizes.get(n)
+            if isinstance(want, int) and present[n] != want:
+                raise MetricsTableError(f"{_join(directory, n)}: {present[n]} bytes, {MANIFEST} lists {want}: "
+                                        "the file changed after the job finished")
+    return [_join(directory, n) for n in chosen]
+
+
+# --------------------------------------------------------------------------------------------
+# rows
+
+def _check(rec, where: str) -> dict:
+    if not isinstance(rec, dict):
+        raise MetricsTableError(f"{where}: not a JSON object")
+    missing = [k for k in _REQUIRED if k not in rec]
+    if missing:
+        raise MetricsTableError(f"{where}: not a metric row (lacks {', '.join(missing)})")
+    for k in METRIC_FIELDS:
+        rec.setdefault(k, None)
+    return rec
+
+
+def _jsonl_rows(path: str) -> list[dict]:
+    rows = []
+    try:
+        text = _read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MetricsTableError(f"{path}: not UTF-8 text ({e.reason})") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise MetricsTableError(f"{path}:{lineno}: not JSON ({e.msg})") from None
+        rows.append(parse_float_fields(_check(rec, f"{path}:{lineno}")))
+    return rows
+
+
+def _avro_rows(path: str) -> list[dict]:
+    from . import avro
+
+    local, tmp = path, None
+    try:
+        if _remote(path):
+            fd, tmp = tempfile.mkstemp(suffix=".avro", prefix="streameval-metrics-")
+            with os.fdopen(fd, "wb") as fo:
+                fo.write(_read_bytes(path))
+            local = tmp
+        try:
+            recs = avro.read_records(local, "metric_result")
+            return [_check(r, f"{path}: record {i + 1}") for i, r in enumerate(recs)]
+        except avro.AvroInputError as e:
+            raise MetricsTableError(" ".join(str(e).split())) from None
+    finally:
+        if tmp is not None:
+            os.unlink(tmp)
+
+
+def _file_rows(path: str) -> list[dict]:
+    return _avro_rows(path) if path.endswith(".avro") else _jsonl_rows(path)
+
+
+def _key_text(key) -> str:
+    return ", ".join(f"{f} {v}" for f, v in zip(KEY_FIELDS, key))
+
+
+def final_panes(rows) -> list[dict]:
+    """The last pane of each (window_start, window_end, slice, system, metric): the row with
+    ``is_final`` true, else the one with the largest ``pane_index``; batch rows (one per key, no
+    pane) are kept as they are. Rows stay in the order of their key's first row.
+
+    Raises :class:`MetricsTableError` when two rows of one key cannot be ordered (no pane fields,
+    or the same ``pane_index`` and finality): not one job's table."""
+    best: dict = {}
+    for r in rows:
+        key = tuple(r.get(f) for f in KEY_FIELDS)
+        old = best.get(key)
+        if old is None:
+            best[key] = r
+            continue
+        ra = (bool(old.get("is_final")), old.get("pane_index"))
+        rb = (bool(r.get("is_final")), r.get("pane_index"))
+        if ra[1] is None or rb[1] is None or ra == rb:
+            raise MetricsTableError(f"two rows for {_key_text(key)} and no pane to choose between them "
+                                    f"(pane_index {ra[1]} and {rb[1]}): not one job's table")
+        if rb > ra:
+            best[key] = r
+    return list(best.values())
+
+
+def _frame(rows):
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError("read_metrics(as_frame=True) needs pandas (pip install pandas); "
+                          "without it, read the rows as dicts") from None
+    extra = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in METRIC_FIELDS]
+    df = pd.DataFrame.from_records(rows, columns=[*METRIC_FIELDS, *extra])
+    for k in _INT_FIELDS:
+        df[k] = df[k].astype("Int64")
+    df["is_final"] = df["is_final"].astype("boolean")
+    for k in ("value", "stderr", "ci_low", "ci_high", "ci_level"):
+        df[k] = df[k].astype("float64")
+    return df
+
+
+def read_metrics(path, final_only: bool = False, as_frame: bool = False):
+    """The metric rows of a finished job's output ``path``: a batch or a streaming job's
+    ``--output`` directory (local, or a prefix on a Beam file system: ``s3://``, ``gs://``; remote
+    paths are read through ``FileSystems``, so its options must be set as for the jobs), read
+    through its ``manifest.json`` (:func:`metric_files`). A single ``metric_result`` file
+    (``.jsonl`` or ``.avro``) is read as it is, without a manifest.
+
+    Returns a list of dicts with the :data:`METRIC_FIELDS` (see the module docstring for types and
+    units): one per row written, every pane of a streaming job in file order (by window, system and
+    pane index). ``final_only``: only the last pane of each window, slice, system and metric
+    (:func:`final_panes`), what a reconciliation compares with the batch job. ``as_frame``: a pandas
+    DataFrame with those columns instead (window bounds, ``num_queries``, ``pane_index`` as
+    nullable ``Int64``, ``is_final`` as nullable ``boolean``).
+
+    Raises :class:`MetricsTableError` (a ``ValueError``, one line) for a directory without manifest
+    (a job killed or failed half way), a listed file missing or changed, a row that is not a metric
+    row, or two rows that ``final_only`` cannot choose between; ``ImportError`` for ``as_frame``
+    without pandas."""
+    path = os.fspath(path)
+    if not path:
+        raise MetricsTableError("no path given")
+    if _is_file(path):
+        rows = _file_rows(path)
+    else:
+        rows = []
+        for f in metric_files(path):
+            rows.extend(_file_rows(f))
+    if final_only:
+        rows = final_panes(rows)
+    return _frame(rows) if as_frame else rows
+
