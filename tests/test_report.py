@@ -4,6 +4,7 @@ made by the batch job; and the progress-bar helper."""
 
 import base64
 import io
+import json
 import math
 import os
 import re
@@ -65,7 +66,14 @@ def test_read_rows_from_avro_and_jsonl(tmp_path):
     assert strip == rows
     (tmp_path / "d").mkdir()
     shutil.copy(tmp_path / "m.jsonl", tmp_path / "d" / "metrics.jsonl")
-    assert len(report.read_rows([tmp_path / "d"])) == len(rows)
+    # a directory is a job's output: without its manifest (a killed job) it is refused
+    with pytest.raises(ValueError, match="no manifest.json"):
+        report.read_rows([tmp_path / "d"])
+    size = (tmp_path / "d" / "metrics.jsonl").stat().st_size
+    (tmp_path / "d" / "manifest.json").write_text(json.dumps(
+        {"complete": True, "outputs": {"metrics.jsonl": [{"path": "metrics.jsonl", "bytes": size}]}}))
+    got = report.read_rows([tmp_path / "d"])
+    assert len(got) == len(rows) and {r["_source"] for r in got} == {"d"}
     (tmp_path / "bad.jsonl").write_text('{"metric": "x"}\n')
     with pytest.raises(ValueError, match="lacks"):
         report.read_rows([tmp_path / "bad.jsonl"])

@@ -1,7 +1,10 @@
 """``streameval reconcile A B``: compare two metric tables.
 
 Each table is a batch or streaming job's output (``metrics.avro`` / ``metrics.jsonl`` in the
-``schemas/metric_result.avsc`` shape, or the output directory holding them) or a CSV exported from
+``schemas/metric_result.avsc`` shape, or a finished job's output directory, local or ``s3://`` /
+``gs://``, read through its manifest by :func:`streameval.io.tables.read_metrics`: a streaming job's
+pane files are one table, of which the final panes are compared; a directory without
+``manifest.json``, a killed job's, is refused) or a CSV exported from
 a dashboard with columns ``window_start, window_end, slice, system, metric, value`` (optional
 ``num_queries``, ``stderr``; windows as ISO-8601 text, integer microseconds, or empty / ``global``
 for the global window). Rows are matched on (window_start, window_end, slice, system, metric).
@@ -18,7 +21,8 @@ the one with the largest ``pane_index``. Two rows with the same key and no pane 
 are an input error.
 
 Exit status: 0 the tables agree, 1 they disagree (differences, one-sided rows, or a correlation
-below ``--min-correlation``), 2 bad input or arguments. Does not import Beam.
+below ``--min-correlation``), 2 bad input or arguments. Does not import Beam (but Beam's
+``FileSystems`` for a remote output directory).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import sys
 from datetime import datetime, timezone
 
@@ -170,11 +175,15 @@ def read_table(path: str) -> dict:
     """{(window_start, window_end, slice, system, metric): row} of one table (a file, or a job's
     output directory). Rows have ``value``, ``num_queries`` (None when absent) and ``stderr``.
     Raises TableError on an unreadable file or an ambiguous duplicate key."""
-    try:
-        path = results.resolve(path)
-    except FileNotFoundError as e:
-        raise TableError(str(e)) from None
-    source = _read_csv(path) if path.lower().endswith(".csv") else results.iter_rows(path)
+    path = str(path)
+    if _is_output(path):
+        source = _output_rows(path)
+    else:
+        try:
+            path = results.resolve(path)
+        except FileNotFoundError as e:
+            raise TableError(str(e)) from None
+        source = _read_csv(path) if path.lower().endswith(".csv") else results.iter_rows(path)
     table: dict = {}
     try:
         for rec, where in source:
@@ -195,6 +204,24 @@ def read_table(path: str) -> dict:
             raise TableError(str(e)) from None
         raise TableError(f"{path}: {e}") from None
     return table
+
+
+def _is_output(path: str) -> bool:
+    """A job's output directory (local, or a remote prefix such as ``s3://bucket/out``)."""
+    return os.path.isdir(path) or ("://" in path and not path.lower().endswith((".avro", ".jsonl", ".csv")))
+
+
+def _output_rows(path: str):
+    """(row, where) of the final panes of a job's output directory, read through its manifest
+    (:func:`streameval.io.tables.read_metrics`); an unfinished job's directory is a TableError."""
+    from ..io.tables import MetricsTableError, read_metrics
+
+    try:
+        rows = read_metrics(path, final_only=True)
+    except MetricsTableError as e:
+        raise TableError(str(e)) from None
+    for i, r in enumerate(rows, 1):
+        yield r, f"{path}: row {i}"
 
 
 def _pick_pane(a: dict, b: dict):

@@ -1,7 +1,9 @@
 """``streameval report RESULTS... --out DIR``: PNG plots and one self-contained HTML page from metric
 rows (schemas/metric_result.avsc, as Avro or JSON lines, e.g. ``streameval batch``'s
-``metrics.avro`` / ``metrics.jsonl``; a directory stands for its ``metrics.avro`` or
-``metrics.jsonl``).
+``metrics.avro`` / ``metrics.jsonl``; a directory is a finished batch or streaming job's output,
+local or ``s3://`` / ``gs://``, read through its manifest as one table by
+:func:`streameval.io.tables.read_metrics`: a directory without ``manifest.json``, a killed job's,
+is refused).
 
 Per metric: rows with event-time windows give a line plot of the value over time with its interval
 as a band, one panel per slice and one line per system; global-window rows give a bar chart with
@@ -12,7 +14,7 @@ Intervals: a row's own ``ci_low``/``ci_high`` when it has them; otherwise the re
 with :func:`streameval.metrics.stats.row_interval` (Wilson for CTR, Student t from ``stderr`` and
 ``num_queries`` otherwise) at ``--confidence``, marked with ``*`` in the tables. Streaming rows with
 several panes for one window: the final pane (else the highest ``pane_index``) is shown.
-Does not import Beam.
+Does not import Beam (but Beam's ``FileSystems`` for a remote output directory).
 """
 
 from __future__ import annotations
@@ -60,15 +62,30 @@ def _float(x):
     return float(x)
 
 
+def _is_output(path: str) -> bool:
+    """A job's output directory (local, or a remote prefix such as ``s3://bucket/out``)."""
+    return os.path.isdir(path) or ("://" in path and not path.lower().endswith((".avro", ".jsonl")))
+
+
 def read_rows(paths) -> list[dict]:
-    """Metric rows of the given files; each row gets ``_source`` (the file name). Avro files are
-    recognised by their magic bytes, anything else is read as JSON lines."""
+    """Metric rows of the given files and job output directories; each row gets ``_source`` (the
+    file's name; a directory's own name). Avro files are recognised by their magic bytes, anything
+    else is read as JSON lines; a directory is read by :func:`streameval.io.tables.read_metrics`
+    (every pane). Raises ``ValueError`` (one line) for a row that is not a metric row or a
+    directory without manifest, ``OSError`` for a file that cannot be read."""
     from ..io import results
 
     rows = []
     for p in paths:
-        path = results.resolve(p)
-        recs = [rec for rec, _ in results.iter_rows(path)]
+        p = str(p)
+        if _is_output(p):
+            from ..io.tables import read_metrics
+
+            path = p.rstrip("/") if "://" in p else os.path.abspath(p)
+            recs = read_metrics(p)
+        else:
+            path = results.resolve(p)
+            recs = [rec for rec, _ in results.iter_rows(path)]
         for r in recs:
             missing = [k for k in ("slice", "system", "metric", "value", "num_queries") if k not in r]
             if missing:
@@ -78,7 +95,7 @@ def read_rows(paths) -> list[dict]:
                 r[k] = _float(r.get(k))
             r.setdefault("window_start", None)
             r.setdefault("window_end", None)
-            r["_source"] = os.path.basename(path)
+            r["_source"] = path.rsplit("/", 1)[-1] if "://" in path else os.path.basename(path)
             rows.append(r)
     return rows
 
