@@ -12,7 +12,7 @@ DATA = REPO.parent / "shared" / "data"
 LOCAL_DATA = REPO / "tests" / "data"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_portable"]
+pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_portable", "tests.fixtures_stream"]
 
 
 def data_path(*parts) -> Path:

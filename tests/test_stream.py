@@ -713,27 +713,13 @@ def test_pubsub_kafka_and_directory_sources_are_constructed():
     assert ev.timestamp.micros == 1_000_123 and ev.value["x"] == 1
 
 
-def test_stream_command_replays_the_sample_and_writes_panes(tmp_path, capsys):
+def test_stream_command_replays_the_sample_and_writes_panes(stream_replay):
     """``streameval stream --replay`` on a slice of the bundled sample: the panes are printed as
     they fire and written one file set per window and pane; the final panes in the files equal the
-    batch job on the same records."""
-    sample = REPO / "data" / "sample"
-    obd = [r for r in avro.read_records(str(sample / "impressions" / "obd_bts_men.avro"))][:400]
-    letor = [r for r in avro.read_records(str(sample / "impressions" / "letor_feature253.avro"))]
-    letor_q = sorted({r["query_id"] for r in letor})[:10]
-    letor = [r for r in letor if r["query_id"] in letor_q]
-    judg = [j for j in avro.read_records(str(sample / "judgments" / "letor_test_labels.avro"), "judgment")
-            if j["query_id"] in letor_q]
-    avro.write_records(tmp_path / "in" / "obd.avro", "impression", obd)
-    avro.write_records(tmp_path / "in" / "letor.avro", "impression", letor)
-    avro.write_records(tmp_path / "judgments.avro", "judgment", judg)
-    out_dir = tmp_path / "out"
-    code = stream_cli.main(["--replay", "--impressions", str(tmp_path / "in" / "*.avro"), "--judgments",
-                            str(tmp_path / "judgments.avro"), "--metrics", "ndcg@10,map", "--window", "6h",
-                            "--early-count", "150", "--allowed-lateness", "10m", "--replay-step", "2h",
-                            "--output", str(out_dir)])
-    assert code == 0
-    printed = capsys.readouterr().out
+    batch job on the same records (the replay: ``tests/fixtures_stream.py``)."""
+    obd, letor, judg, out_dir = stream_replay.obd, stream_replay.letor, stream_replay.judg, stream_replay.out_dir
+    assert stream_replay.code == 0
+    printed = stream_replay.printed
     assert "pane on_time #" in printed and "pane early #0" in printed and " final " in printed
     assert f"replayed {len(obd) + len(letor)} impression, {len(judg)} judgment and 0 click records" in printed
     n_panes = [int(x) for x in re.search(r"panes: (\d+) early, (\d+) on_time, (\d+) late \((\d+) final\)",
@@ -756,5 +742,5 @@ def test_stream_command_replays_the_sample_and_writes_panes(tmp_path, capsys):
     # one file set per window and pane: the panes counted are the files written (two formats each)
     assert summary["counted_here"]["panes_final"] == len([f for f in jsonl if f.endswith("-final.jsonl")])
     assert sum(n_panes[:3]) == len(jsonl)
-    assert stream_cli.main(["--replay", "--impressions", str(tmp_path / "in" / "*.avro")]) == 2  # no window
+    assert stream_cli.main(["--replay", "--impressions", stream_replay.inputs]) == 2  # no window
     assert stream_cli.main(["--window", "1h", "--impressions", "x"]) == 2  # no source
