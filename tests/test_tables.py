@@ -118,3 +118,27 @@ def test_reconcile_and_report_take_a_stream_output(stream_replay, batch_twin, tm
     assert f"({len(final)} rows)" in printed and (tmp_path / "rep" / "report.html").is_file()
     assert report.main([str(killed), "--out", str(tmp_path / "rep2")]) == 2
     assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_a_stream_output_on_s3_reads_as_locally(stream_replay, batch_twin, s3_server, beam_s3_clients_shared,
+                                                monkeypatch):
+    """The replay's output uploaded to an S3 prefix (its manifest names the local paths: files are
+    read by name under the prefix) reads as the local directory; a prefix without manifest is refused."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    monkeypatch.setattr(FileSystems, "_pipeline_options", FileSystems._pipeline_options)  # restored after
+    FileSystems.set_options(PipelineOptions(s3_server.beam_args))
+    prefix = s3_server.prefix("tables")
+    for f in stream_replay.out_dir.iterdir():
+        if f.is_file():
+            s3_server.upload(f, prefix + "out/" + f.name)
+            if f.name != "manifest.json":
+                s3_server.upload(f, prefix + "killed/" + f.name)
+    url = s3_server.url(prefix + "out")
+    assert _nan_safe(read_metrics(url)) == _nan_safe(read_metrics(stream_replay.out_dir))
+    assert _nan_safe(read_metrics(url + "/", final_only=True)) == \
+        _nan_safe(read_metrics(stream_replay.out_dir, final_only=True))
+    with pytest.raises(MetricsTableError, match="no manifest.json"):
+        read_metrics(s3_server.url(prefix + "killed"))
+    assert reconcile.main([url, str(batch_twin)], out=io.StringIO()) == 0
