@@ -97,7 +97,7 @@ def test_an_unfinished_or_changed_output_is_refused(stream_replay, tmp_path):
     first.unlink()
     with pytest.raises(MetricsTableError, match="listed in manifest.json but missing"):
         read_metrics(moved)
-    with pytest.raises(MetricsTableError, match="no such directory"):
+    with pytest.raises(MetricsTableError, match="no such file or directory"):
         read_metrics(tmp_path / "nothing")
 
 

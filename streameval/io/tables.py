@@ -66,6 +66,11 @@ def _join(base: str, name: str) -> str:
     return base.rstrip("/") + "/" + name if _remote(base) else os.path.join(base, name)
 
 
+def _fs_error(path: str, e: Exception) -> MetricsTableError:
+    """A file system's error (Beam's own types, boto3's, a scheme Beam does not know) as one line."""
+    return MetricsTableError(f"{path}: cannot read: {type(e).__name__}: {' '.join(str(e).split())}")
+
+
 def _read_bytes(path: str) -> bytes:
     try:
         if not _remote(path):
@@ -76,7 +81,7 @@ def _read_bytes(path: str) -> bytes:
     except OSError as e:
         raise MetricsTableError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     except Exception as e:  # noqa: BLE001 (Beam wraps file-system errors in its own types)
-        raise MetricsTableError(f"{path}: cannot read: {type(e).__name__}: {' '.join(str(e).split())}") from None
+        raise _fs_error(path, e) from None
 
 
 def _sizes(directory: str) -> dict[str, int]:
@@ -88,8 +93,10 @@ def _sizes(directory: str) -> dict[str, int]:
                 if e.is_file():
                     out[e.name] = e.stat().st_size
         return out
-    fs = _filesystems()
-    found = fs.match([_join(directory, "*")])[0].metadata_list
+    try:
+        found = _filesystems().match([_join(directory, "*")])[0].metadata_list
+    except Exception as e:  # noqa: BLE001 (see _fs_error)
+        raise _fs_error(directory, e) from None
     return {m.path.rstrip("/").rsplit("/", 1)[-1]: m.size_in_bytes for m in found}
 
 
@@ -102,10 +109,13 @@ def _is_file(path: str) -> bool:
 def _manifest(directory: str) -> dict:
     marker = _join(directory, MANIFEST)
     if _remote(directory):
-        exists = _filesystems().exists(marker)
+        try:
+            exists = _filesystems().exists(marker)
+        except Exception as e:  # noqa: BLE001 (see _fs_error)
+            raise _fs_error(directory, e) from None
     else:
         if not os.path.isdir(directory):
-            raise MetricsTableError(f"{directory}: no such directory")
+            raise MetricsTableError(f"{directory}: no such file or directory")
         exists = os.path.isfile(marker)
     if not exists:
         raise MetricsTableError(f"{directory}: no {MANIFEST}: the job did not finish (killed or failed half way) "
