@@ -18,8 +18,9 @@ Sources:
 
 Outputs (``--output DIR``): one file set per window and pane through ``fileio.WriteToFiles``,
 ``metrics-<window start>-<window end>-<system>-pane<index>-<pane>.{jsonl,avro}`` (metric_result
-schema), plus ``late_data-*.jsonl`` and ``dead_letters-*.jsonl`` (dead_letter shape) and
-``summary.json``. The console shows each pane as it fires (``--quiet``: only the summary).
+schema), plus ``late_data-*.jsonl`` and ``dead_letters-*.jsonl`` (dead_letter shape),
+``summary.json`` and, last, ``manifest.json``: the pane files read as one table with
+``streameval.read_metrics(DIR)`` (``final_only=True``: the last pane of each window). The console shows each pane as it fires (``--quiet``: only the summary).
 
 Repeated and conflicting input follows the batch job's rules (replayed impressions and click events
 are duplicates, reused event ids and items served twice dead letters, ``--judgment-conflicts
