@@ -7,7 +7,8 @@
     python benchmarks/bench_beam.py --workers 2           # the job on 2 worker processes as well
 
 Writes synthetic impression logs (10 impressions per request, 10,000 judged queries of 40 graded
-items, 5% of requests on unjudged queries, clicks, two systems, a device attribute) in files of
+items, 5% of requests on unjudged queries, clicks, two systems, users of 5 requests on average, a
+device attribute) in files of
 500,000 records, then times, each in its own process:
 
 * ``fastavro``: decoding every record of the files with ``fastavro.reader`` (the reference; the
@@ -43,6 +44,8 @@ sys.path.insert(0, ROOT)
 PER_REQUEST = 10
 N_QUERIES = 10_000
 PER_FILE = 500_000
+#: requests per user on average (users spread over every file: GAUC's groups cross request shards)
+USER_REQUESTS = 5
 BASE_TS = 1_700_000_000_000_000
 
 
@@ -64,8 +67,9 @@ def write_logs(n: int, out_dir: str) -> tuple[list[str], str]:
             q = r.randrange(int(N_QUERIES * 1.05))
             system = "A" if req % 2 else "B"
             device = "pc" if r.random() < 0.6 else "sp"
+            user = f"u{r.randrange(max(1, n // (PER_REQUEST * USER_REQUESTS)))}"
             for pos, d in enumerate(r.sample(range(100), PER_REQUEST), 1):
-                yield {"event_id": f"e{req}-{pos}", "request_id": f"r{req}", "query_id": f"q{q}", "user_id": None,
+                yield {"event_id": f"e{req}-{pos}", "request_id": f"r{req}", "query_id": f"q{q}", "user_id": user,
                        "system_id": system, "item_id": f"d{d}", "position": pos, "score": r.random(),
                        "clicked": r.random() < 0.05, "timestamp": BASE_TS + req * 1000 + pos, "propensity": None,
                        "attributes": {"device": device}}
@@ -236,7 +240,7 @@ def main(argv=None) -> int:
         return 0
     _compile_package()
     t = time.perf_counter()
-    marker = os.path.join(work, f"written-{args.impressions}.json")
+    marker = os.path.join(work, f"written-{args.impressions}-users.json")
     if os.path.exists(marker):  # the same logs, written by an earlier run into --dir
         paths, jpath = json.load(open(marker))
         print(f"reusing {args.impressions:,} impressions in {len(paths)} files in {work}")

@@ -266,8 +266,6 @@ def records_needed(args) -> list[str]:
     need = []
     if online:
         need.extend(columnar_online.supported(online_labels(args)))
-    if args.ci == "bootstrap":
-        need.append("--ci bootstrap")
     if args.compare_baseline:
         need.append("--compare-baseline")
     if args.complete:
@@ -412,7 +410,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         decoder=getattr(args, "avro_decoder", None), in_process=getattr(args, "in_process", False),
         threads=getattr(args, "work_threads", 1), time_range=parse_time_range(args.event_time_range),
         online=online, labels=online_labels(args), unjudged=args.unjudged, hist_bins=args.hist_bins, hist_range=_hist_range(args.hist_range),
-        group_rows=args.group_rows)
+        group_rows=args.group_rows, ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed)
     rows = p | "Metrics" >> col
     if col.unjudged is not None:
         # lists of requests, one per shard: one text element (lines) each (an empty list writes no line)

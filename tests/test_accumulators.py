@@ -6,6 +6,7 @@ import random
 import statistics
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -304,3 +305,35 @@ def test_pruned_state_keeps_what_ideal_served_needs():
     assert round(want, 4) == 0.2754  # the issue's value: DCG@2 = 1, ideal DCG@2 = 3 + 1/log2(3)
     assert ScoreRankings(None, ["ndcg@2", "P@2"], ideal="served").ops.keep is None
     assert ScoreRankings(None, ["ndcg@2", "P@2"]).ops.keep == 2  # trec_eval's ideal: the top K suffices
+
+
+def test_bootstrap_add_many_equals_adding_query_by_query():
+    """PoissonBootstrap.add_many (the columnar engine's path: a batch of requests, the weights of each
+    distinct query drawn once) gives the state add() gives one query at a time: the same mean, the
+    same replicate means to the last bit, whatever the split and the merge."""
+    from streameval.accumulators.bootstrap import PoissonBootstrap
+
+    rng = np.random.default_rng(1)
+    boot = PoissonBootstrap(3, 50, seed=7)
+    x = rng.random((3, 5000)) * 10.0 ** rng.integers(-100, 100, (3, 5000))
+    x[0, ::7] = np.nan
+    x[1, ::3] *= -1
+    x[2] = rng.random(5000)
+    keys = [f"q{i % 321}" for i in range(5000)]
+    one = boot.create()
+    for i in range(5000):
+        boot.add(one, keys[i], x[:, i])
+    distinct = sorted(set(keys))
+    index = np.array([distinct.index(k) for k in keys])
+    table = boot.rs.weights(distinct)
+    states = [boot.add_many(boot.create(), x, keys=keys),
+              boot.add_many(boot.create(), x, weights=table, index=index),
+              boot.merge([boot.add_many(boot.create(), x[:, :1234], keys=keys[:1234]),
+                          boot.add_many(boot.create(), x[:, 1234:], weights=table[index[1234:]])])]
+    want = boot.extract(one)
+    assert want[0]["num_queries"] == 5000 - len(range(0, 5000, 7))
+    for st in states:
+        assert boot.extract(st) == want
+        assert np.array_equal(boot.replicate_means(st), boot.replicate_means(one), equal_nan=True)
+    with pytest.raises(ValueError, match="not finite"):
+        boot.add_many(boot.create(), np.full((3, 2), np.inf), keys=["a", "b"])

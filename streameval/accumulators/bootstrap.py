@@ -176,6 +176,43 @@ class ReplicateSums:
             return state
         n = len(pending)
         x = np.array([p[1] for p in pending], dtype=np.float64).reshape(n, self.n)
+        return self._fold(state, x, lambda: self.weights([p[0] for p in pending]))
+
+    def add_many(self, state: list, matrix, keys=None, weights=None, index=None) -> list:
+        """Add many queries at once, the same value as :meth:`add` one by one: ``matrix`` shape
+        (n_metrics, n) (NaN: the query does not count for that metric); ``keys`` the n query keys,
+        or instead ``weights``: their weights (shape (n, R), :meth:`weights`), or a table of weights
+        with ``index`` (shape (n,)) its row of each query (queries sharing a key share a row).
+        Raises ValueError on an infinite value or a shape that does not fit."""
+        x = np.asarray(matrix, dtype=np.float64)
+        if x.ndim != 2 or x.shape[0] != self.n:
+            raise ValueError(f"expected a matrix of shape ({self.n}, n), got {x.shape}")
+        if np.isinf(x).any():
+            raise ValueError(f"metric value {x[np.isinf(x)][0]} is not finite")
+        x = x.T
+        n = len(x)
+        if keys is None and weights is None:
+            raise ValueError("add_many needs the queries' keys or weights")
+        if self.r == 0 or not n:
+            return state
+        # float64 products of 32-bit chunks and weights (at most 18) stay exact integers below
+        # 2**53 for up to 2**16 rows at once; 2**22 weights at most in memory
+        step = max(1, min(4096, (1 << 22) // self.r))
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            if weights is None:
+                w = lambda lo=lo, hi=hi: self.weights(list(keys[lo:hi]))  # noqa: E731
+            elif index is None:
+                w = lambda lo=lo, hi=hi: np.asarray(weights[lo:hi])  # noqa: E731
+            else:
+                w = lambda lo=lo, hi=hi: np.asarray(weights)[np.asarray(index[lo:hi])]  # noqa: E731
+            self._fold(state, x[lo:hi], w)
+        return state
+
+    def _fold(self, state: list, x: np.ndarray, weights) -> list:
+        """Add the rows of ``x`` (n, n_metrics) to the limbs and totals; ``weights()`` gives their
+        (n, R) weights (called only when some value counts)."""
+        n = len(x)
         valid = np.isfinite(x)
         idx = np.arange(n)[:, None]
         # one matrix of rows to weight: every metric's chunk rows (one per bucket), then the
@@ -196,7 +233,7 @@ class ReplicateSums:
                 owners.append((m, None))
         if not rows:
             return state
-        w = self.weights([p[0] for p in pending]).astype(np.float64)  # (n, R)
+        w = weights().astype(np.float64)  # (n, R)
         # integers below 512 * 18 * 2**32 < 2**53 throughout: the float64 (BLAS) product is exact
         prod = (np.vstack(rows) @ w).astype(np.int64)
         touched = set()
@@ -268,6 +305,13 @@ class PoissonBootstrap:
         vals = [float(v) for v in values]
         self.mm.add(state[0], vals)
         self.rs.add(state[1], key, vals)
+        return state
+
+    def add_many(self, state: list, matrix, keys=None, weights=None, index=None) -> list:
+        """Add many queries at once (:meth:`ReplicateSums.add_many`'s arguments; ``matrix`` shape
+        (n_metrics, n)): the same value as :meth:`add` one by one."""
+        self.mm.add_many(state[0], matrix)
+        self.rs.add_many(state[1], matrix, keys, weights, index)
         return state
 
     def merge(self, states) -> list:

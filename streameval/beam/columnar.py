@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam import pvalue
 
+from ..accumulators.bootstrap import DEFAULT_REPLICATES, PoissonBootstrap
 from ..accumulators.moments import MeanMoments
 from ..io import avro, cleaning, records
 from ..metrics import stats
@@ -50,9 +51,10 @@ from ..metrics.kernel import MetricOptions, RankedLists, compute
 from ..metrics.names import parse_metrics
 from ..metrics.prepare import judgment_histogram, rank_order
 from .combiners import CtrByPositionCombineFn, MeanCombineFn
+from .stats import BootstrapMeanCombineFn
 from .sources import UNREADABLE, read_avro_blocks, unreadable_letter
 from .threads import ThreadedDoFn, counter, distribution
-from .transforms import (ALL, NAMESPACE, SOURCE_UNRANKABLE, judgment_grade_range, _category, _click_rows, _rows, _window_micros, parse_lateness, parse_slices, reason_key,
+from .transforms import (ALL, NAMESPACE, SOURCE_UNRANKABLE, judgment_grade_range, _bootstrap_rows, _category, _click_rows, _rows, _window_micros, parse_lateness, parse_slices, reason_key,
                          slice_part, window_bounds)
 
 __all__ = ["SHARDS", "DECODER_NAMESPACE", "SHARD_IMPRESSIONS", "auto_shards", "UNREADABLE", "impression_columns", "judgment_columns", "columns_records", "ReadImpressionColumns",
@@ -1235,8 +1237,10 @@ class _ResolveShard(ThreadedDoFn):
 
 class _ScoreShard(ThreadedDoFn):
     def __init__(self, specs, options: MetricOptions, order: str, tie_break: str, score_precision: str, depth,
-                 window_micros, slice_specs, threads: int = 1):
+                 window_micros, slice_specs, threads: int = 1, bootstrap=None):
         self.threads = int(threads)
+        #: (replicates, seed) of the Poisson bootstrap, or None (means only)
+        self.bootstrap = bootstrap
         self.specs = specs
         self.options = options
         self.order = order
@@ -1245,7 +1249,7 @@ class _ScoreShard(ThreadedDoFn):
         self.depth = depth
         self.window_micros = window_micros
         self.slice_specs = slice_specs
-        self.mm = MeanMoments(len(specs))
+        self.mm = MeanMoments(len(specs)) if bootstrap is None else PoissonBootstrap(len(specs), *bootstrap)
         self.scored = counter(NAMESPACE, "requests_scored")
         self.unjudged = counter(NAMESPACE, "requests_unjudged")
         self.queries = counter(NAMESPACE, "queries_scored")
@@ -1359,14 +1363,29 @@ class _ScoreShard(ThreadedDoFn):
 
     def _means(self, r, values):
         return mean_states(self.mm, r["min_ts"], r["system_id"], r["attributes"], values, self.window_micros,
-                           self.slice_specs)
+                           self.slice_specs, r["query_id"] if self.bootstrap else None)
 
 
-def mean_states(mm: MeanMoments, min_ts, system_id, attributes: dict, values, window_micros, slice_specs):
-    """``((window_start, window_end, slice, system), MeanMoments state)`` pairs of requests' metric
-    values: ``values`` shape (n_metrics, n_requests); ``min_ts`` (int64 micros), ``system_id`` (Arrow
+def mean_states(mm, min_ts, system_id, attributes: dict, values, window_micros, slice_specs, query_id=None):
+    """``((window_start, window_end, slice, system), state)`` pairs of requests' metric values:
+    ``values`` shape (n_metrics, n_requests); ``min_ts`` (int64 micros), ``system_id`` (Arrow
     strings) and ``attributes`` (``{key: Arrow strings}``, the slicing ones) per request. A request
-    counts in the window of ``min_ts`` and in its label of every slice specification."""
+    counts in the window of ``min_ts`` and in its label of every slice specification.
+
+    ``mm``: a :class:`MeanMoments` (states of means), or a
+    :class:`~streameval.accumulators.bootstrap.PoissonBootstrap` with ``query_id`` (Arrow strings,
+    per request: the bootstrap's key, as in the per-record engine; the weights of each distinct
+    query are drawn once)."""
+    if query_id is not None:
+        qcode, qvocab = _encode(query_id)
+        table = mm.rs.weights(qvocab.to_pylist())
+
+        def add(members):
+            return mm.add_many(mm.create(), values[:, members], weights=table, index=qcode[members])
+    else:
+        def add(members):
+            return mm.add_many(mm.create(), values[:, members])
+
     nreq = len(min_ts)
     wcode, wkeys = _windows(min_ts, window_micros)
     scode, svals = _factorize(system_id)
@@ -1387,7 +1406,7 @@ def mean_states(mm: MeanMoments, min_ts, system_id, attributes: dict, values, wi
             li = (k // len(svals)) % len(lvals)
             wi = k // len(svals) // len(lvals)
             wkey = wkeys[wi]
-            state = mm.add_many(mm.create(), values[:, members])
+            state = add(members)
             if spec == 1 and derive_all:
                 merged.setdefault((*wkey, ALL, svals[si]), []).append(state)
             yield ((*wkey, lvals[li], svals[si]), state)
@@ -1403,6 +1422,13 @@ class _MergeMeans(MeanCombineFn):
 
     def add_input(self, acc, state):
         return self.merge_accumulators([acc, list(state) + [[]]])
+
+
+class _MergeBootstrap(BootstrapMeanCombineFn):
+    """:class:`BootstrapMeanCombineFn` whose inputs are PoissonBootstrap states (summed per shard)."""
+
+    def add_input(self, acc, state):
+        return self._boot.merge([acc, state])
 
 
 class _MergeClicks(CtrByPositionCombineFn):
@@ -1459,8 +1485,13 @@ class ColumnarMetrics(beam.PTransform):
                  grade_range=None, ci_level=stats.DEFAULT_LEVEL, shards=SHARDS, progress_total=None, decoder=None, in_process=False,
                  threads=1, time_range=None, allowed_lateness=0, online=(), labels="clicks", unjudged="exclude",
                  hist_bins=1000,
-                 hist_range=(0.0, 1.0), group_rows=False, label=None):
+                 hist_range=(0.0, 1.0), group_rows=False, ci="t", replicates=DEFAULT_REPLICATES, ci_seed=0,
+                 label=None):
         super().__init__(label)
+        if ci not in ("t", "bootstrap"):
+            raise ValueError("ci must be 't' or 'bootstrap'")
+        PoissonBootstrap(1, replicates, ci_seed)  # validates
+        self.ci, self.replicates, self.ci_seed = ci, int(replicates), int(ci_seed)
         from ..accumulators.online import HistAucOps
         from ..metrics.online import parse_online_metrics
         from .columnar_online import supported
@@ -1556,16 +1587,23 @@ class ColumnarMetrics(beam.PTransform):
                       | "GroupQueries" >> beam.GroupByKey()
                       | "ScoreShards" >> beam.ParDo(_ScoreShard(
                           self.specs, self.options, self.order, self.tie_break, self.score_precision, self.depth,
-                          self.window_micros, self.slice_specs, self.threads),
+                          self.window_micros, self.slice_specs, self.threads,
+                          (self.replicates, self.ci_seed) if self.ci == "bootstrap" else None),
                           beam.pvalue.AsMultiMap(resolved.judgments))
                       .with_outputs("dead_letters", "unjudged", main="means"))
             dead.append(scored.dead_letters)
             self.unjudged = scored.unjudged
             names = [s.name for s in self.specs]
             totals = [s.is_count for s in self.specs]
-            rows.append(scored.means
-                        | "MergeMeans" >> beam.CombinePerKey(_MergeMeans(len(self.specs), totals))
-                        | "Rows" >> beam.FlatMap(_rows, names, self.ci_level))
+            if self.ci == "bootstrap":
+                rows.append(scored.means
+                            | "MergeBootstrap" >> beam.CombinePerKey(_MergeBootstrap(
+                                len(self.specs), self.replicates, self.ci_level, self.ci_seed, totals))
+                            | "Rows" >> beam.FlatMap(_bootstrap_rows, names))
+            else:
+                rows.append(scored.means
+                            | "MergeMeans" >> beam.CombinePerKey(_MergeMeans(len(self.specs), totals))
+                            | "Rows" >> beam.FlatMap(_rows, names, self.ci_level))
         self.dead_letters = tuple(dead) | "DeadLetters" >> beam.Flatten()
         if not rows:
             return pbegin | "NoRows" >> beam.Create([])
