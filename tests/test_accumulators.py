@@ -332,8 +332,8 @@ def test_bootstrap_add_many_equals_adding_query_by_query():
                           boot.add_many(boot.create(), x[:, 1234:], weights=table[index[1234:]])])]
     want = boot.extract(one)
     assert want[0]["num_queries"] == 5000 - len(range(0, 5000, 7))
-    for st in states:
-        assert boot.extract(st) == want
-        assert np.array_equal(boot.replicate_means(st), boot.replicate_means(one), equal_nan=True)
+    for state in states:
+        assert boot.extract(state) == want
+        assert np.array_equal(boot.replicate_means(state), boot.replicate_means(one), equal_nan=True)
     with pytest.raises(ValueError, match="not finite"):
         boot.add_many(boot.create(), np.full((3, 2), np.inf), keys=["a", "b"])
