@@ -135,6 +135,10 @@ def _conflict_free(letters):
          "--metrics", "ndcg@5,auc,auc_hist,gauc[user],gauc[request,clicks],rr_first_click", "--group-rows"]),
     (10, ["--workers", "2", "--shards", "5", "--unjudged", "nonrelevant", "--no-ctr", "--metrics",
           "auc,gauc[query,unweighted],clicks@5"]),
+    # calibration (issue 19): scores 0, 0.5 and 1 are probabilities (0.5 on a bin edge), the others are
+    # left out and counted; windows, slices, two ECE bin counts with their reliability rows
+    (12, ["--labels", "clicks", "--window", "1h", "--slices", "device", "--shards", "3", "--no-ctr", "--metrics",
+          "logloss,brier,calibration,ece,ece[bins=4],auc"]),
 ])
 def test_columnar_engine_equals_the_record_engine(tmp_path, seed, extra):
     imp_files, judg = _messy_logs(seed)
