@@ -94,8 +94,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", default=DEFAULT_METRICS,
                    help=f"comma-separated ranking metrics (default {DEFAULT_METRICS}; e.g. all_trec, err@20) and "
                         "online metrics: auc, auc_hist, gauc[GROUP,WEIGHTING] (GROUP user/query/request, WEIGHTING "
-                        "impressions/clicks/unweighted), clicks@k, rr_first_click, abandonment (ctr and ctr@pos{p} "
-                        "are always computed unless --no-ctr)")
+                        "impressions/clicks/unweighted), clicks@k, rr_first_click, abandonment, and the calibration of "
+                        "scores in [0, 1] as click probabilities: logloss, brier, calibration, ece[bins=B] (ctr and "
+                        "ctr@pos{p} are always computed unless --no-ctr)")
     p.add_argument("--window", default="none",
                    help="fixed event-time window, aligned to the epoch: e.g. 3600s, 30m, 1h, 1d, or none "
                         "(default: one global window)")
@@ -131,7 +132,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="judged queries without a request score 0 (trec_eval -c; global window only)")
     p.add_argument("--no-ctr", action="store_true", help="do not compute click metrics")
     p.add_argument("--labels", choices=("auto", *LABEL_SOURCES), default="auto",
-                   help="labels of auc / gauc: clicks (clicked flag) or judgments (grade >= --relevance-level); "
+                   help="labels of auc / gauc / calibration metrics: clicks (clicked flag) or judgments (grade >= --relevance-level); "
                         "auto (default): judgments when --judgments is given, else clicks")
     p.add_argument("--unjudged", choices=UNJUDGED_POLICIES, default="exclude",
                    help="impressions without a judgment under --labels judgments: exclude (default, counted) or "

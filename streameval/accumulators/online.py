@@ -18,6 +18,9 @@ ops                state
 :class:`ClickRequestOps` ``[min_timestamp, attributes, {clicked item: position}, logged]`` of
                    one request
 :class:`OpeOps`    ``[n, [sum w, sum w^2, sum w r, sum w^2 r, sum w^2 r^2] partials]``
+:class:`CalibrationOps` ``[MeanMoments state of (log loss term, Brier term, p), clicks,
+                   sum of p over clicks (partials), [{bin: [n, clicks, sum p partials]} per ECE
+                   bins]]``
 =================  ==========================================================================
 """
 
@@ -28,11 +31,12 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..metrics import calibration as cal
 from ..metrics import online as om
-from .moments import partials_add, partials_merge
+from .moments import MeanMoments, exact_sum_floats, partials_add, partials_merge
 
 __all__ = ["AucOps", "HistAucOps", "GaucOps", "ClickRequestOps", "OpeOps", "CountArrays", "exact_sum", "auc_result",
-           "hist_auc_result", "gauc_group_sums"]
+           "hist_auc_result", "gauc_group_sums", "CalibrationOps"]
 
 
 def exact_sum(partials: list) -> Fraction:
@@ -454,3 +458,113 @@ class OpeOps:
         mw, ess = om.ess_from_sums(n, *sums)
         return {"ips": (ips_v, n, ips_se), "snips": (sn_v, n, sn_se), "mean_weight": (mw, n, None),
                 "ess": (ess, n, None)}
+
+
+# --------------------------------------------------------------------------------------------
+# calibration of predicted probabilities
+
+class CalibrationOps:
+    """Log loss, Brier score, calibration ratio and ECE over fixed-width bins
+    (:mod:`streameval.metrics.calibration`) of examples (probability p in [0, 1], label), for the
+    ECE bin counts ``bins`` (several at once). State: ``[MeanMoments(3) state of (log loss term,
+    Brier term, p), clicks, sum of p over the clicks as partials, [{bin: [examples, clicks, sum p
+    partials]} per bin count]]``: integer counts and exact sums, so any split and merge order
+    gives the same values to the last bit. :meth:`add` (one example) and :meth:`by_key`
+    (vectorised, many keys) give states of equal value."""
+
+    def __init__(self, bins=()):
+        self.bins = tuple(sorted({cal.check_bins(b) for b in bins}))
+        self.mm = MeanMoments(3)
+
+    def create(self) -> list:
+        return [self.mm.create(), 0, [], [{} for _ in self.bins]]
+
+    def add(self, state: list, p, label) -> list:
+        """Add one example. Raises ValueError when p is not in [0, 1] or the label not 0/1."""
+        p = float(p)
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"probability must be in [0, 1], got {p!r}")
+        y = _label(label)
+        pa, ya = np.array([p]), np.array([bool(y)])
+        ll, br = cal.example_terms(pa, ya)
+        self.mm.add(state[0], (float(ll[0]), float(br[0]), p))
+        if y:
+            state[1] += 1
+            partials_add(state[2], p)
+        for i, bins in enumerate(self.bins):
+            b = int(cal.bin_index(pa, bins)[0])
+            e = state[3][i].get(b)
+            if e is None:
+                e = state[3][i][b] = [0, 0, []]
+            e[0] += 1
+            e[1] += y
+            partials_add(e[2], p)
+        return state
+
+    def merge(self, states) -> list:
+        out = self.create()
+        mms = [out[0]]
+        for s in states:
+            mms.append(s[0])
+            out[1] += s[1]
+            partials_merge(out[2], s[2])
+            for i in range(len(self.bins)):
+                for b, (n, c, ps) in s[3][i].items():
+                    e = out[3][i].get(b)
+                    if e is None:
+                        out[3][i][b] = [n, c, list(ps)]
+                    else:
+                        e[0] += n
+                        e[1] += c
+                        partials_merge(e[2], ps)
+        out[0] = self.mm.merge(mms)
+        return out
+
+    def by_key(self, key, p, labels):
+        """``(key, state)`` per distinct key, keys ascending (vectorised). ``key``: int64 codes,
+        ``p``: probabilities in [0, 1], ``labels``: booleans, shape (n,) each."""
+        key = np.asarray(key, dtype=np.int64)
+        if not len(key):
+            return
+        p = np.asarray(p, dtype=np.float64)
+        y = np.asarray(labels, dtype=bool)
+        ll, br = cal.example_terms(p, y)
+        matrix = np.vstack([ll, br, p])
+        bin_of = [cal.bin_index(p, bins) for bins in self.bins]
+        order = np.argsort(key, kind="stable")
+        k = key[order]
+        starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+        ends = np.append(starts[1:], len(k))
+        for lo, hi in zip(starts.tolist(), ends.tolist()):
+            m = order[lo:hi]
+            pm, ym = p[m], y[m]
+            clicked = pm[ym]
+            state = [self.mm.add_many(self.mm.create(), matrix[:, m]), int(ym.sum()),
+                     exact_sum_floats(clicked) if len(clicked) else [], []]
+            for b_all in bin_of:
+                b = b_all[m]
+                bo = np.argsort(b, kind="stable")
+                bs, ps, ys = b[bo], pm[bo], ym[bo]
+                bstart = np.flatnonzero(np.concatenate(([True], bs[1:] != bs[:-1])))
+                bend = np.append(bstart[1:], len(bs))
+                state[3].append({int(bs[a]): [int(z - a), int(ys[a:z].sum()), exact_sum_floats(ps[a:z])]
+                                 for a, z in zip(bstart.tolist(), bend.tolist())})
+            yield int(k[lo]), state
+
+    def extract(self, state: list) -> dict:
+        """``{"logloss": (mean, n, stderr), "brier": (mean, n, stderr), "calibration": (ratio, n,
+        stderr), "ece": {bins: (ece, n, None)}, "bins": {bins: [(bin, examples, mean p, click
+        rate, stderr of the click rate), ...]}}``; NaN values with n = 0 when empty."""
+        (ll, n, ll_se), (br, _, br_se), _ = self.mm.extract(state[0])
+        sp = exact_sum(state[0][1][2])
+        sp2 = exact_sum(state[0][2][2])
+        ratio, ratio_se = cal.ratio_result(n, state[1], sp, sp2, exact_sum(state[2]))
+        out = {"logloss": (ll, n, ll_se), "brier": (br, n, br_se), "calibration": (ratio, n, ratio_se),
+               "ece": {}, "bins": {}}
+        for i, bins in enumerate(self.bins):
+            entries = sorted(state[3][i].items())
+            sums = [exact_sum(e[2]) for _, e in entries]
+            out["ece"][bins] = (cal.ece_from_bins(n, [e[1] for _, e in entries], sums), n, None)
+            out["bins"][bins] = [(b, e[0], float(s / e[0]), e[1] / e[0], om.mean_from_sums(e[0], e[1], e[1])[1])
+                                 for (b, e), s in zip(entries, sums)]
+        return out

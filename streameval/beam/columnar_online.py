@@ -14,11 +14,16 @@ clean impressions' columns of each request shard, vectorised; the states are tho
   (:func:`~streameval.metrics.online.group_auc`) and summed into a
   :class:`~streameval.accumulators.online.GaucOps` state per (window, slice, system)
   (:func:`~streameval.accumulators.online.gauc_group_sums`);
+* ``logloss``, ``brier``, ``calibration``, ``ece[bins=B]``: per (window, slice, system) and shard,
+  a :class:`~streameval.accumulators.online.CalibrationOps` state of the examples whose score is in
+  [0, 1] (:meth:`~streameval.accumulators.online.CalibrationOps.by_key`), merged by
+  :class:`CalibrationStatesCombineFn`;
 * ``clicks@k``, ``rr_first_click``, ``abandonment``: a request is whole in its shard, so its terms
   (:func:`~streameval.metrics.online.click_request_terms`) are computed there and summed into
   MeanMoments states, as the ranking metrics.
 
 Counters as the per-record transforms: ``online:no_score``, ``online:not_labelled``,
+``online:score_not_probability``,
 ``online:no_group:<field>``, ``online:requests``, ``online:requests_not_logged``.
 """
 
@@ -32,20 +37,30 @@ from apache_beam import pvalue
 from apache_beam.coders import FastPrimitivesCoder
 
 from ..accumulators.moments import MeanMoments
-from ..accumulators.online import CountArrays, GaucOps, auc_result, gauc_group_sums, hist_auc_result
+from ..accumulators.online import CalibrationOps, CountArrays, GaucOps, auc_result, gauc_group_sums, hist_auc_result
+from ..metrics import calibration as cal
 from ..metrics import online as om
 from . import columnar as col
-from .online import LABEL_SOURCES, UNJUDGED_POLICIES, gauc_rows, group_slice, hist_rows, with_interval
+from .online import (
+    LABEL_SOURCES,
+    UNJUDGED_POLICIES,
+    calibration_rows,
+    gauc_rows,
+    group_slice,
+    hist_rows,
+    with_interval,
+)
 from .threads import counter
 from .transforms import NAMESPACE, metric_row
 
-__all__ = ["OnlineColumns", "CountsCombineFn", "GaucStatesCombineFn", "GaucShard", "online_rows", "supported",
-           "TAG_AUC", "TAG_HIST", "TAG_GAUC", "TAG_REQUESTS"]
+__all__ = ["OnlineColumns", "CountsCombineFn", "GaucStatesCombineFn", "CalibrationStatesCombineFn", "GaucShard",
+           "online_rows", "supported", "TAG_AUC", "TAG_HIST", "TAG_GAUC", "TAG_CALIBRATION", "TAG_REQUESTS"]
 
 TAG_AUC, TAG_HIST, TAG_GAUC, TAG_REQUESTS = "online_auc", "online_auc_hist", "online_gauc", "online_requests"
+TAG_CALIBRATION = "online_calibration"
 #: scored impressions on their way to their judgments (labels from judgments)
 TAG_EXAMPLES = "online_examples"
-SCORE_TAGS = (TAG_AUC, TAG_HIST, TAG_GAUC)
+SCORE_TAGS = (TAG_AUC, TAG_HIST, TAG_GAUC, TAG_CALIBRATION)
 TAGS = (*SCORE_TAGS, TAG_REQUESTS, TAG_EXAMPLES)
 #: the columns the label stage needs of a scored impression
 _EXAMPLE_FIELDS = ("query_id", "item_id", "score", "timestamp", "system_id", "attributes", "user_id", "request_id")
@@ -82,6 +97,9 @@ class OnlineColumns:
         self.auc = "auc" in families
         self.auc_hist = "auc_hist" in families
         self.groups = sorted({s.group for s in self.specs if s.family == "gauc"})
+        self.calibration = [s for s in self.specs if s.calibration]
+        self.calibration_ops = CalibrationOps(s.k for s in self.calibration if s.family == "ece")
+        self.outside = counter(NAMESPACE, "online:score_not_probability")
         self.request_specs = [s for s in self.specs if s.per_request]
         self.scores = any(s.needs_scores for s in self.specs)
         self.attr_keys = sorted({a for names in slice_specs for a in names})
@@ -135,12 +153,19 @@ class OnlineColumns:
         yield from self.labelled_states(ex, ex["clicked"] == 1)
 
     def labelled_states(self, ex, label):
-        """Tagged AUC, histogram AUC and GAUC outputs of examples ``ex`` (impression columns with
-        scores) and their labels (bool, shape (n,))."""
+        """Tagged AUC, histogram AUC, GAUC and calibration outputs of examples ``ex`` (impression
+        columns with scores) and their labels (bool, shape (n,))."""
         if not ex["n"]:
             return
         score = ex["score"]
         keys = list(self._keys(ex))
+        if self.calibration:
+            prob = cal.probability_mask(score)
+            self.outside.inc(int(len(prob) - prob.sum()))
+            if prob.any():
+                for code, names in keys:
+                    for k, state in self.calibration_ops.by_key(code[prob], score[prob], label[prob]):
+                        yield pvalue.TaggedOutput(TAG_CALIBRATION, (names[k], state))
         if self.auc or self.auc_hist:
             bins = om.hist_bin_index(score, self.hist.lo, self.hist.hi, self.hist.bins) if self.auc_hist else None
             for code, names in keys:
@@ -309,6 +334,32 @@ class CountsCombineFn(beam.CombineFn):
         return FastPrimitivesCoder()
 
 
+class CalibrationStatesCombineFn(beam.CombineFn):
+    """Merges :class:`~streameval.accumulators.online.CalibrationOps` states; output as
+    :class:`~streameval.beam.online.CalibrationCombineFn`."""
+
+    def __init__(self, ops: CalibrationOps):
+        self.ops = ops
+
+    def create_accumulator(self):
+        return self.ops.create()
+
+    def add_input(self, acc, state):
+        return self.ops.merge([acc, state])
+
+    def merge_accumulators(self, accumulators):
+        return self.ops.merge(accumulators)
+
+    def compact(self, acc):
+        return acc
+
+    def extract_output(self, acc):
+        return self.ops.extract(acc)
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()
+
+
 class GaucStatesCombineFn(beam.CombineFn):
     """Merges :class:`~streameval.accumulators.online.GaucOps` states; output as
     :class:`~streameval.beam.online.GaucCombineFn`."""
@@ -353,6 +404,10 @@ def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: floa
         parts.append(outputs[TAG_HIST]
                      | "MergeHistAuc" >> beam.CombinePerKey(CountsCombineFn("auc_hist"))
                      | "HistAucRows" >> beam.FlatMap(hist_rows))
+    if online.calibration:
+        parts.append(outputs[TAG_CALIBRATION]
+                     | "MergeCalibration" >> beam.CombinePerKey(CalibrationStatesCombineFn(online.calibration_ops))
+                     | "CalibrationRows" >> beam.FlatMap(calibration_rows, online.calibration))
     if online.groups:
         weightings = {g: tuple(s.weighting for s in online.specs if s.family == "gauc" and s.group == g)
                       for g in online.groups}

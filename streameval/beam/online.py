@@ -16,11 +16,13 @@ CombineFns (inputs -> output; accumulators are plain lists / dicts, FastPrimitiv
 -> ``(auc, n, stderr, max_error)``; :class:`GaucCombineFn` ``(auc, n_pos, n_neg)`` ->
 ``([(gauc, groups, stderr) per weighting], groups_excluded)``; :class:`ClickRequestCombineFn`
 impression dicts -> the request's state; :class:`OpeCombineFn` ``(reward, target_prob,
-logging_prob)`` -> ``{"ips", "snips", "mean_weight", "ess"}``.
+logging_prob)`` -> ``{"ips", "snips", "mean_weight", "ess"}``; :class:`CalibrationCombineFn`
+``(probability, label)`` -> :meth:`~streameval.accumulators.online.CalibrationOps.extract`'s dict.
 
 Counters (namespace ``streameval``): ``online:no_score`` (impressions without a score, left out of
 score-based metrics), ``online:not_labelled`` (``clicked`` null under ``labels="clicks"``),
-``online:unjudged`` (no judgment under ``labels="judgments"``), ``online:no_group:<field>``
+``online:unjudged`` (no judgment under ``labels="judgments"``), ``online:score_not_probability``
+(labelled impressions whose score is outside [0, 1], left out of the calibration metrics), ``online:no_group:<field>``
 (GAUC group id missing), ``online:requests`` and ``online:requests_not_logged`` (requests whose
 impressions all have ``clicked`` null), ``ope:impressions``, ``ope:not_logged`` and the rejections
 ``rejected:impression:<reason>`` of :class:`OffPolicyCtr` (also in its ``rejected`` output).
@@ -36,7 +38,7 @@ from apache_beam import pvalue
 from apache_beam.coders import FastPrimitivesCoder
 from apache_beam.metrics import Metrics
 
-from ..accumulators.online import AucOps, ClickRequestOps, GaucOps, HistAucOps, OpeOps
+from ..accumulators.online import AucOps, CalibrationOps, ClickRequestOps, GaucOps, HistAucOps, OpeOps
 from ..io import records
 from ..metrics import online as om
 from ..metrics.names import MetricNameError, parse_metrics
@@ -61,6 +63,8 @@ __all__ = [
     "GaucCombineFn",
     "ClickRequestCombineFn",
     "OpeCombineFn",
+    "CalibrationCombineFn",
+    "calibration_rows",
     "LabelFromJudgments",
     "OnlineMetrics",
     "OffPolicyCtr",
@@ -201,6 +205,57 @@ class OpeCombineFn(beam.CombineFn):
         return FastPrimitivesCoder()
 
 
+class CalibrationCombineFn(beam.CombineFn):
+    """Log loss, Brier score, calibration ratio and ECE over each of ``bins`` fixed-width bins.
+    Inputs ``(probability in [0, 1], label)``; output
+    :meth:`~streameval.accumulators.online.CalibrationOps.extract`'s dict."""
+
+    def __init__(self, bins=()):
+        self.ops = CalibrationOps(bins)
+
+    def create_accumulator(self):
+        return self.ops.create()
+
+    def add_input(self, acc, element):
+        p, label = element
+        return self.ops.add(acc, p, label)
+
+    def merge_accumulators(self, accumulators):
+        return self.ops.merge(accumulators)
+
+    def compact(self, acc):
+        return acc
+
+    def extract_output(self, acc):
+        return self.ops.extract(acc)
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()
+
+
+def calibration_bin_name(bins: int, b: int, what: str) -> str:
+    """The row of one reliability-diagram bin: ``calibration_bin[bins=B,k=b]:predicted`` (mean
+    predicted probability) or ``:observed`` (click rate); ``b`` 0-based, the bin
+    ``(b / B, (b + 1) / B]``."""
+    return f"calibration_bin[bins={bins},k={b}]:{what}"
+
+
+def calibration_rows(kv, specs):
+    """The rows of one key's :class:`CalibrationCombineFn` output for the requested ``specs``
+    (calibration :class:`~streameval.metrics.online.OnlineSpec`); each ``ece[bins=B]`` also gives
+    its reliability-diagram rows (:func:`calibration_bin_name`, ``num_queries``: the bin's
+    examples; ``stderr`` of the click rate)."""
+    (ws, we, label, system), res = kv
+    for s in specs:
+        if s.family == "ece":
+            yield metric_row(ws, we, label, system, s.name, *res["ece"][s.k])
+            for b, n, pred, obs, se in res["bins"][s.k]:
+                yield metric_row(ws, we, label, system, calibration_bin_name(s.k, b, "predicted"), pred, n, None)
+                yield metric_row(ws, we, label, system, calibration_bin_name(s.k, b, "observed"), obs, n, se)
+        else:
+            yield metric_row(ws, we, label, system, s.name, *res[s.family])
+
+
 # --------------------------------------------------------------------------------------------
 # names
 
@@ -225,6 +280,8 @@ def split_metric_names(names) -> tuple[list[str], list[str]]:
         names = _join_parameter_lists(om._split_names(names))
     ranking, online = [], []
     for n in names:
+        if str(n).strip().lower().startswith("ece["):
+            om.parse_online_metric(n)  # an ECE with bad parameters: its own message
         if om.is_online_metric(n):
             online.append(n)
             continue
@@ -355,6 +412,12 @@ class OnlineMetrics(beam.PTransform):
     * ``clicks@k`` / ``clicks``, ``rr_first_click`` (``[clicked]``), ``abandonment``: means over
       requests ((system_id, request_id)) with logged clicks (``num_queries``: requests; ``stderr``:
       of the mean).
+    * ``logloss``, ``brier``, ``calibration``, ``ece[bins=B]``: calibration of the score read as the
+      predicted click probability (:mod:`streameval.metrics.calibration`); impressions whose score
+      is outside [0, 1] are left out and counted (``online:score_not_probability``);
+      ``num_queries``: examples; ``stderr``: of the mean (log loss, Brier), of the ratio
+      (calibration), none (ECE). Each ``ece[bins=B]`` also gives the rows of its reliability
+      diagram, ``calibration_bin[bins=B,k=b]:predicted`` and ``:observed`` per non-empty bin.
 
     Labels (score-based metrics): ``labels="clicks"`` (default; ``clicked``, impressions with null
     ``clicked`` left out) or ``"judgments"`` (``grade >= relevance_level`` from ``judgments``, see
@@ -428,6 +491,9 @@ class OnlineMetrics(beam.PTransform):
                 h = self.hist
                 parts.append(keyed | "HistAuc" >> beam.CombinePerKey(HistAucCombineFn(h.lo, h.hi, h.bins))
                              | "HistAucRows" >> beam.FlatMap(hist_rows))
+        cal_specs = [s for s in specs if s.calibration]
+        if cal_specs:
+            parts.append(self._calibration(examples, wm, cal_specs))
         groups: dict = {}
         for s in specs:
             if s.family == "gauc":
@@ -435,6 +501,22 @@ class OnlineMetrics(beam.PTransform):
         for group, weightings in groups.items():
             parts.extend(self._gauc(examples, wm, group, tuple(weightings)))
         return parts
+
+    def _calibration(self, examples, wm, specs):
+        outside = Metrics.counter(NAMESPACE, "online:score_not_probability")
+        slice_specs = self.slice_specs
+
+        def keyed(r):
+            p = float(r["score"])
+            if not 0.0 <= p <= 1.0:
+                outside.inc()
+                return []
+            return [(k, (p, r["label"])) for k in _keys(r, wm, slice_specs)]
+
+        bins = sorted({s.k for s in specs if s.family == "ece"})
+        return (examples | "KeyProbabilities" >> beam.FlatMap(keyed)
+                | "Calibration" >> beam.CombinePerKey(CalibrationCombineFn(bins))
+                | "CalibrationRows" >> beam.FlatMap(calibration_rows, specs))
 
     def _gauc(self, examples, wm, group, weightings):
         field = om.GAUC_GROUPS[group]

@@ -10,6 +10,13 @@ as a band, one panel per slice and one line per system; global-window rows give 
 error bars (groups: slices, bars: systems). The page ``DIR/report.html`` holds every plot
 (embedded as base64 PNG, so the file stands alone) and the tables of rows.
 
+Reliability diagrams: the rows ``calibration_bin[bins=B,k=b]:predicted`` and ``:observed`` (written with
+each ``ece[bins=B]``: a bin's mean predicted probability and click rate, ``num_queries`` its examples)
+give one diagram per B instead of a plot per row: per slice, one line per system of observed click
+rate against mean predicted probability, with Wilson intervals and the diagonal of perfect
+calibration. The global-window rows are drawn when there are any; else the windows' rows are pooled
+(each bin's means weighted by its examples: the diagram of the whole period).
+
 Intervals: a row's own ``ci_low``/``ci_high`` when it has them; otherwise the report computes one
 with :func:`streameval.metrics.stats.row_interval` (Wilson for CTR, Student t from ``stderr`` and
 ``num_queries`` otherwise) at ``--confidence``, marked with ``*`` in the tables. Streaming rows with
@@ -35,6 +42,8 @@ from ..exits import EXIT_USAGE, one_line
 __all__ = ["main", "read_rows", "prepare_rows", "write_report", "build_arg_parser"]
 
 _FLOAT_FIELDS = ("value", "stderr", "ci_low", "ci_high", "ci_level")
+#: a reliability-diagram row (:func:`streameval.beam.online.calibration_bin_name`)
+_BIN_ROW = re.compile(r"calibration_bin\[bins=(\d+),k=(\d+)\]:(predicted|observed)")
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -249,6 +258,85 @@ def _plot_global(plt, metric, rows):
     return fig
 
 
+def _bins_of(row):
+    m = _BIN_ROW.fullmatch(row["metric"])
+    return int(m.group(1)) if m else None
+
+
+def reliability_points(rows) -> dict:
+    """``{bins: {(slice, system): [(bin, examples, mean predicted, click rate), ...]}}`` of the
+    reliability rows among ``rows`` (one row per key, as :func:`prepare_rows` gives), bins ascending.
+    Global-window rows when there are any for a bin count, else the windows pooled (means weighted
+    by the bins' examples)."""
+    found: dict = defaultdict(list)
+    for r in rows:
+        m = _BIN_ROW.fullmatch(r["metric"])
+        if m and _ok(r["value"]) and r["num_queries"]:
+            found[int(m.group(1))].append((r, int(m.group(2)), m.group(3)))
+    out = {}
+    for bins, items in sorted(found.items()):
+        glob = [x for x in items if x[0]["window_start"] is None]
+        acc: dict = defaultdict(lambda: [0, 0.0, 0, 0.0])  # n and n * mean, for predicted and observed
+        for r, k, what in (glob or items):
+            a = acc[(r["slice"], r["system"], k)]
+            j = 0 if what == "predicted" else 2
+            a[j] += r["num_queries"]
+            a[j + 1] += r["num_queries"] * r["value"]
+        per: dict = defaultdict(list)
+        for (sl, system, k), (n, sp, n2, so) in sorted(acc.items()):
+            if n and n2:
+                per[(sl, system)].append((k, n, sp / n, so / n2))
+        out[bins] = dict(per)
+    return out
+
+
+def _plot_reliability(plt, bins, points, level):
+    from ..metrics import stats
+
+    slices = _sort_slices({sl for sl, _ in points})
+    systems = sorted({sy for _, sy in points})
+    ncols = min(3, len(slices))
+    nrows = -(-len(slices) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.8 * ncols, 4.6 * nrows), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, sl in zip(axes.flat, slices):
+        ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1, label="perfect calibration")
+        for i, system in enumerate(systems):
+            pts = points.get((sl, system))
+            if not pts:
+                continue
+            x = [p for _, _, p, _ in pts]
+            y = [o for _, _, _, o in pts]
+            ci = [stats.wilson_interval(round(o * n), n, level) for _, n, _, o in pts]
+            err = [[max(o - lo, 0.0) for o, (lo, _) in zip(y, ci)], [max(hi - o, 0.0) for o, (_, hi) in zip(y, ci)]]
+            ax.errorbar(x, y, yerr=err, marker="o", markersize=4, capsize=3, color=colors[i % len(colors)],
+                        label=system)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_aspect("equal")
+        ax.set_title(f"reliability, {bins} bins - {sl}", fontsize=10)
+        ax.set_xlabel("mean predicted probability")
+        ax.set_ylabel("observed click rate")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(slices):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def _reliability_table(bins, points) -> str:
+    head = ("slice", "system", "bin", "n", "mean predicted", "observed")
+    out = ["<table class='bins'><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+    for (sl, system), pts in sorted(points.items(), key=lambda kv: (kv[0][0] != "all", kv[0])):
+        for k, n, pred, obs in pts:
+            cells = [html.escape(sl), html.escape(system), f"({k / bins:g}, {(k + 1) / bins:g}]"]
+            out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells)
+                       + f"<td class='n'>{n}</td><td class='n'>{pred:.4f}</td><td class='n'>{obs:.4f}</td></tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
 # --------------------------------------------------------------------------------------------
 # html
 
@@ -307,13 +395,17 @@ def write_report(rows, out_dir: str, title: str = "streameval report", level: fl
     rows = prepare_rows(rows, level)
     if metrics:
         wanted = set(metrics)
-        rows = [r for r in rows if r["metric"] in wanted]
+        # ece[bins=B] brings its reliability rows
+        ece = {m[9:-1] for m in wanted if m.startswith("ece[bins=") and m.endswith("]")}
+        rows = [r for r in rows if r["metric"] in wanted
+                or (_BIN_ROW.fullmatch(r["metric"]) and _BIN_ROW.fullmatch(r["metric"]).group(1) in ece)]
     if not rows:
         raise ValueError("no metric rows to report")
     os.makedirs(out_dir, exist_ok=True)
     by_metric = defaultdict(list)
     for r in rows:
-        by_metric[r["metric"]].append(r)
+        if not _BIN_ROW.fullmatch(r["metric"]):
+            by_metric[r["metric"]].append(r)
     sections, pngs, used = [], [], set()
     for metric in progress.bar(_metric_order(by_metric), desc="plots", unit="metric"):
         mrows = by_metric[metric]
@@ -342,9 +434,28 @@ def write_report(rows, out_dir: str, title: str = "streameval report", level: fl
                         f"<img src='data:image/png;base64,{base64.b64encode(data).decode('ascii')}' "
                         f"alt='{html.escape(alt)}'>\n" + _table(prow))
         sections.append(f"<section id='{_slug(metric)}'><h2>{html.escape(metric)}</h2>\n" + "\n".join(body) + "</section>")
+    diagrams = reliability_points(rows)
+    for bins, points in diagrams.items():
+        fig = _plot_reliability(plt, bins, points, level)
+        name = f"reliability_{bins}"
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        plt.close(fig)
+        data = buf.getvalue()
+        path = os.path.join(out_dir, name + ".png")
+        with open(path, "wb") as fo:
+            fo.write(data)
+        pngs.append(path)
+        alt = f"reliability diagram over {bins} bins: observed click rate against mean predicted probability"
+        sections.append(f"<section id='{name}'><h2>reliability diagram (ece[bins={bins}])</h2>\n"
+                        f"<p class='note'>Bars: Wilson intervals at level {level:g}; dashed: perfect calibration."
+                        f"{'' if any(r['window_start'] is None for r in rows if _bins_of(r) == bins) else ' Windows pooled.'}"
+                        f"</p>\n<img src='data:image/png;base64,{base64.b64encode(data).decode('ascii')}' "
+                        f"alt='{html.escape(alt)}'>\n" + _reliability_table(bins, points) + "</section>")
     methods = sorted({r.get("ci_method") for r in rows if r.get("ci_method")})
     computed = sum(r["_ci_computed"] for r in rows)
-    nav = " | ".join(f"<a href='#{_slug(m)}'>{html.escape(m)}</a>" for m in _metric_order(by_metric))
+    nav = " | ".join([f"<a href='#{_slug(m)}'>{html.escape(m)}</a>" for m in _metric_order(by_metric)]
+                     + [f"<a href='#reliability_{b}'>reliability ({b} bins)</a>" for b in diagrams])
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>

@@ -25,6 +25,9 @@ Click metrics per request
 Off-policy CTR
     IPS (Horvitz and Thompson 1952; Precup et al. 2000) and self-normalised IPS (Swaminathan and
     Joachims, NeurIPS 2015) with standard errors (:func:`ips_from_sums`, :func:`snips_from_sums`).
+Calibration
+    log loss, Brier score, calibration ratio, ECE: parsed here, defined in
+    :mod:`streameval.metrics.calibration`.
 """
 
 from __future__ import annotations
@@ -87,13 +90,15 @@ _WEIGHT_ALIASES = {"impressions": "impressions", "impression": "impressions", "i
 DEFAULT_GAUC_GROUP = "user"
 DEFAULT_GAUC_WEIGHTING = "impressions"
 
-_FAMILIES = ("auc", "auc_hist", "gauc", "ctr", "clicks", "rr_first_click", "abandonment")
+_FAMILIES = ("auc", "auc_hist", "gauc", "ctr", "clicks", "rr_first_click", "abandonment", "logloss", "brier",
+             "calibration", "ece")
 
 
 @dataclass(frozen=True)
 class OnlineSpec:
     """One online metric. ``family`` one of auc, auc_hist, gauc, ctr, clicks, rr_first_click,
-    abandonment; ``k`` the cutoff of clicks@k or the position of ctr@pos{k}; ``group`` and
+    abandonment, logloss, brier, calibration, ece (:mod:`streameval.metrics.calibration`); ``k`` the
+    cutoff of clicks@k, the position of ctr@pos{k} or the bins of ece; ``group`` and
     ``weighting`` of GAUC; ``clicked_only`` for ``rr_first_click[clicked]``."""
 
     family: str
@@ -106,8 +111,11 @@ class OnlineSpec:
     def name(self) -> str:
         """Canonical name used in result rows: ``auc``, ``auc_hist``, ``gauc[user,impressions]``,
         ``ctr``, ``ctr@pos2``, ``clicks@3``, ``clicks``, ``rr_first_click``,
-        ``rr_first_click[clicked]``, ``abandonment``."""
+        ``rr_first_click[clicked]``, ``abandonment``, ``logloss``, ``brier``, ``calibration``,
+        ``ece[bins=10]``."""
         f = self.family
+        if f == "ece":
+            return f"ece[bins={self.k}]"
         if f == "gauc":
             return f"gauc[{self.group},{self.weighting}]"
         if f == "ctr":
@@ -120,8 +128,13 @@ class OnlineSpec:
 
     @property
     def needs_scores(self) -> bool:
-        """True for the score-based metrics (auc, auc_hist, gauc)."""
-        return self.family in ("auc", "auc_hist", "gauc")
+        """True for the score-based metrics (auc, auc_hist, gauc and the calibration metrics)."""
+        return self.family in ("auc", "auc_hist", "gauc", "logloss", "brier", "calibration", "ece")
+
+    @property
+    def calibration(self) -> bool:
+        """True for the calibration metrics (logloss, brier, calibration, ece): score as probability."""
+        return self.family in ("logloss", "brier", "calibration", "ece")
 
     @property
     def per_request(self) -> bool:
@@ -134,7 +147,8 @@ class OnlineSpec:
 
 _ACCEPTED = ("auc, auc_hist, gauc, gauc[GROUP] or gauc[GROUP,WEIGHTING] (GROUP user/query/request, "
              "WEIGHTING impressions/clicks/unweighted), ctr, ctr@pos{p}, clicks, clicks@k, rr_first_click, "
-             "rr_first_click[clicked], abandonment")
+             "rr_first_click[clicked], abandonment, logloss, brier, calibration, ece or ece[bins=B] (fixed-width "
+             "bins, B from 1 to 10000, default 10)")
 
 
 def parse_online_metric(name: str) -> OnlineSpec:
@@ -170,7 +184,33 @@ def parse_online_metric(name: str) -> OnlineSpec:
         return OnlineSpec("rr_first_click", clicked_only=bool(m.group(1)))
     if low in ("abandonment", "abandonment_rate"):
         return OnlineSpec("abandonment")
+    if low in ("logloss", "log_loss", "cross_entropy"):
+        return OnlineSpec("logloss")
+    if low in ("brier", "brier_score", "brier_score_loss"):
+        return OnlineSpec("brier")
+    if low in ("calibration", "calibration_ratio"):
+        return OnlineSpec("calibration")
+    m = re.fullmatch(r"ece(?:\[(.*)\])?", low)
+    if m:
+        return OnlineSpec("ece", k=_ece_bins(name, m.group(1)))
     raise MetricNameError(f"unknown online metric {name!r}; accepted: {_ACCEPTED}")
+
+
+def _ece_bins(name, params) -> int:
+    """The bins of ``ece[...]``: none (10), ``B`` or ``bins=B``; quantile bins are refused."""
+    from .calibration import DEFAULT_BINS, MAX_BINS
+
+    if params is None:
+        return DEFAULT_BINS
+    parts = params.split(",")
+    if any(p in ("quantile", "strategy=quantile") for p in parts):
+        raise MetricNameError(f"bad ECE name {name!r}: quantile bins are not exactly mergeable and are not offered; "
+                              f"use fixed-width bins ece[bins=B]")
+    m = re.fullmatch(r"(?:bins=)?(\d+)(?:,(?:uniform|strategy=uniform))?", params)
+    if not m or not 1 <= int(m.group(1)) <= MAX_BINS:
+        raise MetricNameError(f"bad ECE name {name!r}: expected ece, ece[bins=B] or ece[B] with B an integer from 1 "
+                              f"to {MAX_BINS}")
+    return int(m.group(1))
 
 
 def parse_online_metrics(names) -> list[OnlineSpec]:
