@@ -267,8 +267,6 @@ def records_needed(args) -> list[str]:
     need = []
     if online:
         need.extend(columnar_online.supported(online_labels(args)))
-    if args.compare_baseline:
-        need.append("--compare-baseline")
     if args.complete:
         need.append("--complete")
     return need
@@ -411,13 +409,16 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         decoder=getattr(args, "avro_decoder", None), in_process=getattr(args, "in_process", False),
         threads=getattr(args, "work_threads", 1), time_range=parse_time_range(args.event_time_range),
         online=online, labels=online_labels(args), unjudged=args.unjudged, hist_bins=args.hist_bins, hist_range=_hist_range(args.hist_range),
-        group_rows=args.group_rows, ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed)
+        group_rows=args.group_rows, ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed,
+        compare_baseline=args.compare_baseline if judgment_paths and ranking else None)
     rows = p | "Metrics" >> col
     if col.unjudged is not None:
         # lists of requests, one per shard: one text element (lines) each (an empty list writes no line)
         lines = (col.unjudged
                  | "UnjudgedJson" >> beam.FlatMap(_text_pieces))
         write_jsonl(lines, args.output, "unjudged", "Unjudged", lines=True, shards=output_shards(args))
+    if col.comparisons is not None:
+        write_jsonl(col.comparisons, args.output, "comparisons", "Comparisons", shards=output_shards(args))
     _write_outputs(rows, col.dead_letters, args.output, output_shards(args), getattr(args, "alert_rules", None))
     return rows, col.dead_letters
 

@@ -97,7 +97,7 @@ def _run(tmp, name, imp_files, judg, extra):
                            *extra])
         assert code == 0, engine
         res = {}
-        for f in ("metrics.jsonl", "dead_letters.jsonl", "unjudged.jsonl"):
+        for f in ("metrics.jsonl", "dead_letters.jsonl", "unjudged.jsonl", "comparisons.jsonl"):
             lines = (o / f).read_text().splitlines() if (o / f).exists() else []
             res[f] = sorted(json.dumps(json.loads(x), sort_keys=True) for x in lines)
         res["counters"] = json.loads((o / "summary.json").read_text())["counters"]
@@ -150,6 +150,11 @@ def _conflict_free(letters):
     (14, ["--ci", "bootstrap", "--replicates", "64", "--ci-seed", "5", "--window", "1h", "--slices", "device",
           "--metrics", "all_trec,ndcg@3"]),
     (15, ["--ci", "bootstrap", "--workers", "2", "--ci-level", "0.9", "--metrics", "map,P@5,num_rel_ret"]),
+    # paired comparisons with a baseline: per (window, slice, query) system means of their requests
+    (16, ["--compare-baseline", "B", "--window", "1h", "--slices", "device", "--replicates", "40",
+          "--metrics", "ndcg@5,map,P@3,num_ret"]),
+    (17, ["--compare-baseline", "A", "--ci", "bootstrap", "--workers", "2", "--ci-seed", "3", "--slices",
+          "campaign+device", "--metrics", "all_trec"]),
 ])
 def test_columnar_engine_equals_the_record_engine(tmp_path, seed, extra):
     imp_files, judg = _messy_logs(seed)
@@ -158,6 +163,9 @@ def test_columnar_engine_equals_the_record_engine(tmp_path, seed, extra):
     assert rec["metrics.jsonl"], "the reference computed no row"
     assert col["metrics.jsonl"] == rec["metrics.jsonl"]
     assert col["unjudged.jsonl"] == rec["unjudged.jsonl"]
+    assert col["comparisons.jsonl"] == rec["comparisons.jsonl"]
+    if "--compare-baseline" in extra:
+        assert rec["comparisons.jsonl"], "the reference compared nothing"
     assert _conflict_free(col["dead_letters.jsonl"]) == _conflict_free(rec["dead_letters.jsonl"])
     nonzero = lambda c: {k: v for k, v in c.items() if v}  # noqa: E731
     assert nonzero(col["counters"]) == nonzero(rec["counters"])
@@ -505,7 +513,7 @@ def test_the_job_says_when_the_per_record_engine_runs_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "per-record engine" not in err
     assert json.loads((tmp_path / "a" / "summary.json").read_text())["engine"] == "columnar"
-    assert batch.main([*common, "--output", str(tmp_path / "b"), "--metrics", "map", "--compare-baseline", "A"]) == 0
+    assert batch.main([*common, "--output", str(tmp_path / "b"), "--metrics", "map", "--complete"]) == 0
     notes = [x for x in capsys.readouterr().err.splitlines() if "per-record engine" in x]
-    assert len(notes) == 1 and "--compare-baseline" in notes[0], notes
+    assert len(notes) == 1 and "--complete" in notes[0], notes
     assert json.loads((tmp_path / "b" / "summary.json").read_text())["engine"] == "records"

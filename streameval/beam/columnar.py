@@ -1237,8 +1237,14 @@ class _ResolveShard(ThreadedDoFn):
 
 class _ScoreShard(ThreadedDoFn):
     def __init__(self, specs, options: MetricOptions, order: str, tie_break: str, score_precision: str, depth,
-                 window_micros, slice_specs, threads: int = 1, bootstrap=None):
+                 window_micros, slice_specs, threads: int = 1, bootstrap=None, compare=None):
         self.threads = int(threads)
+        #: (baseline system, replicates, seed) of the paired comparisons, or None
+        self.compare = compare
+        if compare is not None:
+            from ..accumulators.bootstrap import PairedComparison
+
+            self.pc = PairedComparison(len(specs), compare[1], seed=compare[2])
         #: (replicates, seed) of the Poisson bootstrap, or None (means only)
         self.bootstrap = bootstrap
         self.specs = specs
@@ -1327,6 +1333,12 @@ class _ScoreShard(ThreadedDoFn):
             rq = rq_sel
         values = self._values(r, rq, jqc, jd, jg, nq)
         yield from self._means(r, values)
+        if self.compare is not None:
+            from .columnar_compare import paired_states
+
+            for kv in paired_states(self.pc, self.compare[0], r["min_ts"], r["system_id"], r["attributes"],
+                                    r["query_id"], values, self.window_micros, self.slice_specs):
+                yield pvalue.TaggedOutput("comparisons", kv)
 
     def _values(self, r, rq, jqc, jd, jg, nq) -> np.ndarray:
         """(n_metrics, n_requests) metric values of the requests of ``r`` (all judged and rankable)."""
@@ -1458,7 +1470,12 @@ class ColumnarMetrics(beam.PTransform):
     judgments, ``unjudged``, ``hist_bins``, ``hist_range`` and ``group_rows`` as in
     :class:`~streameval.beam.online.OnlineMetrics`, whose rows they equal
     (:mod:`streameval.beam.columnar_online`). Not covered (the job uses the per-record transforms for
-    them): bootstrap intervals, ``complete``, per-query scores for comparisons.
+    them): ``complete``.
+
+    ``ci="bootstrap"`` (``replicates``, ``ci_seed``): Poisson bootstrap intervals of the ranking
+    metrics, as ScoreRankings'. ``compare_baseline``: a system; after application ``.comparisons``
+    holds the rows of :class:`~streameval.beam.stats.CompareSystems` with that baseline
+    (:mod:`streameval.beam.columnar_compare`).
 
     ``in_process``: the values between stages stay in this process's memory and only their keys go
     through Beam (:func:`freeze`); only for Beam's in-process local runner (``FnApiRunner`` with no
@@ -1486,12 +1503,14 @@ class ColumnarMetrics(beam.PTransform):
                  threads=1, time_range=None, allowed_lateness=0, online=(), labels="clicks", unjudged="exclude",
                  hist_bins=1000,
                  hist_range=(0.0, 1.0), group_rows=False, ci="t", replicates=DEFAULT_REPLICATES, ci_seed=0,
-                 label=None):
+                 compare_baseline=None, label=None):
         super().__init__(label)
         if ci not in ("t", "bootstrap"):
             raise ValueError("ci must be 't' or 'bootstrap'")
         PoissonBootstrap(1, replicates, ci_seed)  # validates
         self.ci, self.replicates, self.ci_seed = ci, int(replicates), int(ci_seed)
+        self.compare_baseline = compare_baseline
+        self.comparisons = None
         from ..accumulators.online import HistAucOps
         from ..metrics.online import parse_online_metrics
         from .columnar_online import supported
@@ -1588,12 +1607,21 @@ class ColumnarMetrics(beam.PTransform):
                       | "ScoreShards" >> beam.ParDo(_ScoreShard(
                           self.specs, self.options, self.order, self.tie_break, self.score_precision, self.depth,
                           self.window_micros, self.slice_specs, self.threads,
-                          (self.replicates, self.ci_seed) if self.ci == "bootstrap" else None),
+                          (self.replicates, self.ci_seed) if self.ci == "bootstrap" else None,
+                          (self.compare_baseline, self.replicates, self.ci_seed) if self.compare_baseline else None),
                           beam.pvalue.AsMultiMap(resolved.judgments))
-                      .with_outputs("dead_letters", "unjudged", main="means"))
+                      .with_outputs("dead_letters", "unjudged", "comparisons", main="means"))
             dead.append(scored.dead_letters)
             self.unjudged = scored.unjudged
             names = [s.name for s in self.specs]
+            if self.compare_baseline:
+                from .columnar_compare import PairedStatesCombineFn
+                from .stats import _comparison_rows
+
+                self.comparisons = (scored.comparisons
+                                    | "MergeComparisons" >> beam.CombinePerKey(PairedStatesCombineFn(
+                                        len(names), self.replicates, level=self.ci_level, seed=self.ci_seed))
+                                    | "ComparisonRows" >> beam.FlatMap(_comparison_rows, names))
             totals = [s.is_count for s in self.specs]
             if self.ci == "bootstrap":
                 rows.append(scored.means

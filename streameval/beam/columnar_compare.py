@@ -1,0 +1,98 @@
+"""Paired comparisons against a baseline system on the columnar engine (``--compare-baseline``).
+
+The same comparison rows as :class:`~streameval.beam.stats.CompareSystems` after
+:class:`~streameval.beam.transforms.ScoreRankings`: a query's requests are all in one query shard of
+the engine's scoring stage, so the pairing happens there, vectorised. Per (window, slice, query)
+each system's value of a metric is the mean of its requests' values (NaN skipped: the exact sum,
+:func:`math.fsum`, over the count, as :func:`streameval.beam.stats._system_means`); every system
+present with the baseline is paired with it (``B - A``, A the baseline), and the shard's queries of a
+(window, slice, A, B) key are added to one
+:class:`~streameval.accumulators.bootstrap.PairedComparison` state, merged across shards by
+:class:`PairedStatesCombineFn`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..accumulators.bootstrap import PairedComparison
+from . import columnar as col
+from .stats import PairedCombineFn
+
+__all__ = ["paired_states", "system_means", "PairedStatesCombineFn"]
+
+
+def system_means(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per run ``[start, end)`` of the columns of ``values`` (shape (n_metrics, n)): the mean of each
+    metric over the run, NaN skipped (NaN when every value is); shape (n_metrics, n_runs). Each sum
+    is the correctly rounded exact sum (:func:`math.fsum`), so the means equal a per-run fsum."""
+    nan = np.isnan(values)
+    counts = np.add.reduceat((~nan).astype(np.int64), starts, axis=1) if len(starts) else \
+        np.zeros((len(values), 0), np.int64)
+    filled = np.where(nan, 0.0, values)
+    sums = filled[:, starts].copy()
+    several = np.flatnonzero(ends - starts > 1)
+    if len(several):
+        rows = filled.tolist()
+        for i in several.tolist():
+            lo, hi = int(starts[i]), int(ends[i])
+            for m, row in enumerate(rows):
+                sums[m, i] = math.fsum(row[lo:hi])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.where(counts > 0, counts, 1), np.nan)
+
+
+def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attributes: dict, query_id, values,
+                  window_micros, slice_specs):
+    """``((window_start, window_end, slice, baseline, other), PairedComparison state)`` pairs of one
+    query shard's requests: ``values`` shape (n_metrics, n_requests); ``min_ts``, ``system_id``,
+    ``attributes`` and ``query_id`` per request (as :func:`~streameval.beam.columnar.mean_states`).
+    Keys whose baseline scored none of the queries give nothing."""
+    nreq = len(min_ts)
+    if not nreq:
+        return
+    scode, svals = col._ordered(system_id)  # codes in the order of the names: pairs as sorted(systems)
+    names = svals.to_pylist()
+    if baseline not in names:
+        return
+    base = names.index(baseline)
+    S = len(names)
+    qcode, qvals = col._encode(query_id)
+    qnames = qvals.to_pylist()
+    Q = len(qnames)
+    wcode, wkeys = col._windows(min_ts, window_micros)
+    for lcode, lvals in col._labels(attributes, nreq, slice_specs):
+        group = (wcode * len(lvals) + lcode) * Q + qcode
+        key = group * S + scode
+        order, starts, ends = col._group_bounds(key)
+        means = system_means(values[:, order], starts, ends)
+        seg_key = key[order[starts]]
+        seg_group, seg_sys = seg_key // S, seg_key % S
+        # segments sorted by (group, system): a group's baseline segment, if any, then the others
+        is_base = seg_sys == base
+        base_of = {int(g): i for i, g in zip(np.flatnonzero(is_base).tolist(), seg_group[is_base].tolist())}
+        states: dict = {}
+        for i, g, s in zip(range(len(seg_key)), seg_group.tolist(), seg_sys.tolist()):
+            b = base_of.get(g)
+            if b is None or s == base:
+                continue
+            q = g % Q
+            rest = g // Q
+            li = rest % len(lvals)
+            wi = rest // len(lvals)
+            k = (*wkeys[wi], lvals[li], baseline, names[s])
+            st = states.get(k)
+            if st is None:
+                st = states[k] = pc.create()
+            pc.add(st, qnames[q], means[:, b], means[:, i])
+        for k, st in states.items():
+            yield k, pc.compact(st)
+
+
+class PairedStatesCombineFn(PairedCombineFn):
+    """:class:`~streameval.beam.stats.PairedCombineFn` whose inputs are PairedComparison states."""
+
+    def add_input(self, acc, state):
+        return self._pc.merge([acc, state])
