@@ -390,6 +390,37 @@ class PairedComparison:
                 state[4] = None
         return state
 
+    def add_many(self, state: list, a_values, b_values, keys, boot_weights=None, sign_weights=None,
+                 index=None) -> list:
+        """Add n queries at once, the same value as :meth:`add` one by one: ``a_values``,
+        ``b_values`` shape (n_metrics, n); ``keys`` the n query keys; ``boot_weights`` /
+        ``sign_weights`` with ``index``: tables of the queries' bootstrap and sign weights
+        (:meth:`ReplicateSums.weights` of the distinct keys) and each query's row in them, so
+        queries sharing a key draw their weights once (see :meth:`ReplicateSums.add_many`)."""
+        a = np.array(a_values, dtype=np.float64, ndmin=2)
+        b = np.array(b_values, dtype=np.float64, ndmin=2)
+        if a.shape != b.shape or a.shape[0] != self.n or a.shape[1] != len(keys):
+            raise ValueError(f"expected ({self.n}, {len(keys)}) values per system, got {a.shape} and {b.shape}")
+        nan = np.isnan(a) | np.isnan(b)
+        a[nan] = np.nan
+        b[nan] = np.nan
+        d = b - a
+        n = len(keys)
+        self.mm.add_many(state[0], np.vstack([a, b, d]))
+        if boot_weights is None:
+            self.boot.add_many(state[1], d, keys=keys)
+            self.signs.add_many(state[2], d, keys=keys)
+        else:
+            self.boot.add_many(state[1], d, weights=boot_weights, index=index)
+            self.signs.add_many(state[2], d, weights=sign_weights, index=index)
+        if state[4] is not None:
+            if state[3] + n <= self.exact_max:
+                state[4].extend([stats.stable_key(k), d[:, i].tolist()] for i, k in enumerate(keys))
+            else:
+                state[4] = None
+        state[3] += n
+        return state
+
     def merge(self, states) -> list:
         states = list(states)
         if not states:

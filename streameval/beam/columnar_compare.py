@@ -21,7 +21,11 @@ from ..accumulators.bootstrap import PairedComparison
 from . import columnar as col
 from .stats import PairedCombineFn
 
-__all__ = ["paired_states", "system_means", "PairedStatesCombineFn"]
+__all__ = ["paired_states", "system_means", "PairedStatesCombineFn", "MAX_TABLE"]
+
+#: the most weights of a shard's distinct queries kept in memory at once (int64: 256 MB); beyond, each
+#: block of queries draws its own
+MAX_TABLE = 1 << 25
 
 
 def system_means(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -62,6 +66,9 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
     qcode, qvals = col._encode(query_id)
     qnames = qvals.to_pylist()
     Q = len(qnames)
+    boot_table = sign_table = None
+    if Q * (pc.boot.r + pc.signs.r) <= MAX_TABLE:  # each query's weights drawn once for every key it is in
+        boot_table, sign_table = pc.boot.weights(qnames), pc.signs.weights(qnames)
     wcode, wkeys = col._windows(min_ts, window_micros)
     for lcode, lvals in col._labels(attributes, nreq, slice_specs):
         group = (wcode * len(lvals) + lcode) * Q + qcode
@@ -70,24 +77,25 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
         means = system_means(values[:, order], starts, ends)
         seg_key = key[order[starts]]
         seg_group, seg_sys = seg_key // S, seg_key % S
-        # segments sorted by (group, system): a group's baseline segment, if any, then the others
+        # the baseline's segment of each (window, slice, query) group, and every other system's
         is_base = seg_sys == base
-        base_of = {int(g): i for i, g in zip(np.flatnonzero(is_base).tolist(), seg_group[is_base].tolist())}
-        states: dict = {}
-        for i, g, s in zip(range(len(seg_key)), seg_group.tolist(), seg_sys.tolist()):
-            b = base_of.get(g)
-            if b is None or s == base:
-                continue
-            q = g % Q
-            rest = g // Q
-            li = rest % len(lvals)
-            wi = rest // len(lvals)
-            k = (*wkeys[wi], lvals[li], baseline, names[s])
-            st = states.get(k)
-            if st is None:
-                st = states[k] = pc.create()
-            pc.add(st, qnames[q], means[:, b], means[:, i])
-        for k, st in states.items():
+        base_seg = np.full(int(group.max()) + 1, -1, dtype=np.int64)
+        base_seg[seg_group[is_base]] = np.flatnonzero(is_base)
+        other = np.flatnonzero(~is_base & (base_seg[seg_group] >= 0))
+        if not len(other):
+            continue
+        # one key per (window, slice, other system): its queries added at once
+        wl = seg_group[other] // Q
+        pair = wl * S + seg_sys[other]
+        porder, pstarts, pends = col._group_bounds(pair)
+        for lo, hi in zip(pstarts.tolist(), pends.tolist()):
+            segs = other[porder[lo:hi]]
+            k = int(pair[porder[lo]])
+            s, rest = k % S, k // S
+            k = (*wkeys[rest // len(lvals)], lvals[rest % len(lvals)], baseline, names[s])
+            q = seg_group[segs] % Q
+            st = pc.add_many(pc.create(), means[:, base_seg[seg_group[segs]]], means[:, segs],
+                             [qnames[i] for i in q.tolist()], boot_table, sign_table, q)
             yield k, pc.compact(st)
 
 
