@@ -58,13 +58,22 @@ def _trec_eval_parser() -> argparse.ArgumentParser:
 
 
 def _summary(spec, values, n) -> float:
-    """trec_eval's summary of a measure over ``n`` queries: the total of the counts, exp of the mean
-    log for gm_map / gm_bpref (meas_avg.c, te_calc_avg_meas_s_gm), else the mean."""
+    """trec_eval's summary of a measure over ``n`` queries (meas_acc.c, meas_avg.c): the values added
+    one after the other in query order (``cumsum`` adds sequentially, as trec_eval's accumulator; an
+    exactly rounded sum can differ in the last bit, which shows when the mean is a 4-decimal tie),
+    then the total of the counts, exp of the mean log for gm_map / gm_bpref (te_calc_avg_meas_s_gm),
+    else the sum divided by ``n``."""
     import math
 
+    if len(values) == 0:
+        return 0.0
     if spec.average == "geometric":
-        return math.exp(math.fsum(math.log(v) for v in values.tolist()) / n)
-    total = math.fsum(values.tolist())
+        logs = [math.log(v) for v in values.tolist()]
+        total = 0.0
+        for x in logs:
+            total += x
+        return math.exp(total / n)
+    total = float(values.cumsum()[-1])
     return total if spec.is_count else total / n
 
 
