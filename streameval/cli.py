@@ -17,9 +17,9 @@ __all__ = ["main", "trec_eval_main"]
 # recall levels ascending; our own measures (dcg, err) after the nearest trec_eval ones.
 _TREC_FAMILY_ORDER = ("num_ret", "num_rel", "num_rel_ret", "map", "gm_map", "Rprec", "bpref", "recip_rank",
                       "iprec_at_recall", "P", "recall", "infAP", "gm_bpref", "Rprec_mult", "utility", "11pt_avg",
-                      "binG", "dcg", "ndcg", "ndcg_cut", "map_cut", "err", "relative_P", "success", "set_P",
-                      "set_relative_P", "set_recall", "set_map", "set_F", "num_nonrel_judged_ret", "rbp",
-                      "rbp_resid", "unj")
+                      "binG", "G", "dcg", "ndcg", "ndcg_rel", "Rndcg", "ndcg_cut", "map_cut", "err", "relative_P",
+                      "success", "set_P", "set_relative_P", "set_recall", "set_map", "set_F",
+                      "num_nonrel_judged_ret", "rbp", "rbp_resid", "unj")
 
 
 def _trec_sort_key(spec):
@@ -42,8 +42,8 @@ def _trec_eval_parser() -> argparse.ArgumentParser:
                    help="measure(s): trec_eval names (P_10, ndcg_cut_10, map_cut_100, recall_100, success_1, "
                         "recip_rank, Rprec, bpref, num_rel_ret, gm_map, iprec_at_recall_0.10, set_F, infAP, ...; "
                         "docs/metrics.md), trec_eval's parameter forms (P.5,10, ndcg_cut.10, rbp.p=0.95, "
-                        "utility.2,-1,0,0), runid, num_q, our forms (ndcg@10, mrr@10, err@20), 'all_trec' or 'official' "
-                        "(default). Repeatable.")
+                        "utility.2,-1,0,0), runid, num_q, our forms (ndcg@10, mrr@10, err@20), 'all_trec' or "
+                        "'official' (default). Repeatable.")
     p.add_argument("-q", dest="per_query", action="store_true", help="also print each query's values")
     p.add_argument("-c", dest="complete", action="store_true",
                    help="average over every query of the qrels; queries without results score 0")

@@ -201,3 +201,31 @@ def test_random_collections_match_built_trec_eval(trec_eval_bin, tmp_path, seed)
         expected = _our_lines(want.stdout)
         assert len(expected) > 30
         assert buf.getvalue().splitlines() == expected, args
+
+
+def test_new_families_with_shared_histograms_and_chunks(monkeypatch):
+    """The columnar engine's layout (several ranked lists sharing one judgment histogram,
+    RankedLists.judged_index) and compute()'s chunks give the same values as one list per histogram."""
+    import numpy as np
+
+    from streameval.metrics import kernel
+    from streameval.metrics.kernel import RankedLists, compute
+
+    rnd = random.Random(5)
+    judged = [[rnd.choice([0, 0, 1, 2, 3, -1]) for _ in range(rnd.randint(1, 30))] for _ in range(12)]
+    ranked, owner = [], []
+    for h, js in enumerate(judged):
+        for _ in range(rnd.randint(1, 3)):
+            pool = js + [None] * 5
+            ranked.append(rnd.sample(pool, rnd.randint(0, len(pool))))
+            owner.append(h)
+    specs = [s for s in ALL_TREC if s.trec_name not in {t.trec_name for t in ALL_TREC[:3]}]
+    specs += parse_metrics(["rbp.p=0.6", "rbp_resid.p=0.3", "utility.1,-2,0.5,0.25", "iprec_at_recall.0.33"])
+    alone = compute(RankedLists.from_lists(ranked, [judged[h] for h in owner]), specs)
+    per_hist = RankedLists.from_lists([[]] * len(judged), judged)
+    shared = RankedLists.from_lists(ranked, [[]] * len(ranked))
+    shared = RankedLists(shared.offsets, shared.grades, per_hist.judged_offsets, per_hist.judged_values,
+                         per_hist.judged_counts, np.asarray(owner))
+    np.testing.assert_array_equal(compute(shared, specs), alone)
+    monkeypatch.setattr(kernel, "CHUNK_ITEMS", 40)
+    np.testing.assert_array_equal(compute(shared, specs), alone)

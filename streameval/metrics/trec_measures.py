@@ -236,6 +236,143 @@ def _rbp_resid(b, spec):
     return np.where(count > 0, pw[b.lengths] + (1 - p) * total, 0.0)
 
 
+# ---- gains per relevance level: G, ndcg_rel, Rndcg ------------------------------------------------
+# trec_eval's setup_gains (gain_init.c) with no parameters: the gain of a judged grade is the grade;
+# the ideal ranking lists the query's positive judged grades in decreasing order (trec_eval walks
+# its levels from the largest gain down, skipping empty ones). MetricOptions.gain does not apply.
+
+def _seg_cumsum(values, lengths):
+    """Running sums of ``values`` within each segment (``lengths``), each added one after the other
+    from the segment's start, as trec_eval's loops add them."""
+    n, total = len(lengths), len(values)
+    out = np.zeros(total)
+    if total == 0:
+        return out
+    starts = np.zeros(n, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    longest = int(lengths.max())
+    if n * longest <= 4 * total + 1024:
+        rows = np.repeat(np.arange(n), lengths)
+        cols = np.arange(total) - np.repeat(starts, lengths)
+        m = np.zeros((n, longest))
+        m[rows, cols] = values
+        return np.cumsum(m, axis=1)[rows, cols]
+    for s, k in zip(starts.tolist(), lengths.tolist()):
+        if k:
+            out[s:s + k] = np.cumsum(values[s:s + k])
+    return out
+
+
+def _ideal(b):
+    """Per histogram: the positive judged grades in decreasing order, expanded (``E``), each
+    histogram's start in it and length (I), the running ideal DCG along it (``Ecum``), and per
+    histogram the start and number of its distinct positive grades in ``b.hv``."""
+    def make():
+        pos = b.hv > 0
+        counts = np.where(pos, b.hc, 0)
+        I = np.bincount(b.hq, weights=counts, minlength=b.ng).astype(np.int64)
+        E = np.repeat(b.hv[pos], b.hc[pos])
+        estart = np.zeros(b.ng, dtype=np.int64)
+        np.cumsum(I[:-1], out=estart[1:])
+        j = np.arange(len(E)) - np.repeat(estart, I)
+        Ecum = _seg_cumsum(E / np.log2(j + 2.0), I)
+        ndist = np.bincount(b.hq, weights=pos, minlength=b.ng).astype(np.int64)
+        return E, estart, I, Ecum, b.joff[:-1], ndist
+    return b.cached("trec_ideal", make)
+
+
+def _hist_of_lists(b):
+    return np.arange(b.n) if b.gidx is None else b.gidx
+
+
+def _level_gains(b):
+    with np.errstate(invalid="ignore"):
+        return np.where(b.g >= 0, b.g, 0.0)
+
+
+def _run_dcg(b):
+    """Running DCG at each ranked item with trec_eval's level gains (m_ndcg_rel.c, m_Rndcg.c)."""
+    return b.cached("trec_rdcg", lambda: _seg_cumsum(_level_gains(b) / np.log2(b.rank + 1.0), b.lengths))
+
+
+def _last_of_list(b, running):
+    """The last running value of each list (0 for an empty one)."""
+    last, has = b._last(None)
+    return np.where(has, running[last] if len(running) else 0.0, 0.0)
+
+
+def _g(b, spec):
+    """trec_eval m_G.c: sum over ranked items of gain / log2(2 + cost so far - gain so far), the cost
+    of rank j the ideal gain there (at least 1; 1 past the ideal list), divided by the sum of the
+    positive judged grades."""
+    E, estart, I, _, _, _ = _ideal(b)
+    h = _hist_of_lists(b)[b.qidx]
+    j = b.rank - 1
+    inside = j < I[h]
+    ideal = np.where(inside, E[np.where(inside, estart[h] + j, 0)] if len(E) else 0.0, 0.0)
+    cost = np.where(ideal >= 1.0, ideal, 1.0)
+    rg = _level_gains(b)
+    so_far = (2.0 + b.within("trec_cost", cost)) - b.within("trec_gain", rg)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        term = np.where(rg != 0, rg / np.log2(so_far), 0.0)
+    total_ideal = b.per_list(np.bincount(b.hq, weights=np.where(b.hv > 0, b.hv * b.hc, 0.0), minlength=b.ng))
+    out = np.zeros(b.n)
+    np.divide(b.segsum(term), total_ideal, out=out, where=total_ideal > 0)
+    return out
+
+
+def _ndcg_rel(b, spec):
+    """trec_eval m_ndcg_rel.c: nDCG at each ranked item of positive gain (the ideal cut at the
+    ideal list's end), plus the final nDCG once for each positive judgment not ranked, divided by
+    the number of positive judgments."""
+    E, estart, I, Ecum, _, _ = _ideal(b)
+    hl = _hist_of_lists(b)
+    h = hl[b.qidx]
+    rdcg = _run_dcg(b)
+    gained = _level_gains(b) > 0  # implies I[h] >= 1
+    at = np.where(gained, estart[h] + np.minimum(b.rank, I[h]) - 1, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        term = np.where(gained, rdcg / (Ecum[at] if len(Ecum) else 1.0), 0.0)
+        Iq = I[hl]
+        itotal = np.where(Iq > 0, Ecum[np.maximum(estart[hl] + Iq - 1, 0)] if len(Ecum) else 0.0, 0.0)
+        missing = (Iq - b.count_top("trec_gained", gained)).astype(np.float64)
+        total = b.segsum(term) + missing * _last_of_list(b, rdcg) / itotal
+        out = np.where(total > 0, total / Iq, 0.0)
+    return out
+
+
+def _rndcg(b, spec):
+    """trec_eval m_Rndcg.c: the mean of nDCG at each change of the ideal gain (after the last item of
+    each positive grade of the ideal list, the run's DCG cut at the ranked items), plus the nDCG at
+    the end of the ranking when it runs at least two items past the ideal list; 0 without relevant
+    judgments (at the relevance level)."""
+    E, estart, I, Ecum, hstart, ndist = _ideal(b)
+    hl = _hist_of_lists(b)
+    rdcg = _run_dcg(b)
+    nd = ndist[hl]
+    rep = np.repeat(np.arange(b.n), nd)
+    k = np.arange(len(rep)) - np.repeat(np.concatenate(([0], np.cumsum(nd)[:-1])), nd)
+    hr = hl[rep]
+    # transition t: the number of ideal positions before the next grade (cumulative counts)
+    cum_counts = np.zeros(len(rep))
+    if len(rep):
+        cum_counts = _seg_cumsum(b.hc[hstart[hr] + k].astype(np.float64), nd)
+    t = cum_counts.astype(np.int64)
+    ret = b.lengths[rep]
+    upto = np.minimum(t, ret)
+    run_at = np.where(upto > 0, rdcg[np.maximum(b.off[:-1][rep] + upto - 1, 0)] if len(rdcg) else 0.0, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        term = run_at / Ecum[estart[hr] + t - 1] if len(rep) else np.zeros(0)
+        total = np.bincount(rep, weights=term, minlength=b.n)
+        Iq = I[hl]
+        extra = b.lengths >= Iq + 2
+        itotal = np.where(Iq > 0, Ecum[np.maximum(estart[hl] + Iq - 1, 0)] if len(Ecum) else 0.0, 0.0)
+        total = np.where(extra & (itotal > 0), total + _last_of_list(b, rdcg) / itotal, total)
+        count = nd + (extra & (itotal > 0))
+        out = np.where((b.num_rel > 0) & (count > 0), total / count, 0.0)
+    return out
+
+
 FUNCS = {
     "gm_map": _gm_map,
     "gm_bpref": _gm_bpref,
@@ -255,4 +392,7 @@ FUNCS = {
     "num_nonrel_judged_ret": _num_nonrel_judged_ret,
     "rbp": _rbp,
     "rbp_resid": _rbp_resid,
+    "G": _g,
+    "ndcg_rel": _ndcg_rel,
+    "Rndcg": _rndcg,
 }
