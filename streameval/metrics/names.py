@@ -23,6 +23,9 @@ num_rel         ``num_rel``                                   ``num_rel``
 num_rel_ret     ``num_rel_ret``                               ``num_rel_ret``
 ==============  ===========================================  ====================
 
+The other trec_eval 10 families (gm_map, iprec_at_recall, set_F, infAP, rbp, ...) are spelled as in
+trec_eval, with its parameters: see :mod:`streameval.metrics.trec_names`.
+
 trec_eval's parameter lists expand to several specs: ``P.5,10`` gives ``P@5`` and ``P@10``.
 ``all_trec`` expands to every implemented trec_eval measure at trec_eval's default cutoffs.
 """
