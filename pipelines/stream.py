@@ -787,7 +787,7 @@ def build_pipeline(p, args, paths):
         grade_range=_grades(args.grades), time_range=parse_time_range(args.event_time_range),
         ci_level=args.ci_level, intervals=args.intervals)
     rows = srcs["impressions"] | "StreamMetrics" >> sm
-    names = [s.name for s in parse_metrics(split_metrics(args.metrics))] if ranking else []
+    names = [s.name for s in parse_metrics(split_metrics(args.metrics), arithmetic="the Beam jobs")] if ranking else []
     me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
     # running totals after each pane: this process's counts are the whole job's on the local runner only
     # (other runners: wait_reporting prints the job's counters from the launcher)
@@ -914,7 +914,7 @@ def main(argv=None) -> int:
         _grades(args.grades)
         parse_time_range(args.event_time_range)
         if args.judgments or any(getattr(args, f"{s}_judgments") for s in ("pubsub", "kafka")):
-            parse_metrics(split_metrics(args.metrics))
+            parse_metrics(split_metrics(args.metrics), arithmetic="the Beam jobs")
         paths = {k: [] for k in KINDS}
         if args.replay:
             if not args.impressions:

@@ -139,10 +139,14 @@ def score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str 
 
 def aggregate(values: np.ndarray, spec: MetricSpec) -> float:
     """The summary of one metric over queries: the mean (exactly rounded sum / count, the rule the
-    mergeable accumulators use, so batch, stream and library agree to the bit), or the total for
-    num_ret / num_rel / num_rel_ret as trec_eval prints them. No queries: NaN."""
+    mergeable accumulators use, so batch, stream and library agree to the bit), the total for
+    num_ret / num_rel / num_rel_ret / num_nonrel_judged_ret as trec_eval prints them, or for gm_map /
+    gm_bpref (``spec.average == "geometric"``) trec_eval's geometric mean, exp of the mean log of the
+    per-query values (floored at 0.00001). No queries: NaN."""
     if len(values) == 0:
         return math.nan
+    if spec.average == "geometric":
+        return math.exp(math.fsum(math.log(v) for v in values.tolist()) / len(values))
     total = math.fsum(values.tolist())
     return total if spec.is_count else total / len(values)
 

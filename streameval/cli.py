@@ -13,21 +13,21 @@ import sys
 
 __all__ = ["main", "trec_eval_main"]
 
-# trec_eval prints measures in the order of its measure table (measures.c), cutoffs ascending.
-_TREC_FAMILY_ORDER = ("num_ret", "num_rel", "num_rel_ret", "map", "Rprec", "bpref", "recip_rank", "P",
-                      "recall", "dcg", "ndcg", "err", "success")
+# trec_eval prints measures in the order of its measure table (measures.c, TREC_MEAS), cutoffs and
+# recall levels ascending; our own measures (dcg, err) after the nearest trec_eval ones.
+_TREC_FAMILY_ORDER = ("num_ret", "num_rel", "num_rel_ret", "map", "gm_map", "Rprec", "bpref", "recip_rank",
+                      "iprec_at_recall", "P", "recall", "infAP", "gm_bpref", "Rprec_mult", "utility", "11pt_avg",
+                      "binG", "G", "dcg", "ndcg", "ndcg_rel", "Rndcg", "ndcg_cut", "map_cut", "err", "relative_P",
+                      "success", "set_P", "set_relative_P", "set_recall", "set_map", "set_F",
+                      "num_nonrel_judged_ret", "rbp", "rbp_resid", "unj")
 
 
 def _trec_sort_key(spec):
     fam = spec.family
-    # trec_eval: ndcg, then ndcg_cut, then map_cut, then success (after the plain measures)
-    if fam == "map" and spec.k is not None:
-        rank = _TREC_FAMILY_ORDER.index("ndcg") + 0.5
-    elif fam == "ndcg" and spec.k is not None:
-        rank = _TREC_FAMILY_ORDER.index("ndcg") + 0.25
-    else:
-        rank = _TREC_FAMILY_ORDER.index(fam)
-    return (rank, -1 if spec.k is None else spec.k)
+    if fam in ("map", "ndcg") and spec.k is not None:
+        fam += "_cut"
+    level = float(spec.param) if fam in ("iprec_at_recall", "Rprec_mult") else 0.0
+    return (_TREC_FAMILY_ORDER.index(fam), -1 if spec.k is None else spec.k, level)
 
 
 def _trec_eval_parser() -> argparse.ArgumentParser:
@@ -40,9 +40,10 @@ def _trec_eval_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="TREC run file: qid Q0 docno rank score tag")
     p.add_argument("-m", dest="measures", action="append", default=None, metavar="MEASURE",
                    help="measure(s): trec_eval names (P_10, ndcg_cut_10, map_cut_100, recall_100, success_1, "
-                        "recip_rank, Rprec, bpref, num_rel_ret), trec_eval's parameter forms (P.5,10, "
-                        "ndcg_cut.10), our forms (ndcg@10, mrr@10, err@20), 'all_trec' or 'official' "
-                        "(default). Repeatable.")
+                        "recip_rank, Rprec, bpref, num_rel_ret, gm_map, iprec_at_recall_0.10, set_F, infAP, ...; "
+                        "docs/metrics.md), trec_eval's parameter forms (P.5,10, ndcg_cut.10, rbp.p=0.95, "
+                        "utility.2,-1,0,0), runid, num_q, our forms (ndcg@10, mrr@10, err@20), 'all_trec' or "
+                        "'official' (default). Repeatable.")
     p.add_argument("-q", dest="per_query", action="store_true", help="also print each query's values")
     p.add_argument("-c", dest="complete", action="store_true",
                    help="average over every query of the qrels; queries without results score 0")
@@ -54,6 +55,26 @@ def _trec_eval_parser() -> argparse.ArgumentParser:
                    help="ndcg/dcg gain: linear (trec_eval, gain = grade) or exponential (2^grade - 1)")
     p.add_argument("--err-max-grade", type=float, default=4, help="ERR's maximum grade (default 4)")
     return p
+
+
+def _summary(spec, values, n) -> float:
+    """trec_eval's summary of a measure over ``n`` queries (meas_acc.c, meas_avg.c): the values added
+    one after the other in query order (``cumsum`` adds sequentially, as trec_eval's accumulator; an
+    exactly rounded sum can differ in the last bit, which shows when the mean is a 4-decimal tie),
+    then the total of the counts, exp of the mean log for gm_map / gm_bpref (te_calc_avg_meas_s_gm),
+    else the sum divided by ``n``."""
+    import math
+
+    if len(values) == 0:
+        return 0.0
+    if spec.average == "geometric":
+        logs = [math.log(v) for v in values.tolist()]
+        total = 0.0
+        for x in logs:
+            total += x
+        return math.exp(total / n)
+    total = float(values.cumsum()[-1])
+    return total if spec.is_count else total / n
 
 
 def _fmt_value(spec, v) -> str:
@@ -100,8 +121,6 @@ def trec_eval_main(argv=None, out=None) -> int:
 
 
 def _trec_eval_main(argv, out) -> int:
-    import math
-
     from .api import score_queries
     from .io import trec
     from .metrics.names import OFFICIAL_TREC, MetricNameError, parse_metrics
@@ -119,6 +138,8 @@ def _trec_eval_main(argv, out) -> int:
     run = qrels = None
     try:
         specs = parse_metrics(asked) if asked else ([] if args.measures else list(OFFICIAL_TREC))
+        only_header = not specs  # -m runid / -m num_q alone: score one measure for the queries, print none
+        specs = specs or parse_metrics(["num_ret"])
         # ids of regular ASCII files stay bytes (no str conversion); the rank column is only checked
         run, qrels = trec._read_for_eval(args.run, args.qrels)
         if len(run) == 0:
@@ -144,6 +165,8 @@ def _trec_eval_main(argv, out) -> int:
         except ValueError as e:
             # the fast path does not look for bad lines; find the one behind the refusal
             raise _trec_input_error(e, run, qrels, args.run, args.qrels) from e
+        if only_header:
+            specs = []
     except (MetricNameError, ValueError, OSError) as e:
         print(f"streameval trec-eval: {_one_line(e)}", file=sys.stderr)
         return 2
@@ -154,8 +177,10 @@ def _trec_eval_main(argv, out) -> int:
     names = [s.trec_name or s.name for s in specs]
     if args.per_query:
         qids = prep.qids.astype(str) if prep.qids.dtype.kind == "S" else prep.qids  # ASCII bytes
+        single = [i for i, s in enumerate(specs) if s.average != "geometric"]  # gm_*: summary only
         for j, q in enumerate(qids):
-            for i, s in enumerate(specs):
+            for i in single:
+                s = specs[i]
                 write("%-22s\t%s\t%s\n" % (names[i], q, _fmt_value(s, values[i, j])))
     if show_runid:
         write("%-22s\t%s\t%s\n" % ("runid", "all", run.tag))
@@ -167,9 +192,7 @@ def _trec_eval_main(argv, out) -> int:
             # qrels line with grade > 0, whatever -l says.
             total = float((qrels.grade > 0).sum())
         else:
-            total = math.fsum(values[i].tolist())
-            if not s.is_count:
-                total /= len(prep.qids)
+            total = _summary(s, values[i], len(prep.qids))
         write("%-22s\t%s\t%s\n" % (names[i], "all", _fmt_value(s, total)))
     return 0
 

@@ -592,7 +592,7 @@ class ScoreRankings(beam.PTransform):
         self.ci_seed = int(ci_seed)
         self.scores = None
         self.judgments = judgments
-        self.specs = parse_metrics(metrics)
+        self.specs = parse_metrics(metrics, arithmetic="the Beam jobs")
         self.options = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal,
                                      err_max_grade=err_max_grade)
         from ..metrics.prepare import check_ranking_options

@@ -101,7 +101,7 @@ def compare_runs(qrels, run_a, runs_b, metrics, *, names=None, level: float = 0.
 
     if adjust not in ADJUST_METHODS:
         raise ValueError(f"adjust must be one of {', '.join(ADJUST_METHODS)}, got {adjust!r}")
-    specs = parse_metrics(metrics)
+    specs = parse_metrics(metrics, arithmetic="the paired tests of compare")
     names = list(names) if names is not None else ["A"] + [f"B{i + 1}" for i in range(len(runs_b))]
     kw = {"replicates": bootstrap.DEFAULT_REPLICATES if replicates is None else replicates,
           "flips": bootstrap.DEFAULT_FLIPS if flips is None else flips,

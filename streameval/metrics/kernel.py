@@ -457,6 +457,9 @@ _FUNCS = {
 }
 
 
+from .trec_measures import FUNCS as _TREC_FUNCS  # noqa: E402  (they use _Batch's helpers)
+
+
 def compute(lists: RankedLists, specs: list[MetricSpec], options: MetricOptions | None = None) -> np.ndarray:
     """Score every query of ``lists`` on every metric of ``specs``.
 
@@ -502,5 +505,6 @@ def _compute(lists: RankedLists, specs: list[MetricSpec], opts: MetricOptions) -
     b = _Batch(lists, opts)
     out = np.empty((len(specs), b.n), dtype=np.float64)
     for i, spec in enumerate(specs):
-        out[i] = _FUNCS[spec.family](b, spec.k)
+        fn = _FUNCS.get(spec.family)
+        out[i] = fn(b, spec.k) if fn is not None else _TREC_FUNCS[spec.family](b, spec)
     return out

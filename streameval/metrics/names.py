@@ -23,6 +23,9 @@ num_rel         ``num_rel``                                   ``num_rel``
 num_rel_ret     ``num_rel_ret``                               ``num_rel_ret``
 ==============  ===========================================  ====================
 
+The other trec_eval 10 families (gm_map, iprec_at_recall, set_F, infAP, rbp, ...) are spelled as in
+trec_eval, with its parameters: see :mod:`streameval.metrics.trec_names`.
+
 trec_eval's parameter lists expand to several specs: ``P.5,10`` gives ``P@5`` and ``P@10``.
 ``all_trec`` expands to every implemented trec_eval measure at trec_eval's default cutoffs.
 """
@@ -31,6 +34,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from . import trec_names
 
 __all__ = [
     "MetricSpec",
@@ -41,6 +46,7 @@ __all__ = [
     "MAX_CUTOFF",
     "ALL_TREC",
     "OFFICIAL_TREC",
+    "check_arithmetic",
 ]
 
 #: the largest cutoff and depth (positions are Avro ints in the logs; trec_eval's ranks are C ints)
@@ -63,10 +69,14 @@ class MetricSpec:
 
     family: str
     k: int | None = None
+    #: trec_eval's parameter of the families of :mod:`streameval.metrics.trec_names` ("": default)
+    param: str = ""
 
     @property
     def name(self) -> str:
         """Canonical name used in result rows, e.g. ``ndcg@10``, ``P@5``, ``map``."""
+        if self.family in trec_names.FAMILIES:
+            return trec_names.trec_name(self)
         if self.family == "recip_rank" and self.k is not None:
             return f"mrr@{self.k}"
         base = _DISPLAY[self.family]
@@ -76,6 +86,8 @@ class MetricSpec:
     def trec_name(self) -> str | None:
         """The name trec_eval prints for this measure, or ``None`` if trec_eval lacks it."""
         f, k = self.family, self.k
+        if f in trec_names.FAMILIES:
+            return trec_names.trec_name(self)
         if k is None:
             return f if f in _TREC_PLAIN else None
         return f"{_TREC_CUT[f]}_{k}" if f in _TREC_CUT else None
@@ -83,7 +95,16 @@ class MetricSpec:
     @property
     def is_count(self) -> bool:
         """True for num_ret / num_rel / num_rel_ret (trec_eval sums them in ``all``)."""
-        return self.family in ("num_ret", "num_rel", "num_rel_ret")
+        return self.family in ("num_ret", "num_rel", "num_rel_ret", "num_nonrel_judged_ret")
+
+    @property
+    def average(self) -> str:
+        """How the per-query values are summarised over queries: ``"mean"`` (arithmetic),
+        ``"total"`` (the counts, :attr:`is_count`) or ``"geometric"`` (gm_map, gm_bpref: trec_eval's
+        exp of the mean log, values floored at :data:`trec_names.MIN_GEO_MEAN`)."""
+        if self.is_count:
+            return "total"
+        return "geometric" if self.family in trec_names.GEOMETRIC else "mean"
 
     def __str__(self) -> str:  # pragma: no cover - convenience
         return self.name
@@ -153,7 +174,7 @@ ACCEPTED = (
     "P@k P_k P.k1,k2 precision@k | recall@k recall_k | success@k success_k hit@k | "
     "recip_rank mrr rr mrr@k rr@k | map ap map@k map_cut_k | Rprec | bpref | "
     "dcg dcg@k | ndcg ndcg@k ndcg_cut_k ndcg_cut.k1,k2 | err@k (default k=20 for plain 'err') | "
-    "num_ret num_rel num_rel_ret | all_trec"
+    "num_ret num_rel num_rel_ret | all_trec | " + trec_names.ACCEPTED
 )
 
 _ERR_DEFAULT_K = 20
@@ -183,6 +204,9 @@ def _parse_one(raw: str) -> list[MetricSpec]:
     if not name:
         raise MetricNameError(f"empty metric name. Accepted: {ACCEPTED}")
     low = name.lower()
+    more = trec_names.parse(name)
+    if more is not None:
+        return more
     if low == "all_trec":
         return list(ALL_TREC)
     if low == "official":
@@ -230,25 +254,46 @@ def parse_metric(name: str) -> list[MetricSpec]:
     return _parse_one(name)
 
 
-def parse_metrics(names) -> list[MetricSpec]:
-    """Parse a name or an iterable of names; duplicates are dropped, first order kept."""
+def parse_metrics(names, *, arithmetic: str | None = None) -> list[MetricSpec]:
+    """Parse a name or an iterable of names; duplicates are dropped, first order kept.
+
+    ``arithmetic``: for a consumer that aggregates arithmetic means and totals only (the Beam jobs),
+    its name: ``all_trec`` / ``official`` then leave out gm_map and gm_bpref, and naming one of them
+    raises :class:`MetricNameError` (:func:`check_arithmetic`)."""
     if isinstance(names, (str, MetricSpec)):
         names = [names]
     seen: dict[MetricSpec, None] = {}
     for n in names:
         specs = [n] if isinstance(n, MetricSpec) else parse_metric(n)
+        if arithmetic and isinstance(n, str) and n.strip().lower() in ("all_trec", "official"):
+            specs = [s for s in specs if s.average != "geometric"]
         for s in specs:
             seen.setdefault(s, None)
     if not seen:
         raise MetricNameError(f"no metrics requested. Accepted: {ACCEPTED}")
-    return list(seen)
+    out = list(seen)
+    if arithmetic:
+        check_arithmetic(out, arithmetic)
+    return out
+
+
+def check_arithmetic(specs, where: str) -> None:
+    """Raise :class:`MetricNameError` when a spec is not summarised by an arithmetic mean or a total
+    (gm_map, gm_bpref): ``where`` (e.g. "the Beam jobs") aggregates those two only."""
+    bad = [s.name for s in specs if s.average == "geometric"]
+    if bad:
+        raise MetricNameError(f"{', '.join(bad)}: a geometric mean over queries (trec_eval); {where} "
+                              "aggregate arithmetic means and totals only (all_trec leaves it out there): "
+                              "use 'streameval trec-eval' or evaluate()")
 
 
 def _trec_set(with_extras: bool) -> tuple[MetricSpec, ...]:
     specs = [MetricSpec("num_ret"), MetricSpec("num_rel"), MetricSpec("num_rel_ret"), MetricSpec("map"),
-             MetricSpec("Rprec"), MetricSpec("bpref"), MetricSpec("recip_rank")]
+             MetricSpec("gm_map"), MetricSpec("Rprec"), MetricSpec("bpref"), MetricSpec("recip_rank")]
+    specs += trec_names.defaults("iprec_at_recall")
     specs += [MetricSpec("P", k) for k in TREC_DEFAULT_CUTOFFS]
     if with_extras:
+        specs += trec_names.all_trec_extras()
         specs += [MetricSpec("recall", k) for k in TREC_DEFAULT_CUTOFFS]
         specs += [MetricSpec("ndcg")]
         specs += [MetricSpec("ndcg", k) for k in TREC_DEFAULT_CUTOFFS]

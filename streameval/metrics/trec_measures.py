@@ -1,0 +1,398 @@
+"""Vectorised definitions of the trec_eval 10 measures of :mod:`streameval.metrics.trec_names`.
+
+Each function scores a batch (:class:`streameval.metrics.kernel._Batch`: its running counts, per
+query sums and judgment histograms) on one :class:`~streameval.metrics.names.MetricSpec`, with the
+arithmetic of the trec_eval file named in its docstring (same operations in the same order, so
+the same doubles).  Conventions as in :mod:`streameval.metrics.kernel`: ``NaN`` grade = not in the
+qrels (trec_eval's RELVALUE_NONPOOL), negative = in the pool but unjudged (RELVALUE_UNJUDGED).
+A list without items (a judged query without results under ``complete=True``, trec_eval ``-c``)
+scores 0 on every measure, as trec_eval, which does not evaluate such a query, counts it; for the
+geometric means it scores :data:`~streameval.metrics.trec_names.MIN_GEO_MEAN` (trec_eval's
+``te_calc_avg_meas_s_gm`` patch-up).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import trec_names
+from .trec_names import MIN_GEO_MEAN
+
+__all__ = ["FUNCS"]
+
+#: trec_eval.h
+INFAP_EPSILON = 0.00001
+
+
+def _nrr(b):
+    return b.count_top("cum_rel", b.rel)
+
+
+def _gm_map(b, spec):
+    """trec_eval m_gm_map.c: AP floored at MIN_GEO_MEAN (the summary is exp of the mean log)."""
+    from .kernel import _ap
+
+    return np.maximum(_ap(b, None), MIN_GEO_MEAN)
+
+
+def _gm_bpref(b, spec):
+    """trec_eval m_gm_bpref.c: bpref floored at MIN_GEO_MEAN (the summary is exp of the mean log)."""
+    from .kernel import _bpref
+
+    return np.maximum(_bpref(b, None), MIN_GEO_MEAN)
+
+
+def _rel_precisions(b):
+    """Precision at each relevant ranked item (queries in order), a 0 appended, the index of each
+    query's first one and how many each query has."""
+    def make():
+        ridx = np.flatnonzero(b.rel)
+        prec = b.cum_rel[ridx] / b.rank[ridx]
+        counts = np.bincount(b.qidx[ridx], minlength=b.n).astype(np.int64)
+        start = np.zeros(b.n + 1, dtype=np.int64)
+        np.cumsum(counts, out=start[1:])
+        return np.append(prec, 0.0), start[:-1], counts
+    return b.cached("relprec", make)
+
+
+def _iprec(b, p):
+    """trec_eval m_iprec_at_recall.c at recall level p: the cutoff c = lround(p * num_rel) relevant
+    items; 0 when c > num_rel_ret, else the largest precision at or after the c-th relevant item
+    (c <= 0: after the first), which is the largest precision at a relevant item from the c-th on."""
+    ext, start, nrr = _rel_precisions(b)
+    if b.n == 0:
+        return np.zeros(0)
+    x = p * b.num_rel.astype(np.float64)
+    fl = np.floor(x)
+    c = np.where(x - fl >= 0.5, fl + 1.0, fl)  # lround (half away from zero) for x >= 0
+    c1 = np.maximum(c, 1.0).astype(np.int64)
+    ok = c1 <= nrr
+    idx = np.empty(2 * b.n, dtype=np.int64)
+    idx[0::2] = np.where(ok, start + c1 - 1, 0)
+    idx[1::2] = np.where(ok, start + nrr, 0)
+    best = np.maximum.reduceat(ext, idx)[0::2]
+    return np.where(ok, best, 0.0)
+
+
+def _iprec_at_recall(b, spec):
+    """trec_eval m_iprec_at_recall.c (see :func:`_iprec`)."""
+    return _iprec(b, trec_names.values(spec)[0])
+
+
+def _11pt_avg(b, spec):
+    """trec_eval m_11pt_avg.c: interpolated precision at each recall level, summed from the highest
+    level down, divided by the number of levels."""
+    levels = trec_names.values(spec)
+    total = np.zeros(b.n)
+    for p in reversed(levels):
+        total = total + _iprec(b, p)
+    return total / float(len(levels))
+
+
+def _rprec_mult(b, spec):
+    """trec_eval m_Rprec_mult.c: precision at c = (long) (m * num_rel + 0.9) items (relevant in the top
+    c / c, even when fewer are ranked); 0 when c <= 0."""
+    m = trec_names.values(spec)[0]
+    c = np.trunc(m * b.num_rel.astype(np.float64) + 0.9)
+    cut = np.maximum(c, 0).astype(np.int64)
+    out = np.zeros(b.n)
+    np.divide(b.count_top("cum_rel", b.rel, cut), c, out=out, where=c > 0)
+    return out
+
+
+def _infap(b, spec):
+    """trec_eval m_infap.c (Yilmaz and Aslam, CIKM 2006): over the relevant ranked items at 0-based
+    rank j, 1 if j = 0, else 1/(j+1) + j/(j+1) * ((rel-1 + nonrel + unjudged) / j) *
+    ((rel-1 + eps) / (rel-1 + nonrel + 2 eps)) with the counts of the items at ranks <= j (items not
+    in the pool skipped), summed and divided by num_rel."""
+    with np.errstate(invalid="ignore"):
+        pooled_unjudged = b.g < 0
+    nonrel = b.within("cum_nonrel", b.judged & ~b.rel)
+    unj = b.within("cum_pool_unjudged", pooled_unjudged)
+    rel_before = b.cum_rel - 1.0
+    fj = (b.rank - 1).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        term = (1.0 / (fj + 1.0) + (fj / (fj + 1.0)) * ((rel_before + nonrel + unj) / fj)
+                * ((rel_before + INFAP_EPSILON) / ((rel_before + nonrel) + 2 * INFAP_EPSILON)))
+    term = np.where(fj == 0, 1.0, term)
+    return b.per_rel(b.segsum(np.where(b.rel, term, 0.0)))
+
+
+def _bin_g(b, spec):
+    """trec_eval m_binG.c: over the relevant ranked items, 1 / log2(2 + rank - relevant so far
+    (inclusive)), summed and divided by num_rel."""
+    with np.errstate(divide="ignore"):
+        term = 1.0 / np.log2(2.0 + b.rank - b.cum_rel)
+    return b.per_rel(b.segsum(np.where(b.rel, term, 0.0)))
+
+
+def _relative_p(b, spec):
+    """trec_eval m_rel_P.c: relevant in the top k / min(k, num_rel); 0 when num_rel is 0."""
+    k = spec.k
+    denom = np.minimum(float(k), b.num_rel)
+    out = np.zeros(b.n)
+    np.divide(b.count_top("cum_rel", b.rel, k), denom, out=out, where=b.num_rel > 0)
+    return out
+
+
+def _unj(b, spec):
+    """trec_eval m_unjudged.c: items not judged (not in the qrels, or in the pool but unjudged) in
+    the top k / k."""
+    return b.count_top("cum_unjudged", ~b.judged, spec.k) / float(spec.k)
+
+
+def _set_p(b, spec):
+    """trec_eval m_set_P.c: num_rel_ret / num_ret."""
+    out = np.zeros(b.n)
+    np.divide(_nrr(b), b.lengths.astype(np.float64), out=out, where=b.lengths > 0)
+    return out
+
+
+def _set_recall(b, spec):
+    """trec_eval m_set_recall.c: num_rel_ret / num_rel."""
+    return b.per_rel(_nrr(b))
+
+
+def _set_map(b, spec):
+    """trec_eval m_set_map.c: num_rel_ret**2 / (num_ret * num_rel)."""
+    nrr = _nrr(b)
+    denom = b.lengths.astype(np.float64) * b.num_rel
+    out = np.zeros(b.n)
+    np.divide(nrr * nrr, denom, out=out, where=(b.lengths > 0) & (b.num_rel > 0))
+    return out
+
+
+def _set_relative_p(b, spec):
+    """trec_eval m_set_rel_P.c: num_rel_ret / min(num_ret, num_rel)."""
+    denom = np.minimum(b.lengths.astype(np.float64), b.num_rel)
+    out = np.zeros(b.n)
+    np.divide(_nrr(b), denom, out=out, where=(b.lengths > 0) & (b.num_rel > 0))
+    return out
+
+
+def _set_f(b, spec):
+    """trec_eval m_set_F.c: (x+1) P R / (x P + R), set precision P and recall R, x the parameter
+    (default 1); 0 when nothing relevant is ranked."""
+    x = trec_names.values(spec)[0]
+    nrr = _nrr(b)
+    ok = nrr > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        P = nrr / b.lengths.astype(np.float64)
+        R = nrr / b.num_rel
+        f = (x + 1.0) * P * R / (x * P + R)
+    return np.where(ok, f, 0.0)
+
+
+def _utility(b, spec):
+    """trec_eval m_utility.c: p1 * relevant ranked + p2 * non-relevant ranked + p3 * relevant not ranked
+    + p4 * (num_docs_in_coll + num_rel_ret - num_ret - num_rel), with num_docs_in_coll 0 (trec_eval's
+    default without -N)."""
+    p1, p2, p3, p4 = trec_names.values(spec)
+    nrr = _nrr(b)
+    ret = b.lengths.astype(np.float64)
+    R = b.num_rel
+    u = p1 * nrr + p2 * (ret - nrr) + p3 * (R - nrr) + p4 * (0.0 + nrr - ret - R)
+    return np.where(b.lengths > 0, u, 0.0)
+
+
+def _num_nonrel_judged_ret(b, spec):
+    """trec_eval m_num_nonrel_judged_ret.c: judged non-relevant ranked items."""
+    return b.count_top("cum_nonrel", b.judged & ~b.rel)
+
+
+def _powers(b, p):
+    """p**i for i = 0..longest list, by repeated multiplication as trec_eval's ``cur_p *= p``."""
+    longest = int(b.lengths.max()) if b.n else 0
+    return np.cumprod(np.concatenate(([1.0], np.full(longest, p))))
+
+
+def _rbp(b, spec):
+    """trec_eval m_rbp.c (Moffat and Zobel, TOIS 2008): (1 - p) * sum over ranks i (from 0) of
+    gain * p**i, the gain of a judged grade g its value, divided by the query's largest judged grade
+    when that is above 1 (setup_gains, normalised to [0, 1]); other items gain 0. The relevance
+    level is not used."""
+    p = trec_names.values(spec)[0]
+    pw = _powers(b, p)
+    has = np.diff(b.joff) > 0
+    top = np.zeros(b.ng)
+    top[has] = b.hv[b.joff[:-1][has]]  # histograms are in descending grade order
+    top_item = b.per_list(top)[b.qidx]
+    with np.errstate(invalid="ignore"):
+        judged = b.g >= 0
+    g = np.where(judged, b.g, 0.0)
+    gain = np.where(top_item > 1, g / np.where(top_item > 1, top_item, 1.0), g)
+    total = b.segsum(np.where(gain != 0, gain * pw[b.rank - 1], 0.0))
+    return (1.0 - p) * total
+
+
+def _rbp_resid(b, spec):
+    """trec_eval m_rbp_resid.c: when some ranked items are not judged, p**num_ret + (1 - p) * sum of
+    p**i over those items' ranks i (from 0): the most RBP could rise; else 0."""
+    p = trec_names.values(spec)[0]
+    pw = _powers(b, p)
+    unj = ~b.judged
+    total = b.segsum(np.where(unj, pw[b.rank - 1], 0.0))
+    count = b.count_top("cum_unjudged", unj)
+    return np.where(count > 0, pw[b.lengths] + (1 - p) * total, 0.0)
+
+
+# ---- gains per relevance level: G, ndcg_rel, Rndcg ------------------------------------------------
+# trec_eval's setup_gains (gain_init.c) with no parameters: the gain of a judged grade is the grade;
+# the ideal ranking lists the query's positive judged grades in decreasing order (trec_eval walks
+# its levels from the largest gain down, skipping empty ones). MetricOptions.gain does not apply.
+
+def _seg_cumsum(values, lengths):
+    """Running sums of ``values`` within each segment (``lengths``), each added one after the other
+    from the segment's start, as trec_eval's loops add them."""
+    n, total = len(lengths), len(values)
+    out = np.zeros(total)
+    if total == 0:
+        return out
+    starts = np.zeros(n, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    longest = int(lengths.max())
+    if n * longest <= 4 * total + 1024:
+        rows = np.repeat(np.arange(n), lengths)
+        cols = np.arange(total) - np.repeat(starts, lengths)
+        m = np.zeros((n, longest))
+        m[rows, cols] = values
+        return np.cumsum(m, axis=1)[rows, cols]
+    for s, k in zip(starts.tolist(), lengths.tolist()):
+        if k:
+            out[s:s + k] = np.cumsum(values[s:s + k])
+    return out
+
+
+def _ideal(b):
+    """Per histogram: the positive judged grades in decreasing order, expanded (``E``), each
+    histogram's start in it and length (I), the running ideal DCG along it (``Ecum``), and per
+    histogram the start and number of its distinct positive grades in ``b.hv``."""
+    def make():
+        pos = b.hv > 0
+        counts = np.where(pos, b.hc, 0)
+        I = np.bincount(b.hq, weights=counts, minlength=b.ng).astype(np.int64)
+        E = np.repeat(b.hv[pos], b.hc[pos])
+        estart = np.zeros(b.ng, dtype=np.int64)
+        np.cumsum(I[:-1], out=estart[1:])
+        j = np.arange(len(E)) - np.repeat(estart, I)
+        Ecum = _seg_cumsum(E / np.log2(j + 2.0), I)
+        ndist = np.bincount(b.hq, weights=pos, minlength=b.ng).astype(np.int64)
+        return E, estart, I, Ecum, b.joff[:-1], ndist
+    return b.cached("trec_ideal", make)
+
+
+def _hist_of_lists(b):
+    return np.arange(b.n) if b.gidx is None else b.gidx
+
+
+def _level_gains(b):
+    with np.errstate(invalid="ignore"):
+        return np.where(b.g >= 0, b.g, 0.0)
+
+
+def _run_dcg(b):
+    """Running DCG at each ranked item with trec_eval's level gains (m_ndcg_rel.c, m_Rndcg.c)."""
+    return b.cached("trec_rdcg", lambda: _seg_cumsum(_level_gains(b) / np.log2(b.rank + 1.0), b.lengths))
+
+
+def _last_of_list(b, running):
+    """The last running value of each list (0 for an empty one)."""
+    last, has = b._last(None)
+    return np.where(has, running[last] if len(running) else 0.0, 0.0)
+
+
+def _g(b, spec):
+    """trec_eval m_G.c: sum over ranked items of gain / log2(2 + cost so far - gain so far), the cost
+    of rank j the ideal gain there (at least 1; 1 past the ideal list), divided by the sum of the
+    positive judged grades."""
+    E, estart, I, _, _, _ = _ideal(b)
+    h = _hist_of_lists(b)[b.qidx]
+    j = b.rank - 1
+    inside = j < I[h]
+    ideal = np.where(inside, E[np.where(inside, estart[h] + j, 0)] if len(E) else 0.0, 0.0)
+    cost = np.where(ideal >= 1.0, ideal, 1.0)
+    rg = _level_gains(b)
+    so_far = (2.0 + b.within("trec_cost", cost)) - b.within("trec_gain", rg)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        term = np.where(rg != 0, rg / np.log2(so_far), 0.0)
+    total_ideal = b.per_list(np.bincount(b.hq, weights=np.where(b.hv > 0, b.hv * b.hc, 0.0), minlength=b.ng))
+    out = np.zeros(b.n)
+    np.divide(b.segsum(term), total_ideal, out=out, where=total_ideal > 0)
+    return out
+
+
+def _ndcg_rel(b, spec):
+    """trec_eval m_ndcg_rel.c: nDCG at each ranked item of positive gain (the ideal cut at the
+    ideal list's end), plus the final nDCG once for each positive judgment not ranked, divided by
+    the number of positive judgments."""
+    E, estart, I, Ecum, _, _ = _ideal(b)
+    hl = _hist_of_lists(b)
+    h = hl[b.qidx]
+    rdcg = _run_dcg(b)
+    gained = _level_gains(b) > 0  # implies I[h] >= 1
+    at = np.where(gained, estart[h] + np.minimum(b.rank, I[h]) - 1, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        term = np.where(gained, rdcg / (Ecum[at] if len(Ecum) else 1.0), 0.0)
+        Iq = I[hl]
+        itotal = np.where(Iq > 0, Ecum[np.maximum(estart[hl] + Iq - 1, 0)] if len(Ecum) else 0.0, 0.0)
+        missing = (Iq - b.count_top("trec_gained", gained)).astype(np.float64)
+        total = b.segsum(term) + missing * _last_of_list(b, rdcg) / itotal
+        out = np.where(total > 0, total / Iq, 0.0)
+    return out
+
+
+def _rndcg(b, spec):
+    """trec_eval m_Rndcg.c: the mean of nDCG at each change of the ideal gain (after the last item of
+    each positive grade of the ideal list, the run's DCG cut at the ranked items), plus the nDCG at
+    the end of the ranking when it runs at least two items past the ideal list; 0 without relevant
+    judgments (at the relevance level)."""
+    E, estart, I, Ecum, hstart, ndist = _ideal(b)
+    hl = _hist_of_lists(b)
+    rdcg = _run_dcg(b)
+    nd = ndist[hl]
+    rep = np.repeat(np.arange(b.n), nd)
+    k = np.arange(len(rep)) - np.repeat(np.concatenate(([0], np.cumsum(nd)[:-1])), nd)
+    hr = hl[rep]
+    # transition t: the number of ideal positions before the next grade (cumulative counts)
+    cum_counts = np.zeros(len(rep))
+    if len(rep):
+        cum_counts = _seg_cumsum(b.hc[hstart[hr] + k].astype(np.float64), nd)
+    t = cum_counts.astype(np.int64)
+    ret = b.lengths[rep]
+    upto = np.minimum(t, ret)
+    run_at = np.where(upto > 0, rdcg[np.maximum(b.off[:-1][rep] + upto - 1, 0)] if len(rdcg) else 0.0, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        term = run_at / Ecum[estart[hr] + t - 1] if len(rep) else np.zeros(0)
+        total = np.bincount(rep, weights=term, minlength=b.n)
+        Iq = I[hl]
+        extra = b.lengths >= Iq + 2
+        itotal = np.where(Iq > 0, Ecum[np.maximum(estart[hl] + Iq - 1, 0)] if len(Ecum) else 0.0, 0.0)
+        total = np.where(extra & (itotal > 0), total + _last_of_list(b, rdcg) / itotal, total)
+        count = nd + (extra & (itotal > 0))
+        out = np.where((b.num_rel > 0) & (count > 0), total / count, 0.0)
+    return out
+
+
+FUNCS = {
+    "gm_map": _gm_map,
+    "gm_bpref": _gm_bpref,
+    "iprec_at_recall": _iprec_at_recall,
+    "11pt_avg": _11pt_avg,
+    "Rprec_mult": _rprec_mult,
+    "infAP": _infap,
+    "binG": _bin_g,
+    "relative_P": _relative_p,
+    "unj": _unj,
+    "set_P": _set_p,
+    "set_recall": _set_recall,
+    "set_map": _set_map,
+    "set_relative_P": _set_relative_p,
+    "set_F": _set_f,
+    "utility": _utility,
+    "num_nonrel_judged_ret": _num_nonrel_judged_ret,
+    "rbp": _rbp,
+    "rbp_resid": _rbp_resid,
+    "G": _g,
+    "ndcg_rel": _ndcg_rel,
+    "Rndcg": _rndcg,
+}
