@@ -33,7 +33,7 @@ def coder_round_trip(state):
     from apache_beam.coders import FastPrimitivesCoder
 
     def check(x):
-        if isinstance(x, bool) or x is None or isinstance(x, (float, str)):
+        if isinstance(x, bool) or x is None or isinstance(x, (float, str, bytes)):
             return
         if isinstance(x, int):
             assert -(1 << 63) <= x < (1 << 63), "int outside int64 would be pickled"

@@ -23,8 +23,10 @@ merged or flushed.
 States are plain lists of ints, floats, strings, lists and int-keyed dicts (Beam's
 FastPrimitivesCoder, no pickling):
 
-* ``ReplicateSums``: ``[totals, limbs, pending]`` - ``totals[m]`` a list of ``R`` ints (empty when
-  the weights are signs), ``limbs[m]`` a dict ``{bucket: [R ints]}``, ``pending`` a list of
+* ``ReplicateSums``: ``[totals, limbs, pending]`` - ``totals[m]`` ``R`` ints as little-endian int64
+  bytes (empty when the weights are signs), ``limbs[m]`` a dict ``{bucket: R ints as little-endian
+  int64 bytes}`` (one bytes object per row: merging and encoding do not touch R Python ints; a
+  list of ints is read as well), ``pending`` a list of
   ``[key text, [value per metric]]``.
 * ``PoissonBootstrap``: ``[MeanMoments state, ReplicateSums state]``.
 * ``PairedComparison``: ``[MeanMoments state of (a, b, b - a), bootstrap ReplicateSums state of
@@ -38,7 +40,6 @@ Memory: O(R x metrics) per state (plus the pending batch), whatever the number o
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 
@@ -84,22 +85,40 @@ def _chunks(x: np.ndarray):
     return buckets, chunks
 
 
+def _ints(row) -> np.ndarray:
+    """A row of a state (little-endian int64 bytes, or a list of ints) as an int64 array."""
+    if isinstance(row, bytes):
+        return np.frombuffer(row, dtype="<i8")
+    return np.asarray(row, dtype=np.int64)
+
+
 def _carry(acc: dict) -> None:
     """Keep every limb below 2**52 in magnitude (exactly: the high part of a limb moves to the
     next bucket), so int64 additions of flushes (< 2**46) and of other states never overflow."""
     for b in sorted(acc):
-        arr = np.asarray(acc[b], dtype=np.int64)
+        arr = _ints(acc[b])
         if arr.size and np.abs(arr).max() >= _LIMB_MAX:
             hi = arr >> 32  # floor, so the low part stays in [0, 2**32)
-            acc[b] = (arr - (hi << 32)).tolist()
+            acc[b] = arr - (hi << 32)
             nxt = acc.get(b + 1)
-            acc[b + 1] = hi.tolist() if nxt is None else (np.asarray(nxt, dtype=np.int64) + hi).tolist()
+            acc[b + 1] = hi if nxt is None else _ints(nxt) + hi
 
 
 def _add_limbs(acc: dict, b: int, values) -> None:
+    """Add a row of ints to bucket ``b`` (numpy arrays while a state is being worked on; never in place)."""
     cur = acc.get(b)
-    acc[b] = (np.asarray(values, dtype=np.int64) if cur is None
-              else np.asarray(cur, dtype=np.int64) + np.asarray(values, dtype=np.int64)).tolist()
+    acc[b] = _ints(values).copy() if cur is None else _ints(cur) + _ints(values)
+
+
+def _as_bytes(state: list) -> list:
+    """The state with its totals and limbs as bytes again (little-endian int64: what Beam's coder
+    gets; a row of R ints as one bytes object, not R Python ints)."""
+    state[0] = [t.astype("<i8").tobytes() if isinstance(t, np.ndarray) else t for t in state[0]]
+    for acc in state[1]:
+        for b, row in acc.items():
+            if isinstance(row, np.ndarray):
+                acc[b] = row.astype("<i8").tobytes()
+    return state
 
 
 def _limbs_value(acc: dict, r: int) -> list[float]:
@@ -109,9 +128,9 @@ def _limbs_value(acc: dict, r: int) -> list[float]:
     exact = [0] * r
     for b, row in acc.items():
         sh = 32 * int(b)
-        exact = [e + (v << sh) for e, v in zip(exact, row)]
+        exact = [e + (v << sh) for e, v in zip(exact, _ints(row).tolist())]
     den = 1 << _GRID
-    return [float(Fraction(e, den)) if e else 0.0 for e in exact]
+    return [e / den if e else 0.0 for e in exact]  # int / int is correctly rounded in Python
 
 
 class ReplicateSums:
@@ -143,7 +162,7 @@ class ReplicateSums:
         self.batch = max(1, min(512, (1 << 20) // max(self.r, 1)))
 
     def create(self) -> list:
-        totals = [[0] * self.r for _ in range(self.n)] if self.with_totals else []
+        totals = [bytes(8 * self.r) for _ in range(self.n)] if self.with_totals else []
         return [totals, [{} for _ in range(self.n)], []]
 
     def add(self, state: list, key, values) -> list:
@@ -176,7 +195,7 @@ class ReplicateSums:
             return state
         n = len(pending)
         x = np.array([p[1] for p in pending], dtype=np.float64).reshape(n, self.n)
-        return self._fold(state, x, lambda: self.weights([p[0] for p in pending]))
+        return _as_bytes(self._fold(state, x, lambda: self.weights([p[0] for p in pending])))
 
     def add_many(self, state: list, matrix, keys=None, weights=None, index=None) -> list:
         """Add many queries at once, the same value as :meth:`add` one by one: ``matrix`` shape
@@ -207,7 +226,7 @@ class ReplicateSums:
             else:
                 w = lambda lo=lo, hi=hi: np.asarray(weights)[np.asarray(index[lo:hi])]  # noqa: E731
             self._fold(state, x[lo:hi], w)
-        return state
+        return _as_bytes(state)
 
     def _fold(self, state: list, x: np.ndarray, weights) -> list:
         """Add the rows of ``x`` (n, n_metrics) to the limbs and totals; ``weights()`` gives their
@@ -239,7 +258,7 @@ class ReplicateSums:
         touched = set()
         for (m, b), row in zip(owners, prod):
             if b is None:
-                state[0][m] = (np.asarray(state[0][m], dtype=np.int64) + row).tolist()
+                state[0][m] = _ints(state[0][m]) + row
             elif row.any():
                 _add_limbs(state[1][m], b, row)
                 touched.add(m)
@@ -251,11 +270,11 @@ class ReplicateSums:
         out = None
         for s in states:
             if out is None:
-                out = [[list(t) for t in s[0]], [dict(a) for a in s[1]], list(s[2])]
+                out = [list(s[0]), [dict(a) for a in s[1]], list(s[2])]
                 continue
             for m in range(self.n):
                 if self.with_totals:
-                    out[0][m] = (np.asarray(out[0][m], dtype=np.int64) + np.asarray(s[0][m], dtype=np.int64)).tolist()
+                    out[0][m] = _ints(out[0][m]) + _ints(s[0][m])
                 if s[1][m]:
                     acc = out[1][m]
                     for b, row in s[1][m].items():
@@ -266,7 +285,7 @@ class ReplicateSums:
             return self.create()
         if len(out[2]) >= self.batch:
             self.flush(out)
-        return out
+        return _as_bytes(out)
 
     def extract(self, state: list) -> tuple[np.ndarray, np.ndarray | None]:
         """(sums (n_metrics, R) float64, each the correctly rounded exact sum; weight totals
@@ -274,7 +293,8 @@ class ReplicateSums:
         self.flush(state)
         sums = np.array([_limbs_value(acc, self.r) for acc in state[1]], dtype=np.float64)
         sums = sums.reshape(self.n, self.r)
-        totals = np.array(state[0], dtype=np.int64).reshape(self.n, self.r) if self.with_totals else None
+        totals = (np.array([_ints(t) for t in state[0]], dtype=np.int64).reshape(self.n, self.r)
+                  if self.with_totals else None)
         return sums, totals
 
 

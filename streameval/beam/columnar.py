@@ -1437,10 +1437,26 @@ class _MergeMeans(MeanCombineFn):
 
 
 class _MergeBootstrap(BootstrapMeanCombineFn):
-    """:class:`BootstrapMeanCombineFn` whose inputs are PoissonBootstrap states (summed per shard)."""
+    """:class:`BootstrapMeanCombineFn` whose inputs are PoissonBootstrap states (summed per shard).
+    Accumulator: a list of states, merged 16 at a time (as columnar_compare.PairedStatesCombineFn)."""
+
+    def create_accumulator(self):
+        return []
 
     def add_input(self, acc, state):
-        return self._boot.merge([acc, state])
+        acc.append(state)
+        if len(acc) >= 16:
+            acc[:] = [self._boot.merge(acc)]
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        return [self._boot.merge([s for a in accumulators for s in a])]
+
+    def compact(self, acc):
+        return [self._boot.compact(self._boot.merge(acc))]
+
+    def extract_output(self, acc):
+        return super().extract_output(self._boot.merge(acc))
 
 
 class _MergeClicks(CtrByPositionCombineFn):
