@@ -27,8 +27,11 @@ demo: $(VENV)/.installed
 	  --slices campaign \
 	  --output out/demo
 
+# the suite runs on TEST_WORKERS processes (pytest-xdist; most tests wait on Beam and subprocesses)
+TEST_WORKERS ?= 2
+
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
