@@ -50,7 +50,7 @@ from ..metrics import stats
 from ..metrics.kernel import MetricOptions, RankedLists, compute
 from ..metrics.names import parse_metrics
 from ..metrics.prepare import judgment_histogram, rank_order
-from .combiners import CtrByPositionCombineFn, MeanCombineFn
+from .combiners import BatchedStatesMixin, CtrByPositionCombineFn, MeanCombineFn
 from .stats import BootstrapMeanCombineFn
 from .sources import UNREADABLE, read_avro_blocks, unreadable_letter
 from .threads import ThreadedDoFn, counter, distribution
@@ -1436,27 +1436,12 @@ class _MergeMeans(MeanCombineFn):
         return self.merge_accumulators([acc, list(state) + [[]]])
 
 
-class _MergeBootstrap(BootstrapMeanCombineFn):
-    """:class:`BootstrapMeanCombineFn` whose inputs are PoissonBootstrap states (summed per shard).
-    Accumulator: a list of states, merged 16 at a time (as columnar_compare.PairedStatesCombineFn)."""
+class _MergeBootstrap(BatchedStatesMixin, BootstrapMeanCombineFn):
+    """:class:`BootstrapMeanCombineFn` whose inputs are PoissonBootstrap states (summed per shard)."""
 
-    def create_accumulator(self):
-        return []
-
-    def add_input(self, acc, state):
-        acc.append(state)
-        if len(acc) >= 16:
-            acc[:] = [self._boot.merge(acc)]
-        return acc
-
-    def merge_accumulators(self, accumulators):
-        return [self._boot.merge([s for a in accumulators for s in a])]
-
-    def compact(self, acc):
-        return [self._boot.compact(self._boot.merge(acc))]
-
-    def extract_output(self, acc):
-        return super().extract_output(self._boot.merge(acc))
+    @property
+    def states_ops(self):
+        return self._boot
 
 
 class _MergeClicks(CtrByPositionCombineFn):

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..accumulators.bootstrap import PairedComparison
 from . import columnar as col
+from .combiners import BatchedStatesMixin
 from .stats import PairedCombineFn
 
 __all__ = ["paired_states", "system_means", "PairedStatesCombineFn", "MAX_TABLE"]
@@ -99,26 +100,9 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
             yield k, pc.compact(st)
 
 
-class PairedStatesCombineFn(PairedCombineFn):
-    """:class:`~streameval.beam.stats.PairedCombineFn` whose inputs are PairedComparison states.
+class PairedStatesCombineFn(BatchedStatesMixin, PairedCombineFn):
+    """:class:`~streameval.beam.stats.PairedCombineFn` whose inputs are PairedComparison states."""
 
-    Accumulator: a list of states, merged 16 at a time (a state's sign-flip sums are rows of
-    ``flips`` integers per metric: merging two at a time would rebuild every row for each input)."""
-
-    def create_accumulator(self):
-        return []
-
-    def add_input(self, acc, state):
-        acc.append(state)
-        if len(acc) >= 16:
-            acc[:] = [self._pc.merge(acc)]
-        return acc
-
-    def merge_accumulators(self, accumulators):
-        return [self._pc.merge([s for a in accumulators for s in a])]
-
-    def compact(self, acc):
-        return [self._pc.compact(self._pc.merge(acc))]
-
-    def extract_output(self, acc):
-        return super().extract_output(self._pc.merge(acc))
+    @property
+    def states_ops(self):
+        return self._pc

@@ -17,7 +17,7 @@ clean impressions' columns of each request shard, vectorised; the states are tho
 * ``logloss``, ``brier``, ``calibration``, ``ece[bins=B]``: per (window, slice, system) and shard,
   a :class:`~streameval.accumulators.online.CalibrationOps` state of the examples whose score is in
   [0, 1] (:meth:`~streameval.accumulators.online.CalibrationOps.by_key`), merged by
-  :class:`CalibrationStatesCombineFn`;
+  :class:`~streameval.beam.combiners.OpsCombineFn`;
 * ``clicks@k``, ``rr_first_click``, ``abandonment``: a request is whole in its shard, so its terms
   (:func:`~streameval.metrics.online.click_request_terms`) are computed there and summed into
   MeanMoments states, as the ranking metrics.
@@ -41,6 +41,7 @@ from ..accumulators.online import CalibrationOps, CountArrays, GaucOps, auc_resu
 from ..metrics import calibration as cal
 from ..metrics import online as om
 from . import columnar as col
+from .combiners import OpsCombineFn
 from .online import (
     LABEL_SOURCES,
     UNJUDGED_POLICIES,
@@ -53,7 +54,7 @@ from .online import (
 from .threads import counter
 from .transforms import NAMESPACE, metric_row
 
-__all__ = ["OnlineColumns", "CountsCombineFn", "GaucStatesCombineFn", "CalibrationStatesCombineFn", "GaucShard",
+__all__ = ["OnlineColumns", "CountsCombineFn", "GaucShard",
            "online_rows", "supported", "TAG_AUC", "TAG_HIST", "TAG_GAUC", "TAG_CALIBRATION", "TAG_REQUESTS"]
 
 TAG_AUC, TAG_HIST, TAG_GAUC, TAG_REQUESTS = "online_auc", "online_auc_hist", "online_gauc", "online_requests"
@@ -334,58 +335,6 @@ class CountsCombineFn(beam.CombineFn):
         return FastPrimitivesCoder()
 
 
-class CalibrationStatesCombineFn(beam.CombineFn):
-    """Merges :class:`~streameval.accumulators.online.CalibrationOps` states; output as
-    :class:`~streameval.beam.online.CalibrationCombineFn`."""
-
-    def __init__(self, ops: CalibrationOps):
-        self.ops = ops
-
-    def create_accumulator(self):
-        return self.ops.create()
-
-    def add_input(self, acc, state):
-        return self.ops.merge([acc, state])
-
-    def merge_accumulators(self, accumulators):
-        return self.ops.merge(accumulators)
-
-    def compact(self, acc):
-        return acc
-
-    def extract_output(self, acc):
-        return self.ops.extract(acc)
-
-    def get_accumulator_coder(self):
-        return FastPrimitivesCoder()
-
-
-class GaucStatesCombineFn(beam.CombineFn):
-    """Merges :class:`~streameval.accumulators.online.GaucOps` states; output as
-    :class:`~streameval.beam.online.GaucCombineFn`."""
-
-    def __init__(self, weightings):
-        self.ops = GaucOps(weightings)
-
-    def create_accumulator(self):
-        return self.ops.create()
-
-    def add_input(self, acc, state):
-        return self.ops.merge([acc, state])
-
-    def merge_accumulators(self, accumulators):
-        return self.ops.merge(accumulators)
-
-    def compact(self, acc):
-        return acc
-
-    def extract_output(self, acc):
-        return self.ops.extract(acc)
-
-    def get_accumulator_coder(self):
-        return FastPrimitivesCoder()
-
-
 def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: float, judgments=None) -> list:
     """The metric rows (PCollections) of the clean stage's tagged ``outputs``; with labels from
     judgments, ``judgments`` is the engine's resolved judgments by query shard."""
@@ -406,7 +355,7 @@ def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: floa
                      | "HistAucRows" >> beam.FlatMap(hist_rows))
     if online.calibration:
         parts.append(outputs[TAG_CALIBRATION]
-                     | "MergeCalibration" >> beam.CombinePerKey(CalibrationStatesCombineFn(online.calibration_ops))
+                     | "MergeCalibration" >> beam.CombinePerKey(OpsCombineFn(online.calibration_ops))
                      | "CalibrationRows" >> beam.FlatMap(calibration_rows, online.calibration))
     if online.groups:
         weightings = {g: tuple(s.weighting for s in online.specs if s.family == "gauc" and s.group == g)
@@ -421,7 +370,7 @@ def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: floa
             parts.append(per_key.states
                          | f"Keep[{g}]" >> beam.Filter(lambda kv, g: kv[0][0] == g, g)
                          | f"Key[{g}]" >> beam.Map(lambda kv: (kv[0][1], kv[1]))
-                         | f"Gauc[{g}]" >> beam.CombinePerKey(GaucStatesCombineFn(weightings[g]))
+                         | f"Gauc[{g}]" >> beam.CombinePerKey(OpsCombineFn(GaucOps(weightings[g])))
                          | f"GaucRows[{g}]" >> beam.FlatMap(gauc_rows, g, weightings[g]))
     if online.request_specs:
         names = [s.name for s in online.request_specs]

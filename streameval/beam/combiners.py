@@ -23,6 +23,8 @@ from ..accumulators.moments import MeanMoments, partials_value
 from ..accumulators.ranking import RankingOps
 
 __all__ = [
+    "OpsCombineFn",
+    "BatchedStatesMixin",
     "RankingStateCombineFn",
     "MeanCombineFn",
     "CtrCombineFn",
@@ -44,6 +46,62 @@ def _merge_attrs(into: dict, other: dict) -> None:
         old = into.get(k)
         if old is None or v < old:
             into[k] = v
+
+
+class OpsCombineFn(beam.CombineFn):
+    """A CombineFn over an ops object of :mod:`streameval.accumulators` (``create``, ``merge``,
+    ``extract``): each input is a state of ``ops`` (a partial state, e.g. one shard's) and is merged;
+    subclasses whose inputs are raw values override :meth:`add_input`. The states are primitives
+    (Beam's FastPrimitivesCoder)."""
+
+    def __init__(self, ops):
+        self.ops = ops
+
+    def create_accumulator(self):
+        return self.ops.create()
+
+    def add_input(self, acc, state):
+        return self.ops.merge([acc, state])
+
+    def merge_accumulators(self, accumulators):
+        return self.ops.merge(accumulators)
+
+    def compact(self, acc):
+        return acc
+
+    def extract_output(self, acc):
+        return self.ops.extract(acc)
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()
+
+
+class BatchedStatesMixin:
+    """CombineFn mixin for inputs that are states (one shard's partial state) of ``self.states_ops``
+    (an object with ``merge`` and ``compact``, e.g. a PoissonBootstrap): the accumulator is a list of
+    states merged :attr:`BATCH` at a time (a state of replicate or sign-flip sums holds rows of R
+    integers per metric: merging two at a time would rebuild every row for each input), and
+    ``extract_output`` hands the merged state to the CombineFn it is mixed into."""
+
+    BATCH = 16
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, state):
+        acc.append(state)
+        if len(acc) >= self.BATCH:
+            acc[:] = [self.states_ops.merge(acc)]
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        return [self.states_ops.merge([s for a in accumulators for s in a])]
+
+    def compact(self, acc):
+        return [self.states_ops.compact(self.states_ops.merge(acc))]
+
+    def extract_output(self, acc):
+        return super().extract_output(self.states_ops.merge(acc))
 
 
 class RankingStateCombineFn(beam.CombineFn):

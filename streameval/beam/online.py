@@ -42,7 +42,7 @@ from ..accumulators.online import AucOps, CalibrationOps, ClickRequestOps, GaucO
 from ..io import records
 from ..metrics import online as om
 from ..metrics.names import MetricNameError, parse_metrics
-from .combiners import MeanCombineFn
+from .combiners import MeanCombineFn, OpsCombineFn
 from .transforms import (
     NAMESPACE,
     ClickMetrics,
@@ -127,31 +127,16 @@ class HistAucCombineFn(_CountsCombineFn):
         return self.ops.extract(acc)
 
 
-class GaucCombineFn(beam.CombineFn):
+class GaucCombineFn(OpsCombineFn):
     """GAUC from group summaries. Inputs ``(auc, n_pos, n_neg)`` (one per group); output
     ``([(gauc, groups_used, stderr) per weighting], groups_excluded)``."""
 
     def __init__(self, weightings=("impressions",)):
-        self.ops = GaucOps(weightings)
-
-    def create_accumulator(self):
-        return self.ops.create()
+        super().__init__(GaucOps(weightings))
 
     def add_input(self, acc, element):
         auc, n_pos, n_neg = element[:3]
         return self.ops.add_group(acc, auc, n_pos, n_neg)
-
-    def merge_accumulators(self, accumulators):
-        return self.ops.merge(accumulators)
-
-    def compact(self, acc):
-        return acc
-
-    def extract_output(self, acc):
-        return self.ops.extract(acc)
-
-    def get_accumulator_coder(self):
-        return FastPrimitivesCoder()
 
 
 class ClickRequestCombineFn(beam.CombineFn):
@@ -205,32 +190,17 @@ class OpeCombineFn(beam.CombineFn):
         return FastPrimitivesCoder()
 
 
-class CalibrationCombineFn(beam.CombineFn):
+class CalibrationCombineFn(OpsCombineFn):
     """Log loss, Brier score, calibration ratio and ECE over each of ``bins`` fixed-width bins.
     Inputs ``(probability in [0, 1], label)``; output
     :meth:`~streameval.accumulators.online.CalibrationOps.extract`'s dict."""
 
     def __init__(self, bins=()):
-        self.ops = CalibrationOps(bins)
-
-    def create_accumulator(self):
-        return self.ops.create()
+        super().__init__(CalibrationOps(bins))
 
     def add_input(self, acc, element):
         p, label = element
         return self.ops.add(acc, p, label)
-
-    def merge_accumulators(self, accumulators):
-        return self.ops.merge(accumulators)
-
-    def compact(self, acc):
-        return acc
-
-    def extract_output(self, acc):
-        return self.ops.extract(acc)
-
-    def get_accumulator_coder(self):
-        return FastPrimitivesCoder()
 
 
 def calibration_bin_name(bins: int, b: int, what: str) -> str:
