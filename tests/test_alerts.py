@@ -342,3 +342,32 @@ def test_alert_files_of_schema_version_1_read_with_a_null_p_value(tmp_path):
     with open(tmp_path / "v2.avro", "rb") as f:
         old, = fastavro.reader(f, reader_schema=fastavro.parse_schema(v1))
     assert "p_value" not in old and old["rule"] == "r" and old["value"] == 0.3  # fastavro gives datetimes
+
+
+def test_the_beam_transforms_run_offset_and_msprt_rules(tmp_path):
+    """In Beam (direct runner): EvaluateAlerts on rows of several days gives what ``evaluate``
+    gives (an offset baseline found among the windows of one run); StreamAlerts carries the mSPRT
+    minimum in its state across panes (the state's coder takes it) and fires once (the panes in
+    order: one bundle, no reshuffle)."""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from streameval.beam.alerts import EvaluateAlerts, StreamAlerts
+
+    rs = rules('[[rule]]\nname = "dod"\nmetric = "ndcg@10"\nbaseline = "offset:1d"\nchange_below = -0.02\n'
+               '[[rule]]\nname = "m"\nmetric = "ndcg@10"\nbaseline = "system:prod"\nchange_below = 0.0\n'
+               'test = "msprt"\ntau = 0.05\nfor_panes = 2\n', tmp_path)
+    rows = [row(d * DAY + h * HOUR, s, 0.5 - 0.05 * d * (s == "new"), 100, 0.01)
+            for d in range(3) for h in range(2) for s in ("prod", "new")]
+    expected = alerts.evaluate(rs, rows)
+    assert {(a["rule"], a["window_start"]) for a in expected if a["rule"] == "dod"} == {
+        ("dod", DAY), ("dod", DAY + HOUR), ("dod", 2 * DAY), ("dod", 2 * DAY + HOUR)}
+    prod = dict(row(0, "prod", 0.50, 100, 0.010), pane="early", pane_index=0)
+    panes = [[prod]] + [[dict(row(0, "new", v, 100, 0.012), pane="early", pane_index=i)]
+                        for i, v in enumerate((0.45, 0.48, 0.48), 1)]
+    with beam.Pipeline() as p:
+        assert_that(p | "Rows" >> beam.Create(rows) | EvaluateAlerts(rs), equal_to(expected), label="Batch")
+        streamed = (p | "Panes" >> beam.Create(panes, reshuffle=False) | StreamAlerts(rs[1:])
+                    | beam.Map(lambda a: (a["rule"], a["pane_index"], round(a["p_value"], 12))))
+        p0 = alerts.change_pvalue(rs[1], panes[1][0], [prod])
+        assert_that(streamed, equal_to([("m", 2, round(p0, 12))]), label="Stream")
