@@ -77,7 +77,7 @@ class _StreamAlertsFn(beam.DoFn):
 
     def process(self, kv, state=beam.DoFn.StateParam(STATE)):
         (metric, _), row = kv
-        rows, holds, pmins = state.read() or ({}, {}, {})
+        rows, holds, pmins = (*(state.read() or ({}, {})), {})[:3]  # a state of before the p-values: 2 items
         system, ws = row["system"], row["window_start"]
         rows[(system, ws)] = row
         others = list(rows.values())
