@@ -10,14 +10,22 @@ A rule fires on an interval, never on a point value alone (docs/metrics.md, "Ale
   system; ``baseline = "trailing:N"``: the mean of the N preceding windows of the same series) with
   ``change_below`` / ``change_above``: the normal interval of ``value - baseline``, from the two
   standard errors (independent samples: ``sqrt(se^2 + se_b^2)``; the trailing mean's standard error
-  ``sqrt(sum se_i^2) / N``), lies entirely below / above it;
+  ``sqrt(sum se_i^2) / N``), lies entirely below / above it; ``baseline = "offset:1d"`` (``Nd`` or
+  ``Nh``): the same window of the same series a day (N days, N hours) earlier, a seasonal baseline,
+  with the interval of two independent samples;
+* ``test = "msprt"`` (``system:NAME`` baselines, one of ``change_below`` / ``change_above``, optional
+  ``tau``): instead of the interval, the always-valid mSPRT p-value of ``value - baseline =
+  threshold`` (:func:`streameval.metrics.stats.msprt_pvalue`), the running minimum over the panes of
+  the window; fires when it is at most ``1 - level`` and the difference lies on the rule's side of
+  the threshold; the record carries ``p_value`` and, as ``diff_low`` / ``diff_high``, the mSPRT
+  confidence sequence of the difference at this look;
 * ``min_n`` (default 2): rows with fewer queries (impressions, for CTR) never fire;
 * ``for_panes`` (default 1; the streaming job): the condition must hold on that many consecutive
   panes of a window before the alert fires (once per rule, window, slice and system). A batch row is
   a window's final value: one look, ``for_panes`` does not apply.
 
 An alert record (schema ``schemas/alert.avsc``) names the rule, the window, slice, system, metric,
-value, interval, baseline and the condition that held.
+value, interval, baseline, the condition that held and, for mSPRT rules, the p-value.
 """
 
 from __future__ import annotations
@@ -26,21 +34,25 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["Rule", "load_rules", "parse_rules", "evaluate", "evaluate_row", "format_alert", "ALERT_FIELDS",
-           "RULE_KEYS"]
+__all__ = ["Rule", "load_rules", "parse_rules", "evaluate", "evaluate_row", "change_pvalue", "format_alert",
+           "ALERT_FIELDS", "RULE_KEYS", "TESTS"]
 
 #: the keys a rule may have (``name`` and ``metric`` are required, and one condition)
 RULE_KEYS = ("name", "metric", "slice", "system", "min_n", "below", "above", "baseline", "change_below",
-             "change_above", "level", "for_panes")
+             "change_above", "level", "for_panes", "test", "tau")
+#: ``test``: the normal interval of the difference (default), or the always-valid mSPRT p-value
+TESTS = ("interval", "msprt")
+_UNITS = {"h": 3_600_000_000, "d": 86_400_000_000}
 ALERT_FIELDS = ("rule", "window_start", "window_end", "slice", "system", "metric", "value", "num_queries",
                 "ci_low", "ci_high", "baseline", "baseline_of", "diff_low", "diff_high", "condition", "pane",
-                "pane_index")
+                "pane_index", "p_value")
 
 
 @dataclass(frozen=True)
 class Rule:
     """One alert rule (see the module docstring); ``slice`` / ``system`` None match every one;
-    ``baseline``: None, ``("system", name)`` or ``("trailing", n)``."""
+    ``baseline``: None, ``("system", name)``, ``("trailing", n)`` or ``("offset", micros, text)``;
+    ``tau``: the mSPRT mixture scale (None: :data:`streameval.metrics.stats.MSPRT_TAU`)."""
 
     name: str
     metric: str
@@ -54,6 +66,8 @@ class Rule:
     change_above: float | None = None
     level: float = 0.95
     for_panes: int = 1
+    test: str = "interval"
+    tau: float | None = None
 
 
 def load_rules(path: str) -> list[Rule]:
@@ -143,9 +157,24 @@ def _rule(item) -> Rule:
         if not change or threshold:
             raise ValueError("a rule with a baseline takes change_below and/or change_above (not below/above)")
     elif change:
-        raise ValueError("change_below / change_above need a baseline ('system:NAME' or 'trailing:N')")
+        raise ValueError("change_below / change_above need a baseline ('system:NAME', 'trailing:N' or 'offset:1d')")
     elif not threshold:
         raise ValueError("no condition: give below / above, or a baseline with change_below / change_above")
+    if "test" in item:
+        if item["test"] not in TESTS:
+            raise ValueError(f"test must be one of {', '.join(map(repr, TESTS))}, got {item['test']!r}")
+        kw["test"] = item["test"]
+    if "tau" in item:
+        tau = _number(item["tau"], "tau")
+        if tau <= 0 or kw.get("test") != "msprt":
+            raise ValueError(f"tau is the mSPRT mixture scale: a positive number with test = 'msprt', got {tau}")
+        kw["tau"] = tau
+    if kw.get("test") == "msprt":
+        if kw.get("baseline", ("",))[0] != "system":
+            raise ValueError("test = 'msprt' needs baseline = 'system:NAME' (both sides of the difference grow "
+                             "pane by pane in the same window)")
+        if ("change_below" in kw) == ("change_above" in kw):
+            raise ValueError("test = 'msprt' takes one of change_below / change_above (the null value of the difference)")
     return Rule(**kw)
 
 
@@ -156,7 +185,9 @@ def _baseline(text) -> tuple:
             return ("system", arg)
         if kind == "trailing" and arg.isdigit() and int(arg) >= 1:
             return ("trailing", int(arg))
-    raise ValueError(f"baseline must be 'system:NAME' or 'trailing:N' (N >= 1), got {text!r}")
+        if kind == "offset" and arg[:-1].isdigit() and int(arg[:-1]) >= 1 and arg[-1:] in _UNITS:
+            return ("offset", int(arg[:-1]) * _UNITS[arg[-1]], arg)
+    raise ValueError(f"baseline must be 'system:NAME', 'trailing:N' or 'offset:Nd' / 'offset:Nh' (N >= 1), got {text!r}")
 
 
 def _finite(x) -> bool:
@@ -174,13 +205,14 @@ def _diff_interval(value, se, base, base_se, level):
     return d - half, d + half
 
 
-def _alert(rule, row, condition, baseline=None, baseline_of=None, diff=None) -> dict:
+def _alert(rule, row, condition, baseline=None, baseline_of=None, diff=None, p_value=None) -> dict:
     return {"rule": rule.name, "window_start": row.get("window_start"), "window_end": row.get("window_end"),
             "slice": row["slice"], "system": row["system"], "metric": row["metric"], "value": row["value"],
             "num_queries": row["num_queries"], "ci_low": row.get("ci_low"), "ci_high": row.get("ci_high"),
             "baseline": baseline, "baseline_of": baseline_of,
             "diff_low": None if diff is None else diff[0], "diff_high": None if diff is None else diff[1],
-            "condition": condition, "pane": row.get("pane"), "pane_index": row.get("pane_index")}
+            "condition": condition, "pane": row.get("pane"), "pane_index": row.get("pane_index"),
+            "p_value": p_value}
 
 
 def _matches(rule, row) -> bool:
@@ -205,11 +237,89 @@ def _window_key(r):
     return (r["window_start"] is not None, r["window_start"] or 0)
 
 
-def evaluate_row(rule: Rule, row: dict, others: Iterable[dict]) -> dict | None:
+def _baseline_row(rule, row, others):
+    """The (value, stderr, what) of ``row``'s baseline under ``rule``, or None (no baseline row, too
+    few queries, a row that is its own baseline)."""
+    kind = rule.baseline[0]
+    if kind == "system":
+        if row["system"] == rule.baseline[1]:
+            return None
+        b = next((r for r in others if r["system"] == rule.baseline[1] and r["slice"] == row["slice"]
+                  and r["metric"] == row["metric"] and r["window_start"] == row["window_start"]), None)
+        what = f"system {rule.baseline[1]}"
+    elif kind == "offset":
+        if row.get("window_start") is None:
+            return None
+        ws = row["window_start"] - rule.baseline[1]
+        b = next((r for r in others if r["system"] == row["system"] and r["slice"] == row["slice"]
+                  and r["metric"] == row["metric"] and r["window_start"] == ws), None)
+        what = f"same window {rule.baseline[2]} earlier"
+    else:
+        n = rule.baseline[1]
+        prev = sorted((r for r in others if r["system"] == row["system"] and r["slice"] == row["slice"]
+                       and r["metric"] == row["metric"] and _window_key(r) < _window_key(row)),
+                      key=_window_key)[-n:]
+        if len(prev) < n or not all(_finite(r.get("value")) and _finite(r.get("stderr")) for r in prev):
+            return None
+        return (math.fsum(r["value"] for r in prev) / n, math.sqrt(math.fsum(r["stderr"] ** 2 for r in prev)) / n,
+                f"trailing {n} windows")
+    if b is None or not _finite(b.get("value")) or (b.get("num_queries") or 0) < rule.min_n:
+        return None
+    return b["value"], b.get("stderr"), what
+
+
+def _eligible(rule, row) -> bool:
+    return _matches(rule, row) and _finite(row.get("value")) and (row.get("num_queries") or 0) >= rule.min_n
+
+
+def _msprt_look(rule, row, base):
+    """(p of this look alone, difference, its variance, theta0, tau), or None without standard errors."""
+    from .metrics import stats
+
+    value, se, (b, b_se, _) = row["value"], row.get("stderr"), base
+    if not (_finite(se) and _finite(b_se)) or se * se + b_se * b_se <= 0:
+        return None
+    theta0 = rule.change_below if rule.change_below is not None else rule.change_above
+    tau = stats.MSPRT_TAU if rule.tau is None else rule.tau
+    d, var = value - b, se * se + b_se * b_se
+    return stats.msprt_pvalue(d, var, tau, theta0), d, var, theta0, tau
+
+
+def change_pvalue(rule: Rule, row: dict, others: Iterable[dict], p_prev: float = 1.0) -> float | None:
+    """For a ``test = "msprt"`` rule: the always-valid p-value after the look at ``row``, ``min(p_prev,
+    1 / Lambda)`` (``p_prev``: the running minimum of the window's earlier panes, 1 at the first);
+    None when the rule does not apply to the row or there is no baseline row with standard errors
+    at this look (the running minimum then stays as it was)."""
+    if rule.test != "msprt" or not _eligible(rule, row):
+        return None
+    base = _baseline_row(rule, row, others)
+    look = None if base is None else _msprt_look(rule, row, base)
+    return None if look is None else min(p_prev, look[0])
+
+
+def _msprt(rule, row, base, p_prev):
+    from .metrics import stats
+
+    look = _msprt_look(rule, row, base)
+    if look is None:
+        return None
+    p_look, d, var, theta0, tau = look
+    p = min(p_prev, p_look)
+    alpha = 1.0 - rule.level
+    side = "below" if rule.change_below is not None else "above"
+    if p > alpha or (d >= theta0 if side == "below" else d <= theta0):
+        return None
+    cs = stats.msprt_cs(d, var, tau, rule.level)
+    return _alert(rule, row, f"value - baseline {d:.6g} {side} {theta0:g}, always-valid p {p:.3g} <= {alpha:.3g} "
+                             f"(mSPRT, tau {tau:g})", base[0], base[2], cs, p)
+
+
+def evaluate_row(rule: Rule, row: dict, others: Iterable[dict], p_prev: float = 1.0) -> dict | None:
     """The alert ``rule`` raises on ``row``, or None; ``others``: rows of the same metric and slice
     (the baseline system's row of the window, the series' earlier windows), ``row`` among them or
-    not."""
-    if not _matches(rule, row) or not _finite(row.get("value")) or (row.get("num_queries") or 0) < rule.min_n:
+    not. ``p_prev`` (``test = "msprt"`` rules): the running minimum of the always-valid p-value over
+    the window's earlier panes (1: none, a batch row's single look)."""
+    if not _eligible(rule, row):
         return None
     if rule.baseline is None:
         lo, hi = row.get("ci_low"), row.get("ci_high")
@@ -220,22 +330,13 @@ def evaluate_row(rule: Rule, row: dict, others: Iterable[dict]) -> dict | None:
         if rule.above is not None and lo > rule.above:
             return _alert(rule, row, f"interval {lo:.6g} .. {hi:.6g} above {rule.above:g}", rule.above, "threshold")
         return None
-    if rule.baseline[0] == "system":
-        if row["system"] == rule.baseline[1]:
-            return None
-        b = next((r for r in others if r["system"] == rule.baseline[1] and r["slice"] == row["slice"]
-                  and r["metric"] == row["metric"] and r["window_start"] == row["window_start"]), None)
-        if b is None or not _finite(b.get("value")) or (b.get("num_queries") or 0) < rule.min_n:
-            return None
-        return _change(rule, row, b["value"], b.get("stderr"), f"system {rule.baseline[1]}")
-    n = rule.baseline[1]
-    prev = sorted((r for r in others if r["system"] == row["system"] and r["slice"] == row["slice"]
-                   and r["metric"] == row["metric"] and _window_key(r) < _window_key(row)), key=_window_key)[-n:]
-    if len(prev) < n or not all(_finite(r.get("value")) and _finite(r.get("stderr")) for r in prev):
+    others = list(others)
+    base = _baseline_row(rule, row, others)
+    if base is None:
         return None
-    base = math.fsum(r["value"] for r in prev) / n
-    base_se = math.sqrt(math.fsum(r["stderr"] ** 2 for r in prev)) / n
-    return _change(rule, row, base, base_se, f"trailing {n} windows")
+    if rule.test == "msprt":
+        return _msprt(rule, row, base, p_prev)
+    return _change(rule, row, base[0], base[1], base[2])
 
 
 def evaluate(rules: Iterable[Rule], rows: Iterable[dict]) -> list[dict]:

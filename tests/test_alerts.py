@@ -78,6 +78,20 @@ def test_changes_against_another_system_and_the_trailing_windows(tmp_path):
     ('[[rule]]\nname = "x"\nmetric = "map"\nbaseline = "week:1"\nchange_below = 0\n', "baseline must be"),
     ('[[rule]]\nname = "x"\nmetric = "map"\nbaseline = "system:p"\nbelow = 0\n', "takes change_below"),
     ('[[rule]]\nname = "x"\nmetric = "map"\nbelow = nan\n', "below must be a finite number"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbaseline = "offset:1w"\nchange_below = 0\n', "'offset:Nd' / 'offset:Nh'"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbaseline = "offset:0d"\nchange_below = 0\n', "baseline must be"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbaseline = "offset:"\nchange_below = 0\n', "baseline must be"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbaseline = "system:p"\nchange_below = 0\ntest = "sprt"\n',
+     "test must be one of 'interval', 'msprt'"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbaseline = "trailing:3"\nchange_below = 0\ntest = "msprt"\n',
+     "test = 'msprt' needs baseline = 'system:NAME'"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbaseline = "offset:1d"\nchange_below = 0\ntest = "msprt"\n',
+     "test = 'msprt' needs baseline = 'system:NAME'"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbaseline = "system:p"\nchange_below = 0\nchange_above = 1\n'
+     'test = "msprt"\n', "takes one of change_below / change_above"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbaseline = "system:p"\nchange_below = 0\ntau = 0.1\n', "tau is the mSPRT"),
+    ('[[rule]]\nname = "x"\nmetric = "map"\nbaseline = "system:p"\nchange_below = 0\ntest = "msprt"\ntau = 0\n',
+     "tau is the mSPRT"),
     ('[[rule]]\nname = "x"\nmetric = "map"\nbelow = 1\nmin_n = 0\n', "min_n must be a positive integer"),
     ('[[rule]]\nname = "x"\nmetric = "map"\nbelow = 1\n[[rule]]\nname = "x"\nmetric = "map"\nabove = 1\n',
      "rule 2 ('x'): the name is used by an earlier rule"),
@@ -188,3 +202,172 @@ def test_the_stream_raises_each_alert_once_on_the_pane_where_it_first_held_long_
     in_batch = {(a["window_start"], a["slice"], a["system"]) for a in map(json.loads, open(tmp_path / "batch" / "alerts.jsonl"))
                 if a["rule"] == "ndcg-vs-A"}
     assert in_batch and in_batch <= {(a["window_start"], a["slice"], a["system"]) for a in got if a["rule"] == "ndcg-vs-A"}
+
+
+DAY = 24 * HOUR
+
+
+def test_an_offset_baseline_is_the_same_window_a_day_or_a_week_earlier(tmp_path):
+    """``offset:1d`` / ``offset:7d``: the same window, slice and system that long before; the normal
+    interval of two independent samples; min_n on both rows; no earlier window, no alert."""
+    z = sst.norm.ppf(0.975)
+    rs = rules('[[rule]]\nname = "dod"\nmetric = "ndcg@10"\nbaseline = "offset:1d"\nchange_below = -0.02\n'
+               'min_n = 50\n'
+               '[[rule]]\nname = "wow"\nmetric = "ndcg@10"\nbaseline = "offset:7d"\nchange_above = 0.0\n', tmp_path)
+    assert rs[0].baseline == ("offset", DAY, "1d") and rs[1].baseline == ("offset", 7 * DAY, "7d")
+    rows = [row(0, "A", 0.50, 100, 0.01), row(0, "B", 0.50, 100, 0.01),
+            row(HOUR, "A", 0.50, 100, 0.01), row(HOUR, "B", 0.50, 40, 0.01),
+            row(DAY, "A", 0.44, 100, 0.01),        # A a day later: drop of 0.06, interval below -0.02: fires
+            row(DAY, "B", 0.47, 100, 0.01),        # B: drop of 0.03, interval -0.058 .. -0.002 reaches -0.02
+            row(DAY + HOUR, "A", 0.44, 30, 0.01),  # the same drop on 30 queries: below min_n
+            row(DAY + HOUR, "B", 0.40, 100, 0.01),  # a day earlier B had 40 queries: below min_n
+            row(2 * DAY + 5 * HOUR, "A", 0.30, 100, 0.01),  # no window a day earlier: no baseline
+            row(7 * DAY, "A", 0.53, 100, 0.01),    # A a week after window 0: up 0.03, interval above 0
+            row(7 * DAY, "B", 0.51, 100, 0.01)]    # up 0.01, interval reaches 0
+    got = {(a["rule"], a["window_start"], a["system"]): a for a in alerts.evaluate(rs, rows)}
+    assert set(got) == {("dod", DAY, "A"), ("wow", 7 * DAY, "A")}
+    a = got[("dod", DAY, "A")]
+    half = z * math.sqrt(2) * 0.01
+    assert a["baseline"] == 0.5 and a["baseline_of"] == "same window 1d earlier" and a["p_value"] is None
+    assert a["diff_low"] == pytest.approx(-0.06 - half, abs=1e-12) and a["diff_high"] == pytest.approx(-0.06 + half)
+    assert got[("wow", 7 * DAY, "A")]["baseline_of"] == "same window 7d earlier"
+    # interval-aware: B's drop of 0.03 is past -0.02 as a point value, not as an interval
+    assert -0.03 < -0.02 and -0.03 + half > -0.02
+    # the global window has no earlier window
+    assert alerts.evaluate(rs, [row(None, "A", 0.1, 100, 0.01)]) == []
+
+
+def test_an_msprt_rule_fires_on_the_always_valid_p_value_carried_over_panes(tmp_path):
+    """``test = "msprt"``: the p-value of value - baseline = change_below, by hand from the closed
+    form; fires when the running minimum is at most 1 - level and the difference is below; the
+    record carries it and the mSPRT confidence sequence of the difference."""
+    from streameval.metrics import stats
+
+    rs = rules('[[rule]]\nname = "m"\nmetric = "ndcg@10"\nbaseline = "system:prod"\nchange_below = 0.0\n'
+               'test = "msprt"\ntau = 0.05\nmin_n = 10\n', tmp_path)
+    r = rs[0]
+    assert (r.test, r.tau) == ("msprt", 0.05)
+    prod, new = row(0, "prod", 0.50, 100, 0.010), row(0, "new", 0.45, 100, 0.012)
+    a = alerts.evaluate_row(r, new, [prod, new])
+    v = 0.010 ** 2 + 0.012 ** 2
+    lam = math.sqrt(v / (v + 0.05 ** 2)) * math.exp(0.05 ** 2 * 0.05 ** 2 / (2 * v * (v + 0.05 ** 2)))
+    assert a["p_value"] == pytest.approx(1 / lam, rel=1e-12) and a["p_value"] < 0.05
+    assert a["baseline"] == 0.5 and a["baseline_of"] == "system prod"
+    assert (a["diff_low"], a["diff_high"]) == pytest.approx(stats.msprt_cs(-0.05, v, 0.05, 0.95))
+    assert "always-valid p" in a["condition"] and "mSPRT" in a["condition"]
+    assert alerts.change_pvalue(r, new, [prod]) == pytest.approx(1 / lam, rel=1e-12)
+    # a smaller drop: p above 0.05 at this look, no alert; but an earlier pane's p of 0.01 carries
+    small = row(0, "new", 0.48, 100, 0.012)
+    p_small = alerts.change_pvalue(r, small, [prod])
+    assert p_small > 0.05 and alerts.evaluate_row(r, small, [prod]) is None
+    assert alerts.change_pvalue(r, small, [prod], 0.01) == 0.01
+    assert alerts.evaluate_row(r, small, [prod], p_prev=0.01)["p_value"] == 0.01
+    # the wrong side (a rise), too few queries, the baseline system itself: no alert, p-value of a rise
+    rise = row(0, "new", 0.55, 100, 0.012)
+    assert alerts.evaluate_row(r, rise, [prod], p_prev=0.001) is None
+    assert alerts.evaluate_row(r, row(0, "new", 0.2, 5, 0.05), [prod]) is None
+    assert alerts.change_pvalue(r, row(0, "new", 0.2, 5, 0.05), [prod]) is None
+    assert alerts.evaluate_row(r, prod, [prod]) is None
+    # an interval rule on the same rows fires too (its fixed-sample interval, not the p-value)
+    fixed = rules('[[rule]]\nname = "f"\nmetric = "ndcg@10"\nbaseline = "system:prod"\nchange_below = 0.0\n', tmp_path)
+    assert alerts.evaluate_row(fixed[0], new, [prod])["p_value"] is None
+
+
+class _State:
+    def __init__(self):
+        self.value = None
+
+    def read(self):
+        return self.value
+
+    def write(self, v):
+        self.value = v
+
+
+def test_the_stream_keeps_the_rows_an_offset_reaches_and_carries_the_msprt_minimum():
+    """The streaming DoFn on hand-made panes: with ``offset:1d`` and hourly windows it keeps the
+    windows of the last day of each system (25 rows; the older ones are dropped), fires against the
+    window a day earlier, and for an mSPRT rule carries the running minimum of the p-value over the
+    panes of a window: a later pane with a weaker difference still fires on it."""
+    from streameval.beam.alerts import _StreamAlertsFn
+
+    text = ('[[rule]]\nname = "dod"\nmetric = "ndcg@10"\nbaseline = "offset:1d"\nchange_below = -0.02\n'
+            '[[rule]]\nname = "m"\nmetric = "ndcg@10"\nbaseline = "system:prod"\nchange_below = 0.0\n'
+            'test = "msprt"\ntau = 0.05\nfor_panes = 2\n')
+    fn = _StreamAlertsFn(alerts.parse_rules(__import__("tomllib").loads(text)))
+    st = _State()
+    key = ("ndcg@10", "all")
+    fired = []
+    for h in range(30):
+        fired += list(fn.process((key, row(h * HOUR, "A", 0.5, 100, 0.01)), state=st))
+    assert fired == []
+    rows = st.value[0]
+    assert sorted(w for _, w in rows) == [h * HOUR for h in range(5, 30)]  # a day back from the newest: 25
+    fired += list(fn.process((key, row(30 * HOUR, "A", 0.4, 100, 0.01)), state=st))
+    assert [(a["rule"], a["window_start"], a["baseline_of"]) for a in fired] == [("dod", 30 * HOUR, "same window 1d earlier")]
+    # mSPRT over three panes of window 0 of system new against prod: p carried as the running minimum
+    fn2 = _StreamAlertsFn(fn.rules)
+    st2 = _State()
+    prod = dict(row(0, "prod", 0.50, 100, 0.010), pane="early", pane_index=0)
+    assert list(fn2.process((key, prod), state=st2)) == []
+    out = []
+    for i, v in enumerate((0.45, 0.48, 0.48)):
+        out.append(list(fn2.process((key, dict(row(0, "new", v, 100, 0.012), pane="early", pane_index=i + 1)),
+                                    state=st2)))
+    p0 = alerts.change_pvalue(fn.rules[1], row(0, "new", 0.45, 100, 0.012), [prod])
+    assert p0 < 0.05
+    # pane 1 holds (1 of 2), pane 2 holds on the carried minimum (2 of 2: fires), pane 3: already fired
+    assert out[0] == [] and [a["rule"] for a in out[1]] == ["m"] and out[2] == []
+    assert out[1][0]["p_value"] == pytest.approx(p0) and out[1][0]["pane_index"] == 2
+
+
+def test_alert_files_of_schema_version_1_read_with_a_null_p_value(tmp_path):
+    """Schema evolution: version 2 adds ``p_value`` (null by default); a version 1 file (written
+    with the old schema, without it) reads under the current schema with ``p_value`` None, and a
+    version 2 file reads under the version 1 schema without it."""
+    import fastavro
+
+    from streameval.io.avro import schema_path
+
+    v2 = json.loads(schema_path("alert").read_text())
+    assert v2["streameval_schema_version"] == 2 and v2["fields"][-1]["name"] == "p_value"
+    v1 = dict(v2, streameval_schema_version=1, fields=v2["fields"][:-1])
+    rec = {"rule": "r", "window_start": 0, "window_end": HOUR, "slice": "all", "system": "A", "metric": "map",
+           "value": 0.3, "num_queries": 10, "ci_low": 0.2, "ci_high": 0.4, "baseline": 0.5, "baseline_of": "threshold",
+           "diff_low": None, "diff_high": None, "condition": "c", "pane": None, "pane_index": None}
+    with open(tmp_path / "v1.avro", "wb") as f:
+        fastavro.writer(f, fastavro.parse_schema(v1), [rec])
+    assert list(avro.read_records(str(tmp_path / "v1.avro"), "alert")) == [dict(rec, p_value=None)]
+    avro.write_records(tmp_path / "v2.avro", "alert", [dict(rec, p_value=0.01)])
+    with open(tmp_path / "v2.avro", "rb") as f:
+        old, = fastavro.reader(f, reader_schema=fastavro.parse_schema(v1))
+    assert "p_value" not in old and old["rule"] == "r" and old["value"] == 0.3  # fastavro gives datetimes
+
+
+def test_the_beam_transforms_run_offset_and_msprt_rules(tmp_path):
+    """In Beam (direct runner): EvaluateAlerts on rows of several days gives what ``evaluate``
+    gives (an offset baseline found among the windows of one run); StreamAlerts carries the mSPRT
+    minimum in its state across panes (the state's coder takes it) and fires once (the panes in
+    order: one bundle, no reshuffle)."""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from streameval.beam.alerts import EvaluateAlerts, StreamAlerts
+
+    rs = rules('[[rule]]\nname = "dod"\nmetric = "ndcg@10"\nbaseline = "offset:1d"\nchange_below = -0.02\n'
+               '[[rule]]\nname = "m"\nmetric = "ndcg@10"\nbaseline = "system:prod"\nchange_below = 0.0\n'
+               'test = "msprt"\ntau = 0.05\nfor_panes = 2\n', tmp_path)
+    rows = [row(d * DAY + h * HOUR, s, 0.5 - 0.05 * d * (s == "new"), 100, 0.01)
+            for d in range(3) for h in range(2) for s in ("prod", "new")]
+    expected = alerts.evaluate(rs, rows)
+    assert {(a["rule"], a["window_start"]) for a in expected if a["rule"] == "dod"} == {
+        ("dod", DAY), ("dod", DAY + HOUR), ("dod", 2 * DAY), ("dod", 2 * DAY + HOUR)}
+    prod = dict(row(0, "prod", 0.50, 100, 0.010), pane="early", pane_index=0)
+    panes = [[prod]] + [[dict(row(0, "new", v, 100, 0.012), pane="early", pane_index=i)]
+                        for i, v in enumerate((0.45, 0.48, 0.48), 1)]
+    with beam.Pipeline() as p:
+        assert_that(p | "Rows" >> beam.Create(rows) | EvaluateAlerts(rs), equal_to(expected), label="Batch")
+        streamed = (p | "Panes" >> beam.Create(panes, reshuffle=False) | StreamAlerts(rs[1:])
+                    | beam.Map(lambda a: (a["rule"], a["pane_index"], round(a["p_value"], 12))))
+        p0 = alerts.change_pvalue(rs[1], panes[1][0], [prod])
+        assert_that(streamed, equal_to([("m", 2, round(p0, 12))]), label="Stream")

@@ -251,6 +251,8 @@ def test_alert_rules_as_prometheus_alerting_rules(tmp_path, capsys):
 
     capsys.readouterr()
     for text, message in [('baseline = "trailing:3"\nchange_below = -0.1', "needs the preceding windows"),
+                          ('baseline = "offset:1d"\nchange_below = -0.1', "needs an earlier window"),
+                          ('baseline = "system:p"\nchange_below = -0.1\ntest = "msprt"', "carries a p-value"),
                           ("below = 0.1\nfor_panes = 3", "counts panes")]:
         toml.write_text(f'[[rule]]\nname = "r"\nmetric = "map"\n{text}\n')
         assert cli(["alerts-to-prometheus", str(toml)]) == 2

@@ -57,9 +57,13 @@ class EvaluateAlerts(_WithRules):
 
 class _StreamAlertsFn(beam.DoFn):
     """Keyed by (metric, slice): keeps the latest pane row of each (system, window) of the key (the
-    last ``keep`` windows of each system), counts for each (rule, system, window) the consecutive
-    panes on which the rule holds, and emits an alert the first time the count reaches the rule's
-    ``for_panes``: once per rule, window, slice and system."""
+    last ``keep`` windows of each system, and every window that started at most ``reach``
+    microseconds before the system's newest one: the longest ``offset:`` baseline), counts for
+    each (rule, system, window) the consecutive panes on which the rule holds, carries for each
+    ``test = "msprt"`` rule the running minimum of its always-valid p-value over the window's
+    panes, and emits an alert the first time the count reaches the rule's ``for_panes``: once per
+    rule, window, slice and system. State per key: at most ``keep + reach / window length`` rows
+    per system, and two numbers per (rule, system, window) of those rows."""
 
     STATE = ReadModifyWriteStateSpec("alerts", FastPrimitivesCoder())
 
@@ -67,11 +71,13 @@ class _StreamAlertsFn(beam.DoFn):
         self.rules = list(rules)
         trailing = [r.baseline[1] for r in self.rules if r.baseline is not None and r.baseline[0] == "trailing"]
         self.keep = max(trailing, default=0) + 1
+        self.reach = max((r.baseline[1] for r in self.rules if r.baseline is not None and r.baseline[0] == "offset"),
+                         default=0)
         self.fired = Metrics.counter(NAMESPACE, ALERTS_FIRED)
 
     def process(self, kv, state=beam.DoFn.StateParam(STATE)):
         (metric, _), row = kv
-        rows, holds = state.read() or ({}, {})
+        rows, holds, pmins = (*(state.read() or ({}, {})), {})[:3]  # a state of before the p-values: 2 items
         system, ws = row["system"], row["window_start"]
         rows[(system, ws)] = row
         others = list(rows.values())
@@ -82,23 +88,33 @@ class _StreamAlertsFn(beam.DoFn):
             count = holds.get(key, 0)
             if count < 0:  # fired for this window already
                 continue
-            alert = alert_rules.evaluate_row(rule, row, others)
+            p_prev = pmins.get(key, 1.0)
+            if rule.test == "msprt":
+                p = alert_rules.change_pvalue(rule, row, others, p_prev)
+                if p is not None:
+                    pmins[key] = p
+            alert = alert_rules.evaluate_row(rule, row, others, p_prev)
             count = count + 1 if alert else 0
             if alert and count >= rule.for_panes:
                 self.fired.inc()
                 yield alert
                 count = -1
             holds[key] = count
-        # keep the latest windows of each system (a trailing baseline's reach) and their counts
+        # keep the latest windows of each system (a trailing baseline's reach), the windows an offset
+        # baseline reaches back to, and their counts and p-values
         by_system: dict = {}
         for s, w in rows:
             by_system.setdefault(s, []).append(w)
         for s, ws_list in by_system.items():
-            for w in sorted(ws_list, key=lambda w: (w is not None, w or 0))[:-self.keep]:
-                del rows[(s, w)]
+            ordered = sorted(ws_list, key=lambda w: (w is not None, w or 0))
+            newest = ordered[-1]
+            for w in ordered[:-self.keep]:
+                if newest is None or w is None or w < newest - self.reach:
+                    del rows[(s, w)]
         live = set(rows)
         holds = {k: v for k, v in holds.items() if (k[1], k[2]) in live}
-        state.write((rows, holds))
+        pmins = {k: v for k, v in pmins.items() if (k[1], k[2]) in live}
+        state.write((rows, holds, pmins))
 
 
 class StreamAlerts(_WithRules):

@@ -255,7 +255,8 @@ def rule_expressions(rule, pane: str = "latest") -> list[tuple[str, str, str]]:
     ``baseline = "system:NAME"`` rules take the normal interval of ``value - baseline`` from the two
     ``streameval_stderr`` gauges, the baseline's series of the same metric, slice and window end.
     Raises ValueError (one line, naming the rule) for what the gauges cannot express: a
-    ``trailing:N`` baseline (they hold the latest window only) and ``for_panes`` > 1 (Prometheus'
+    ``trailing:N`` or ``offset:`` baseline (they hold the latest window only), ``test = "msprt"``
+    (a running p-value over panes) and ``for_panes`` > 1 (Prometheus'
     ``for`` counts time, not panes)."""
     if pane not in ("latest", "final"):
         raise ValueError(f"pane must be 'latest' or 'final', got {pane!r}")
@@ -276,10 +277,15 @@ def rule_expressions(rule, pane: str = "latest") -> list[tuple[str, str, str]]:
             out.append(("above", f"{_selector('ci_low', mine)} > {_num(rule.above)} and {enough}",
                         f"interval entirely above {rule.above:g}"))
         return out
-    kind, arg = rule.baseline
+    kind, arg = rule.baseline[:2]
     if kind != "system":
-        raise ValueError(f"rule {rule.name!r}: baseline 'trailing:{arg}' needs the preceding windows, which the "
-                         "gauges do not hold (they hold the latest window)")
+        what = f"offset:{rule.baseline[2]}' needs an earlier window" if kind == "offset" else \
+            f"trailing:{arg}' needs the preceding windows"
+        raise ValueError(f"rule {rule.name!r}: baseline '{what}, which the gauges do not hold (they hold the "
+                         "latest window)")
+    if rule.test == "msprt":
+        raise ValueError(f"rule {rule.name!r}: test = 'msprt' carries a p-value over the panes, which the gauges "
+                         "do not (use the jobs' --alerts)")
     if rule.system == arg:
         raise ValueError(f"rule {rule.name!r}: system {arg!r} is its own baseline (the rule never fires)")
     from scipy import special

@@ -3,8 +3,8 @@
 gauges that ``stream --prometheus-port`` serves and ``batch --prometheus-textfile`` writes
 (:func:`streameval.beam.prometheus.alerting_rules`). Check it with ``promtool check rules``.
 
-Threshold rules and ``baseline = "system:NAME"`` rules translate; a ``trailing:N`` baseline or
-``for_panes`` > 1 is refused with one line (exit status 2): the gauges hold the latest window only,
+Threshold rules and ``baseline = "system:NAME"`` rules translate; a ``trailing:N`` or ``offset:``
+baseline, ``test = "msprt"`` or ``for_panes`` > 1 is refused with one line (exit status 2): the gauges hold the latest window only,
 and Prometheus' ``for`` counts time, not panes (``--for`` gives one to every rule). Does not import
 Beam.
 """

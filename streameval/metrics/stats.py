@@ -18,6 +18,8 @@ someone who watches every early pane and stops at the first exclusion keeps the 
 * :func:`beta_binomial_cs` - the beta-binomial mixture confidence sequence of a proportion (Howard,
   Ramdas, McAuliffe and Sekhon, "Time-uniform, nonparametric, nonasymptotic confidence sequences",
   Annals of Statistics 2021, the conjugate-mixture method with Ville's inequality); exact.
+* :func:`msprt_cs` - the always-valid confidence sequence of a difference that :func:`msprt_pvalue`
+  inverts (below).
 * :func:`percentile_interval` - the ``(1-level)/2`` and ``(1+level)/2`` quantiles of bootstrap
   replicates, as the ``(R+1) alpha``-th order statistics (Hyndman and Fan type 6, interpolated;
   Davison and Hinkley 1997, section 5.2). numpy's default (type 7) puts the ends of a 95% interval
@@ -32,6 +34,16 @@ Tests of a paired difference (``d_q = b_q - a_q`` per query):
   as the observed one, counted exactly (integer arithmetic, meet in the middle).
 * :func:`sign_flip_pvalue_mc` - the Monte Carlo version from replicate sums,
   ``(1 + #{|T_r| >= |T|}) / (R + 1)`` (Phipson and Smyth 2010; never 0).
+
+Always-valid p-value of a change (mSPRT; Johari, Pekelis and Walsh, "Always valid inference:
+continuous monitoring of A/B tests", Operations Research 2022, arXiv:1512.04922, 2015/2017; Johari,
+Koomen, Pekelis and Walsh, "Peeking at A/B tests", KDD 2017):
+
+* :func:`msprt_lambda` - the normal-mixture likelihood ratio ``Lambda_n`` of ``theta = theta0``
+  for an estimate ``d_n ~ N(theta, V_n)`` of a difference of two means, mixture ``theta ~ N(theta0,
+  tau^2)``;
+* :func:`msprt_pvalue` - ``p_n = min(1, min_{k <= n} 1 / Lambda_k)``, the running minimum over the
+  looks: pass the previous look's ``p`` as ``p_prev`` (mergeable along panes: one float of state).
 
 Stable randomness: the weight of a query in replicate ``r`` is a function of the query's key, ``r``,
 a stream name and a user seed only, so the same query gets the same weights in the library, the
@@ -82,6 +94,10 @@ __all__ = [
     "beta_binomial_cs",
     "CS_TARGET_N",
     "INTERVAL_KINDS",
+    "MSPRT_TAU",
+    "msprt_lambda",
+    "msprt_pvalue",
+    "msprt_cs",
 ]
 
 DEFAULT_LEVEL = 0.95
@@ -335,6 +351,81 @@ def sign_flips(seeds, replicates: int, start: int = 0) -> np.ndarray:
     bits = (words[:, :, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)
     bits = bits.reshape(words.shape[0], -1)[:, :replicates].astype(np.int64)
     return 1 - 2 * bits
+
+
+# --------------------------------------------------------------------------------------------
+# always-valid p-value of a change (mSPRT)
+
+#: the default mixture scale ``tau`` of :func:`msprt_pvalue` in the metric's units: changes of a few
+#: points of a ranking metric in [0, 1] (nDCG, MAP, recall); set it per rule for other scales (CTR)
+MSPRT_TAU = 0.05
+
+
+def _msprt_log_lambda(diff, var, tau, theta0):
+    d = np.asarray(diff, dtype=np.float64) - float(theta0)
+    v = np.asarray(var, dtype=np.float64)
+    t2 = float(tau) ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = 0.5 * np.log(v / (v + t2)) + t2 * d * d / (2.0 * v * (v + t2))
+    return np.where((v > 0) & np.isfinite(v) & np.isfinite(d), out, np.nan)
+
+
+def msprt_lambda(diff, var, tau: float = MSPRT_TAU, theta0: float = 0.0):
+    """The mSPRT mixture likelihood ratio of ``theta = theta0`` after a look at ``diff``, an estimate
+    of a difference of two means ``theta`` (system minus baseline) with variance ``var`` (``V_n =
+    se_a^2 + se_b^2`` for two independent means; ``2 sigma^2 / n`` for ``n`` pairs of common variance
+    ``sigma^2``), under a normal mixture ``theta ~ N(theta0, tau^2)``::
+
+        Lambda_n = int phi_{V_n}(d_n - theta) phi_{tau^2}(theta - theta0) dtheta / phi_{V_n}(d_n - theta0)
+                 = sqrt(V_n / (V_n + tau^2)) * exp(tau^2 (d_n - theta0)^2 / (2 V_n (V_n + tau^2)))
+
+    (the ratio of the marginal N(theta0, V_n + tau^2) density of ``d_n`` to its N(theta0, V_n)
+    density). With ``V_n = 2 sigma^2 / n`` it is Johari et al.'s two-sample formula
+    ``sqrt(2 sigma^2 / (2 sigma^2 + n tau^2)) exp(n^2 tau^2 (Ybar - Xbar - theta0)^2 / (4 sigma^2
+    (2 sigma^2 + n tau^2)))`` (Always valid inference, section 4; KDD 2017, section 3.2). Under
+    ``theta = theta0`` it is a martingale of mean 1 in the looks (exactly for Gaussian data of
+    known variance, asymptotically with the plug-in standard errors of the rows), so by Ville's
+    inequality ``P(sup_n Lambda_n >= 1 / alpha) <= alpha``. Scalars or arrays; NaN where ``var`` is
+    not positive and finite."""
+    out = np.exp(_msprt_log_lambda(diff, var, tau, theta0))
+    return float(out) if out.ndim == 0 else out
+
+
+def msprt_pvalue(diff, var, tau: float = MSPRT_TAU, theta0: float = 0.0, p_prev=1.0):
+    """The always-valid p-value of ``theta = theta0`` after this look: ``p_n = min(p_prev, 1 /
+    Lambda_n)`` (:func:`msprt_lambda`), ``p_prev`` the previous look's ``p`` (1 at the first look).
+    ``P(p_n <= alpha at some n) <= alpha`` under the null, whatever the looks and the stopping
+    rule, so it can be watched at every pane. The state carried between looks is the one float
+    ``p_prev``; the running minimum is order-free (``min``), and a look with no estimate (NaN)
+    leaves it as it was.
+
+    ``tau`` (the mixture's standard deviation, in the metric's units) does not affect validity, only
+    power: the test detects effects near ``tau`` soonest. Johari et al. choose ``tau^2`` from the
+    spread of the effects of earlier experiments (fit a N(0, tau^2) to past measured changes); a
+    ``tau`` far above the effects of interest makes the test slow, far below them (``tau^2 << V_n``)
+    makes ``Lambda_n`` stay near 1 until ``V_n`` shrinks to ``tau^2``. Default :data:`MSPRT_TAU`."""
+    log_lam = _msprt_log_lambda(diff, var, tau, theta0)
+    with np.errstate(over="ignore"):
+        p = np.where(np.isnan(log_lam), 1.0, np.minimum(1.0, np.exp(-log_lam)))
+    out = np.minimum(np.asarray(p_prev, dtype=np.float64), p)
+    return float(out) if out.ndim == 0 else out
+
+
+def msprt_cs(diff, var, tau: float = MSPRT_TAU, level: float = DEFAULT_LEVEL):
+    """The always-valid confidence sequence of the difference that inverts :func:`msprt_lambda`: the
+    ``theta0`` with ``Lambda_n(theta0) < 1 / alpha``, ``d_n -/+ sqrt(V_n (V_n + tau^2) / tau^2 *
+    (2 log(1 / alpha) + log((V_n + tau^2) / V_n)))``, ``alpha = 1 - level`` (Johari et al., section
+    5). ``theta0`` lies outside it exactly when ``msprt_pvalue(..., theta0)`` of this look is below
+    ``alpha``."""
+    alpha = 1.0 - _check_level(level)
+    v = np.asarray(var, dtype=np.float64)
+    t2 = float(tau) ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        half = np.sqrt(v * (v + t2) / t2 * (2.0 * math.log(1.0 / alpha) + np.log((v + t2) / v)))
+        half = np.where(v > 0, half, np.nan)
+    d = np.asarray(diff, dtype=np.float64)
+    lo, hi = d - half, d + half
+    return (float(lo), float(hi)) if lo.ndim == 0 else (lo, hi)
 
 
 # --------------------------------------------------------------------------------------------
