@@ -1,9 +1,14 @@
 """``streameval.evaluate``: score a run against qrels in one call, in the spirit of ranx.
 
-Inputs may be dicts (``{qid: {docno: score}}`` / ``{qid: {docno: grade}}``), paths to TREC run and
-qrels files, :class:`~streameval.io.trec.TrecRun` / ``TrecQrels`` objects, or pandas DataFrames
-(columns ``q_id``/``query_id``/``qid``, ``doc_id``/``docno``/``item_id``, and ``score`` or
-``rel``/``grade``/``relevance``). pandas is optional and only imported when given a DataFrame.
+Inputs may be dicts (``{qid: {docno: score}}`` / ``{qid: {docno: grade}}``, as pytrec_eval), paths to
+TREC run and qrels files, :class:`~streameval.io.trec.TrecRun` / ``TrecQrels`` objects, ranx ``Qrels`` /
+``Run`` objects (read through their ``to_dict()``), iterables of records with ``query_id``, ``doc_id``
+and ``relevance`` (qrels) or ``score`` (run) attributes (ir_measures ``Qrel`` / ``ScoredDoc``
+namedtuples, ir_datasets' ``qrels_iter()`` / ``scoreddocs_iter()``), or pandas DataFrames (columns
+``q_id``/``query_id``/``qid``, ``doc_id``/``docno``/``item_id``, and ``score`` or
+``rel``/``grade``/``relevance``/``label``/``score`` for qrels: ranx's default columns are ``q_id``,
+``doc_id``, ``score`` for both). Neither ranx, ir_measures nor pandas is imported here: their objects
+are recognised by their attributes.
 """
 
 from __future__ import annotations
@@ -24,14 +29,47 @@ __all__ = ["evaluate", "Evaluation", "score_queries", "aggregate"]
 _Q_COLS = ("q_id", "query_id", "qid")
 _D_COLS = ("doc_id", "docno", "item_id", "doc")
 _S_COLS = ("score",)
-_G_COLS = ("rel", "grade", "relevance", "label")
+_G_COLS = ("rel", "grade", "relevance", "label", "score")  # score last: ranx's Qrels.from_df default
 
 
-def _pick(df, names, what):
+def _pick(df, names, what, kind):
     for n in names:
         if n in df.columns:
             return df[n].to_numpy()
-    raise ValueError(f"DataFrame has no {what} column (looked for {', '.join(names)}); has {list(df.columns)}")
+    raise ValueError(f"{kind} DataFrame has no {what} column (expected one of {', '.join(names)}); "
+                     f"has {list(df.columns)}")
+
+
+def _is_record(x) -> bool:
+    return hasattr(x, "query_id") and hasattr(x, "doc_id")
+
+
+def _records(items, kind: str):
+    """(qid, docno, value) arrays from records with query_id, doc_id and relevance (qrels) / score (run)
+    attributes: ir_measures' Qrel / ScoredDoc, ir_datasets' TrecQrel / GenericScoredDoc, any namedtuple
+    or object of that shape. A qrels record's ``iteration`` is ignored, as trec_eval ignores it."""
+    field = "score" if kind == "run" else "relevance"
+    q, d, v = [], [], []
+    for i, r in enumerate(items):
+        try:
+            q.append(r.query_id)
+            d.append(r.doc_id)
+            v.append(getattr(r, field))
+        except AttributeError:
+            raise TypeError(f"{kind} item {i} is a {type(r).__name__}: expected records with query_id, doc_id "
+                            f"and {field} attributes (ir_measures {'ScoredDoc' if kind == 'run' else 'Qrel'})"
+                            ) from None
+    if not q:
+        return np.asarray([], dtype=str), np.asarray([], dtype=str), np.asarray([], dtype=np.float64)
+    return _ids([str(x) for x in q]), _ids([str(x) for x in d]), _values(v, kind)
+
+
+def _values(v, kind):
+    try:
+        return np.asarray(v, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        what = "scores" if kind == "run" else "grades"
+        raise ValueError(f"{kind} {what} must be numbers: {e}") from None
 
 
 def _ids(values) -> np.ndarray:
@@ -55,23 +93,33 @@ def _columns(obj, kind: str):
         val = obj.score if kind == "run" else obj.grade
         qid = obj.qid if hasattr(obj.qid, "blocks") else np.asarray(obj.qid)  # runs of qids: kept so
         return qid, np.asarray(obj.docno), np.asarray(val, dtype=np.float64)
+    if type(obj).__module__.split(".")[0] == "ranx" and hasattr(obj, "to_dict"):
+        obj = obj.to_dict()  # ranx Qrels / Run: grades and scores as given
     if isinstance(obj, dict):
         q, d, v = [], [], []
         for qid, docs in obj.items():
+            if not isinstance(docs, dict):
+                raise TypeError(f"{kind} dict maps query {qid!r} to a {type(docs).__name__}: expected "
+                                "{qid: {docno: value}}")
             for doc, val in docs.items():
                 q.append(str(qid))
                 d.append(str(doc))
                 v.append(val)
-        return _ids(q), _ids(d), np.asarray(v, dtype=np.float64)
+        return _ids(q), _ids(d), _values(v, kind)
     if hasattr(obj, "columns") and hasattr(obj, "to_numpy"):  # pandas DataFrame
-        q = _ids(_pick(obj, _Q_COLS, "query id"))
-        d = _ids(_pick(obj, _D_COLS, "document id"))
-        v = _pick(obj, _S_COLS if kind == "run" else _G_COLS, "score" if kind == "run" else "grade")
-        return q, d, np.asarray(v, dtype=np.float64)
-    if isinstance(obj, tuple) and len(obj) == 3:  # ids as text, as from every other container
-        return _ids(obj[0]), _ids(obj[1]), np.asarray(obj[2], dtype=np.float64)
-    raise TypeError(f"cannot read a {kind} from {type(obj).__name__}: give a dict, a TREC file path, "
-                    "a TrecRun/TrecQrels, a (qid, docno, value) tuple of arrays or a pandas DataFrame")
+        q = _ids(_pick(obj, _Q_COLS, "query id", kind))
+        d = _ids(_pick(obj, _D_COLS, "document id", kind))
+        v = _pick(obj, _S_COLS if kind == "run" else _G_COLS, "score" if kind == "run" else "grade", kind)
+        return q, d, _values(v, kind)
+    if _is_record(obj):  # one ir_measures Qrel / ScoredDoc
+        return _records([obj], kind)
+    if isinstance(obj, tuple) and len(obj) == 3 and not any(_is_record(x) for x in obj):
+        return _ids(obj[0]), _ids(obj[1]), _values(obj[2], kind)  # ids as text, as every other container
+    if hasattr(obj, "__iter__") and not isinstance(obj, (str, bytes)):  # records, e.g. ir_datasets' iterators
+        return _records(obj, kind)
+    raise TypeError(f"cannot read a {kind} from {type(obj).__name__}: expected a dict of dicts, a TREC file "
+                    "path, a TrecRun/TrecQrels, a ranx Qrels/Run, ir_measures records, a (qid, docno, value) "
+                    "tuple of arrays or a pandas DataFrame")
 
 
 #: library policies for two judgments of one (query, document): see :func:`resolve_qrels`
@@ -153,54 +201,92 @@ def aggregate(values: np.ndarray, spec: MetricSpec) -> float:
 
 @dataclass
 class Evaluation:
-    """Result of :func:`evaluate`: ``means`` {metric name: value}; ``per_query`` (on request) a
-    DataFrame indexed by query id with one column per metric (a dict of dicts without pandas)."""
+    """What :func:`evaluate` returns, whatever the number of metrics asked for.
+
+    ``means``: {metric name: summary value} (canonical names, e.g. ``"P@5"`` for ``"P_5"``);
+    ``ev[name]`` reads it under any spelling (``ev["P_5"]``); ``ev.value()``: the one metric's value
+    when a single metric was asked for (the explicit path for code that expected a float).
+    ``per_query``: None unless asked for; ``per_query=True`` / ``"dict"`` gives
+    ``{query id: {metric name: value}}`` (queries in trec_eval's order), ``per_query="pandas"`` a
+    DataFrame indexed by query id (``query_id``) with one column per metric.
+    ``num_queries``: the queries averaged over."""
 
     means: dict
     per_query: object = None
     num_queries: int = 0
 
     def __getitem__(self, name):
-        return self.means[name]
+        if name in self.means:
+            return self.means[name]
+        specs = parse_metrics(name)  # MetricNameError (a KeyError would hide a typo's suggestion)
+        if len(specs) == 1 and specs[0].name in self.means:
+            return self.means[specs[0].name]
+        raise KeyError(f"{name!r} was not evaluated; have {list(self.means)}")
 
     def __iter__(self):
         return iter(self.means)
 
+    def __len__(self):
+        return len(self.means)
 
-def evaluate(qrels, run, metrics, *, per_query: bool = False, relevance_level: float = 1,
+    def value(self) -> float:
+        """The summary value of the one metric evaluated; ValueError when there are several."""
+        if len(self.means) != 1:
+            raise ValueError(f"value() needs exactly one metric, this evaluation has {len(self.means)} "
+                             f"({', '.join(self.means)}): read ev[name] or ev.means")
+        return next(iter(self.means.values()))
+
+
+#: accepted values of evaluate(per_query=...)
+PER_QUERY = (False, True, "dict", "pandas")
+
+
+def evaluate(qrels, run, metrics, *, per_query: bool | str = False, relevance_level: float = 1,
              gain: str = "linear", ideal: str = "judgments", err_max_grade: float = 4,
              complete: bool = False, depth: int | None = None, tie_break: str = "docno",
-             score_precision: str = "float32", judgment_conflicts: str = "error"):
+             score_precision: str = "float32", judgment_conflicts: str = "error") -> Evaluation:
     """Score ``run`` against ``qrels`` on ``metrics`` (names as users write them: ``"ndcg@10"``,
     ``"map"``, ``"mrr@10"``, ``"P_5"``; a single name or a list).
 
-    Options (defaults are trec_eval's; see docs/metrics.md): ``relevance_level`` (``-l``), ``gain``
-    (``"linear"`` | ``"exponential"``), ``ideal`` (``"judgments"`` | ``"served"``), ``err_max_grade``,
-    ``complete`` (``-c``: judged queries without results score 0), ``depth`` (``-M``),
-    ``tie_break`` (``"docno"``), ``score_precision`` (``"float32"``: scores compared in single
-    precision as trec_eval stores them; ``"float64"``), ``judgment_conflicts`` (``"error"``: a
+    ``qrels`` / ``run``: any input of the module docstring (dicts of dicts, TREC paths, ranx
+    ``Qrels`` / ``Run``, ir_measures / ir_datasets records, DataFrames, arrays). Scores and grades are
+    used as given; ties are ordered as trec_eval (score descending, then docno descending), which
+    ranx does not do (it keeps its own order of tied documents), so a run with tied scores can
+    differ from ranx's numbers.
+
+    Options (defaults are trec_eval's; see docs/metrics.md): ``per_query`` (False; True or ``"dict"``:
+    a dict of dicts in every install; ``"pandas"``: a DataFrame), ``relevance_level`` (``-l``),
+    ``gain`` (``"linear"`` | ``"exponential"``), ``ideal`` (``"judgments"`` | ``"served"``),
+    ``err_max_grade``, ``complete`` (``-c``: judged queries without results score 0), ``depth``
+    (``-M``), ``tie_break`` (``"docno"``), ``score_precision`` (``"float32"``: scores compared in
+    single precision as trec_eval stores them; ``"float64"``), ``judgment_conflicts`` (``"error"``: a
     (query, document) judged twice raises, as in trec_eval; ``"latest"``: the later judgment by the
     DataFrame's ``timestamp`` column or by row order; ``"max"``: the larger grade; :func:`resolve_qrels`).
 
-    Returns a float when one metric name is given and ``per_query`` is False, else an
-    :class:`Evaluation` with ``means`` ({name: value}) and, when ``per_query``, per-query scores.
-    Run queries without any judgment are left out (a warning says how many).
-    Raises MetricNameError (ValueError) for unknown names, ValueError for malformed input.
+    Returns an :class:`Evaluation` for one metric as for several (``ev.means``, ``ev["map"]``,
+    ``ev.value()`` for a single metric). Run queries without any judgment are left out (a warning
+    says how many). Raises MetricNameError (ValueError) for unknown names, ValueError for malformed
+    values, TypeError for an input of a type it cannot read, ImportError for ``per_query="pandas"``
+    without pandas.
     """
+    if isinstance(per_query, str) and per_query not in PER_QUERY or not isinstance(per_query, (bool, str)):
+        raise ValueError(f"per_query must be one of {PER_QUERY}, got {per_query!r}")
+    pd = None
+    if per_query == "pandas":
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("per_query='pandas' needs pandas installed; per_query='dict' needs nothing") from None
     specs, prep, values = score_queries(qrels, run, metrics, relevance_level=relevance_level, gain=gain,
                                         ideal=ideal, err_max_grade=err_max_grade, complete=complete,
                                         depth=depth, tie_break=tie_break, score_precision=score_precision,
                                         judgment_conflicts=judgment_conflicts)
     means = {s.name: aggregate(values[i], s) for i, s in enumerate(specs)}
-    if isinstance(metrics, str) and len(specs) == 1 and not per_query:
-        return means[specs[0].name]
     table = None
     if per_query:
         qids = [str(q) for q in prep.qids]
-        try:
-            import pandas as pd
-        except ImportError:
-            table = {q: {s.name: float(values[i, j]) for i, s in enumerate(specs)} for j, q in enumerate(qids)}
-        else:
+        if pd is not None:
             table = pd.DataFrame(values.T, index=pd.Index(qids, name="query_id"), columns=[s.name for s in specs])
+        else:
+            table = {q: {s.name: float(values[i, j]) for i, s in enumerate(specs)} for j, q in enumerate(qids)}
     return Evaluation(means=means, per_query=table, num_queries=len(prep.qids))

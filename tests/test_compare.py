@@ -248,8 +248,8 @@ def test_compare_command_small(tmp_path, capsys):
     assert rc == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["metric"] for r in rows] == ["ndcg@5", "P@3"]
-    res = api.evaluate(str(paths["qrels"]), str(paths["a.run"]), ["ndcg@5", "P@3"], per_query=True)
-    res_b = api.evaluate(str(paths["qrels"]), str(paths["b.run"]), ["ndcg@5", "P@3"], per_query=True)
+    res = api.evaluate(str(paths["qrels"]), str(paths["a.run"]), ["ndcg@5", "P@3"], per_query="pandas")
+    res_b = api.evaluate(str(paths["qrels"]), str(paths["b.run"]), ["ndcg@5", "P@3"], per_query="pandas")
     for r in rows:
         a = res.per_query[r["metric"]].to_numpy()
         b = res_b.per_query[r["metric"]].to_numpy()
@@ -270,7 +270,7 @@ def test_compare_dl_hard(capsys):
     assert rc == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == 4
-    opts = dict(relevance_level=2, complete=True, depth=1000, per_query=True)
+    opts = dict(relevance_level=2, complete=True, depth=1000, per_query="pandas")
     base = api.evaluate(str(qrels), str(runs / "bm25.run"), ["ndcg@10", "map"], **opts)
     assert base.means["map"] == pytest.approx(0.1731, abs=5e-5)  # trec_eval's bm25.run.eval
     for r in rows:
@@ -331,7 +331,7 @@ def test_compare_command_adjust_and_tukey(tmp_path, capsys):
     qrels, paths = write_runs(tmp_path, np.random.default_rng(5), names)
     files = [str(qrels), *map(str, paths)]
     fast = ["--replicates", "20", "--flips", "100"]  # not under test here (12 queries: exact sign flips)
-    per_query = {n: api.evaluate(str(qrels), str(p), metrics, per_query=True).per_query for n, p in zip(names, paths)}
+    per_query = {n: api.evaluate(str(qrels), str(p), metrics, per_query="pandas").per_query for n, p in zip(names, paths)}
     # --adjust: one family per metric, the comparisons of b, c, d with a
     for method in ("holm", "bh"):
         assert compare.main(files + ["-m", "ndcg@5", "-m", "P_3", "--json", "--adjust", method] + fast) == 0

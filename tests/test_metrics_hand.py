@@ -42,7 +42,7 @@ def test_ideal_from_served_hand():
 def test_ties_by_docno_descending_or_by_position():
     qrels = {"q": {"a": 1}}
     run = {"q": {"a": 1.0, "b": 1.0}}  # a tie: trec_eval ranks docno 'b' first
-    assert streameval.evaluate(qrels, run, "recip_rank") == 0.5
+    assert streameval.evaluate(qrels, run, "recip_rank").value() == 0.5
     from streameval.metrics.prepare import prepare
 
     p = prepare(["q", "q"], ["a", "b"], [1.0, 1.0], ["q"], ["a"], [1], tie_break="position", run_position=[1, 2])
@@ -56,7 +56,7 @@ def test_evaluate_inputs_and_per_query():
     qrels = {"q1": {"a": 2, "b": 0}, "q2": {"c": 1}}
     run = {"q1": {"a": 0.9, "b": 0.8}, "q2": {"x": 1.0, "c": 0.5}, "q3": {"z": 1.0}}
     with pytest.warns(UserWarning, match="1 run queries have no judgments"):
-        res = streameval.evaluate(qrels, run, ["mrr@10", "P@1", "ndcg@2"], per_query=True)
+        res = streameval.evaluate(qrels, run, ["mrr@10", "P@1", "ndcg@2"], per_query="pandas")
     assert res.means["mrr@10"] == (1.0 + 0.5) / 2
     assert res.means["P@1"] == 0.5
     assert list(res.per_query.index) == ["q1", "q2"]
@@ -64,7 +64,7 @@ def test_evaluate_inputs_and_per_query():
     df_run = pd.DataFrame([(q, d, s) for q, ds in run.items() for d, s in ds.items()], columns=["q_id", "doc_id", "score"])
     df_qrels = pd.DataFrame([(q, d, g) for q, ds in qrels.items() for d, g in ds.items()], columns=["q_id", "doc_id", "rel"])
     with pytest.warns(UserWarning):
-        assert streameval.evaluate(df_qrels, df_run, "mrr@10") == 0.75
+        assert streameval.evaluate(df_qrels, df_run, "mrr@10").value() == 0.75
 
 
 def test_bad_inputs_raise_clearly():

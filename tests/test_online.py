@@ -765,7 +765,7 @@ def test_letor_auc_gauc_ndcg_in_one_run(tmp_path, capsys):
     run = {}
     for r in imps:
         run.setdefault(r["query_id"], {})[r["item_id"]] = r["score"]
-    assert abs(rows[(None, "all", "feature253", "ndcg@10")]["value"] - api.evaluate(qrels, run, "ndcg@10")) <= 1e-12
+    assert abs(rows[(None, "all", "feature253", "ndcg@10")]["value"] - api.evaluate(qrels, run, "ndcg@10").value()) <= 1e-12
     printed = capsys.readouterr().out
     assert "gauc[query,impressions]" in printed and "ndcg@10" in printed
 

@@ -135,7 +135,7 @@ def test_library_judgment_conflicts():
     assert se.evaluate(qrels, run, ["map", "bpref"], judgment_conflicts="max").means == {"map": 1.0, "bpref": 1.0}
     # without a timestamp column the later row wins
     no_ts = qrels.drop(columns="timestamp").iloc[[0, 2, 1]]
-    assert se.evaluate(no_ts, run, "map", judgment_conflicts="latest") == 1.0
+    assert se.evaluate(no_ts, run, "map", judgment_conflicts="latest").value() == 1.0
     with pytest.raises(ValueError, match="judgment_conflicts"):
         se.evaluate(qrels, run, "map", judgment_conflicts="reject")
     q, d, g = resolve_qrels(*(pd.Series(x).to_numpy() for x in (["q", "q"], ["a", "a"], [2.0, 1.0])),
@@ -151,7 +151,7 @@ def test_library_bad_input_messages():
                                                     "score": [1.0, 2.0]}), "map")
     with pytest.raises(se.MetricNameError, match="unknown metric 'mapp'"):
         se.evaluate({"q": {"a": 1}}, {"q": {"a": 1.0}}, "mapp")
-    assert math.isnan(se.evaluate({}, {}, "map"))
+    assert math.isnan(se.evaluate({}, {}, "map").value())
 
 
 # --------------------------------------------------------------------------------------------
@@ -444,7 +444,7 @@ def test_ids_order_as_text_whatever_the_container():
          pd.DataFrame({"q_id": q, "doc_id": [2, 10, 3], "score": [1.0, 1.0, 0.5]})),
     ]
     for qrels, run in forms:
-        assert se.evaluate(qrels, run, "recip_rank") == want
+        assert se.evaluate(qrels, run, "recip_rank").value() == want
 
 
 @pytest.mark.parametrize("kwargs,error,name", [
