@@ -56,7 +56,8 @@ METHODS = ("team_draft", "balanced")
 
 
 def _rng(seed):
-    return seed if isinstance(seed, random.Random) else random.Random(seed)
+    """``seed``: None, an int, or an object with ``random()`` (a ``random.Random``) used as is."""
+    return seed if hasattr(seed, "random") else random.Random(seed)
 
 
 def team_draft(a, b, seed=None, length: int | None = None) -> tuple[list, list]:
