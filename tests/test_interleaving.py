@@ -173,3 +173,51 @@ def test_simulation_balanced_interleaving_finds_the_better_ranker():
     right = sum((lambda w: w[1] > w[0])(_simulate(N_QUERIES, 3.0, 1.0, 500 + trial, "balanced"))
                 for trial in range(20))
     assert right >= 19
+
+
+# --------------------------------------------------------------------------------------------
+# the whole path: two TREC runs -> streameval convert interleave -> streameval batch --metrics interleaving
+
+def test_convert_interleave_then_batch_on_real_runs(tmp_path):
+    """trec_eval's test run (STANDARD, A) against an oracle run ranking the same queries' judged
+    documents by grade (B): the simulated log's interleaving rows name B the winner, equal on both
+    engines, and equal the credit counted from the log directly."""
+    import json
+    from pathlib import Path
+
+    from pipelines import batch
+    from streameval import cli
+    from streameval.io import avro
+
+    data = Path(__file__).parent / "data" / "trec_eval_test"
+    oracle = tmp_path / "oracle.run"
+    lines = [ln.split() for ln in (data / "qrels.test").read_text().splitlines() if ln.strip()]
+    oracle.write_text("".join(f"{q} Q0 {d} 0 {g} oracle\n" for q, _, d, g in lines))
+    out = tmp_path / "imps.avro"
+    assert cli.main(["convert", "interleave", "--run-a", str(data / "results.test"), "--run-b", str(oracle),
+                     "--qrels", str(data / "qrels.test"), "--output", str(out), "--sessions", "20",
+                     "--seed", "1"]) == 0
+    recs = list(avro.read_records(out))
+    rows = {}
+    for engine in ("records", "columnar"):
+        o = tmp_path / engine
+        assert batch.main(["--impressions", str(out), "--metrics", "interleaving", "--output", str(o), "--quiet",
+                           "--engine", engine, "--no-ctr"]) == 0
+        rows[engine] = sorted(json.dumps(json.loads(x), sort_keys=True)
+                              for x in (o / "metrics.jsonl").read_text().splitlines())
+    assert rows["records"] == rows["columnar"]
+    got = {json.loads(x)["metric"]: json.loads(x) for x in rows["records"]}
+    assert {r["system"] for r in got.values()} == {"STANDARD-vs-oracle"}
+    assert got["interleaving:preference"]["value"] > 0.2
+    assert got["interleaving:p_value"]["value"] < 1e-6
+    assert len(recs) == 3 * 20 * 10 and {r["attributes"]["team"] for r in recs} == {"A", "B"}
+    credit: dict = {}
+    for r in recs:
+        c = credit.setdefault(r["request_id"], [0, 0])
+        if r["clicked"]:
+            c[r["attributes"]["team"] == "B"] += 1
+    outcomes = [il.outcome(a, b) for a, b in credit.values()]
+    assert got["interleaving:wins_a"]["value"] == outcomes.count("A")
+    assert got["interleaving:wins_b"]["value"] == outcomes.count("B")
+    assert got["interleaving:ties"]["value"] == outcomes.count("tie")
+    assert got["interleaving:preference"]["num_queries"] == len(outcomes) - outcomes.count(None)
