@@ -204,6 +204,10 @@ def _rankings(run: TrecRun) -> dict[str, list[str]]:
     return out
 
 
+#: bounds of ``trec_runs_to_interleaved_impressions``' list length and requests per query
+MAX_INTERLEAVE_DEPTH, MAX_INTERLEAVE_SESSIONS = 100_000, 100_000
+
+
 def trec_runs_to_interleaved_impressions(
     run_a: TrecRun,
     run_b: TrecRun,
@@ -239,8 +243,9 @@ def trec_runs_to_interleaved_impressions(
         raise ValueError(f"click model must be cascade, got {click_model!r}")
     if method not in il.METHODS:
         raise ValueError(f"method must be one of {il.METHODS}, got {method!r}")
-    if int(depth) < 1 or int(sessions) < 1:
-        raise ValueError("depth and sessions must be positive")
+    if not 1 <= int(depth) <= MAX_INTERLEAVE_DEPTH or not 1 <= int(sessions) <= MAX_INTERLEAVE_SESSIONS:
+        raise ValueError(f"depth must be from 1 to {MAX_INTERLEAVE_DEPTH} and sessions from 1 to "
+                         f"{MAX_INTERLEAVE_SESSIONS}, got {depth} and {sessions}")
     system = system_id or f"{run_a.tag or 'A'}-vs-{run_b.tag or 'B'}"
     ra, rb = _rankings(run_a), _rankings(run_b)
     grades: dict[tuple[str, str], int] = {}

@@ -28,6 +28,9 @@ Off-policy CTR
 Calibration
     log loss, Brier score, calibration ratio, ECE: parsed here, defined in
     :mod:`streameval.metrics.calibration`.
+Interleaving
+    team-draft credit per interleaved request, preference, sign test: parsed here, defined in
+    :mod:`streameval.metrics.interleaving`.
 """
 
 from __future__ import annotations
