@@ -221,3 +221,26 @@ def test_convert_interleave_then_batch_on_real_runs(tmp_path):
     assert got["interleaving:wins_b"]["value"] == outcomes.count("B")
     assert got["interleaving:ties"]["value"] == outcomes.count("tie")
     assert got["interleaving:preference"]["num_queries"] == len(outcomes) - outcomes.count(None)
+
+
+def test_request_state_merges_in_any_split():
+    """InterleavingRequestOps: any split and merge order gives the same state and credit; a click on
+    an item without a team marks the request."""
+    from streameval.accumulators.online import InterleavingRequestOps
+
+    ops = InterleavingRequestOps(["device"])
+    imps = [("d1", 1, True, 5, {"team": "A", "device": "pc"}), ("d2", 2, False, 4, {"team": "B"}),
+            ("d3", 3, True, 6, {"team": "B"}), ("d4", 4, True, 7, {"team": "B"}), ("d5", 5, None, 3, {})]
+    one = ops.create()
+    for imp in imps:
+        ops.add_impression(one, *imp)
+    assert one[0] == 3 and one[1] == {"device": "pc"} and ops.credit(one) == (1, 2, False)
+    rnd = random.Random(0)
+    for _ in range(20):
+        order = rnd.sample(imps, len(imps))
+        parts = [ops.create() for _ in range(3)]
+        for imp in order:
+            ops.add_impression(rnd.choice(parts), *imp)
+        assert ops.merge(rnd.sample(parts, 3)) == one
+    ops.add_impression(one, "d6", 6, True, 8, {"device": "sp"})
+    assert ops.credit(one) == (1, 2, True)
