@@ -198,7 +198,8 @@ def _trec_eval_main(argv, out) -> int:
 
 
 def _convert_parser(sub) -> None:
-    c = sub.add_parser("convert", help="convert TREC, Open Bandit, LETOR or Yandex logs to Avro")
+    c = sub.add_parser("convert", help="convert TREC, Open Bandit, LETOR or Yandex logs to Avro; "
+                                           "simulate an interleaved log from two TREC runs")
     cs = c.add_subparsers(dest="kind", required=True)
     r = cs.add_parser("trec-run", help="TREC run -> impressions Avro")
     r.add_argument("run")
@@ -222,6 +223,18 @@ def _convert_parser(sub) -> None:
     y = cs.add_parser("yandex", help="Yandex WSCD click log sample -> impressions Avro")
     y.add_argument("log")
     y.add_argument("output")
+    il = cs.add_parser("interleave", help="two TREC runs + qrels -> a simulated interleaved impression log "
+                                          "(team in attributes[\"team\"], cascade clicks)")
+    il.add_argument("--run-a", required=True, help="TREC run of ranker A")
+    il.add_argument("--run-b", required=True, help="TREC run of ranker B")
+    il.add_argument("--qrels", required=True, help="TREC qrels: the grades the simulated clicks follow")
+    il.add_argument("--output", required=True, help="impressions Avro")
+    il.add_argument("--method", choices=("team_draft", "balanced"), default="team_draft")
+    il.add_argument("--seed", type=int, default=0, help="seed of the coins and clicks")
+    il.add_argument("--click-model", choices=("cascade",), default="cascade")
+    il.add_argument("--depth", type=int, default=10, help="items shown per interleaved list")
+    il.add_argument("--sessions", type=int, default=1, help="interleaved requests per query")
+    il.add_argument("--system", default=None, help="experiment id (system_id; default TAG_A-vs-TAG_B)")
 
 
 def _convert_main(args) -> int:
@@ -259,6 +272,17 @@ def _convert(args, avro, convert, trec) -> int:
     if args.kind == "obd":
         return _write(avro, args.output, "impression",
                       convert.obd_to_impressions(args.csv, args.system, campaign=args.campaign))
+    if args.kind == "interleave":
+        runs = []
+        for path in (args.run_a, args.run_b):
+            run = trec.read_run(path, check=True)
+            if len(run) == 0:
+                raise trec.InputFormatError(path, None, "empty run file (no result lines)")
+            runs.append(run)
+        qrels = trec.read_qrels(args.qrels, check=True)
+        return _write(avro, args.output, "impression", convert.trec_runs_to_interleaved_impressions(
+            runs[0], runs[1], qrels, method=args.method, seed=args.seed, click_model=args.click_model,
+            depth=args.depth, sessions=args.sessions, system_id=args.system))
     if args.kind == "letor":
         imps, judg = convert.letor_to_records(args.data, args.query, feature=args.feature)
         return (_write(avro, args.impressions_output, "impression", imps)

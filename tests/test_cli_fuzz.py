@@ -109,6 +109,9 @@ def _commands(d):
         "convert letor": (conv.choices["letor"], [str(d / "letor.txt"), str(d / "letor.query"), "{out}-i.avro",
                                                   "{out}-j.avro"], []),
         "convert yandex": (conv.choices["yandex"], [str(d / "yandex.txt"), "{out}.avro"], []),
+        "convert interleave": (conv.choices["interleave"], [], ["--run-a", str(d / "a.run"), "--run-b",
+                                                                str(d / "b.run"), "--qrels", str(d / "qrels"),
+                                                                "--output", "{out}.avro"]),
     }
 
 

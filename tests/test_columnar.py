@@ -26,6 +26,8 @@ BASE_TS = 1_574_553_600_000_000
 
 #: seeds whose scores are probabilities (0, 1/6, ..., 1; the conflicting copies' scores above 1)
 _PROBABILITY_SEEDS = {13}
+#: seeds whose impressions carry an interleaving team (attributes["team"]: "A", "B", rarely absent or "C")
+_TEAM_SEEDS = {18, 19}
 
 
 def _messy_logs(seed: int):
@@ -60,6 +62,10 @@ def _messy_logs(seed: int):
                    "score": None if null_scores and pos == 1 else float(rnd.randint(0, 6)) / score_scale,
                    "clicked": None if rnd.random() < 0.1 else rnd.random() < 0.3, "timestamp": ts0 + pos,
                    "propensity": rnd.choice([None, 0.5]), "attributes": dict(attrs)}
+            if seed in _TEAM_SEEDS:
+                team = rnd.choices(["A", "B", None, "C"], [45, 45, 5, 5])[0]
+                if team is not None:
+                    rec["attributes"]["team"] = team
             imps.append(rec)
     bad = [dict(rnd.choice(imps), position=0, event_id="bad1"), dict(rnd.choice(imps), item_id="", event_id="bad2"),
            dict(rnd.choice(imps), score=float("nan"), event_id="bad3"),
@@ -155,6 +161,10 @@ def _conflict_free(letters):
           "--metrics", "ndcg@5,map,P@3,num_ret"]),
     (17, ["--compare-baseline", "A", "--ci", "bootstrap", "--workers", "2", "--ci-seed", "3", "--slices",
           "campaign+device", "--metrics", "all_trec"]),
+    # interleaving (issue 19): team-draft credit from attributes["team"], clicks on items without a team
+    (18, ["--labels", "clicks", "--window", "1h", "--slices", "device", "--shards", "3", "--no-ctr", "--metrics",
+          "interleaving,clicks@3"]),
+    (19, ["--workers", "2", "--slices", "campaign+device", "--metrics", "ndcg@5,interleaving"]),
 ])
 def test_columnar_engine_equals_the_record_engine(tmp_path, seed, extra):
     imp_files, judg = _messy_logs(seed)

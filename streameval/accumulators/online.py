@@ -32,10 +32,11 @@ from fractions import Fraction
 import numpy as np
 
 from ..metrics import calibration as cal
+from ..metrics import interleaving as il
 from ..metrics import online as om
 from .moments import MeanMoments, exact_sum_floats, partials_add, partials_merge
 
-__all__ = ["AucOps", "HistAucOps", "GaucOps", "ClickRequestOps", "OpeOps", "CountArrays", "exact_sum", "auc_result",
+__all__ = ["AucOps", "HistAucOps", "GaucOps", "ClickRequestOps", "InterleavingRequestOps", "OpeOps", "CountArrays", "exact_sum", "auc_result",
            "hist_auc_result", "gauc_group_sums", "CalibrationOps"]
 
 
@@ -408,6 +409,48 @@ class ClickRequestOps:
                 req.append(i)
                 pos.append(p)
         return om.click_request_terms(specs, req, pos, len(states))
+
+
+class InterleavingRequestOps(ClickRequestOps):
+    """One interleaved request's clicks: ``[min_timestamp, attributes, {clicked item_id: team},
+    logged]``, the team the impression's ``attributes["team"]`` ("" when absent). Merged by union as
+    :class:`ClickRequestOps` (an item clicked twice keeps the smaller team text)."""
+
+    def add_impression(self, state: list, item_id, position: int, clicked, timestamp=None,
+                       attributes=None) -> list:
+        if timestamp is not None and (state[0] is None or timestamp < state[0]):
+            state[0] = int(timestamp)
+        if attributes:
+            kept = attributes if self.attribute_keys is None else \
+                {k: v for k, v in attributes.items() if k in self.attribute_keys}
+            _merge_attrs(state[1], kept)
+        if clicked is not None:
+            state[3] = True
+            if clicked:
+                team = (attributes or {}).get(il.TEAM_ATTRIBUTE) or ""
+                old = state[2].get(item_id)
+                if old is None or team < old:
+                    state[2][item_id] = team
+        return state
+
+    def merge(self, states) -> list:
+        out = self.create()
+        for s in states:
+            if s[0] is not None and (out[0] is None or s[0] < out[0]):
+                out[0] = s[0]
+            _merge_attrs(out[1], s[1])
+            for item, t in s[2].items():
+                old = out[2].get(item)
+                if old is None or t < old:
+                    out[2][item] = t
+            out[3] = out[3] or s[3]
+        return out
+
+    @staticmethod
+    def credit(state) -> tuple[int, int, bool]:
+        """``(clicks on A's items, clicks on B's items, a click on an item without a team)``."""
+        teams = list(state[2].values())
+        return teams.count("A"), teams.count("B"), any(t not in il.TEAMS for t in teams)
 
 
 # --------------------------------------------------------------------------------------------

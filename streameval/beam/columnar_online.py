@@ -18,6 +18,9 @@ clean impressions' columns of each request shard, vectorised; the states are tho
   a :class:`~streameval.accumulators.online.CalibrationOps` state of the examples whose score is in
   [0, 1] (:meth:`~streameval.accumulators.online.CalibrationOps.by_key`), merged by
   :class:`~streameval.beam.combiners.OpsCombineFn`;
+* ``interleaving``: a request is whole in its shard, so its clicks on team A's and B's items are
+  counted there (:meth:`OnlineColumns._interleaving_states`) and the indicators summed into
+  MeanMoments states;
 * ``clicks@k``, ``rr_first_click``, ``abandonment``: a request is whole in its shard, so its terms
   (:func:`~streameval.metrics.online.click_request_terms`) are computed there and summed into
   MeanMoments states, as the ranking metrics.
@@ -39,6 +42,7 @@ from apache_beam.coders import FastPrimitivesCoder
 from ..accumulators.moments import MeanMoments
 from ..accumulators.online import CalibrationOps, CountArrays, GaucOps, auc_result, gauc_group_sums, hist_auc_result
 from ..metrics import calibration as cal
+from ..metrics import interleaving as il
 from ..metrics import online as om
 from . import columnar as col
 from .combiners import OpsCombineFn
@@ -49,6 +53,7 @@ from .online import (
     gauc_rows,
     group_slice,
     hist_rows,
+    interleaving_rows,
     with_interval,
 )
 from .threads import counter
@@ -59,10 +64,11 @@ __all__ = ["OnlineColumns", "CountsCombineFn", "GaucShard",
 
 TAG_AUC, TAG_HIST, TAG_GAUC, TAG_REQUESTS = "online_auc", "online_auc_hist", "online_gauc", "online_requests"
 TAG_CALIBRATION = "online_calibration"
+TAG_INTERLEAVING = "online_interleaving"
 #: scored impressions on their way to their judgments (labels from judgments)
 TAG_EXAMPLES = "online_examples"
 SCORE_TAGS = (TAG_AUC, TAG_HIST, TAG_GAUC, TAG_CALIBRATION)
-TAGS = (*SCORE_TAGS, TAG_REQUESTS, TAG_EXAMPLES)
+TAGS = (*SCORE_TAGS, TAG_REQUESTS, TAG_EXAMPLES, TAG_INTERLEAVING)
 #: the columns the label stage needs of a scored impression
 _EXAMPLE_FIELDS = ("query_id", "item_id", "score", "timestamp", "system_id", "attributes", "user_id", "request_id")
 
@@ -111,6 +117,9 @@ class OnlineColumns:
         self.not_logged = counter(NAMESPACE, "online:requests_not_logged")
         self.no_group = {g: counter(NAMESPACE, f"online:no_group:{om.GAUC_GROUPS[g]}") for g in self.groups}
         self.mm = MeanMoments(len(self.request_specs))
+        self.interleaving = any(s.family == "interleaving" for s in self.specs)
+        self.no_team = counter(NAMESPACE, "online:interleaving_no_team")
+        self.mm3 = MeanMoments(3)
 
     def __bool__(self):
         return bool(self.specs)
@@ -122,6 +131,8 @@ class OnlineColumns:
             yield from self._score_states(chunk)
         if self.request_specs:
             yield from self._request_states(chunk)
+        if self.interleaving:
+            yield from self._interleaving_states(chunk)
 
     # -- examples: scored impressions with a logged click flag ------------------------------
     def _keys(self, ex):
@@ -216,6 +227,38 @@ class OnlineColumns:
             self.mm, np.minimum.reduceat(rows["timestamp"], starts)[keep],
             col._pick(rows["system_id"], starts[keep]),
             {a: col._pick(v, keep) for a, v in attrs.items()}, terms[:, keep],
+            self.window_micros, self.slice_specs))
+
+
+    def _interleaving_states(self, chunk):
+        """Per interleaved request (whole in its shard): clicks on team A's and B's items
+        (``attributes["team"]``) -> the indicators of :func:`~streameval.metrics.interleaving.
+        request_terms`, summed per (window, slice, system) into MeanMoments states."""
+        req, _ = col._pair_codes(chunk["system_id"], chunk["request_id"])
+        rows, req, starts, ends = col._grouped(chunk, req, ("timestamp", "attributes", "position", "system_id",
+                                                           "request_id", "clicked"))
+        nreq = len(starts)
+        logged = np.maximum.reduceat(rows["clicked"], starts) >= 0
+        clicked = np.flatnonzero(rows["clicked"] == 1)
+        team = rows["attributes"].get(il.TEAM_ATTRIBUTE)
+        if team is None:
+            tvals = np.full(len(clicked), "", dtype=object)
+        else:
+            tvals = np.asarray(col._pick(team, clicked).to_pylist(), dtype=object)
+        ca = np.bincount(req[clicked[tvals == "A"]], minlength=nreq)
+        cb = np.bincount(req[clicked[tvals == "B"]], minlength=nreq)
+        other = np.bincount(req[clicked[(tvals != "A") & (tvals != "B")]], minlength=nreq) > 0
+        self.no_team.inc(int((other & logged).sum()))
+        keep = np.flatnonzero(logged & ~other)
+        if not len(keep):
+            return
+        terms = il.request_terms(ca[keep], cb[keep])
+        attrs = {a: col._first_min(rows["attributes"][a], starts, ends)
+                 for a in self.attr_keys if a in rows["attributes"]}
+        yield from (pvalue.TaggedOutput(TAG_INTERLEAVING, kv) for kv in col.mean_states(
+            self.mm3, np.minimum.reduceat(rows["timestamp"], starts)[keep],
+            col._pick(rows["system_id"], starts[keep]),
+            {a: col._pick(v, keep) for a, v in attrs.items()}, terms,
             self.window_micros, self.slice_specs))
 
 
@@ -343,7 +386,8 @@ def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: floa
                     | "GroupExamples" >> beam.GroupByKey()
                     | "LabelExamples" >> beam.ParDo(LabelShard(online), beam.pvalue.AsMultiMap(judgments))
                     .with_outputs(*SCORE_TAGS))
-        outputs = {TAG_REQUESTS: outputs[TAG_REQUESTS], **{t: labelled[t] for t in SCORE_TAGS}}
+        outputs = {TAG_REQUESTS: outputs[TAG_REQUESTS], TAG_INTERLEAVING: outputs[TAG_INTERLEAVING],
+                   **{t: labelled[t] for t in SCORE_TAGS}}
     parts = []
     if online.auc:
         parts.append(outputs[TAG_AUC]
@@ -377,6 +421,10 @@ def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: floa
         parts.append(outputs[TAG_REQUESTS]
                      | "MergeRequestMeans" >> beam.CombinePerKey(col._MergeMeans(len(names)))
                      | "RequestRows" >> beam.FlatMap(_request_rows, names))
+    if online.interleaving:
+        parts.append(outputs[TAG_INTERLEAVING]
+                     | "MergeInterleaving" >> beam.CombinePerKey(col._MergeMeans(3, totals=[True] * 3))
+                     | "InterleavingRows" >> beam.FlatMap(interleaving_rows, ci_level))
     return [p | f"OnlineIntervals{i}" >> beam.Map(with_interval, ci_level) for i, p in enumerate(parts)]
 
 

@@ -38,8 +38,17 @@ from apache_beam import pvalue
 from apache_beam.coders import FastPrimitivesCoder
 from apache_beam.metrics import Metrics
 
-from ..accumulators.online import AucOps, CalibrationOps, ClickRequestOps, GaucOps, HistAucOps, OpeOps
+from ..accumulators.online import (
+    AucOps,
+    CalibrationOps,
+    ClickRequestOps,
+    GaucOps,
+    HistAucOps,
+    InterleavingRequestOps,
+    OpeOps,
+)
 from ..io import records
+from ..metrics import interleaving as il
 from ..metrics import online as om
 from ..metrics.names import MetricNameError, parse_metrics
 from .combiners import MeanCombineFn, OpsCombineFn
@@ -65,6 +74,8 @@ __all__ = [
     "OpeCombineFn",
     "CalibrationCombineFn",
     "calibration_rows",
+    "interleaving_rows",
+    "InterleavingRequestCombineFn",
     "LabelFromJudgments",
     "OnlineMetrics",
     "OffPolicyCtr",
@@ -164,6 +175,34 @@ class ClickRequestCombineFn(beam.CombineFn):
 
     def get_accumulator_coder(self):
         return FastPrimitivesCoder()
+
+
+class InterleavingRequestCombineFn(ClickRequestCombineFn):
+    """The state of one interleaved request (:class:`InterleavingRequestOps`: clicked items and
+    their teams) from its impression dicts; ``extract_output`` returns the state itself."""
+
+    def __init__(self, attribute_keys=None):
+        self.ops = InterleavingRequestOps(attribute_keys)
+
+
+#: the rows of ``interleaving`` (``interleaving:<suffix>``), see :func:`interleaving_rows`
+INTERLEAVING_SUFFIXES = ("preference", "wins_a", "wins_b", "ties", "p_value", "win_rate_b")
+
+
+def interleaving_rows(kv, level=0.95):
+    """The rows of one key's interleaving totals: ``kv`` = ``((ws, we, label, system), [(wins_a, n,
+    _), (wins_b, n, _), (ties, n, _)])`` (sums of the per-request indicators,
+    :func:`~streameval.metrics.interleaving.request_terms`) -> rows ``interleaving:<suffix>``
+    (:data:`INTERLEAVING_SUFFIXES`, :func:`~streameval.metrics.interleaving.interleaving_results`);
+    ``win_rate_b`` carries its Wilson interval."""
+    (ws, we, label, system), totals = kv
+    wa, wb, t = (int(round(v[0])) if v[1] else 0 for v in totals)
+    res = il.interleaving_results(wa, wb, t, level)
+    for suffix in INTERLEAVING_SUFFIXES:
+        value, n, se, ci = res[suffix]
+        extra = {} if ci is None else {"ci_low": ci[0], "ci_high": ci[1], "ci_level": float(level),
+                                       "ci_method": "wilson"}
+        yield metric_row(ws, we, label, system, f"interleaving:{suffix}", value, n, se, **extra)
 
 
 class OpeCombineFn(beam.CombineFn):
@@ -382,6 +421,13 @@ class OnlineMetrics(beam.PTransform):
     * ``clicks@k`` / ``clicks``, ``rr_first_click`` (``[clicked]``), ``abandonment``: means over
       requests ((system_id, request_id)) with logged clicks (``num_queries``: requests; ``stderr``:
       of the mean).
+    * ``interleaving``: team-draft credit per interleaved request ((system_id, request_id); the team of
+      a clicked item in ``attributes["team"]``, "A" or "B"): rows ``interleaving:preference``
+      (``(wins_b + ties / 2) / n - 0.5``, positive when B is preferred; ``num_queries``: requests with a
+      click), ``interleaving:wins_a``, ``:wins_b``, ``:ties``, ``:p_value`` (exact two-sided sign
+      test; ``num_queries``: decisive requests) and ``:win_rate_b`` (Wilson interval); requests
+      without a click are left out, requests with a click on an item without a team are left out
+      and counted (``online:interleaving_no_team``) (:mod:`streameval.metrics.interleaving`).
     * ``logloss``, ``brier``, ``calibration``, ``ece[bins=B]``: calibration of the score read as the
       predicted click probability (:mod:`streameval.metrics.calibration`); impressions whose score
       is outside [0, 1] are left out and counted (``online:score_not_probability``);
@@ -546,6 +592,32 @@ class OnlineMetrics(beam.PTransform):
                 | "RequestMeans" >> beam.CombinePerKey(MeanCombineFn(len(specs)))
                 | "RequestRows" >> beam.FlatMap(rows))
 
+    def _interleaving_rows(self, impressions, wm):
+        attr_keys = sorted({n for names in self.slice_specs for n in names})
+        slice_specs = self.slice_specs
+        no_team = Metrics.counter(NAMESPACE, "online:interleaving_no_team")
+        level = self.ci_level
+
+        def terms(kv):
+            (system, _), st = kv
+            if not st[3]:
+                return
+            ca, cb, missing = InterleavingRequestOps.credit(st)
+            if missing:
+                no_team.inc()
+                return
+            col = il.request_terms([ca], [cb])[:, 0].tolist()
+            ws, we = window_bounds(st[0], wm)
+            for label in slice_labels(st[1], slice_specs):
+                yield ((ws, we, label, system), col)
+
+        return (impressions
+                | "KeyInterleaved" >> beam.Map(lambda r: ((r["system_id"], r["request_id"]), r))
+                | "InterleavedRequests" >> beam.CombinePerKey(InterleavingRequestCombineFn(attr_keys))
+                | "InterleavingTerms" >> beam.FlatMap(terms)
+                | "InterleavingTotals" >> beam.CombinePerKey(MeanCombineFn(3, totals=[True] * 3))
+                | "InterleavingRows" >> beam.FlatMap(interleaving_rows, level))
+
     def expand(self, impressions):
         wm = self.window_micros
         specs = self.specs
@@ -565,6 +637,8 @@ class OnlineMetrics(beam.PTransform):
         req_specs = [s for s in specs if s.per_request]
         if req_specs:
             parts.append(self._request_rows(impressions, wm, req_specs))
+        if any(s.family == "interleaving" for s in specs):
+            parts.append(self._interleaving_rows(impressions, wm))
         return (tuple(parts) | "OnlineRows" >> beam.Flatten()
                 | "OnlineIntervals" >> beam.Map(with_interval, self.ci_level))
 

@@ -23,6 +23,7 @@ from .trec import InputFormatError, TrecQrels, TrecRun, trec_order
 __all__ = [
     "trec_run_to_impressions",
     "trec_qrels_to_judgments",
+    "trec_runs_to_interleaved_impressions",
     "check_qrels_grades",
     "obd_to_impressions",
     "letor_to_records",
@@ -192,6 +193,76 @@ def trec_qrels_to_judgments(
     for qid, docno, grade in zip(qrels.qid.tolist(), qrels.docno.tolist(), qrels.grade.tolist()):
         ts = _timestamp_for(timestamp_micros, qid, ts_cache)
         yield {"query_id": qid, "item_id": docno, "grade": int(grade), "timestamp": ts, "source": source}
+
+
+def _rankings(run: TrecRun) -> dict[str, list[str]]:
+    """qid -> the run's docnos in trec_eval's order."""
+    order = trec_order(run.qid, run.docno, run.score)
+    out: dict[str, list[str]] = {}
+    for qid, docno in zip(run.qid[order].tolist(), run.docno[order].tolist()):
+        out.setdefault(qid, []).append(docno)
+    return out
+
+
+#: bounds of ``trec_runs_to_interleaved_impressions``' list length and requests per query
+MAX_INTERLEAVE_DEPTH, MAX_INTERLEAVE_SESSIONS = 100_000, 100_000
+
+
+def trec_runs_to_interleaved_impressions(
+    run_a: TrecRun,
+    run_b: TrecRun,
+    qrels: TrecQrels,
+    method: str = "team_draft",
+    seed: int = 0,
+    click_model: str = "cascade",
+    depth: int = 10,
+    sessions: int = 1,
+    system_id: str | None = None,
+    timestamp_micros: int = 0,
+) -> Iterator[dict]:
+    """A simulated interleaved impression log of two TREC runs, clicks from the qrels.
+
+    For every query of either run (sorted) and each of ``sessions`` sessions, the runs' rankings
+    (trec_eval's order) are interleaved (:func:`streameval.metrics.interleaving.interleave`,
+    ``method`` team_draft or balanced, cut at ``depth`` items) and a user clicks by the cascade
+    model (:func:`streameval.metrics.interleaving.cascade_clicks`, grades from ``qrels``, the
+    largest grade as the top; unjudged: not relevant). One ``random.Random(seed)`` draws every coin
+    and click, so a seed gives the same log.
+
+    Mapping: ``system_id`` = the argument, default ``f"{tag_a}-vs-{tag_b}"`` (the experiment);
+    ``request_id`` = ``f"{system_id}/{qid}/{session}"``, ``query_id`` = qid, ``item_id`` = docno,
+    ``position`` = 1-based place in the interleaved list, ``clicked`` the simulated click,
+    ``attributes`` = ``{"team": "A" or "B"}`` (the ranker that contributed the item: run A or run B),
+    ``event_id`` = ``f"{request_id}/{docno}"``, ``score``/``user_id``/``propensity`` None,
+    ``timestamp`` = ``timestamp_micros``."""
+    import random
+
+    from ..metrics import interleaving as il
+
+    if click_model != "cascade":
+        raise ValueError(f"click model must be cascade, got {click_model!r}")
+    if method not in il.METHODS:
+        raise ValueError(f"method must be one of {il.METHODS}, got {method!r}")
+    if not 1 <= int(depth) <= MAX_INTERLEAVE_DEPTH or not 1 <= int(sessions) <= MAX_INTERLEAVE_SESSIONS:
+        raise ValueError(f"depth must be from 1 to {MAX_INTERLEAVE_DEPTH} and sessions from 1 to "
+                         f"{MAX_INTERLEAVE_SESSIONS}, got {depth} and {sessions}")
+    system = system_id or f"{run_a.tag or 'A'}-vs-{run_b.tag or 'B'}"
+    ra, rb = _rankings(run_a), _rankings(run_b)
+    grades: dict[tuple[str, str], int] = {}
+    for q, d, g in zip(qrels.qid.tolist(), qrels.docno.tolist(), qrels.grade.tolist()):
+        grades[(q, d)] = int(g)
+    top = max([g for g in grades.values()] + [1])
+    rnd = random.Random(seed)
+    for qid in sorted(set(ra) | set(rb)):
+        for s in range(int(sessions)):
+            items, teams = il.interleave(ra.get(qid, []), rb.get(qid, []), method, rnd, length=int(depth))
+            clicks = il.cascade_clicks([grades.get((qid, d), 0) for d in items], rnd, max_grade=top)
+            request_id = f"{system}/{qid}/{s}"
+            for pos, (docno, team, c) in enumerate(zip(items, teams, clicks), 1):
+                yield {"event_id": f"{request_id}/{docno}", "request_id": request_id, "query_id": qid,
+                       "user_id": None, "system_id": system, "item_id": docno, "position": pos, "score": None,
+                       "clicked": bool(c), "timestamp": int(timestamp_micros), "propensity": None,
+                       "attributes": {"team": team}}
 
 
 # --------------------------------------------------------------------------

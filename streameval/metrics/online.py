@@ -28,6 +28,9 @@ Off-policy CTR
 Calibration
     log loss, Brier score, calibration ratio, ECE: parsed here, defined in
     :mod:`streameval.metrics.calibration`.
+Interleaving
+    team-draft credit per interleaved request, preference, sign test: parsed here, defined in
+    :mod:`streameval.metrics.interleaving`.
 """
 
 from __future__ import annotations
@@ -91,13 +94,14 @@ DEFAULT_GAUC_GROUP = "user"
 DEFAULT_GAUC_WEIGHTING = "impressions"
 
 _FAMILIES = ("auc", "auc_hist", "gauc", "ctr", "clicks", "rr_first_click", "abandonment", "logloss", "brier",
-             "calibration", "ece")
+             "calibration", "ece", "interleaving")
 
 
 @dataclass(frozen=True)
 class OnlineSpec:
     """One online metric. ``family`` one of auc, auc_hist, gauc, ctr, clicks, rr_first_click,
-    abandonment, logloss, brier, calibration, ece (:mod:`streameval.metrics.calibration`); ``k`` the
+    abandonment, logloss, brier, calibration, ece (:mod:`streameval.metrics.calibration`),
+    interleaving (:mod:`streameval.metrics.interleaving`); ``k`` the
     cutoff of clicks@k, the position of ctr@pos{k} or the bins of ece; ``group`` and
     ``weighting`` of GAUC; ``clicked_only`` for ``rr_first_click[clicked]``."""
 
@@ -148,7 +152,8 @@ class OnlineSpec:
 _ACCEPTED = ("auc, auc_hist, gauc, gauc[GROUP] or gauc[GROUP,WEIGHTING] (GROUP user/query/request, "
              "WEIGHTING impressions/clicks/unweighted), ctr, ctr@pos{p}, clicks, clicks@k, rr_first_click, "
              "rr_first_click[clicked], abandonment, logloss, brier, calibration, ece or ece[bins=B] (fixed-width "
-             "bins, B from 1 to 10000, default 10)")
+             "bins, B from 1 to 10000, default 10), interleaving or interleaving[team_draft] (team-draft credit "
+             "from the impressions' attributes[\"team\"])")
 
 
 def parse_online_metric(name: str) -> OnlineSpec:
@@ -190,6 +195,8 @@ def parse_online_metric(name: str) -> OnlineSpec:
         return OnlineSpec("brier")
     if low in ("calibration", "calibration_ratio"):
         return OnlineSpec("calibration")
+    if low in ("interleaving", "interleaving[team_draft]", "team_draft"):
+        return OnlineSpec("interleaving")
     m = re.fullmatch(r"ece(?:\[(.*)\])?", low)
     if m:
         return OnlineSpec("ece", k=_ece_bins(name, m.group(1)))
