@@ -155,6 +155,9 @@ def _conflict_free(letters):
           "--metrics", "ndcg@5,map,P@3,num_ret"]),
     (17, ["--compare-baseline", "A", "--ci", "bootstrap", "--workers", "2", "--ci-seed", "3", "--slices",
           "campaign+device", "--metrics", "all_trec"]),
+    # ir_measures names with their own options next to the global ones (issue 17): rows named as written
+    (18, ["--relevance-level", "2", "--window", "1h", "--metrics", "P@5,P(rel=1)@5,AP(rel=3)@10,nDCG(dcg='exp-log2')@5,"
+          "ndcg@5,Judged@5,hits@3,NumQ,RBP(p=0.8),SetF(rel=1, beta=0.5),RR(rel=1)@3"]),
 ])
 def test_columnar_engine_equals_the_record_engine(tmp_path, seed, extra):
     imp_files, judg = _messy_logs(seed)
@@ -169,6 +172,9 @@ def test_columnar_engine_equals_the_record_engine(tmp_path, seed, extra):
     assert _conflict_free(col["dead_letters.jsonl"]) == _conflict_free(rec["dead_letters.jsonl"])
     nonzero = lambda c: {k: v for k, v in c.items() if v}  # noqa: E731
     assert nonzero(col["counters"]) == nonzero(rec["counters"])
+    if seed == 18:
+        names = {json.loads(x)["metric"] for x in rec["metrics.jsonl"]}
+        assert {"P(rel=1)@5", "AP(rel=3)@10", "nDCG(dcg='exp-log2')@5", "SetF(rel=1, beta=0.5)", "hits@3"} <= names
     reasons = {json.loads(x)["reason"].split(" (")[0] for x in rec["dead_letters.jsonl"]}
     assert len(reasons) >= 4  # the messy parts did reach the job
 
