@@ -20,7 +20,8 @@ ir_measures = pytest.importorskip("ir_measures")
 
 NAMES = ["AP(rel=2)@100", "nDCG(dcg='exp-log2')@10", "Judged@10", "R@100", "RR(rel=2)@10", "SetP", "NumQ",
          "NumRet(rel=1)", "infAP", "ERR@20", "Bpref", "Rprec", "P@10", "P(rel=2)@10", "AP", "nDCG@10", "nDCG",
-         "NumRet", "RR", "SetR(rel=2)", "Success(rel=2)@5"]
+         "NumRet", "RR", "SetR(rel=2)", "Success(rel=2)@5", "NumRelRet", "IPrec(recall=0.5)", "SetAP", "SetRelP",
+         "MAP(rel=3)", "Recall(rel=2)@20"]
 GDEVAL = {"nDCG(dcg='exp-log2')@10", "ERR@20"}
 
 
@@ -143,3 +144,13 @@ def test_metric_lists_keep_parentheses_together():
     specs = parse_metrics(ranking)
     assert [s.name for s in specs][:3] == ["P@10", "SetF(rel=2, beta=0.5)", "nDCG(dcg='exp-log2')@10"]
     assert not math.isnan(evaluate(*COLLECTIONS["small"], "SetF(rel=2, beta=0.5)"))
+
+
+def test_pruning_keeps_what_each_cutoff_needs():
+    from streameval.accumulators.ranking import keep_for
+
+    assert keep_for(parse_metrics(["P(rel=2)@10", "AP(rel=3)@100", "NumQ", "Judged@5"])) == 100
+    assert keep_for(parse_metrics(["NumQ"])) == 1
+    assert keep_for(parse_metrics(["P@3", "AP(rel=2)"])) is None
+    assert keep_for(parse_metrics(["P@3", "RBP(p=0.5)"])) is None
+    assert keep_for(parse_metrics(["P@3"]), ideal="served") is None

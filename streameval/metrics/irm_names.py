@@ -79,10 +79,11 @@ _MEASURES = {
 _OWN_CASED = {"NumRet", "NumRelRet", "NumRel", "NumQ", "SetP", "SetRelP", "SetR", "SetAP", "SetF", "IPrec",
               "Judged", "RBP"}
 # measures ir_measures has through other providers only
-_OTHER = {"alpha_ndcg", "sdcg", "nerr8", "nerr9", "nerr10", "nerr11", "bpm", "inst", "insq", "accuracy",
-          "compat", "erria", "ndcg_ia", "nrbp", "p_ia", "ap_ia", "rr_ia", "strec", "alpha_dcg"}
+_OTHER = {"alpha_ndcg", "alpha_dcg", "α_ndcg", "α_dcg", "sdcg", "nerr8", "nerr9", "nerr10", "nerr11", "bpm", "inst",
+          "insq", "accuracy", "compat", "err_ia", "nerr_ia", "ndcg_ia", "nrbp", "nnrbp", "p_ia", "ap_ia", "map_ia",
+          "strecall"}
 
-_FORM = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_\-]*)\s*(?:\((?P<params>.*)\))?\s*(?:@\s*(?P<k>\S+))?$")
+_FORM = re.compile(r"^(?P<name>[^\W\d][\w\-]*)\s*(?:\((?P<params>.*)\))?\s*(?:@\s*(?P<k>\S+))?$")
 _ACCEPTED = ("ir_measures: P(rel=r)@k R@k AP(rel=r)[@k] RR(rel=r)[@k] nDCG(dcg='log2'|'exp-log2')[@k] Rprec Bpref "
              "infAP NumRet[(rel=r)] NumRel NumQ SetP[(rel=r,relative=True)] SetR SetAP SetF(beta=b) Success@k "
              "IPrec(recall=x) Judged[@k] ERR@k RBP(p=x)")
@@ -182,6 +183,8 @@ def parse(raw: str):
     elif cut == "required":
         raise _error(f"metric {name!r}: {canon} needs a cutoff, e.g. {canon}@10")
     opts, param = [], ""
+    if canon == "NumRelRet":
+        params.setdefault("rel", 1)  # ir_measures: NumRelRet = NumRet(rel=1)
     if "rel" in params:
         rel = params.pop("rel")
         if isinstance(rel, (bool, str)):
