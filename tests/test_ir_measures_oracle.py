@@ -141,6 +141,11 @@ def test_metric_lists_keep_parentheses_together():
     ranking, online = split_metric_names("P@10,SetF(rel=2, beta=0.5),nDCG(dcg='exp-log2')@10,P.5,10,gauc[user,clicks]")
     assert ranking == ["P@10", "SetF(rel=2, beta=0.5)", "nDCG(dcg='exp-log2')@10", "P.5,10"]
     assert online == ["gauc[user,clicks]"]
+    from streameval.beam.arguments import split_metrics, split_names  # the streaming job; report, reconcile
+
+    assert split_metrics("P.5,10,SetF(rel=2, beta=0.5),RR(rel=2)@10") == ["P.5,10", "SetF(rel=2, beta=0.5)",
+                                                                          "RR(rel=2)@10"]
+    assert split_names("SetF(rel=2, beta=0.5),map") == ["SetF(rel=2, beta=0.5)", "map"]
     specs = parse_metrics(ranking)
     assert [s.name for s in specs][:3] == ["P@10", "SetF(rel=2, beta=0.5)", "nDCG(dcg='exp-log2')@10"]
     assert not math.isnan(evaluate(*COLLECTIONS["small"], "SetF(rel=2, beta=0.5)"))
