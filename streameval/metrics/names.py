@@ -27,6 +27,10 @@ num_rel_ret     ``num_rel_ret``                               ``num_rel_ret``
 The other trec_eval 10 families (gm_map, iprec_at_recall, set_F, infAP, rbp, ...) are spelled as in
 trec_eval, with its parameters: see :mod:`streameval.metrics.trec_names`.
 
+ir_measures' spellings with their own parameters (``AP(rel=2)@100``, ``nDCG(dcg='exp-log2')@10``,
+``Judged@10``, ``NumQ``, ``SetP``, ``RBP(p=0.8)``): see :mod:`streameval.metrics.irm_names`; their
+rows keep the name as written. ``hits@k`` is ranx's count of relevant items in the top k.
+
 trec_eval's parameter lists expand to several specs: ``P.5,10`` gives ``P@5`` and ``P@10``.
 ``all_trec`` expands to every implemented trec_eval measure at trec_eval's default cutoffs.
 """
