@@ -645,3 +645,42 @@ def test_batch_main_refuses_unquoted_glob(tmp_path, capsys):
         avro.write_records(paths[-1], "impression", [])
     assert batch.main(["--impressions", paths[0], paths[1], "--output", str(tmp_path / "out")]) == 2
     assert "quote the glob" in capsys.readouterr().err
+
+
+def test_ir_measures_names_score_as_in_evaluate():
+    """ir_measures names with their own relevance level / gain (issue 17) next to the global options:
+    the batch job's rows, named as written, equal evaluate()'s means; the cutoffs and options of each
+    name survive the job's pruning to the top K."""
+    rnd = random.Random(17)
+    imps, judg = [], []
+    for q in range(8):
+        qid = f"q{q}"
+        docs = [f"d{i}" for i in range(rnd.randint(3, 14))]
+        for d in docs:
+            if rnd.random() < 0.7:
+                judg.append({"query_id": qid, "item_id": d, "grade": rnd.choice([0, 1, 2, 3]), "timestamp": 0,
+                             "source": ""})
+        for s in ("A", "B"):
+            served = rnd.sample(docs, rnd.randint(1, len(docs)))
+            for i, d in enumerate(served):
+                imps.append({"event_id": f"{s}{qid}{d}", "request_id": f"{s}/{qid}", "query_id": qid,
+                             "system_id": s, "item_id": d, "position": i + 1, "score": float(len(served) - i),
+                             "clicked": False, "timestamp": 0, "attributes": {}})
+    metrics = ["P@3", "P(rel=1)@3", "AP(rel=3)@5", "nDCG(dcg='exp-log2')@4", "ndcg@4", "Judged@3", "hits@2",
+               "NumQ", "RR(rel=1)@3", "R@5"]
+
+    def build(p):
+        return {"rows": create(p, imps, "I") | ScoreRankings(create(p, judg, "J"), metrics, relevance_level=2)}
+
+    rows = run_pipeline(build)["rows"]
+    qrels = defaultdict(dict)
+    for j in judg:
+        qrels[j["query_id"]][j["item_id"]] = j["grade"]
+    got = system_means(rows)
+    for s in ("A", "B"):
+        sub = [r for r in imps if r["system_id"] == s]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ev = api.evaluate(dict(qrels), run_columns(sub), metrics, relevance_level=2)
+        assert got[s] == ev.means
+        assert "AP(rel=3)@5" in got[s] and "nDCG(dcg='exp-log2')@4" in got[s]

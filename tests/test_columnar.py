@@ -165,6 +165,9 @@ def _conflict_free(letters):
     (18, ["--labels", "clicks", "--window", "1h", "--slices", "device", "--shards", "3", "--no-ctr", "--metrics",
           "interleaving,clicks@3"]),
     (19, ["--workers", "2", "--slices", "campaign+device", "--metrics", "ndcg@5,interleaving"]),
+    # ir_measures names with their own options next to the global ones (issue 17): rows named as written
+    (20, ["--relevance-level", "2", "--window", "1h", "--metrics", "P@5,P(rel=1)@5,AP(rel=3)@10,nDCG(dcg='exp-log2')@5,"
+          "ndcg@5,Judged@5,hits@3,NumQ,RBP(p=0.8),SetF(rel=1, beta=0.5),RR(rel=1)@3"]),
 ])
 def test_columnar_engine_equals_the_record_engine(tmp_path, seed, extra):
     imp_files, judg = _messy_logs(seed)
@@ -179,6 +182,9 @@ def test_columnar_engine_equals_the_record_engine(tmp_path, seed, extra):
     assert _conflict_free(col["dead_letters.jsonl"]) == _conflict_free(rec["dead_letters.jsonl"])
     nonzero = lambda c: {k: v for k, v in c.items() if v}  # noqa: E731
     assert nonzero(col["counters"]) == nonzero(rec["counters"])
+    if seed == 20:
+        names = {json.loads(x)["metric"] for x in rec["metrics.jsonl"]}
+        assert {"P(rel=1)@5", "AP(rel=3)@10", "nDCG(dcg='exp-log2')@5", "SetF(rel=1, beta=0.5)", "hits@3"} <= names
     reasons = {json.loads(x)["reason"].split(" (")[0] for x in rec["dead_letters.jsonl"]}
     assert len(reasons) >= 4  # the messy parts did reach the job
 

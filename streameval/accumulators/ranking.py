@@ -36,7 +36,9 @@ def keep_for(specs, ideal: str = "judgments") -> int | None:
     """The top-K a set of metric specs needs, or None (keep every served item) when one has no
     cutoff or when ``ideal="served"``: the ideal DCG then comes from the grades of every served
     item, not only of the top K."""
-    ks = [s.k for s in specs]
+    # NumQ (1 per ranked list) needs no item; a spec's own options (relevance level, gain) do not
+    # change which items it reads, only its cutoff does
+    ks = [s.k for s in specs if s.family != "num_q"] or [1]
     if ideal == "served" or any(k is None for k in ks):
         return None
     return max(ks)

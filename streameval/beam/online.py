@@ -280,7 +280,8 @@ def _join_parameter_lists(parts: list[str]) -> list[str]:
 
 
 def split_metric_names(names) -> tuple[list[str], list[str]]:
-    """Split metric names (a list, or a comma-separated text: commas inside brackets and trec_eval
+    """Split metric names (a list, or a comma-separated text: commas inside brackets or parentheses
+    (``gauc[user,clicks]``, ``SetF(rel=2, beta=0.5)``) and trec_eval
     parameter lists such as ``P.5,10`` stay together) into (ranking metrics for ScoreRankings, online metrics for
     OnlineMetrics). A name is online when :func:`~streameval.metrics.online.parse_online_metric`
     accepts it, else it must be a ranking metric (:func:`~streameval.metrics.names.parse_metrics`).

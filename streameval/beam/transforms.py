@@ -110,7 +110,7 @@ def judgment_grade_range(declared, specs, options: MetricOptions):
     the ``declared`` one (``--grades``, or None) narrowed to the grades the metric ``specs`` can
     score under ``options`` (ERR's ``err_max_grade``; 1023 with the exponential gain), so that a
     judgment they cannot use is a dead letter with its reason, the same on every engine."""
-    return records.grade_range_for(declared, usable_grade_limit({s.family for s in specs}, options))
+    return records.grade_range_for(declared, usable_grade_limit(specs, options))
 
 
 def parse_lateness(value) -> int:

@@ -35,6 +35,7 @@ import os
 import sys
 from datetime import datetime, timezone
 
+from ..beam.arguments import split_names
 from ..io import results
 
 __all__ = ["main", "read_table", "compare", "correlate", "Comparison"]
@@ -435,7 +436,7 @@ def main(argv=None, out=None) -> int:
     except TableError as e:
         print(f"streameval reconcile: {e}", file=sys.stderr)
         return 2
-    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
+    metrics = split_names(args.metrics) if args.metrics else None
     cmp = compare(a, b, args.abs_tol, args.rel_tol, counts=not args.ignore_counts, metrics=metrics)
     cors = [correlate(a, b, x, y) for x, y in pairs]
     low_cor = []

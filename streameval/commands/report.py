@@ -37,6 +37,7 @@ import sys
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
+from ..beam.arguments import split_names
 from ..exits import EXIT_USAGE, one_line
 
 __all__ = ["main", "read_rows", "prepare_rows", "write_report", "build_arg_parser"]
@@ -482,7 +483,7 @@ def main(argv=None) -> int:
         if not 0 < args.confidence < 1:
             raise ValueError("--confidence must be in (0, 1)")
         rows = read_rows(args.results)
-        metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
+        metrics = split_names(args.metrics) if args.metrics else None
         res = write_report(rows, args.out, title=args.title, level=args.confidence,
                            inputs=[os.path.basename(os.path.normpath(p)) for p in args.results], metrics=metrics)
     except (ValueError, OSError) as e:

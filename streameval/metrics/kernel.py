@@ -20,13 +20,13 @@ Conventions (see ``docs/metrics.md``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .names import MetricSpec
 
-__all__ = ["RankedLists", "MetricOptions", "compute", "GAINS", "IDEALS"]
+__all__ = ["RankedLists", "MetricOptions", "compute", "GAINS", "IDEALS", "options_for"]
 
 GAINS = ("linear", "exponential")
 #: ranked items scored per chunk by :func:`compute` (whole queries; bounds its temporaries)
@@ -38,15 +38,20 @@ IDEALS = ("judgments", "served")
 MAX_EXPONENTIAL_GRADE = 1023
 
 
-def usable_grade_limit(families, options: "MetricOptions") -> tuple[int, str] | None:
-    """``(highest grade, why)`` the metric ``families`` (``MetricSpec.family`` names) can score under
-    ``options``, or None when any grade can: ERR's ``err_max_grade`` (a larger grade raises in
-    ``_err``) and :data:`MAX_EXPONENTIAL_GRADE` with ``gain="exponential"`` (nDCG, DCG). The jobs
-    reject the judgments above it as dead letters instead of failing or scoring NaN."""
+def usable_grade_limit(specs, options: "MetricOptions") -> tuple[int, str] | None:
+    """``(highest grade, why)`` the metric ``specs`` (MetricSpecs, or ``MetricSpec.family`` names)
+    can score under ``options`` (and their own options, :func:`options_for`), or None when any grade
+    can: ERR's ``err_max_grade`` (a larger grade raises in ``_err``) and :data:`MAX_EXPONENTIAL_GRADE`
+    with ``gain="exponential"`` (nDCG, DCG). The jobs reject the judgments above it as dead letters
+    instead of failing or scoring NaN."""
+    specs = list(specs)
+    families = {getattr(s, "family", s) for s in specs}
+    exponential = {getattr(s, "family", s) for s in specs
+                   if (options_for(s, options) if isinstance(s, MetricSpec) else options).gain == "exponential"}
     limits = []
     if "err" in families:
         limits.append((int(np.floor(options.err_max_grade)), "the largest grade ERR scores (--err-max-grade)"))
-    if options.gain == "exponential" and {"ndcg", "dcg"} & set(families):
+    if {"ndcg", "dcg"} & exponential:
         limits.append((MAX_EXPONENTIAL_GRADE, "the largest grade whose exponential gain 2**grade - 1 fits a double"))
     return min(limits) if limits else None
 
@@ -81,6 +86,23 @@ class MetricOptions:
                 raise ValueError(f"{name} must be finite, got {v!r}")
         if not self.err_max_grade > 0:
             raise ValueError(f"err_max_grade must be positive, got {self.err_max_grade!r}")
+
+
+def options_for(spec: MetricSpec, options: "MetricOptions") -> "MetricOptions":
+    """The options ``spec`` is computed with: ``options`` with the spec's own overrides
+    (``spec.opts``: ``rel=2`` the relevance level, ``gain=exponential``; ir_measures parameters)."""
+    if not spec.opts:
+        return options
+    changes = {}
+    for part in spec.opts.split(";"):
+        key, _, value = part.partition("=")
+        if key == "rel":
+            changes["relevance_level"] = float(value)
+        elif key == "gain":
+            changes["gain"] = value
+        else:
+            raise ValueError(f"{spec.name}: unknown option {part!r}")
+    return replace(options, **changes)
 
 
 @dataclass
@@ -372,6 +394,28 @@ def _success(b: _Batch, k):
     return (b.count_top("cum_rel", b.rel, k) > 0).astype(np.float64)
 
 
+def _hits(b: _Batch, k):
+    """ranx's hits@k (Bassani, ECIR 2022; ranx/metrics/hits.py): the number of relevant items in the
+    top k (success@k is 1 when it is positive)."""
+    return b.count_top("cum_rel", b.rel, k)
+
+
+def _num_q(b: _Batch, k):
+    """ir_measures' NumQ: 1 per query (its total is the number of queries)."""
+    return np.ones(b.n)
+
+
+def _judged(b: _Batch, k):
+    """ir_measures' Judged@k (judged_provider.py, from OpenNIR): the items with a judgment (any grade,
+    in the qrels) among the top k, divided by min(k, ranked items); 0 when nothing is ranked."""
+    have = ~np.isnan(b.g)
+    count = b.count_top("cum_in_qrels", have, k)
+    take = b.lengths if k is None else np.minimum(b.lengths, k)
+    out = np.zeros(b.n)
+    np.divide(count, take, out=out, where=take > 0)
+    return out
+
+
 def _recip_rank(b: _Batch, k):
     """trec_eval m_recip_rank.c: 1 / rank of the first relevant item, 0 if none (within the top
     k when a cutoff is given: RR@k, the per-query term of MRR@k)."""
@@ -447,6 +491,9 @@ _FUNCS = {
     "P": _precision,
     "recall": _recall,
     "success": _success,
+    "hits": _hits,
+    "num_q": _num_q,
+    "judged": _judged,
     "recip_rank": _recip_rank,
     "map": _ap,
     "Rprec": _rprec,
@@ -502,9 +549,19 @@ def compute(lists: RankedLists, specs: list[MetricSpec], options: MetricOptions 
 
 
 def _compute(lists: RankedLists, specs: list[MetricSpec], opts: MetricOptions) -> np.ndarray:
-    b = _Batch(lists, opts)
-    out = np.empty((len(specs), b.n), dtype=np.float64)
+    # one batch per set of effective options (the specs' own overrides, :func:`options_for`): the
+    # common case, no overrides, is one pass
+    batches: dict = {}
+    out = None
     for i, spec in enumerate(specs):
+        eff = options_for(spec, opts)
+        if eff not in batches:
+            batches[eff] = _Batch(lists, eff)
+        b = batches[eff]
+        if out is None:
+            out = np.empty((len(specs), b.n), dtype=np.float64)
         fn = _FUNCS.get(spec.family)
         out[i] = fn(b, spec.k) if fn is not None else _TREC_FUNCS[spec.family](b, spec)
+    if out is None:
+        out = np.empty((0, _Batch(lists, opts).n), dtype=np.float64)
     return out

@@ -8,6 +8,7 @@ family          forms                                        trec_eval name
 P               ``P@5``, ``P_5``, ``P.5``, ``precision@5``    ``P_5``
 recall          ``recall@100``, ``recall_100``, ``R@100``     ``recall_100``
 success         ``success@1``, ``success_1``, ``hit@1``       ``success_1``
+hits            ``hits@10`` (ranx: relevant items in top k)   (none)
 recip_rank      ``recip_rank``, ``mrr``, ``rr``               ``recip_rank``
 recip_rank@k    ``mrr@10``, ``rr@10``, ``recip_rank@10``      (none)
 map             ``map``, ``ap``                               ``map``
@@ -26,6 +27,10 @@ num_rel_ret     ``num_rel_ret``                               ``num_rel_ret``
 The other trec_eval 10 families (gm_map, iprec_at_recall, set_F, infAP, rbp, ...) are spelled as in
 trec_eval, with its parameters: see :mod:`streameval.metrics.trec_names`.
 
+ir_measures' spellings with their own parameters (``AP(rel=2)@100``, ``nDCG(dcg='exp-log2')@10``,
+``Judged@10``, ``NumQ``, ``SetP``, ``RBP(p=0.8)``): see :mod:`streameval.metrics.irm_names`; their
+rows keep the name as written. ``hits@k`` is ranx's count of relevant items in the top k.
+
 trec_eval's parameter lists expand to several specs: ``P.5,10`` gives ``P@5`` and ``P@10``.
 ``all_trec`` expands to every implemented trec_eval measure at trec_eval's default cutoffs.
 """
@@ -35,7 +40,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import trec_names
+from . import irm_names, trec_names
 
 __all__ = [
     "MetricSpec",
@@ -71,10 +76,19 @@ class MetricSpec:
     k: int | None = None
     #: trec_eval's parameter of the families of :mod:`streameval.metrics.trec_names` ("": default)
     param: str = ""
+    #: this measure's own options overriding the global MetricOptions, ``;``-joined ``rel=2``,
+    #: ``gain=exponential`` ("": none; ir_measures parameters, :mod:`streameval.metrics.irm_names`)
+    opts: str = ""
+    #: an ir_measures name as the user wrote it, the row name ("": the canonical name); two labels
+    #: of one measure (``RBP``, ``RBP(p=0.8)``) are two rows
+    label: str = ""
 
     @property
     def name(self) -> str:
-        """Canonical name used in result rows, e.g. ``ndcg@10``, ``P@5``, ``map``."""
+        """Name used in result rows, e.g. ``ndcg@10``, ``P@5``, ``map``; an ir_measures name as
+        written (``AP(rel=2)@100``)."""
+        if self.label:
+            return self.label
         if self.family in trec_names.FAMILIES:
             return trec_names.trec_name(self)
         if self.family == "recip_rank" and self.k is not None:
@@ -86,6 +100,8 @@ class MetricSpec:
     def trec_name(self) -> str | None:
         """The name trec_eval prints for this measure, or ``None`` if trec_eval lacks it."""
         f, k = self.family, self.k
+        if self.opts:
+            return None
         if f in trec_names.FAMILIES:
             return trec_names.trec_name(self)
         if k is None:
@@ -95,7 +111,7 @@ class MetricSpec:
     @property
     def is_count(self) -> bool:
         """True for num_ret / num_rel / num_rel_ret (trec_eval sums them in ``all``)."""
-        return self.family in ("num_ret", "num_rel", "num_rel_ret", "num_nonrel_judged_ret")
+        return self.family in ("num_ret", "num_rel", "num_rel_ret", "num_nonrel_judged_ret", "num_q")
 
     @property
     def average(self) -> str:
@@ -125,6 +141,9 @@ _DISPLAY = {
     "num_ret": "num_ret",
     "num_rel": "num_rel",
     "num_rel_ret": "num_rel_ret",
+    "hits": "hits",
+    "num_q": "num_q",
+    "judged": "judged",
 }
 FAMILIES = tuple(_DISPLAY)
 
@@ -135,8 +154,8 @@ _TREC_CUT = {"P": "P", "recall": "recall", "success": "success", "map": "map_cut
 _TREC_PLAIN = {"num_ret", "num_rel", "num_rel_ret", "map", "Rprec", "bpref", "recip_rank", "ndcg"}
 
 # families that need a cutoff / accept no cutoff
-_NEEDS_K = {"P", "recall", "success"}
-_NO_K = {"Rprec", "bpref", "num_ret", "num_rel", "num_rel_ret"}
+_NEEDS_K = {"P", "recall", "success", "hits"}
+_NO_K = {"Rprec", "bpref", "num_ret", "num_rel", "num_rel_ret", "num_q"}
 
 _ALIASES = {
     "p": "P",
@@ -146,7 +165,8 @@ _ALIASES = {
     "r": "recall",
     "success": "success",
     "hit": "success",
-    "hits": "success",
+    "hits": "hits",
+    "num_q": "num_q",
     "hitrate": "success",
     "hit_rate": "success",
     "recip_rank": "recip_rank",
@@ -171,10 +191,10 @@ _ALIASES = {
 }
 
 ACCEPTED = (
-    "P@k P_k P.k1,k2 precision@k | recall@k recall_k | success@k success_k hit@k | "
+    "P@k P_k P.k1,k2 precision@k | recall@k recall_k | success@k success_k hit@k | hits@k | "
     "recip_rank mrr rr mrr@k rr@k | map ap map@k map_cut_k | Rprec | bpref | "
     "dcg dcg@k | ndcg ndcg@k ndcg_cut_k ndcg_cut.k1,k2 | err@k (default k=20 for plain 'err') | "
-    "num_ret num_rel num_rel_ret | all_trec | " + trec_names.ACCEPTED
+    "num_ret num_rel num_rel_ret num_q | all_trec | " + trec_names.ACCEPTED + " | " + irm_names._ACCEPTED
 )
 
 _ERR_DEFAULT_K = 20
@@ -204,6 +224,9 @@ def _parse_one(raw: str) -> list[MetricSpec]:
     if not name:
         raise MetricNameError(f"empty metric name. Accepted: {ACCEPTED}")
     low = name.lower()
+    irm = irm_names.parse(name)
+    if irm is not None:
+        return [irm]
     more = trec_names.parse(name)
     if more is not None:
         return more

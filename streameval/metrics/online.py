@@ -236,9 +236,9 @@ def parse_online_metrics(names) -> list[OnlineSpec]:
 def _split_names(text: str) -> list[str]:
     parts, depth, cur = [], 0, ""
     for ch in text:
-        if ch == "[":
+        if ch in "[(":
             depth += 1
-        elif ch == "]":
+        elif ch in "])":
             depth -= 1
         if ch == "," and depth == 0:
             parts.append(cur)

@@ -1,0 +1,213 @@
+"""ir_measures spellings (``AP(rel=2)@100``, ``nDCG(dcg='exp-log2')@10``, ``Judged@10``, ...).
+
+ir_measures (Macdonald and Tonellotto, ICTIR 2020) writes a measure as ``Name(param=value, ...)@cutoff``.
+Each name accepted here maps to the trec_eval semantics ir_measures' pytrec_eval provider gives it
+(``ir_measures/providers/pytrec_eval_provider.py``), or, for the measures pytrec_eval lacks, to the
+definition of the provider ir_measures picks (judged: Judged@k; gdeval: ERR@k and
+``nDCG(dcg='exp-log2')``; msmarco: ``RR@k``):
+
+==========================  ==================================================================
+ir_measures                 streameval
+==========================  ==================================================================
+``P(rel=r)@k``              ``P@k`` at relevance level r
+``R(rel=r)@k``, Recall      ``recall@k``
+``AP(rel=r)[@k]``, MAP      ``map`` / ``map@k`` (trec_eval map_cut)
+``RR(rel=r)[@k]``, MRR      ``recip_rank`` / ``mrr@k``
+``nDCG(dcg=d)[@k]``, NDCG   ``ndcg[@k]``; ``dcg='log2'``: gain = grade (trec_eval),
+                            ``dcg='exp-log2'``: gain = 2**grade - 1; ideal from all judgments
+``Rprec(rel=r)``            ``Rprec``
+``Bpref(rel=r)``            ``bpref``
+``infAP(rel=r)``            trec_eval ``infAP``
+``NumRet``                  ``num_ret``; ``NumRet(rel=r)``: ``num_rel_ret`` (totals)
+``NumRel(rel=r)``           ``num_rel`` (total)
+``NumQ``                    number of queries (1 per query, total)
+``SetP(rel=r)``             trec_eval ``set_P``; ``SetP(relative=True)``: ``set_relative_P``
+``SetR(rel=r)``             ``set_recall``;  ``SetAP(rel=r)``: ``set_map``
+``SetF(rel=r, beta=b)``     ``set_F`` with parameter b
+``Success(rel=r)@k``        ``success@k``
+``IPrec(recall=x)``         ``iprec_at_recall`` at x
+``Judged[@k]``              judged items (in the qrels) in the top k / min(k, ranked items)
+``ERR@k``                   ``err@k`` (2**g - 1) / 2**err_max_grade, as gdeval with grades <= 4
+``RBP(p=x)``                trec_eval ``rbp`` (graded, gains divided by the query's top grade);
+                            ir_measures' default p is 0.8
+==========================  ==================================================================
+
+``rel``, ``dcg`` (and RBP's ``p``) apply to that measure only and override the global options
+(``relevance_level``, ``gain``) of :class:`~streameval.metrics.kernel.MetricOptions`. The result row
+keeps the name as written (``AP(rel=2)@100``). Not available (a :class:`MetricNameError` naming the
+measure): ``judged_only=True``, ``nDCG(gains=...)``, ``RBP(rel=...)`` (cwl_eval's binary RBP) and the
+measures only other providers compute (alpha_nDCG, SDCG, NERR*, BPM, INST, INSQ, Accuracy, Compat...).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["parse", "looks_like"]
+
+# ir_measures name (lower case) -> (canonical ir_measures name, family or None, parameters accepted,
+# cutoff: "required" / "optional" / "none")
+_MEASURES = {
+    "p": ("P", "P", {"rel"}, "required"),
+    "precision": ("P", "P", {"rel"}, "required"),
+    "r": ("R", "recall", {"rel"}, "required"),
+    "recall": ("R", "recall", {"rel"}, "required"),
+    "ap": ("AP", "map", {"rel"}, "optional"),
+    "map": ("AP", "map", {"rel"}, "optional"),
+    "rr": ("RR", "recip_rank", {"rel"}, "optional"),
+    "mrr": ("RR", "recip_rank", {"rel"}, "optional"),
+    "ndcg": ("nDCG", "ndcg", {"dcg"}, "optional"),
+    "rprec": ("Rprec", "Rprec", {"rel"}, "none"),
+    "bpref": ("Bpref", "bpref", {"rel"}, "none"),
+    "infap": ("infAP", "infAP", {"rel"}, "none"),
+    "numret": ("NumRet", "num_ret", {"rel"}, "none"),
+    "numrelret": ("NumRelRet", "num_rel_ret", {"rel"}, "none"),
+    "numrel": ("NumRel", "num_rel", {"rel"}, "none"),
+    "numq": ("NumQ", "num_q", set(), "none"),
+    "setp": ("SetP", "set_P", {"rel", "relative"}, "none"),
+    "setrelp": ("SetRelP", "set_relative_P", {"rel"}, "none"),
+    "setr": ("SetR", "set_recall", {"rel"}, "none"),
+    "setap": ("SetAP", "set_map", {"rel"}, "none"),
+    "setf": ("SetF", "set_F", {"rel", "beta"}, "none"),
+    "success": ("Success", "success", {"rel"}, "required"),
+    "iprec": ("IPrec", "iprec_at_recall", {"recall"}, "none"),
+    "judged": ("Judged", "judged", set(), "optional"),
+    "err": ("ERR", "err", set(), "required"),
+    "rbp": ("RBP", "rbp", {"p"}, "none"),
+}
+# ir_measures names whose spelling only ir_measures uses (parsed here even without parentheses)
+_OWN_CASED = {"NumRet", "NumRelRet", "NumRel", "NumQ", "SetP", "SetRelP", "SetR", "SetAP", "SetF", "IPrec",
+              "Judged", "RBP"}
+# measures ir_measures has through other providers only
+_OTHER = {"alpha_ndcg", "alpha_dcg", "α_ndcg", "α_dcg", "sdcg", "nerr8", "nerr9", "nerr10", "nerr11", "bpm", "inst",
+          "insq", "accuracy", "compat", "err_ia", "nerr_ia", "ndcg_ia", "nrbp", "nnrbp", "p_ia", "ap_ia", "map_ia",
+          "strecall"}
+
+_FORM = re.compile(r"^(?P<name>[^\W\d][\w\-]*)\s*(?:\((?P<params>.*)\))?\s*(?:@\s*(?P<k>\S+))?$")
+_ACCEPTED = ("ir_measures: P(rel=r)@k R@k AP(rel=r)[@k] RR(rel=r)[@k] nDCG(dcg='log2'|'exp-log2')[@k] Rprec Bpref "
+             "infAP NumRet[(rel=r)] NumRel NumQ SetP[(rel=r,relative=True)] SetR SetAP SetF(beta=b) Success@k "
+             "IPrec(recall=x) Judged[@k] ERR@k RBP(p=x)")
+
+
+def _error(message):
+    from .names import MetricNameError
+
+    return MetricNameError(message)
+
+
+def looks_like(raw: str) -> bool:
+    """True when ``raw`` is written the ir_measures way: with parentheses, or one of the names only
+    ir_measures uses (NumQ, SetP, Judged, RBP, ...)."""
+    name = raw.strip()
+    if "(" in name:
+        return True
+    base = name.split("@", 1)[0].strip()
+    return base in _OWN_CASED or base.lower() in _OTHER
+
+
+def _value(raw, key, text):
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    if text in ("True", "true"):
+        return True
+    if text in ("False", "false"):
+        return False
+    try:
+        v = float(text)
+    except ValueError:
+        raise _error(f"metric {raw!r}: parameter {key}={text!r} is not a number, a quoted string or True/False") \
+            from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise _error(f"metric {raw!r}: parameter {key}={text!r} is not finite")
+    return v
+
+
+def parse(raw: str):
+    """The one :class:`~streameval.metrics.names.MetricSpec` an ir_measures name gives (its row name
+    the name as written), or None when ``raw`` is not written the ir_measures way (:func:`looks_like`).
+    Raises MetricNameError (one line, naming the measure) for an unknown measure or parameter."""
+    from .names import MAX_CUTOFF, MetricSpec
+
+    if not looks_like(raw):
+        return None
+    name = raw.strip()
+    m = _FORM.match(name)
+    if not m:
+        raise _error(f"metric {name!r}: not an ir_measures name (Name(param=value, ...)@cutoff). {_ACCEPTED}")
+    low = m.group("name").lower()
+    if low not in _MEASURES:
+        if low in _OTHER:
+            raise _error(f"metric {name!r}: ir_measures' {m.group('name')} needs a provider other than trec_eval "
+                         f"semantics; not implemented. {_ACCEPTED}")
+        raise _error(f"metric {name!r}: unknown ir_measures measure {m.group('name')!r}. {_ACCEPTED}")
+    canon, family, allowed, cut = _MEASURES[low]
+    params = {}
+    text = (m.group("params") or "").strip()
+    if canon == "nDCG" and re.search(r"\bgains\s*=", text):
+        raise _error(f"metric {name!r}: nDCG(gains=...) (custom gain maps) is not implemented")
+    for part in text.split(",") if text else ():
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise _error(f"metric {name!r}: parameters are name=value pairs, e.g. {canon}(rel=2)")
+        v = _value(name, key, value)
+        if key == "judged_only":
+            if v is True:
+                raise _error(f"metric {name!r}: judged_only=True (trec_eval -J) is not implemented")
+            continue
+        if key == "cutoff":
+            key = "@"
+        if key != "@" and key not in allowed:
+            if canon == "nDCG" and key == "gains":
+                raise _error(f"metric {name!r}: nDCG(gains=...) (custom gain maps) is not implemented")
+            if canon == "RBP" and key == "rel":
+                raise _error(f"metric {name!r}: binary RBP(rel=...) (cwl_eval) is not implemented; "
+                             "RBP(p=x) is trec_eval's graded rbp")
+            ok = ", ".join(sorted(allowed)) or "none"
+            raise _error(f"metric {name!r}: {canon} takes no parameter {key!r} (parameters: {ok})")
+        if key in params:
+            raise _error(f"metric {name!r}: parameter {key!r} given twice")
+        params[key] = v
+    k = params.pop("@", None)
+    if m.group("k") is not None:
+        if k is not None:
+            raise _error(f"metric {name!r}: cutoff given twice")
+        k = _value(name, "@", m.group("k"))
+    if k is not None:
+        if cut == "none":
+            raise _error(f"metric {name!r}: {canon} takes no cutoff")
+        if isinstance(k, (bool, str)) or k != int(k) or not 1 <= k <= MAX_CUTOFF:
+            raise _error(f"metric {name!r}: cutoff {k!r} must be an integer between 1 and {MAX_CUTOFF}")
+        k = int(k)
+    elif cut == "required":
+        raise _error(f"metric {name!r}: {canon} needs a cutoff, e.g. {canon}@10")
+    opts, param = [], ""
+    if canon == "NumRelRet":
+        params.setdefault("rel", 1)  # ir_measures: NumRelRet = NumRet(rel=1)
+    if "rel" in params:
+        rel = params.pop("rel")
+        if isinstance(rel, (bool, str)):
+            raise _error(f"metric {name!r}: rel must be a number")
+        if family == "num_ret":
+            family = "num_rel_ret"
+        opts.append(f"rel={rel:g}")
+    if "dcg" in params:
+        dcg = params.pop("dcg")
+        if dcg not in ("log2", "exp-log2"):
+            raise _error(f"metric {name!r}: dcg must be 'log2' or 'exp-log2', got {dcg!r}")
+        opts.append("gain=" + ("linear" if dcg == "log2" else "exponential"))
+    if params.pop("relative", False) is True:
+        family = "set_relative_P"
+    if "beta" in params:
+        param = repr(float(params.pop("beta")))
+    if "recall" in params:
+        param = repr(float(params.pop("recall")))
+    elif family == "iprec_at_recall":
+        raise _error(f"metric {name!r}: IPrec needs a recall level, e.g. IPrec(recall=0.5)")
+    if family == "rbp":
+        p = float(params.pop("p", 0.8))
+        if not 0 < p < 1:
+            raise _error(f"metric {name!r}: RBP's persistence p must be in (0, 1)")
+        param = f"p={p!r}"
+    return MetricSpec(family, k, param, ";".join(opts), label=name)
