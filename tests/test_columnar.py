@@ -139,13 +139,11 @@ def _conflict_free(letters):
          "--hist-bins", "7", "--hist-range", "0.5,2.5", "--metrics", "map,auc,auc_hist,gauc,gauc[user,clicks],"
          "gauc[query,unweighted],gauc[request,impressions],clicks@3,clicks,rr_first_click,rr_first_click[clicked],"
          "abandonment"]),
-    (8, ["--labels", "clicks", "--workers", "2", "--no-ctr", "--shards", "3", "--metrics",
-         "auc,gauc[query],clicks@1,abandonment"]),
     # labels from judgments (the default with judgments): the latest judgment after the conflict policy
     (9, ["--window", "2h", "--slices", "campaign", "--judgment-conflicts", "max", "--relevance-level", "2",
          "--metrics", "ndcg@5,auc,auc_hist,gauc[user],gauc[request,clicks],rr_first_click", "--group-rows"]),
     (10, ["--workers", "2", "--shards", "5", "--unjudged", "nonrelevant", "--no-ctr", "--metrics",
-          "auc,gauc[query,unweighted],clicks@5"]),
+          "auc,gauc[query,unweighted],clicks@5,clicks@1,abandonment"]),
     # calibration (issue 19): scores 0, 0.5 and 1 are probabilities (0.5 on a bin edge), the others are
     # left out and counted; windows, slices, two ECE bin counts with their reliability rows
     (12, ["--labels", "clicks", "--window", "1h", "--slices", "device", "--shards", "3", "--no-ctr", "--metrics",
@@ -155,16 +153,15 @@ def _conflict_free(letters):
     # the Poisson bootstrap: the same replicate weights (a hash of the query id), bit for bit
     (14, ["--ci", "bootstrap", "--replicates", "64", "--ci-seed", "5", "--window", "1h", "--slices", "device",
           "--metrics", "all_trec,ndcg@3"]),
-    (15, ["--ci", "bootstrap", "--workers", "2", "--ci-level", "0.9", "--metrics", "map,P@5,num_rel_ret"]),
     # paired comparisons with a baseline: per (window, slice, query) system means of their requests
     (16, ["--compare-baseline", "B", "--window", "1h", "--slices", "device", "--replicates", "40",
           "--metrics", "ndcg@5,map,P@3,num_ret"]),
-    (17, ["--compare-baseline", "A", "--ci", "bootstrap", "--workers", "2", "--ci-seed", "3", "--slices",
+    (17, ["--compare-baseline", "A", "--ci", "bootstrap", "--workers", "2", "--ci-seed", "3", "--ci-level", "0.9", "--slices",
           "campaign+device", "--metrics", "all_trec"]),
     # interleaving (issue 19): team-draft credit from attributes["team"], clicks on items without a team
     (18, ["--labels", "clicks", "--window", "1h", "--slices", "device", "--shards", "3", "--no-ctr", "--metrics",
           "interleaving,clicks@3"]),
-    (19, ["--workers", "2", "--slices", "campaign+device", "--metrics", "ndcg@5,interleaving"]),
+    (19, ["--slices", "campaign+device", "--metrics", "ndcg@5,interleaving"]),
     # ir_measures names with their own options next to the global ones (issue 17): rows named as written
     (20, ["--relevance-level", "2", "--window", "1h", "--metrics", "P@5,P(rel=1)@5,AP(rel=3)@10,nDCG(dcg='exp-log2')@5,"
           "ndcg@5,Judged@5,hits@3,NumQ,RBP(p=0.8),SetF(rel=1, beta=0.5),RR(rel=1)@3"]),
