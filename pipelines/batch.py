@@ -42,6 +42,7 @@ from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.columnar import (DECODER_NAMESPACE, DECODERS, SHARD_IMPRESSIONS, SHARDS, ColumnarMetrics,
                                       auto_shards, default_decoder, release_held)
 from streameval.beam.transforms import (
+    ALL,
     NAMESPACE,
     CleanImpressions,
     ClickMetrics,
@@ -83,7 +84,7 @@ LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "Swit
 
 def build_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m pipelines.batch",
+        prog="streameval batch",
         description="Batch ranking and click metrics over impression / judgment Avro logs (Apache Beam). "
                     "Unknown arguments are passed to Beam's PipelineOptions.")
     p.add_argument("--impressions", required=True, action="append",
@@ -473,8 +474,11 @@ def format_table(rows, metric_names=()) -> str:
             "-" if se is None or math.isnan(se) else f"{se:.4f}",
             ci,
         ))
+    return _text_table(header, lines, right={4, 5, 6})
+
+
+def _text_table(header, lines, right=()) -> str:
     widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h) for i, h in enumerate(header)]
-    right = {4, 5, 6}
 
     def fmt(cells):
         return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
@@ -482,6 +486,25 @@ def format_table(rows, metric_names=()) -> str:
     out = [fmt(header), fmt(["-" * w for w in widths])]
     out.extend(fmt(l) for l in lines)
     return "\n".join(out)
+
+
+def format_comparisons(rows, metric_names=()) -> str:
+    """A plain-text table of comparison records (``comparisons.jsonl``): per window, slice, pair and
+    metric the mean difference B - A, its bootstrap interval and the t-test and randomization
+    p-values."""
+    order = {n: i for i, n in enumerate(metric_names)}
+
+    def f(x, fmt="{:.4f}"):
+        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+    lines = [(_fmt_time(r["window_start"]), r["slice"], f"{r['system_b']} - {r['system_a']}", r["metric"],
+              str(r["num_queries"]), f(r["diff"]), f"[{f(r['boot_low'])}, {f(r['boot_high'])}]",
+              f(r["p_t"], "{:.4g}"), f(r["p_perm"], "{:.4g}"))
+             for r in sorted(rows, key=lambda r: (r["window_start"] or 0, r["slice"] != ALL, r["slice"],
+                                                  r["system_a"], r["system_b"], order.get(r["metric"], len(order)),
+                                                  r["metric"]))]
+    return _text_table(("window", "slice", "B - A", "metric", "n", "diff", "bootstrap interval", "p (t)",
+                        "p (perm)"), lines, right={4, 5, 7, 8})
 
 
 def _report_line(counters: dict, ranked: bool = True) -> str:
@@ -662,6 +685,14 @@ def main(argv=None) -> int:
         return 1
     if not args.quiet and note is None:
         print(format_table(rows, names))
+        if "comparisons.jsonl" in outputs:
+            try:  # a small output (one record per window, slice, pair and metric), through FileSystems
+                comparisons = [c for m in FileSystems.match([FileSystems.join(args.output, "comparisons*.jsonl")])[0]
+                               .metadata_list for c in read_jsonl(m.path)]
+                print(f"comparisons with {args.compare_baseline} (comparisons.jsonl):")
+                print(format_comparisons(comparisons, names))
+            except Exception as e:  # noqa: BLE001 (not readable from this machine)
+                print(f"note: the comparisons are not readable from this machine ({one_line(e)})")
     if note:
         print(f"note: {note}")
     if args.prometheus_textfile:

@@ -530,3 +530,19 @@ def test_the_job_says_when_the_per_record_engine_runs_it(tmp_path, capsys):
     notes = [x for x in capsys.readouterr().err.splitlines() if "per-record engine" in x]
     assert len(notes) == 1 and "--complete" in notes[0], notes
     assert json.loads((tmp_path / "b" / "summary.json").read_text())["engine"] == "records"
+
+
+def test_compare_baseline_prints_the_comparison_table(tmp_path, capsys):
+    """--compare-baseline prints its comparisons (issue 21): one line per record of comparisons.jsonl,
+    with the record's difference."""
+    imp_files, judg = _messy_logs(11)
+    args = write_logs(tmp_path / "in", imp_files, judg)
+    out = tmp_path / "o"
+    assert batch.main([*args, "--max-rejected-fraction", "1", "--output", str(out), "--metrics", "map,P@3",
+                       "--compare-baseline", "A", "--replicates", "20"]) == 0
+    printed = capsys.readouterr().out.split("comparisons with A (comparisons.jsonl):\n", 1)[1].splitlines()
+    records = [json.loads(x) for x in (out / "comparisons.jsonl").read_text().splitlines()]
+    assert records and len([x for x in printed if x.startswith("global ")]) == len(records)
+    first = next(r for r in records if r["slice"] == "all" and r["metric"] == "map")
+    line = next(x for x in printed if f"{first['system_b']} - A" in x and " map " in x)
+    assert f"{first['diff']:.4f}" in line
