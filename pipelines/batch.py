@@ -268,8 +268,8 @@ def records_needed(args) -> list[str]:
     need = []
     if online:
         need.extend(columnar_online.supported(online_labels(args)))
-    if args.complete:
-        need.append("--complete")
+    if args.complete and args.compare_baseline:
+        need.append("--complete with --compare-baseline")
     return need
 
 
@@ -411,7 +411,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         threads=getattr(args, "work_threads", 1), time_range=parse_time_range(args.event_time_range),
         online=online, labels=online_labels(args), unjudged=args.unjudged, hist_bins=args.hist_bins, hist_range=_hist_range(args.hist_range),
         group_rows=args.group_rows, ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed,
-        compare_baseline=args.compare_baseline if judgment_paths and ranking else None)
+        compare_baseline=args.compare_baseline if judgment_paths and ranking else None, complete=args.complete)
     rows = p | "Metrics" >> col
     if col.unjudged is not None:
         # lists of requests, one per shard: one text element (lines) each (an empty list writes no line)

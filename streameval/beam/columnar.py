@@ -31,6 +31,7 @@ Counters are those of the per-record transforms (see :mod:`streameval.beam.accou
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import pickle
 import typing
@@ -934,8 +935,9 @@ def _first_min(values: pa.Array, starts: np.ndarray, ends: np.ndarray) -> pa.Arr
 
 class _CleanShard(ThreadedDoFn):
     def __init__(self, source: str, ranking: bool, ctr: bool, window_micros, slice_specs, order: str, shards: int,
-                 hold: bool = False, threads: int = 1, lateness_micros: int = 0, online=None):
+                 hold: bool = False, threads: int = 1, lateness_micros: int = 0, online=None, systems: bool = False):
         self.online = online  # a columnar_online.OnlineColumns, or None
+        self.systems = systems  # emit each chunk's systems (tag "systems"): complete=True needs them all
         self.lateness_micros = int(lateness_micros)
         self.late = counter(NAMESPACE, "late:impression")
         self.hold = hold
@@ -1058,6 +1060,9 @@ class _CleanShard(ThreadedDoFn):
         rows, _, starts, ends = _grouped(chunk, req, ("query_id", "timestamp", "attributes", "score", "item_id",
                                                      "position", "system_id", "request_id"))
         nreq = len(starts)
+        if self.systems:
+            for system in pc.unique(rows["system_id"]).to_pylist():
+                yield pvalue.TaggedOutput("systems", system)
         query = _first_min(rows["query_id"], starts, ends)
         min_ts = np.minimum.reduceat(rows["timestamp"], starts)
         attrs = {a: _first_min(rows["attributes"][a], starts, ends) for a in self.attr_keys if a in rows["attributes"]}
@@ -1263,6 +1268,7 @@ class _ScoreShard(ThreadedDoFn):
         self.imp_ranked = counter(NAMESPACE, "impressions_ranked")
         self.imp_unjudged = counter(NAMESPACE, "impressions_unjudged")
         self.imp_unrankable = counter(NAMESPACE, "impressions_unrankable")
+        self.completed = counter(NAMESPACE, "requests_completed")
         #: impressions per element of this stage (one query shard) and judgments held (the side input)
         self.element_rows = distribution(NAMESPACE, "element_impressions:score")
         self.side_rows = distribution(NAMESPACE, "element_judgments:score")
@@ -1273,20 +1279,28 @@ class _ScoreShard(ThreadedDoFn):
         # the side input is read here, on the runner's thread; the work may run on a pool thread
         yield from self._submit((element, list(judgments[element[0]])), window, timestamp)
 
-    def work(self, element, judgments):
-        """The outputs of ``element`` given its shard's resolved judgments (frozen values)."""
+    def work(self, element, judgments, systems=None):
+        """The outputs of ``element`` given its shard's resolved judgments (frozen values) and, for
+        ``complete``, every system of the job (sorted)."""
         shard, rparts = element
+        rparts = [v for v in rparts if v is not None]  # None: a shard's marker (complete)
         jparts = [thaw(v, keep=True) for v in judgments]  # a side input: may be read again
         if jparts:
             jc = _concat(jparts)
             jq, jd, jg = jc["query_id"], jc["item_id"], jc["grade"]
         else:
             jq, jd, jg = _strings([]), _strings([]), np.zeros(0)
+        self.side_rows.update(len(jq))
+        if not rparts:
+            if systems is not None:
+                yield from self._complete(jq, jg, systems, _strings([]), _strings([]))
+            return
         r = _concat_requests([thaw(v) for v in rparts])
         self.element_rows.update(int(r["records"].sum()))
-        self.side_rows.update(len(jq))
         nreq = r["n_requests"]
         if not nreq:
+            if systems is not None:
+                yield from self._complete(jq, jg, systems, _strings([]), _strings([]))
             return
         # queries: codes shared by requests and judgments
         rq, jqc, _ = _sorted_codes(r["query_id"], jq)
@@ -1322,6 +1336,8 @@ class _ScoreShard(ThreadedDoFn):
                 "reason": f"{missing} of the request's {total} impressions have no score: "
                           "order='score' needs a finite score to rank them (use order='position')"})
         sel = np.flatnonzero(judged & ~unrankable)
+        if systems is not None:  # trec_eval -c: every judged query, every system
+            yield from self._complete(jq, jg, systems, _pick(r["query_id"], sel), _pick(r["system_id"], sel))
         if not len(sel):
             return
         self.scored.inc(len(sel))
@@ -1339,6 +1355,38 @@ class _ScoreShard(ThreadedDoFn):
             for kv in paired_states(self.pc, self.compare[0], r["min_ts"], r["system_id"], r["attributes"],
                                     r["query_id"], values, self.window_micros, self.slice_specs):
                 yield pvalue.TaggedOutput("comparisons", kv)
+
+    def _complete(self, jq, jg, systems, scored_query, scored_system):
+        """``complete``: a (judged query, system) pair of this shard without a scored request scores
+        as an empty ranking (trec_eval's -c), in the global window's slice ``all``, as
+        :class:`~streameval.beam.transforms.ScoreRankings` with ``complete=True``. ``jq``, ``jg``: the
+        shard's resolved judgments; ``scored_*``: the query and system of each scored request."""
+        if not len(jq) or not systems:
+            return
+        jcode, qvals = _encode(jq)
+        qnames = qvals.to_pylist()
+        present = set(zip(scored_query.to_pylist(), scored_system.to_pylist()))
+        pairs = [(qi, system) for qi, q in enumerate(qnames) for system in systems if (q, system) not in present]
+        if not pairs:
+            return
+        qidx = np.fromiter((qi for qi, _ in pairs), dtype=np.int64, count=len(pairs))
+        qoff, hv, hc = judgment_histogram(jcode, np.asarray(jg, dtype=np.float64), len(qnames))
+        lists = RankedLists(offsets=np.zeros(len(pairs) + 1, dtype=np.int64), grades=np.zeros(0),
+                            judged_offsets=qoff, judged_values=hv, judged_counts=hc, judged_index=qidx)
+        values = compute(lists, self.specs, self.options)
+        self.completed.inc(len(pairs))
+        scored = set(scored_query.to_pylist())
+        self.queries.inc(len({qnames[qi] for qi, _ in pairs} - scored))
+        by_system: dict = {}
+        for i, (_, system) in enumerate(pairs):
+            by_system.setdefault(system, []).append(i)
+        for system, idx in by_system.items():
+            idx = np.asarray(idx)
+            if self.bootstrap is None:
+                state = self.mm.add_many(self.mm.create(), values[:, idx])
+            else:
+                state = self.mm.add_many(self.mm.create(), values[:, idx], keys=[qnames[i] for i in qidx[idx]])
+            yield ((None, None, ALL, system), state)
 
     def _values(self, r, rq, jqc, jd, jg, nq) -> np.ndarray:
         """(n_metrics, n_requests) metric values of the requests of ``r`` (all judged and rankable)."""
@@ -1436,6 +1484,14 @@ class _MergeMeans(MeanCombineFn):
         return self.merge_accumulators([acc, list(state) + [[]]])
 
 
+class _CompletingScoreShard(_ScoreShard):
+    """:class:`_ScoreShard` with ``complete``: the job's systems as a second side input."""
+
+    def process(self, element, judgments, systems, window=beam.DoFn.WindowParam,
+                timestamp=beam.DoFn.TimestampParam):
+        yield from self._submit((element, list(judgments[element[0]]), sorted(systems)), window, timestamp)
+
+
 class _MergeBootstrap(BatchedStatesMixin, BootstrapMeanCombineFn):
     """:class:`BootstrapMeanCombineFn` whose inputs are PoissonBootstrap states (summed per shard)."""
 
@@ -1471,7 +1527,7 @@ class ColumnarMetrics(beam.PTransform):
     judgments, ``unjudged``, ``hist_bins``, ``hist_range`` and ``group_rows`` as in
     :class:`~streameval.beam.online.OnlineMetrics`, whose rows they equal
     (:mod:`streameval.beam.columnar_online`). Not covered (the job uses the per-record transforms for
-    them): ``complete``.
+    them): ``complete`` with ``compare_baseline``.
 
     ``ci="bootstrap"`` (``replicates``, ``ci_seed``): Poisson bootstrap intervals of the ranking
     metrics, as ScoreRankings'. ``compare_baseline``: a system; after application ``.comparisons``
@@ -1504,7 +1560,7 @@ class ColumnarMetrics(beam.PTransform):
                  threads=1, time_range=None, allowed_lateness=0, online=(), labels="clicks", unjudged="exclude",
                  hist_bins=1000,
                  hist_range=(0.0, 1.0), group_rows=False, ci="t", replicates=DEFAULT_REPLICATES, ci_seed=0,
-                 compare_baseline=None, label=None):
+                 compare_baseline=None, complete=False, label=None):
         super().__init__(label)
         if ci not in ("t", "bootstrap"):
             raise ValueError("ci must be 't' or 'bootstrap'")
@@ -1512,6 +1568,14 @@ class ColumnarMetrics(beam.PTransform):
         self.ci, self.replicates, self.ci_seed = ci, int(replicates), int(ci_seed)
         self.compare_baseline = compare_baseline
         self.comparisons = None
+        self.complete = bool(complete)
+        if self.complete and _window_micros(window) is not None:
+            logging.getLogger(__name__).warning(
+                "ColumnarMetrics: complete=True applies to the global window only; ignored with window=%r", window)
+            self.complete = False
+        if self.complete and compare_baseline:
+            raise ValueError("the columnar engine does not compute complete=True with compare_baseline "
+                             "(the per-record engine does)")
         from ..accumulators.online import HistAucOps
         from ..metrics.online import parse_online_metrics
         from .columnar_online import supported
@@ -1576,8 +1640,9 @@ class ColumnarMetrics(beam.PTransform):
                    | "GroupRequests" >> beam.GroupByKey()
                    | "CleanRequests" >> beam.ParDo(_CleanShard(
                        "CleanImpressions", self.ranking, self.ctr, self.window_micros, self.slice_specs,
-                       self.order, self.shards, self.in_process, self.threads, self.lateness_micros, online))
-                   .with_outputs("dead_letters", "clicks", *columnar_online.TAGS, main="requests"))
+                       self.order, self.shards, self.in_process, self.threads, self.lateness_micros, online,
+                       self.complete))
+                   .with_outputs("dead_letters", "clicks", "systems", *columnar_online.TAGS, main="requests"))
         dead = [read.dead_letters, cleaned.dead_letters]
         rows = []
 
@@ -1603,14 +1668,19 @@ class ColumnarMetrics(beam.PTransform):
             rows.extend(columnar_online.online_rows(cleaned, online, self.group_rows, self.ci_level,
                                                     resolved.judgments if self.judgment_paths else None))
         if self.ranking:
-            scored = (cleaned.requests
+            requests, extra = cleaned.requests, []
+            if self.complete:  # every query shard is scored, also one without requests; the job's systems
+                markers = pbegin | "ShardMarkers" >> beam.Create([(s, None) for s in range(self.shards)])
+                requests = (requests, markers) | "RequestsAndMarkers" >> beam.Flatten()
+                extra = [beam.pvalue.AsList(cleaned.systems | "DistinctSystems" >> beam.Distinct())]
+            shard_fn = (_CompletingScoreShard if self.complete else _ScoreShard)(
+                self.specs, self.options, self.order, self.tie_break, self.score_precision, self.depth,
+                self.window_micros, self.slice_specs, self.threads,
+                (self.replicates, self.ci_seed) if self.ci == "bootstrap" else None,
+                (self.compare_baseline, self.replicates, self.ci_seed) if self.compare_baseline else None)
+            scored = (requests
                       | "GroupQueries" >> beam.GroupByKey()
-                      | "ScoreShards" >> beam.ParDo(_ScoreShard(
-                          self.specs, self.options, self.order, self.tie_break, self.score_precision, self.depth,
-                          self.window_micros, self.slice_specs, self.threads,
-                          (self.replicates, self.ci_seed) if self.ci == "bootstrap" else None,
-                          (self.compare_baseline, self.replicates, self.ci_seed) if self.compare_baseline else None),
-                          beam.pvalue.AsMultiMap(resolved.judgments))
+                      | "ScoreShards" >> beam.ParDo(shard_fn, beam.pvalue.AsMultiMap(resolved.judgments), *extra)
                       .with_outputs("dead_letters", "unjudged", "comparisons", main="means"))
             dead.append(scored.dead_letters)
             self.unjudged = scored.unjudged
