@@ -268,8 +268,6 @@ def records_needed(args) -> list[str]:
     need = []
     if online:
         need.extend(columnar_online.supported(online_labels(args)))
-    if args.complete and args.compare_baseline:
-        need.append("--complete with --compare-baseline")
     return need
 
 

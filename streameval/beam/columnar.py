@@ -1293,14 +1293,14 @@ class _ScoreShard(ThreadedDoFn):
         self.side_rows.update(len(jq))
         if not rparts:
             if systems is not None:
-                yield from self._complete(jq, jg, systems, _strings([]), _strings([]))
+                yield from self._complete(jq, jg, systems, _strings([]), _strings([]), None)
             return
         r = _concat_requests([thaw(v) for v in rparts])
         self.element_rows.update(int(r["records"].sum()))
         nreq = r["n_requests"]
         if not nreq:
             if systems is not None:
-                yield from self._complete(jq, jg, systems, _strings([]), _strings([]))
+                yield from self._complete(jq, jg, systems, _strings([]), _strings([]), None)
             return
         # queries: codes shared by requests and judgments
         rq, jqc, _ = _sorted_codes(r["query_id"], jq)
@@ -1336,9 +1336,9 @@ class _ScoreShard(ThreadedDoFn):
                 "reason": f"{missing} of the request's {total} impressions have no score: "
                           "order='score' needs a finite score to rank them (use order='position')"})
         sel = np.flatnonzero(judged & ~unrankable)
-        if systems is not None:  # trec_eval -c: every judged query, every system
-            yield from self._complete(jq, jg, systems, _pick(r["query_id"], sel), _pick(r["system_id"], sel))
         if not len(sel):
+            if systems is not None:
+                yield from self._complete(jq, jg, systems, _strings([]), _strings([]), None)
             return
         self.scored.inc(len(sel))
         self.imp_ranked.inc(int(r["records"][sel].sum()))
@@ -1349,25 +1349,42 @@ class _ScoreShard(ThreadedDoFn):
             rq = rq_sel
         values = self._values(r, rq, jqc, jd, jg, nq)
         yield from self._means(r, values)
-        if self.compare is not None:
-            from .columnar_compare import paired_states
+        if systems is not None:  # trec_eval -c: every judged query, every system
+            yield from self._complete(jq, jg, systems, r["query_id"], r["system_id"], (r, values))
+        elif self.compare is not None:
+            yield from self._pairs(r["min_ts"], r["system_id"], r["attributes"], r["query_id"], values)
 
-            for kv in paired_states(self.pc, self.compare[0], r["min_ts"], r["system_id"], r["attributes"],
-                                    r["query_id"], values, self.window_micros, self.slice_specs):
-                yield pvalue.TaggedOutput("comparisons", kv)
+    def _pairs(self, min_ts, system_id, attributes, query_id, values, all_only=None):
+        """Tagged comparison states (``compare``) of scored requests (see columnar_compare)."""
+        from .columnar_compare import paired_states
 
-    def _complete(self, jq, jg, systems, scored_query, scored_system):
+        for kv in paired_states(self.pc, self.compare[0], min_ts, system_id, attributes, query_id, values,
+                                self.window_micros, self.slice_specs, all_only):
+            yield pvalue.TaggedOutput("comparisons", kv)
+
+    def _complete(self, jq, jg, systems, scored_query, scored_system, scored):
         """``complete``: a (judged query, system) pair of this shard without a scored request scores
         as an empty ranking (trec_eval's -c), in the global window's slice ``all``, as
         :class:`~streameval.beam.transforms.ScoreRankings` with ``complete=True``. ``jq``, ``jg``: the
-        shard's resolved judgments; ``scored_*``: the query and system of each scored request."""
-        if not len(jq) or not systems:
-            return
+        shard's resolved judgments; ``scored_*``: the query and system of each scored request;
+        ``scored``: None or (the scored requests, their values), compared with the empty rankings
+        (``compare``)."""
+        pairs = [] if not len(jq) or not systems else None
+        if pairs is None:
+            yield from self._completions(jq, jg, systems, scored_query, scored_system, scored)
+        elif self.compare is not None and scored is not None:
+            r, values = scored
+            yield from self._pairs(r["min_ts"], r["system_id"], r["attributes"], r["query_id"], values)
+
+    def _completions(self, jq, jg, systems, scored_query, scored_system, scored):
         jcode, qvals = _encode(jq)
         qnames = qvals.to_pylist()
         present = set(zip(scored_query.to_pylist(), scored_system.to_pylist()))
         pairs = [(qi, system) for qi, q in enumerate(qnames) for system in systems if (q, system) not in present]
         if not pairs:
+            if self.compare is not None and scored is not None:
+                r, values = scored
+                yield from self._pairs(r["min_ts"], r["system_id"], r["attributes"], r["query_id"], values)
             return
         qidx = np.fromiter((qi for qi, _ in pairs), dtype=np.int64, count=len(pairs))
         qoff, hv, hc = judgment_histogram(jcode, np.asarray(jg, dtype=np.float64), len(qnames))
@@ -1375,8 +1392,8 @@ class _ScoreShard(ThreadedDoFn):
                             judged_offsets=qoff, judged_values=hv, judged_counts=hc, judged_index=qidx)
         values = compute(lists, self.specs, self.options)
         self.completed.inc(len(pairs))
-        scored = set(scored_query.to_pylist())
-        self.queries.inc(len({qnames[qi] for qi, _ in pairs} - scored))
+        counted = set(scored_query.to_pylist())
+        self.queries.inc(len({qnames[qi] for qi, _ in pairs} - counted))
         by_system: dict = {}
         for i, (_, system) in enumerate(pairs):
             by_system.setdefault(system, []).append(i)
@@ -1387,6 +1404,21 @@ class _ScoreShard(ThreadedDoFn):
             else:
                 state = self.mm.add_many(self.mm.create(), values[:, idx], keys=[qnames[i] for i in qidx[idx]])
             yield ((None, None, ALL, system), state)
+        if self.compare is not None:  # the empty rankings count in the slice "all" only
+            n = len(pairs)
+            c_query = _strings([qnames[qi] for qi, _ in pairs])
+            c_system = _strings([system for _, system in pairs])
+            if scored is None:
+                yield from self._pairs(np.zeros(n, np.int64), c_system, {}, c_query, values, np.ones(n, dtype=bool))
+            else:
+                r, rvalues = scored
+                nreq = r["n_requests"]
+                attrs = _concat_attributes([(r["attributes"], nreq), ({}, n)])
+                yield from self._pairs(np.concatenate([r["min_ts"], np.zeros(n, np.int64)]),
+                                       pa.concat_arrays([_strings(r["system_id"]), c_system]), attrs,
+                                       pa.concat_arrays([_strings(r["query_id"]), c_query]),
+                                       np.hstack([rvalues, values]),
+                                       np.concatenate([np.zeros(nreq, dtype=bool), np.ones(n, dtype=bool)]))
 
     def _values(self, r, rq, jqc, jd, jg, nq) -> np.ndarray:
         """(n_metrics, n_requests) metric values of the requests of ``r`` (all judged and rankable)."""
@@ -1527,7 +1559,7 @@ class ColumnarMetrics(beam.PTransform):
     judgments, ``unjudged``, ``hist_bins``, ``hist_range`` and ``group_rows`` as in
     :class:`~streameval.beam.online.OnlineMetrics`, whose rows they equal
     (:mod:`streameval.beam.columnar_online`). Not covered (the job uses the per-record transforms for
-    them): ``complete`` with ``compare_baseline``.
+    them): nothing; ``complete`` as ScoreRankings' (the global window only).
 
     ``ci="bootstrap"`` (``replicates``, ``ci_seed``): Poisson bootstrap intervals of the ranking
     metrics, as ScoreRankings'. ``compare_baseline``: a system; after application ``.comparisons``
@@ -1573,9 +1605,6 @@ class ColumnarMetrics(beam.PTransform):
             logging.getLogger(__name__).warning(
                 "ColumnarMetrics: complete=True applies to the global window only; ignored with window=%r", window)
             self.complete = False
-        if self.complete and compare_baseline:
-            raise ValueError("the columnar engine does not compute complete=True with compare_baseline "
-                             "(the per-record engine does)")
         from ..accumulators.online import HistAucOps
         from ..metrics.online import parse_online_metrics
         from .columnar_online import supported

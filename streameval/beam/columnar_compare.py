@@ -50,11 +50,12 @@ def system_means(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np
 
 
 def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attributes: dict, query_id, values,
-                  window_micros, slice_specs):
+                  window_micros, slice_specs, all_only=None):
     """``((window_start, window_end, slice, baseline, other), PairedComparison state)`` pairs of one
     query shard's requests: ``values`` shape (n_metrics, n_requests); ``min_ts``, ``system_id``,
-    ``attributes`` and ``query_id`` per request (as :func:`~streameval.beam.columnar.mean_states`).
-    Keys whose baseline scored none of the queries give nothing."""
+    ``attributes`` and ``query_id`` per request (as :func:`~streameval.beam.columnar.mean_states`);
+    ``all_only``: bool per request, true for the ones that count in the slice ``all`` only (the
+    empty rankings of ``complete``). Keys whose baseline scored none of the queries give nothing."""
     nreq = len(min_ts)
     if not nreq:
         return
@@ -71,10 +72,16 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
     if Q * (pc.boot.r + pc.signs.r) <= MAX_TABLE:  # each query's weights drawn once for every key it is in
         boot_table, sign_table = pc.boot.weights(qnames), pc.signs.weights(qnames)
     wcode, wkeys = col._windows(min_ts, window_micros)
-    for lcode, lvals in col._labels(attributes, nreq, slice_specs):
+    for spec, (lcode, lvals) in enumerate(col._labels(attributes, nreq, slice_specs)):
         group = (wcode * len(lvals) + lcode) * Q + qcode
         key = group * S + scode
+        if spec and all_only is not None and all_only.any():  # not in the other slices: a key past every group
+            key = np.where(all_only, -1, key)
         order, starts, ends = col._group_bounds(key)
+        if spec and all_only is not None and all_only.any():  # drop the run of -1 keys (sorted first)
+            cut = int((key == -1).sum())
+            first = int(np.searchsorted(starts, cut))
+            order, starts, ends = order[cut:], starts[first:] - cut, ends[first:] - cut
         means = system_means(values[:, order], starts, ends)
         seg_key = key[order[starts]]
         seg_group, seg_sys = seg_key // S, seg_key % S
