@@ -370,20 +370,26 @@ class ClickRequestOps:
     def create() -> list:
         return [None, {}, {}, False]
 
+    @staticmethod
+    def clicked_value(position: int, attributes):
+        """What the state keeps of a clicked item (of two, the smaller): its position."""
+        return int(position)
+
     def add_impression(self, state: list, item_id, position: int, clicked, timestamp=None,
                        attributes=None) -> list:
         if timestamp is not None and (state[0] is None or timestamp < state[0]):
             state[0] = int(timestamp)
+        if clicked is not None:
+            state[3] = True
+            if clicked:
+                value = self.clicked_value(position, attributes)
+                old = state[2].get(item_id)
+                if old is None or value < old:
+                    state[2][item_id] = value
         if attributes:
             if self.attribute_keys is not None:
                 attributes = {k: v for k, v in attributes.items() if k in self.attribute_keys}
             _merge_attrs(state[1], attributes)
-        if clicked is not None:
-            state[3] = True
-            if clicked:
-                old = state[2].get(item_id)
-                if old is None or position < old:
-                    state[2][item_id] = int(position)
         return state
 
     def merge(self, states) -> list:
@@ -416,35 +422,10 @@ class InterleavingRequestOps(ClickRequestOps):
     logged]``, the team the impression's ``attributes["team"]`` ("" when absent). Merged by union as
     :class:`ClickRequestOps` (an item clicked twice keeps the smaller team text)."""
 
-    def add_impression(self, state: list, item_id, position: int, clicked, timestamp=None,
-                       attributes=None) -> list:
-        if timestamp is not None and (state[0] is None or timestamp < state[0]):
-            state[0] = int(timestamp)
-        if attributes:
-            kept = attributes if self.attribute_keys is None else \
-                {k: v for k, v in attributes.items() if k in self.attribute_keys}
-            _merge_attrs(state[1], kept)
-        if clicked is not None:
-            state[3] = True
-            if clicked:
-                team = (attributes or {}).get(il.TEAM_ATTRIBUTE) or ""
-                old = state[2].get(item_id)
-                if old is None or team < old:
-                    state[2][item_id] = team
-        return state
-
-    def merge(self, states) -> list:
-        out = self.create()
-        for s in states:
-            if s[0] is not None and (out[0] is None or s[0] < out[0]):
-                out[0] = s[0]
-            _merge_attrs(out[1], s[1])
-            for item, t in s[2].items():
-                old = out[2].get(item)
-                if old is None or t < old:
-                    out[2][item] = t
-            out[3] = out[3] or s[3]
-        return out
+    @staticmethod
+    def clicked_value(position: int, attributes):
+        """A clicked item's team: ``attributes["team"]``, "" when absent."""
+        return (attributes or {}).get(il.TEAM_ATTRIBUTE) or ""
 
     @staticmethod
     def credit(state) -> tuple[int, int, bool]:

@@ -142,6 +142,19 @@ def prepare_rows(rows, level: float = 0.95) -> list[dict]:
 # --------------------------------------------------------------------------------------------
 # plots
 
+def _save_png(plt, fig, out_dir: str, name: str, pngs: list) -> bytes:
+    """Write ``fig`` as ``out_dir/name.png`` (appended to ``pngs``), close it; returns the PNG bytes."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    data = buf.getvalue()
+    path = os.path.join(out_dir, name + ".png")
+    with open(path, "wb") as fo:
+        fo.write(data)
+    pngs.append(path)
+    return data
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_") or "metric"
 
@@ -421,14 +434,7 @@ def write_report(rows, out_dir: str, title: str = "streameval report", level: fl
             while name in used:
                 name += "_"
             used.add(name)
-            buf = io.BytesIO()
-            fig.savefig(buf, format="png", dpi=100)
-            plt.close(fig)
-            data = buf.getvalue()
-            path = os.path.join(out_dir, name + ".png")
-            with open(path, "wb") as fo:
-                fo.write(data)
-            pngs.append(path)
+            data = _save_png(plt, fig, out_dir, name, pngs)
             prow = sorted(prow, key=lambda r: (r["window_start"] or 0, r["slice"] != "all", r["slice"], r["system"]))
             alt = f"{metric}: {'value per window' if kind == 'windows' else 'global value'} with its interval"
             body.append(f"<h3>{'per window' if kind == 'windows' else 'global window'}</h3>\n"
@@ -439,14 +445,7 @@ def write_report(rows, out_dir: str, title: str = "streameval report", level: fl
     for bins, points in diagrams.items():
         fig = _plot_reliability(plt, bins, points, level)
         name = f"reliability_{bins}"
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100)
-        plt.close(fig)
-        data = buf.getvalue()
-        path = os.path.join(out_dir, name + ".png")
-        with open(path, "wb") as fo:
-            fo.write(data)
-        pngs.append(path)
+        data = _save_png(plt, fig, out_dir, name, pngs)
         alt = f"reliability diagram over {bins} bins: observed click rate against mean predicted probability"
         sections.append(f"<section id='{name}'><h2>reliability diagram (ece[bins={bins}])</h2>\n"
                         f"<p class='note'>Bars: Wilson intervals at level {level:g}; dashed: perfect calibration."
