@@ -57,7 +57,6 @@ from streameval.beam.transforms import (
 from streameval.beam.sinks import prepare_output, publish, read_jsonl, remove_temporary, read_metric_rows, write_jsonl, write_records
 from streameval.beam.sources import (UNREADABLE, ReadAvro, expand_inputs, failure_reason, input_bytes,
                                      set_file_system_options)
-from streameval.beam import columnar_online
 from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetrics, split_metric_names
 from streameval import progress, tuning
 from streameval.beam.stats import CompareSystems
@@ -158,10 +157,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="also write the latest value of every (metric, slice, system) in Prometheus' exposition "
                         "format to this local file (node_exporter's textfile collector; docs/metrics.md)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="columnar: one Beam element per block of records or shard of requests (fast; ranking "
-                        "metrics and CTR); records: one element per record (needed by online metrics, "
-                        "--ci bootstrap, --compare-baseline, --complete); auto (default): columnar unless one of "
-                        "those is asked for")
+                   help="columnar (and auto, the default): one Beam element per block of records or shard of "
+                        "requests, every metric and option; records: one element per record, the per-record "
+                        "engine the tests compare with (much slower)")
     p.add_argument("--workers", default="auto",
                    help="worker processes of the local runner (FnApiRunner) for the columnar engine: a number, "
                         "or auto (default): 1, in-process (on 2 cores two workers were slower at 2, 10 and "
@@ -262,15 +260,6 @@ def _local_total(paths):
     return progress.count_avro_records(paths)
 
 
-def records_needed(args) -> list[str]:
-    """The options that need the per-record engine (empty: the columnar engine can run the job)."""
-    _, online = split_all_metrics(args.metrics)
-    need = []
-    if online:
-        need.extend(columnar_online.supported(online_labels(args)))
-    return need
-
-
 def online_labels(args) -> str:
     """The labels of auc / gauc: ``--labels``, or for auto judgments when judgments are given."""
     return args.labels if args.labels != "auto" else ("judgments" if args.judgments else "clicks")
@@ -278,8 +267,7 @@ def online_labels(args) -> str:
 
 def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     """Add the job's transforms to ``p``: returns (rows, dead_letters) PCollections."""
-    if getattr(args, "engine", "auto") == "columnar" or (getattr(args, "engine", "auto") == "auto"
-                                                          and not records_needed(args)):
+    if getattr(args, "engine", "auto") != "records":
         return _build_columnar(p, args, impression_paths, judgment_paths)
     window = parse_window(args.window)
     slices = _slices_from_args(args.slices)
@@ -341,7 +329,7 @@ def local_workers(args, beam_args) -> int:
     """How many worker processes the local runner gets (see --workers); 1 means in-process."""
     if args.runner != "FnApiRunner" or _beam_sets_workers(beam_args):
         return 1
-    if records_needed(args) or args.engine == "records":
+    if args.engine == "records":
         return 1
     if args.workers == "auto":  # in-process (see --workers)
         return 1
@@ -546,9 +534,6 @@ def main(argv=None) -> int:
             raise ValueError(f"--workers wants a positive number or auto, got {args.workers!r}")
         if args.threads != "auto" and (not args.threads.isdigit() or int(args.threads) < 1):
             raise ValueError(f"--threads wants a positive number or auto, got {args.threads!r}")
-        if args.engine == "columnar" and records_needed(args):
-            raise ValueError(f"--engine columnar does not compute {', '.join(records_needed(args))}: use --engine "
-                             "records or auto")
         if args.output_shards != "auto" and (not args.output_shards.isdigit() or int(args.output_shards) < 1):
             raise ValueError(f"--output-shards wants a positive number or auto, got {args.output_shards!r}")
         if args.shards != "auto" and (not args.shards.isdigit() or int(args.shards) < 1):
@@ -581,9 +566,6 @@ def main(argv=None) -> int:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
 
-    if args.engine == "auto" and records_needed(args):  # never a silent fallback to the slow engine
-        print(f"note: the per-record engine runs this job ({', '.join(records_needed(args))} not on the columnar "
-              "engine yet): expect tens of times the columnar engine's time on large inputs", file=sys.stderr)
     ranked = bool(judgment_paths and ranking)
     outputs = [f for f in OUTPUT_FILES if ranked or f != "unjudged.jsonl"]
     if args.compare_baseline and ranked:
@@ -642,8 +624,7 @@ def main(argv=None) -> int:
     failed_checks = check_inputs(accounting, checks, judgments=bool(judgment_paths), inputs=impression_paths)
     names = ([s.name for s in metric_specs] if judgment_paths else []) + \
         [parse_online_metric(m).name for m in online]
-    engine = "columnar" if args.engine == "columnar" or (args.engine == "auto" and not records_needed(args)) \
-        else "records"
+    engine = "records" if args.engine == "records" else "columnar"
     summary = {
         "state": str(state),
         "wall_seconds": round(wall, 3),

@@ -1607,11 +1607,8 @@ class ColumnarMetrics(beam.PTransform):
             self.complete = False
         from ..accumulators.online import HistAucOps
         from ..metrics.online import parse_online_metrics
-        from .columnar_online import supported
 
         self.online_specs = [s for s in parse_online_metrics(list(online)) if s.family != "ctr"] if online else []
-        if self.online_specs and supported(labels):
-            raise ValueError(f"the columnar engine does not compute {', '.join(supported(labels))}")
         if self.online_specs and labels == "judgments" and not judgment_paths:
             raise ValueError("labels='judgments' needs judgment files")
         self.labels = labels

@@ -60,7 +60,7 @@ from .threads import counter
 from .transforms import NAMESPACE, metric_row
 
 __all__ = ["OnlineColumns", "CountsCombineFn", "GaucShard",
-           "online_rows", "supported", "TAG_AUC", "TAG_HIST", "TAG_GAUC", "TAG_CALIBRATION", "TAG_REQUESTS"]
+           "online_rows", "TAG_AUC", "TAG_HIST", "TAG_GAUC", "TAG_CALIBRATION", "TAG_REQUESTS"]
 
 TAG_AUC, TAG_HIST, TAG_GAUC, TAG_REQUESTS = "online_auc", "online_auc_hist", "online_gauc", "online_requests"
 TAG_CALIBRATION = "online_calibration"
@@ -71,11 +71,6 @@ SCORE_TAGS = (TAG_AUC, TAG_HIST, TAG_GAUC, TAG_CALIBRATION)
 TAGS = (*SCORE_TAGS, TAG_REQUESTS, TAG_EXAMPLES, TAG_INTERLEAVING)
 #: the columns the label stage needs of a scored impression
 _EXAMPLE_FIELDS = ("query_id", "item_id", "score", "timestamp", "system_id", "attributes", "user_id", "request_id")
-
-
-def supported(labels: str = "clicks") -> list[str]:
-    """Why the columnar engine cannot compute the online metrics with these options (empty: it can)."""
-    return [] if labels in LABEL_SOURCES else [f"online metrics with labels from {labels}"]
 
 
 class OnlineColumns:
