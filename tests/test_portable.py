@@ -60,9 +60,10 @@ MESSY = ["--impressions", "messy/imps-*.avro", "--judgments", "messy/judg.avro",
 #: (b), (e) the records engine, online metrics (labels: clicks) and ranking metrics
 MESSY_RECORDS = [*MESSY, "--engine", "records", "--labels", "clicks",
                  "--metrics", "ndcg@5,map,auc,gauc[user,impressions],clicks@10,rr_first_click"]
-#: (e) the columnar engine
-MESSY_COLUMNAR = [*MESSY, "--engine", "columnar", "--metrics", "ndcg@5,map,P@3,bpref,recip_rank"]
-#: (c), (d) bootstrap intervals and paired comparisons with a baseline (records engine)
+#: (e) the columnar engine, online metrics (labels: clicks) beside the ranking metrics
+MESSY_COLUMNAR = [*MESSY, "--engine", "columnar", "--labels", "clicks",
+                  "--metrics", "ndcg@5,map,P@3,bpref,recip_rank,auc,gauc[user,impressions],clicks@10,rr_first_click"]
+#: (c), (d) bootstrap intervals and paired comparisons with a baseline (the default, columnar engine)
 BOOTSTRAP_COMPARE = ["--impressions", "sample/impressions/letor_*.avro", *JUDGMENTS, "--metrics", "ndcg@10,map,P@5",
                      "--ci", "bootstrap", "--replicates", "50", "--compare-baseline", "feature206"]
 #: (h), packaging: a small job (one ranker, columnar engine)
@@ -266,6 +267,7 @@ def test_records_engine_online_metrics(messy_records):
 
 def test_bootstrap_intervals(bootstrap_compare):
     port, ref = bootstrap_compare
+    assert port["summary"]["engine"] == "columnar"
     assert_same(port, ref, names=("metrics.jsonl", "metrics.avro", "dead_letters.jsonl", "unjudged.jsonl"))
     ranking = [json.loads(r) for r in ref["metrics.jsonl"]]
     ranking = [r for r in ranking if r["metric"] in ("ndcg@10", "map", "P@5")]
@@ -292,6 +294,8 @@ def test_messy_input_and_a_damaged_file_are_dead_letters(request, run, launch):
     reasons = {d["reason"].split(" (")[0] for d in dead}
     assert len(reasons) >= 5  # the messy parts reached the job
     assert port["summary"]["accounting"]["unreadable_files"]
+    metrics = {json.loads(r)["metric"] for r in ref["metrics.jsonl"]}
+    assert {"auc", "gauc[user,impressions]", "clicks@10", "rr_first_click"} <= metrics
 
 
 def test_fnapi_multi_processing_equals_in_process(sample_columnar):
