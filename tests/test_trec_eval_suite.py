@@ -3,9 +3,7 @@ must equal trec_eval 10.0's printed output, line for line, for every implemented
 trec_eval built from its C source (../shared/tools/trec_eval_src) on random small collections."""
 
 import io
-import os
 import random
-import shutil
 import subprocess
 
 import pytest
@@ -13,7 +11,7 @@ import pytest
 from streameval.cli import trec_eval_main
 from streameval.metrics.names import ALL_TREC, MetricNameError, parse_metrics
 
-from .conftest import DATA, data_path
+from .conftest import data_path
 
 IMPLEMENTED = {s.trec_name for s in ALL_TREC} | {"num_q", "runid", "relstring"}
 # measures printed with trec_eval's parameters: long cutoffs, double cutoffs, parameter strings
@@ -154,22 +152,7 @@ def test_complete_scores_missing_query_zero():
 
 # ---- trec_eval built from its C source, on random small collections --------------------------------
 
-TREC_EVAL_SRC = os.environ.get("TREC_EVAL_SRC") or str(DATA.parent / "tools" / "trec_eval_src")
-
-
-@pytest.fixture(scope="module")
-def trec_eval_bin(tmp_path_factory):
-    """trec_eval 10 built with its Makefile in a temporary copy of the source (about 10 s)."""
-    if not os.path.isfile(os.path.join(TREC_EVAL_SRC, "Makefile")):
-        pytest.skip(f"trec_eval's source not found at {TREC_EVAL_SRC} (set TREC_EVAL_SRC)")
-    if shutil.which("make") is None or shutil.which("gcc") is None:
-        pytest.skip("building trec_eval needs make and gcc (its Makefile's CC)")
-    src = tmp_path_factory.mktemp("trec_eval") / "src"
-    shutil.copytree(TREC_EVAL_SRC, src, ignore=shutil.ignore_patterns("test", "*.o", "trec_eval"))
-    done = subprocess.run(["make", "-s"], cwd=src, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0 or not (src / "trec_eval").exists():
-        pytest.skip(f"could not build trec_eval: {done.stderr.strip()[-300:]}")
-    return str(src / "trec_eval")
+# trec_eval_bin: conftest.py builds trec_eval from TREC_EVAL_SRC once a session
 
 
 def _random_collection(d, seed):
