@@ -105,6 +105,23 @@ def _summary(spec, values, n, logs=True) -> float:
     return total if spec.is_count else total / n
 
 
+def _trec_specs(asked, parse_metrics):
+    """The specs of the -m arguments ``asked``, with trec_eval's rule for parameters (meas_init.c): a
+    measure given with parameters (``-m P.5``, ``-m utility.2,-1,0,0``) is computed with the first
+    parameters given for it only, not also with its defaults (``-m all_trec -m P.5`` prints P_5 and
+    no other P)."""
+    import re
+
+    first: dict = {}
+    for m in asked:
+        if re.fullmatch(r"[A-Za-z0-9_]+\..*", m.strip()):
+            specs = parse_metrics([m])
+            for key in {_trec_sort_key(s)[0] for s in specs if s.trec_name}:
+                first.setdefault(key, [s for s in specs if _trec_sort_key(s)[0] == key])
+    specs = [s for s in parse_metrics(asked) if not (s.trec_name and _trec_sort_key(s)[0] in first)]
+    return specs + [s for group in first.values() for s in group]
+
+
 def _fmt_value(spec, v, z=False) -> str:
     """trec_eval's ``%ld`` of a count (not under -Z), else ``%6.4f``; NaN (trec_eval's 0 / 0 under -J,
     whose sign bit is set on x86) as glibc prints it, ``  -nan``."""
@@ -260,7 +277,7 @@ def _trec_eval_run(args, out, stdin_path) -> int:
                 relstring = r
         if want_relstring and relstring is None:
             relstring = ("relstring", trec_names.RELSTRING_DEFAULT)
-        specs = parse_metrics(asked) if asked else ([] if args.measures else list(OFFICIAL_TREC))
+        specs = _trec_specs(asked, parse_metrics) if asked else ([] if args.measures else list(OFFICIAL_TREC))
         only_header = not specs  # -m runid / -m num_q alone: score one measure for the queries, print none
         specs = specs or parse_metrics(["num_ret"])
         if args.zscores is not None:

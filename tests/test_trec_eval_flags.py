@@ -221,3 +221,17 @@ def test_relstring_characters():
     assert relstrings(lists, 0) == ["", ""]
     assert relstrings(lists, -3) == ["", ""]
     assert np.asarray(lists.grades).shape == (6,)
+
+
+@pytest.mark.parametrize("measures", [
+    ["-m", "all_trec", "-m", "P.5", "-m", "utility.1,-2,3,0.5", "-m", "iprec_at_recall.0,0.001,0.5"],
+    ["-m", "utility", "-m", "utility.2,-1,0,0", "-m", "P.5", "-m", "P.10,20", "-m", "relstring", "-m", "relstring.3",
+     "-m", "relstring.4", "-m", "ndcg_cut.7", "-m", "all_trec"],
+    ["-m", "official", "-m", "ndcg", "-m", "ndcg_cut.7", "-m", "map_cut.3", "-m", "map", "-m", "recall.4"]])
+def test_first_parameters_replace_defaults(trec_eval_bin, measures):
+    """trec_eval (meas_init.c): a measure named with parameters is computed with the first ones given
+    only, whatever nickname or plain name also marks it."""
+    args = ["-q", "-c", *measures, SUITE / "qrels.test", SUITE / "results.trunc"]
+    want = _theirs(trec_eval_bin, args)
+    assert want[0] == 0
+    assert _ours(args) == want
