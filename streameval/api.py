@@ -23,6 +23,8 @@ import numpy as np
 from .metrics.kernel import MetricOptions, compute
 from .metrics.names import MetricSpec, parse_metrics
 from .metrics.prepare import Prepared, prepare, refuse_nul
+from .metrics.prepare import judged_only as judged_only_lists
+from .metrics.trec_measures import WITHOUT_RESULTS, without_results
 
 __all__ = ["evaluate", "Evaluation", "score_queries", "aggregate"]
 
@@ -160,14 +162,18 @@ def resolve_qrels(jq, jd, jg, times, policy: str = "error"):
 def score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str = "linear",
                   ideal: str = "judgments", err_max_grade: float = 4, complete: bool = False,
                   depth: int | None = None, tie_break: str = "docno", score_precision: str = "float32",
-                  judgment_conflicts: str = "error",
+                  judgment_conflicts: str = "error", judged_only: bool = False, num_docs_in_coll: int = 0,
                   warn: bool = True) -> tuple[list[MetricSpec], Prepared, np.ndarray]:
     """Per-query scores: (specs, prepared lists, scores of shape (len(specs), n_queries)).
 
-    Options are those of :func:`evaluate`. Raises ValueError / MetricNameError on bad input.
+    Options are those of :func:`evaluate`, and trec_eval's: ``judged_only`` (``-J``: unjudged
+    ranked documents are removed before scoring, :func:`~streameval.metrics.prepare.judged_only`;
+    the returned lists are the filtered ones) and ``num_docs_in_coll`` (``-N``: the collection's
+    size, used by utility's fourth coefficient). Raises ValueError / MetricNameError on bad input.
     """
     specs = parse_metrics(metrics)
-    opts = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal, err_max_grade=err_max_grade)
+    opts = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal, err_max_grade=err_max_grade,
+                         num_docs_in_coll=num_docs_in_coll)
     rq, rd, rs = _columns(run, "run")
     jq, jd, jg = _columns(qrels, "qrels")
     if judgment_conflicts != "error":
@@ -182,7 +188,21 @@ def score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str 
     if warn and len(prep.missing_qids) and not complete:
         warnings.warn(f"{len(prep.missing_qids)} judged queries have no results and are skipped "
                       "(pass complete=True to score them 0, as trec_eval -c)", stacklevel=3)
-    return specs, prep, compute(prep.lists, specs, opts)
+    rows = [i for i, s in enumerate(specs) if s.family in WITHOUT_RESULTS]
+    if not judged_only and not (complete and rows):
+        return specs, prep, compute(prep.lists, specs, opts)
+    stand_in = np.diff(prep.lists.offsets) == 0  # complete's queries without results
+    if judged_only:
+        prep = judged_only_lists(prep)
+    values = compute(prep.lists, specs, opts)
+    # lists left empty: a few trec_eval measures are not the kernel's 0 there (the -c stand-in
+    # ranking's values, 0 / 0 ranked under -J, utility's unranked documents)
+    empty = np.diff(prep.lists.offsets) == 0
+    if rows and empty.any():
+        num_rel = compute(prep.lists, parse_metrics(["num_rel"]), opts)[0][empty]
+        for i in rows:
+            values[i, empty] = without_results(specs[i], num_rel, stand_in[empty], judged_only, num_docs_in_coll)
+    return specs, prep, values
 
 
 def aggregate(values: np.ndarray, spec: MetricSpec) -> float:

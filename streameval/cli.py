@@ -16,10 +16,20 @@ __all__ = ["main", "trec_eval_main"]
 # trec_eval prints measures in the order of its measure table (measures.c, TREC_MEAS), cutoffs and
 # recall levels ascending; our own measures (dcg, err) after the nearest trec_eval ones.
 _TREC_FAMILY_ORDER = ("num_ret", "num_rel", "num_rel_ret", "map", "gm_map", "Rprec", "bpref", "recip_rank",
-                      "iprec_at_recall", "P", "recall", "infAP", "gm_bpref", "Rprec_mult", "utility", "11pt_avg",
-                      "binG", "G", "dcg", "ndcg", "ndcg_rel", "Rndcg", "ndcg_cut", "map_cut", "err", "relative_P",
-                      "success", "set_P", "set_relative_P", "set_recall", "set_map", "set_F",
+                      "iprec_at_recall", "P", "relstring", "recall", "infAP", "gm_bpref", "Rprec_mult", "utility",
+                      "11pt_avg", "binG", "G", "dcg", "ndcg", "ndcg_rel", "Rndcg", "ndcg_cut", "map_cut", "err",
+                      "relative_P", "success", "set_P", "set_relative_P", "set_recall", "set_map", "set_F",
                       "num_nonrel_judged_ret", "rbp", "rbp_resid", "unj")
+# trec_eval -R: the rel_info formats of its formats.c; only qrels feeds the measures implemented here
+_REL_FORMATS = {"qrels": None,
+                "prefs": "preference judgments feed trec_eval's preference measures (-m all_prefs), which are "
+                         "not implemented",
+                "qrels_prefs": "qrels read as preferences feed trec_eval's preference measures (-m all_prefs), "
+                               "which are not implemented",
+                "qrels_jg": "qrels with judgment groups feed trec_eval's per-group measures (P_avgjg, map_avgjg, "
+                            "Rprec_mult_avgjg, yaap), which are not implemented"}
+#: trec_eval.h: the value of a measure or query missing from the -Z file
+MISSING_ZSCORE_VALUE = -1000000.0
 
 
 def _trec_sort_key(spec):
@@ -36,14 +46,14 @@ def _trec_eval_parser() -> argparse.ArgumentParser:
         description="Evaluate a TREC run against TREC qrels and print trec_eval's output format "
                     "(measure<TAB>query<TAB>value). A drop-in for trec_eval for the implemented measures.",
     )
-    p.add_argument("qrels", help="TREC qrels file: qid iter docno grade")
-    p.add_argument("run", help="TREC run file: qid Q0 docno rank score tag")
+    p.add_argument("qrels", help="TREC qrels file: qid iter docno grade ('-': standard input)")
+    p.add_argument("run", help="TREC run file: qid Q0 docno rank score tag ('-': standard input)")
     p.add_argument("-m", dest="measures", action="append", default=None, metavar="MEASURE",
                    help="measure(s): trec_eval names (P_10, ndcg_cut_10, map_cut_100, recall_100, success_1, "
                         "recip_rank, Rprec, bpref, num_rel_ret, gm_map, iprec_at_recall_0.10, set_F, infAP, ...; "
                         "docs/metrics.md), trec_eval's parameter forms (P.5,10, ndcg_cut.10, rbp.p=0.95, "
-                        "utility.2,-1,0,0), runid, num_q, our forms (ndcg@10, mrr@10, err@20), 'all_trec' or "
-                        "'official' (default). Repeatable.")
+                        "utility.2,-1,0,0, relstring.20), runid, num_q, our forms (ndcg@10, mrr@10, err@20), "
+                        "'all_trec' or 'official' (default). Repeatable.")
     p.add_argument("-q", dest="per_query", action="store_true", help="also print each query's values")
     p.add_argument("-c", dest="complete", action="store_true",
                    help="average over every query of the qrels; queries without results score 0")
@@ -51,36 +61,100 @@ def _trec_eval_parser() -> argparse.ArgumentParser:
                    help="relevance level: grade >= LEVEL is relevant for binary measures (default 1)")
     p.add_argument("-M", dest="depth", type=int, default=None,
                    help="evaluate only the top DEPTH documents of each query")
+    p.add_argument("-n", dest="summary", action="store_false",
+                   help="no summary: print no 'all' line (runid, num_q and the averages); with -q, the "
+                        "queries' lines only")
+    p.add_argument("-J", dest="judged_only", action="store_true",
+                   help="judged documents only: unjudged retrieved documents are removed from the run "
+                        "(after -M) before every measure; trec_eval warns this is easy to misuse")
+    p.add_argument("-N", dest="num_docs", type=int, default=0, metavar="NUM",
+                   help="number of documents in the collection (default 0); only utility's fourth "
+                        "coefficient uses it")
+    p.add_argument("-Z", dest="zscores", default=None, metavar="ZMEAN_FILE",
+                   help="print Z scores (value - mean) / std_dev instead of values, mean and std_dev per "
+                        "query and measure from ZMEAN_FILE ('qid measure mean std_dev' lines); missing: "
+                        "-1000000; names prefixed with Z")
+    p.add_argument("-R", dest="rel_format", default="qrels", metavar="FORMAT",
+                   help="relevance file format: qrels (default; prefs, qrels_prefs and qrels_jg feed "
+                        "measures not implemented and are refused)")
+    p.add_argument("-T", dest="results_format", default="trec_results", metavar="FORMAT",
+                   help="results file format: trec_results (the only one trec_eval has)")
     p.add_argument("--gain", choices=("linear", "exponential"), default="linear",
                    help="ndcg/dcg gain: linear (trec_eval, gain = grade) or exponential (2^grade - 1)")
     p.add_argument("--err-max-grade", type=float, default=4, help="ERR's maximum grade (default 4)")
     return p
 
 
-def _summary(spec, values, n) -> float:
+def _summary(spec, values, n, logs=True) -> float:
     """trec_eval's summary of a measure over ``n`` queries (meas_acc.c, meas_avg.c): the values added
     one after the other in query order (``cumsum`` adds sequentially, as trec_eval's accumulator; an
     exactly rounded sum can differ in the last bit, which shows when the mean is a 4-decimal tie),
-    then the total of the counts, exp of the mean log for gm_map / gm_bpref (te_calc_avg_meas_s_gm),
-    else the sum divided by ``n``."""
+    then the total of the counts, exp of the mean log for gm_map / gm_bpref (te_calc_avg_meas_s_gm;
+    ``logs=False``: the values are logs already, as -Z's Z scores of the logs), else the sum
+    divided by ``n``."""
     import math
 
     if len(values) == 0:
         return 0.0
     if spec.average == "geometric":
-        logs = [math.log(v) for v in values.tolist()]
         total = 0.0
-        for x in logs:
+        for x in (math.log(v) for v in values.tolist()) if logs else values.tolist():
             total += x
         return math.exp(total / n)
     total = float(values.cumsum()[-1])
     return total if spec.is_count else total / n
 
 
-def _fmt_value(spec, v) -> str:
-    if spec.is_count:
+def _trec_specs(asked, parse_metrics):
+    """The specs of the -m arguments ``asked``, with trec_eval's rule for parameters (meas_init.c): a
+    measure given with parameters (``-m P.5``, ``-m utility.2,-1,0,0``) is computed with the first
+    parameters given for it only, not also with its defaults (``-m all_trec -m P.5`` prints P_5 and
+    no other P)."""
+    import re
+
+    first: dict = {}
+    for m in asked:
+        if re.fullmatch(r"[A-Za-z0-9_]+\..*", m.strip()):
+            specs = parse_metrics([m])
+            for key in {_trec_sort_key(s)[0] for s in specs if s.trec_name}:
+                first.setdefault(key, [s for s in specs if _trec_sort_key(s)[0] == key])
+    specs = [s for s in parse_metrics(asked) if not (s.trec_name and _trec_sort_key(s)[0] in first)]
+    return specs + [s for group in first.values() for s in group]
+
+
+def _fmt_value(spec, v, z=False) -> str:
+    """trec_eval's ``%ld`` of a count (not under -Z), else ``%6.4f``; NaN (trec_eval's 0 / 0 under -J,
+    whose sign bit is set on x86) as glibc prints it, ``  -nan``."""
+    if v != v:
+        return "  -nan"
+    if spec.is_count and not z:
         return "%d" % round(v)
     return "%.4f" % v
+
+
+def _to_zscores(values, specs, names, qids, table):
+    """trec_eval -Z (convert_zscores.c) on the per-query values (rows: specs, columns: queries), in
+    place: (value - mean) / std_dev with the query's mean and std_dev of the measure (by the name
+    trec_eval prints) from ``table`` (:func:`streameval.io.trec_zscores.read_zscores`); a std_dev of 0
+    gives 0 when the value is the mean; otherwise, or when the query or the measure is not in the
+    table, :data:`MISSING_ZSCORE_VALUE`. gm_map / gm_bpref are converted as trec_eval keeps them,
+    the log of the floored value."""
+    import numpy as np
+
+    for i, s in enumerate(specs):
+        row = np.log(values[i]) if s.average == "geometric" else values[i]
+        out = np.full(len(qids), MISSING_ZSCORE_VALUE)
+        for j, q in enumerate(qids):
+            ref = table.get(q, {}).get(names[i])
+            if ref is None:
+                continue
+            mean, std = ref
+            v = float(row[j])
+            if std:
+                out[j] = (v - mean) / std
+            elif v == mean:
+                out[j] = 0.0
+        values[i] = out
 
 
 from .exits import one_line as _one_line  # noqa: E402  (used by every command here)
@@ -106,7 +180,10 @@ def trec_eval_main(argv=None, out=None) -> int:
 
     0: ok; 1: nothing to evaluate (no query has both results and judgments); 2: bad input or usage
     (unreadable or malformed file, reported as one ``path:line: reason: 'line'`` line on stderr,
-    unknown measure, bad option).
+    unknown measure, bad option, a -R / -T format that is refused).
+
+    ``-`` as the qrels or the run path reads that file from standard input (``sys.stdin``'s bytes,
+    written to a temporary file first; errors name it ``-``).
 
     While it runs, numpy does not ask the kernel for transparent huge pages for its large arrays:
     the command touches each of its arrays once or twice, and on the benchmark machine (a VM)
@@ -120,26 +197,93 @@ def trec_eval_main(argv=None, out=None) -> int:
         return _trec_eval_main(argv, out)
 
 
+def _stdin_to_file(directory) -> str:
+    """Standard input's bytes written to ``directory``/stdin; returns the path."""
+    import os
+
+    path = os.path.join(directory, "stdin")
+    stream = getattr(sys.stdin, "buffer", None)
+    data = stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
 def _trec_eval_main(argv, out) -> int:
-    from .api import score_queries
-    from .io import trec
-    from .metrics.names import OFFICIAL_TREC, MetricNameError, parse_metrics
+    import tempfile
 
     out = out or sys.stdout
     try:
         args = _trec_eval_parser().parse_args(argv)
     except SystemExit as e:  # argparse: usage error (2) or --help (0)
         return e.code if isinstance(e.code, int) else 2
+    refused = None
+    if args.rel_format not in _REL_FORMATS:
+        refused = (f"-R {args.rel_format}: unknown relevance file format (trec_eval's: "
+                   f"{', '.join(_REL_FORMATS)})")
+    elif _REL_FORMATS[args.rel_format]:
+        refused = f"-R {args.rel_format}: {_REL_FORMATS[args.rel_format]}; use -R qrels"
+    elif args.results_format != "trec_results":
+        refused = f"-T {args.results_format}: unknown results file format (trec_eval's: trec_results)"
+    elif args.qrels == "-" and args.run == "-":
+        refused = "qrels and run cannot both be '-' (standard input)"
+    if refused:
+        print(f"streameval trec-eval: {refused}", file=sys.stderr)
+        return 2
+    if "-" not in (args.qrels, args.run):
+        return _trec_eval_run(args, out, None)
+    with tempfile.TemporaryDirectory(prefix="streameval-trec-eval-") as d:
+        path = _stdin_to_file(d)
+        if args.qrels == "-":
+            args.qrels = path
+        else:
+            args.run = path
+        return _trec_eval_run(args, out, path)
+
+
+def _trec_eval_run(args, out, stdin_path) -> int:
+    from .api import score_queries
+    from .io import trec
+    from .metrics import trec_names
+    from .metrics.names import OFFICIAL_TREC, MetricNameError, parse_metrics
+
+    def fail(e) -> int:
+        text = _one_line(e)
+        if stdin_path:
+            text = text.replace(stdin_path, "-")
+        print(f"streameval trec-eval: {text}", file=sys.stderr)
+        return 2
+
     # trec_eval prints runid and num_q with its default measures, all_trec, or when named
-    asked = [m for m in (args.measures or []) if m not in ("runid", "num_q")]
     header = not args.measures or any(m in ("all_trec", "official") for m in args.measures)
     show_runid = header or "runid" in args.measures
     show_num_q = header or "num_q" in args.measures
-    run = qrels = None
+    run = qrels = zscores = None
     try:
-        specs = parse_metrics(asked) if asked else ([] if args.measures else list(OFFICIAL_TREC))
+        # relstring (a string per query, printed with -q only): on with all_trec or when named; the
+        # first parameters given win (trec_eval's meas_init.c)
+        relstring = None
+        want_relstring = any(m == "all_trec" for m in args.measures or [])
+        asked = []
+        for m in args.measures or []:
+            if m in ("runid", "num_q"):
+                continue
+            r = trec_names.relstring(m)
+            if r is None:
+                asked.append(m)
+                continue
+            want_relstring = True
+            if relstring is None and r[0] != "relstring":
+                relstring = r
+        if want_relstring and relstring is None:
+            relstring = ("relstring", trec_names.RELSTRING_DEFAULT)
+        specs = _trec_specs(asked, parse_metrics) if asked else ([] if args.measures else list(OFFICIAL_TREC))
         only_header = not specs  # -m runid / -m num_q alone: score one measure for the queries, print none
         specs = specs or parse_metrics(["num_ret"])
+        if args.zscores is not None:
+            from .io.trec_zscores import read_zscores
+
+            zscores = read_zscores(args.zscores)
         # ids of regular ASCII files stay bytes (no str conversion); the rank column is only checked
         run, qrels = trec._read_for_eval(args.run, args.qrels)
         if len(run) == 0:
@@ -151,7 +295,7 @@ def _trec_eval_main(argv, out) -> int:
         def score(run, qrels, specs=specs):
             return score_queries(qrels, run, specs, relevance_level=args.level, gain=args.gain,
                                  err_max_grade=args.err_max_grade, complete=args.complete, depth=args.depth,
-                                 warn=False)
+                                 judged_only=args.judged_only, num_docs_in_coll=args.num_docs, warn=False)
 
         try:
             try:
@@ -166,35 +310,65 @@ def _trec_eval_main(argv, out) -> int:
             # the fast path does not look for bad lines; find the one behind the refusal
             raise _trec_input_error(e, run, qrels, args.run, args.qrels) from e
         if only_header:
-            specs = []
+            specs, values = [], values[:0]
     except (MetricNameError, ValueError, OSError) as e:
-        print(f"streameval trec-eval: {_one_line(e)}", file=sys.stderr)
-        return 2
+        return fail(e)
     if len(prep.qids) == 0:
         print("streameval trec-eval: no queries with both results and judgments", file=sys.stderr)
         return 1
+    _print_trec_eval(args, out, specs, prep, values, run, qrels, relstring, zscores, show_runid, show_num_q)
+    return 0
+
+
+def _print_trec_eval(args, out, specs, prep, values, run, qrels, relstring, zscores, show_runid, show_num_q):
+    """trec_eval's output (meas_print_single.c, meas_print_final.c): with -q each query's lines,
+    measures in trec_eval's order, then unless -n the summary ('all') lines; under -Z every value
+    is printed %6.4f and each measure's name but runid's is prefixed with Z."""
     write = out.write
     names = [s.trec_name or s.name for s in specs]
+    qids = prep.qids.astype(str) if prep.qids.dtype.kind == "S" else prep.qids  # ASCII bytes
+    z = zscores is not None
+    if z:
+        values = values.copy()
+        _to_zscores(values, specs, names, [str(q) for q in qids], zscores)
+    zp = "Z" if z else ""
     if args.per_query:
-        qids = prep.qids.astype(str) if prep.qids.dtype.kind == "S" else prep.qids  # ASCII bytes
-        single = [i for i, s in enumerate(specs) if s.average != "geometric"]  # gm_*: summary only
+        # (sort key, spec index or None for relstring) in trec_eval's measure order
+        rows = [(_trec_sort_key(s), i) for i, s in enumerate(specs) if s.average != "geometric"]  # gm_*: summary only
+        strings = None
+        if relstring is not None:
+            from .metrics.trec_measures import relstrings
+
+            strings = relstrings(prep.lists, relstring[1])
+            if args.complete and not args.judged_only and relstring[0] != "relstring" and relstring[1] > 0:
+                # trec_eval -c clears the string of a query without results only for the measure
+                # named exactly relstring; relstring_N keeps its stand-in document's '-' (not judged)
+                missing = set(prep.missing_qids.tolist())
+                strings = ["-" if q in missing else t for q, t in zip(prep.qids.tolist(), strings)]
+            rows.append(((_TREC_FAMILY_ORDER.index("relstring"), -1, 0.0), None))
+        rows.sort(key=lambda r: r[0])
+        order = [i for _, i in rows]
         for j, q in enumerate(qids):
-            for i in single:
-                s = specs[i]
-                write("%-22s\t%s\t%s\n" % (names[i], q, _fmt_value(s, values[i, j])))
+            for i in order:
+                if i is None:
+                    write("%-22s\t%s\t'%s'\n" % (relstring[0], q, strings[j]))
+                else:
+                    write("%s%-22s\t%s\t%s\n" % (zp, names[i], q, _fmt_value(specs[i], values[i, j], z)))
+    if not args.summary:
+        return
     if show_runid:
         write("%-22s\t%s\t%s\n" % ("runid", "all", run.tag))
     if show_num_q:
-        write("%-22s\t%s\t%d\n" % ("num_q", "all", len(prep.qids)))
+        n = len(prep.qids)
+        write("Z%-22s\t%s\t%.4f\n" % ("num_q", "all", n) if z else "%-22s\t%s\t%d\n" % ("num_q", "all", n))
     for i, s in enumerate(specs):
         if s.family == "num_rel" and args.complete:
             # trec_eval 10 (m_num_rel.c, te_calc_avg_num_rel): under -c the summary counts every
-            # qrels line with grade > 0, whatever -l says.
+            # qrels line with grade > 0, whatever -l says (and -Z does not convert it).
             total = float((qrels.grade > 0).sum())
         else:
-            total = _summary(s, values[i], len(prep.qids))
-        write("%-22s\t%s\t%s\n" % (names[i], "all", _fmt_value(s, total)))
-    return 0
+            total = _summary(s, values[i], len(prep.qids), logs=not z)
+        write("%s%-22s\t%s\t%s\n" % (zp, names[i], "all", _fmt_value(s, total, z)))
 
 
 def _convert_parser(sub) -> None:

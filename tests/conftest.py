@@ -1,3 +1,4 @@
+import os
 import signal
 import sys
 from contextlib import contextmanager
@@ -42,3 +43,26 @@ def fail_after(seconds: int, what: str):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+# ---- trec_eval 10 built from its C source (test_trec_eval_suite, test_trec_eval_flags) -----------
+
+TREC_EVAL_SRC = os.environ.get("TREC_EVAL_SRC") or str(DATA.parent / "tools" / "trec_eval_src")
+
+
+@pytest.fixture(scope="session")
+def trec_eval_bin(tmp_path_factory):
+    """trec_eval 10 built with its Makefile in a temporary copy of the source (about 10 s, once a session)."""
+    import shutil
+    import subprocess
+
+    if not os.path.isfile(os.path.join(TREC_EVAL_SRC, "Makefile")):
+        pytest.skip(f"trec_eval's source not found at {TREC_EVAL_SRC} (set TREC_EVAL_SRC)")
+    if shutil.which("make") is None or shutil.which("gcc") is None:
+        pytest.skip("building trec_eval needs make and gcc (its Makefile's CC)")
+    src = tmp_path_factory.mktemp("trec_eval") / "src"
+    shutil.copytree(TREC_EVAL_SRC, src, ignore=shutil.ignore_patterns("test", "*.o", "trec_eval"))
+    done = subprocess.run(["make", "-s"], cwd=src, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0 or not (src / "trec_eval").exists():
+        pytest.skip(f"could not build trec_eval: {done.stderr.strip()[-300:]}")
+    return str(src / "trec_eval")

@@ -66,12 +66,15 @@ class MetricOptions:
     err_max_grade: the maximum grade g_max of ERR's satisfaction probability (2**g - 1) / 2**g_max;
         default 4 (grades 0-4, as TREC Web track's gdeval). A larger grade raises ``ValueError``, as
         does a grade above :data:`MAX_EXPONENTIAL_GRADE` with the exponential gain.
+    num_docs_in_coll: the number of documents in the collection (trec_eval ``-N``, default 0 as
+        trec_eval's); only ``utility``'s fourth coefficient (non-relevant documents not ranked) uses it.
     """
 
     relevance_level: float = 1
     gain: str = "linear"
     ideal: str = "judgments"
     err_max_grade: float = 4
+    num_docs_in_coll: int = 0
 
     def __post_init__(self):
         if self.gain not in GAINS:
@@ -86,6 +89,9 @@ class MetricOptions:
                 raise ValueError(f"{name} must be finite, got {v!r}")
         if not self.err_max_grade > 0:
             raise ValueError(f"err_max_grade must be positive, got {self.err_max_grade!r}")
+        n = self.num_docs_in_coll
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"num_docs_in_coll must be an int, got {n!r}")
 
 
 def options_for(spec: MetricSpec, options: "MetricOptions") -> "MetricOptions":

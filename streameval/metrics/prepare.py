@@ -359,3 +359,24 @@ def prepare(
         unjudged_qids=qvocab[unjudged],
         missing_qids=qvocab[missing],
     )
+
+
+def judged_only(prep: Prepared) -> Prepared:
+    """trec_eval ``-J`` (form_res_rels.c, judged_docs_only_flag): every ranked item without a
+    judgment (not in the qrels: NaN grade; in the pool but unjudged: negative grade) removed from
+    its list, the judged items keeping their order (ranks close up). Applied after the depth cut
+    (trec_eval cuts at ``-M`` first). A query whose items are all removed stays, with an empty list
+    (trec_eval evaluates it with no retrieved document). Returns a new :class:`Prepared`."""
+    lists = prep.lists
+    off = np.asarray(lists.offsets, dtype=np.int64)
+    grades = np.asarray(lists.grades, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        keep = grades >= 0  # False for NaN
+    owner = np.repeat(np.arange(len(off) - 1), np.diff(off))
+    counts = np.bincount(owner[keep], minlength=len(off) - 1)
+    new_off = np.zeros(len(off), dtype=np.int64)
+    np.cumsum(counts, out=new_off[1:])
+    new_lists = RankedLists(new_off, grades[keep], lists.judged_offsets, lists.judged_values,
+                            lists.judged_counts, lists.judged_index)
+    return Prepared(qids=prep.qids, lists=new_lists, unjudged_qids=prep.unjudged_qids,
+                    missing_qids=prep.missing_qids)

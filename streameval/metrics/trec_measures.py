@@ -18,7 +18,7 @@ import numpy as np
 from . import trec_names
 from .trec_names import MIN_GEO_MEAN
 
-__all__ = ["FUNCS"]
+__all__ = ["FUNCS", "WITHOUT_RESULTS", "relstrings", "without_results"]
 
 #: trec_eval.h
 INFAP_EPSILON = 0.00001
@@ -185,14 +185,60 @@ def _set_f(b, spec):
 
 def _utility(b, spec):
     """trec_eval m_utility.c: p1 * relevant ranked + p2 * non-relevant ranked + p3 * relevant not ranked
-    + p4 * (num_docs_in_coll + num_rel_ret - num_ret - num_rel), with num_docs_in_coll 0 (trec_eval's
-    default without -N)."""
+    + p4 * (num_docs_in_coll + num_rel_ret - num_ret - num_rel), num_docs_in_coll from
+    ``MetricOptions.num_docs_in_coll`` (trec_eval -N; 0 by default). A list without items scores 0
+    (trec_eval's -c clean-up of a query without results); :func:`without_results` gives the value of a
+    query whose results were all removed (-J)."""
     p1, p2, p3, p4 = trec_names.values(spec)
     nrr = _nrr(b)
     ret = b.lengths.astype(np.float64)
     R = b.num_rel
-    u = p1 * nrr + p2 * (ret - nrr) + p3 * (R - nrr) + p4 * (0.0 + nrr - ret - R)
+    u = p1 * nrr + p2 * (ret - nrr) + p3 * (R - nrr) + p4 * (b.opts.num_docs_in_coll + nrr - ret - R)
     return np.where(b.lengths > 0, u, 0.0)
+
+
+#: families whose value for a query without ranked items is not always the kernel's 0
+WITHOUT_RESULTS = frozenset({"utility", "rbp_resid", "iprec_at_recall", "11pt_avg"})
+
+
+def without_results(spec, num_rel, stand_in, judged_only: bool = False, num_docs_in_coll: int = 0) -> np.ndarray:
+    """trec_eval's value of ``spec`` (a family of :data:`WITHOUT_RESULTS`) for queries whose list is
+    empty here. ``num_rel``: float array, the queries' relevant documents; ``stand_in``: bool array,
+    True for a judged query without results scored under -c, False for a query whose retrieved
+    documents trec_eval -J (``judged_only``) all removed.
+
+    trec_eval scores a -c query on a stand-in ranking of one document outside the qrels (removed
+    by -J), then sets num_ret, unj*, and the measures named exactly ``utility`` and ``rbp_resid``
+    (default parameters) to 0; one named with its parameters (``utility_2,-1,0,0``,
+    ``rbp_resid_p=0.5``) keeps the stand-in's value. With r documents ranked (1 for a stand-in, 0
+    under -J), none relevant:
+
+    * utility (m_utility.c): p2 * r + p3 * num_rel + p4 * (num_docs_in_coll - r - num_rel);
+    * rbp_resid (m_rbp_resid.c): p + (1 - p) * 1 for the stand-in (r = 1, unjudged), else 0;
+    * iprec_at_recall (m_iprec_at_recall.c): with r = 0, trec_eval's precision 0 / 0, NaN (printed
+      ``-nan``), at every level p with lround(p * num_rel) <= 0, else 0;
+    * 11pt_avg (m_11pt_avg.c): with r = 0, NaN when one of its levels is such a level, else 0.
+    """
+    R = np.asarray(num_rel, dtype=np.float64)
+    stand_in = np.asarray(stand_in, dtype=bool)
+    f = spec.family
+    r = np.where(stand_in & (not judged_only), 1.0, 0.0)
+    if f == "utility":
+        p1, p2, p3, p4 = trec_names.values(spec)
+        u = p1 * 0.0 + p2 * (r - 0.0) + p3 * (R - 0.0) + p4 * (num_docs_in_coll + 0.0 - r - R)
+        return np.where(stand_in & (not spec.param), 0.0, u)
+    if f == "rbp_resid":
+        p = trec_names.values(spec)[0]
+        return np.where(stand_in & bool(spec.param) & (r > 0), p + (1 - p) * 1.0, 0.0)
+    if f not in ("iprec_at_recall", "11pt_avg"):
+        raise ValueError(f"{spec.name}: not a family of WITHOUT_RESULTS")
+    nan = np.zeros(len(R), dtype=bool)
+    for p in trec_names.values(spec):
+        x = p * R
+        fl = np.floor(np.abs(x))
+        c = np.sign(x) * np.where(np.abs(x) - fl >= 0.5, fl + 1.0, fl)  # lround: half away from zero
+        nan |= c <= 0
+    return np.where(nan & (r == 0), np.nan, 0.0)
 
 
 def _num_nonrel_judged_ret(b, spec):
@@ -396,3 +442,29 @@ FUNCS = {
     "ndcg_rel": _ndcg_rel,
     "Rndcg": _rndcg,
 }
+
+
+def relstrings(lists, length: int) -> list[str]:
+    """trec_eval m_relstring.c: each query's relevance values of its first ``length`` ranked items
+    (fewer when it ranks fewer; none when ``length`` <= 0), one character an item: the grade when it
+    is 0 to 9, ``>`` above 9, ``-`` not in the qrels (NaN), ``.`` in the pool but unjudged (a
+    negative grade). ``lists``: a :class:`~streameval.metrics.kernel.RankedLists`; returns one str
+    per query. trec_eval prints it for single queries only (``-q``), quoted; a -c query without
+    results gives ``''``."""
+    off = np.asarray(lists.offsets, dtype=np.int64)
+    grades = np.asarray(lists.grades, dtype=np.float64)
+    n = max(int(length), 0)
+    out = []
+    for a, b in zip(off[:-1].tolist(), off[1:].tolist()):
+        chars = []
+        for g in grades[a:min(b, a + n)].tolist():
+            if g != g:
+                chars.append("-")
+            elif g < 0:
+                chars.append(".")
+            elif g > 9:
+                chars.append(">")
+            else:
+                chars.append(chr(ord("0") + int(g)))
+        out.append("".join(chars))
+    return out

@@ -164,3 +164,27 @@ def trec_name(spec) -> str:
     if f in _LCUT:
         return "%s_%d" % (f, spec.k)
     return f"{f}_{spec.param}" if spec.param else f
+
+
+#: trec_eval m_relstring.c's default length
+RELSTRING_DEFAULT = 10
+
+
+def relstring(raw: str):
+    """``(printed name, length)`` when ``raw`` names trec_eval's relstring measure (``relstring``,
+    ``relstring.20``, ``relstring_20``), else None. Its value is a string (:func:`streameval.metrics.
+    trec_measures.relstrings`), printed for single queries only, so only ``streameval trec-eval``
+    takes it (not a metric of :func:`~streameval.metrics.names.parse_metrics`). trec_eval reads
+    the first parameter as a double and keeps its integer part; the name carries the parameters
+    as written. Raises MetricNameError for a parameter that is not a number."""
+    name = raw.strip()
+    low = name.lower()
+    if low == "relstring":
+        return "relstring", RELSTRING_DEFAULT
+    if not (low.startswith("relstring") and len(low) > 9 and low[9] in "._"):
+        return None
+    text = name[10:].strip()
+    if not text:
+        raise _error(f"metric {raw!r}: empty parameter list")
+    length = _floats(raw, text)[0]
+    return f"relstring_{text}", int(length) if abs(length) < 2**62 else (2**62 if length > 0 else 0)
