@@ -539,7 +539,7 @@ def convert_table(path, kind: str, out, mapping: dict | None = None, fmt: str = 
     if attributes and schema_name != "impression":
         raise TableConvertError("--attributes: judgments have no attributes map")
     if not os.path.isfile(path):
-        raise TableConvertError(f"{path}: no such file")
+        raise TableConvertError(f"{path}: no such file" if not os.path.exists(path) else f"{path}: not a file")
     fmt = detect_format(path, fmt)
     columns = _columns_of(path, fmt)
     if fmt == "jsonl":
