@@ -626,20 +626,34 @@ def convert_table(path, kind: str, out, mapping: dict | None = None, fmt: str = 
 
     result.dead_letters = dead
     good = np.flatnonzero(ok)
-    clean = pa.table(cols)
-    attr_table = pa.table(attr_cols) if attr_cols else None
+
+    # fields without a column are left out: the writer gives them the schema's default
+    names = [f for f in cols if f in source]
+    clean = pa.table({f: cols[f] for f in names})
+    attr_names = list(attr_cols)
+    everything = len(good) == n
 
     def good_records():
         for lo in range(0, len(good), _BATCH):
-            idx = pa.array(good[lo:lo + _BATCH])
-            recs = clean.take(idx).to_pylist()
-            if attr_table is not None:
-                names = attr_table.column_names
-                for rec, vals in zip(recs, zip(*(attr_table[c].take(idx).to_pylist() for c in names))):
-                    rec["attributes"] = {k: v for k, v in zip(names, vals) if v is not None}
-            for j, i in enumerate(good[lo:lo + _BATCH].tolist()):
-                if i in rescued:
-                    recs[j] = rescued[i]
+            rows = good[lo:lo + _BATCH]
+            idx = None if everything else pa.array(rows)
+            part = clean.slice(lo, len(rows)) if everything else clean.take(idx)
+            columns = [part.column(f).to_pylist() for f in names]
+            keys = names
+            if attr_names:
+                keys = [*names, "attributes"]
+                values = [(attr_cols[a].slice(lo, len(rows)) if everything else attr_cols[a].take(idx)).to_pylist()
+                          for a in attr_names]
+                if len(attr_names) == 1:
+                    a = attr_names[0]
+                    columns.append([{} if v is None else {a: v} for v in values[0]])
+                else:
+                    columns.append([{k: v for k, v in zip(attr_names, vs) if v is not None} for vs in zip(*values)])
+            recs = [dict(zip(keys, row)) for row in zip(*columns)]
+            if rescued:
+                for j, i in enumerate(rows.tolist()):
+                    if i in rescued:
+                        recs[j] = rescued[i]
             yield from recs
 
     result.written = write_records(out, schema_name, good_records())
