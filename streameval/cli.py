@@ -1,7 +1,8 @@
 """The ``streameval`` command.
 
 Subcommands: see COMMANDS below (trec-eval, batch, ...) and ``convert`` (TREC run/qrels, Open
-Bandit CSV, LightGBM LETOR and Yandex click logs to Avro).
+Bandit CSV, LightGBM LETOR and Yandex click logs, and JSON lines, CSV or Parquet tables with their
+own column names, to Avro).
 
 ``trec-eval`` starts fast: it imports numpy and this package's metric layer only (no Beam).
 """

@@ -143,23 +143,17 @@ BAD_ROWS = [
 ]
 
 
-def _reasons(fmt):
-    wrong_type = ("position must be an integer, got str 'abc'" if fmt != "parquet"
-                  else "position must be an integer, got str 'abc'")
-    return ["missing required field 'item_id'", wrong_type, "position must be >= 1 (1-based), got -2",
-            "timestamp is not an ISO 8601 date-time: '2024-13-45T99:00:00Z'"]
+#: the reasons of BAD_ROWS[1:5], as streameval.io.records and the timestamp conversion give them
+REASONS = ["missing required field 'item_id'", "position must be an integer, got str 'abc'",
+           "position must be >= 1 (1-based), got -2", "timestamp is not an ISO 8601 date-time: '2024-13-45T99:00:00Z'"]
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
 def test_bad_rows_become_dead_letters_with_their_lines(tmp_path, fmt, capsys):
     src = tmp_path / f"log.{fmt}"
     if fmt == "parquet":  # one Parquet column holds one type: the position column is text here
-        rows = [tuple(str(v) if i == 5 else v for i, v in enumerate(r)) for r in BAD_ROWS]
-        _write_parquet(src, rows)
-        where = [f"{src}:row {n}" for n in (2, 3, 4, 5)]
-        reasons = ["missing required field 'item_id'", "position must be an integer, got str '3'",
-                   "position must be an integer, got str '4'", "position must be an integer, got str '5'"]
         # a text position column is the wrong type in every row: all rows are rejected
+        _write_parquet(src, [tuple(str(v) if i == 5 else v for i, v in enumerate(r)) for r in BAD_ROWS])
         dl = tmp_path / "dl.jsonl"
         assert _convert(src, "--kind", "impressions", "--out", tmp_path / "o.avro", "--map", MAPPING,
                         "--dead-letters", dl) == 3
@@ -171,17 +165,17 @@ def test_bad_rows_become_dead_letters_with_their_lines(tmp_path, fmt, capsys):
         rows = [r if i != 2 else r[:5] + (3,) + r[6:] for i, r in enumerate(BAD_ROWS)]
         _write_parquet(src, rows)
         where = [f"{src}:row {n}" for n in (2, 4, 5)]
-        reasons = [_reasons(fmt)[0], _reasons(fmt)[2], _reasons(fmt)[3]]
+        reasons = [REASONS[0], REASONS[2], REASONS[3]]
         good = 3
     elif fmt == "jsonl":
         _write_jsonl(src, BAD_ROWS, blank_after=(1,))  # a blank line after line 2: the rest move down one
         where = [f"{src}:{n}" for n in (2, 4, 5, 6)]
-        reasons = _reasons(fmt)
+        reasons = REASONS
         good = 2
     else:
         _write_csv(src, BAD_ROWS)  # header is line 1; None is an empty cell
         where = [f"{src}:{n}" for n in (3, 4, 5, 6)]
-        reasons = ["empty item_id", *_reasons(fmt)[1:]]
+        reasons = ["empty item_id", *REASONS[1:]]
         good = 2
     dl = tmp_path / "dl.jsonl"
     out = tmp_path / "imp.avro"
@@ -292,3 +286,41 @@ def test_converted_file_gives_the_batch_job_the_same_metrics(tmp_path):
     assert tables[0] == tables[1] and len(tables[0]) > 6
     names = {json.loads(x)["metric"] for x in tables[0]}
     assert {"ndcg@10", "map", "ctr"} <= names
+
+
+def test_jsonl_fast_path_lines_and_rows_the_check_accepts(tmp_path):
+    """pyarrow.json reads this file whole (one type per column); blank lines still count."""
+    rows = [("e1", "r1", "q1", "A", "d1", 1, "2024-03-01T10:00:00Z", True, 0.5, 3, "x"),
+            ("e2", "r1", "q1", "A", "d2", -1, "2024-03-01T10:00:00Z", False, 0.5, 3, "x"),   # line 3
+            ("e3", "r1", "q1", "A", "d3", 3, "2024-03-01T10:00:00", False, None, None, "x"),  # naive: UTC
+            ("", "r1", "q1", "A", "d4", 4, "2024-03-01T10:00:00Z", False, 0.5, 4, "x")]       # line 6
+    src = tmp_path / "log.jsonl"
+    _write_jsonl(src, rows, blank_after=(0, 2))  # lines 2 and 5 blank
+    dl = tmp_path / "dl.jsonl"
+    out = tmp_path / "o.avro"
+    assert _convert(src, "--kind", "impressions", "--out", out, "--map", MAPPING, "--attributes", "region",
+                    "--dead-letters", dl) == 0
+    letters = [json.loads(x) for x in dl.read_text().splitlines()]
+    assert [(d["source"], d["reason"]) for d in letters] == [
+        (f"{src}:3", "position must be >= 1 (1-based), got -1"), (f"{src}:6", "empty event_id")]
+    got = list(avro.read_records(out, "impression"))
+    assert [r["event_id"] for r in got] == ["e1", "e3"]
+    assert got[0]["attributes"] == {"region": "3"} and got[1]["attributes"] == {}  # integer as text; null left out
+    assert got[1]["timestamp"] == 1_709_287_200_000_000 and got[1]["score"] is None
+
+
+def test_rows_the_vectorised_path_cannot_type_keep_their_order(tmp_path):
+    """A uint64 position column with one value beyond int64 cannot be cast as a whole: every row goes
+    through the per-row conversion and the record check, which keeps the good ones in file order."""
+    src = tmp_path / "log.parquet"
+    pq.write_table(pa.table({"event_id": ["e1", "e2", "e3"], "request_id": ["r"] * 3, "query_id": ["q"] * 3,
+                             "system_id": ["A"] * 3, "item_id": ["d1", "d2", "d3"],
+                             "position": pa.array([1, 2**63, 3], pa.uint64()),
+                             "timestamp": pa.array([0, 0, 5], pa.timestamp("ms"))}), src)
+    dl = tmp_path / "dl.jsonl"
+    out = tmp_path / "o.avro"
+    assert _convert(src, "--kind", "impressions", "--out", out, "--dead-letters", dl) == 0
+    (letter,) = [json.loads(x) for x in dl.read_text().splitlines()]
+    assert letter["source"] == f"{src}:row 2" and letter["reason"] == f"position {2**63} does not fit an Avro int"
+    got = list(avro.read_records(out, "impression"))
+    assert [(r["event_id"], r["position"], r["timestamp"]) for r in got] == [("e1", 1, 0), ("e3", 3, 5000)]
