@@ -137,7 +137,7 @@ def _columns_of(path: str, fmt: str) -> list[str]:
 
         return list(pq.read_schema(path).names)
     if fmt == "csv":
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # pyarrow.csv skips a byte-order mark too
             header = next(csv.reader(f), None)
         if not header:
             raise TableConvertError(f"{path}: empty CSV file (no header line)")
@@ -155,7 +155,7 @@ def _csv_records(path: str, width: int) -> tuple[list[int], list[tuple[int, list
     """Start lines of the CSV's data records that have ``width`` fields (pyarrow's rows, in order),
     and ``(line, fields)`` of the others (rows pyarrow.csv could not read); blank lines skipped."""
     good, bad = [], []
-    with open(path, newline="", encoding="utf-8") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f)
         next(reader, None)
         last = reader.line_num
@@ -196,7 +196,12 @@ def _read_csv(path: str, needed: list[str], header: list[str]) -> _Read:
             dead.append({"source": f"{path}:{line}", "raw": records.to_json_text(row),
                          "reason": f"expected {len(header)} CSV fields (the header's), got {len(row)}"})
     return _Read(table, np.zeros(table.num_rows, dtype=bool), lambda i: _pyrow(table, i),
-                 lambda i: f"{path}:{scan()[0][i]}", dead)
+                 lambda i: _line_of(path, scan()[0], i, table.num_rows), dead)
+
+
+def _line_of(path: str, lines: list, i: int, rows: int) -> str:
+    """``path:line`` of row ``i``; ``path:row N`` should the rescan not find pyarrow's rows."""
+    return f"{path}:{lines[i]}" if len(lines) == rows else f"{path}:row {i + 1}"
 
 
 def _pyrow(table: pa.Table, i: int) -> dict:
@@ -233,7 +238,7 @@ def _read_jsonl(path: str) -> _Read:
     def where(i):
         if not lines:
             lines.append(_line_numbers_jsonl(path))
-        return f"{path}:{lines[0][i]}"
+        return _line_of(path, lines[0], i, table.num_rows)
 
     return _Read(table, np.zeros(table.num_rows, dtype=bool), lambda i: _pyrow(table, i), where, [])
 
@@ -244,7 +249,7 @@ def _read_jsonl_lines(path: str) -> _Read:
     type (``3`` and ``"x"``) is null in the table and its rows are flagged for the record check."""
     rows, numbers, dead = [], [], []
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue
