@@ -35,7 +35,6 @@ Layer 4 (I/O): imports pyarrow, numpy and this package's record rules and Avro w
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 import re
