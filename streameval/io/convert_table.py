@@ -35,6 +35,7 @@ Layer 4 (I/O): imports pyarrow, numpy and this package's record rules and Avro w
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import re
@@ -653,7 +654,7 @@ def convert_table(path, kind: str, out, mapping: dict | None = None, fmt: str = 
                     columns.append([{} if v is None else {a: v} for v in values[0]])
                 else:
                     columns.append([{k: v for k, v in zip(attr_names, vs) if v is not None} for vs in zip(*values)])
-            recs = [dict(zip(keys, row)) for row in zip(*columns)]
+            recs = _dicts(tuple(keys))(columns)
             if rescued:
                 for j, i in enumerate(rows.tolist()):
                     if i in rescued:
@@ -664,6 +665,15 @@ def convert_table(path, kind: str, out, mapping: dict | None = None, fmt: str = 
     if dead_letters is not None:
         _write_dead_letters(os.fspath(dead_letters), dead)
     return result
+
+
+@functools.lru_cache(maxsize=None)
+def _dicts(keys: tuple):
+    """A function of a list of columns (lists) to the list of row dicts with ``keys``: a dict display
+    compiled for the keys (the schema's field names), about 3 times faster than ``dict(zip(...))``."""
+    names = [f"v{i}" for i in range(len(keys))]
+    body = ", ".join(f"{k!r}: {v}" for k, v in zip(keys, names))
+    return eval(f"lambda columns: [{{{body}}} for ({', '.join(names)},) in zip(*columns)]")  # noqa: S307
 
 
 def _attr_text(v):
