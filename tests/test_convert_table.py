@@ -324,3 +324,17 @@ def test_rows_the_vectorised_path_cannot_type_keep_their_order(tmp_path):
     assert letter["source"] == f"{src}:row 2" and letter["reason"] == f"position {2**63} does not fit an Avro int"
     got = list(avro.read_records(out, "impression"))
     assert [(r["event_id"], r["position"], r["timestamp"]) for r in got] == [("e1", 1, 0), ("e3", 3, 5000)]
+
+
+def test_csv_integers_beyond_int64_are_named_by_the_check(tmp_path):
+    src = tmp_path / "qrels.csv"
+    src.write_text("query_id,item_id,grade,timestamp\nq1,d1,99999999999999999999,5\nq1,d2,1,99999999999999999999\n")
+    dl = tmp_path / "dl.jsonl"
+    assert _convert(src, "--kind", "judgments", "--out", tmp_path / "j.avro", "--dead-letters", dl,
+                    "--timestamp-unit", "s") == 3
+    letters = [json.loads(x) for x in dl.read_text().splitlines()]
+    assert [(d["source"], d["reason"]) for d in letters] == [
+        (f"{src}:2", "grade 99999999999999999999 does not fit an Avro int"),
+        # 99999999999999999999 s in micros is past the year 9999
+        (f"{src}:3", "timestamp 99999999999999999999000000 is outside the event times a job can window "
+                     "(years 1 to 9999)")]

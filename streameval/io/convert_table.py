@@ -64,7 +64,7 @@ _KIND_OF = {"position": "int", "grade": "int", "score": "double", "propensity": 
 _CSV_TRUE = frozenset(("1", "True", "TRUE", "true"))  # pyarrow.csv.ConvertOptions().true_values
 _CSV_FALSE = frozenset(("0", "False", "FALSE", "false"))
 _INT_TEXT = r"^[+-]?[0-9]{1,18}$"
-_INT_RE = re.compile(_INT_TEXT)
+_INT_RE = re.compile(r"^[+-]?[0-9]+$")  # per value: any length (the check names what does not fit)
 _FLOAT_TEXT = r"^[+-]?(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[Ii]nf|[Ii]nfinity|[Nn]a[Nn])$"
 _FLOAT_RE = re.compile(_FLOAT_TEXT)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -477,7 +477,7 @@ def _between(a, lo, hi) -> np.ndarray:
     return _np_bool(pc.and_(pc.greater_equal(a, lo), pc.less_equal(a, hi)))
 
 
-def _screen(cols: dict, schema_name: str, present: set) -> np.ndarray:
+def _screen(cols: dict, schema_name: str) -> np.ndarray:
     n = len(next(iter(cols.values())))
     ok = np.ones(n, dtype=bool)
     required = records.IMPRESSION_REQUIRED if schema_name == "impression" else records.JUDGMENT_REQUIRED
@@ -604,7 +604,7 @@ def convert_table(path, kind: str, out, mapping: dict | None = None, fmt: str = 
             attr_cols[a] = pa.nulls(n, pa.string())
             ok &= ~_valid(col)
     if n:
-        ok &= _screen(cols, schema_name, set(source))
+        ok &= _screen(cols, schema_name)
 
     result = TableConversion(rows=n + len(read.dead), ignored=ignored)
     dead = list(read.dead)
