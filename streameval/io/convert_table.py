@@ -266,6 +266,8 @@ def _read_jsonl_lines(path: str) -> _Read:
                 numbers.append(n)
     except UnicodeDecodeError as e:
         raise TableConvertError(f"{path}: not UTF-8 text ({e})") from None
+    if not rows and dead:
+        raise TableConvertError(f"{path}: no line is a JSON object ({dead[0]['source']}: {dead[0]['reason']})")
     names: dict = {}
     for r in rows:
         for k in r:
