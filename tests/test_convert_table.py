@@ -338,3 +338,68 @@ def test_csv_integers_beyond_int64_are_named_by_the_check(tmp_path):
         # 99999999999999999999 s in micros is past the year 9999
         (f"{src}:3", "timestamp 99999999999999999999000000 is outside the event times a job can window "
                      "(years 1 to 9999)")]
+
+
+def test_vectorised_screen_accepts_exactly_what_the_record_check_accepts(tmp_path):
+    """Random rows with edge values in typed Parquet columns: the rows written are exactly those
+    check_impression accepts when given the row by hand, and the rest are dead letters with its reason."""
+    import random
+
+    rnd = random.Random(7)
+    ids = ["a", "", "b\x00", "é", None]
+    rows = []
+    for k in range(400):
+        rows.append({
+            "eid": f"e{k}" if rnd.random() < 0.9 else rnd.choice(ids),
+            "rid": rnd.choice(["r1", "r2", "", None]) if rnd.random() < 0.2 else "r1",
+            "qid": rnd.choice(["q", "", "q\x00"]),
+            "sys": "A" if rnd.random() < 0.9 else rnd.choice(ids),
+            "doc": f"d{k}" if rnd.random() < 0.9 else rnd.choice(ids),
+            "rank": rnd.choice([1, 2, 0, -1, 2**31 - 1, 2**31, None]) if rnd.random() < 0.3 else 3,
+            "ts": rnd.choice([0, -1, 253_402_300_799_999, 253_402_300_800_000, -62_135_596_800_000,
+                              -62_135_596_800_001, None]) if rnd.random() < 0.3 else 1_709_287_200_000,
+            "s": rnd.choice([0.5, float("nan"), float("inf"), -1e308, None]) if rnd.random() < 0.3 else 0.25,
+            "prop": rnd.choice([0.5, 1.0, 0.0, 1.5, -0.1, float("nan"), None]) if rnd.random() < 0.3 else None,
+            "click": rnd.choice([True, False, None]),
+        })
+    src = tmp_path / "log.parquet"
+    pq.write_table(pa.table({c: pa.array([r[c] for r in rows], t) for c, t in [
+        ("eid", pa.string()), ("rid", pa.string()), ("qid", pa.string()), ("sys", pa.string()),
+        ("doc", pa.string()), ("rank", pa.int64()), ("ts", pa.int64()), ("s", pa.float64()),
+        ("prop", pa.float64()), ("click", pa.bool_())]}), src)
+    dl = tmp_path / "dl.jsonl"
+    out = tmp_path / "o.avro"
+    code = _convert(src, "--kind", "impressions", "--out", out, "--dead-letters", dl, "--timestamp-unit", "ms",
+                    "--map", "event_id=eid,request_id=rid,query_id=qid,system_id=sys,item_id=doc,position=rank,"
+                             "timestamp=ts,score=s,propensity=prop,clicked=click")
+    assert code == 0
+    want_ok, want_dead = [], []
+    for k, r in enumerate(rows):
+        rec = {"event_id": r["eid"], "request_id": r["rid"], "query_id": r["qid"], "system_id": r["sys"],
+               "item_id": r["doc"], "position": r["rank"], "timestamp": None if r["ts"] is None else r["ts"] * 1000,
+               "score": r["s"], "propensity": r["prop"], "clicked": r["click"]}
+        reason = records.check_impression(rec)
+        (want_ok.append(rec["event_id"]) if reason is None else want_dead.append((f"{src}:row {k + 1}", reason)))
+    got = list(avro.read_records(out, "impression"))
+    letters = [json.loads(x) for x in dl.read_text().splitlines()]
+    assert [g["event_id"] for g in got] == want_ok
+    assert [(d["source"], d["reason"]) for d in letters] == want_dead
+    assert 50 < len(want_ok) < 350  # both kinds of rows are there
+
+
+def test_default_dead_letter_file_and_avro_dead_letters(tmp_path, capsys):
+    src = tmp_path / "qrels.csv"
+    src.write_text("query_id,item_id,grade\nq1,d1,1\nq1,,2\n")
+    out = tmp_path / "j.avro"
+    assert _convert(src, "--kind", "judgments", "--out", out) == 0
+    default = tmp_path / "j.dead_letters.jsonl"
+    (letter,) = [json.loads(x) for x in default.read_text().splitlines()]
+    assert letter == {"source": f"{src}:3", "raw": '{"grade":"2","item_id":"","query_id":"q1"}',
+                      "reason": "empty item_id"}
+    assert f"1 rows became dead letters ({default})" in capsys.readouterr().err
+    dl = tmp_path / "dl.avro"
+    assert _convert(src, "--kind", "judgments", "--out", out, "--dead-letters", dl) == 0
+    assert list(avro.read_records(dl, "dead_letter")) == [letter]
+    src.write_text("query_id,item_id,grade\nq1,d1,1\n")  # fixed: the stale default file goes
+    assert _convert(src, "--kind", "judgments", "--out", out) == 0
+    assert not default.exists()
