@@ -1,7 +1,8 @@
 """The ``streameval`` command.
 
 Subcommands: see COMMANDS below (trec-eval, batch, ...) and ``convert`` (TREC run/qrels, Open
-Bandit CSV, LightGBM LETOR and Yandex click logs to Avro).
+Bandit CSV, LightGBM LETOR and Yandex click logs, and JSON lines, CSV or Parquet tables with their
+own column names, to Avro).
 
 ``trec-eval`` starts fast: it imports numpy and this package's metric layer only (no Beam).
 """
@@ -372,7 +373,7 @@ def _print_trec_eval(args, out, specs, prep, values, run, qrels, relstring, zsco
 
 
 def _convert_parser(sub) -> None:
-    c = sub.add_parser("convert", help="convert TREC, Open Bandit, LETOR or Yandex logs to Avro; "
+    c = sub.add_parser("convert", help="convert TREC, Open Bandit, LETOR, Yandex or generic table logs to Avro; "
                                            "simulate an interleaved log from two TREC runs")
     cs = c.add_subparsers(dest="kind", required=True)
     r = cs.add_parser("trec-run", help="TREC run -> impressions Avro")
@@ -397,6 +398,23 @@ def _convert_parser(sub) -> None:
     y = cs.add_parser("yandex", help="Yandex WSCD click log sample -> impressions Avro")
     y.add_argument("log")
     y.add_argument("output")
+    tb = cs.add_parser("table", help="JSON lines, CSV or Parquet log with its own column names -> impressions or "
+                                     "judgments Avro (bad rows to dead letters)")
+    tb.add_argument("input", help="the log file (.jsonl/.ndjson/.json, .csv, .parquet/.pq, or --format)")
+    tb.add_argument("--kind", dest="table_kind", required=True, choices=("impressions", "judgments"))
+    tb.add_argument("--out", required=True, help="Avro file to write")
+    tb.add_argument("--map", default=None, metavar="FIELD=COLUMN,...",
+                    help="schema field = the file's column, e.g. request_id=rid,item_id=doc (a field not named is "
+                         "read from the column of its own name)")
+    tb.add_argument("--format", default="auto", choices=("auto", "jsonl", "csv", "parquet"))
+    tb.add_argument("--dead-letters", default=None, metavar="DL.jsonl",
+                    help="where rejected rows go (.jsonl or .avro; default OUT's name + .dead_letters.jsonl, "
+                         "written when a row is rejected)")
+    tb.add_argument("--timestamp-unit", default=None, choices=("s", "ms", "us", "iso"),
+                    help="integer timestamps in s, ms or us since the epoch, or ISO 8601 text (default: iso; "
+                         "integer columns need the unit)")
+    tb.add_argument("--attributes", default=None, metavar="COL,...",
+                    help="columns kept in the impressions' attributes map (for --slices)")
     il = cs.add_parser("interleave", help="two TREC runs + qrels -> a simulated interleaved impression log "
                                           "(team in attributes[\"team\"], cascade clicks)")
     il.add_argument("--run-a", required=True, help="TREC run of ranker A")
@@ -415,6 +433,8 @@ def _convert_main(args) -> int:
     """Run ``streameval convert``: 0 ok, 2 bad input (one ``path:line: reason: 'line'`` line on stderr)."""
     from .io import avro, convert, trec
 
+    if args.kind == "table":
+        return _convert_table_main(args)
     try:
         n = _convert(args, avro, convert, trec)
     except (ValueError, OSError) as e:
@@ -422,6 +442,42 @@ def _convert_main(args) -> int:
         return 2
     print(f"wrote {n} records", file=sys.stderr)
     return 0
+
+
+def _convert_table_main(args) -> int:
+    """Run ``streameval convert table``: 0 written (some rows may be dead letters), 2 bad options or
+    input (one line), 3 every row rejected (the dead letters say why)."""
+    import os
+
+    from .exits import EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE
+    from .io import convert_table as ct
+
+    attributes = [a.strip() for a in (args.attributes or "").split(",") if a.strip()]
+    dl = args.dead_letters
+    if dl is None:
+        stem = args.out[:-5] if args.out.endswith(".avro") else args.out
+        dl = stem + ".dead_letters.jsonl"
+    try:
+        res = ct.convert_table(args.input, args.table_kind, args.out, ct.parse_mapping(args.map), args.format,
+                               timestamp_unit=args.timestamp_unit, attributes=attributes)
+        if res.dead_letters or args.dead_letters is not None:
+            ct._write_dead_letters(dl, res.dead_letters)
+        elif os.path.exists(dl):
+            os.remove(dl)  # a previous run's dead letters would say this input has bad rows
+    except (ValueError, OSError) as e:
+        print(f"streameval convert table: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    if res.ignored:
+        hint = " (keep them with --attributes)" if args.table_kind == "impressions" else ""
+        print(f"ignored {len(res.ignored)} column(s) no field is mapped to: {', '.join(res.ignored)}{hint}",
+              file=sys.stderr)
+    where = f" ({dl})" if res.dead_letters else ""
+    print(f"wrote {res.written} records to {args.out}; {len(res.dead_letters)} rows became dead letters{where}",
+          file=sys.stderr)
+    if res.written == 0:
+        print("streameval convert table: every row was rejected", file=sys.stderr)
+        return EXIT_INPUT_CHECK
+    return EXIT_OK
 
 
 def _convert(args, avro, convert, trec) -> int:

@@ -77,6 +77,8 @@ def inputs(tmp_path_factory):
     (d / "letor.txt").write_text("1 1:0.5 2:0.1\n0 1:0.2 2:0.3\n")
     (d / "letor.query").write_text("2\n")
     (d / "yandex.txt").write_text("7_1\t11,12,13 : 12; 7_1\t12,11,13 :\n")
+    (d / "table.csv").write_text("eid,rid,q,sys,doc,rank,ts,region\n" + "".join(
+        f"e{k},r{k // 3},q{k // 3},A,d{k},{k % 3 + 1},2019-11-24T00:00:0{k}Z,eu\n" for k in range(6)))
     (d / "garbage").write_bytes(b"Obj\x01\xff\xfe not avro \x00 at all\n")
     (d / "dir").mkdir()
     return d
@@ -109,6 +111,9 @@ def _commands(d):
         "convert letor": (conv.choices["letor"], [str(d / "letor.txt"), str(d / "letor.query"), "{out}-i.avro",
                                                   "{out}-j.avro"], []),
         "convert yandex": (conv.choices["yandex"], [str(d / "yandex.txt"), "{out}.avro"], []),
+        "convert table": (conv.choices["table"], [str(d / "table.csv")],
+                          ["--kind", "impressions", "--out", "{out}.avro", "--map",
+                           "event_id=eid,request_id=rid,query_id=q,system_id=sys,item_id=doc,position=rank,timestamp=ts"]),
         "convert interleave": (conv.choices["interleave"], [], ["--run-a", str(d / "a.run"), "--run-b",
                                                                 str(d / "b.run"), "--qrels", str(d / "qrels"),
                                                                 "--output", "{out}.avro"]),
