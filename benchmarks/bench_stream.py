@@ -64,7 +64,7 @@ def make_data(directory: str, n_impressions: int, n_files: int) -> str:
     return root
 
 
-def child(mode: str, root: str, out: str) -> dict:
+def child(mode: str, root: str, out: str, engine: str = "auto") -> dict:
     from pipelines import stream as stream_cli
     from streameval.beam.streaming import live
 
@@ -80,13 +80,13 @@ def child(mode: str, root: str, out: str) -> dict:
         ["--replay", "--replay-step", "30m", "--replay-pace", "0"]
     args = [*src, "--impressions", os.path.join(root, "in", "*.avro"), "--judgments",
             os.path.join(root, "judgments.avro"), "--metrics", METRICS, "--window", "30m", "--slices", "device",
-            "--quiet", "--output", out]
+            "--quiet", "--output", out, *(["--engine", engine] if mode == "watch" else [])]
     t0 = time.monotonic()
     code = stream_cli.main(args)
     wall = time.monotonic() - t0
     summary = json.load(open(os.path.join(out, "summary.json")))
     n = summary["replayed"]["impressions"]
-    res = {"mode": mode, "exit": code, "impressions": n, "wall_s": round(wall, 1),
+    res = {"mode": mode if mode == "replay" else f"{mode}/{engine}", "exit": code, "impressions": n, "wall_s": round(wall, 1),
            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
            "panes": sum(v for k, v in summary["counted_here"].items() if k.startswith("panes_") and k != "panes_final")}
     if mode == "watch":
@@ -116,19 +116,21 @@ def main(argv=None) -> int:
     ap.add_argument("--files", type=int, default=20)
     ap.add_argument("--mode", choices=("watch", "replay", "both"), default="both")
     ap.add_argument("--data", default="/tmp/streameval-bench-stream")
+    ap.add_argument("--engine", choices=("auto", "columnar", "events"), default="auto",
+                    help="the streaming job's engine for --watch (default: the job's choice, columnar here)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     root = make_data(a.data, a.impressions, a.files)
     if a.child:
-        print(json.dumps(child(a.mode, root, a.out)))
+        print(json.dumps(child(a.mode, root, a.out, a.engine)))
         return 0
     results = []
     for mode in (("watch", "replay") if a.mode == "both" else (a.mode,)):
         out = os.path.join(a.data, f"out-{mode}-{os.getpid()}")
         proc = subprocess.run([sys.executable, __file__, "--child", "--mode", mode, "--impressions", str(a.impressions),
-                               "--files", str(a.files), "--data", a.data, "--out", out],
+                               "--files", str(a.files), "--data", a.data, "--out", out, "--engine", a.engine],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
@@ -138,11 +140,11 @@ def main(argv=None) -> int:
         for r in results:
             print(json.dumps(r))
         return 0
-    print(f"{'mode':8}{'impressions':>12}{'wall s':>9}{'imp/s':>9}{'peak MB':>9}  on-time delay (median / p90 / max s)")
+    print(f"{'mode':16}{'impressions':>12}{'wall s':>9}{'imp/s':>9}{'peak MB':>9}  on-time delay (median / p90 / max s)")
     for r in results:
         d = r.get("on_time_delay_s")
         dl = f"{d['median']} / {d['p90']} / {d['max']} over {d['windows']} windows" if d else "-"
-        print(f"{r['mode']:8}{r['impressions']:>12}{r['wall_s']:>9}{r['throughput_per_s']:>9}{r['peak_rss_mb']:>9}  {dl}")
+        print(f"{r['mode']:16}{r['impressions']:>12}{r['wall_s']:>9}{r['throughput_per_s']:>9}{r['peak_rss_mb']:>9}  {dl}")
     return 0
 
 

@@ -61,6 +61,7 @@ from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.sources import UNREADABLE, expand_inputs, failure_reason, read_avro_blocks, set_file_system_options, unreadable_letter
 from streameval.beam.accounting import (add_input_check_arguments, check_inputs, exit_status, format_accounting,
                                         input_checks_from_args, job_counters)
+from streameval.beam.streaming.coarse import ColumnarStreamMetrics
 from streameval.beam.streaming.live import WatchFiles
 from streameval.beam.streaming.replay import element_time, usable_time
 from streameval.beam.transforms import SOURCE_UNRANKABLE
@@ -98,6 +99,9 @@ __all__ = [
 
 KINDS = ("impressions", "judgments", "clicks")
 LOCAL_STREAM_RUNNERS = ("BundleBasedDirectRunner", "DirectRunner")
+#: request shards of the columnar engine by default: the local runner runs one process (one core for
+#: Python), where every shard a file is cut into costs a call of each batch stage per window it touches
+COLUMNAR_SHARDS = 4
 RUNNING_TOTALS = "running_totals.jsonl"  # in --output (a local directory): the accounting as of each pane
 #: the outputs in --output: a rerun removes a previous run's first, the manifest lists them last
 OUTPUTS = ("metrics-*", "late_data-*", "dead_letters-*", "alerts-*", RUNNING_TOTALS)
@@ -676,6 +680,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="accepted event times of impressions (and click events), FROM..TO, each a year or an ISO 8601 "
                         "time (e.g. 1970..2200): timestamps outside are dead letters; those outside the years "
                         "1 to 9999 always are")
+    m.add_argument("--engine", choices=("auto", "columnar", "events"), default="auto",
+                   help="columnar: the batch job's vectorised stages on each watched file's columns (--watch on "
+                        "the local runner, fixed windows, judgments read at the start, clicks in the impression "
+                        "records); events: one event at a time (every source and window); auto (default): "
+                        "columnar where it applies, saying why when it does not")
     m.add_argument("--request-shards", type=int, default=None,
                    help="keyed states holding the open requests: 0 keys them by request id (each element reads "
                         "and writes only its requests' state); default 16 on the local runner, 0 on others")
@@ -725,8 +734,43 @@ def _live_watch(args) -> bool:
     return bool(args.watch) and _on_local_runner(args)
 
 
+def columnar_refusal(args) -> str | None:
+    """Why the columnar streaming engine cannot run this job (None: it can)."""
+    if not _live_watch(args):
+        return "the columnar engine reads --watch on the local runner only"
+    if args.every or args.sessions:
+        return "the columnar engine has fixed windows only"
+    if args.clicks:
+        return "click events (--clicks) need the per-event engine (the columnar one reads the impressions' clicked field)"
+    if args.intervals != "fixed":
+        return "--intervals anytime needs the per-event engine"
+    return None
+
+
+def _engine(args) -> str:
+    """The engine the job runs on: ``columnar`` or ``events`` (``--engine``; ``auto`` picks columnar
+    where it applies and prints a note when it does not, for --watch). Raises ValueError for
+    ``--engine columnar`` on a job it cannot run."""
+    why = columnar_refusal(args)
+    if args.engine == "columnar" and why:
+        raise ValueError(f"--engine columnar: {why}")
+    if args.engine == "events":
+        return "events"
+    if why is None:
+        return "columnar"
+    if args.engine == "auto" and args.watch:
+        print(f"note: the per-event engine runs this job: {why}", file=sys.stderr)
+    return "events"
+
+
 def _sources(p, args, paths):
     """({kind: PCollection or None}, replay or live source or None)"""
+    if getattr(args, "engine_used", None) == "columnar":
+        live = WatchFiles({"impressions": paths["impressions"]}, interval=args.watch_interval or 1.0,
+                          delay=args.watch_delay, idle_stop=args.watch_idle_stop, columnar=True,
+                          max_pending=1_000_000)
+        out = p | "Watch" >> live
+        return {"impressions": out["impressions"], "judgments": None, "clicks": None, "watchers": [live]}, live
     if args.replay:
         rep = ReplayAvro(paths["impressions"], paths["judgments"], paths["clicks"], step=args.replay_step,
                          pace=args.replay_pace)
@@ -774,15 +818,22 @@ def build_pipeline(p, args, paths):
     srcs, rep = _sources(p, args, paths)
     if srcs["impressions"] is None:
         raise ValueError("no impressions source")
-    ranking = srcs["judgments"] is not None
-    sm = StreamMetrics(
-        srcs["judgments"], split_metrics(args.metrics) if ranking else None, window=spec,
+    columnar = getattr(args, "engine_used", None) == "columnar"
+    if columnar:
+        judgment_paths = expand_inputs(paths["judgments"]) if paths["judgments"] else []
+        ranking = bool(judgment_paths)
+        make, first = ColumnarStreamMetrics, judgment_paths or None
+    else:
+        ranking = srcs["judgments"] is not None
+        make, first = StreamMetrics, srcs["judgments"]
+    sm = make(
+        first, split_metrics(args.metrics) if ranking else None, window=spec,
         slices=_slices_from_args(args.slices), clicks=srcs["clicks"], early_every=args.early_every,
         early_count=args.early_count, allowed_lateness=args.allowed_lateness, retention=args.retention,
         attribution_delay=args.attribution_delay, relevance_level=args.relevance_level, gain=args.gain,
         ideal=args.ideal, err_max_grade=args.err_max_grade, order=args.order, tie_break=args.tie_break,
         depth=args.depth, score_precision=args.score_precision, ctr=not args.no_ctr,
-        request_shards=_request_shards(args), clock=replay_clock if args.replay or _live_watch(args) else None,
+        request_shards=(args.request_shards or COLUMNAR_SHARDS) if columnar else _request_shards(args), clock=replay_clock if args.replay or _live_watch(args) else None,
         source=_source_labels(args), judgment_conflicts=args.judgment_conflicts,
         grade_range=_grades(args.grades), time_range=parse_time_range(args.event_time_range),
         ci_level=args.ci_level, intervals=args.intervals)
@@ -927,6 +978,7 @@ def main(argv=None) -> int:
         if any(getattr(args, f"kafka_{k}") for k in KINDS) and not args.kafka_bootstrap:
             raise ValueError("Kafka topics need --kafka-bootstrap")
         checks = input_checks_from_args(args)
+        args.engine_used = _engine(args)
     except (ValueError, TypeError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
@@ -946,6 +998,10 @@ def main(argv=None) -> int:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     start = time.perf_counter()
+    if _on_local_runner(args):
+        from streameval.beam import local_runner
+
+        local_runner.install()  # the local runner's per-bundle inspection of each DoFn, memoised
     me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
     local, unreadable = me.LOCAL_COUNTS, me.LOCAL_UNREADABLE
     local.clear()
@@ -1005,8 +1061,13 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
     counts = sm.counts() if in_process else counters
     local_seen = dict(local)
     accounting, problems = sm.accounting(unreadable=sorted(unreadable), counts=counts)
+    checked = {k: v for k, v in replayed.items() if paths[k]}
+    if getattr(args, "engine_used", None) == "columnar" and paths["judgments"]:
+        # the columnar engine reads the judgments when it starts (not through the watcher)
+        checked.pop("judgments", None)
+        replayed = {**replayed, "judgments": counts.get("judgments_read", 0)}
     if in_process:
-        problems += check_outputs(counts, local_seen, {k: v for k, v in replayed.items() if paths[k]})
+        problems += check_outputs(counts, local_seen, checked)
     failed_checks = check_inputs(accounting, checks, judgments=sm.cfg.ranking,
                                  inputs=paths.get("impressions") or [])
     line = _summary_line(counts, replayed, local_seen if in_process else {}, "read" if live else "replayed")

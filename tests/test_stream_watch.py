@@ -62,7 +62,8 @@ def _week():
     return obd + letor, judg, day0
 
 
-def test_watch_scores_files_dropped_while_the_job_runs(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("engine", ["columnar", "events"])
+def test_watch_scores_files_dropped_while_the_job_runs(tmp_path, monkeypatch, capsys, engine):
     imps, judg, day0 = _week()
     six = 6 * HOUR
     buckets = {}
@@ -114,7 +115,7 @@ def test_watch_scores_files_dropped_while_the_job_runs(tmp_path, monkeypatch, ca
     t.start()
     args = ["--watch", "--impressions", str(watch / "*.avro"), "--judgments", str(tmp_path / "judgments.avro"),
             "--metrics", "ndcg@10,map", "--window", "1d", "--allowed-lateness", "12h", "--early-count", "2000",
-            "--watch-interval", "0.05", "--quiet", "--output", str(out_dir)]
+            "--watch-interval", "0.05", "--quiet", "--output", str(out_dir), "--engine", engine]
     assert stream_cli.main(args) == 0
     t.join(timeout=5)
     printed = capsys.readouterr().out

@@ -41,6 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
 import grpc
+import numpy as np
+import pyarrow as pa
 from apache_beam import pvalue
 from apache_beam.coders import FastPrimitivesCoder
 from apache_beam.io.filesystems import FileSystems
@@ -49,7 +51,7 @@ from apache_beam.testing.test_stream import ElementEvent, ProcessingTimeEvent, W
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from ...io import avro
+from ...io import avro, records
 from ..sources import read_avro_blocks, unreadable_letter
 from . import replay as _replay
 from .replay import END_OF_TIME_US, ms_floor, usable_time
@@ -80,7 +82,7 @@ class FileWatcher:
 
     def __init__(self, patterns: dict, interval: float = 1.0, delay: int = 0, idle_stop: float | None = None,
                  chunk: int = 10_000, clock=time.monotonic, sleep=time.sleep, max_pending: int | None = None,
-                 received=None):
+                 received=None, columnar: bool = False):
         unknown = set(patterns) - set(KINDS)
         if unknown:
             raise ValueError(f"unknown kinds {sorted(unknown)}: use {KINDS}")
@@ -93,6 +95,8 @@ class FileWatcher:
         self.delay = int(delay)
         self.idle_stop = None if idle_stop is None else float(idle_stop)
         self.chunk = int(chunk)
+        #: send impression files as column blocks (ColumnarStreamMetrics's input) instead of records
+        self.columnar = bool(columnar)
         self._clock = clock
         self._sleep = sleep
         self.records = {k: 0 for k in KINDS}
@@ -161,7 +165,48 @@ class FileWatcher:
                 if event is not None:
                     yield event
 
+    def _column_events(self, kind, path):
+        """Columnar mode: one element per block of the file, ``(kind, (path, ("arrow", Arrow IPC
+        bytes) | ("records", list), records, watermark sent before it), seconds)``, timestamped
+        with the block's earliest usable event time."""
+        n = 0
+        try:
+            for block in read_avro_blocks(path, SCHEMA_OF[kind], "datafusion"):
+                yield from self._wait_for_room()
+                if isinstance(block, list):
+                    size = len(block)
+                    times = np.fromiter((t for t in map(usable_time, block) if t is not None), dtype=np.int64)
+                    payload = ("records", block)
+                else:
+                    size = block.num_rows
+                    ts = block.column("timestamp")
+                    if pa.types.is_timestamp(ts.type):
+                        ts = ts.cast(pa.int64())
+                    times = np.asarray(ts.to_numpy(zero_copy_only=False))
+                    times = times[(times >= records.EVENT_TIME_MIN) & (times <= records.EVENT_TIME_MAX)]
+                    sink = pa.BufferOutputStream()
+                    with pa.ipc.new_stream(sink, block.schema) as w:
+                        w.write_table(block)
+                    payload = ("arrow", sink.getvalue().to_pybytes())
+                n += size
+                self.records[kind] += size
+                self.sent += size
+                if self.first_sent_at is None:
+                    self.first_sent_at = self._clock()
+                if len(times):
+                    top = int(times.max())
+                    self._max_event = top if self._max_event is None else max(self._max_event, top)
+                t0 = int(times.min()) if len(times) else 0
+                yield ElementEvent([TimestampedValue((kind, (str(path), payload, size, self.watermark_us),
+                                                      self._sent_ms / 1000), Timestamp(micros=ms_floor(t0)))])
+        except avro.AvroInputError as e:  # damaged bytes: the records before the damage and a dead letter
+            yield ElementEvent([TimestampedValue(("unreadable", unreadable_letter(path, kind, e, n),
+                                                  self._sent_ms / 1000), Timestamp(micros=0))])
+
     def _file_events(self, kind, path):
+        if self.columnar:
+            yield from self._column_events(kind, path)
+            return
         n = 0
         try:
             for block in read_avro_blocks(path, SCHEMA_OF[kind]):
@@ -302,8 +347,9 @@ class _Fanout(beam.DoFn):
     def process(self, element):
         kind, payload, ptime = element
         _replay._REPLAY_NOW[0] = float(ptime)
-        if kind in KINDS:  # payload: (path, records)
-            _RECEIVED[self.token] = _RECEIVED.get(self.token, 0) + len(payload[1])
+        if kind in KINDS:  # payload: (path, records), or (path, block, records, watermark) (columnar)
+            n = payload[2] if len(payload) == 4 else len(payload[1])
+            _RECEIVED[self.token] = _RECEIVED.get(self.token, 0) + n
         yield pvalue.TaggedOutput(kind, payload)
 
 
@@ -320,13 +366,13 @@ class WatchFiles(beam.PTransform):
     read (the runner itself ends the stream as if it were complete)."""
 
     def __init__(self, patterns: dict, interval: float = 1.0, delay="0", idle_stop: float | None = None,
-                 chunk: int = 10_000, max_pending: int | None = 40_000, label=None):
+                 chunk: int = 10_000, max_pending: int | None = 40_000, label=None, columnar: bool = False):
         super().__init__(label)
         self.token = uuid.uuid4().hex
         self.watcher = FileWatcher(patterns, interval=interval,
                                    delay=parse_duration(delay, "delay", allow_zero=True), idle_stop=idle_stop,
                                    chunk=chunk, max_pending=max_pending,
-                                   received=lambda: _RECEIVED.get(self.token, 0))
+                                   received=lambda: _RECEIVED.get(self.token, 0), columnar=columnar)
         self.service = None
         self.unreadable = None
 

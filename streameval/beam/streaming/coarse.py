@@ -1,0 +1,615 @@
+"""The streaming job on the batch job's columnar stages: coarse elements (a watched file's columns),
+vectorised cleaning and scoring, per-shard exact partial sums merged where the panes fire.
+
+``blocks | ColumnarStreamMetrics(judgment_paths, metrics, window="1h", ...)`` gives the same metric
+rows (``pane``, ``pane_index``, ``is_final``) as :class:`~.transform.StreamMetrics` for fixed
+windows, judgments read when the job starts and clicks logged in the impression records (the
+``clicked`` field). Its input is what :class:`~.live.FileWatcher` sends with ``columnar=True``: one
+element per block of a file, ``(path, block, records, watermark)`` where ``block`` is an Arrow IPC
+stream (``("arrow", bytes)``) or a list of records (``("records", list)``) and ``watermark`` the
+watermark (micros) the source had sent before the block, or None.
+
+Stages (docs/metrics.md, "Streaming on the columnar engine"):
+
+1. **Read** (stateless): the block is checked by the batch reader (:class:`~..columnar.
+   _ReadImpressionColumns`: the same screen, the same dead letters) and cut by request shard.
+2. **Shard** (key: request shard; keyed state in the global window): the shard keeps the columns
+   of its open requests (a bag of frozen pieces). A piece's records whose request's window was
+   final when the source sent them (its end plus the allowed lateness at or before the watermark)
+   are late data. The others join the bag, and the windows they touch are cleaned and scored again
+   from the bag by the batch job's own stages (:class:`~..columnar._CleanShard`,
+   :class:`~..columnar._ScoreShard`, the judgments of each query shard from a multimap side
+   input): the shard sends its new exact partial sums of those windows (MeanMoments states per
+   slice label, click counts per position) to the aggregate, one message per system, with a
+   version. When the watermark passes a window's end plus the allowed lateness (an event-time
+   timer), the window's requests are cleaned and scored once more to count them (the record
+   accounting) and to write their dead letters, exactly once; the records are kept for the
+   retention (so later pieces of a final request are late data, as in :class:`StreamMetrics`) and
+   then dropped.
+3. **Aggregate** (key: system): the latest partial of each shard per window (a newer version
+   replaces an older one), merged when a pane fires (:class:`~.aggregate._AggregateBase`'s panes:
+   early panes every ``early_count`` shard updates or ``early_every`` of processing time, the
+   on-time pane at the watermark, late panes, the final pane). This is the first level of a
+   two-level aggregate: a system's key receives a few partial states per file, not a message per
+   request.
+
+Data flows only through ``process`` (the shard stage's outputs hold the downstream watermark);
+timers only count, write dead letters and free state, and the aggregate's timers fire panes.
+
+The work on a piece is proportional to the open windows it touches in its shard (they are cleaned
+and scored again), so the cost grows with the number of pieces per window and shard: files of many
+records and a small number of shards (default 16) keep it low.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam import pvalue
+from apache_beam.coders import FastPrimitivesCoder
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.typehints import typehints
+from apache_beam.utils.timestamp import Timestamp
+
+from ...accumulators.moments import MeanMoments
+from ..columnar import (
+    _CleanShard,
+    _ReadImpressionColumns,
+    _ReadJudgmentColumns,
+    _ResolveShard,
+    _ScoreShard,
+    _concat,
+    _pair_codes,
+    _take,
+    default_decoder,
+    freeze,
+    thaw,
+)
+from ..threads import _collect
+from ..transforms import NAMESPACE
+from .aggregate import _AggregateBase, _AggregateFn, _PaneState, _Schedule
+from .common import _SEP, _fmt_us, _late_record, _tally, _when
+from .transform import StreamMetrics
+
+#: query shards of the resolved judgments and of the cleaned requests: one (a shard scores all its
+#: requests in one call of the batch kernel; the judgments are held whole, read when the job starts)
+QUERY_SHARDS = 1
+_JUDGMENTS: dict = {}  # token -> {query shard: [held resolved judgments]}: one copy per process and job
+_JUDGMENTS_LOCK = threading.Lock()
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _apply_counts(run: str, counts: dict) -> None:
+    """Counter increments collected by :func:`~..threads._collect` (``{(namespace, name): n}``;
+    distributions as ``(kind, namespace, name)``): counters of our namespace go to the run's tally
+    and Beam counter (:func:`~.common._tally`), distributions to Beam."""
+    for key, n in counts.items():
+        if len(key) == 3:
+            dist = Metrics.distribution(key[1], key[2])
+            for v in n:
+                dist.update(v)
+        elif key[0] == NAMESPACE:
+            _tally(run, key[1], n)
+        else:
+            Metrics.counter(*key).inc(n)
+
+
+class _Tallied(beam.DoFn):
+    """A batch stage (a :class:`~..threads.ThreadedDoFn`'s ``work``) whose counts go to the stream's
+    tally (the local streaming runner reports Beam counters of a step's first bundle only)."""
+
+    def __init__(self, inner, run: str):
+        self.inner = inner
+        self.run = run
+
+    def process(self, element):
+        outs, counts = _collect(self.inner.work, (element,))
+        _apply_counts(self.run, counts)
+        yield from outs
+
+
+# --------------------------------------------------------------------------------------------
+# stage 1: read a block
+
+class _ReadBlocks(beam.DoFn):
+    """``(path, block, records, watermark)`` -> ``(request shard, (watermark, frozen columns))`` and
+    dead letters (tag ``side``) of the records the batch reader rejects."""
+
+    def __init__(self, shards: int, time_range, run: str):
+        self.reader = _ReadImpressionColumns(shards, decoder="datafusion", time_range=time_range)
+        self.run = run
+
+    def process(self, element):
+        path, (form, block), n, wm = element
+        if form == "arrow":
+            table = pa.ipc.open_stream(block).read_all()
+            outs, counts = _collect(self.reader._table, (table, path))
+        else:
+            outs, counts = _collect(self.reader._block, (block, path))
+        _tally(self.run, "impressions_read", n)
+        _apply_counts(self.run, counts)
+        for o in outs:
+            if isinstance(o, pvalue.TaggedOutput):
+                yield pvalue.TaggedOutput("side", o.value)
+            else:
+                shard, frozen = o
+                yield shard, (wm, frozen)
+
+
+# --------------------------------------------------------------------------------------------
+# stage 2: the shards
+
+class _ShardMeta(NamedTuple):
+    """A shard's book-keeping: ``closed``, the watermark (micros) known here (windows whose end plus
+    the allowed lateness is at or before it are final), or None; ``version`` of its latest
+    partials; ``armed``, the time its timer is set for, or None; ``sent``, ``{window: [system,
+    ...]}``: the systems whose partials of an open window were sent (an emptied one is sent as an
+    empty partial); ``final``, the windows already counted (records kept for the retention).
+    State: a list of the five."""
+
+    closed: int | None
+    version: int
+    armed: int | None
+    sent: dict
+    final: list
+
+    @classmethod
+    def read(cls, state) -> "_ShardMeta":
+        v = state.read()
+        return cls(None, 0, None, {}, []) if v is None else cls(*v)
+
+    def write(self, state) -> None:
+        state.write(list(self))
+
+
+@dataclass
+class _Stages:
+    """The batch stages a shard runs (built once per DoFn instance)."""
+
+    clean: _CleanShard
+    score: _ScoreShard | None
+
+
+class _ShardFn(beam.DoFn):
+    PIECES = BagStateSpec("pieces", FastPrimitivesCoder())
+    META = ReadModifyWriteStateSpec("meta", FastPrimitivesCoder())
+    #: {window: [{counter: n}, [dead letter, ...]]}: what the window's last cleaning and scoring
+    #: counted, applied when the window is final
+    PENDING = ReadModifyWriteStateSpec("pending", FastPrimitivesCoder())
+    EXPIRY = TimerSpec("expiry", TimeDomain.WATERMARK)
+
+    def __init__(self, cfg, batch: dict, judgments: dict | None):
+        #: {query shard: [frozen resolved judgments]} (read when the job started), or None
+        self.judgments = judgments
+        self.cfg = cfg
+        self.batch = batch  # the batch stages' options (see ColumnarStreamMetrics)
+        self._stages = None
+        self._held = None
+        self.token = uuid.uuid4().hex  # this job's judgments in the process-wide cache
+        self._mm = MeanMoments(len(cfg.specs))
+
+    def _get_stages(self) -> _Stages:
+        if self._stages is None:
+            b, cfg = self.batch, self.cfg
+            # the values between the two stages stay in this process (hold): nothing is pickled
+            clean = _CleanShard("CleanImpressions", cfg.ranking, cfg.ctr, cfg.spec.size, cfg.slice_specs,
+                                b["order"], QUERY_SHARDS, hold=True, lateness_micros=cfg.lateness)
+            if self.judgments is not None:  # unpickled once per process (the runner copies DoFns), then held
+                with _JUDGMENTS_LOCK:
+                    held = _JUDGMENTS.get(self.token)
+                    if held is None:
+                        held = _JUDGMENTS[self.token] = {q: [freeze(thaw(v), hold=True) for v in vals]
+                                                         for q, vals in self.judgments.items()}
+                self._held = held
+            score = _ScoreShard(cfg.specs, cfg.options, b["order"], b["tie_break"], b["score_precision"],
+                                b["depth"], cfg.spec.size, cfg.slice_specs) if cfg.ranking else None
+            self._stages = _Stages(clean, score)
+        return self._stages
+
+    # -- the batch stages on a chunk of whole requests --------------------------------------------
+    def _run(self, shard: int, chunk: dict, judgments):
+        """(ranking states ``{(window start, system): {label: state}}``, click states
+        ``{(window start, system): {label: {position: [impressions, clicks]}}}``, side records,
+        counts) of the batch stages on ``chunk``."""
+        st = self._get_stages()
+        counts: dict = {}
+
+        def run(work, args):
+            outs, c = _collect(work, args)
+            for k, v in c.items():
+                counts[k] = counts.get(k, []) + v if len(k) == 3 else counts.get(k, 0) + v
+            return outs
+
+        rank: dict = {}
+        ctr: dict = {}
+        side: list = []
+        by_query: dict = {}
+        judgments = self._held if judgments is not None else None
+        for o in run(st.clean.work, ((shard, [freeze(chunk, hold=True)]),)):
+            if isinstance(o, pvalue.TaggedOutput):
+                if o.tag == "clicks":
+                    (ws, _we, label, system), pos = o.value
+                    ctr.setdefault((ws, system), {})[label] = pos
+                elif o.tag == "dead_letters":
+                    side.append(o.value)
+            else:
+                by_query.setdefault(o[0], []).append(o[1])
+        for q, parts in sorted(by_query.items()):
+            for o in run(st.score.work, ((q, parts), list(judgments.get(q, ())) if judgments is not None else [])):
+                if isinstance(o, pvalue.TaggedOutput):
+                    if o.tag == "dead_letters":
+                        side.append(o.value)
+                    # "unjudged": counted (requests_unjudged), as the per-event stream does
+                else:
+                    (ws, _we, label, system), state = o
+                    by_label = rank.setdefault((ws, system), {})
+                    # the query shards' states of one (window, label, system) merge exactly
+                    by_label[label] = state if label not in by_label else self._mm.merge([by_label[label], state])
+        return rank, ctr, side, counts
+
+    # -- requests and windows ------------------------------------------------------------------
+    def _request_windows(self, chunk: dict):
+        """(request code per row, window index per request) of a chunk (a request counts in the
+        window of its earliest impression, as in batch)."""
+        req, _ = _pair_codes(chunk["system_id"], chunk["request_id"])
+        t0 = np.full(int(req.max()) + 1 if len(req) else 0, _INT64_MAX, dtype=np.int64)
+        np.minimum.at(t0, req, chunk["timestamp"])
+        return req, t0 // self.cfg.spec.period
+
+    def _expiry(self, k):
+        return (k + 1) * self.cfg.spec.period + self.cfg.lateness
+
+    @staticmethod
+    def _buffer(pieces) -> dict | None:
+        held = [thaw(v) for v in pieces.read()]
+        return _concat(held) if held else None
+
+    def process(self, element, pieces=beam.DoFn.StateParam(PIECES),
+                meta=beam.DoFn.StateParam(META), pending=beam.DoFn.StateParam(PENDING),
+                expiry=beam.DoFn.TimerParam(EXPIRY)):
+        shard, (wm, frozen) = element
+        cfg = self.cfg
+        m = _ShardMeta.read(meta)
+        closed = m.closed if wm is None else (wm if m.closed is None else max(m.closed, wm))
+        new = thaw(frozen)
+        old = self._buffer(pieces)
+        n_old = old["n"] if old is not None else 0
+        both = _concat([old, new]) if old is not None else new
+        req, win = self._request_windows(both)
+        if closed is not None:
+            late = self._expiry(win[req[n_old:]]) <= closed
+            if late.any():
+                rows = np.flatnonzero(late)
+                yield from self._late(new, rows, win[req[n_old:]][rows], closed)
+                new = _take(new, ~late)
+                if not new["n"]:
+                    m._replace(closed=closed).write(meta)
+                    return
+                both = _concat([old, new]) if old is not None else new
+                req, win = self._request_windows(both)
+        pieces.add(freeze(new))
+        rwin = win[req]
+        touched = np.unique(rwin[n_old:])
+        version = m.version + 1
+        sent = dict(m.sent)
+        counted = pending.read() or {}
+        by_system: dict = {}
+        for k in touched.tolist():
+            sel = rwin == k
+            chunk = both if sel.all() else _take(both, sel)
+            # the window's counts and dead letters so far: applied once, when it is final
+            rank, ctr, side, counts = self._run(shard, chunk, self.judgments)
+            counted[k] = [{_SEP.join(key): n for key, n in counts.items() if len(key) == 2}, side]
+            start = k * cfg.spec.period
+            systems = {s for (_ws, s) in list(rank) + list(ctr)}
+            for s in systems | set(sent.get(k, [])):
+                by_system.setdefault(s, {})[k] = [rank.get((start, s), {}), ctr.get((start, s), {})]
+            sent[k] = sorted(systems)
+        updated = int(len(np.unique(req[n_old:])))  # requests this piece changed (early_count counts them)
+        for system, subs in sorted(by_system.items()):
+            yield system, [("part", int(shard), version, subs, updated)]
+        pending.write(counted)
+        armed = self._arm(expiry, m.armed, [self._expiry(k) for k in sent if k not in m.final])
+        _ShardMeta(closed, version, armed, sent, m.final).write(meta)
+
+    def _late(self, new, rows, wins, closed):
+        from ..columnar import columns_records
+
+        for rec, k in zip(columns_records(new, rows), wins.tolist()):
+            _tally(self.cfg.run, "late:impression")
+            start, end = k * self.cfg.spec.period, (k + 1) * self.cfg.spec.period
+            yield pvalue.TaggedOutput("side", _late_record(
+                "late:impression", rec,
+                f"its request's window [{_fmt_us(start)}, {_fmt_us(end)}) was final (allowed lateness "
+                f"{self.cfg.lateness} us) when the record arrived: watermark {_fmt_us(closed)}"))
+
+    @staticmethod
+    def _arm(expiry, armed, times):
+        nxt = min(times, default=None)
+        if nxt is not None and nxt != armed:
+            expiry.set(_when(nxt))
+            return nxt
+        return armed if nxt is not None else None
+
+    @on_timer(EXPIRY)
+    def on_expiry(self, pieces=beam.DoFn.StateParam(PIECES), meta=beam.DoFn.StateParam(META),
+                  pending=beam.DoFn.StateParam(PENDING), expiry=beam.DoFn.TimerParam(EXPIRY),
+                  ts=beam.DoFn.TimestampParam):
+        now = ts.micros
+        cfg = self.cfg
+        m = _ShardMeta.read(meta)
+        closed = now if m.closed is None else max(m.closed, now)
+        sent = dict(m.sent)
+        final = list(m.final)
+        due = [k for k in sent if k not in final and self._expiry(k) <= now]
+        if due:
+            counted = pending.read() or {}
+            for k in due:
+                counts, side = counted.pop(k, [{}, []])
+                for name, n in counts.items():
+                    _apply_counts(cfg.run, {tuple(name.split(_SEP, 1)): n})
+                for rec in side:
+                    yield pvalue.TaggedOutput("side", rec)
+            pending.write(counted)
+            final.extend(due)
+        # records of windows final for longer than the retention are dropped (until then a later
+        # piece of one of their requests is late data)
+        gone = [k for k in final if self._expiry(k) + cfg.retention <= now]
+        if gone:
+            buf = self._buffer(pieces)
+            pieces.clear()
+            if buf is not None and buf["n"]:
+                req, win = self._request_windows(buf)
+                keep = ~np.isin(win[req], np.array(gone, dtype=np.int64))
+                if keep.any():
+                    pieces.add(freeze(buf if keep.all() else _take(buf, keep)))
+            for k in gone:
+                sent.pop(k, None)
+            final = [k for k in final if k not in gone]
+        times = [self._expiry(k) + (cfg.retention if k in final else 0) for k in sent]
+        nxt = min(times, default=None)
+        if nxt is not None:
+            expiry.set(_when(nxt))
+        _ShardMeta(closed, m.version, nxt, sent, final).write(meta)
+
+
+# --------------------------------------------------------------------------------------------
+# stage 3: the aggregate of the shards' partials
+
+@dataclass(slots=True)
+class _PartsCore:
+    """A system's aggregate: ``parts``, ``{window: {shard: [version, {label: MeanMoments state},
+    {label: {position: [impressions, clicks]}}]}}``; ``panes``, ``{window: _PaneState}`` of the open
+    windows; ``closed_upto``, the time (micros) up to which windows closed, or None. State:
+    ``[parts, panes (as lists), closed_upto]``."""
+
+    parts: dict
+    panes: dict
+    closed_upto: int | None
+
+    @classmethod
+    def from_state(cls, value) -> "_PartsCore":
+        parts, panes, closed = value
+        return cls(parts, {j: _PaneState.from_state(p) for j, p in panes.items()}, closed)
+
+    def to_state(self) -> list:
+        return [self.parts, {j: p.to_state() for j, p in self.panes.items()}, self.closed_upto]
+
+
+class _PartialAggregate(_AggregateBase):
+    """Key: system. Messages ``("part", shard, version, {window: [rank, ctr]}, requests updated)``
+    (see the module)."""
+
+    def process(self, kv, inbox, core, sched, event, proc, ts):
+        """As :meth:`_AggregateBase.process`, with ``early_count`` counting the requests the shards'
+        messages updated (not the messages)."""
+        system, msgs = kv
+        inbox.add(msgs)
+        armed, parmed, pnow, count = _Schedule.read(sched)
+        count += sum(int(m[4]) for m in msgs)
+        cand = self.candidate(msgs)
+        if cand is not None and (armed is None or cand < armed):
+            armed = cand
+            event.set(_when(armed))
+        cfg = self.cfg
+        if cfg.early_seconds and parmed is None:
+            parmed = max(self.clock(), pnow) + cfg.early_seconds
+            proc.set(Timestamp.of(parmed))
+        if cfg.early_count and count >= cfg.early_count:
+            count = 0
+            c = self._fold(system, inbox, core)
+            yield from self._emit_dirty(system, c, ts)
+            armed = self._rearm(c, event, armed)
+            core.write(c.to_state())
+        _Schedule(armed, parmed, pnow, count).write(sched)
+
+    def new_core(self) -> _PartsCore:
+        return _PartsCore({}, {}, None)
+
+    def core_from_state(self, value) -> _PartsCore:
+        return _PartsCore.from_state(value)
+
+    def window_of(self, c, j):
+        start, end = self.cfg.spec.bounds(j)
+        return start, end, None
+
+    def candidate(self, msgs):
+        ends = [self.cfg.spec.bounds(int(k))[1] for m in msgs for k in m[3]]
+        return min(ends, default=None)
+
+    def _frozen(self, c, k):
+        return c.closed_upto is not None and self.cfg.expiry(k) <= c.closed_upto
+
+    def _fresh(self, c, m):
+        _, shard, version, subs, _n = m
+        return [int(k) for k in subs if c.parts.get(int(k), {}).get(shard, [-1])[0] < version]
+
+    def apply(self, system, c, m, dry=False):
+        fresh = self._fresh(c, m)
+        if not fresh:
+            return "stale"
+        if any(self._frozen(c, k) for k in fresh):
+            if not dry:
+                self._reject(system, m, fresh)
+            return "late"
+        if dry:
+            return "ok"
+        _, shard, version, subs, _n = m
+        for k in fresh:
+            rank, ctr = subs[k] if k in subs else subs[str(k)]
+            c.parts.setdefault(k, {})[shard] = [version, rank, ctr]
+            p = c.panes.get(k)
+            if p is None:
+                p = c.panes[k] = _PaneState()
+            p.dirty = True
+        return "ok"
+
+    def reject(self, system, c, m):
+        fresh = self._fresh(c, m)
+        if fresh:
+            self._reject(system, m, fresh)
+
+    def _reject(self, system, m, subs):
+        spec = self.cfg.spec
+        self._rejects.append(_late_record(
+            "late:update", {"kind": "part", "system_id": system, "shard": m[1],
+                            "windows": [[_fmt_us(a), _fmt_us(b)] for a, b in (spec.bounds(s) for s in subs)]},
+            "a shard's update arrived after a window it changes closed"))
+
+    def window_rows(self, c, j):
+        rank: dict = {}
+        ctr: dict = {}
+        for _shard, (_v, r, cl) in sorted(c.parts.get(j, {}).items()):
+            for label, st in r.items():
+                cur = rank.get(label)
+                rank[label] = [1, st] if cur is None else [1, self.mm.merge([cur[1], st])]
+            for label, by_pos in cl.items():
+                dl = ctr.setdefault(label, {})
+                for pos, (i, n) in by_pos.items():
+                    cell = dl.setdefault(int(pos), [0, 0])
+                    cell[0] += i
+                    cell[1] += n
+        return self._ctr_rows(ctr, self._rank_rows(rank))
+
+    def next_deadline(self, c):
+        best = None
+        for j, p in c.panes.items():
+            end = self.cfg.spec.bounds(j)[1]
+            d = end + self.cfg.lateness
+            if not p.on_time or p.dirty:
+                d = min(d, end)
+            best = d if best is None else min(best, d)
+        return best
+
+    def fire_deadlines(self, system, c, now, ts):
+        c.closed_upto = now if c.closed_upto is None else max(c.closed_upto, now)
+        for j in sorted(c.panes):
+            p = c.panes[j]
+            end = self.cfg.spec.bounds(j)[1]
+            if end > now:
+                continue
+            final = end + self.cfg.lateness <= now
+            if not p.on_time:
+                yield from self._pane(system, c, j, "on_time", final, ts)
+            elif p.dirty or final:
+                yield from self._pane(system, c, j, "late", final, ts)
+            if final:
+                del c.panes[j]
+                c.parts.pop(j, None)
+
+
+# --------------------------------------------------------------------------------------------
+# the transform
+
+class ColumnarStreamMetrics(StreamMetrics):
+    """``blocks | ColumnarStreamMetrics(judgment_paths, metrics, window, ...)``: the streaming job on
+    the columnar engine (see the module). ``judgment_paths``: judgment files read when the job
+    starts (None: click metrics only). Arguments as :class:`StreamMetrics`, except: fixed windows
+    only; no click events (clicks are the impressions' ``clicked`` field); ``early_count`` counts
+    shard updates (a file gives one per shard it touches); ``request_shards``: the shards of
+    stage 2 (default 16). Outputs and counts as :class:`StreamMetrics` (``panes``, ``side``,
+    ``late``, ``dead_letters``, :meth:`counts`, :meth:`accounting`)."""
+
+    def __init__(self, judgment_paths=None, metrics=None, window="1h", *, order="score", tie_break="docno",
+                 score_precision="float32", depth=None, request_shards=16, decoder=None, **kw):
+        paths = list(judgment_paths or [])
+        kw.pop("clicks", None)
+        super().__init__(paths or None, metrics, window, order=order, tie_break=tie_break,
+                         score_precision=score_precision, depth=depth, request_shards=max(int(request_shards), 1),
+                         **kw)
+        if not self.cfg.spec.windowed or self.cfg.spec.per_window != 1:
+            raise ValueError("the columnar streaming engine has fixed windows only (use --engine events for "
+                             "sliding windows and sessions)")
+        if self.cfg.intervals != "fixed":
+            raise ValueError("the columnar streaming engine gives fixed-sample intervals only (use --engine "
+                             "events for --intervals anytime)")
+        self.judgment_paths = paths
+        self.batch = {"order": order, "tie_break": tie_break, "score_precision": score_precision, "depth": depth}
+        self.decoder = decoder or default_decoder()
+
+    def _judgments(self):
+        """The judgments, read and resolved when the pipeline is built (the batch job's reader and
+        conflict policy): ``({query shard: [frozen resolved columns]}, dead letters)``; their counts
+        go to the run's tally. Read here, not by a side input: Beam's local streaming runner does not
+        hold the main input until a side input is complete."""
+        reader = _ReadJudgmentColumns(QUERY_SHARDS, self.grade_range, self.decoder)
+        by_shard: dict = {}
+        dead: list = []
+
+        def run(work, args):
+            outs, counts = _collect(work, args)
+            _apply_counts(self.cfg.run, counts)
+            for o in outs:
+                if isinstance(o, pvalue.TaggedOutput):
+                    dead.append(o.value)
+                else:
+                    yield o
+
+        for path in self.judgment_paths:
+            for shard, frozen in run(reader.work, (path,)):
+                by_shard.setdefault(shard, []).append(frozen)
+        resolver = _ResolveShard(self.cfg.policy, "ResolveJudgments")
+        resolved: dict = {}
+        for shard, values in sorted(by_shard.items()):
+            for s, frozen in run(resolver.work, ((shard, values),)):
+                resolved.setdefault(int(s), []).append(frozen)
+        return resolved, dead
+
+    def expand(self, blocks):
+        cfg = self.cfg
+        p = blocks.pipeline
+        side = []
+        judgments = None
+        if self.judgment_paths:
+            judgments, dead = self._judgments()
+            if dead:
+                side.append(p | "JudgmentDeadLetters" >> beam.Create(dead))
+        pieces = blocks | "ReadBlocks" >> beam.ParDo(_ReadBlocks(cfg.shards, self.time_range, cfg.run)).with_outputs(
+            "side", main="pieces")
+        side.append(pieces.side)
+        keyed = pieces.pieces
+        keyed.element_type = typehints.Tuple[int, typehints.Any]
+        shards = keyed | "Shards" >> beam.ParDo(_ShardFn(cfg, self.batch, judgments)).with_outputs(
+            "side", main="systems")
+        side.append(shards.side)
+        to_agg = shards.systems
+        to_agg.element_type = typehints.Tuple[str, typehints.Any]
+        agg = to_agg | "Aggregate" >> beam.ParDo(_AggregateFn(_PartialAggregate(cfg))).with_outputs(
+            "panes", "side", main="rows")
+        side.append(agg.side)
+        self.panes = agg.panes
+        self.side = tuple(side) | "AllSide" >> beam.Flatten()
+        return agg.rows
+
+
+__all__ = ["ColumnarStreamMetrics", "QUERY_SHARDS"]
+_ = (math, typehints)

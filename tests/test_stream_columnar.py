@@ -1,0 +1,194 @@
+"""The streaming job on the columnar engine (``streameval stream --watch --engine columnar``,
+:mod:`streameval.beam.streaming.coarse`): watched files are scored by the batch job's vectorised
+stages per request shard, and the shards' exact partial sums are merged where the panes fire.
+
+The references are independent of the engine: the final panes equal the batch job's rows (its
+per-record engine, ``tests.test_stream.run_batch``) bit for bit, and the stream's record accounting and
+dead letters equal the batch job's (``pipelines.batch``, run on the same files) record for record, on a
+log with replays, conflicting events, items served twice, unscored items, unjudged queries and
+conflicting judgments spread over several files."""
+
+import json
+import random
+
+import pytest
+
+from pipelines import batch as batch_cli
+from pipelines import stream as stream_cli
+from streameval.io import avro
+
+from .test_stream import HOUR, assert_final_equals_batch, imp, jdg, panes_of
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*judged queries have no results:UserWarning"),
+    pytest.mark.filterwarnings("ignore:.*run queries have no judgments:UserWarning"),
+]
+
+T0 = 1_700_000_000_000_000 // HOUR * HOUR  # an hour boundary (micros)
+
+
+def _log(seed=7, n_requests=600):
+    """(files of impression records in arrival order, judgments): two systems, 30 queries (25 judged),
+    requests of 1-8 items over 6 hours; replays (the same records again, in a later file), a reused
+    event id with other content, an item served twice, requests without scores, a request split over
+    two files, judgments with conflicting grades."""
+    rng = random.Random(seed)
+    reqs = []
+    for r in range(n_requests):
+        system = rng.choice(["A", "B"])
+        q = f"q{rng.randrange(30)}"
+        ts = T0 + rng.randrange(6 * HOUR)
+        n = rng.randint(1, 8)
+        items = rng.sample(range(40), n)
+        recs = [imp(f"r{r}", f"d{it}", pos + 1, ts + pos, system=system, query=q,
+                    score=None if r % 97 == 5 else float(rng.randrange(100)),
+                    clicked=rng.random() < 0.2, attrs={"device": rng.choice(["mobile", "desktop"])})
+                for pos, it in enumerate(items)]
+        reqs.append(recs)
+    reqs.sort(key=lambda rs: rs[0]["timestamp"])
+    files = [[] for _ in range(8)]
+    for i, recs in enumerate(reqs):
+        f = i * len(files) // len(reqs)
+        if i % 50 == 3 and len(recs) > 1 and f + 1 < len(files):  # a request split over two files
+            files[f].extend(recs[:1])
+            files[f + 1].extend(recs[1:])
+        else:
+            files[f].extend(recs)
+    for f in range(1, len(files)):
+        files[f].extend(files[f - 1][:5])  # replays of the previous file's first records
+    bad = dict(files[2][10])
+    bad["item_id"] = "other"  # the same event id with other content
+    files[3].append(bad)
+    twice = dict(files[4][7])
+    twice["event_id"] = twice["event_id"] + "/again"  # the same item served twice in its request
+    files[4].append(twice)
+    judg = [jdg(f"q{q}", f"d{d}", rng.randrange(4)) for q in range(25) for d in rng.sample(range(40), 20)]
+    judg += [jdg("q1", judg[0]["item_id"] if judg[0]["query_id"] == "q1" else "d0", 3, ts=5),
+             jdg("q1", judg[0]["item_id"] if judg[0]["query_id"] == "q1" else "d0", 1, ts=5)]
+    return files, judg
+
+
+def _jsonl(directory, pattern):
+    return [json.loads(line) for f in sorted(directory.glob(pattern)) for line in open(f)]
+
+
+def _stream(tmp_path, files, judg, extra=()):
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    for i, recs in enumerate(files):
+        avro.write_records(str(watch / f"part-{i:03d}.avro"), "impression", recs)
+    avro.write_records(str(tmp_path / "judgments.avro"), "judgment", judg)
+    out = tmp_path / "out"
+    args = ["--watch", "--impressions", str(watch / "*.avro"), "--judgments", str(tmp_path / "judgments.avro"),
+            "--metrics", "ndcg@10,map,P@5", "--window", "1h", "--slices", "device", "--watch-interval", "0.05",
+            "--watch-idle-stop", "1", "--quiet", "--output", str(out), *extra]
+    code = stream_cli.main(args)
+    return code, out
+
+
+def test_columnar_stream_equals_the_batch_job(tmp_path, capsys):
+    files, judg = _log()
+    # the watermark stays 7 h behind the latest event: nothing of the 6-hour log is late, so the
+    # replays and the split requests meet their earlier records as in batch
+    code, out = _stream(tmp_path, files, judg, ["--engine", "columnar", "--watch-delay", "7h"])
+    assert code == 0, capsys.readouterr()
+    summary = json.loads((out / "summary.json").read_text())
+    rows = _jsonl(out, "metrics-*.jsonl")
+    # the batch job on the same files, on its per-record engine (the executable specification, which
+    # shares no code with the columnar stages): its rows are the final panes bit for bit, intervals
+    # included; its record accounting and dead letters are the stream's
+    bout = tmp_path / "batch"
+    assert batch_cli.main(["--impressions", str(tmp_path / "watch" / "*.avro"), "--judgments",
+                           str(tmp_path / "judgments.avro"), "--metrics", "ndcg@10,map,P@5", "--window", "1h",
+                           "--slices", "device", "--runner", "FnApiRunner", "--engine", "records",
+                           "--output", str(bout)]) == 0
+    assert_final_equals_batch(rows, _jsonl(bout, "metrics.jsonl"))
+    bsum = json.loads((bout / "summary.json").read_text())
+    assert summary["accounting"] == bsum["accounting"]
+    assert summary["accounting_problems"] == [] and summary["counts"]["requests_scored"] == \
+        bsum["counters"]["requests_scored"]
+    assert bsum["accounting"]["impression"]["duplicates"] >= 35  # the log has what it claims
+    assert len(bsum["accounting"]["impression"]["rejected"]) == 2 and bsum["accounting"]["judgment"]["superseded"] == 2
+
+    def letters(rs):
+        return sorted((r["raw"], r["reason"]) for r in rs)
+
+    bdead = _jsonl(bout, "dead_letters*.jsonl")
+    sdead = _jsonl(out, "dead_letters-*.jsonl")
+    assert letters(sdead) == letters(bdead) and len(sdead) == 2
+    assert not list(out.glob("late_data-*.jsonl")) or _jsonl(out, "late_data-*.jsonl") == []
+    # panes: each window has an on-time pane (lateness 0: it is the final one)
+    assert {p for seq in panes_of(rows).values() for p, _, _ in seq} >= {"on_time"}
+    printed = capsys.readouterr()
+    assert "per-event engine" not in printed.err
+
+
+def test_columnar_stream_late_data_and_late_panes(tmp_path):
+    """A file older than the watermark: records whose window is final (its end plus the allowed
+    lateness at or before the watermark) are late data, written with their reason and counted; those
+    within the allowed lateness change their window in a late pane; the final panes equal the batch
+    job on the records that were not late."""
+    files, judg = _log(seed=11, n_requests=300)
+    early_hours = [r for r in files[0] if r["timestamp"] < T0 + HOUR]
+    assert early_hours
+    late_file = [dict(r, event_id=r["event_id"] + "/l", request_id=r["request_id"] + "/l") for r in early_hours]
+    within = [dict(r, event_id=r["event_id"] + "/w", request_id=r["request_id"] + "/w") for r in files[-2]]
+    files = files[:-1] + [late_file + within] + files[-1:]
+    code, out = _stream(tmp_path, files, judg, ["--engine", "columnar", "--allowed-lateness", "2h"])
+    assert code == 0
+    late = _jsonl(out, "late_data-*.jsonl")
+    watermark_before = max(r["timestamp"] for f in files[:-2] for r in f)
+    want_late = [r for r in late_file + within if (r["timestamp"] // HOUR + 1) * HOUR + 2 * HOUR <= watermark_before]
+    assert sorted(json.loads(r["raw"])["event_id"] for r in late) == sorted(r["event_id"] for r in want_late)
+    assert want_late and all(r["source"] == "late:impression" and "was final" in r["reason"] for r in late)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["accounting"]["impression"]["late"] == len(want_late)
+    assert summary["accounting_problems"] == []
+    late_ids = {r["event_id"] for r in want_late}
+    kept = [r for f in files for r in f if r["event_id"] not in late_ids]
+    rows = _jsonl(out, "metrics-*.jsonl")
+    avro.write_records(str(tmp_path / "kept.avro"), "impression", kept)
+    bout = tmp_path / "batch"
+    assert batch_cli.main(["--impressions", str(tmp_path / "kept.avro"), "--judgments",
+                           str(tmp_path / "judgments.avro"), "--metrics", "ndcg@10,map,P@5", "--window", "1h",
+                           "--slices", "device", "--allowed-lateness", "2h", "--runner", "FnApiRunner",
+                           "--engine", "records", "--output", str(bout)]) == 0
+    assert_final_equals_batch(rows, _jsonl(bout, "metrics.jsonl"))
+    assert any(p == "late" for seq in panes_of(rows).values() for p, _, _ in seq)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--engine", "columnar", "--every", "30m"], "--engine columnar: the columnar engine has fixed windows only"),
+    (["--engine", "columnar", "--intervals", "anytime"], "--engine columnar: --intervals anytime needs"),
+])
+def test_columnar_engine_refuses_what_it_cannot_run_in_one_line(tmp_path, capsys, extra, message):
+    files, judg = _log(n_requests=20)
+    code, _ = _stream(tmp_path, files[:1], judg, extra)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [f"error: {err[0][len('error: '):]}"] and message in err[0]
+
+
+def test_auto_engine_says_why_the_per_event_engine_runs(tmp_path, capsys):
+    files, judg = _log(n_requests=20)
+    code, out = _stream(tmp_path, files[:2], judg, ["--every", "30m"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "note: the per-event engine runs this job: the columnar engine has fixed windows only" in err
+
+
+def test_local_runner_memo_gives_the_same_specs():
+    """The memoised ``get_dofn_specs`` (streameval.beam.local_runner) answers as Beam's own for the
+    job's stateful DoFns; a Beam without the function fails here, so an upgrade is noticed."""
+    from apache_beam.transforms import userstate
+
+    from streameval.beam import local_runner
+    from streameval.beam.streaming.aggregate import _AggregateFn
+    from streameval.beam.streaming.coarse import _PartialAggregate, _ShardFn
+
+    original = getattr(userstate.get_dofn_specs, "__wrapped__", userstate.get_dofn_specs)
+    assert local_runner.install()
+    cfg = type("Cfg", (), {"specs": [], "clock": None})()
+    for fn in (_ShardFn.__new__(_ShardFn), _AggregateFn.__new__(_AggregateFn)):
+        got = userstate.get_dofn_specs(fn)
+        assert got == original(fn) and got[0] and got[1]
+    assert _PartialAggregate and cfg
