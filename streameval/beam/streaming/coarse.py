@@ -77,7 +77,7 @@ from ..columnar import (
 from ..threads import _collect
 from ..transforms import NAMESPACE
 from .aggregate import _AggregateBase, _AggregateFn, _PaneState, _Schedule
-from .common import _SEP, _fmt_us, _late_record, _tally, _when
+from .common import _fmt_us, _late_record, _tally, _when
 from .transform import StreamMetrics
 
 #: query shards of the resolved judgments and of the cleaned requests: one (a shard scores all its
@@ -182,9 +182,6 @@ class _Stages:
 class _ShardFn(beam.DoFn):
     PIECES = BagStateSpec("pieces", FastPrimitivesCoder())
     META = ReadModifyWriteStateSpec("meta", FastPrimitivesCoder())
-    #: {window: [{counter: n}, [dead letter, ...]]}: what the window's last cleaning and scoring
-    #: counted, applied when the window is final
-    PENDING = ReadModifyWriteStateSpec("pending", FastPrimitivesCoder())
     EXPIRY = TimerSpec("expiry", TimeDomain.WATERMARK)
 
     def __init__(self, cfg, batch: dict, judgments: dict | None):
@@ -274,8 +271,7 @@ class _ShardFn(beam.DoFn):
         return _concat(held) if held else None
 
     def process(self, element, pieces=beam.DoFn.StateParam(PIECES),
-                meta=beam.DoFn.StateParam(META), pending=beam.DoFn.StateParam(PENDING),
-                expiry=beam.DoFn.TimerParam(EXPIRY)):
+                meta=beam.DoFn.StateParam(META), expiry=beam.DoFn.TimerParam(EXPIRY)):
         shard, (wm, frozen) = element
         cfg = self.cfg
         m = _ShardMeta.read(meta)
@@ -298,26 +294,34 @@ class _ShardFn(beam.DoFn):
                 req, win = self._request_windows(both)
         pieces.add(freeze(new))
         rwin = win[req]
-        touched = np.unique(rwin[n_old:])
+        period = cfg.spec.period
+        # windows the piece changes: its requests' windows (ranking) and its impressions' own windows
+        # (CTR counts an impression in the window of its own time)
+        touched = np.union1d(rwin[n_old:], both["timestamp"][n_old:] // period)
+        # the requests with an impression in a touched window or counting in one: every ranking and
+        # click sum of the touched windows comes from them
+        last = np.full(len(win), np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(last, req, both["timestamp"] // period)
+        span = np.zeros(len(win), dtype=bool)
+        for k in touched.tolist():
+            span |= (win <= k) & (last >= k)
+        sel = span[req]
         version = m.version + 1
         sent = dict(m.sent)
-        counted = pending.read() or {}
+        chunk = both if sel.all() else _take(both, sel)
+        # every window the piece touches, cleaned and scored again from the shard's records (counted
+        # and written out once, when the window is final: on_expiry)
+        rank, ctr, _side, _counts = self._run(shard, chunk, self.judgments)
         by_system: dict = {}
         for k in touched.tolist():
-            sel = rwin == k
-            chunk = both if sel.all() else _take(both, sel)
-            # the window's counts and dead letters so far: applied once, when it is final
-            rank, ctr, side, counts = self._run(shard, chunk, self.judgments)
-            counted[k] = [{_SEP.join(key): n for key, n in counts.items() if len(key) == 2}, side]
             start = k * cfg.spec.period
-            systems = {s for (_ws, s) in list(rank) + list(ctr)}
+            systems = {s for (ws, s) in list(rank) + list(ctr) if ws == start}
             for s in systems | set(sent.get(k, [])):
                 by_system.setdefault(s, {})[k] = [rank.get((start, s), {}), ctr.get((start, s), {})]
             sent[k] = sorted(systems)
         updated = int(len(np.unique(req[n_old:])))  # requests this piece changed (early_count counts them)
         for system, subs in sorted(by_system.items()):
             yield system, [("part", int(shard), version, subs, updated)]
-        pending.write(counted)
         armed = self._arm(expiry, m.armed, [self._expiry(k) for k in sent if k not in m.final])
         _ShardMeta(closed, version, armed, sent, m.final).write(meta)
 
@@ -342,8 +346,7 @@ class _ShardFn(beam.DoFn):
 
     @on_timer(EXPIRY)
     def on_expiry(self, pieces=beam.DoFn.StateParam(PIECES), meta=beam.DoFn.StateParam(META),
-                  pending=beam.DoFn.StateParam(PENDING), expiry=beam.DoFn.TimerParam(EXPIRY),
-                  ts=beam.DoFn.TimestampParam):
+                  expiry=beam.DoFn.TimerParam(EXPIRY), key=beam.DoFn.KeyParam, ts=beam.DoFn.TimestampParam):
         now = ts.micros
         cfg = self.cfg
         m = _ShardMeta.read(meta)
@@ -352,18 +355,23 @@ class _ShardFn(beam.DoFn):
         final = list(m.final)
         due = [k for k in sent if k not in final and self._expiry(k) <= now]
         if due:
-            counted = pending.read() or {}
-            for k in due:
-                counts, side = counted.pop(k, [{}, []])
-                for name, n in counts.items():
-                    _apply_counts(cfg.run, {tuple(name.split(_SEP, 1)): n})
-                for rec in side:
-                    yield pvalue.TaggedOutput("side", rec)
-            pending.write(counted)
+            # the final windows' requests cleaned and scored once more: counted and their dead
+            # letters written, exactly once (their partials were sent when their records arrived)
+            buf = self._buffer(pieces)
+            if buf is not None and buf["n"]:
+                req, win = self._request_windows(buf)
+                sel = np.isin(win[req], np.array(due, dtype=np.int64))
+                if sel.any():
+                    _rank, _ctr, side, counts = self._run(int(key), buf if sel.all() else _take(buf, sel),
+                                                          self.judgments)
+                    _apply_counts(cfg.run, counts)
+                    for rec in side:
+                        yield pvalue.TaggedOutput("side", rec)
             final.extend(due)
         # records of windows final for longer than the retention are dropped (until then a later
         # piece of one of their requests is late data)
-        gone = [k for k in final if self._expiry(k) + cfg.retention <= now]
+        keep_for = max(cfg.retention, cfg.spec.period)  # a later window's clicks may need a request's records
+        gone = [k for k in final if self._expiry(k) + keep_for <= now]
         if gone:
             buf = self._buffer(pieces)
             pieces.clear()
@@ -375,7 +383,7 @@ class _ShardFn(beam.DoFn):
             for k in gone:
                 sent.pop(k, None)
             final = [k for k in final if k not in gone]
-        times = [self._expiry(k) + (cfg.retention if k in final else 0) for k in sent]
+        times = [self._expiry(k) + (keep_for if k in final else 0) for k in sent]
         nxt = min(times, default=None)
         if nxt is not None:
             expiry.set(_when(nxt))
