@@ -118,8 +118,8 @@ def install() -> bool:
     if isinstance(current, _Boto3Proxy):
         return True
     if current is None or not hasattr(getattr(current, "session", None), "Session") or \
-            not hasattr(getattr(mod, "Client", None), "__init__"):
-        return False
+            not isinstance(getattr(mod, "Client", None), type):
+        return False  # no Beam S3 module, no boto3, or Beam makes its clients some other way now
     mod.boto3 = _Boto3Proxy(current)
     return True
 
