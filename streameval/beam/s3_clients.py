@@ -125,13 +125,15 @@ def install() -> bool:
 
 
 def uninstall() -> None:
-    """Give Beam back its boto3 module and drop this process's shared clients."""
+    """Give Beam back its boto3 module and drop this process's shared clients (and their count)."""
+    global _made
     mod = _beam_module()
     current = getattr(mod, "boto3", None)
     if isinstance(current, _Boto3Proxy):
         mod.boto3 = current._boto3
     with _lock:
         _clients.clear()
+        _made = 0
 
 
 def installed() -> bool:
@@ -140,7 +142,8 @@ def installed() -> bool:
 
 
 def clients_made() -> int:
-    """How many boto3 clients the sharing made in this process (one per set of S3 options)."""
+    """How many boto3 clients the sharing made in this process since it was installed (one per set of
+    S3 options)."""
     return _made
 
 
