@@ -13,8 +13,9 @@ file, named in the failure when it does not come up) and is stopped by its PID a
 session. Tests share the bucket: each one writes under its own prefix (:meth:`S3Server.prefix`).
 
 ``beam_s3_clients_shared`` (:func:`shared_beam_s3_clients`) makes Beam's S3 file system share its
-boto3 clients in the test's process: Beam makes a new client for every file-system call, which costs
-more than the job itself at test sizes.
+boto3 clients in the test's process for tests that do not run a job (the jobs install
+:mod:`streameval.beam.s3_clients` themselves): Beam 2.77 makes a new client for every file-system
+call, which costs more than the job itself at test sizes.
 """
 
 from __future__ import annotations
@@ -25,11 +26,9 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import pytest
 
@@ -165,45 +164,21 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(10)
 
 
-class _SharedClientSession:
-    """Stands in for ``boto3.session.Session`` in Beam's S3 client: one botocore client per set of
-    client arguments (endpoint, credentials, region), made once and shared (botocore clients are
-    thread-safe)."""
-
-    clients: dict = {}
-    lock = threading.Lock()
-
-    def client(self, **kwargs):
-        import boto3
-
-        key = tuple(sorted((k, repr(v)) for k, v in kwargs.items()))
-        with self.lock:
-            if key not in self.clients:
-                self.clients[key] = boto3.session.Session().client(**kwargs)
-            return self.clients[key]
-
-
 @contextlib.contextmanager
 def shared_beam_s3_clients():
-    """Within the block, Beam's S3 file system (in this process) shares one boto3 client per endpoint
-    and credentials instead of making a new boto3 Session and client for every file-system call.
+    """Within the block, Beam's S3 file system shares one boto3 client per set of S3 options in this
+    process (:mod:`streameval.beam.s3_clients`, what the jobs install), for tests that use
+    ``FileSystems`` on ``s3://`` without going through a job (:func:`streameval.read_metrics`). Left
+    installed when it was before the block. ``STREAMEVAL_S3_FRESH_CLIENTS=1`` leaves Beam as it is."""
+    from streameval.beam import s3_clients
 
-    Beam 2.77's ``S3FileSystem`` builds ``S3IO(options)`` -> ``boto3.session.Session().client("s3")``
-    for every ``match`` / ``exists`` / ``open`` / ``create`` / ``delete`` / ``rename``; each new
-    session parses botocore's S3 service model again (0.15-0.5 s here), and one small batch job makes
-    about a hundred such calls (40-60 s of a 60 s job). The requests to the server are the same; only
-    the client set-up is shared. Set ``STREAMEVAL_S3_FRESH_CLIENTS=1`` to leave Beam as it is."""
-    from apache_beam.io.aws.clients.s3 import boto3_client
-
-    if os.environ.get("STREAMEVAL_S3_FRESH_CLIENTS") == "1":
-        yield
-        return
-    original = boto3_client.boto3
-    boto3_client.boto3 = SimpleNamespace(session=SimpleNamespace(Session=_SharedClientSession))
+    before = s3_clients.installed()
+    s3_clients.install()
     try:
         yield
     finally:
-        boto3_client.boto3 = original
+        if not before:
+            s3_clients.uninstall()
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ output is read through its manifest (the files it lists, concatenated), so shard
 Remote outputs differ from local ones in one documented way: a JSON-lines output with no record writes
 no object on S3 (streameval/beam/sinks.py), and the manifest lists it with no files.
 
-Beam's S3 file system makes a new boto3 client for every call, which costs more than these small jobs
-(see tests/fixtures_s3.py, ``shared_beam_s3_clients``): the jobs here run with shared clients.
+Beam 2.77's S3 file system makes a new boto3 client for every call, which costs more than these small
+jobs: the jobs share one client per process (streameval/beam/s3_clients.py, installed by the launcher
+and, through ``--beam_plugins``, by every worker at start-up); (f) counts the clients a job makes.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import fastavro
 import pytest
@@ -30,7 +32,6 @@ import pytest
 from pipelines import batch
 from streameval.io import avro
 
-from .fixtures_s3 import shared_beam_s3_clients
 from .test_columnar import _messy_logs
 
 pytestmark = [
@@ -179,8 +180,7 @@ class _Run:
 
     def run_remote(self, out_prefix: str, beam_args=()) -> int:
         """The job on S3 into ``out_prefix``: its exit code."""
-        with shared_beam_s3_clients():
-            return _job(self.s3_in, self.s3.url(out_prefix.rstrip("/")), self.extra, [*self.s3.beam_args, *beam_args])
+        return _job(self.s3_in, self.s3.url(out_prefix.rstrip("/")), self.extra, [*self.s3.beam_args, *beam_args])
 
     def remote(self, out_name: str = "run1", beam_args=()):
         """Run the job on S3 into ``out_name``: (its outputs' content, its output prefix)."""
@@ -252,8 +252,7 @@ def test_damaged_file_on_s3_is_a_dead_letter_as_locally(runs, config):
 # (c) a file that disappears after matching fails the job
 
 
-def test_missing_object_after_matching_fails_the_job(tmp_path, s3_server, beam_s3_clients_shared, monkeypatch,
-                                                      capsys):
+def test_missing_object_after_matching_fails_the_job(tmp_path, s3_server, monkeypatch, capsys):
     local_in = tmp_path / "in"
     names = _write_inputs(local_in)
     prefix = s3_server.prefix("missing")
@@ -274,7 +273,7 @@ def test_missing_object_after_matching_fails_the_job(tmp_path, s3_server, beam_s
     assert out_prefix + "manifest.json" not in s3_server.keys(out_prefix)
 
 
-def test_prepare_output_on_s3_removes_what_a_failed_run_left(s3_server, beam_s3_clients_shared, monkeypatch):
+def test_prepare_output_on_s3_removes_what_a_failed_run_left(s3_server, monkeypatch):
     """A rerun over an S3 output removes the previous outputs, the manifest and the temporary objects of
     Beam's sinks that a failed run left (keys under beam-temp-*/: an object store has no directories),
     and nothing else."""
@@ -347,14 +346,22 @@ with grpc.insecure_channel(args.provision_endpoint) as channel:
 os.environ.update(WORKER_ID=args.id, PIPELINE_OPTIONS=json_format.MessageToJson(info.pipeline_options),
                   CONTROL_API_SERVICE_DESCRIPTOR='url: "%s"' % args.control_endpoint,
                   LOGGING_API_SERVICE_DESCRIPTOR='url: "%s"' % args.logging_endpoint)
-if {share_clients!r}:  # as in the launcher (tests/fixtures_s3.py: shared_beam_s3_clients)
-    sys.path.insert(0, {repo!r})
-    from tests.fixtures_s3 import shared_beam_s3_clients
-    from apache_beam.runners.worker import sdk_worker_main
-    with shared_beam_s3_clients():
-        sdk_worker_main.main(sys.argv)
-else:
-    os.execv(sys.executable, [sys.executable, "-m", "apache_beam.runners.worker.sdk_worker_main"])
+# sdk_worker_main imports the job's --beam_plugins (streameval.beam.s3_clients: one boto3 client per process)
+os.execv(sys.executable, [sys.executable, "-m", "apache_beam.runners.worker.sdk_worker_main"])
+'''
+#: counts, in every process started with it on PYTHONPATH (the booted pool's workers), the S3
+#: clients botocore makes: one line "PID" per client in the file $STREAMEVAL_TEST_CLIENT_LOG
+SITECUSTOMIZE = '''
+import os
+if os.environ.get("STREAMEVAL_TEST_CLIENT_LOG"):
+    import botocore.session
+    _create = botocore.session.Session.create_client
+    def create_client(self, service_name, *args, **kwargs):
+        if service_name == "s3":
+            with open(os.environ["STREAMEVAL_TEST_CLIENT_LOG"], "a") as fo:
+                fo.write(f"{os.getpid()}\\n")
+        return _create(self, service_name, *args, **kwargs)
+    botocore.session.Session.create_client = create_client
 '''
 _POOL_PORT = re.compile(r"Started worker pool servicer at port: \S+:(\d+)")
 
@@ -369,16 +376,20 @@ def _portable(request):
 @pytest.fixture(scope="module")
 def booted_pool(tmp_path_factory):
     """An EXTERNAL worker pool whose workers start as the SDK container's do (:data:`BOOT`): its
-    endpoint. Stopped by its process group (the pool and its workers) at the end of the module."""
-    from .conftest import REPO
+    ``endpoint`` and ``client_log`` (:data:`SITECUSTOMIZE`: one line per S3 client a worker made, its
+    PID). Stopped by its process group (the pool and its workers) at the end of the module."""
 
     d = tmp_path_factory.mktemp("booted-pool")
     boot = d / "boot.py"
-    boot.write_text(BOOT.format(python=sys.executable, repo=str(REPO),
-                                share_clients=os.environ.get("STREAMEVAL_S3_FRESH_CLIENTS") != "1"))
+    boot.write_text(BOOT.format(python=sys.executable))
     boot.chmod(0o755)
     log = d / "pool.log"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    (d / "site").mkdir()
+    (d / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    client_log = d / "clients.log"
+    client_log.touch()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", STREAMEVAL_TEST_CLIENT_LOG=str(client_log),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(d / "site"), os.environ.get("PYTHONPATH")])))
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
                                  "--service_port", "0", "--container_executable", str(boot)],
@@ -391,7 +402,7 @@ def booted_pool(tmp_path_factory):
                 pytest.fail(f"the worker pool did not start; {log}:\n{log.read_text(errors='replace')[-3000:]}",
                             pytrace=False)
             time.sleep(0.1)
-        yield f"127.0.0.1:{found.group(1)}"
+        yield SimpleNamespace(endpoint=f"127.0.0.1:{found.group(1)}", client_log=client_log)
     finally:
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
@@ -414,12 +425,18 @@ def _with_pool(args, endpoint):
 def test_job_on_s3_on_the_portable_runner(runs, s3_server, booted_pool, request):
     """(a) on the portable runner's job service, with workers booted as the SDK container boots them.
     Off the local runner the dead letters and unjudged requests are written by the runner's shards
-    (dead_letters-00000-of-00001.avro...): the manifest lists them, the content is the same."""
+    (dead_letters-00000-of-00001.avro...): the manifest lists them, the content is the same.
+    (f) Each worker process makes one S3 client (the job's --beam_plugins: streameval.beam.s3_clients,
+    imported by sdk_worker_main before any bundle), whatever it runs: our reads, Beam's file sinks."""
     portable = _portable(request)
     local, _, run, _ = runs.get("columnar-damaged")
-    remote, out_prefix = run.remote("portable", _with_pool(portable.args, booted_pool))
+    remote, out_prefix = run.remote("portable", _with_pool(portable.args, booted_pool.endpoint))
     _assert_equal(local, remote)
     _check_manifest(s3_server, out_prefix, run.local_output.manifest, same_names=False)
+    if os.environ.get("STREAMEVAL_S3_FRESH_CLIENTS") != "1":
+        pids = booted_pool.client_log.read_text().split()
+        assert pids, "no worker made an S3 client (did the workers read from S3?)"
+        assert max(pids.count(p) for p in set(pids)) == 1, pids  # Beam alone: one per file-system call
 
 
 class _NoOptionsOnWorkers(Exception):
@@ -441,3 +458,47 @@ def test_job_on_s3_on_the_portable_runner_plain_pool(runs, request, capsys):
     if code == 1 and "Must provide one of client or options" in err:
         raise _NoOptionsOnWorkers(err[-500:])
     assert code == 0, err[-3000:]
+
+
+# --------------------------------------------------------------------------------------------
+# (f) one boto3 client per process: the clients a job on s3:// makes are counted
+
+
+def _count_clients(monkeypatch):
+    """Counts in this process: botocore S3 clients made and Beam's per-call ``Client`` wrappers (one per
+    file-system call: each used to make its own boto3 client)."""
+    import botocore.session
+    from apache_beam.io.aws.clients.s3 import boto3_client
+
+    from streameval.beam import s3_clients
+
+    counts = {"clients": 0, "calls": 0}
+    create, init = botocore.session.Session.create_client, boto3_client.Client.__init__
+
+    def create_client(self, service_name, *args, **kwargs):
+        counts["clients"] += service_name == "s3"
+        return create(self, service_name, *args, **kwargs)
+
+    def client_init(self, *args, **kwargs):
+        counts["calls"] += 1
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(botocore.session.Session, "create_client", create_client)
+    monkeypatch.setattr(boto3_client.Client, "__init__", client_init)
+    s3_clients.uninstall()  # no client cached from an earlier test: the job's own installation counts
+    return counts
+
+
+def test_job_on_s3_makes_one_client_per_process(tmp_path, s3_server, monkeypatch):
+    """In-process (the default local runner): the launcher's matching, the job's reads, Beam's file sinks
+    and the manifest all use one client; Beam 2.77 alone made one per call (49 for the bundled sample)."""
+    if os.environ.get("STREAMEVAL_S3_FRESH_CLIENTS") == "1":
+        pytest.skip("STREAMEVAL_S3_FRESH_CLIENTS=1 leaves Beam's client per call")
+    names = _write_inputs(tmp_path / "in")
+    prefix = s3_server.prefix("clients")
+    s3_in = _upload(s3_server, tmp_path / "in", names, prefix + "in/")
+    counts = _count_clients(monkeypatch)
+    assert _job(s3_in, s3_server.url(prefix + "out"), COLUMNAR, s3_server.beam_args) == 0
+    assert prefix + "out/manifest.json" in s3_server.keys(prefix + "out/")
+    assert counts["calls"] >= 20, counts  # the job's S3 file-system calls: each was a new client before
+    assert counts["clients"] == 1, counts  # one set of S3 options in one process

@@ -68,9 +68,16 @@ def parse_grades(text):
 
 def make_pipeline(options):
     """``beam.Pipeline(options=options)``; a runner Beam does not know (a wrong name, a module path
-    that does not import) raises ``ValueError`` with one line, which the jobs report with exit 2."""
+    that does not import) raises ``ValueError`` with one line, which the jobs report with exit 2.
+    Installs :mod:`streameval.beam.s3_clients` in this process and adds it to the options'
+    ``--beam_plugins``: the launcher and every worker process then share one boto3 client per set of
+    S3 options (Beam 2.77 makes one per file-system call)."""
     import apache_beam as beam
 
+    from . import s3_clients
+
+    s3_clients.install()
+    s3_clients.add_to_options(options)
     try:
         return beam.Pipeline(options=options)
     except ImportError as e:  # Beam imports a runner given as a dotted path

@@ -26,6 +26,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from ..io import avro
+from . import s3_clients  # noqa: F401 (installs one boto3 client per process for Beam's S3 file system)
 
 __all__ = ["MANIFEST", "prepare_output", "write_records", "write_jsonl", "publish", "is_complete", "read_jsonl", "read_metric_rows",
            "output_files", "remove_temporary"]

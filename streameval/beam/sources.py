@@ -32,6 +32,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from ..io import avro
+from . import s3_clients  # noqa: F401 (installs one boto3 client per process for Beam's S3 file system)
 from .threads import counter
 
 __all__ = ["UNREADABLE", "InputUnavailableError", "failure_reason", "expand_inputs", "input_bytes", "set_file_system_options", "is_remote",
