@@ -61,7 +61,7 @@ from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.sources import UNREADABLE, expand_inputs, failure_reason, read_avro_blocks, set_file_system_options, unreadable_letter
 from streameval.beam.accounting import (add_input_check_arguments, check_inputs, exit_status, format_accounting,
                                         input_checks_from_args, job_counters)
-from streameval.beam.streaming.coarse import ColumnarStreamMetrics
+from streameval.beam.streaming.coarse import ColumnarStreamMetrics, ReplayColumns
 from streameval.beam.streaming.live import WatchFiles
 from streameval.beam.streaming.replay import element_time, usable_time
 from streameval.beam.transforms import SOURCE_UNRANKABLE
@@ -681,8 +681,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "time (e.g. 1970..2200): timestamps outside are dead letters; those outside the years "
                         "1 to 9999 always are")
     m.add_argument("--engine", choices=("auto", "columnar", "events"), default="auto",
-                   help="columnar: the batch job's vectorised stages on each watched file's columns (--watch on "
-                        "the local runner, fixed windows, judgments read at the start, clicks in the impression "
+                   help="columnar: the batch job's vectorised stages on each watched file's or replay step's "
+                        "columns (--watch, --replay; the local runner, fixed windows, judgments read at the start, clicks in the impression "
                         "records); events: one event at a time (every source and window); auto (default): "
                         "columnar where it applies, saying why when it does not")
     m.add_argument("--request-shards", type=int, default=None,
@@ -736,8 +736,8 @@ def _live_watch(args) -> bool:
 
 def columnar_refusal(args) -> str | None:
     """Why the columnar streaming engine cannot run this job (None: it can)."""
-    if not _live_watch(args):
-        return "the columnar engine reads --watch on the local runner only"
+    if not (_live_watch(args) or (args.replay and _on_local_runner(args))):
+        return "the columnar engine reads --watch and --replay on the local runner only"
     if args.every or args.sessions:
         return "the columnar engine has fixed windows only"
     if args.clicks:
@@ -758,13 +758,17 @@ def _engine(args) -> str:
         return "events"
     if why is None:
         return "columnar"
-    if args.engine == "auto" and args.watch:
+    if args.engine == "auto" and (args.watch or args.replay):
         print(f"note: the per-event engine runs this job: {why}", file=sys.stderr)
     return "events"
 
 
 def _sources(p, args, paths):
     """({kind: PCollection or None}, replay or live source or None)"""
+    if getattr(args, "engine_used", None) == "columnar" and args.replay:
+        rep = ReplayColumns(paths["impressions"], step=args.replay_step, pace=args.replay_pace)
+        out = p | "Replay" >> rep
+        return {"impressions": out, "judgments": None, "clicks": None}, rep
     if getattr(args, "engine_used", None) == "columnar":
         live = WatchFiles({"impressions": paths["impressions"]}, interval=args.watch_interval or 1.0,
                           delay=args.watch_delay, idle_stop=args.watch_idle_stop, columnar=True,
@@ -848,7 +852,7 @@ def build_pipeline(p, args, paths):
         os.remove(totals)
     sm.panes | "Console" >> beam.ParDo(me._PanesOut(names, args.quiet, sm.cfg.run if local else None, totals))
     side = [sm.side]
-    if isinstance(rep, ReplayAvro) and rep.unreadable:
+    if isinstance(rep, (ReplayAvro, ReplayColumns)) and rep.unreadable:
         side.append(p | "UnreadableFiles" >> beam.Create(rep.unreadable))
     side.extend(w.unreadable for w in srcs.get("watchers", []))
     side = side[0] if len(side) == 1 else tuple(side) | "AllSideRecords" >> beam.Flatten()
