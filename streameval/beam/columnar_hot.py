@@ -134,11 +134,12 @@ def hot_summaries(r: dict, values, compare: bool, window_micros, slice_specs):
     queries) with their values (n_metrics, n_requests): ``{"systems": [systems with a scored request],
     "groups": [[window_start, window_end, spec, label, system, counts, partial sums], ...]}`` (groups
     only with ``compare``)."""
-    qs = r["query_id"].to_pylist()
-    ss = col._strings(r["system_id"]).to_pylist()
+    qcode, qvals = col._encode(r["query_id"])
+    scode, svals = col._factorize(r["system_id"])
+    qnames, S = qvals.to_pylist(), len(svals)
     out: dict = {}
-    for q, s in zip(qs, ss):
-        out.setdefault(q, {"systems": set(), "groups": []})["systems"].add(s)
+    for k in np.unique(qcode * S + scode).tolist():  # (query, system) pairs with a scored request
+        out.setdefault(qnames[k // S], {"systems": set(), "groups": []})["systems"].add(svals[k % S])
     if compare:
         for q, wkey, spec, label, system, counts, sums in _groups(
                 r["min_ts"], r["system_id"], r["attributes"], r["query_id"], values, window_micros, slice_specs):
