@@ -181,8 +181,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--hot-query-fraction", type=float, default=HOT_FRACTION,
                    help=f"columnar engine: a query with more than this share of a request shard's requests (and "
                         f"at least {HOT_MIN_REQUESTS}) is hot: its requests are scored in F sub-elements of its "
-                        f"query shard, F = ceil(share x shards), instead of one (default {HOT_FRACTION}; 0: never). "
-                        "Changes no number (docs/scale.md, \"Hot queries\")")
+                        f"query shard, F = ceil(share x shards), instead of one (default {HOT_FRACTION}; 0: never; "
+                        "off with --compare-baseline). Changes no number (docs/scale.md, \"Hot queries\")")
     p.add_argument("--output", required=True, help="output directory (local or any Beam file system: s3://, gs://)")
     p.add_argument("--output-shards", default="auto",
                    help="files of the dead letters, unjudged requests and comparisons: a number, or auto "

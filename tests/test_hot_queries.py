@@ -3,8 +3,8 @@
 A synthetic log where one query has 30 % of the requests (and a second, judged, whose requests all
 lack a score, 15 %): with fan-out (``--hot-query-fraction``, the default) its requests are scored in
 several sub-elements of its query shard, and the largest score element must be several times
-smaller than without (``--hot-query-fraction 0``), while the metric rows, intervals, comparisons,
-dead letters, unjudged requests and counters equal both the run without fan-out and the per-record
+smaller than without (``--hot-query-fraction 0``), while the metric rows, intervals, dead letters,
+unjudged requests and counters equal both the run without fan-out and the per-record
 engine (``--engine records``, the independent reference: one Beam element per record, no shards).
 The local runner is FnApiRunner (the job's default, in process).
 """
@@ -73,14 +73,14 @@ def _run(d, args, engine, extra):
 
 
 @pytest.mark.parametrize("extra", [
-    # windows and slices, bootstrap intervals (hash weights per query, exact sums) and comparisons
+    # windows and slices, bootstrap intervals (hash weights per query, exact sums)
     ["--window", "1h", "--slices", "device", "--ci", "bootstrap", "--replicates", "30", "--ci-seed", "4",
-     "--compare-baseline", "A", "--metrics", "ndcg@5,map,P@3,recip_rank,num_ret"],
+     "--metrics", "ndcg@5,map,P@3,recip_rank,num_ret"],
     # trec_eval -c: the hot query has no request of C, "nulls" no scored request at all (both completed by
-    # the hot stage), with bootstrap intervals and comparisons
-    ["--complete", "--slices", "device", "--compare-baseline", "B", "--ci", "bootstrap", "--replicates", "20",
+    # the hot stage), with bootstrap intervals
+    ["--complete", "--slices", "device", "--ci", "bootstrap", "--replicates", "20",
      "--metrics", "map,ndcg@5,P@5,num_rel,num_ret"],
-], ids=["windows-bootstrap-compare", "complete-bootstrap-compare"])
+], ids=["windows-bootstrap", "complete-bootstrap"])
 def test_fan_out_changes_no_number_and_shrinks_the_largest_score_element(tmp_path, monkeypatch, extra):
     # a hot query needs 100 requests in a request shard by default; this log has about 150 requests per
     # shard, 45 of the hot query's and 22 of "nulls"
@@ -91,7 +91,6 @@ def test_fan_out_changes_no_number_and_shrinks_the_largest_score_element(tmp_pat
     plain = _run(tmp_path, args, "columnar", ["--hot-query-fraction", "0", *extra])
     fanned = _run(tmp_path, args, "columnar", extra)  # the default fraction, 0.01
     assert rec["metrics.jsonl"] and rec["unjudged.jsonl"]
-    assert rec["comparisons.jsonl"] or "--compare-baseline" not in extra
     if "--complete" in extra:  # (hot, C) and (nulls, A / B / C) at least
         assert rec["counters"].get("requests_completed", 0) >= 4
     # the hot queries were fanned out: F = ceil(share x 8) is 2 or 3 for the 30 % query
@@ -99,7 +98,7 @@ def test_fan_out_changes_no_number_and_shrinks_the_largest_score_element(tmp_pat
     assert fan and fan["max"] >= 2, fanned["elements"]
     assert "hot_query_fanout" not in plain["elements"]
     for got in (plain, fanned):
-        for f in ("metrics.jsonl", "unjudged.jsonl", "comparisons.jsonl"):
+        for f in ("metrics.jsonl", "unjudged.jsonl"):
             assert got[f] == rec[f], f
         assert _conflict_free(got["dead_letters.jsonl"]) == _conflict_free(rec["dead_letters.jsonl"])
         assert got["counters"] == rec["counters"]
@@ -131,3 +130,15 @@ def test_fan_out_rule():
     sub, hot, _ = columnar_hot.fan_out(pa.array(q), pa.array(rid), 64, 0.0)
     assert hot == [] and (sub == -1).all()
     assert np.asarray(sub).dtype == np.int64
+
+
+def test_comparisons_turn_fan_out_off():
+    """--compare-baseline keeps a query's requests in one element (columnar_hot's docstring: merging
+    the hot stage's comparison states lost states now and then with worker processes)."""
+    from streameval.beam.columnar import ColumnarMetrics
+
+    assert ColumnarMetrics(["i.avro"], ["j.avro"], ["map"]).hot_fraction == columnar_hot.HOT_FRACTION
+    assert ColumnarMetrics(["i.avro"], ["j.avro"], ["map"], compare_baseline="A").hot_fraction == 0
+    assert ColumnarMetrics(["i.avro"], ["j.avro"], ["map"], hot_query_fraction=0.2).hot_fraction == 0.2
+    with pytest.raises(ValueError, match="hot_query_fraction"):
+        ColumnarMetrics(["i.avro"], ["j.avro"], ["map"], hot_query_fraction=1.5)

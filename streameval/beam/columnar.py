@@ -1304,7 +1304,7 @@ class _ScoreShard(ThreadedDoFn):
         """The outputs of ``element`` given its shard's resolved judgments (frozen values) and, for
         ``complete``, every system of the job (sorted). ``hot``: None, or the set of the queries fanned
         out in any request shard (:mod:`streameval.beam.columnar_hot`): their scored requests are
-        counted, compared and completed by the hot stage (tag ``hot``), not here."""
+        counted and completed by the hot stage (tag ``hot``), not here."""
         key, rparts = element
         if not isinstance(key, int):  # a hot query's sub-element: the plain element completes its shard
             systems = None
@@ -1382,8 +1382,7 @@ class _ScoreShard(ThreadedDoFn):
         if is_hot.any():
             from .columnar_hot import hot_summaries
 
-            for kv in hot_summaries(_take_requests(r, np.flatnonzero(is_hot)), values[:, is_hot],
-                                    self.compare is not None, self.window_micros, self.slice_specs):
+            for kv in hot_summaries(_take_requests(r, np.flatnonzero(is_hot))):
                 yield pvalue.TaggedOutput("hot", kv)
             if is_hot.all():
                 if systems is not None:
@@ -1669,6 +1668,12 @@ class ColumnarMetrics(beam.PTransform):
         self.hot_fraction = HOT_FRACTION if hot_query_fraction is None else float(hot_query_fraction)
         if not 0 <= self.hot_fraction <= 1:
             raise ValueError(f"hot_query_fraction must be between 0 and 1 (0: no fan-out), got {hot_query_fraction!r}")
+        if compare_baseline:
+            # no fan-out with comparisons: merging the hot stage's comparison states with the score
+            # stage's (a Flatten before MergeComparisons) lost states now and then on the local runner
+            # with worker processes (test_columnar seed 17, 2 runs in 4, even with no hot query; not
+            # understood yet), so a comparison job keeps a query's requests in one element, as before
+            self.hot_fraction = 0.0
         if ci not in ("t", "bootstrap"):
             raise ValueError("ci must be 't' or 'bootstrap'")
         PoissonBootstrap(1, replicates, ci_seed)  # validates
@@ -1794,8 +1799,8 @@ class ColumnarMetrics(beam.PTransform):
                       .with_outputs("dead_letters", "unjudged", "comparisons", "hot", main="means"))
             dead.append(scored.dead_letters)
             self.unjudged = scored.unjudged
-            means, comparisons = scored.means, scored.comparisons
-            if hot:  # per hot query: counted once, completed, compared (columnar_hot.HotQueries)
+            means = scored.means
+            if hot:  # per hot query: counted once, completed (columnar_hot.HotQueries)
                 from .columnar_hot import HotQueries
 
                 hot_markers = hot_set | "HotQueryMarkers" >> beam.Map(lambda q: (q, None))
@@ -1805,17 +1810,15 @@ class ColumnarMetrics(beam.PTransform):
                            | "HotSummaries" >> beam.Flatten()
                            | "GroupHotQueries" >> beam.GroupByKey()
                            | "HotQueries" >> beam.ParDo(HotQueries(
-                               self.specs, self.options, shard_fn.mm, self.shards, shard_fn.compare,
-                               self.ci == "bootstrap", self.complete), *side)
-                           .with_outputs("comparisons", main="means"))
-                means = (means, hot_out.means) | "MeansAndHot" >> beam.Flatten()
-                comparisons = (comparisons, hot_out.comparisons) | "ComparisonsAndHot" >> beam.Flatten()
+                               self.specs, self.options, shard_fn.mm, self.shards, self.ci == "bootstrap",
+                               self.complete), *side))
+                means = (means, hot_out) | "MeansAndHot" >> beam.Flatten()
             names = [s.name for s in self.specs]
             if self.compare_baseline:
                 from .columnar_compare import PairedStatesCombineFn
                 from .stats import _comparison_rows
 
-                self.comparisons = (comparisons
+                self.comparisons = (scored.comparisons
                                     | "MergeComparisons" >> beam.CombinePerKey(PairedStatesCombineFn(
                                         len(names), self.replicates, level=self.ci_level, seed=self.ci_seed))
                                     | "ComparisonRows" >> beam.FlatMap(_comparison_rows, names))

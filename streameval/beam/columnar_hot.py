@@ -18,38 +18,33 @@ per element) therefore fans such a query out:
 Requests are scored independently and their values summed exactly per (window, slice, system)
 (:class:`~streameval.accumulators.moments.MeanMoments`; the Poisson bootstrap's weights are a hash of
 the query id, :class:`~streameval.accumulators.bootstrap.ReplicateSums`, exact too), so the split
-changes no metric row and no interval. Three things need a query's requests together; for the
+changes no metric row and no interval. Two things need a query's requests together; for the
 queries that are hot in any request shard (a side input of the score stage: the hot set), the
 score elements leave them to a small stage keyed by query id, :class:`HotQueries`:
 
 * the ``queries_scored`` counter (distinct queries): each element sends a summary per hot query
-  it scored, the hot stage counts each query once;
-* ``--compare-baseline`` (per query system means): each element sends, per (window, slice, system)
-  of the hot query, the exact partial sums of its requests' values (floats whose exact sum is the
-  sum, :func:`~streameval.accumulators.moments.exact_sum_floats`) and the counts of non-NaN values;
-  the hot stage adds them up, rounds each mean once (the correctly rounded exact sum over the count,
-  as :func:`~streameval.beam.columnar_compare.system_means`' ``math.fsum``) and pairs them with the
-  baseline's into :class:`~streameval.accumulators.bootstrap.PairedComparison` states (exact and
-  order-free: the same comparison rows);
+  it scored (the systems with a scored request), the hot stage counts each query once;
 * ``--complete`` (trec_eval's ``-c``: which (judged query, system) pairs have a scored request):
   the plain element of the query shard completes its other queries; the hot stage completes a hot
   query for every system none of its elements scored (each hot query reaches the hot stage through a
   marker from stage 2, also when none of its requests was scored).
+
+``--compare-baseline`` (per query system means) turns fan-out off
+(:class:`~streameval.beam.columnar.ColumnarMetrics` sets the fraction to 0): merging a hot stage's
+comparison states with the score stage's (a Flatten before the comparisons' merge) lost states now
+and then on the local runner with worker processes, even with no hot query, so a comparison job
+keeps a query's requests in one element as before.
 
 With ``hot_fraction=0`` no query is hot and the pipeline is the one without fan-out.
 """
 
 from __future__ import annotations
 
-import math
-
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from apache_beam import pvalue
 
-from ..accumulators.moments import exact_row_sums
 from ..metrics.kernel import RankedLists, compute
 from ..metrics.prepare import judgment_histogram
 from . import columnar as col
@@ -97,75 +92,29 @@ def element_shard(key) -> int:
     return key if isinstance(key, int) else key[0]
 
 
-def _groups(min_ts, system_id, attributes, query_id, values, window_micros, slice_specs):
-    """Per (window, slice specification, label, query, system) run of requests: ``(query, window key,
-    spec, label, system, counts of non-NaN values per metric, exact partial sums per metric)``."""
-    nreq = len(min_ts)
-    scode, svals = col._factorize(system_id)
-    qcode, qvals = col._encode(query_id)
-    qnames = qvals.to_pylist()
-    Q, S = len(qnames), len(svals)
-    nan = np.isnan(values)
-    filled = np.where(nan, 0.0, values)
-    wcode, wkeys = col._windows(min_ts, window_micros)
-    for spec, (lcode, lvals) in enumerate(col._labels(attributes, nreq, slice_specs)):
-        key = ((wcode * len(lvals) + lcode) * Q + qcode) * S + scode
-        order, starts, ends = col._group_bounds(key)
-        for lo, hi in zip(starts.tolist(), ends.tolist()):
-            members = order[lo:hi]
-            k = int(key[members[0]])
-            s, k = k % S, k // S
-            q, k = k % Q, k // Q
-            lab, w = k % len(lvals), k // len(lvals)
-            counts = (~nan[:, members]).sum(axis=1).tolist()
-            sums = [_floats(f) for f in exact_row_sums(filled[:, members])]
-            yield qnames[q], wkeys[w], spec, lvals[lab], svals[s], counts, sums
-
-
-def _floats(r) -> list:
-    """Floats whose exact sum is the Fraction ``r`` (the correctly rounded value first)."""
-    from ..accumulators.moments import _floats_of
-
-    return _floats_of(r)
-
-
-def hot_summaries(r: dict, values, compare: bool, window_micros, slice_specs):
+def hot_summaries(r: dict):
     """``(query, summary)`` per hot query of scored requests ``r`` (a request dict, all of them of hot
-    queries) with their values (n_metrics, n_requests): ``{"systems": [systems with a scored request],
-    "groups": [[window_start, window_end, spec, label, system, counts, partial sums], ...]}`` (groups
-    only with ``compare``)."""
+    queries): ``{"systems": [systems with a scored request]}``."""
     qcode, qvals = col._encode(r["query_id"])
     scode, svals = col._factorize(r["system_id"])
     qnames, S = qvals.to_pylist(), len(svals)
     out: dict = {}
     for k in np.unique(qcode * S + scode).tolist():  # (query, system) pairs with a scored request
-        out.setdefault(qnames[k // S], {"systems": set(), "groups": []})["systems"].add(svals[k % S])
-    if compare:
-        for q, wkey, spec, label, system, counts, sums in _groups(
-                r["min_ts"], r["system_id"], r["attributes"], r["query_id"], values, window_micros, slice_specs):
-            out[q]["groups"].append([*wkey, spec, label, system, counts, sums])
-    for q, summary in out.items():
-        summary["systems"] = sorted(summary["systems"])
-        yield q, summary
+        out.setdefault(qnames[k // S], set()).add(svals[k % S])
+    for q, systems in out.items():
+        yield q, {"systems": sorted(systems)}
 
 
 class HotQueries(beam.DoFn):
     """Per hot query (``(query id, [summaries of :func:`hot_summaries`, None markers])``): counts it
-    in ``queries_scored`` once; with ``complete`` (side inputs: the resolved judgments by query shard
-    and the job's systems) scores the empty rankings of the systems none of its elements scored
-    (means states, main output); with ``compare`` pairs its per (window, slice) system means with
-    the baseline's (tag ``comparisons``)."""
+    in ``queries_scored`` once and, with ``complete`` (side inputs: the resolved judgments by query
+    shard and the job's systems), scores the empty rankings of the systems none of its elements
+    scored: ``((None, None, "all", system), state)`` pairs, as the score stage's."""
 
-    def __init__(self, specs, options, mm, shards: int, compare=None, bootstrap: bool = False,
-                 complete: bool = False):
+    def __init__(self, specs, options, mm, shards: int, bootstrap: bool = False, complete: bool = False):
         self.specs, self.options, self.mm, self.shards = specs, options, mm, int(shards)
-        self.compare = compare  # (baseline, replicates, seed) or None
         self.bootstrap = bootstrap
         self.complete = complete
-        if compare is not None:
-            from ..accumulators.bootstrap import PairedComparison
-
-            self.pc = PairedComparison(len(specs), compare[1], seed=compare[2])
         self.queries = counter(col.NAMESPACE, "queries_scored")
         self.completed = counter(col.NAMESPACE, "requests_completed")
 
@@ -173,18 +122,10 @@ class HotQueries(beam.DoFn):
         """``judgments``, ``systems``: side inputs with ``complete`` only (a multimap of the resolved
         judgments by query shard, the list of the job's systems)."""
         query, parts = element
-        n = len(self.specs)
         scored: set = set()
-        groups: dict = {}
         for p in parts:
-            if p is None:
-                continue
-            scored.update(p["systems"])
-            for ws, we, spec, label, system, counts, sums in p["groups"]:
-                g = groups.setdefault((ws, we, spec, label, system), [[0] * n, [[] for _ in range(n)]])
-                g[0] = [a + b for a, b in zip(g[0], counts)]
-                for m in range(n):
-                    g[1][m].extend(sums[m])
+            if p is not None:
+                scored.update(p["systems"])
         completions = {}
         if self.complete:
             missing = [s for s in sorted(systems) if s not in scored]
@@ -192,18 +133,18 @@ class HotQueries(beam.DoFn):
                 completions = self._completions(query, judgments[col.shard_of(query, shards=self.shards)], missing)
         if scored or completions:
             self.queries.inc()
+        n = len(self.specs)
         for system, value in completions.items():
-            col_values = value.reshape(n, 1)
+            values = value.reshape(n, 1)
             if self.bootstrap:
-                state = self.mm.add_many(self.mm.create(), col_values, keys=[query])
+                state = self.mm.add_many(self.mm.create(), values, keys=[query])
             else:
-                state = self.mm.add_many(self.mm.create(), col_values)
+                state = self.mm.add_many(self.mm.create(), values)
             yield ((None, None, col.ALL, system), state)
-        if self.compare is not None:
-            yield from self._pairs(query, groups, completions)
 
     def _completions(self, query, judgments, missing) -> dict:
-        """{system: values (n_metrics,)} of the empty ranking of ``query`` (if judged) per missing system."""
+        """{system: values (n_metrics,)} of the empty ranking of ``query`` (if judged) per missing system,
+        as :meth:`~streameval.beam.columnar._ScoreShard._completions`."""
         jparts = [col.thaw(v, keep=True) for v in judgments]  # a side input: may be read again
         if not jparts:
             return {}
@@ -219,22 +160,3 @@ class HotQueries(beam.DoFn):
         values = compute(lists, self.specs, self.options)
         self.completed.inc(k)
         return {s: values[:, i] for i, s in enumerate(missing)}
-
-    def _pairs(self, query, groups: dict, completions: dict):
-        baseline = self.compare[0]
-        n = len(self.specs)
-        means: dict = {}  # (window_start, window_end, spec, label) -> {system: means}
-        for (ws, we, spec, label, system), (counts, sums) in groups.items():
-            m = np.array([math.fsum(s) / c if c else math.nan for c, s in zip(counts, sums)])
-            means.setdefault((ws, we, spec, label), {})[system] = m
-        for system, value in completions.items():  # the empty rankings count in the slice "all" only
-            means.setdefault((None, None, 0, col.ALL), {})[system] = value
-        for (ws, we, _, label), by_system in sorted(means.items(), key=lambda kv: repr(kv[0])):
-            if baseline not in by_system:
-                continue
-            a = by_system[baseline].reshape(n, 1)
-            for system in sorted(by_system):
-                if system == baseline:
-                    continue
-                st = self.pc.add_many(self.pc.create(), a, by_system[system].reshape(n, 1), [query])
-                yield pvalue.TaggedOutput("comparisons", ((ws, we, label, baseline, system), self.pc.compact(st)))
