@@ -49,7 +49,9 @@ USER_REQUESTS = 5
 BASE_TS = 1_700_000_000_000_000
 
 
-def write_logs(n: int, out_dir: str) -> tuple[list[str], str]:
+def write_logs(n: int, out_dir: str, hot_share: float = 0.0) -> tuple[list[str], str]:
+    """``hot_share``: the share of the requests that ask the judged query ``q0`` (a hot query;
+    0: every query equally likely, the logs of the earlier measurements)."""
     from streameval.io import avro
 
     rnd = random.Random(5)
@@ -64,7 +66,7 @@ def write_logs(n: int, out_dir: str) -> tuple[list[str], str]:
     def gen(start, stop):
         r = random.Random(start)
         for req in range(start // PER_REQUEST, stop // PER_REQUEST):
-            q = r.randrange(int(N_QUERIES * 1.05))
+            q = 0 if hot_share and r.random() < hot_share else r.randrange(int(N_QUERIES * 1.05))
             system = "A" if req % 2 else "B"
             device = "pc" if r.random() < 0.6 else "sp"
             user = f"u{r.randrange(max(1, n // (PER_REQUEST * USER_REQUESTS)))}"

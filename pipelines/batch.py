@@ -39,6 +39,7 @@ from streameval.exits import EXIT_ALERT, EXIT_OK, EXIT_USAGE, one_line
 from streameval.beam.arguments import DEFAULT_METRICS, make_pipeline, split_metrics
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
+from streameval.beam.columnar_hot import HOT_FRACTION, HOT_MIN_REQUESTS
 from streameval.beam.columnar import (DECODER_NAMESPACE, DECODERS, SHARD_IMPRESSIONS, SHARDS, ColumnarMetrics,
                                       auto_shards, default_decoder, release_held)
 from streameval.beam.transforms import (
@@ -177,6 +178,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help=f"columnar engine: shards of the requests and of the queries, the unit of work of the "
                         f"cleaning and scoring stages: a number, or auto (default): one per {SHARD_IMPRESSIONS:,} "
                         f"impressions of input, at least {SHARDS} (so an element's size does not grow with the input)")
+    p.add_argument("--hot-query-fraction", type=float, default=HOT_FRACTION,
+                   help=f"columnar engine: a query with more than this share of a request shard's requests (and "
+                        f"at least {HOT_MIN_REQUESTS}) is hot: its requests are scored in F sub-elements of its "
+                        f"query shard, F = ceil(share x shards), instead of one (default {HOT_FRACTION}; 0: never; "
+                        "off with --compare-baseline). Changes no number (docs/scale.md, \"Hot queries\")")
     p.add_argument("--output", required=True, help="output directory (local or any Beam file system: s3://, gs://)")
     p.add_argument("--output-shards", default="auto",
                    help="files of the dead letters, unjudged requests and comparisons: a number, or auto "
@@ -397,7 +403,8 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         threads=getattr(args, "work_threads", 1), time_range=parse_time_range(args.event_time_range),
         online=online, labels=online_labels(args), unjudged=args.unjudged, hist_bins=args.hist_bins, hist_range=_hist_range(args.hist_range),
         group_rows=args.group_rows, ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed,
-        compare_baseline=args.compare_baseline if judgment_paths and ranking else None, complete=args.complete)
+        compare_baseline=args.compare_baseline if judgment_paths and ranking else None, complete=args.complete,
+        hot_query_fraction=args.hot_query_fraction)
     rows = p | "Metrics" >> col
     if col.unjudged is not None:
         # lists of requests, one per shard: one text element (lines) each (an empty list writes no line)
@@ -538,6 +545,8 @@ def main(argv=None) -> int:
             raise ValueError(f"--output-shards wants a positive number or auto, got {args.output_shards!r}")
         if args.shards != "auto" and (not args.shards.isdigit() or int(args.shards) < 1):
             raise ValueError(f"--shards wants a positive number or auto, got {args.shards!r}")
+        if not 0 <= args.hot_query_fraction <= 1:
+            raise ValueError(f"--hot-query-fraction must be between 0 and 1 (0: no fan-out), got {args.hot_query_fraction}")
         if not 0 < args.ci_level < 1:
             raise ValueError("--ci-level must be in (0, 1)")
         if args.replicates < 1:
