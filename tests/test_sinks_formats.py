@@ -4,7 +4,8 @@ The job runs once (FnApiRunner) on part of the bundled sample (data/sample: an O
 with clicks, a LETOR run with judgments) plus one request of the LETOR run copied as system "solo"
 with every click false: its calibration (predicted over observed clicks) has no click, so its value
 is NaN. ``--grades 0:1``
-rejects the judgments of grade 2 as dead letters, so the dead letters' Parquet file has rows.
+rejects the judgments of grade 2 as dead letters, so the dead letters' Parquet file has rows, and a
+CTR floor of 0.5 fires alerts.
 
 Every Parquet and CSV row is compared with the JSON-lines row, read independently (pyarrow.parquet,
 the csv module, json); the schemas with ``schemas/*.avsc`` read as plain JSON.
@@ -55,6 +56,7 @@ def job(tmp_path_factory):
             if r["query_id"] == "q1"]
     assert solo
     avro.write_records(tmp / "solo.avro", "impression", solo)
+    (tmp / "rules.toml").write_text('[[rule]]\nname = "ctr-floor"\nmetric = "ctr"\nbelow = 0.5\nmin_n = 20\n')
     out = tmp / "out"
     code = batch.main([
         "--impressions", str(SAMPLE / "impressions" / "obd_random_men.avro"),
@@ -62,9 +64,9 @@ def job(tmp_path_factory):
         "--impressions", str(tmp / "solo.avro"),
         "--judgments", str(SAMPLE / "judgments" / "letor_test_labels.avro"),
         "--metrics", "ndcg@10,map,calibration", "--labels", "clicks", "--slices", "campaign", "--window", "1d",
-        "--grades", "0:1", "--max-rejected-fraction", "1",
+        "--grades", "0:1", "--max-rejected-fraction", "1", "--alerts", str(tmp / "rules.toml"),
         "--formats", "avro,jsonl,parquet,csv", "--runner", "FnApiRunner", "--quiet", "--output", str(out)])
-    assert code == 0
+    assert code == 4  # the CTR floor fired (alerts written)
     return out
 
 
@@ -156,7 +158,7 @@ def test_csv_rows_equal_the_json_lines_rows(job):
 def test_dead_letters_in_parquet_and_the_manifest(job):
     want = _jsonl(job / "dead_letters.jsonl")
     got = pq.read_table(job / "dead_letters.parquet").to_pylist()
-    assert len(want) > 0 and sorted(got, key=json.dumps) == sorted(want, key=json.dumps)
+    assert len(want) > 0 and sorted(got, key=lambda r: json.dumps(r, sort_keys=True)) == sorted(want, key=lambda r: json.dumps(r, sort_keys=True))
     assert all("outside the declared range" in r["reason"] for r in got)
     manifest = json.loads((job / "manifest.json").read_text())
     for name in ("metrics.parquet", "metrics.csv", "dead_letters.parquet", "metrics.avro", "metrics.jsonl"):
@@ -164,6 +166,17 @@ def test_dead_letters_in_parquet_and_the_manifest(job):
         assert [Path(f["path"]).name for f in files] == [name]
         assert files[0]["bytes"] == (job / name).stat().st_size
     assert "dead_letters.csv" not in manifest["outputs"]
+
+
+def test_alerts_in_parquet(job):
+    want = _jsonl(job / "alerts.jsonl")
+    table = pq.read_table(job / "alerts.parquet")
+    assert table.schema.field("window_start").type == pa.timestamp("us", tz="UTC")
+    got = [{**r, **{k: _micros(r[k]) for k in ("window_start", "window_end") if r[k] is not None}}
+           for r in table.to_pylist()]
+    assert len(want) > 0 and sorted(got, key=lambda r: json.dumps(r, sort_keys=True)) == sorted(want, key=lambda r: json.dumps(r, sort_keys=True))
+    assert [Path(f["path"]).name for f in json.loads((job / "manifest.json").read_text())["outputs"]["alerts.parquet"]] \
+        == ["alerts.parquet"]
 
 
 def test_read_metrics_reads_the_parquet_output(job):
