@@ -278,3 +278,32 @@ def test_formats_option():
         sinks.parse_formats("parquet")
     assert warehouse.csv_line({"slice": 'a,"b"', "value": math.inf, "is_final": True}, "metric_result") == \
         ',,"a,""b""",,,,,,,,,,,,true'
+
+
+def test_parquet_and_csv_on_s3(s3_server, beam_s3_clients_shared, monkeypatch, tmp_path):
+    """The job writes its Parquet and CSV outputs to an S3 prefix (a moto server on 127.0.0.1) as it
+    does locally, and read_metrics reads the Parquet output there."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    prefix = s3_server.prefix("sinks")
+    imps = s3_server.upload(SAMPLE / "impressions" / "obd_random_men.avro", prefix + "in/imps.avro")
+    common = ["--impressions", imps, "--window", "1d", "--formats", "jsonl,parquet,csv", "--quiet",
+              "--runner", "FnApiRunner"]
+    assert batch.main([*common, "--output", s3_server.url(prefix + "out"), *s3_server.beam_args]) == 0
+    assert batch.main([*common, "--output", str(tmp_path / "local"), *s3_server.beam_args]) == 0
+    names = {k.rsplit("/", 1)[-1] for k in s3_server.keys(prefix + "out/")}
+    assert {"metrics.parquet", "metrics.csv", "dead_letters.parquet", "metrics.jsonl", "manifest.json"} <= names
+    assert "metrics.avro" not in names
+    remote_csv = s3_server.read(prefix + "out/metrics.csv").splitlines()
+    local_csv = (tmp_path / "local" / "metrics.csv").read_bytes().splitlines()
+    assert remote_csv[0] == local_csv[0] and sorted(remote_csv) == sorted(local_csv) and len(local_csv) > 1
+    manifest = json.loads(s3_server.read(prefix + "out/manifest.json"))
+    assert "metrics.avro" not in manifest["outputs"] and manifest["outputs"]["metrics.parquet"]
+    monkeypatch.setattr(FileSystems, "_pipeline_options", FileSystems._pipeline_options)  # restored after
+    FileSystems.set_options(PipelineOptions(s3_server.beam_args))
+    assert [Path(f).name for f in metric_files(s3_server.url(prefix + "out"))] == ["metrics.parquet"]
+    remote = read_metrics(s3_server.url(prefix + "out"))
+    local = read_metrics(tmp_path / "local" / "metrics.jsonl")
+    assert len(remote) == len(local) > 0
+    assert sorted(remote, key=_key) == sorted(local, key=_key)  # CTR rows: no NaN
