@@ -55,7 +55,9 @@ from streameval.beam.transforms import (
     parse_lateness,
     parse_window,
 )
-from streameval.beam.sinks import prepare_output, publish, read_jsonl, remove_temporary, read_metric_rows, write_jsonl, write_records
+from streameval.beam.sinks import (DEFAULT_FORMATS, bigquery_available, bigquery_sink, parse_formats, prepare_output, publish,
+                                   read_jsonl, read_metric_rows, remove_temporary, write_bigquery, write_jsonl,
+                                   write_records)
 from streameval.beam.sources import (UNREADABLE, ReadAvro, expand_inputs, failure_reason, input_bytes,
                                      set_file_system_options)
 from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetrics, split_metric_names
@@ -74,6 +76,8 @@ __all__ = ["main", "build_arg_parser", "build_pipeline", "ReadAvro", "format_tab
 
 OUTPUT_FILES = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_letters.jsonl", "unjudged.jsonl",
                 "unreadable_files.jsonl", "summary.json")
+#: the outputs of --formats parquet / csv (removed before every run, listed in manifest.json when written)
+FORMAT_FILES = {"parquet": ("metrics.parquet", "dead_letters.parquet"), "csv": ("metrics.csv",)}
 ENGINES = ("auto", "columnar", "records")
 #: runners that run the job in this process (or its children): the process memory settings apply
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
@@ -184,6 +188,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         f"query shard, F = ceil(share x shards), instead of one (default {HOT_FRACTION}; 0: never; "
                         "off with --compare-baseline). Changes no number (docs/scale.md, \"Hot queries\")")
     p.add_argument("--output", required=True, help="output directory (local or any Beam file system: s3://, gs://)")
+    p.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
+                   help="files of the metric rows, dead letters and alerts: comma-separated avro, jsonl (required), "
+                        "parquet (all three outputs; windows as UTC timestamps, NaN as null) and csv (the metric "
+                        "rows, one file with a header); default avro,jsonl")
+    p.add_argument("--bigquery-table", default=None, metavar="PROJECT:DATASET.TABLE",
+                   help="also append the metric rows to this BigQuery table (Beam's WriteToBigQuery, file loads; "
+                        "created if needed; needs apache-beam[gcp])")
     p.add_argument("--output-shards", default="auto",
                    help="files of the dead letters, unjudged requests and comparisons: a number, or auto "
                         "(default): one file on the local runners, else as many as the runner chooses "
@@ -238,16 +249,22 @@ def _is_unreadable(letter) -> bool:
     return letter.get("reason", "").startswith(UNREADABLE)
 
 
-def _write_outputs(rows, dead, out_dir: str, shards, rules=None):
+def _write_outputs(rows, dead, out_dir: str, shards, rules=None, formats=DEFAULT_FORMATS, bigquery_table=None):
     """The metric rows and dead letters (Avro and JSON lines; the dead letters in ``shards`` files, see
     :func:`output_shards`), the small list of damaged input files (``unreadable_files.jsonl``, which the
     launcher reads), a count of the rows written, and with alert ``rules`` the alerts they raise
-    (``alerts.avro`` / ``alerts.jsonl``, counted ``alerts_fired``)."""
+    (``alerts.avro`` / ``alerts.jsonl``, counted ``alerts_fired``). ``formats`` (``--formats``) adds
+    Parquet files of all three and a CSV file of the metric rows; ``bigquery_table`` appends the
+    metric rows to that BigQuery table."""
     rows = rows | "CountRows" >> beam.Map(_count_row)
-    write_records(rows, out_dir, "metrics", "metric_result", "Metrics")
+    write_records(rows, out_dir, "metrics", "metric_result", "Metrics", formats=formats)
+    if bigquery_table:
+        write_bigquery(rows, bigquery_table)
     if rules:
-        write_records(rows | "Alerts" >> EvaluateAlerts(rules), out_dir, "alerts", "alert", "AlertRecords")
-    write_records(dead, out_dir, "dead_letters", "dead_letter", "DeadLetters", shards=shards)
+        write_records(rows | "Alerts" >> EvaluateAlerts(rules), out_dir, "alerts", "alert", "AlertRecords",
+                      formats=[f for f in formats if f != "csv"])
+    write_records(dead, out_dir, "dead_letters", "dead_letter", "DeadLetters", shards=shards,
+                  formats=[f for f in formats if f != "csv"])
     write_jsonl(dead | "UnreadableFiles" >> beam.Filter(_is_unreadable), out_dir, "unreadable_files", "Unreadable")
 
 
@@ -257,6 +274,12 @@ _ROWS_WRITTEN = Metrics.counter(NAMESPACE, "metric_rows_written")
 def _count_row(row):
     _ROWS_WRITTEN.inc()
     return row
+
+
+def _sink_args(args):
+    """(formats, BigQuery table) of ``args`` (defaults for callers that build args by hand)."""
+    return (parse_formats(getattr(args, "formats", None) or ",".join(DEFAULT_FORMATS)),
+            getattr(args, "bigquery_table", None))
 
 
 def _local_total(paths):
@@ -322,7 +345,8 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
             hist_range=_hist_range(args.hist_range), group_rows=args.group_rows, ci_level=args.ci_level))
     rows = tuple(row_parts) | "AllRows" >> beam.Flatten()
     dead = tuple(dead_parts) | "AllDeadLetters" >> beam.Flatten()
-    _write_outputs(rows, dead, args.output, output_shards(args), getattr(args, "alert_rules", None))
+    _write_outputs(rows, dead, args.output, output_shards(args), getattr(args, "alert_rules", None),
+                   *_sink_args(args))
     return rows, dead
 
 
@@ -413,7 +437,8 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         write_jsonl(lines, args.output, "unjudged", "Unjudged", lines=True, shards=output_shards(args))
     if col.comparisons is not None:
         write_jsonl(col.comparisons, args.output, "comparisons", "Comparisons", shards=output_shards(args))
-    _write_outputs(rows, col.dead_letters, args.output, output_shards(args), getattr(args, "alert_rules", None))
+    _write_outputs(rows, col.dead_letters, args.output, output_shards(args), getattr(args, "alert_rules", None),
+                   *_sink_args(args))
     return rows, col.dead_letters
 
 
@@ -571,6 +596,11 @@ def main(argv=None) -> int:
         if not judgment_paths and args.no_ctr and not online:
             raise ValueError("nothing to compute: no --judgments, no online metrics and --no-ctr")
         args.alert_rules = load_rules(args.alerts) if args.alerts else None
+        formats = parse_formats(args.formats)
+        if args.bigquery_table is not None:
+            if not bigquery_available():
+                raise ValueError("--bigquery-table needs the BigQuery client libraries: pip install 'apache-beam[gcp]'")
+            bigquery_sink(args.bigquery_table)  # the table's form, checked before the job runs
     except (ValueError, TypeError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
@@ -580,9 +610,13 @@ def main(argv=None) -> int:
     if args.compare_baseline and ranked:
         outputs.append("comparisons.jsonl")
     if args.alert_rules:
-        outputs += ["alerts.avro", "alerts.jsonl"]
+        outputs += [f"alerts.{f}" for f in formats if f != "csv"]
+    outputs = [f for f in outputs if f.rsplit(".", 1)[-1] in formats or not f.startswith(("metrics.", "dead_letters."))]
+    outputs += [f for fmt in formats for f in FORMAT_FILES.get(fmt, ())]
+    extra = [f for files in FORMAT_FILES.values() for f in files]
     try:
-        args.output = prepare_output(args.output, (*OUTPUT_FILES, "comparisons.jsonl", "alerts.avro", "alerts.jsonl"))
+        args.output = prepare_output(args.output, (*OUTPUT_FILES, *extra, "comparisons.jsonl", "alerts.avro",
+                                                   "alerts.jsonl", "alerts.parquet"))
     except Exception as e:  # noqa: BLE001 (the output's file system: permission, credentials, network)
         print(f"error: cannot prepare the output directory {args.output!r}: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_USAGE

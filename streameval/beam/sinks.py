@@ -28,7 +28,8 @@ from apache_beam.io.filesystems import FileSystems
 from ..io import avro
 from . import s3_clients  # noqa: F401 (installs one boto3 client per process for Beam's S3 file system)
 
-__all__ = ["MANIFEST", "prepare_output", "write_records", "write_jsonl", "publish", "is_complete", "read_jsonl", "read_metric_rows",
+__all__ = ["MANIFEST", "FORMATS", "DEFAULT_FORMATS", "parse_formats", "prepare_output", "write_records", "write_jsonl",
+           "write_parquet", "write_csv", "bigquery_available", "bigquery_sink", "write_bigquery", "publish", "is_complete", "read_jsonl", "read_metric_rows",
            "output_files", "remove_temporary"]
 
 #: the completion marker: written last, after every output is in place
@@ -136,13 +137,101 @@ def write_jsonl(pcoll, out_dir: str, stem: str, label: str, lines: bool = False,
         **_shard_args(shards))
 
 
-def write_records(pcoll, out_dir: str, stem: str, schema_name: str, label: str, shards: int | None = None):
-    """Write ``pcoll`` as ``out_dir/stem.avro`` (schema ``schema_name``) and ``out_dir/stem.jsonl``
-    (``shards``: see :func:`_shard_args`)."""
-    schema = avro.load_schema_json(schema_name)
-    pcoll | f"{label}Avro" >> beam.io.WriteToAvro(
-        FileSystems.join(out_dir, stem), schema=schema, file_name_suffix=".avro", **_shard_args(shards))
-    write_jsonl(pcoll, out_dir, stem, label, shards=shards)
+#: the file formats of the jobs' record outputs (``--formats``)
+FORMATS = ("avro", "jsonl", "parquet", "csv")
+DEFAULT_FORMATS = ("avro", "jsonl")
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    """``--formats`` (``avro,jsonl,parquet,csv``) as a tuple in :data:`FORMATS` order. Raises
+    ``ValueError`` (one line) for an unknown format or a list without ``jsonl`` (the job reads its
+    metric rows back from ``metrics.jsonl``)."""
+    given = [f.strip().lower() for f in str(text).split(",") if f.strip()]
+    unknown = [f for f in given if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"--formats: unknown format {unknown[0]!r} (choose from {', '.join(FORMATS)})")
+    if "jsonl" not in given:
+        raise ValueError("--formats must include jsonl (the job reads its metric rows back from metrics.jsonl)")
+    return tuple(f for f in FORMATS if f in given)
+
+
+def write_parquet(pcoll, out_dir: str, stem: str, schema_name: str, label: str, shards: int | None = None):
+    """Write ``pcoll`` as ``out_dir/stem.parquet`` through Beam's ``WriteToParquet`` with the Arrow
+    schema of ``schema_name`` (:func:`streameval.io.warehouse.arrow_schema`: nullable where the
+    Avro type is a union with null, and every double, NaN written as null; timestamps as
+    ``timestamp[us, tz=UTC]``)."""
+    from ..io import warehouse
+
+    schema = warehouse.arrow_schema(schema_name)
+    return (pcoll | f"{label}ArrowRows" >> beam.Map(warehouse.arrow_record, schema_name)
+            | f"{label}Parquet" >> beam.io.WriteToParquet(
+                FileSystems.join(out_dir, stem), schema, file_name_suffix=".parquet", **_shard_args(shards)))
+
+
+def write_csv(pcoll, out_dir: str, stem: str, schema_name: str, label: str):
+    """Write ``pcoll`` as one file ``out_dir/stem.csv`` through Beam's ``WriteToText``: a header line
+    of the field names of ``schema_name``, then one line per record
+    (:func:`streameval.io.warehouse.csv_line`: null and NaN as empty cells, windows as ISO 8601
+    UTC text)."""
+    from ..io import warehouse
+
+    return (pcoll | f"{label}CsvLines" >> beam.Map(warehouse.csv_line, schema_name)
+            | f"{label}Csv" >> beam.io.WriteToText(
+                FileSystems.join(out_dir, stem), file_name_suffix=".csv", header=warehouse.csv_header(schema_name),
+                **_shard_args(None)))
+
+
+def write_records(pcoll, out_dir: str, stem: str, schema_name: str, label: str, shards: int | None = None,
+                  formats=DEFAULT_FORMATS):
+    """Write ``pcoll`` as ``out_dir/stem.avro`` (schema ``schema_name``), ``out_dir/stem.jsonl`` and,
+    when in ``formats``, ``stem.parquet`` and ``stem.csv`` (``shards``: see :func:`_shard_args`; the
+    CSV file is always one file)."""
+    if "avro" in formats:
+        schema = avro.load_schema_json(schema_name)
+        pcoll | f"{label}Avro" >> beam.io.WriteToAvro(
+            FileSystems.join(out_dir, stem), schema=schema, file_name_suffix=".avro", **_shard_args(shards))
+    if "jsonl" in formats:
+        write_jsonl(pcoll, out_dir, stem, label, shards=shards)
+    if "parquet" in formats:
+        write_parquet(pcoll, out_dir, stem, schema_name, label, shards=shards)
+    if "csv" in formats:
+        write_csv(pcoll, out_dir, stem, schema_name, label)
+
+
+def bigquery_available() -> bool:
+    """Whether the BigQuery client libraries Beam's ``WriteToBigQuery`` needs import (Beam's ``gcp``
+    extra: ``pip install 'apache-beam[gcp]'``)."""
+    try:
+        import apitools.base.py  # noqa: F401
+        import google.cloud.bigquery  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def bigquery_sink(table: str, schema_name: str = "metric_result", **kwargs):
+    """Beam's ``WriteToBigQuery`` for the records of ``schema_name`` into ``table``
+    (``PROJECT:DATASET.TABLE``), with the table schema of
+    :func:`streameval.io.warehouse.bigquery_schema`: creates the table if needed and appends
+    (``kwargs`` override these and the method, file loads). Rows must be converted first
+    (:func:`streameval.io.warehouse.bigquery_record`; :func:`write_bigquery` does). Raises
+    ``ValueError`` for a table not of that form; Beam raises without its BigQuery client libraries."""
+    from ..io import warehouse
+
+    if not re.fullmatch(r"[a-z0-9.:-]+:\w+\.[^.:\s]+", table or ""):
+        raise ValueError(f"--bigquery-table wants PROJECT:DATASET.TABLE, got {table!r}")
+    args = {"schema": warehouse.bigquery_schema(schema_name), "create_disposition": "CREATE_IF_NEEDED",
+            "write_disposition": "WRITE_APPEND", "method": "FILE_LOADS", **kwargs}
+    return beam.io.WriteToBigQuery(table, **args)
+
+
+def write_bigquery(pcoll, table: str, schema_name: str = "metric_result", label: str = "Metrics"):
+    """Append ``pcoll`` (records of ``schema_name``) to the BigQuery ``table`` (:func:`bigquery_sink`)."""
+    from ..io import warehouse
+
+    sink = bigquery_sink(table, schema_name)
+    return (pcoll | f"{label}BigQueryRows" >> beam.Map(warehouse.bigquery_record, schema_name)
+            | f"{label}BigQuery" >> sink)
 
 
 def publish(out_dir: str, names, extra: dict | None = None) -> dict:

@@ -3,7 +3,8 @@ finished batch or streaming job's output directory (local, or a prefix on any Be
 as ``s3://`` or ``gs://``) through the job's ``manifest.json``.
 
 The batch job writes its rows to ``metrics.jsonl`` (and ``metrics.avro``; shards
-``metrics-00000-of-0000N.jsonl`` off the local runners). The streaming job writes one file set per
+``metrics-00000-of-0000N.jsonl`` off the local runners; with ``--formats ...,parquet`` also
+``metrics.parquet``, which is read when present). The streaming job writes one file set per
 window, system and pane, ``metrics-<window>-<system>-pane<index>-<pane>[-final].{jsonl,avro}``.
 Both write ``manifest.json`` last, listing every output file with its size; a directory without it
 is a job that was killed or failed half way (or is no job's output) and is refused. The manifest is
@@ -16,7 +17,8 @@ bounds as int microseconds since the Unix epoch, UTC (None for the global window
 their pane fields (``pane``: ``"early"``, ``"on_time"`` or ``"late"``; ``pane_index`` from 0 within
 the window; ``is_final``), batch rows have them None.
 
-Layer 4 (I/O): imports the standard library, fastavro (through :mod:`.avro`) and, for remote paths
+Layer 4 (I/O): imports the standard library, fastavro (through :mod:`.avro`), pyarrow for a
+Parquet output and, for remote paths
 only, Beam's ``FileSystems`` (``apache_beam.io.filesystems``, not :mod:`streameval.beam`); pandas
 only for ``as_frame=True``.
 """
@@ -103,7 +105,7 @@ def _sizes(directory: str) -> dict[str, int]:
 def _is_file(path: str) -> bool:
     if not _remote(path):
         return os.path.isfile(path)
-    return path.endswith((".jsonl", ".avro"))
+    return path.endswith((".jsonl", ".avro", ".parquet"))
 
 
 def _manifest(directory: str) -> dict:
@@ -134,8 +136,9 @@ def _manifest(directory: str) -> dict:
 def metric_files(path) -> list[str]:
     """The files that hold the metric rows of the output directory ``path`` (a local directory or a
     remote prefix, e.g. ``s3://bucket/out``), in the manifest's order (by name): the batch job's
-    ``metrics.jsonl`` (or its shards), or the streaming job's ``metrics-*.jsonl`` pane files; the
-    ``.avro`` twins only when the job wrote no JSON lines. Paths are ``path`` joined with the names
+    ``metrics.parquet`` when it wrote one (``--formats ...,parquet``), else ``metrics.jsonl`` (or
+    their shards), or the streaming job's ``metrics-*.jsonl`` pane files; the ``.avro`` twins only
+    when the job wrote no JSON lines. Paths are ``path`` joined with the names
     the manifest lists (the directory may have been moved or copied since).
 
     Raises :class:`MetricsTableError` when ``path`` has no ``manifest.json`` (a killed or failed
@@ -152,7 +155,10 @@ def metric_files(path) -> list[str]:
         return {str(e.get("path", "")).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]: e.get("bytes")
                 for e in outputs.get(key) or [] if isinstance(e, dict)}
 
-    if "metrics.jsonl" in outputs:  # the batch job (an empty output on S3 lists no file: no rows)
+    if "metrics.parquet" in outputs:  # the batch job with --formats ...,parquet: typed columns
+        sizes = names("metrics.parquet")
+        chosen = list(sizes)
+    elif "metrics.jsonl" in outputs:  # the batch job (an empty output on S3 lists no file: no rows)
         sizes = names("metrics.jsonl")
         chosen = list(sizes)
     elif "metrics.avro" in outputs:
@@ -227,8 +233,27 @@ def _avro_rows(path: str) -> list[dict]:
             os.unlink(tmp)
 
 
+def _parquet_rows(path: str) -> list[dict]:
+    """The rows of a ``metrics.parquet`` file (schema of :func:`streameval.io.warehouse.arrow_schema`):
+    timestamps back to int microseconds, a null ``value`` as NaN."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(pa.BufferReader(_read_bytes(path)))
+    except (pa.ArrowException, OSError) as e:
+        raise MetricsTableError(f"{path}: not a Parquet file ({' '.join(str(e).split())})") from None
+    for i, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type):  # as int microseconds since the epoch, UTC
+            col = table.column(i).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+            table = table.set_column(i, field.name, col)
+    return [parse_float_fields(_check(r, f"{path}: row {i + 1}")) for i, r in enumerate(table.to_pylist())]
+
+
 def _file_rows(path: str) -> list[dict]:
-    return _avro_rows(path) if path.endswith(".avro") else _jsonl_rows(path)
+    if path.endswith(".avro"):
+        return _avro_rows(path)
+    return _parquet_rows(path) if path.endswith(".parquet") else _jsonl_rows(path)
 
 
 def _key_text(key) -> str:
@@ -279,8 +304,9 @@ def read_metrics(path, final_only: bool = False, as_frame: bool = False):
     """The metric rows of a finished job's output ``path``: a batch or a streaming job's
     ``--output`` directory (local, or a prefix on a Beam file system: ``s3://``, ``gs://``; remote
     paths are read through ``FileSystems``, so its options must be set as for the jobs), read
-    through its ``manifest.json`` (:func:`metric_files`). A single ``metric_result`` file
-    (``.jsonl`` or ``.avro``) is read as it is, without a manifest.
+    through its ``manifest.json`` (:func:`metric_files`; its ``metrics.parquet`` when the job wrote
+    one). A single ``metric_result`` file (``.jsonl``, ``.avro`` or ``.parquet``) is read as it is,
+    without a manifest.
 
     Returns a list of dicts with the :data:`METRIC_FIELDS` (see the module docstring for types and
     units): one per row written, every pane of a streaming job in file order (by window, system and
