@@ -74,6 +74,16 @@ def _jsonl(directory, pattern):
     return [json.loads(line) for f in sorted(directory.glob(pattern)) for line in open(f)]
 
 
+def _batch(tmp_path, impressions, extra=()):
+    """The batch job on its per-record engine (the executable specification, which shares no code
+    with the columnar stages): its output directory."""
+    bout = tmp_path / "batch"
+    assert batch_cli.main(["--impressions", impressions, "--judgments", str(tmp_path / "judgments.avro"),
+                           "--metrics", "ndcg@10,map,P@5", "--window", "1h", "--slices", "device", *extra,
+                           "--runner", "FnApiRunner", "--engine", "records", "--output", str(bout)]) == 0
+    return bout
+
+
 def _stream(tmp_path, files, judg, extra=()):
     watch = tmp_path / "watch"
     watch.mkdir()
@@ -99,11 +109,7 @@ def test_columnar_stream_equals_the_batch_job(tmp_path, capsys):
     # the batch job on the same files, on its per-record engine (the executable specification, which
     # shares no code with the columnar stages): its rows are the final panes bit for bit, intervals
     # included; its record accounting and dead letters are the stream's
-    bout = tmp_path / "batch"
-    assert batch_cli.main(["--impressions", str(tmp_path / "watch" / "*.avro"), "--judgments",
-                           str(tmp_path / "judgments.avro"), "--metrics", "ndcg@10,map,P@5", "--window", "1h",
-                           "--slices", "device", "--runner", "FnApiRunner", "--engine", "records",
-                           "--output", str(bout)]) == 0
+    bout = _batch(tmp_path, str(tmp_path / "watch" / "*.avro"))
     assert_final_equals_batch(rows, _jsonl(bout, "metrics.jsonl"))
     bsum = json.loads((bout / "summary.json").read_text())
     assert summary["accounting"] == bsum["accounting"]
@@ -153,11 +159,7 @@ def test_columnar_stream_late_data_and_late_panes(tmp_path):
     kept = [r for f in files for r in f if r["event_id"] not in late_ids]
     rows = _jsonl(out, "metrics-*.jsonl")
     avro.write_records(str(tmp_path / "kept.avro"), "impression", kept)
-    bout = tmp_path / "batch"
-    assert batch_cli.main(["--impressions", str(tmp_path / "kept.avro"), "--judgments",
-                           str(tmp_path / "judgments.avro"), "--metrics", "ndcg@10,map,P@5", "--window", "1h",
-                           "--slices", "device", "--allowed-lateness", "2h", "--runner", "FnApiRunner",
-                           "--engine", "records", "--output", str(bout)]) == 0
+    bout = _batch(tmp_path, str(tmp_path / "kept.avro"), ["--allowed-lateness", "2h"])
     assert_final_equals_batch(rows, _jsonl(bout, "metrics.jsonl"))
     assert any(p == "late" for seq in panes_of(rows).values() for p, _, _ in seq)
 
@@ -216,9 +218,7 @@ def test_columnar_replay_equals_the_batch_job(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["accounting_problems"] == []
     assert summary["replayed"]["impressions"] == sum(map(len, files))
-    bout = tmp_path / "batch"
-    assert batch_cli.main([*common, "--allowed-lateness", "1h", "--runner", "FnApiRunner", "--engine", "records",
-                           "--output", str(bout)]) == 0
+    bout = _batch(tmp_path, str(watch / "*.avro"), ["--allowed-lateness", "1h"])
     # a replay plays in event-time order: nothing is late, the replays meet their earlier copies
     assert summary["accounting"] == json.loads((bout / "summary.json").read_text())["accounting"]
     assert_final_equals_batch(_jsonl(out, "metrics-*.jsonl"), _jsonl(bout, "metrics.jsonl"))

@@ -164,7 +164,7 @@ class _AggregateBase:
             return
         inbox.add(msgs)
         armed, parmed, pnow, count = _Schedule.read(sched)
-        count += len(msgs)
+        count += self.updates(msgs)
         cand = self.candidate(msgs)
         if cand is not None and (armed is None or cand < armed):
             armed = cand
@@ -180,6 +180,11 @@ class _AggregateBase:
             armed = self._rearm(c, event, armed)
             core.write(c.to_state())
         _Schedule(armed, parmed, pnow, count).write(sched)
+
+    def updates(self, msgs) -> int:
+        """How many updates ``msgs`` bring, for ``early_count`` (here: one per message, a request
+        version)."""
+        return len(msgs)
 
     # the cores of both subclasses (_WindowCore, _SessionCore) hold their panes and closing time alike
     def panes(self, c):

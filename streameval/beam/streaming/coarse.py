@@ -57,7 +57,6 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.typehints import typehints
-from apache_beam.utils.timestamp import Timestamp
 
 from ...accumulators.moments import MeanMoments
 from ...io import records
@@ -76,7 +75,8 @@ from ..columnar import (
 )
 from ..threads import _collect
 from ..transforms import NAMESPACE
-from .aggregate import _AggregateBase, _AggregateFn, _PaneState, _Schedule
+from .aggregate import _AggregateFn, _PaneState
+from .window_aggregate import _WindowAggregate
 from .common import _fmt_us, _late_record, _tally, _when
 from .transform import StreamMetrics
 
@@ -413,32 +413,14 @@ class _PartsCore:
         return [self.parts, {j: p.to_state() for j, p in self.panes.items()}, self.closed_upto]
 
 
-class _PartialAggregate(_AggregateBase):
+class _PartialAggregate(_WindowAggregate):
     """Key: system. Messages ``("part", shard, version, {window: [rank, ctr]}, requests updated)``
-    (see the module)."""
+    (see the module); the panes, windows and deadlines of :class:`~.window_aggregate._WindowAggregate`
+    (fixed windows), its state :class:`_PartsCore`."""
 
-    def process(self, kv, inbox, core, sched, event, proc, ts):
-        """As :meth:`_AggregateBase.process`, with ``early_count`` counting the requests the shards'
-        messages updated (not the messages)."""
-        system, msgs = kv
-        inbox.add(msgs)
-        armed, parmed, pnow, count = _Schedule.read(sched)
-        count += sum(int(m[4]) for m in msgs)
-        cand = self.candidate(msgs)
-        if cand is not None and (armed is None or cand < armed):
-            armed = cand
-            event.set(_when(armed))
-        cfg = self.cfg
-        if cfg.early_seconds and parmed is None:
-            parmed = max(self.clock(), pnow) + cfg.early_seconds
-            proc.set(Timestamp.of(parmed))
-        if cfg.early_count and count >= cfg.early_count:
-            count = 0
-            c = self._fold(system, inbox, core)
-            yield from self._emit_dirty(system, c, ts)
-            armed = self._rearm(c, event, armed)
-            core.write(c.to_state())
-        _Schedule(armed, parmed, pnow, count).write(sched)
+    def updates(self, msgs) -> int:
+        """``early_count`` counts the requests the shards' messages updated (not the messages)."""
+        return sum(int(m[4]) for m in msgs)
 
     def new_core(self) -> _PartsCore:
         return _PartsCore({}, {}, None)
@@ -446,16 +428,9 @@ class _PartialAggregate(_AggregateBase):
     def core_from_state(self, value) -> _PartsCore:
         return _PartsCore.from_state(value)
 
-    def window_of(self, c, j):
-        start, end = self.cfg.spec.bounds(j)
-        return start, end, None
-
     def candidate(self, msgs):
         ends = [self.cfg.spec.bounds(int(k))[1] for m in msgs for k in m[3]]
         return min(ends, default=None)
-
-    def _frozen(self, c, k):
-        return c.closed_upto is not None and self.cfg.expiry(k) <= c.closed_upto
 
     def _fresh(self, c, m):
         _, shard, version, subs, _n = m
@@ -508,31 +483,9 @@ class _PartialAggregate(_AggregateBase):
                     cell[1] += n
         return self._ctr_rows(ctr, self._rank_rows(rank))
 
-    def next_deadline(self, c):
-        best = None
-        for j, p in c.panes.items():
-            end = self.cfg.spec.bounds(j)[1]
-            d = end + self.cfg.lateness
-            if not p.on_time or p.dirty:
-                d = min(d, end)
-            best = d if best is None else min(best, d)
-        return best
-
-    def fire_deadlines(self, system, c, now, ts):
-        c.closed_upto = now if c.closed_upto is None else max(c.closed_upto, now)
-        for j in sorted(c.panes):
-            p = c.panes[j]
-            end = self.cfg.spec.bounds(j)[1]
-            if end > now:
-                continue
-            final = end + self.cfg.lateness <= now
-            if not p.on_time:
-                yield from self._pane(system, c, j, "on_time", final, ts)
-            elif p.dirty or final:
-                yield from self._pane(system, c, j, "late", final, ts)
-            if final:
-                del c.panes[j]
-                c.parts.pop(j, None)
+    def drop_closed(self, c, now):
+        for k in [k for k in c.parts if self.cfg.spec.bounds(k)[1] + self.cfg.lateness <= now]:
+            del c.parts[k]
 
 
 # --------------------------------------------------------------------------------------------

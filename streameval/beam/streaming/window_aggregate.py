@@ -274,6 +274,11 @@ class _WindowAggregate(_AggregateBase):
                 yield from self._pane(system, c, j, "late", final, ts)
             if final:
                 del c.panes[j]
+        self.drop_closed(c, now)
+
+    def drop_closed(self, c, now):
+        """Frees the state of the sub-windows whose last window closed by ``now``."""
+        spec, cfg = self.cfg.spec, self.cfg
         # drop the sub-windows whose last window (window k) closed, and the requests living only there
         done = (lambda k: spec.bounds(k)[1] + cfg.lateness <= now)
         for k in [k for k in set(c.rank) | set(c.ctr) if done(k)]:
