@@ -348,8 +348,9 @@ def sign_flips(seeds, replicates: int, start: int = 0) -> np.ndarray:
     if start % 64:
         raise ValueError("start must be a multiple of 64")
     words = replicate_bits(seeds, -(-replicates // 64), start // 64)  # (n, ceil(R / 64))
-    bits = (words[:, :, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)
-    bits = bits.reshape(words.shape[0], -1)[:, :replicates].astype(np.int64)
+    # the words' bytes little endian, each byte's bits least significant first: bit r % 64 of word r // 64
+    octets = np.ascontiguousarray(words, dtype="<u8").view(np.uint8).reshape(words.shape[0], 8 * words.shape[1])
+    bits = np.unpackbits(octets, axis=1, bitorder="little")[:, :replicates].astype(np.int64)
     return 1 - 2 * bits
 
 
