@@ -85,6 +85,39 @@ def _chunks(x: np.ndarray):
     return buckets, chunks
 
 
+def _levels(col: np.ndarray, bits: int):
+    """Exact split of finite doubles (NaN: 0) on grids of ``bits`` bits: a list of ``(g, v)`` with
+    ``v`` float64 integers below ``2**bits`` in magnitude and ``col == sum_l v_l * 2**g_l`` exactly.
+    Each level's grid is the residual's largest exponent less ``bits`` (never below 2**-1074, where
+    every double is on the grid), so values within 2**(2 bits - 53) of the largest take two levels."""
+    res = np.where(np.isnan(col), 0.0, col)
+    out = []
+    while True:
+        nz = res != 0
+        if not nz.any():
+            return out
+        _, e = np.frexp(res[nz])  # |x| < 2**e
+        g = max(int(e.max()) - bits, -1074)
+        v = np.trunc(np.ldexp(res, -g))  # |v| < 2**bits, exact (a power-of-two scaling of a double)
+        out.append((g, v))
+        res = res - np.ldexp(v, g)  # the bits below 2**g, exact
+
+
+def _add_scaled(acc: dict, p: np.ndarray, g: int) -> None:
+    """Add ``p * 2**g`` (int64 row, ``|p| < 2**53``, ``g >= -1126``) to a limb accumulator: 32-bit
+    pieces of ``|p| * 2**o`` at buckets ``b, b + 1, b + 2`` (``32 b + o = g + 1126``), each below 2**32."""
+    t = g + _GRID
+    b, o = t >> 5, np.uint64(t & 31)
+    a = np.abs(p).astype(np.uint64)
+    neg = p < 0
+    pieces = [(a << o) & _MASK32, (a >> (np.uint64(32) - o)) & _MASK32,
+              (a >> (np.uint64(64) - o)) if int(o) else np.zeros_like(a)]
+    for j, c in enumerate(pieces):
+        if c.any():
+            c = c.astype(np.int64)
+            _add_limbs(acc, b + j, np.where(neg, -c, c))
+
+
 def _ints(row) -> np.ndarray:
     """A row of a state (little-endian int64 bytes, or a list of ints) as an int64 array."""
     if isinstance(row, bytes):
@@ -140,6 +173,9 @@ class ReplicateSums:
     with weight totals; ``kind="sign"``: +1 / -1 weights (stream
     :data:`~streameval.metrics.stats.FLIP_STREAM`), no totals. ``seed`` keys the hash.
     """
+
+    #: queries per product when the sign weights come as a table used in place (43-bit levels)
+    DENSE_ROWS = 1024
 
     def __init__(self, n_metrics: int, replicates: int, kind: str = "poisson", seed: int = 0):
         if kind not in ("poisson", "sign"):
@@ -214,6 +250,18 @@ class ReplicateSums:
             raise ValueError("add_many needs the queries' keys or weights")
         if self.r == 0 or not n:
             return state
+        if not self.with_totals and weights is not None and index is not None:
+            idx = np.asarray(index, dtype=np.int64)
+            table = weights
+            if 2 * n >= len(table) and len(np.unique(idx)) == n:
+                # most of the table's queries: their values in the table's rows (NaN elsewhere), the
+                # table used in place (slices of rows, no gathered copy)
+                dense = np.full((len(table), self.n), np.nan)
+                dense[idx] = x
+                for lo in range(0, len(table), self.DENSE_ROWS):
+                    hi = min(len(table), lo + self.DENSE_ROWS)
+                    self._fold(state, dense[lo:hi], lambda lo=lo, hi=hi: table[lo:hi])
+                return _as_bytes(state)
         # float64 products of 32-bit chunks and weights (at most 18) stay exact integers below
         # 2**53 for up to 2**16 rows at once; 2**22 weights at most in memory
         step = max(1, min(4096, (1 << 22) // self.r))
@@ -231,6 +279,8 @@ class ReplicateSums:
     def _fold(self, state: list, x: np.ndarray, weights) -> list:
         """Add the rows of ``x`` (n, n_metrics) to the limbs and totals; ``weights()`` gives their
         (n, R) weights (called only when some value counts)."""
+        if not self.with_totals:
+            return self._fold_signs(state, x, weights)
         n = len(x)
         valid = np.isfinite(x)
         idx = np.arange(n)[:, None]
@@ -261,6 +311,31 @@ class ReplicateSums:
                 state[0][m] = _ints(state[0][m]) + row
             elif row.any():
                 _add_limbs(state[1][m], b, row)
+                touched.add(m)
+        for m in touched:
+            _carry(state[1][m])
+        return state
+
+    def _fold_signs(self, state: list, x: np.ndarray, weights) -> list:
+        """:meth:`_fold` for +1 / -1 weights: each metric's column split exactly into levels of
+        ``53 - ceil(log2 n)`` bits (:func:`_levels`; usually two rows per metric instead of three
+        32-bit chunk rows), one float64 product with the weights (exact: integers below 2**53),
+        each level's sums added to the limbs at its grid (:func:`_add_scaled`)."""
+        n = len(x)
+        bits = 53 - max(1, (n - 1).bit_length())  # n * 2**bits <= 2**53
+        rows, owners = [], []
+        for m in range(self.n):
+            for g, v in _levels(x[:, m], bits):
+                rows.append(v)
+                owners.append((m, g))
+        if not rows:
+            return state
+        w = weights()
+        prod = (np.vstack(rows) @ np.asarray(w, dtype=np.float64)).astype(np.int64)
+        touched = set()
+        for (m, g), row in zip(owners, prod):
+            if row.any():
+                _add_scaled(state[1][m], row, g)
                 touched.add(m)
         for m in touched:
             _carry(state[1][m])
