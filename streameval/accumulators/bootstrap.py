@@ -156,14 +156,29 @@ def _as_bytes(state: list) -> list:
 
 def _limbs_value(acc: dict, r: int) -> list[float]:
     """The correctly rounded exact sum of each of ``r`` replicates of a limb accumulator."""
-    if not acc:
+    if not acc or not r:
         return [0.0] * r
-    exact = [0] * r
+    # the limbs as one two's complement integer per replicate: carried to 32-bit digits in numpy
+    # (the carries out of the top bucket land in two more digits, the last one 0 or -1: the sign),
+    # each replicate's digits read as one Python int (int.from_bytes), then one exact division
+    lo = min(int(b) for b in acc)
+    span = max(int(b) for b in acc) - lo + 1
+    digits = np.zeros((span + 2, r), dtype=np.int64)
     for b, row in acc.items():
-        sh = 32 * int(b)
-        exact = [e + (v << sh) for e, v in zip(exact, _ints(row).tolist())]
-    den = 1 << _GRID
-    return [e / den if e else 0.0 for e in exact]  # int / int is correctly rounded in Python
+        digits[int(b) - lo] += _ints(row)
+    for i in range(span + 1):
+        carry = digits[i] >> 32
+        digits[i] -= carry << 32
+        digits[i + 1] += carry
+    raw = np.ascontiguousarray(digits.T).astype("<u4").tobytes()  # the sign digit -1 as 0xFFFFFFFF
+    size = 4 * (span + 2)
+    shift = _GRID - 32 * lo
+    view = memoryview(raw)
+    ints = [int.from_bytes(view[i:i + size], "little", signed=True) for i in range(0, len(raw), size)]
+    if shift >= 0:
+        den = 1 << shift
+        return [e / den if e else 0.0 for e in ints]  # int / int is correctly rounded in Python
+    return [float(e << -shift) for e in ints]
 
 
 class ReplicateSums:
