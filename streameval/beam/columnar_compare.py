@@ -104,7 +104,7 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
     if Q * (pc.boot.r + pc.signs.r) <= MAX_TABLE:  # each query's weights drawn once for every key it is in
         # the signs as float64 once, the type of the exact product (the table is used in place, see
         # ReplicateSums.add_many)
-        boot_table, sign_table = pc.boot.weights(qnames), pc.signs.weights(qnames).astype(np.float64)
+        boot_table, sign_table = pc.boot.weights(qnames), pc.signs.weights(qnames, np.float64)
     wcode, wkeys = col._windows(min_ts, window_micros)
     for spec, (lcode, lvals) in enumerate(col._labels(attributes, nreq, slice_specs)):
         group = (wcode * len(lvals) + lcode) * Q + qcode
