@@ -337,3 +337,48 @@ def test_bootstrap_add_many_equals_adding_query_by_query():
         assert np.array_equal(boot.replicate_means(state), boot.replicate_means(one), equal_nan=True)
     with pytest.raises(ValueError, match="not finite"):
         boot.add_many(boot.create(), np.full((3, 2), np.inf), keys=["a", "b"])
+
+
+@pytest.mark.parametrize("kind", ["sign", "poisson"])
+@pytest.mark.parametrize("n,m,r", [(3, 5, 200), (50, 3, 64), (1500, 3, 70)])
+def test_replicate_sums_are_exact_on_every_path(kind, n, m, r):
+    """Replicate sums (ReplicateSums: the level split of _fold) equal the exact rational sums
+    sum_q w(q, r) x[q] (fractions.Fraction, rounded once) bit for bit, and the Poisson weight totals
+    the sums of the weights of the non-NaN values, whether added one by one, with add_many by keys,
+    with a weight table (int or float, rows of other queries in it; for signs used in place, 1500
+    queries spanning two 1024-row products) or merged from halves; the values mix zeros, NaN,
+    subnormals, 1e-300 and numbers near 0.5 that differ in their last bits (three levels)."""
+    from fractions import Fraction
+
+    from streameval.accumulators.bootstrap import ReplicateSums
+
+    rng = np.random.default_rng(n)
+    x = rng.random((m, n)) * 2 - 1
+    x[0, ::7] = 0.0
+    x[1, ::5] = np.nan
+    x[1, 1::9] *= 1e-300
+    x[m - 1, ::3] = rng.random(len(x[m - 1, ::3])) * 1e-14 + 0.5
+    x[m - 1, 1::4] = 5e-324
+    keys = [f"q{i}" for i in range(n)]
+    rs = ReplicateSums(m, r, kind, seed=3)
+    w = rs.weights(keys)
+    exact = np.array([[float(sum((Fraction(float(v)) * int(w[i, j]) for i, v in enumerate(x[k]) if not math.isnan(v)),
+                                 Fraction(0))) for j in range(r)] for k in range(m)])
+    one = rs.create()
+    for i in range(n):
+        rs.add(one, keys[i], x[:, i])
+    perm = rng.permutation(n + 5)[:n]
+    table = np.zeros((n + 5, r), dtype=np.int64)
+    table[perm] = w
+    half = n // 2
+    states = [one, rs.add_many(rs.create(), x, keys=keys),
+              rs.add_many(rs.create(), x, weights=table, index=perm),
+              rs.add_many(rs.create(), x, weights=table.astype(np.float64), index=perm),
+              rs.merge([rs.add_many(rs.create(), x[:, :half], keys=keys[:half]),
+                        rs.add_many(rs.create(), x[:, half:], keys=keys[half:])])]
+    totals = np.array([[sum(int(w[i, j]) for i, v in enumerate(x[k]) if not math.isnan(v)) for j in range(r)]
+                       for k in range(m)])
+    for s in states:
+        sums, tot = rs.extract(s)
+        assert np.array_equal(sums.view(np.int64), exact.view(np.int64))
+        assert (tot is None) == (kind == "sign") and (tot is None or np.array_equal(tot, totals))

@@ -384,3 +384,34 @@ def test_compare_command_adjust_and_tukey(tmp_path, capsys):
         (tmp_path / "one.run").write_text(line + "\n")
         assert compare.main([*files[:3], str(tmp_path / "one.run"), "--tukey"] + fast) == 2
         assert f"fewer than two queries scored by every run ({n})" in capsys.readouterr().err
+
+
+def test_columnar_system_means_equal_fsum_per_run():
+    """columnar_compare.system_means (vectorised exact run sums, math.fsum for the runs it cannot
+    do) equals, bit for bit, math.fsum over each run's non-NaN values divided by their count (a
+    run of one value: the value itself, as before), on runs mixing NaN, sevenths, 1e-20 next to
+    values near 1 (a third level: the fsum fallback), -0.0 and an infinity."""
+    from streameval.beam.columnar_compare import system_means
+
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        n = int(rng.integers(1, 400))
+        v = rng.random((4, n))
+        v[0, rng.random(n) < 0.2] = np.nan
+        v[1] = rng.integers(0, 5, n) / 7
+        v[2, rng.random(n) < 0.1] = 1e-20
+        v[3, rng.random(n) < 0.05] = -0.0
+        if trial % 3 == 0:
+            v[3, 0] = np.inf
+        k = min(n - 1, int(rng.integers(0, n)))
+        cuts = np.sort(rng.choice(np.arange(1, n), size=k, replace=False)) if k else np.array([], np.int64)
+        starts = np.concatenate([[0], cuts]).astype(np.int64)
+        ends = np.concatenate([cuts, [n]]).astype(np.int64)
+        got = system_means(v, starts, ends)
+        ref = np.full_like(got, np.nan)
+        for m in range(4):
+            for i, (lo, hi) in enumerate(zip(starts, ends)):
+                ok = [x for x in v[m, lo:hi] if not math.isnan(x)]
+                if ok:
+                    ref[m, i] = (math.fsum(ok) if hi - lo > 1 else v[m, lo]) / len(ok)
+        assert np.array_equal(got.view(np.int64), ref.view(np.int64)), trial

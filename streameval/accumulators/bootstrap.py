@@ -10,15 +10,20 @@ Because the weights depend on nothing but the key, and the sums are exact, a sta
 replicates to the last bit whatever the split of the input, the merge order and the worker.
 
 Exactness and speed: added values wait in a ``pending`` list (at most :attr:`ReplicateSums.batch`
-queries). A flush cuts every value into three signed 32-bit integer chunks on a fixed binary grid
-(``x * 2**1126 = (c0 + c1 * 2**32 + c2 * 2**64) * 2**(32 b)``, exact for every finite double, the
-smallest subnormal being 2**-1074), multiplies the chunk matrix by the weight matrix (in float64
-BLAS, exact: every product and partial sum is an integer below 512 * 18 * 2**32 < 2**53) and adds the products to a long accumulator
-per replicate: integer limbs, one per 32-bit bucket ``b``, worth ``limb * 2**(32 b - 1126)``
-(Kulisch's exact accumulator with 32-bit digits; limbs are kept below 2**52 by exact carries, so
-they stay int64). Merging adds limbs. Extraction recombines each replicate's limbs into one exact
-integer and rounds it once. So the value of a state is the exact sum, however it was split,
-merged or flushed.
+queries). A flush of ``n`` queries splits each metric's values exactly into levels of
+``bits = 53 - ceil(log2(n * w_max))`` bits (``w_max`` the largest weight: 1 for signs, 19 for
+Poisson): ``x = sum_l v_l * 2**g_l`` with integers ``|v_l| < 2**bits`` on grids taken from the
+largest exponent of what is left (two levels for values within 2**19 to 2**33, by n, of the column's
+largest, a third below; zeros and NaN none). It multiplies the level matrix (and, for the totals,
+the validity masks) by the weight matrix in float64 BLAS, exact: every partial sum is an integer
+below ``n * w_max * 2**bits <= 2**53``, and adds each level's sums at its grid to a long
+accumulator per replicate: integer limbs, one per 32-bit bucket ``b``, worth
+``limb * 2**(32 b - 1126)`` (Kulisch's exact accumulator with 32-bit digits, every finite double
+being a multiple of 2**-1074; limbs are kept below 2**52 by exact carries, so they stay int64).
+Merging adds limbs. Extraction carries each replicate's limbs into 32-bit digits, reads them as one
+exact integer and rounds it once. So the value of a state is the exact sum, however it was split,
+merged or flushed. A table of sign weights covering most of a batch's queries is used in place
+(:meth:`ReplicateSums.add_many`), 1,024 queries a product.
 
 States are plain lists of ints, floats, strings, lists and int-keyed dicts (Beam's
 FastPrimitivesCoder, no pickling):
@@ -67,22 +72,37 @@ _MASK32 = np.uint64(0xFFFFFFFF)
 _LIMB_MAX = 1 << 52
 
 
-def _chunks(x: np.ndarray):
-    """Exact integer chunks of finite doubles: (buckets (n, 3) int64, chunks (n, 3) int64) with
-    ``x[i] * 2**1126 == sum_j chunks[i, j] * 2**(32 * buckets[i, j])``."""
-    m, e = np.frexp(x)
-    mant = (m * 9007199254740992.0).astype(np.int64)  # |mant| < 2**53, x = mant * 2**(e - 53)
-    t = (e.astype(np.int64) - 53 + _GRID)  # >= 0
-    b = t >> 5
-    o = (t & 31).astype(np.uint64)
-    a = np.abs(mant).astype(np.uint64)
-    c0 = (a << o) & _MASK32
-    c1 = (a >> (np.uint64(32) - o)) & _MASK32
-    c2 = np.where(o == 0, np.uint64(0), a >> (np.uint64(64) - np.where(o == 0, np.uint64(1), o)))
-    sign = np.where(mant < 0, -1, 1).astype(np.int64)
-    chunks = np.stack([c0, c1, c2], axis=1).astype(np.int64) * sign[:, None]
-    buckets = np.stack([b, b + 1, b + 2], axis=1)
-    return buckets, chunks
+def _levels(col: np.ndarray, bits: int):
+    """Exact split of finite doubles (NaN: 0) on grids of ``bits`` bits: a list of ``(g, v)`` with
+    ``v`` float64 integers below ``2**bits`` in magnitude and ``col == sum_l v_l * 2**g_l`` exactly.
+    Each level's grid is the residual's largest exponent less ``bits`` (never below 2**-1074, where
+    every double is on the grid), so values within 2**(2 bits - 53) of the largest take two levels."""
+    res = np.where(np.isnan(col), 0.0, col)
+    out = []
+    while True:
+        nz = res != 0
+        if not nz.any():
+            return out
+        _, e = np.frexp(res[nz])  # |x| < 2**e
+        g = max(int(e.max()) - bits, -1074)
+        v = np.trunc(np.ldexp(res, -g))  # |v| < 2**bits, exact (a power-of-two scaling of a double)
+        out.append((g, v))
+        res = res - np.ldexp(v, g)  # the bits below 2**g, exact
+
+
+def _add_scaled(acc: dict, p: np.ndarray, g: int) -> None:
+    """Add ``p * 2**g`` (int64 row, ``|p| < 2**53``, ``g >= -1126``) to a limb accumulator: 32-bit
+    pieces of ``|p| * 2**o`` at buckets ``b, b + 1, b + 2`` (``32 b + o = g + 1126``), each below 2**32."""
+    t = g + _GRID
+    b, o = t >> 5, np.uint64(t & 31)
+    a = np.abs(p).astype(np.uint64)
+    neg = p < 0
+    pieces = [(a << o) & _MASK32, (a >> (np.uint64(32) - o)) & _MASK32,
+              (a >> (np.uint64(64) - o)) if int(o) else np.zeros_like(a)]
+    for j, c in enumerate(pieces):
+        if c.any():
+            c = c.astype(np.int64)
+            _add_limbs(acc, b + j, np.where(neg, -c, c))
 
 
 def _ints(row) -> np.ndarray:
@@ -123,14 +143,29 @@ def _as_bytes(state: list) -> list:
 
 def _limbs_value(acc: dict, r: int) -> list[float]:
     """The correctly rounded exact sum of each of ``r`` replicates of a limb accumulator."""
-    if not acc:
+    if not acc or not r:
         return [0.0] * r
-    exact = [0] * r
+    # the limbs as one two's complement integer per replicate: carried to 32-bit digits in numpy
+    # (the carries out of the top bucket land in two more digits, the last one 0 or -1: the sign),
+    # each replicate's digits read as one Python int (int.from_bytes), then one exact division
+    lo = min(int(b) for b in acc)
+    span = max(int(b) for b in acc) - lo + 1
+    digits = np.zeros((span + 2, r), dtype=np.int64)
     for b, row in acc.items():
-        sh = 32 * int(b)
-        exact = [e + (v << sh) for e, v in zip(exact, _ints(row).tolist())]
-    den = 1 << _GRID
-    return [e / den if e else 0.0 for e in exact]  # int / int is correctly rounded in Python
+        digits[int(b) - lo] += _ints(row)
+    for i in range(span + 1):
+        carry = digits[i] >> 32
+        digits[i] -= carry << 32
+        digits[i + 1] += carry
+    raw = np.ascontiguousarray(digits.T).astype("<u4").tobytes()  # the sign digit -1 as 0xFFFFFFFF
+    size = 4 * (span + 2)
+    shift = _GRID - 32 * lo
+    view = memoryview(raw)
+    ints = [int.from_bytes(view[i:i + size], "little", signed=True) for i in range(0, len(raw), size)]
+    if shift >= 0:
+        den = 1 << shift
+        return [e / den if e else 0.0 for e in ints]  # int / int is correctly rounded in Python
+    return [float(e << -shift) for e in ints]
 
 
 class ReplicateSums:
@@ -140,6 +175,9 @@ class ReplicateSums:
     with weight totals; ``kind="sign"``: +1 / -1 weights (stream
     :data:`~streameval.metrics.stats.FLIP_STREAM`), no totals. ``seed`` keys the hash.
     """
+
+    #: queries per product when the sign weights come as a table used in place (43-bit levels)
+    DENSE_ROWS = 1024
 
     def __init__(self, n_metrics: int, replicates: int, kind: str = "poisson", seed: int = 0):
         if kind not in ("poisson", "sign"):
@@ -179,11 +217,12 @@ class ReplicateSums:
             self.flush(state)
         return state
 
-    def weights(self, keys) -> np.ndarray:
-        """int64 (len(keys), R): the weights of these keys in every replicate."""
+    def weights(self, keys, dtype=np.int64) -> np.ndarray:
+        """(len(keys), R) of ``dtype`` (int64 by default): the weights of these keys in every replicate."""
         if self.kind == "poisson":
-            return stats.poisson_weights(stats.query_seeds(keys, stats.BOOTSTRAP_STREAM, self.seed), self.r)
-        return stats.sign_flips(stats.query_seeds(keys, stats.FLIP_STREAM, self.seed), self.r)
+            w = stats.poisson_weights(stats.query_seeds(keys, stats.BOOTSTRAP_STREAM, self.seed), self.r)
+            return w.astype(dtype, copy=False)
+        return stats.sign_flips(stats.query_seeds(keys, stats.FLIP_STREAM, self.seed), self.r, dtype=dtype)
 
     def flush(self, state: list) -> list:
         """Fold the pending queries into the limbs (the state's value does not change)."""
@@ -214,6 +253,18 @@ class ReplicateSums:
             raise ValueError("add_many needs the queries' keys or weights")
         if self.r == 0 or not n:
             return state
+        if not self.with_totals and weights is not None and index is not None:
+            idx = np.asarray(index, dtype=np.int64)
+            table = weights
+            if 2 * n >= len(table) and len(np.unique(idx)) == n:
+                # most of the table's queries: their values in the table's rows (NaN elsewhere), the
+                # table used in place (slices of rows, no gathered copy)
+                dense = np.full((len(table), self.n), np.nan)
+                dense[idx] = x
+                for lo in range(0, len(table), self.DENSE_ROWS):
+                    hi = min(len(table), lo + self.DENSE_ROWS)
+                    self._fold(state, dense[lo:hi], lambda lo=lo, hi=hi: table[lo:hi])
+                return _as_bytes(state)
         # float64 products of 32-bit chunks and weights (at most 18) stay exact integers below
         # 2**53 for up to 2**16 rows at once; 2**22 weights at most in memory
         step = max(1, min(4096, (1 << 22) // self.r))
@@ -229,38 +280,36 @@ class ReplicateSums:
         return _as_bytes(state)
 
     def _fold(self, state: list, x: np.ndarray, weights) -> list:
-        """Add the rows of ``x`` (n, n_metrics) to the limbs and totals; ``weights()`` gives their
-        (n, R) weights (called only when some value counts)."""
+        """Add the rows of ``x`` (n, n_metrics; NaN: not counted) to the limbs and totals;
+        ``weights()`` gives their (n, R) weights (called only when some value counts). Each
+        metric's column is split exactly into levels of ``53 - ceil(log2(n * w_max))`` bits
+        (:func:`_levels`; usually two rows a metric), the validity masks are rows too (the weight
+        totals), one float64 product with the weights is exact (integers below 2**53), and each
+        level's sums go to the limbs at its grid (:func:`_add_scaled`)."""
         n = len(x)
-        valid = np.isfinite(x)
-        idx = np.arange(n)[:, None]
-        # one matrix of rows to weight: every metric's chunk rows (one per bucket), then the
-        # validity masks for the weight totals; one product reads the weight matrix once
+        wmax = 1 if self.kind == "sign" else len(stats.POISSON_THRESHOLDS)  # the largest weight
+        bits = 53 - max(1, (n * wmax - 1).bit_length())  # n * w_max * 2**bits <= 2**53
         rows, owners = [], []
         for m in range(self.n):
-            ok = valid[:, m]
-            if not ok.any():
-                continue
-            buckets, chunks = _chunks(np.where(ok, x[:, m], 0.0))
-            ub, inv = np.unique(buckets, return_inverse=True)
-            c = np.zeros((ub.size, n), dtype=np.float64)
-            c[inv.reshape(buckets.shape), np.broadcast_to(idx, buckets.shape)] = chunks
-            rows.append(c)
-            owners.extend((m, b) for b in ub.tolist())
+            col = x[:, m]
             if self.with_totals:
-                rows.append(ok.astype(np.float64)[None, :])
+                ok = np.isfinite(col)
+                if not ok.any():
+                    continue
+                rows.append(ok.astype(np.float64))
                 owners.append((m, None))
+            for g, v in _levels(col, bits):
+                rows.append(v)
+                owners.append((m, g))
         if not rows:
             return state
-        w = weights().astype(np.float64)  # (n, R)
-        # integers below 512 * 18 * 2**32 < 2**53 throughout: the float64 (BLAS) product is exact
-        prod = (np.vstack(rows) @ w).astype(np.int64)
+        prod = (np.vstack(rows) @ np.asarray(weights(), dtype=np.float64)).astype(np.int64)
         touched = set()
-        for (m, b), row in zip(owners, prod):
-            if b is None:
+        for (m, g), row in zip(owners, prod):
+            if g is None:
                 state[0][m] = _ints(state[0][m]) + row
             elif row.any():
-                _add_limbs(state[1][m], b, row)
+                _add_scaled(state[1][m], row, g)
                 touched.add(m)
         for m in touched:
             _carry(state[1][m])

@@ -40,13 +40,45 @@ def system_means(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np
     sums = filled[:, starts].copy()
     several = np.flatnonzero(ends - starts > 1)
     if len(several):
-        rows = filled.tolist()
-        for i in several.tolist():
+        exact, done = _run_sums(filled, starts, ends)
+        pick = several[done[:, several].all(axis=0)] if len(filled) else several
+        sums[:, pick] = exact[:, pick]
+        rest = np.setdiff1d(several, pick)
+        rows = filled.tolist() if len(rest) else []
+        for i in rest.tolist():  # a run with values 2**40 apart, -0.0 or an infinity: math.fsum
             lo, hi = int(starts[i]), int(ends[i])
             for m, row in enumerate(rows):
                 sums[m, i] = math.fsum(row[lo:hi])
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(counts > 0, sums / np.where(counts > 0, counts, 1), np.nan)
+
+
+def _run_sums(x: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """Correctly rounded exact sums of the runs ``[start, end)`` (contiguous, covering the columns)
+    of each row of ``x`` (finite or not, no NaN), vectorised: ``(sums, done)``, ``done`` false where
+    the run needs :func:`math.fsum` instead. Each value is split exactly as ``v1 * 2**g1 + v2 * 2**g2``
+    with integers ``|v| < 2**bits`` (``bits = 53 - ceil(log2(longest run))``) on grids taken from
+    the run's largest exponent, then its residual's; the runs' sums of ``v1`` and of ``v2`` are exact
+    (integers below 2**53), so their scaled values ``A``, ``B`` are exact doubles and ``A + B`` is
+    the correctly rounded exact sum (one IEEE addition). Not done: runs whose values need a third
+    level (values more than about 2**40 apart), with -0.0 (fsum keeps its sign) or an infinity."""
+    lens = ends - starts
+    bits = 53 - max(1, int(lens.max() - 1).bit_length())
+    finite = np.isfinite(x)
+    res = np.where(finite, x, 0.0)
+    done = np.minimum.reduceat((finite & ~((res == 0) & np.signbit(res))).astype(np.int8), starts, axis=1) > 0
+    total = np.zeros((len(x), len(starts)))
+    for _ in range(2):
+        nz = res != 0
+        _, e = np.frexp(res)
+        emax = np.maximum.reduceat(np.where(nz, e, -10_000), starts, axis=1)
+        g = np.maximum(emax - bits, -1074)
+        ge = np.repeat(g, lens, axis=1)
+        v = np.trunc(np.ldexp(res, -ge))
+        res = res - np.ldexp(v, ge)
+        total = total + np.ldexp(np.add.reduceat(v, starts, axis=1), g)  # exact, then one rounding
+    done &= ~np.logical_or.reduceat(res != 0, starts, axis=1)
+    return total, done
 
 
 def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attributes: dict, query_id, values,
@@ -70,7 +102,9 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
     Q = len(qnames)
     boot_table = sign_table = None
     if Q * (pc.boot.r + pc.signs.r) <= MAX_TABLE:  # each query's weights drawn once for every key it is in
-        boot_table, sign_table = pc.boot.weights(qnames), pc.signs.weights(qnames)
+        # the signs as float64 once, the type of the exact product (the table is used in place, see
+        # ReplicateSums.add_many)
+        boot_table, sign_table = pc.boot.weights(qnames), pc.signs.weights(qnames, np.float64)
     wcode, wkeys = col._windows(min_ts, window_micros)
     for spec, (lcode, lvals) in enumerate(col._labels(attributes, nreq, slice_specs)):
         group = (wcode * len(lvals) + lcode) * Q + qcode

@@ -342,15 +342,17 @@ def poisson_weights(seeds, replicates: int, start: int = 0) -> np.ndarray:
     return np.searchsorted(POISSON_THRESHOLDS, u, side="right").astype(np.int64)
 
 
-def sign_flips(seeds, replicates: int, start: int = 0) -> np.ndarray:
-    """Random signs, int64 array (len(seeds), replicates) of +1 / -1: replicate ``r``'s sign is
-    bit ``r % 64`` (least significant first) of splitmix64 output ``r // 64 + 1`` (1 = minus)."""
+def sign_flips(seeds, replicates: int, start: int = 0, dtype=np.int64) -> np.ndarray:
+    """Random signs, array (len(seeds), replicates) of +1 / -1 (``dtype``, int64 by default):
+    replicate ``r``'s sign is bit ``r % 64`` (least significant first) of splitmix64 output
+    ``r // 64 + 1`` (1 = minus)."""
     if start % 64:
         raise ValueError("start must be a multiple of 64")
     words = replicate_bits(seeds, -(-replicates // 64), start // 64)  # (n, ceil(R / 64))
-    bits = (words[:, :, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)
-    bits = bits.reshape(words.shape[0], -1)[:, :replicates].astype(np.int64)
-    return 1 - 2 * bits
+    # the words' bytes little endian, each byte's bits least significant first: bit r % 64 of word r // 64
+    octets = np.ascontiguousarray(words, dtype="<u8").view(np.uint8).reshape(words.shape[0], 8 * words.shape[1])
+    bits = np.unpackbits(octets, axis=1, bitorder="little")[:, :replicates]
+    return np.array([1, -1], dtype=dtype)[bits]
 
 
 # --------------------------------------------------------------------------------------------
