@@ -83,6 +83,9 @@ from .transform import StreamMetrics
 #: query shards of the resolved judgments and of the cleaned requests: one (a shard scores all its
 #: requests in one call of the batch kernel; the judgments are held whole, read when the job starts)
 QUERY_SHARDS = 1
+#: event time (micros) over which final windows are counted together (see _ShardFn._counted_at): the
+#: shards hold up to this much more data; one timer and one cleaning per group instead of per window
+COUNT_EVERY = 4 * 3600 * 1_000_000
 _JUDGMENTS: dict = {}  # token -> {query shard: [held resolved judgments]}: one copy per process and job
 _JUDGMENTS_LOCK = threading.Lock()
 _INT64_MAX = np.iinfo(np.int64).max
@@ -130,7 +133,12 @@ class _ReadBlocks(beam.DoFn):
 
     def process(self, element):
         path, (form, block), n, wm = element
-        if form == "arrow":
+        if form == "held":  # a block the live source holds in this process (the local runner)
+            from .live import HELD_BLOCKS
+
+            table = HELD_BLOCKS.pop(block)
+            outs, counts = _collect(self.reader._table, (table, path))
+        elif form == "arrow":
             table = pa.ipc.open_stream(block).read_all()
             outs, counts = _collect(self.reader._table, (table, path))
         else:
@@ -265,6 +273,14 @@ class _ShardFn(beam.DoFn):
     def _expiry(self, k):
         return (k + 1) * self.cfg.spec.period + self.cfg.lateness
 
+    def _counted_at(self, k):
+        """When window k's requests are counted and their dead letters written: its expiry rounded
+        up to :data:`COUNT_EVERY` of event time (whole windows), so that one timer counts several
+        windows (the panes do not wait for it: the aggregate fires them)."""
+        step = self.cfg.spec.period * max(1, COUNT_EVERY // self.cfg.spec.period)
+        t = self._expiry(k)
+        return -(-t // step) * step
+
     @staticmethod
     def _buffer(pieces) -> dict | None:
         held = [thaw(v) for v in pieces.read()]
@@ -322,7 +338,7 @@ class _ShardFn(beam.DoFn):
         updated = int(len(np.unique(req[n_old:])))  # requests this piece changed (early_count counts them)
         for system, subs in sorted(by_system.items()):
             yield system, [("part", int(shard), version, subs, updated)]
-        armed = self._arm(expiry, m.armed, [self._expiry(k) for k in sent if k not in m.final])
+        armed = self._arm(expiry, m.armed, [self._counted_at(k) for k in sent if k not in m.final])
         _ShardMeta(closed, version, armed, sent, m.final).write(meta)
 
     def _late(self, new, rows, wins, closed):
@@ -383,7 +399,7 @@ class _ShardFn(beam.DoFn):
             for k in gone:
                 sent.pop(k, None)
             final = [k for k in final if k not in gone]
-        times = [self._expiry(k) + (keep_for if k in final else 0) for k in sent]
+        times = [self._expiry(k) + keep_for if k in final else self._counted_at(k) for k in sent]
         nxt = min(times, default=None)
         if nxt is not None:
             expiry.set(_when(nxt))

@@ -31,6 +31,7 @@ stops the watcher: :attr:`FileWatcher.error` holds the
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -63,6 +64,57 @@ KINDS = ("impressions", "judgments", "clicks")
 _READ_ORDER = {"judgments": 0, "impressions": 1, "clicks": 2}  # the kinds of a poll's files, in reading order
 LOG_LENGTH = 100_000  # entries kept of the watcher's logs (files read, watermarks sent)
 SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": None}
+#: the largest element the live source sends (bytes): the runner's gRPC client refuses messages over
+#: 4 MiB (its default; Beam's TestStream client sets no other), so a block is cut below that
+MAX_ELEMENT_BYTES = 3_000_000
+
+
+def _ipc(table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+#: decoded blocks handed to the pipeline in this process (``("held", key)`` payloads), by key
+HELD_BLOCKS: dict = {}
+_HELD_KEYS = itertools.count()
+
+
+def _column_payloads(block, held: bool = False):
+    """``(payload, records, usable event times)`` of a decoded block (an Arrow table, or the fallback
+    decoder's record list), each payload under :data:`MAX_ELEMENT_BYTES`; with ``held`` an Arrow
+    block stays in this process (:data:`HELD_BLOCKS`) and the payload names it (``("held", key)``:
+    the local runner, which runs the pipeline in the watcher's process)."""
+    if isinstance(block, list):
+        step = 10_000
+        for i in range(0, len(block), step):
+            recs = block[i:i + step]
+            times = np.fromiter((t for t in map(usable_time, recs) if t is not None), dtype=np.int64)
+            yield ("records", recs), len(recs), times
+        return
+    ts = block.column("timestamp")
+    if pa.types.is_timestamp(ts.type):
+        ts = ts.cast(pa.int64())
+    ts = np.asarray(ts.to_numpy(zero_copy_only=False), dtype=np.int64)
+    if held:  # the runner runs in this process: the block stays here, the element names it
+        key = f"{os.getpid()}:{next(_HELD_KEYS)}"
+        HELD_BLOCKS[key] = block
+        t = ts[(ts >= records.EVENT_TIME_MIN) & (ts <= records.EVENT_TIME_MAX)]
+        yield ("held", key), block.num_rows, t
+        return
+    data = _ipc(block)
+    parts = max(1, -(-len(data) // MAX_ELEMENT_BYTES))
+    rows = -(-block.num_rows // parts) if block.num_rows else 0
+    for lo in range(0, max(block.num_rows, 1), max(rows, 1)):
+        piece = block.slice(lo, rows) if parts > 1 else block
+        t = ts[lo:lo + piece.num_rows]
+        t = t[(t >= records.EVENT_TIME_MIN) & (t <= records.EVENT_TIME_MAX)]
+        yield ("arrow", data if parts == 1 else _ipc(piece)), piece.num_rows, t
+        if parts == 1:
+            break
+
+
 class FileWatcher:
     """The event reader of a live :class:`WatchFiles`: polls ``patterns`` (``{kind: [pattern, ...]}``,
     kinds ``impressions``, ``judgments``, ``clicks``; local or remote, matched with Beam's
@@ -166,39 +218,26 @@ class FileWatcher:
                     yield event
 
     def _column_events(self, kind, path):
-        """Columnar mode: one element per block of the file, ``(kind, (path, ("arrow", Arrow IPC
-        bytes) | ("records", list), records, watermark sent before it), seconds)``, timestamped
-        with the block's earliest usable event time."""
+        """Columnar mode: one element per block of the file (cut so that each stays under
+        :data:`MAX_ELEMENT_BYTES`), ``(kind, (path, ("arrow", Arrow IPC bytes) | ("records", list),
+        records, watermark sent before it), seconds)``, timestamped with the block's earliest usable
+        event time."""
         n = 0
         try:
             for block in read_avro_blocks(path, SCHEMA_OF[kind], "datafusion"):
-                yield from self._wait_for_room()
-                if isinstance(block, list):
-                    size = len(block)
-                    times = np.fromiter((t for t in map(usable_time, block) if t is not None), dtype=np.int64)
-                    payload = ("records", block)
-                else:
-                    size = block.num_rows
-                    ts = block.column("timestamp")
-                    if pa.types.is_timestamp(ts.type):
-                        ts = ts.cast(pa.int64())
-                    times = np.asarray(ts.to_numpy(zero_copy_only=False))
-                    times = times[(times >= records.EVENT_TIME_MIN) & (times <= records.EVENT_TIME_MAX)]
-                    sink = pa.BufferOutputStream()
-                    with pa.ipc.new_stream(sink, block.schema) as w:
-                        w.write_table(block)
-                    payload = ("arrow", sink.getvalue().to_pybytes())
-                n += size
-                self.records[kind] += size
-                self.sent += size
-                if self.first_sent_at is None:
-                    self.first_sent_at = self._clock()
-                if len(times):
-                    top = int(times.max())
-                    self._max_event = top if self._max_event is None else max(self._max_event, top)
-                t0 = int(times.min()) if len(times) else 0
-                yield ElementEvent([TimestampedValue((kind, (str(path), payload, size, self.watermark_us),
-                                                      self._sent_ms / 1000), Timestamp(micros=ms_floor(t0)))])
+                for payload, size, times in _column_payloads(block, held=True):
+                    yield from self._wait_for_room()
+                    n += size
+                    self.records[kind] += size
+                    self.sent += size
+                    if self.first_sent_at is None:
+                        self.first_sent_at = self._clock()
+                    if len(times):
+                        top = int(times.max())
+                        self._max_event = top if self._max_event is None else max(self._max_event, top)
+                    t0 = int(times.min()) if len(times) else 0
+                    yield ElementEvent([TimestampedValue((kind, (str(path), payload, size, self.watermark_us),
+                                                          self._sent_ms / 1000), Timestamp(micros=ms_floor(t0)))])
         except avro.AvroInputError as e:  # damaged bytes: the records before the damage and a dead letter
             yield ElementEvent([TimestampedValue(("unreadable", unreadable_letter(path, kind, e, n),
                                                   self._sent_ms / 1000), Timestamp(micros=0))])
