@@ -749,7 +749,7 @@ def columnar_refusal(args) -> str | None:
 
 def _engine(args) -> str:
     """The engine the job runs on: ``columnar`` or ``events`` (``--engine``; ``auto`` picks columnar
-    where it applies and prints a note when it does not, for --watch). Raises ValueError for
+    where it applies, else ``args.engine_note`` says why, for --watch and --replay). Raises ValueError for
     ``--engine columnar`` on a job it cannot run."""
     why = columnar_refusal(args)
     if args.engine == "columnar" and why:
@@ -759,7 +759,7 @@ def _engine(args) -> str:
     if why is None:
         return "columnar"
     if args.engine == "auto" and (args.watch or args.replay):
-        print(f"note: the per-event engine runs this job: {why}", file=sys.stderr)
+        args.engine_note = f"note: the per-event engine runs this job: {why}"  # printed once the job starts
     return "events"
 
 
@@ -1002,6 +1002,8 @@ def main(argv=None) -> int:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     start = time.perf_counter()
+    if getattr(args, "engine_note", None):
+        print(args.engine_note, file=sys.stderr)
     if _on_local_runner(args):
         from streameval.beam import local_runner
 

@@ -652,6 +652,7 @@ def test_stream_rerun_replaces_the_panes_and_a_failed_run_leaves_no_manifest(tmp
     assert listed == panes(out) and manifest["complete"] is True
     # a run that fails: no manifest (the directory reads as incomplete), no temporary files
     monkeypatch.setattr(stream_cli, "ReplayAvro", _failing_replay(stream_cli.ReplayAvro))
+    monkeypatch.setattr(stream_cli, "ReplayColumns", _failing_replay(stream_cli.ReplayColumns))
     capsys.readouterr()
     assert run(day1, out) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -670,7 +671,9 @@ def _failing_replay(replay):
             def boom(x):
                 raise RuntimeError("disk full (simulated)")
 
-            return {**out, "impressions": out["impressions"] | "Boom" >> beam.Map(boom)}
+            if isinstance(out, dict):  # the per-event engine's replay
+                return {**out, "impressions": out["impressions"] | "Boom" >> beam.Map(boom)}
+            return out | "Boom" >> beam.Map(boom)  # the columnar engine's (blocks)
 
     return Failing
 

@@ -151,7 +151,8 @@ def test_columnar_stream_late_data_and_late_panes(tmp_path):
     watermark_before = max(r["timestamp"] for f in files[:-2] for r in f)
     want_late = [r for r in late_file + within if (r["timestamp"] // HOUR + 1) * HOUR + 2 * HOUR <= watermark_before]
     assert sorted(json.loads(r["raw"])["event_id"] for r in late) == sorted(r["event_id"] for r in want_late)
-    assert want_late and all(r["source"] == "late:impression" and "was final" in r["reason"] for r in late)
+    assert want_late and all(r["source"] == "late:impression" and "is in a window that closed at" in r["reason"]
+                             for r in late)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["accounting"]["impression"]["late"] == len(want_late)
     assert summary["accounting_problems"] == []

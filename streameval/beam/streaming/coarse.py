@@ -101,7 +101,7 @@ def _apply_counts(run: str, counts: dict) -> None:
             for v in n:
                 dist.update(v)
         elif key[0] == NAMESPACE:
-            _tally(run, key[1], n)
+            _tally(run, key[1], int(n))
         else:
             Metrics.counter(*key).inc(n)
 
@@ -342,15 +342,27 @@ class _ShardFn(beam.DoFn):
         _ShardMeta(closed, version, armed, sent, m.final).write(meta)
 
     def _late(self, new, rows, wins, closed):
+        """Late data (the per-event engine's rules and reasons): a record whose own window is final;
+        else a piece of a final request: after the request's close by its own time (the batch job's
+        rule and reason), or late by arrival."""
+        from ...io import cleaning
         from ..columnar import columns_records
 
+        period = self.cfg.spec.period
         for rec, k in zip(columns_records(new, rows), wins.tolist()):
             _tally(self.cfg.run, "late:impression")
-            start, end = k * self.cfg.spec.period, (k + 1) * self.cfg.spec.period
-            yield pvalue.TaggedOutput("side", _late_record(
-                "late:impression", rec,
-                f"its request's window [{_fmt_us(start)}, {_fmt_us(end)}) was final (allowed lateness "
-                f"{self.cfg.lateness} us) when the record arrived: watermark {_fmt_us(closed)}"))
+            ts = int(rec["timestamp"])
+            own = self._expiry(ts // period)
+            rc = self._expiry(k)  # the request's close
+            if own <= closed:
+                reason = (f"event time {_fmt_us(ts)} is in a window that closed at {_fmt_us(own)} "
+                          "(window end + allowed lateness)")
+            elif ts >= rc:
+                reason = cleaning.after_close_reason(ts, rc)
+            else:
+                reason = (f"request {rec['request_id']} of {rec['system_id']} is final: its window closed at "
+                          f"{_fmt_us(rc)}")
+            yield pvalue.TaggedOutput("side", _late_record("late:impression", rec, reason))
 
     @staticmethod
     def _arm(expiry, armed, times):
