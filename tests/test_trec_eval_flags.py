@@ -1,7 +1,7 @@
 """trec_eval 10's flags -J, -N, -n, -Z, -R / -T, '-' (standard input) and its relstring measure in
 `streameval trec-eval`: the whole printed output equals, byte for byte, what trec_eval built from
-its C source (../shared/tools/trec_eval_src, the session fixture trec_eval_bin of conftest.py)
-prints on the same files: trec_eval's own test files (../shared/data/trec_eval_test; the Z-score
+its C source (tests/data/trec_eval_src, the session fixture trec_eval_bin of conftest.py)
+prints on the same files: trec_eval's own test files (tests/data/trec_eval_test, with the Z-score
 file and out.test.aqZ of the source's test folder) and a random collection made to reach the
 corner cases (unjudged and unpooled documents, a query whose retrieved documents are all
 unjudged, score ties, a judged query without results for -c)."""

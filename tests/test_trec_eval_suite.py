@@ -1,6 +1,6 @@
 """trec_eval's own test suite (../shared/data/trec_eval_test): our `streameval trec-eval` output
 must equal trec_eval 10.0's printed output, line for line, for every implemented measure; and
-trec_eval built from its C source (../shared/tools/trec_eval_src) on random small collections."""
+trec_eval built from its C source (tests/data/trec_eval_src) on random small collections."""
 
 import io
 import random
