@@ -47,7 +47,10 @@ def fail_after(seconds: int, what: str):
 
 # ---- trec_eval 10 built from its C source (test_trec_eval_suite, test_trec_eval_flags) -----------
 
-TREC_EVAL_SRC = os.environ.get("TREC_EVAL_SRC") or str(DATA.parent / "tools" / "trec_eval_src")
+#: the source kept in the repository (tests/data/trec_eval_src, so a fresh clone builds it), else ../shared's
+TREC_EVAL_SRC = os.environ.get("TREC_EVAL_SRC") or next(
+    (str(p) for p in (REPO / "tests" / "data" / "trec_eval_src", DATA.parent / "tools" / "trec_eval_src")
+     if (p / "Makefile").is_file()), str(REPO / "tests" / "data" / "trec_eval_src"))
 
 
 @pytest.fixture(scope="session")

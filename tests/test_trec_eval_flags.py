@@ -22,7 +22,10 @@ from streameval.metrics.trec_measures import relstrings
 from .conftest import TREC_EVAL_SRC, data_path
 
 SUITE = data_path("trec_eval_test", "qrels.test").parent
-SRC_TEST = os.path.join(TREC_EVAL_SRC, "test")
+# trec_eval's test folder: its Z-score file and expected output are kept in tests/data/trec_eval_test
+SRC_TEST = next((d for d in (os.path.join(os.path.dirname(__file__), "data", "trec_eval_test"),
+                             os.path.join(TREC_EVAL_SRC, "test"))
+                 if os.path.isfile(os.path.join(d, "zscores_file"))), os.path.join(TREC_EVAL_SRC, "test"))
 
 
 def _ours(args, stdin: bytes | None = None, monkeypatch=None):
