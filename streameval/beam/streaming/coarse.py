@@ -641,6 +641,7 @@ class ReplayColumns(beam.PTransform):
 
         from ...io import avro
         from ..sources import read_avro_blocks, unreadable_letter
+        from .live import event_micros, ipc_bytes
         from .replay import usable_time
         from .windows import parse_duration
 
@@ -661,10 +662,7 @@ class ReplayColumns(beam.PTransform):
                             per_step[s].append((str(path), ("records", recs), len(recs)))
                         continue
                     n += block.num_rows
-                    ts = block.column("timestamp")
-                    if pa.types.is_timestamp(ts.type):
-                        ts = ts.cast(pa.int64())
-                    ts = np.asarray(ts.to_numpy(zero_copy_only=False), dtype=np.int64)
+                    ts = event_micros(block)
                     usable = (ts >= records.EVENT_TIME_MIN) & (ts <= records.EVENT_TIME_MAX)
                     step = np.where(usable, ts // step_us, NO_TIME)
                     order = np.argsort(step, kind="stable")
@@ -674,11 +672,8 @@ class ReplayColumns(beam.PTransform):
                         part = block.take(pa.array(order[lo:hi]))
                         for a in range(0, part.num_rows, self.block):
                             piece = part.slice(a, self.block)
-                            sink = pa.BufferOutputStream()
-                            with pa.ipc.new_stream(sink, piece.schema) as w:
-                                w.write_table(piece)
-                            per_step[int(s_sorted[lo])].append(
-                                (str(path), ("arrow", sink.getvalue().to_pybytes()), piece.num_rows))
+                            per_step[int(s_sorted[lo])].append((str(path), ("arrow", ipc_bytes(piece)),
+                                                                piece.num_rows))
             except avro.AvroInputError as e:
                 self.unreadable.append(unreadable_letter(path, "impressions", e, n))
             total += n

@@ -64,16 +64,20 @@ KINDS = ("impressions", "judgments", "clicks")
 _READ_ORDER = {"judgments": 0, "impressions": 1, "clicks": 2}  # the kinds of a poll's files, in reading order
 LOG_LENGTH = 100_000  # entries kept of the watcher's logs (files read, watermarks sent)
 SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": None}
-#: the largest element the live source sends (bytes): the runner's gRPC client refuses messages over
-#: 4 MiB (its default; Beam's TestStream client sets no other), so a block is cut below that
-MAX_ELEMENT_BYTES = 3_000_000
-
-
-def _ipc(table) -> bytes:
+def ipc_bytes(table) -> bytes:
+    """An Arrow table as an IPC stream (the ``("arrow", bytes)`` payload of the columnar engine)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
     return sink.getvalue().to_pybytes()
+
+
+def event_micros(table) -> np.ndarray:
+    """The ``timestamp`` column of an Arrow block as int64 microseconds (all rows, usable or not)."""
+    ts = table.column("timestamp")
+    if pa.types.is_timestamp(ts.type):
+        ts = ts.cast(pa.int64())
+    return np.asarray(ts.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 #: decoded blocks handed to the pipeline in this process (``("held", key)`` payloads), by key
@@ -81,11 +85,12 @@ HELD_BLOCKS: dict = {}
 _HELD_KEYS = itertools.count()
 
 
-def _column_payloads(block, held: bool = False):
-    """``(payload, records, usable event times)`` of a decoded block (an Arrow table, or the fallback
-    decoder's record list), each payload under :data:`MAX_ELEMENT_BYTES`; with ``held`` an Arrow
-    block stays in this process (:data:`HELD_BLOCKS`) and the payload names it (``("held", key)``:
-    the local runner, which runs the pipeline in the watcher's process)."""
+def _column_payloads(block):
+    """``(payload, records, usable event times)`` of a decoded block: the fallback decoder's record
+    lists (``("records", list)``, at most 10,000 each), or an Arrow block kept in this process
+    (:data:`HELD_BLOCKS`) and named by the payload (``("held", key)``): the live source runs on the
+    local runner, in the pipeline's process, and the TestStream service's gRPC client refuses
+    messages over 4 MiB (a 65,536-row block is about 10 MB)."""
     if isinstance(block, list):
         step = 10_000
         for i in range(0, len(block), step):
@@ -93,26 +98,10 @@ def _column_payloads(block, held: bool = False):
             times = np.fromiter((t for t in map(usable_time, recs) if t is not None), dtype=np.int64)
             yield ("records", recs), len(recs), times
         return
-    ts = block.column("timestamp")
-    if pa.types.is_timestamp(ts.type):
-        ts = ts.cast(pa.int64())
-    ts = np.asarray(ts.to_numpy(zero_copy_only=False), dtype=np.int64)
-    if held:  # the runner runs in this process: the block stays here, the element names it
-        key = f"{os.getpid()}:{next(_HELD_KEYS)}"
-        HELD_BLOCKS[key] = block
-        t = ts[(ts >= records.EVENT_TIME_MIN) & (ts <= records.EVENT_TIME_MAX)]
-        yield ("held", key), block.num_rows, t
-        return
-    data = _ipc(block)
-    parts = max(1, -(-len(data) // MAX_ELEMENT_BYTES))
-    rows = -(-block.num_rows // parts) if block.num_rows else 0
-    for lo in range(0, max(block.num_rows, 1), max(rows, 1)):
-        piece = block.slice(lo, rows) if parts > 1 else block
-        t = ts[lo:lo + piece.num_rows]
-        t = t[(t >= records.EVENT_TIME_MIN) & (t <= records.EVENT_TIME_MAX)]
-        yield ("arrow", data if parts == 1 else _ipc(piece)), piece.num_rows, t
-        if parts == 1:
-            break
+    ts = event_micros(block)
+    key = f"{os.getpid()}:{next(_HELD_KEYS)}"
+    HELD_BLOCKS[key] = block
+    yield ("held", key), block.num_rows, ts[(ts >= records.EVENT_TIME_MIN) & (ts <= records.EVENT_TIME_MAX)]
 
 
 class FileWatcher:
@@ -218,14 +207,13 @@ class FileWatcher:
                     yield event
 
     def _column_events(self, kind, path):
-        """Columnar mode: one element per block of the file (cut so that each stays under
-        :data:`MAX_ELEMENT_BYTES`), ``(kind, (path, ("arrow", Arrow IPC bytes) | ("records", list),
-        records, watermark sent before it), seconds)``, timestamped with the block's earliest usable
+        """Columnar mode: one element per block of the file, ``(kind, (path, ("held", key) |
+        ("records", list), records, watermark sent before it), seconds)``, timestamped with the block's earliest usable
         event time."""
         n = 0
         try:
             for block in read_avro_blocks(path, SCHEMA_OF[kind], "datafusion"):
-                for payload, size, times in _column_payloads(block, held=True):
+                for payload, size, times in _column_payloads(block):
                     yield from self._wait_for_room()
                     n += size
                     self.records[kind] += size
