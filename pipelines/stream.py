@@ -53,7 +53,15 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Timestamp
 
-from streameval.beam.arguments import DEFAULT_METRICS, make_pipeline, split_metrics
+from streameval.beam.arguments import (
+    DEFAULT_METRICS,
+    add_bootstrap_arguments,
+    add_hist_arguments,
+    check_bootstrap_arguments,
+    hist_range,
+    make_pipeline,
+    split_metrics,
+)
 from streameval.beam.sinks import prepare_output, publish, remove_temporary
 from streameval.exits import EXIT_ALERT, EXIT_OK, one_line
 from streameval.beam.arguments import parse_grades as _grades
@@ -61,7 +69,9 @@ from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.sources import UNREADABLE, expand_inputs, failure_reason, read_avro_blocks, set_file_system_options, unreadable_letter
 from streameval.beam.accounting import (add_input_check_arguments, check_inputs, exit_status, format_accounting,
                                         input_checks_from_args, job_counters)
+from streameval.beam.online import split_metric_names
 from streameval.beam.streaming.coarse import ColumnarStreamMetrics, ReplayColumns
+from streameval.beam.streaming.coarse_online import online_refusal
 from streameval.beam.streaming.live import WatchFiles
 from streameval.beam.streaming.replay import element_time, usable_time
 from streameval.beam.transforms import SOURCE_UNRANKABLE
@@ -82,6 +92,7 @@ from streameval.io import avro
 from streameval.io.cleaning import JUDGMENT_POLICIES
 from streameval.io.records import parse_time_range
 from streameval.metrics.names import MetricNameError, parse_metrics
+from streameval.metrics.online import parse_online_metric
 
 __all__ = [
     "main",
@@ -666,6 +677,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="level of every pane row's interval (Wilson for CTR, t otherwise; default 0.95)")
     m.add_argument("--intervals", choices=("fixed", "anytime"), default="fixed",
                    help="fixed-sample intervals (default) or confidence sequences, valid at every pane at once")
+    add_bootstrap_arguments(m, "the ranking metrics' intervals on every pane: t (default) or the Poisson bootstrap "
+                               "(the columnar engine)")
+    add_hist_arguments(m)
     m.add_argument("--order", choices=("score", "position"), default="score")
     m.add_argument("--tie-break", choices=("docno", "position"), default="docno")
     m.add_argument("--score-precision", choices=("float32", "float64"), default="float32")
@@ -754,6 +768,11 @@ def _engine(args) -> str:
     why = columnar_refusal(args)
     if args.engine == "columnar" and why:
         raise ValueError(f"--engine columnar: {why}")
+    needs = ([f"online metrics ({', '.join(args.online_names)})"] if getattr(args, "online_names", None) else []) + \
+        (["--ci bootstrap"] if getattr(args, "ci", "t") == "bootstrap" else [])
+    if needs and (why or args.engine == "events"):
+        raise ValueError(f"{' and '.join(needs)} need the columnar engine: "
+                         f"{why or 'not --engine events'}")
     if args.engine == "events":
         return "events"
     if why is None:
@@ -831,7 +850,9 @@ def build_pipeline(p, args, paths):
         ranking = srcs["judgments"] is not None
         make, first = StreamMetrics, srcs["judgments"]
     sm = make(
-        first, split_metrics(args.metrics) if ranking else None, window=spec,
+        first, ((split_metrics(args.metrics) if ranking else args.online_names) if columnar
+                else split_metric_names(args.metrics)[0]) or None,
+        window=spec,
         slices=_slices_from_args(args.slices), clicks=srcs["clicks"], early_every=args.early_every,
         early_count=args.early_count, allowed_lateness=args.allowed_lateness, retention=args.retention,
         attribution_delay=args.attribution_delay, relevance_level=args.relevance_level, gain=args.gain,
@@ -840,9 +861,12 @@ def build_pipeline(p, args, paths):
         request_shards=(args.request_shards or COLUMNAR_SHARDS) if columnar else _request_shards(args), clock=replay_clock if args.replay or _live_watch(args) else None,
         source=_source_labels(args), judgment_conflicts=args.judgment_conflicts,
         grade_range=_grades(args.grades), time_range=parse_time_range(args.event_time_range),
-        ci_level=args.ci_level, intervals=args.intervals)
+        ci_level=args.ci_level, intervals=args.intervals,
+        **(dict(ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed, hist_bins=args.hist_bins,
+                hist_range=hist_range(args.hist_range)) if columnar else {}))
     rows = srcs["impressions"] | "StreamMetrics" >> sm
-    names = [s.name for s in parse_metrics(split_metrics(args.metrics), arithmetic="the Beam jobs")] if ranking else []
+    ranking_names = split_metric_names(args.metrics)[0]
+    names = [s.name for s in parse_metrics(ranking_names, arithmetic="the Beam jobs")] if ranking and ranking_names else []
     me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
     # running totals after each pane: this process's counts are the whole job's on the local runner only
     # (other runners: wait_reporting prints the job's counters from the launcher)
@@ -968,8 +992,16 @@ def main(argv=None) -> int:
         _slices_from_args(args.slices)
         _grades(args.grades)
         parse_time_range(args.event_time_range)
-        if args.judgments or any(getattr(args, f"{s}_judgments") for s in ("pubsub", "kafka")):
-            parse_metrics(split_metrics(args.metrics), arithmetic="the Beam jobs")
+        ranking_names, online_names = split_metric_names(args.metrics)
+        if ranking_names and (args.judgments or any(getattr(args, f"{s}_judgments") for s in ("pubsub", "kafka"))):
+            parse_metrics(ranking_names, arithmetic="the Beam jobs")
+        check_bootstrap_arguments(args)
+        hist_range(args.hist_range)
+        args.online_names = [n for n in online_names if parse_online_metric(n).family != "ctr"]
+        if args.online_names:
+            why = online_refusal(args.online_names)
+            if why:
+                raise ValueError(why)
         paths = {k: [] for k in KINDS}
         if args.replay:
             if not args.impressions:

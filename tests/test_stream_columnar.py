@@ -17,7 +17,7 @@ from pipelines import batch as batch_cli
 from pipelines import stream as stream_cli
 from streameval.io import avro
 
-from .test_stream import HOUR, assert_final_equals_batch, imp, jdg, panes_of
+from .test_stream import HOUR, _bits, assert_final_equals_batch, imp, jdg, key, panes_of
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*judged queries have no results:UserWarning"),
@@ -74,17 +74,17 @@ def _jsonl(directory, pattern):
     return [json.loads(line) for f in sorted(directory.glob(pattern)) for line in open(f)]
 
 
-def _batch(tmp_path, impressions, extra=()):
+def _batch(tmp_path, impressions, extra=(), metrics="ndcg@10,map,P@5"):
     """The batch job on its per-record engine (the executable specification, which shares no code
     with the columnar stages): its output directory."""
     bout = tmp_path / "batch"
     assert batch_cli.main(["--impressions", impressions, "--judgments", str(tmp_path / "judgments.avro"),
-                           "--metrics", "ndcg@10,map,P@5", "--window", "1h", "--slices", "device", *extra,
+                           "--metrics", metrics, "--window", "1h", "--slices", "device", *extra,
                            "--runner", "FnApiRunner", "--engine", "records", "--output", str(bout)]) == 0
     return bout
 
 
-def _stream(tmp_path, files, judg, extra=()):
+def _stream(tmp_path, files, judg, extra=(), metrics="ndcg@10,map,P@5"):
     watch = tmp_path / "watch"
     watch.mkdir()
     for i, recs in enumerate(files):
@@ -92,7 +92,7 @@ def _stream(tmp_path, files, judg, extra=()):
     avro.write_records(str(tmp_path / "judgments.avro"), "judgment", judg)
     out = tmp_path / "out"
     args = ["--watch", "--impressions", str(watch / "*.avro"), "--judgments", str(tmp_path / "judgments.avro"),
-            "--metrics", "ndcg@10,map,P@5", "--window", "1h", "--slices", "device", "--watch-interval", "0.05",
+            "--metrics", metrics, "--window", "1h", "--slices", "device", "--watch-interval", "0.05",
             "--watch-idle-stop", "1", "--quiet", "--output", str(out), *extra]
     code = stream_cli.main(args)
     return code, out
@@ -163,6 +163,65 @@ def test_columnar_stream_late_data_and_late_panes(tmp_path):
     bout = _batch(tmp_path, str(tmp_path / "kept.avro"), ["--allowed-lateness", "2h"])
     assert_final_equals_batch(rows, _jsonl(bout, "metrics.jsonl"))
     assert any(p == "late" for seq in panes_of(rows).values() for p, _, _ in seq)
+
+
+ONLINE = "auc,auc_hist,clicks@5,rr_first_click,abandonment,logloss,brier,calibration,ece[bins=10],interleaving"
+
+
+@pytest.mark.parametrize("metrics, extra", [
+    ("ndcg@10,map,P@5," + ONLINE, ["--hist-bins", "20"]),
+    ("ndcg@10,map,P@5,num_rel_ret", ["--ci", "bootstrap", "--replicates", "60", "--ci-seed", "5"]),
+], ids=["online-metrics", "bootstrap"])
+def test_columnar_stream_online_metrics_and_bootstrap_equal_the_batch_job(tmp_path, capsys, metrics, extra):
+    """Online metrics (AUC with its DeLong standard error, the histogram AUC, click metrics,
+    calibration and its reliability rows, interleaving) and Poisson bootstrap intervals in the
+    stream's panes: the final panes equal the batch job's per-record engine (OnlineMetrics,
+    BootstrapMeanCombineFn over per-request values: no code shared with the columnar stages) bit for
+    bit, intervals included; the record accounting too."""
+    files, judg = _log(seed=5, n_requests=400)
+    for f in files:  # scores as click probabilities (calibration), teams for interleaving
+        for r in f:
+            if r["score"] is not None:
+                r["score"] = r["score"] / 100.0
+            r["attributes"] = dict(r["attributes"], team="A" if r["position"] % 2 else "B")
+    code, out = _stream(tmp_path, files, judg, ["--engine", "columnar", "--watch-delay", "7h", *extra],
+                        metrics=metrics)
+    assert code == 0, capsys.readouterr()
+    rows = _jsonl(out, "metrics-*.jsonl")
+    bout = _batch(tmp_path, str(tmp_path / "watch" / "*.avro"), [*extra, "--labels", "clicks"], metrics=metrics)
+    brows = _jsonl(bout, "metrics.jsonl")
+    final = assert_final_equals_batch(rows, [r for r in brows if r["num_queries"] > 0])
+    # rows of no request (interleaving's counts of a slice whose requests had no click): the final
+    # pane has them too, n = 0, same value
+    zero = [r for r in brows if r["num_queries"] == 0]
+    assert zero if "auc" in metrics else True
+    for r in zero:
+        f = final[key(r)]
+        assert (f["num_queries"], _bits(f["value"]), f["ci_method"]) == (0, _bits(r["value"]), r["ci_method"]), (r, f)
+    got = {r["metric"] for r in final.values()}
+    if "auc" in metrics:
+        assert {"auc", "auc_hist", "clicks@5", "rr_first_click", "abandonment", "logloss", "ece[bins=10]",
+                "interleaving:win_rate_b"} <= got
+        assert any(r["metric"] == "auc" and r["ci_method"] == "t" and r["stderr"] for r in brows)
+    else:
+        assert {r["ci_method"] for r in brows if r["metric"] == "map" and r["num_queries"] > 1} == {"bootstrap"}
+    assert json.loads((out / "summary.json").read_text())["accounting"] == \
+        json.loads((bout / "summary.json").read_text())["accounting"]
+
+
+def test_stream_refuses_online_metrics_it_cannot_compute_in_one_line(tmp_path, capsys):
+    files, judg = _log(n_requests=20)
+    for extra, metrics, message in [
+        (["--engine", "columnar"], "map,gauc[user,clicks]", "GAUC is not computed by the streaming job"),
+        (["--engine", "events"], "map,auc", "online metrics (auc) need the columnar engine"),
+        (["--every", "30m"], "map", "--ci bootstrap need the columnar engine: the columnar engine has fixed"),
+    ]:
+        if "fixed" in message:
+            extra = extra + ["--ci", "bootstrap"]
+        code, _ = _stream(tmp_path / str(len(message)), files[:1], judg, extra, metrics=metrics) \
+            if (tmp_path / str(len(message))).mkdir() is None else (None, None)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and message in err[0], (message, err)
 
 
 @pytest.mark.parametrize("extra, message", [

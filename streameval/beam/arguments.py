@@ -101,3 +101,34 @@ def make_output_dir(path: str) -> None:
         if "://" in path and FileSystems.exists(path):
             return  # an object store "directory" that exists already
         raise ValueError(f"cannot make the output directory {path!r}: {type(e).__name__}: {e}") from None
+
+
+def add_bootstrap_arguments(group, ci_help: str) -> None:
+    """``--ci {t,bootstrap}``, ``--replicates``, ``--ci-seed`` (the batch and streaming jobs)."""
+    group.add_argument("--ci", choices=("t", "bootstrap"), default="t", help=ci_help)
+    group.add_argument("--replicates", type=int, default=200, help="bootstrap replicates (default 200)")
+    group.add_argument("--ci-seed", type=int, default=0, help="keys the hash of the bootstrap weights (default 0)")
+
+
+def check_bootstrap_arguments(args) -> None:
+    """Raise ValueError (one line) for ``--replicates`` / ``--ci-seed`` out of range."""
+    from ..accumulators.bootstrap import ReplicateSums
+
+    if args.replicates < 1:
+        raise ValueError("--replicates must be positive")
+    ReplicateSums(1, args.replicates, "poisson", args.ci_seed)  # their ranges
+
+
+def add_hist_arguments(group) -> None:
+    """``--hist-bins``, ``--hist-range`` of ``auc_hist``."""
+    group.add_argument("--hist-bins", type=int, default=1000, help="bins of auc_hist (default 1000)")
+    group.add_argument("--hist-range", default="0,1", help="score range LO,HI of auc_hist's bins (default 0,1)")
+
+
+def hist_range(text: str) -> tuple[float, float]:
+    """``--hist-range`` text ``LO,HI`` -> (lo, hi); ValueError in one line."""
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"--hist-range wants LO,HI, got {text!r}") from None
+    return lo, hi

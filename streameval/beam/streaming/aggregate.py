@@ -270,10 +270,11 @@ class _AggregateBase:
         emitted = p.emitted
         for label in sorted(current):
             out_label = label if prefix is None else (prefix if label == "all" else f"{prefix},{label}")
-            for metric, value, n, se in current[label]:
-                # the batch job's interval of the same numbers (Wilson for CTR, t otherwise)
-                rows.append(metric_row(start, end, out_label, system, metric, value, n, se, **extra,
-                                       **stats.row_interval(metric, value, n, se, self.cfg.ci_level, self.cfg.intervals)))
+            for metric, value, n, se, *ci in current[label]:
+                # the batch job's interval of the same numbers (Wilson for CTR, t otherwise), or the
+                # interval the row comes with (bootstrap, online metrics: see coarse_online)
+                iv = ci[0] if ci else stats.row_interval(metric, value, n, se, self.cfg.ci_level, self.cfg.intervals)
+                rows.append(metric_row(start, end, out_label, system, metric, value, n, se, **extra, **iv))
         for label, metrics in sorted(emitted.items()):  # emptied since: an empty row replaces it
             have = {m for m, *_ in current.get(label, [])}
             out_label = label if prefix is None else (prefix if label == "all" else f"{prefix},{label}")

@@ -43,6 +43,7 @@ records and a small number of shards (default 16) keep it low.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.typehints import typehints
 
+from ...accumulators.bootstrap import DEFAULT_REPLICATES
 from ...accumulators.moments import MeanMoments
 from ...io import records
 from ..columnar import (
@@ -192,22 +194,25 @@ class _ShardFn(beam.DoFn):
     META = ReadModifyWriteStateSpec("meta", FastPrimitivesCoder())
     EXPIRY = TimerSpec("expiry", TimeDomain.WATERMARK)
 
-    def __init__(self, cfg, batch: dict, judgments: dict | None):
+    def __init__(self, cfg, batch: dict, judgments: dict | None, online=None, boot=None):
         #: {query shard: [frozen resolved judgments]} (read when the job started), or None
         self.judgments = judgments
         self.cfg = cfg
         self.batch = batch  # the batch stages' options (see ColumnarStreamMetrics)
+        self.online = online  # a coarse_online.StreamOnline, or None
+        self.boot = boot  # a coarse_online.StreamBootstrap (--ci bootstrap), or None
         self._stages = None
         self._held = None
         self.token = uuid.uuid4().hex  # this job's judgments in the process-wide cache
-        self._mm = MeanMoments(len(cfg.specs))
+        self._mm = boot if boot is not None else MeanMoments(len(cfg.specs))
 
     def _get_stages(self) -> _Stages:
         if self._stages is None:
             b, cfg = self.batch, self.cfg
             # the values between the two stages stay in this process (hold): nothing is pickled
             clean = _CleanShard("CleanImpressions", cfg.ranking, cfg.ctr, cfg.spec.size, cfg.slice_specs,
-                                b["order"], QUERY_SHARDS, hold=True, lateness_micros=cfg.lateness)
+                                b["order"], QUERY_SHARDS, hold=True, lateness_micros=cfg.lateness,
+                                online=self.online.columns() if self.online else None)
             if self.judgments is not None:  # unpickled once per process (the runner copies DoFns), then held
                 with _JUDGMENTS_LOCK:
                     held = _JUDGMENTS.get(self.token)
@@ -216,14 +221,16 @@ class _ShardFn(beam.DoFn):
                                                          for q, vals in self.judgments.items()}
                 self._held = held
             score = _ScoreShard(cfg.specs, cfg.options, b["order"], b["tie_break"], b["score_precision"],
-                                b["depth"], cfg.spec.size, cfg.slice_specs) if cfg.ranking else None
+                                b["depth"], cfg.spec.size, cfg.slice_specs,
+                                bootstrap=b.get("bootstrap")) if cfg.ranking else None
             self._stages = _Stages(clean, score)
         return self._stages
 
     # -- the batch stages on a chunk of whole requests --------------------------------------------
     def _run(self, shard: int, chunk: dict, judgments):
         """(ranking states ``{(window start, system): {label: state}}``, click states
-        ``{(window start, system): {label: {position: [impressions, clicks]}}}``, side records,
+        ``{(window start, system): {label: {position: [impressions, clicks]}}}``, online states
+        ``{(window start, system): {tag: {label: state}}}`` (:mod:`.coarse_online`), side records,
         counts) of the batch stages on ``chunk``."""
         st = self._get_stages()
         counts: dict = {}
@@ -236,6 +243,7 @@ class _ShardFn(beam.DoFn):
 
         rank: dict = {}
         ctr: dict = {}
+        onl: dict = {}
         side: list = []
         by_query: dict = {}
         judgments = self._held if judgments is not None else None
@@ -246,9 +254,11 @@ class _ShardFn(beam.DoFn):
                     ctr.setdefault((ws, system), {})[label] = pos
                 elif o.tag == "dead_letters":
                     side.append(o.value)
+                elif self.online is not None and self.online.is_online(o):
+                    self.online.collect((o,), onl)
             else:
                 by_query.setdefault(o[0], []).append(o[1])
-        for q, parts in sorted(by_query.items()):
+        for q, parts in sorted(by_query.items()) if st.score is not None else ():
             for o in run(st.score.work, ((q, parts), list(judgments.get(q, ())) if judgments is not None else [])):
                 if isinstance(o, pvalue.TaggedOutput):
                     if o.tag == "dead_letters":
@@ -259,7 +269,7 @@ class _ShardFn(beam.DoFn):
                     by_label = rank.setdefault((ws, system), {})
                     # the query shards' states of one (window, label, system) merge exactly
                     by_label[label] = state if label not in by_label else self._mm.merge([by_label[label], state])
-        return rank, ctr, side, counts
+        return rank, ctr, onl, side, counts
 
     # -- requests and windows ------------------------------------------------------------------
     def _request_windows(self, chunk: dict):
@@ -327,13 +337,14 @@ class _ShardFn(beam.DoFn):
         chunk = both if sel.all() else _take(both, sel)
         # every window the piece touches, cleaned and scored again from the shard's records (counted
         # and written out once, when the window is final: on_expiry)
-        rank, ctr, _side, _counts = self._run(shard, chunk, self.judgments)
+        rank, ctr, onl, _side, _counts = self._run(shard, chunk, self.judgments)
         by_system: dict = {}
         for k in touched.tolist():
             start = k * cfg.spec.period
-            systems = {s for (ws, s) in list(rank) + list(ctr) if ws == start}
+            systems = {s for (ws, s) in list(rank) + list(ctr) + list(onl) if ws == start}
             for s in systems | set(sent.get(k, [])):
-                by_system.setdefault(s, {})[k] = [rank.get((start, s), {}), ctr.get((start, s), {})]
+                by_system.setdefault(s, {})[k] = [rank.get((start, s), {}), ctr.get((start, s), {}),
+                                                  onl.get((start, s), {})]
             sent[k] = sorted(systems)
         updated = int(len(np.unique(req[n_old:])))  # requests this piece changed (early_count counts them)
         for system, subs in sorted(by_system.items()):
@@ -390,7 +401,7 @@ class _ShardFn(beam.DoFn):
                 req, win = self._request_windows(buf)
                 sel = np.isin(win[req], np.array(due, dtype=np.int64))
                 if sel.any():
-                    _rank, _ctr, side, counts = self._run(int(key), buf if sel.all() else _take(buf, sel),
+                    _rank, _ctr, _onl, side, counts = self._run(int(key), buf if sel.all() else _take(buf, sel),
                                                           self.judgments)
                     _apply_counts(cfg.run, counts)
                     for rec in side:
@@ -423,8 +434,9 @@ class _ShardFn(beam.DoFn):
 
 @dataclass(slots=True)
 class _PartsCore:
-    """A system's aggregate: ``parts``, ``{window: {shard: [version, {label: MeanMoments state},
-    {label: {position: [impressions, clicks]}}]}}``; ``panes``, ``{window: _PaneState}`` of the open
+    """A system's aggregate: ``parts``, ``{window: {shard: [version, {label: MeanMoments state (or
+    PoissonBootstrap state)}, {label: {position: [impressions, clicks]}}, {online tag: {label:
+    state}}]}}``; ``panes``, ``{window: _PaneState}`` of the open
     windows; ``closed_upto``, the time (micros) up to which windows closed, or None. State:
     ``[parts, panes (as lists), closed_upto]``."""
 
@@ -442,9 +454,16 @@ class _PartsCore:
 
 
 class _PartialAggregate(_WindowAggregate):
-    """Key: system. Messages ``("part", shard, version, {window: [rank, ctr]}, requests updated)``
-    (see the module); the panes, windows and deadlines of :class:`~.window_aggregate._WindowAggregate`
-    (fixed windows), its state :class:`_PartsCore`."""
+    """Key: system. Messages ``("part", shard, version, {window: [rank, ctr, online]}, requests
+    updated)`` (see the module); the panes, windows and deadlines of
+    :class:`~.window_aggregate._WindowAggregate` (fixed windows), its state :class:`_PartsCore`.
+    ``online`` / ``boot``: the job's :class:`~.coarse_online.StreamOnline` /
+    :class:`~.coarse_online.StreamBootstrap`, or None."""
+
+    def __init__(self, cfg, online=None, boot=None):
+        super().__init__(cfg)
+        self.online = online
+        self.boot = boot
 
     def updates(self, msgs) -> int:
         """``early_count`` counts the requests the shards' messages updated (not the messages)."""
@@ -476,8 +495,8 @@ class _PartialAggregate(_WindowAggregate):
             return "ok"
         _, shard, version, subs, _n = m
         for k in fresh:
-            rank, ctr = subs[k] if k in subs else subs[str(k)]
-            c.parts.setdefault(k, {})[shard] = [version, rank, ctr]
+            rank, ctr, onl = subs[k] if k in subs else subs[str(k)]
+            c.parts.setdefault(k, {})[shard] = [version, rank, ctr, onl]
             p = c.panes.get(k)
             if p is None:
                 p = c.panes[k] = _PaneState()
@@ -499,17 +518,32 @@ class _PartialAggregate(_WindowAggregate):
     def window_rows(self, c, j):
         rank: dict = {}
         ctr: dict = {}
-        for _shard, (_v, r, cl) in sorted(c.parts.get(j, {}).items()):
+        onl: dict = {}
+        mm = self.boot if self.boot is not None else self.mm
+        for _shard, (_v, r, cl, on) in sorted(c.parts.get(j, {}).items()):
             for label, st in r.items():
                 cur = rank.get(label)
-                rank[label] = [1, st] if cur is None else [1, self.mm.merge([cur[1], st])]
+                rank[label] = [1, st] if cur is None else [1, mm.merge([cur[1], st])]
+            for tag, by_label in on.items():
+                into = onl.setdefault(tag, {})
+                for label, st in by_label.items():
+                    into[label] = st if label not in into else self.online.merge(tag, [into[label], st])
             for label, by_pos in cl.items():
                 dl = ctr.setdefault(label, {})
                 for pos, (i, n) in by_pos.items():
                     cell = dl.setdefault(int(pos), [0, 0])
                     cell[0] += i
                     cell[1] += n
-        return self._ctr_rows(ctr, self._rank_rows(rank))
+        out = self._ctr_rows(ctr, self._rank_rows(rank))
+        if onl:
+            start, end = self.cfg.spec.bounds(j)
+            self.online.rows(onl, start, end, None, self.cfg.ci_level, out)
+        return out
+
+    def _rank_rows(self, merged_rank):
+        if self.boot is None:
+            return super()._rank_rows(merged_rank)
+        return {label: self.boot.rows(self.names, st) for label, (nreq, st) in merged_rank.items() if nreq > 0}
 
     def drop_closed(self, c, now):
         for k in [k for k in c.parts if self.cfg.spec.bounds(k)[1] + self.cfg.lateness <= now]:
@@ -525,16 +559,33 @@ class ColumnarStreamMetrics(StreamMetrics):
     starts (None: click metrics only). Arguments as :class:`StreamMetrics`, except: fixed windows
     only; no click events (clicks are the impressions' ``clicked`` field); ``early_count`` counts
     shard updates (a file gives one per shard it touches); ``request_shards``: the shards of
-    stage 2 (default 16). Outputs and counts as :class:`StreamMetrics` (``panes``, ``side``,
-    ``late``, ``dead_letters``, :meth:`counts`, :meth:`accounting`)."""
+    stage 2 (default 16); ``metrics`` may also name online metrics (:mod:`.coarse_online`: ``auc``,
+    ``auc_hist`` with ``hist_bins`` / ``hist_range``, click, calibration and interleaving metrics;
+    ``gauc`` raises ValueError); ``ci="bootstrap"`` (``replicates``, ``ci_seed``): the ranking
+    metrics' Poisson bootstrap intervals (ValueError without ranking metrics). Outputs and counts as
+    :class:`StreamMetrics` (``panes``, ``side``, ``late``, ``dead_letters``, :meth:`counts`,
+    :meth:`accounting`)."""
 
     def __init__(self, judgment_paths=None, metrics=None, window="1h", *, order="score", tie_break="docno",
-                 score_precision="float32", depth=None, request_shards=16, decoder=None, **kw):
+                 score_precision="float32", depth=None, request_shards=16, decoder=None, ci="t",
+                 replicates=DEFAULT_REPLICATES, ci_seed=0, hist_bins=1000, hist_range=(0.0, 1.0), **kw):
+        from ..online import split_metric_names
+        from .coarse_online import StreamBootstrap, StreamOnline
+
         paths = list(judgment_paths or [])
         kw.pop("clicks", None)
-        super().__init__(paths or None, metrics, window, order=order, tie_break=tie_break,
+        if ci not in ("t", "bootstrap"):
+            raise ValueError(f"ci must be 't' or 'bootstrap', got {ci!r}")
+        ranking, online = split_metric_names(list(metrics or []))
+        if ranking and not paths:
+            raise ValueError("ranking metrics need judgments")
+        ctr = kw.pop("ctr", True)
+        # the base transform computes ranking metrics and CTR; online metrics are this engine's
+        super().__init__(paths if ranking else None, ranking or None, window, order=order, tie_break=tie_break,
                          score_precision=score_precision, depth=depth, request_shards=max(int(request_shards), 1),
-                         **kw)
+                         ctr=ctr or bool(online), **kw)
+        if not ctr:
+            self.cfg = dataclasses.replace(self.cfg, ctr=False)
         if not self.cfg.spec.windowed or self.cfg.spec.per_window != 1:
             raise ValueError("the columnar streaming engine has fixed windows only (use --engine events for "
                              "sliding windows and sessions)")
@@ -542,7 +593,16 @@ class ColumnarStreamMetrics(StreamMetrics):
             raise ValueError("the columnar streaming engine gives fixed-sample intervals only (use --engine "
                              "events for --intervals anytime)")
         self.judgment_paths = paths
-        self.batch = {"order": order, "tie_break": tie_break, "score_precision": score_precision, "depth": depth}
+        self.online = StreamOnline(online, self.cfg.spec.size, self.cfg.slice_specs, QUERY_SHARDS, hist_bins,
+                                   hist_range) if online else None
+        if self.online is not None and not self.online:
+            self.online = None  # only the ctr family: the job's CTR
+        if ci == "bootstrap" and not self.cfg.ranking:
+            raise ValueError("--ci bootstrap applies to ranking metrics: give judgments and ranking metrics")
+        self.boot = StreamBootstrap(len(self.cfg.specs), int(replicates), int(ci_seed), self.cfg.ci_level,
+                                    [s.is_count for s in self.cfg.specs]) if ci == "bootstrap" else None
+        self.batch = {"order": order, "tie_break": tie_break, "score_precision": score_precision, "depth": depth,
+                      "bootstrap": (int(replicates), int(ci_seed)) if ci == "bootstrap" else None}
         self.decoder = decoder or default_decoder()
 
     def _judgments(self):
@@ -587,12 +647,12 @@ class ColumnarStreamMetrics(StreamMetrics):
         side.append(pieces.side)
         keyed = pieces.pieces
         keyed.element_type = typehints.Tuple[int, typehints.Any]
-        shards = keyed | "Shards" >> beam.ParDo(_ShardFn(cfg, self.batch, judgments)).with_outputs(
+        shards = keyed | "Shards" >> beam.ParDo(_ShardFn(cfg, self.batch, judgments, self.online, self.boot)).with_outputs(
             "side", main="systems")
         side.append(shards.side)
         to_agg = shards.systems
         to_agg.element_type = typehints.Tuple[str, typehints.Any]
-        agg = to_agg | "Aggregate" >> beam.ParDo(_AggregateFn(_PartialAggregate(cfg))).with_outputs(
+        agg = to_agg | "Aggregate" >> beam.ParDo(_AggregateFn(_PartialAggregate(cfg, self.online, self.boot))).with_outputs(
             "panes", "side", main="rows")
         side.append(agg.side)
         self.panes = agg.panes
