@@ -163,19 +163,22 @@ class _ShardMeta(NamedTuple):
     the allowed lateness is at or before it are final), or None; ``version`` of its latest
     partials; ``armed``, the time its timer is set for, or None; ``sent``, ``{window: [system,
     ...]}``: the systems whose partials of an open window were sent (an emptied one is sent as an
-    empty partial); ``final``, the windows already counted (records kept for the retention).
-    State: a list of the five."""
+    empty partial); ``final``, the windows already counted (records kept for the retention);
+    ``tally``, ``{window: [counts, dead letters]}`` of the open windows' requests as their latest
+    cleaning and scoring found them (written out when the window is final). State: a list of the
+    six."""
 
     closed: int | None
     version: int
     armed: int | None
     sent: dict
     final: list
+    tally: dict
 
     @classmethod
     def read(cls, state) -> "_ShardMeta":
         v = state.read()
-        return cls(None, 0, None, {}, []) if v is None else cls(*v)
+        return cls(None, 0, None, {}, [], {}) if v is None else cls(*v)
 
     def write(self, state) -> None:
         state.write(list(self))
@@ -334,10 +337,12 @@ class _ShardFn(beam.DoFn):
         sel = span[req]
         version = m.version + 1
         sent = dict(m.sent)
-        chunk = both if sel.all() else _take(both, sel)
-        # every window the piece touches, cleaned and scored again from the shard's records (counted
-        # and written out once, when the window is final: on_expiry)
-        rank, ctr, onl, _side, _counts = self._run(shard, chunk, self.judgments)
+        tally = dict(m.tally)
+        # every window the piece touches, cleaned and scored again from the shard's records, one
+        # request window at a time: the counts and dead letters of a touched window's requests are
+        # kept (tally) and written out once, when the window is final (on_expiry)
+        rank, ctr, onl = self._score_windows(shard, both if sel.all() else _take(both, sel),
+                                             rwin if sel.all() else rwin[sel], set(touched.tolist()), tally)
         by_system: dict = {}
         for k in touched.tolist():
             start = k * cfg.spec.period
@@ -350,7 +355,39 @@ class _ShardFn(beam.DoFn):
         for system, subs in sorted(by_system.items()):
             yield system, [("part", int(shard), version, subs, updated)]
         armed = self._arm(expiry, m.armed, [self._counted_at(k) for k in sent if k not in m.final])
-        _ShardMeta(closed, version, armed, sent, m.final).write(meta)
+        _ShardMeta(closed, version, armed, sent, m.final, tally).write(meta)
+
+    def _score_windows(self, shard, chunk, rwin, touched: set, tally: dict):
+        """The batch stages on ``chunk`` (requests whose request window is ``rwin`` per row), one
+        request window at a time: (ranking, click and online states as :meth:`_run`'s, merged over
+        the request windows); each touched window's counts and dead letters go to ``tally``. A
+        request counts in one window (its earliest impression's) and its rules look at its own
+        records only, so the windows' counts add up to those of the whole chunk."""
+        rank: dict = {}
+        ctr: dict = {}
+        onl: dict = {}
+        groups = np.unique(rwin)
+        for g in groups.tolist():
+            sub = chunk if len(groups) == 1 else _take(chunk, rwin == g)
+            r, c, o, side, counts = self._run(shard, sub, self.judgments)
+            rank.update(r)  # keyed by the request window: disjoint
+            for key, by_label in c.items():  # CTR by the impressions' own windows: added up
+                into = ctr.setdefault(key, {})
+                for label, by_pos in by_label.items():
+                    cells = into.setdefault(label, {})
+                    for pos, (i, n) in by_pos.items():
+                        cell = cells.setdefault(pos, [0, 0])
+                        cell[0] += i
+                        cell[1] += n
+            for key, by_tag in o.items():
+                into = onl.setdefault(key, {})
+                for tag, by_label in by_tag.items():
+                    dst = into.setdefault(tag, {})
+                    for label, st in by_label.items():
+                        dst[label] = st if label not in dst else self.online.merge(tag, [dst[label], st])
+            if g in touched:  # all of the window's requests were in the chunk
+                tally[g] = [counts, side]
+        return rank, ctr, onl
 
     def _late(self, new, rows, wins, closed):
         """Late data (the per-event engine's rules and reasons): a record whose own window is final;
@@ -392,21 +429,16 @@ class _ShardFn(beam.DoFn):
         closed = now if m.closed is None else max(m.closed, now)
         sent = dict(m.sent)
         final = list(m.final)
+        tally = dict(m.tally)
         due = [k for k in sent if k not in final and self._expiry(k) <= now]
-        if due:
-            # the final windows' requests cleaned and scored once more: counted and their dead
-            # letters written, exactly once (their partials were sent when their records arrived)
-            buf = self._buffer(pieces)
-            if buf is not None and buf["n"]:
-                req, win = self._request_windows(buf)
-                sel = np.isin(win[req], np.array(due, dtype=np.int64))
-                if sel.any():
-                    _rank, _ctr, _onl, side, counts = self._run(int(key), buf if sel.all() else _take(buf, sel),
-                                                          self.judgments)
-                    _apply_counts(cfg.run, counts)
-                    for rec in side:
-                        yield pvalue.TaggedOutput("side", rec)
-            final.extend(due)
+        # the final windows' counts and dead letters, as their requests' latest cleaning and scoring
+        # found them, written exactly once (their partials were sent when their records arrived)
+        for k in sorted(due):
+            counts, side = tally.pop(k, ({}, []))
+            _apply_counts(cfg.run, counts)
+            for rec in side:
+                yield pvalue.TaggedOutput("side", rec)
+        final.extend(due)
         # records of windows final for longer than the retention are dropped (until then a later
         # piece of one of their requests is late data)
         keep_for = max(cfg.retention, cfg.spec.period)  # a later window's clicks may need a request's records
@@ -426,7 +458,7 @@ class _ShardFn(beam.DoFn):
         nxt = min(times, default=None)
         if nxt is not None:
             expiry.set(_when(nxt))
-        _ShardMeta(closed, m.version, nxt, sent, final).write(meta)
+        _ShardMeta(closed, m.version, nxt, sent, final, tally).write(meta)
 
 
 # --------------------------------------------------------------------------------------------
