@@ -51,3 +51,12 @@ def test_bad_forms_are_one_line_errors(argv, message, capsys):
     assert stream.main(["--replay", "--impressions", "x.avro", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("window", ["1h/10m", "session:30m"])
+def test_batch_names_the_streaming_job_for_sliding_and_session_windows(window, capsys):
+    """The batch job has fixed windows only: its one-line error says where the other kinds are."""
+    from pipelines import batch
+    assert batch.main(["--impressions", "x.avro", "--output", "out", "--window", window]) == 2
+    err = capsys.readouterr().err
+    assert "the streaming job's" in err and err.count("\n") == 1, err
