@@ -643,7 +643,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
                           "record's timestamp to its event time)")
 
     w = p.add_argument_group("windows and triggers")
-    w.add_argument("--window", default=None, help="fixed window size (1h, 1d, ...); with --every: sliding")
+    w.add_argument("--window", default=None, help="fixed window size (1h, 1d, ...); with --every: sliding; "
+                   "also written 1h/10m (sliding), session:30m, session:30m/request")
     w.add_argument("--every", default=None, help="period of sliding windows (the size a multiple of it)")
     w.add_argument("--sessions", default=None, metavar="GAP", help="session windows with this gap instead")
     w.add_argument("--session-key", choices=("user", "request"), default="user")
@@ -716,7 +717,29 @@ def build_arg_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _split_window_arg(args) -> None:
+    """``--window`` written as the library writes a window (:meth:`WindowSpec.parse`): ``1h/10m`` is
+    ``--window 1h --every 10m``, ``session:30m`` is ``--sessions 30m`` and ``session:30m/request``
+    adds ``--session-key request``. Rewrites ``args`` in place (so every later check sees one form);
+    raises ValueError when the two forms are mixed."""
+    text = str(args.window or "").strip().lower()
+    if text.startswith(("session:", "sessions:")):
+        if args.sessions or args.every:
+            raise ValueError(f"--window {args.window} is a session window: it excludes --sessions / --every")
+        gap, _, by = text.split(":", 1)[1].partition("/")
+        args.window, args.sessions = None, gap
+        if by:
+            if by not in ("user", "request"):
+                raise ValueError(f"sessions are per 'user' or per 'request', got {by!r} in --window {text}")
+            args.session_key = by
+    elif "/" in text:
+        if args.every:
+            raise ValueError(f"--window {args.window} names its period: it excludes --every")
+        args.window, args.every = text.split("/", 1)
+
+
 def _window_spec(args) -> WindowSpec:
+    _split_window_arg(args)
     if args.sessions:
         if args.window or args.every:
             raise ValueError("--sessions excludes --window / --every")

@@ -1,6 +1,6 @@
 """Exit statuses of every ``streameval`` command, and the one-line form of an error.
 
-Documented in the README ("Exit statuses") and docs/metrics.md ("Input checks and exit status"):
+Documented in docs/cli.md ("`streameval batch`") and docs/metrics.md ("Input checks and exit status"):
 
 * 0 (:data:`EXIT_OK`): done;
 * 1 (:data:`EXIT_FAILED`): the job failed (runner, environment) or its record counts do not add up;

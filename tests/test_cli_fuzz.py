@@ -1,5 +1,5 @@
 """Issue 20, item 9: every option of every ``streameval`` subcommand, given hostile values, ends in
-one line on stderr and a documented exit status (README, "Exit statuses"): 0 done, 2 usage or input
+one line on stderr and a documented exit status (docs/cli.md, "`streameval batch`"): 0 done, 2 usage or input
 error, 3 an input check failed; 1 only for what a command documents as a failed run or check
 (``reconcile``: the tables disagree). Never a traceback.
 

@@ -84,6 +84,10 @@ def parse_window(window) -> float | None:
         if text in ("", "none", "global", "0"):
             return None
         m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", text)
+        if not m and ("/" in text or text.startswith(("session:", "sessions:"))):
+            raise ValueError(f"cannot parse window {window!r} here: sliding (1h/10m) and session (session:30m) "
+                             f"windows are the streaming job's (streameval stream, StreamMetrics); this one takes "
+                             f"a fixed size such as 1h or 1d")
         if not m or m.group(2) not in ("", *_UNITS):
             raise ValueError(f"cannot parse window {window!r}: use e.g. 3600s, 30m, 1h, 1d or none")
         size = float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1)
