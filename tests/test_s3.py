@@ -231,6 +231,36 @@ def test_job_on_s3_equals_the_local_job(runs, s3_server, config):
     _check_manifest(s3_server, out_prefix, run.local_output.manifest)
 
 
+def test_job_on_s3_with_worker_processes_equals_the_local_job(runs, s3_server, monkeypatch):
+    """``--workers 2`` (Beam's local runner in multi_processing mode): its worker processes start
+    without the pipeline options; the launcher hands them the S3 endpoint and credentials through
+    the environment (``s3_clients.export_to_environment``), and the job on S3 equals the local one."""
+    from streameval.beam import s3_clients
+
+    for name in s3_clients.ENV_OF_OPTION.values():  # restored after the test, whatever the job sets
+        monkeypatch.setenv(name, "unset")
+        monkeypatch.delenv(name)
+    local, _, run, _ = runs.get("columnar-damaged")
+    remote, out_prefix = run.remote("workers2", beam_args=["--workers", "2"])
+    _assert_equal(local, remote)
+    (summary,) = _s3_output(s3_server, out_prefix).files("summary.json")
+    assert json.loads(summary)["workers"] == 2
+    _check_manifest(s3_server, out_prefix, run.local_output.manifest, same_names=False)
+
+
+def test_export_to_environment_sets_what_the_options_give():
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from streameval.beam import s3_clients
+
+    env: dict = {}
+    got = s3_clients.export_to_environment(PipelineOptions(
+        ["--s3_endpoint_url", "http://127.0.0.1:9", "--s3_access_key_id", "k", "--s3_secret_access_key", "s"]), env)
+    assert env == {"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    assert sorted(got) == sorted(env)
+    assert s3_clients.export_to_environment(PipelineOptions([]), env) == []
+
+
 # --------------------------------------------------------------------------------------------
 # (b) a damaged file on S3 is a dead letter, as it is locally
 

@@ -78,6 +78,12 @@ def make_pipeline(options):
 
     s3_clients.install()
     s3_clients.add_to_options(options)
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    if options.view_as(DirectOptions).direct_running_mode == "multi_processing":
+        # the local runner's worker processes start without the pipeline options: they inherit the
+        # S3 endpoint and credentials through the environment instead
+        s3_clients.export_to_environment(options)
     try:
         return beam.Pipeline(options=options)
     except ImportError as e:  # Beam imports a runner given as a dotted path

@@ -39,7 +39,8 @@ from types import SimpleNamespace
 
 from apache_beam.utils.plugin import BeamPlugin
 
-__all__ = ["install", "uninstall", "installed", "add_to_options", "clients_made", "SharedS3Clients", "PLUGIN"]
+__all__ = ["install", "uninstall", "installed", "add_to_options", "clients_made", "export_to_environment",
+           "SharedS3Clients", "PLUGIN"]
 
 #: the import path given to Beam's --beam_plugins (workers import it at start-up)
 PLUGIN = __name__
@@ -158,6 +159,32 @@ def add_to_options(options):
     if PLUGIN not in plugins:
         setup.beam_plugins = [*plugins, PLUGIN]
     return options
+
+
+#: an S3 option of Beam -> the environment variable boto3 reads when a client is made without it
+ENV_OF_OPTION = {"s3_endpoint_url": "AWS_ENDPOINT_URL_S3", "s3_access_key_id": "AWS_ACCESS_KEY_ID",
+                 "s3_secret_access_key": "AWS_SECRET_ACCESS_KEY", "s3_session_token": "AWS_SESSION_TOKEN",
+                 "s3_region_name": "AWS_DEFAULT_REGION"}
+
+
+def export_to_environment(options, environ=None) -> list[str]:
+    """Put ``options``' S3 settings (endpoint, credentials, region) in the environment ``environ``
+    (default ``os.environ``) as boto3's variables (:data:`ENV_OF_OPTION`), for worker processes that
+    start without the pipeline options and inherit the launcher's environment: Beam 2.77's local
+    runner in ``multi_processing`` mode (``--workers N``) makes their clients with no endpoint or
+    credentials, and boto3 then reads these variables. Returns the names set (none when no S3
+    option is given)."""
+    from apache_beam.options.pipeline_options import S3Options
+
+    env = os.environ if environ is None else environ
+    s3 = options.view_as(S3Options)
+    done = []
+    for option, name in ENV_OF_OPTION.items():
+        value = getattr(s3, option, None)
+        if value:
+            env[name] = str(value)
+            done.append(name)
+    return done
 
 
 class SharedS3Clients(BeamPlugin):
