@@ -8,6 +8,9 @@ Avro, as sorted lists, floats to the bit), the dead letters, the unjudged reques
 damaged files, the comparisons and the summary's accounting and counters. The job is launched from a
 working directory that is not the workers' one, with relative --impressions / --output paths.
 
+The streaming job's columnar stages run there too (test (i)), over a bounded input: the local job
+service has no unbounded source.
+
 Runs share jobs through module fixtures (each job once on each runner); the whole file takes about
 three minutes on two cores. ``pytest -m "not portable"`` leaves it out.
 """
@@ -425,3 +428,56 @@ def test_workers_run_the_installed_wheel(portable_runner, launch, small_ref, tmp
         assert got["outputs"] == small_ref["outputs"]
         assert_manifest_lists_every_file(Path("wheel-run"), got["manifest"])
         assert_same(got, small_ref)
+
+
+# --------------------------------------------------------------------------------------------
+# (i) the streaming job's columnar engine on the portable runner's workers
+
+def _stream_blocks(paths, rows: int = 400) -> list:
+    """The blocks the live source sends for ``paths`` (``(path, ("arrow", IPC bytes), n, None)``;
+    several per file), without a watermark: a bounded input."""
+    from streameval.beam.streaming.live import ipc_bytes
+    from streameval.io.arrow_avro import read_tables
+
+    out = []
+    for path in paths:
+        for t in read_tables(path, "impression", rows=rows):
+            out.append((path, ("arrow", ipc_bytes(t)), t.num_rows, None) if hasattr(t, "num_rows")
+                       else (path, ("records", t), len(t), None))
+    return out
+
+
+def test_stream_columnar_engine_on_the_portable_runner(portable_runner, launch):
+    """The streaming job's columnar stages (request shards with keyed state and event-time timers,
+    the system aggregate merging the shards' exact partials, online metrics beside the ranking
+    metrics) on the portable runner's workers, over a bounded input (Beam's local job service runs
+    no unbounded source: see docs/deploy.md): each window's final pane equals the batch job's row
+    (its per-record engine, in this process), bit for bit with the interval."""
+    from streameval.beam.streaming.coarse import ColumnarStreamMetrics
+
+    from .test_stream import assert_final_equals_batch
+
+    paths = sorted(str(p) for p in Path("messy").glob("imps-[0-9]*.avro"))
+    metrics = ["ndcg@5", "map", "P@3", "auc", "clicks@10"]
+    p = beam.Pipeline(options=PipelineOptions(portable_runner.args))
+    sm = ColumnarStreamMetrics([str(Path("messy/judg.avro").resolve())], metrics, window="1h", slices=["device", "campaign"],
+                               grade_range=(0, 3))
+    (p
+     | beam.Create(_stream_blocks(paths), reshuffle=False)
+     | sm
+     | beam.Map(json.dumps, sort_keys=True)
+     | beam.io.WriteToText(str(Path("stream-portable").resolve() / "rows"), file_name_suffix=".jsonl"))
+    started = portable_runner.pool.workers_started()
+    with fail_after(JOB_TIMEOUT, "the streaming stages on the portable runner"):
+        state = p.run().wait_until_finish()
+    assert str(state).endswith("DONE"), portable_runner.pool.log_tail()
+    assert portable_runner.pool.workers_started() > started
+    # NaN as null, as the jobs' JSON-lines sinks write it
+    rows = [{k: None if isinstance(v, float) and v != v else v for k, v in json.loads(line).items()}
+            for f in sorted(Path("stream-portable").glob("rows*.jsonl")) for line in f.read_text().splitlines()]
+    assert rows and {(r["pane"], r["is_final"]) for r in rows} == {("on_time", True)}
+    code, ref = run_job(["--impressions", "messy/imps-[0-9]*.avro", "--judgments", "messy/judg.avro", "--window", "1h",
+                         "--slices", "device,campaign", "--grades", "0:3", "--engine", "records", "--labels",
+                         "clicks", "--metrics", ",".join(metrics)], "stream-portable/batch")
+    assert code == 0
+    assert_final_equals_batch(rows, [json.loads(r) for r in ref["metrics.jsonl"]])
