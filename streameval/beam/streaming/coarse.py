@@ -60,19 +60,10 @@ from apache_beam.typehints import typehints
 
 from ...accumulators.moments import MeanMoments
 from ...io import records
-from ..columnar import (
-    _CleanShard,
-    _ReadImpressionColumns,
-    _ReadJudgmentColumns,
-    _ResolveShard,
-    _ScoreShard,
-    _concat,
-    _pair_codes,
-    _take,
-    default_decoder,
-    freeze,
-    thaw,
-)
+from ..columnar_clean import _CleanShard
+from ..columnar_columns import _concat, _pair_codes, _take, freeze, thaw
+from ..columnar_read import _ReadImpressionColumns, _ReadJudgmentColumns, default_decoder
+from ..columnar_score import _ResolveShard, _ScoreShard
 from ..threads import _collect
 from ..transforms import NAMESPACE
 from .aggregate import _AggregateFn, _PaneState
