@@ -112,6 +112,7 @@ def _stages(paths, jpath, decoder: str) -> None:
     from apache_beam import pvalue
 
     from streameval.beam import columnar as C
+    from streameval.beam import columnar_clean, columnar_read, columnar_score
     from streameval.metrics.kernel import MetricOptions
     from streameval.metrics.names import parse_metrics
 
@@ -135,8 +136,8 @@ def _stages(paths, jpath, decoder: str) -> None:
     def round_trip(by):
         return {k: [pickle.loads(pickle.dumps(v, 5)) for v in vs] for k, vs in by.items()}
 
-    rd = C._ReadImpressionColumns(C.SHARDS, decoder=decoder)
-    rj = C._ReadJudgmentColumns(C.SHARDS, decoder=decoder)
+    rd = columnar_read._ReadImpressionColumns(C.SHARDS, decoder=decoder)
+    rj = columnar_read._ReadJudgmentColumns(C.SHARDS, decoder=decoder)
     # block by block, as the job does (holding every decoded dict at once would add GC time)
     decode = columns = 0.0
     n = 0
@@ -163,16 +164,16 @@ def _stages(paths, jpath, decoder: str) -> None:
                                  for kv in main_outputs(rj._block(b, True) if isinstance(b, list) else rj._table(b))))
     imps = timed("encode + decode 1 -> 2 (pickled bytes)", lambda: round_trip(imps))
     judg = round_trip(judg)
-    clean = C._CleanShard("bench", True, True, None, [("device",)], "score", C.SHARDS)
+    clean = columnar_clean._CleanShard("bench", True, True, None, [("device",)], "score", C.SHARDS)
     reqs = timed("2 unpickle, clean, CTR counts, re-shard, pickle",
                  lambda: grouped(main_outputs(x for kv in imps.items() for x in clean.work(kv))))
     reqs = timed("encode + decode 2 -> 3 (pickled bytes)", lambda: round_trip(reqs))
-    resolve = C._ResolveShard("latest", "bench")
+    resolve = columnar_score._ResolveShard("latest", "bench")
     resolved = timed("3 unpickle, resolve judgments", lambda: grouped(
         main_outputs(x for kv in judg.items() for x in resolve.work(kv))))
     resolved = round_trip(resolved)
-    score = C._ScoreShard(parse_metrics(["all_trec"]), MetricOptions(), "score", "docno", "float32", None, None,
-                          [("device",)])
+    score = columnar_score._ScoreShard(parse_metrics(["all_trec"]), MetricOptions(), "score", "docno", "float32", None,
+                                       None, [("device",)])
     timed("3 unpickle, ranking, metrics, means", lambda: [
         main_outputs(score.work((k, vs), resolved.get(k, []))) for k, vs in reqs.items()])
     total = sum(times.values())

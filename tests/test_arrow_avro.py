@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from streameval.beam import columnar
+from streameval.beam import columnar, columnar_columns
 from streameval.io import arrow_avro, avro
 
 pytestmark = pytest.mark.skipif(not arrow_avro.available(), reason="datafusion not installed")
@@ -211,8 +211,8 @@ def test_damage_only_fastavro_sees_after_the_fast_path_is_reported(tmp_path, mon
 
 def test_map_column_keeps_the_last_of_a_repeated_key():
     m = pa.array([[("a", "1"), ("b", "2"), ("a", "3")], [], [("b", "4")]], type=pa.map_(pa.string(), pa.string()))
-    cols = columnar._arrow_map_columns(m.slice(0, 3), 3)
+    cols = columnar_columns._arrow_map_columns(m.slice(0, 3), 3)
     assert cols["a"].tolist() == ["3", None, None]
     assert cols["b"].tolist() == ["2", None, "4"]
-    cols = columnar._arrow_map_columns(m.slice(1, 2), 2)  # offsets not starting at 0
+    cols = columnar_columns._arrow_map_columns(m.slice(1, 2), 2)  # offsets not starting at 0
     assert cols == {"b": cols["b"]} and cols["b"].tolist() == [None, "4"]

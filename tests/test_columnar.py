@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from pipelines import batch
-from streameval.beam import columnar
+from streameval.beam import columnar, columnar_clean, columnar_columns, columnar_read
 from streameval.io import avro
 from streameval.io.cleaning import clean_request
 
@@ -213,7 +213,7 @@ def test_columns_round_trip_and_pickle():
 def test_factorize_orders_like_the_strings():
     rnd = random.Random(0)
     vals = np.array([rnd.choice(["b", "a", "ab", "", "Z", "é", "d10", "d9"]) for _ in range(500)], dtype=object)
-    codes, vocab = columnar._factorize(vals, ordered=True)
+    codes, vocab = columnar_columns._factorize(vals, ordered=True)
     assert list(vocab) == sorted(set(vals.tolist()))
     assert (vocab[codes] == vals).all()
 
@@ -228,7 +228,7 @@ def test_files_on_remote_file_systems_read_the_same(tmp_path, monkeypatch):
     path = tmp_path / "imps.avro"
     avro.write_records(path, "impression", imp_files[1])
     monkeypatch.setattr(FileSystems, "open", staticmethod(lambda p, *a, **k: open(p.split("://", 1)[1], "rb")))
-    fn = columnar._ReadImpressionColumns(4)
+    fn = columnar_read._ReadImpressionColumns(4)
 
     def read(p):
         dead, rows = [], []
@@ -278,13 +278,13 @@ def test_damaged_remote_file_keeps_every_record_before_the_damage(tmp_path, monk
         pass
     assert 0 < expected < len(imp_files[0])
     monkeypatch.setattr(FileSystems, "open", staticmethod(lambda p, *a, **k: open(p.split("://", 1)[1], "rb")))
-    outs = list(columnar._ReadImpressionColumns(4).work(f"fake://{path}"))
+    outs = list(columnar_read._ReadImpressionColumns(4).work(f"fake://{path}"))
     dead = [o.value for o in outs if isinstance(o, pvalue.TaggedOutput)]
     rows = sum(columnar.thaw(o[1])["n"] for o in outs if not isinstance(o, pvalue.TaggedOutput))
     assert rows + len([d for d in dead if not d["reason"].startswith(columnar.UNREADABLE)]) == expected
     unreadable = [d for d in dead if d["reason"].startswith(columnar.UNREADABLE)]
     assert [d["source"] for d in unreadable] == [f"fake://{path}"]
-    local = list(columnar._ReadImpressionColumns(4).work(str(path)))
+    local = list(columnar_read._ReadImpressionColumns(4).work(str(path)))
     assert rows == sum(columnar.thaw(o[1])["n"] for o in local if not isinstance(o, pvalue.TaggedOutput))
 
 
@@ -306,16 +306,16 @@ def test_repeats_and_unique_codes_against_python():
         want = sorted({g for (g, _), c in counts.items() if c > 1})
         starts = np.flatnonzero(np.concatenate(([True], groups[1:] != groups[:-1])))
         for piece in (7, 100, 1 << 16):
-            got = columnar._repeats(groups, pa.array(vals), starts, piece=piece)
+            got = columnar_columns._repeats(groups, pa.array(vals), starts, piece=piece)
             assert got.tolist() == want
         key = rng.integers(0, 50 if t % 2 else 2**40, 1000)
-        uk, inv = columnar._unique_codes(key)
+        uk, inv = columnar_columns._unique_codes(key)
         ref_uk, ref_inv = np.unique(key, return_inverse=True)
         assert uk.tolist() == ref_uk.tolist() and inv.tolist() == ref_inv.ravel().tolist()
     # the repeat as far apart as the largest group allows; equal values in neighbouring groups only
     groups = np.array([0, 0, 0, 0, 1, 1, 2, 2])
     for vals, want in ((["a", "b", "c", "a", "x", "y", "y", "z"], [0]), (["a", "b", "c", "d", "d", "y", "z", "q"], [])):
-        got = columnar._repeats(groups, pa.array(vals), np.array([0, 4, 6]))
+        got = columnar_columns._repeats(groups, pa.array(vals), np.array([0, 4, 6]))
         assert got.tolist() == want
 
 
@@ -331,7 +331,7 @@ def test_encode_by_runs_gives_arrows_codes():
         vals = rng.choice(np.array(["a", "b", None, "c", "dd", ""], dtype=object), n).tolist()
         reps = rng.integers(1, 40 if t % 3 else 2, n)
         col = pa.array([v for v, r in zip(vals, reps) for _ in range(r)][:n], pa.string())
-        codes, vocab = columnar._encode(col)
+        codes, vocab = columnar_columns._encode(col)
         ref = pc.dictionary_encode(col, null_encoding="encode")
         assert codes.tolist() == ref.indices.to_pylist() and vocab.equals(ref.dictionary)
 
@@ -380,8 +380,8 @@ def test_requests_split_by_shard_held_equal_taken():
          "row_request": rr, "item_id": pa.array([f"d{i}" for i in range(n)]), "score": rng.random(n),
          "position": np.arange(n, dtype=np.int64)}
     shard = rng.choice([0, 3, 4, 9], nreq)
-    held = list(columnar._split_requests(r, shard, hold=True))
-    taken = list(columnar._split_requests(r, shard, hold=False))
+    held = list(columnar_clean._split_requests(r, shard, hold=True))
+    taken = list(columnar_clean._split_requests(r, shard, hold=False))
     assert [s for s, _ in held] == [s for s, _ in taken] == [0, 3, 4, 9]
 
     def plain(part):
@@ -420,7 +420,7 @@ def test_map_columns_same_keys_in_every_row_equal_lookup():
     for rows in cases:
         col = pa.array(rows, type=t)
         for arr in (col, col.slice(1)):
-            got = columnar._arrow_map_columns(arr, len(arr))
+            got = columnar_columns._arrow_map_columns(arr, len(arr))
             dicts = [dict(r) for r in arr.to_pylist()]
             keys = sorted({k for d in dicts for k in d})
             assert list(got) == keys

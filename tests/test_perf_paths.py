@@ -10,6 +10,7 @@ from sklearn.metrics import roc_auc_score
 
 from streameval.metrics import grouped, kernel
 from streameval.metrics import online as om
+from streameval.metrics import online_auc
 from streameval.metrics.kernel import MetricOptions, RankedLists, compute
 from streameval.metrics.names import parse_metrics
 from streameval.metrics.prepare import prepare
@@ -133,7 +134,7 @@ def test_group_codes_equal_unique():
     rng = np.random.default_rng(2)
     for ids in (rng.integers(0, 50, 500), rng.integers(10**12, 10**12 + 40, 500).astype(np.uint64),
                 rng.integers(-20, 20, 500).astype(np.int8), np.arange(7), rng.integers(0, 2**40, 300)):
-        gids, codes = om._group_codes(ids)
+        gids, codes = online_auc._group_codes(ids)
         ref_ids, ref_codes = np.unique(ids, return_inverse=True)
         assert gids.dtype == ref_ids.dtype
         np.testing.assert_array_equal(gids, ref_ids)

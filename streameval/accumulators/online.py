@@ -34,6 +34,7 @@ import numpy as np
 from ..metrics import calibration as cal
 from ..metrics import interleaving as il
 from ..metrics import online as om
+from ..metrics import online_auc
 from .moments import MeanMoments, exact_sum_floats, partials_add, partials_merge
 
 __all__ = ["AucOps", "HistAucOps", "GaucOps", "ClickRequestOps", "InterleavingRequestOps", "OpeOps", "CountArrays", "exact_sum", "auc_result",
@@ -162,7 +163,7 @@ class HistAucOps:
         return state
 
     def add_many(self, state: dict, scores, labels) -> dict:
-        y = om._labels01(labels, len(np.asarray(scores))).astype(np.int64)
+        y = online_auc._labels01(labels, len(np.asarray(scores))).astype(np.int64)
         b = om.hist_bin_index(scores, self.lo, self.hi, self.bins)
         pos = np.bincount(b, weights=y, minlength=self.bins).astype(np.int64)
         tot = np.bincount(b, minlength=self.bins).astype(np.int64)

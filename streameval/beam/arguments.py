@@ -11,7 +11,7 @@ DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
 def split_names(text: str) -> list[str]:
     """Split a comma list of names at the commas outside brackets and parentheses (``gauc[user,clicks]``,
     ``SetF(rel=2, beta=0.5)`` stay whole): the metric filters of report and reconcile."""
-    from ..metrics.online import _split_names
+    from ..metrics.online_names import _split_names
 
     return _split_names(text)
 
@@ -20,7 +20,7 @@ def split_metrics(text: str) -> list[str]:
     """Split a comma list of metric names, keeping trec_eval parameter lists together:
     ``"P.5,10,map"`` -> ``["P.5,10", "map"]``, and commas inside brackets or parentheses with their
     name (``gauc[user,clicks]``, ``SetF(rel=2, beta=0.5)``)."""
-    from ..metrics.online import _split_names
+    from ..metrics.online_names import _split_names
 
     out: list[str] = []
     for part in _split_names(text):

@@ -18,7 +18,8 @@ import math
 import numpy as np
 
 from ..accumulators.bootstrap import PairedComparison
-from . import columnar as col
+from .columnar_clean import _labels, _windows
+from .columnar_columns import _encode, _group_bounds, _ordered
 from .combiners import BatchedStatesMixin
 from .stats import PairedCombineFn
 
@@ -91,13 +92,13 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
     nreq = len(min_ts)
     if not nreq:
         return
-    scode, svals = col._ordered(system_id)  # codes in the order of the names: pairs as sorted(systems)
+    scode, svals = _ordered(system_id)  # codes in the order of the names: pairs as sorted(systems)
     names = svals.to_pylist()
     if baseline not in names:
         return
     base = names.index(baseline)
     S = len(names)
-    qcode, qvals = col._encode(query_id)
+    qcode, qvals = _encode(query_id)
     qnames = qvals.to_pylist()
     Q = len(qnames)
     boot_table = sign_table = None
@@ -105,13 +106,13 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
         # the signs as float64 once, the type of the exact product (the table is used in place, see
         # ReplicateSums.add_many)
         boot_table, sign_table = pc.boot.weights(qnames), pc.signs.weights(qnames, np.float64)
-    wcode, wkeys = col._windows(min_ts, window_micros)
-    for spec, (lcode, lvals) in enumerate(col._labels(attributes, nreq, slice_specs)):
+    wcode, wkeys = _windows(min_ts, window_micros)
+    for spec, (lcode, lvals) in enumerate(_labels(attributes, nreq, slice_specs)):
         group = (wcode * len(lvals) + lcode) * Q + qcode
         key = group * S + scode
         if spec and all_only is not None and all_only.any():  # not in the other slices: a key past every group
             key = np.where(all_only, -1, key)
-        order, starts, ends = col._group_bounds(key)
+        order, starts, ends = _group_bounds(key)
         if spec and all_only is not None and all_only.any():  # drop the run of -1 keys (sorted first)
             cut = int((key == -1).sum())
             first = int(np.searchsorted(starts, cut))
@@ -129,7 +130,7 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
         # one key per (window, slice, other system): its queries added at once
         wl = seg_group[other] // Q
         pair = wl * S + seg_sys[other]
-        porder, pstarts, pends = col._group_bounds(pair)
+        porder, pstarts, pends = _group_bounds(pair)
         for lo, hi in zip(pstarts.tolist(), pends.tolist()):
             segs = other[porder[lo:hi]]
             k = int(pair[porder[lo]])

@@ -47,8 +47,9 @@ import pyarrow.compute as pc
 
 from ..metrics.kernel import RankedLists, compute
 from ..metrics.prepare import judgment_histogram
-from . import columnar as col
+from .columnar_columns import _concat, _encode, _factorize, _pick, _shards_of, shard_of, thaw
 from .threads import counter
+from .transforms import ALL, NAMESPACE
 
 __all__ = ["HOT_FRACTION", "HOT_MIN_REQUESTS", "fan_out", "element_key", "element_shard", "hot_summaries",
            "HotQueries"]
@@ -68,7 +69,7 @@ def fan_out(query, request_id, shards: int, fraction: float, min_requests: int =
     sub = np.full(n, -1, dtype=np.int64)
     if not n or fraction <= 0:
         return sub, [], []
-    qcode, qvocab = col._encode(query)
+    qcode, qvocab = _encode(query)
     counts = np.bincount(qcode, minlength=len(qvocab))
     share = counts / n
     fan = np.minimum(np.ceil(share * shards), shards).astype(np.int64)
@@ -76,7 +77,7 @@ def fan_out(query, request_id, shards: int, fraction: float, min_requests: int =
     if not hot.any():
         return sub, [], []
     rows = np.flatnonzero(hot[qcode])
-    crc = col._shards_of(col._pick(request_id, rows), None, 1 << 32)
+    crc = _shards_of(_pick(request_id, rows), None, 1 << 32)
     sub[rows] = crc % fan[qcode[rows]]
     return sub, qvocab.filter(pa.array(hot)).to_pylist(), fan[hot].tolist()
 
@@ -95,8 +96,8 @@ def element_shard(key) -> int:
 def hot_summaries(r: dict):
     """``(query, summary)`` per hot query of scored requests ``r`` (a request dict, all of them of hot
     queries): ``{"systems": [systems with a scored request]}``."""
-    qcode, qvals = col._encode(r["query_id"])
-    scode, svals = col._factorize(r["system_id"])
+    qcode, qvals = _encode(r["query_id"])
+    scode, svals = _factorize(r["system_id"])
     qnames, S = qvals.to_pylist(), len(svals)
     out: dict = {}
     for k in np.unique(qcode * S + scode).tolist():  # (query, system) pairs with a scored request
@@ -115,8 +116,8 @@ class HotQueries(beam.DoFn):
         self.specs, self.options, self.mm, self.shards = specs, options, mm, int(shards)
         self.bootstrap = bootstrap
         self.complete = complete
-        self.queries = counter(col.NAMESPACE, "queries_scored")
-        self.completed = counter(col.NAMESPACE, "requests_completed")
+        self.queries = counter(NAMESPACE, "queries_scored")
+        self.completed = counter(NAMESPACE, "requests_completed")
 
     def process(self, element, judgments=None, systems=None):
         """``judgments``, ``systems``: side inputs with ``complete`` only (a multimap of the resolved
@@ -130,7 +131,7 @@ class HotQueries(beam.DoFn):
         if self.complete:
             missing = [s for s in sorted(systems) if s not in scored]
             if missing:
-                completions = self._completions(query, judgments[col.shard_of(query, shards=self.shards)], missing)
+                completions = self._completions(query, judgments[shard_of(query, shards=self.shards)], missing)
         if scored or completions:
             self.queries.inc()
         n = len(self.specs)
@@ -140,15 +141,15 @@ class HotQueries(beam.DoFn):
                 state = self.mm.add_many(self.mm.create(), values, keys=[query])
             else:
                 state = self.mm.add_many(self.mm.create(), values)
-            yield ((None, None, col.ALL, system), state)
+            yield ((None, None, ALL, system), state)
 
     def _completions(self, query, judgments, missing) -> dict:
         """{system: values (n_metrics,)} of the empty ranking of ``query`` (if judged) per missing system,
-        as :meth:`~streameval.beam.columnar._ScoreShard._completions`."""
-        jparts = [col.thaw(v, keep=True) for v in judgments]  # a side input: may be read again
+        as :meth:`~streameval.beam.columnar_score._ScoreShard._completions`."""
+        jparts = [thaw(v, keep=True) for v in judgments]  # a side input: may be read again
         if not jparts:
             return {}
-        jc = col._concat(jparts)
+        jc = _concat(jparts)
         rows = np.flatnonzero(np.asarray(pc.equal(jc["query_id"], query).fill_null(False)))
         if not len(rows):
             return {}

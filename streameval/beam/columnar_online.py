@@ -44,7 +44,11 @@ from ..accumulators.online import CalibrationOps, CountArrays, GaucOps, auc_resu
 from ..metrics import calibration as cal
 from ..metrics import interleaving as il
 from ..metrics import online as om
-from . import columnar as col
+from .columnar import _MergeMeans
+from .columnar_clean import _first_min, _grouped, _labels, _windows
+from .columnar_columns import (_concat, _encode, _factorize, _nonempty, _pair_codes, _pick, _shards_of, _sorted_codes,
+                               _split, _take, _unique_codes, thaw)
+from .columnar_score import mean_states
 from .combiners import OpsCombineFn
 from .online import (
     LABEL_SOURCES,
@@ -132,11 +136,11 @@ class OnlineColumns:
     # -- examples: scored impressions with a logged click flag ------------------------------
     def _keys(self, ex):
         """Per slice specification: (key code per example, ``(ws, we, label, system)`` per code)."""
-        wcode, wkeys = col._windows(ex["timestamp"], self.window_micros)
-        scode, svals = col._factorize(ex["system_id"])
-        for lcode, lvals in col._labels(ex["attributes"], ex["n"], self.slice_specs):
+        wcode, wkeys = _windows(ex["timestamp"], self.window_micros)
+        scode, svals = _factorize(ex["system_id"])
+        for lcode, lvals in _labels(ex["attributes"], ex["n"], self.slice_specs):
             key = (wcode * len(lvals) + lcode) * len(svals) + scode
-            uk, inv = col._unique_codes(key)
+            uk, inv = _unique_codes(key)
             names = []
             for k in uk.tolist():
                 si = k % len(svals)
@@ -148,15 +152,15 @@ class OnlineColumns:
         scored = ~np.isnan(chunk["score"])
         self.no_score.inc(int(chunk["n"] - scored.sum()))
         if self.labels == "judgments":  # to the shard of their query's judgments (see LabelShard)
-            ex = col._take(chunk, scored, _EXAMPLE_FIELDS)
-            for s, frozen in col._split(ex, col._shards_of(ex["query_id"], None, self.shards), hold=self.hold):
+            ex = _take(chunk, scored, _EXAMPLE_FIELDS)
+            for s, frozen in _split(ex, _shards_of(ex["query_id"], None, self.shards), hold=self.hold):
                 yield pvalue.TaggedOutput(TAG_EXAMPLES, (s, frozen))
             return
         labelled = scored & (chunk["clicked"] >= 0)
         self.not_labelled.inc(int(scored.sum() - labelled.sum()))
         if not labelled.any():
             return
-        ex = col._take(chunk, labelled) if not labelled.all() else chunk
+        ex = _take(chunk, labelled) if not labelled.all() else chunk
         yield from self.labelled_states(ex, ex["clicked"] == 1)
 
     def labelled_states(self, ex, label):
@@ -184,7 +188,7 @@ class OnlineColumns:
                         yield pvalue.TaggedOutput(TAG_HIST, (names[k], state))
         for group in self.groups:
             gid = ex[om.GAUC_GROUPS[group]]
-            valid = col._nonempty(gid) & np.asarray(pc.is_valid(gid).to_numpy(zero_copy_only=False))
+            valid = _nonempty(gid) & np.asarray(pc.is_valid(gid).to_numpy(zero_copy_only=False))
             self.no_group[group].inc(int(len(valid) - valid.sum()))
             if not valid.any():
                 continue
@@ -196,16 +200,16 @@ class OnlineColumns:
                 codes.append(code[rows] + len(names))
                 names.extend(nm)
             rep = np.tile(rows, len(keys))
-            out = {"n": len(rep), "gid": col._pick(gid, rep), "key": np.concatenate(codes),
+            out = {"n": len(rep), "gid": _pick(gid, rep), "key": np.concatenate(codes),
                    "score": score[rep], "label": label[rep].astype(np.int8)}
-            shard = col._shards_of(out["gid"], None, self.shards)
-            for s, frozen in col._split(out, shard, hold=self.hold):
+            shard = _shards_of(out["gid"], None, self.shards)
+            for s, frozen in _split(out, shard, hold=self.hold):
                 yield pvalue.TaggedOutput(TAG_GAUC, ((group, s), (names, frozen)))
 
     # -- requests: whole in their shard -----------------------------------------------------
     def _request_states(self, chunk):
-        req, _ = col._pair_codes(chunk["system_id"], chunk["request_id"])
-        rows, req, starts, ends = col._grouped(chunk, req, ("timestamp", "attributes", "position", "system_id",
+        req, _ = _pair_codes(chunk["system_id"], chunk["request_id"])
+        rows, req, starts, ends = _grouped(chunk, req, ("timestamp", "attributes", "position", "system_id",
                                                            "request_id", "clicked"))
         logged = np.maximum.reduceat(rows["clicked"], starts) >= 0
         n_logged = int(logged.sum())
@@ -216,12 +220,12 @@ class OnlineColumns:
         clicked = np.flatnonzero(rows["clicked"] == 1)
         terms = om.click_request_terms(self.request_specs, req[clicked], rows["position"][clicked], len(starts))
         keep = np.flatnonzero(logged)
-        attrs = {a: col._first_min(rows["attributes"][a], starts, ends)
+        attrs = {a: _first_min(rows["attributes"][a], starts, ends)
                  for a in self.attr_keys if a in rows["attributes"]}
-        yield from (pvalue.TaggedOutput(TAG_REQUESTS, kv) for kv in col.mean_states(
+        yield from (pvalue.TaggedOutput(TAG_REQUESTS, kv) for kv in mean_states(
             self.mm, np.minimum.reduceat(rows["timestamp"], starts)[keep],
-            col._pick(rows["system_id"], starts[keep]),
-            {a: col._pick(v, keep) for a, v in attrs.items()}, terms[:, keep],
+            _pick(rows["system_id"], starts[keep]),
+            {a: _pick(v, keep) for a, v in attrs.items()}, terms[:, keep],
             self.window_micros, self.slice_specs))
 
 
@@ -229,8 +233,8 @@ class OnlineColumns:
         """Per interleaved request (whole in its shard): clicks on team A's and B's items
         (``attributes["team"]``) -> the indicators of :func:`~streameval.metrics.interleaving.
         request_terms`, summed per (window, slice, system) into MeanMoments states."""
-        req, _ = col._pair_codes(chunk["system_id"], chunk["request_id"])
-        rows, req, starts, ends = col._grouped(chunk, req, ("timestamp", "attributes", "position", "system_id",
+        req, _ = _pair_codes(chunk["system_id"], chunk["request_id"])
+        rows, req, starts, ends = _grouped(chunk, req, ("timestamp", "attributes", "position", "system_id",
                                                            "request_id", "clicked"))
         nreq = len(starts)
         logged = np.maximum.reduceat(rows["clicked"], starts) >= 0
@@ -239,7 +243,7 @@ class OnlineColumns:
         if team is None:
             tvals = np.full(len(clicked), "", dtype=object)
         else:
-            tvals = np.asarray(col._pick(team, clicked).to_pylist(), dtype=object)
+            tvals = np.asarray(_pick(team, clicked).to_pylist(), dtype=object)
         ca = np.bincount(req[clicked[tvals == "A"]], minlength=nreq)
         cb = np.bincount(req[clicked[tvals == "B"]], minlength=nreq)
         other = np.bincount(req[clicked[(tvals != "A") & (tvals != "B")]], minlength=nreq) > 0
@@ -248,12 +252,12 @@ class OnlineColumns:
         if not len(keep):
             return
         terms = il.request_terms(ca[keep], cb[keep])
-        attrs = {a: col._first_min(rows["attributes"][a], starts, ends)
+        attrs = {a: _first_min(rows["attributes"][a], starts, ends)
                  for a in self.attr_keys if a in rows["attributes"]}
-        yield from (pvalue.TaggedOutput(TAG_INTERLEAVING, kv) for kv in col.mean_states(
+        yield from (pvalue.TaggedOutput(TAG_INTERLEAVING, kv) for kv in mean_states(
             self.mm3, np.minimum.reduceat(rows["timestamp"], starts)[keep],
-            col._pick(rows["system_id"], starts[keep]),
-            {a: col._pick(v, keep) for a, v in attrs.items()}, terms,
+            _pick(rows["system_id"], starts[keep]),
+            {a: _pick(v, keep) for a, v in attrs.items()}, terms,
             self.window_micros, self.slice_specs))
 
 
@@ -270,15 +274,15 @@ class LabelShard(beam.DoFn):
 
     def process(self, element, judgments):
         shard, parts = element
-        ex = col._concat([col.thaw(v) for v in parts])
+        ex = _concat([thaw(v) for v in parts])
         if not ex["n"]:
             return
-        jparts = [col.thaw(v, keep=True) for v in judgments[shard]]  # a side input: may be read again
+        jparts = [thaw(v, keep=True) for v in judgments[shard]]  # a side input: may be read again
         grade = np.full(ex["n"], np.nan)
         if jparts:
-            jc = col._concat(jparts)
-            qc, jqc, _ = col._sorted_codes(ex["query_id"], jc["query_id"])
-            ic, jic, ni = col._sorted_codes(ex["item_id"], jc["item_id"])
+            jc = _concat(jparts)
+            qc, jqc, _ = _sorted_codes(ex["query_id"], jc["query_id"])
+            ic, jic, ni = _sorted_codes(ex["item_id"], jc["item_id"])
             ni = max(ni, 1)
             at = pc.index_in(pa.array(qc * ni + ic), value_set=pa.array(jqc * ni + jic))
             at = np.asarray(at.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -288,7 +292,7 @@ class LabelShard(beam.DoFn):
         if online.unjudged == "exclude":
             online.unjudged_counter.inc(int(unjudged.sum()))
             if unjudged.any():
-                ex = col._take(ex, ~unjudged)
+                ex = _take(ex, ~unjudged)
                 grade = grade[~unjudged]
             label = grade >= online.relevance_level
         else:
@@ -310,7 +314,7 @@ class GaucShard(beam.DoFn):
         index: dict = {}
         keys, gids, scores, labels = [], [], [], []
         for names, frozen in values:
-            c = col.thaw(frozen)
+            c = thaw(frozen)
             remap = np.fromiter((index.setdefault(k, len(index)) for k in names), dtype=np.int64, count=len(names))
             keys.append(remap[c["key"]])
             gids.append(c["gid"])
@@ -320,7 +324,7 @@ class GaucShard(beam.DoFn):
         gid = pa.concat_arrays(gids)
         score = np.concatenate(scores)
         label = np.concatenate(labels) == 1
-        gcode, gvals = col._encode(gid)
+        gcode, gvals = _encode(gid)
         combined = key * len(gvals) + gcode
         ids, auc, n_pos, n_neg = om.group_auc(combined, score, label)
         names = list(index)
@@ -414,11 +418,11 @@ def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: floa
     if online.request_specs:
         names = [s.name for s in online.request_specs]
         parts.append(outputs[TAG_REQUESTS]
-                     | "MergeRequestMeans" >> beam.CombinePerKey(col._MergeMeans(len(names)))
+                     | "MergeRequestMeans" >> beam.CombinePerKey(_MergeMeans(len(names)))
                      | "RequestRows" >> beam.FlatMap(_request_rows, names))
     if online.interleaving:
         parts.append(outputs[TAG_INTERLEAVING]
-                     | "MergeInterleaving" >> beam.CombinePerKey(col._MergeMeans(3, totals=[True] * 3))
+                     | "MergeInterleaving" >> beam.CombinePerKey(_MergeMeans(3, totals=[True] * 3))
                      | "InterleavingRows" >> beam.FlatMap(interleaving_rows, ci_level))
     return [p | f"OnlineIntervals{i}" >> beam.Map(with_interval, ci_level) for i, p in enumerate(parts)]
 

@@ -50,6 +50,7 @@ from ..accumulators.online import (
 from ..io import records
 from ..metrics import interleaving as il
 from ..metrics import online as om
+from ..metrics import online_names
 from ..metrics.names import MetricNameError, parse_metrics
 from .combiners import MeanCombineFn, OpsCombineFn
 from .transforms import (
@@ -287,7 +288,7 @@ def split_metric_names(names) -> tuple[list[str], list[str]]:
     accepts it, else it must be a ranking metric (:func:`~streameval.metrics.names.parse_metrics`).
     Raises MetricNameError naming both lists of accepted forms for an unknown name."""
     if isinstance(names, str):
-        names = _join_parameter_lists(om._split_names(names))
+        names = _join_parameter_lists(online_names._split_names(names))
     ranking, online = [], []
     for n in names:
         if str(n).strip().lower().startswith("ece["):
@@ -298,7 +299,7 @@ def split_metric_names(names) -> tuple[list[str], list[str]]:
         try:
             parse_metrics([n])
         except MetricNameError as e:
-            raise MetricNameError(f"{e}; online metrics: {om._ACCEPTED}") from None
+            raise MetricNameError(f"{e}; online metrics: {online_names._ACCEPTED}") from None
         ranking.append(n)
     return ranking, online
 

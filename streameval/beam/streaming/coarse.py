@@ -11,14 +11,14 @@ watermark (micros) the source had sent before the block, or None.
 
 Stages (docs/metrics.md, "Streaming on the columnar engine"):
 
-1. **Read** (stateless): the block is checked by the batch reader (:class:`~..columnar.
+1. **Read** (stateless): the block is checked by the batch reader (:class:`~..columnar_read.
    _ReadImpressionColumns`: the same screen, the same dead letters) and cut by request shard.
 2. **Shard** (key: request shard; keyed state in the global window): the shard keeps the columns
    of its open requests (a bag of frozen pieces). A piece's records whose request's window was
    final when the source sent them (its end plus the allowed lateness at or before the watermark)
    are late data. The others join the bag, and the windows they touch are cleaned and scored again
-   from the bag by the batch job's own stages (:class:`~..columnar._CleanShard`,
-   :class:`~..columnar._ScoreShard`, the judgments of each query shard from a multimap side
+   from the bag by the batch job's own stages (:class:`~..columnar_clean._CleanShard`,
+   :class:`~..columnar_score._ScoreShard`, the judgments of each query shard from a multimap side
    input): the shard sends its new exact partial sums of those windows (MeanMoments states per
    slice label, click counts per position) to the aggregate, one message per system, with a
    version. When the watermark passes a window's end plus the allowed lateness (an event-time
@@ -62,19 +62,10 @@ from apache_beam.typehints import typehints
 from ...accumulators.bootstrap import DEFAULT_REPLICATES
 from ...accumulators.moments import MeanMoments
 from ...io import records
-from ..columnar import (
-    _CleanShard,
-    _ReadImpressionColumns,
-    _ReadJudgmentColumns,
-    _ResolveShard,
-    _ScoreShard,
-    _concat,
-    _pair_codes,
-    _take,
-    default_decoder,
-    freeze,
-    thaw,
-)
+from ..columnar_clean import _CleanShard
+from ..columnar_columns import _concat, _pair_codes, _take, freeze, thaw
+from ..columnar_read import _ReadImpressionColumns, _ReadJudgmentColumns, default_decoder
+from ..columnar_score import _ResolveShard, _ScoreShard
 from ..threads import _collect
 from ..transforms import NAMESPACE
 from .aggregate import _AggregateFn, _PaneState
@@ -394,7 +385,7 @@ class _ShardFn(beam.DoFn):
         else a piece of a final request: after the request's close by its own time (the batch job's
         rule and reason), or late by arrival."""
         from ...io import cleaning
-        from ..columnar import columns_records
+        from ..columnar_columns import columns_records
 
         period = self.cfg.spec.period
         for rec, k in zip(columns_records(new, rows), wins.tolist()):

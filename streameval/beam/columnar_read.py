@@ -1,0 +1,234 @@
+"""Stage 1 of the columnar engine (:mod:`streameval.beam.columnar`): Avro blocks read, validated and
+split into shards, one element per (block, shard)."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+from apache_beam import pvalue
+
+from ..io import avro, records
+from .columnar_columns import (SHARDS, _judgment_records, _no_nul, _nonempty, _shards_of, _split, _take,
+                               columns_records, impression_columns, impression_columns_arrow, judgment_columns,
+                               judgment_columns_arrow)
+from .sources import read_avro_blocks, unreadable_letter
+from .threads import ThreadedDoFn, counter
+from .transforms import NAMESPACE, reason_key
+
+
+#: decoders of local Avro files: Apache DataFusion to Arrow columns (:mod:`streameval.io.arrow_avro`;
+#: fastavro for any file or rest of a file it does not take) or fastavro's dicts only
+DECODERS = ("datafusion", "fastavro")
+#: namespace of the counters ``<decoders>:<path>`` (1 per input file): the decoders that gave the file's
+#: records (apart from the records' counters: how a file was read is not what it holds)
+DECODER_NAMESPACE = "streameval.decoders"
+
+
+def default_decoder() -> str:
+    """``"datafusion"`` when datafusion and pyarrow import, else ``"fastavro"``."""
+    from ..io import arrow_avro
+
+    return "datafusion" if arrow_avro.available() else "fastavro"
+
+
+# --------------------------------------------------------------------------------------------
+# stage 1: read, validate, shard
+
+class _ReadColumns(ThreadedDoFn):
+    kind = ""
+    #: string columns whose runs of equal values are encoded between stages (see freeze)
+    runs: tuple = ()
+
+    def __init__(self, shards: int, grade_range=None, decoder: str = "datafusion", hold: bool = False,
+                 threads: int = 1, time_range=None):
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {DECODERS}")
+        self.threads = int(threads)
+        self.hold = hold
+        self.shards = shards
+        self.decoder = decoder
+        self.grade_range = records.as_grade_range(grade_range)
+        # the impressions' event times: the representable ones, narrowed by --event-time-range
+        lo, hi = time_range if time_range is not None else (records.EVENT_TIME_MIN, records.EVENT_TIME_MAX)
+        self.time_range = time_range
+        self.ts_lo, self.ts_hi = max(int(lo), records.EVENT_TIME_MIN), min(int(hi), records.EVENT_TIME_MAX)
+        self.read = counter(NAMESPACE, f"{self.kind}s_read")
+        self.valid = counter(NAMESPACE, f"{self.kind}s_valid")
+        self.unreadable = counter(NAMESPACE, f"unreadable_files:{self.kind}")
+
+    def work(self, path):
+        n = 0
+        used = set()  # the decoders that gave this file's records (counter decoder:<names>:<path>)
+        try:
+            for recs in read_avro_blocks(path, self.kind, self.decoder):
+                if isinstance(recs, list):
+                    used.add("fastavro")
+                    self.read.inc(len(recs))
+                    n += len(recs)
+                    yield from self._block(recs, path)
+                else:  # an Arrow table (arrow_avro.read_tables)
+                    used.add("datafusion")
+                    self.read.inc(recs.num_rows)
+                    n += recs.num_rows
+                    yield from self._table(recs, path)
+        except avro.AvroInputError as e:  # damaged content: the records before it and a dead letter
+            # (a file the environment does not deliver raises InputUnavailableError: the bundle fails)
+            self.unreadable.inc()
+            yield pvalue.TaggedOutput("dead_letters", unreadable_letter(path, f"{self.kind}s", e, n))
+        counter(DECODER_NAMESPACE, f"{'+'.join(sorted(used)) or 'none'}:{path}").inc()
+
+    def _finish(self, recs, chunk, ok, bad, check, shards, path):
+        """Dead letters of the ``bad`` rows the record check rejects (``source``: their file
+        ``path``), then the valid rows' columns split by shard."""
+        dead = []
+        if len(bad):
+            passed, dead = self._reject(recs, bad, check, path)
+            ok[passed] = True
+        yield from dead
+        if not ok.all():
+            chunk = _take(chunk, ok)
+        self.valid.inc(chunk["n"])
+        yield from _split(chunk, shards(chunk), self.runs, self.hold)
+
+    def _reject(self, recs, rows, check, path):
+        """Run the record check on ``rows`` (read from ``path``): (rows that pass, dead letters)."""
+        passed, dead = [], []
+        for i in rows:
+            reason = check(recs[i])
+            if reason is None:
+                passed.append(i)
+                continue
+            counter(NAMESPACE, f"rejected:{self.kind}:{reason_key(reason)}").inc()
+            dead.append(pvalue.TaggedOutput("dead_letters", {"source": str(path),
+                                                             "raw": records.to_json_text(recs[i]), "reason": reason}))
+        return passed, dead
+
+
+class _ReadImpressionColumns(_ReadColumns):
+    kind = "impression"
+    runs = ("request_id", "query_id", "user_id", "system_id", "attributes")  # a request's records are adjacent
+
+    def _screen(self, chunk, score_ok, prop_ok) -> np.ndarray:
+        """Rows the vectorised screen clears (the others go through the record check, which decides
+        and gives the reason): the ranges are :mod:`streameval.io.records`'."""
+        pos = chunk["position"]
+        ts = chunk["timestamp"]
+        ok = (pos >= 1) & (pos <= records.AVRO_INT_MAX) & (ts >= self.ts_lo) & (ts <= self.ts_hi)
+        for f in ("event_id", "request_id", "system_id", "item_id"):
+            ok &= _nonempty(chunk[f])
+        for f in records.ID_FIELDS["impression"]:
+            ok &= _no_nul(chunk[f])
+        return ok & score_ok & prop_ok
+
+    def _check(self, rec):
+        return records.check_impression(rec, self.time_range)
+
+    def _shards(self, chunk):
+        return _shards_of(chunk["system_id"], chunk["request_id"], self.shards)
+
+    def _block(self, recs, path):
+        nulls: dict = {}
+        chunk = impression_columns(recs, nulls)
+        # NaN is null (valid) or NaN (not): when the NaNs are as many as the nulls, all are nulls
+        fine = {}
+        for f in ("score", "propensity"):
+            v = chunk[f]
+            nan = np.isnan(v)
+            n_nan = int(nan.sum())
+            fine[f] = np.isfinite(v) if f == "score" else (v > 0) & (v <= 1)
+            if n_nan and n_nan == nulls[f]:
+                fine[f] |= nan
+        ok = self._screen(chunk, fine["score"], fine["propensity"])
+        bad = np.flatnonzero(~ok)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path)
+
+    def _table(self, table, path):
+        chunk, score_null, prop_null = impression_columns_arrow(table)
+        prop = chunk["propensity"]
+        ok = self._screen(chunk, np.isfinite(chunk["score"]) | score_null, ((prop > 0) & (prop <= 1)) | prop_null)
+        bad = np.flatnonzero(~ok)
+        recs = {}
+        for i, rec in zip(bad.tolist(), columns_records(chunk, bad)):
+            for f, null in (("score", score_null), ("propensity", prop_null)):
+                if not null[i]:  # NaN is a value here, not a null
+                    rec[f] = float(chunk[f][i])
+            recs[i] = rec
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path)
+
+
+class _ReadJudgmentColumns(_ReadColumns):
+    kind = "judgment"
+    runs = ("query_id", "source")
+
+    def _screen(self, chunk) -> np.ndarray:
+        g = chunk["grade"]
+        ok = _nonempty(chunk["query_id"]) & _nonempty(chunk["item_id"])
+        for f in records.ID_FIELDS["judgment"]:
+            ok &= _no_nul(chunk[f])
+        ok &= (g >= records.AVRO_INT_MIN) & (g <= records.AVRO_INT_MAX)
+        ts = chunk["timestamp"]  # 0 when null
+        ok &= (ts >= records.EVENT_TIME_MIN) & (ts <= records.EVENT_TIME_MAX)
+        if self.grade_range is not None:
+            ok &= (g >= self.grade_range[0]) & (g <= self.grade_range[1])
+        return ok
+
+    def _check(self, rec):
+        return records.check_judgment(rec, self.grade_range)
+
+    def _shards(self, chunk):
+        return _shards_of(chunk["query_id"], None, self.shards)
+
+    def _block(self, recs, path):
+        chunk = judgment_columns(recs)
+        ok = self._screen(chunk)
+        bad = np.flatnonzero(~ok)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path)
+
+    def _table(self, table, path):
+        chunk = judgment_columns_arrow(table)
+        ok = self._screen(chunk)
+        bad = np.flatnonzero(~ok)
+        recs = dict(zip(bad.tolist(), _judgment_records(chunk, bad)))
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path)
+
+
+class _Read(beam.PTransform):
+    fn = None
+
+    def __init__(self, paths, shards: int = SHARDS, grade_range=None, decoder: str | None = None,
+                 hold: bool = False, threads: int = 1, label=None, time_range=None):
+        super().__init__(label)
+        self.time_range = time_range
+        self.hold = hold
+        self.threads = int(threads)
+        self.paths = list(paths)
+        self.shards = int(shards)
+        self.grade_range = grade_range
+        self.decoder = decoder or default_decoder()
+        self.dead_letters = None
+
+    def expand(self, pbegin):
+        read = (pbegin
+                | "Paths" >> beam.Create(self.paths)
+                | "Spread" >> beam.Reshuffle()
+                | "Blocks" >> beam.ParDo(self.fn(self.shards, self.grade_range, self.decoder,
+                                                 self.hold, self.threads, self.time_range)).with_outputs(
+                    "dead_letters", main="chunks"))
+        #: dead letters: records failing the checks, and one per file that could not be read to its end
+        self.dead_letters = read.dead_letters
+        return read.chunks
+
+
+class ReadImpressionColumns(_Read):
+    """``paths`` of impression Avro files -> ``(request shard, column dict)`` elements, one per
+    (block, shard); ``.dead_letters`` after application. Counters ``impressions_read``,
+    ``impressions_valid``, ``rejected:impression:<reason>``, ``unreadable_files:impression``."""
+
+    fn = _ReadImpressionColumns
+
+
+class ReadJudgmentColumns(_Read):
+    """As :class:`ReadImpressionColumns` for judgments, sharded by query (``grade_range`` as
+    :class:`~streameval.beam.transforms.ValidateJudgments`)."""
+
+    fn = _ReadJudgmentColumns

@@ -1,0 +1,190 @@
+"""Names of the online metrics (:mod:`streameval.metrics.online`): ``auc``, ``gauc[GROUP,WEIGHTING]``,
+``clicks@k``, calibration and interleaving names, parsed to :class:`OnlineSpec`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .names import MetricNameError
+
+# --------------------------------------------------------------------------------------------
+# names
+
+#: GAUC group -> the impression field that identifies the group
+GAUC_GROUPS = {"user": "user_id", "query": "query_id", "request": "request_id"}
+#: GAUC weighting -> what weighs a group's AUC
+GAUC_WEIGHTINGS = ("impressions", "clicks", "unweighted")
+_GROUP_ALIASES = {"user": "user", "users": "user", "user_id": "user", "query": "query", "queries": "query",
+                  "query_id": "query", "request": "request", "requests": "request", "request_id": "request",
+                  "session": "request"}
+_WEIGHT_ALIASES = {"impressions": "impressions", "impression": "impressions", "imps": "impressions",
+                   "views": "impressions", "clicks": "clicks", "click": "clicks", "positives": "clicks",
+                   "unweighted": "unweighted", "uniform": "unweighted", "none": "unweighted",
+                   "equal": "unweighted", "mean": "unweighted"}
+DEFAULT_GAUC_GROUP = "user"
+DEFAULT_GAUC_WEIGHTING = "impressions"
+
+_FAMILIES = ("auc", "auc_hist", "gauc", "ctr", "clicks", "rr_first_click", "abandonment", "logloss", "brier",
+             "calibration", "ece", "interleaving")
+
+
+@dataclass(frozen=True)
+class OnlineSpec:
+    """One online metric. ``family`` one of auc, auc_hist, gauc, ctr, clicks, rr_first_click,
+    abandonment, logloss, brier, calibration, ece (:mod:`streameval.metrics.calibration`),
+    interleaving (:mod:`streameval.metrics.interleaving`); ``k`` the
+    cutoff of clicks@k, the position of ctr@pos{k} or the bins of ece; ``group`` and
+    ``weighting`` of GAUC; ``clicked_only`` for ``rr_first_click[clicked]``."""
+
+    family: str
+    k: int | None = None
+    group: str | None = None
+    weighting: str | None = None
+    clicked_only: bool = False
+
+    @property
+    def name(self) -> str:
+        """Canonical name used in result rows: ``auc``, ``auc_hist``, ``gauc[user,impressions]``,
+        ``ctr``, ``ctr@pos2``, ``clicks@3``, ``clicks``, ``rr_first_click``,
+        ``rr_first_click[clicked]``, ``abandonment``, ``logloss``, ``brier``, ``calibration``,
+        ``ece[bins=10]``."""
+        f = self.family
+        if f == "ece":
+            return f"ece[bins={self.k}]"
+        if f == "gauc":
+            return f"gauc[{self.group},{self.weighting}]"
+        if f == "ctr":
+            return "ctr" if self.k is None else f"ctr@pos{self.k}"
+        if f == "clicks":
+            return "clicks" if self.k is None else f"clicks@{self.k}"
+        if f == "rr_first_click":
+            return "rr_first_click[clicked]" if self.clicked_only else "rr_first_click"
+        return f
+
+    @property
+    def needs_scores(self) -> bool:
+        """True for the score-based metrics (auc, auc_hist, gauc and the calibration metrics)."""
+        return self.family in ("auc", "auc_hist", "gauc", "logloss", "brier", "calibration", "ece")
+
+    @property
+    def calibration(self) -> bool:
+        """True for the calibration metrics (logloss, brier, calibration, ece): score as probability."""
+        return self.family in ("logloss", "brier", "calibration", "ece")
+
+    @property
+    def per_request(self) -> bool:
+        """True for the metrics averaged over requests (clicks, rr_first_click, abandonment)."""
+        return self.family in ("clicks", "rr_first_click", "abandonment")
+
+    def __str__(self) -> str:  # pragma: no cover - convenience
+        return self.name
+
+
+_ACCEPTED = ("auc, auc_hist, gauc, gauc[GROUP] or gauc[GROUP,WEIGHTING] (GROUP user/query/request, "
+             "WEIGHTING impressions/clicks/unweighted), ctr, ctr@pos{p}, clicks, clicks@k, rr_first_click, "
+             "rr_first_click[clicked], abandonment, logloss, brier, calibration, ece or ece[bins=B] (fixed-width "
+             "bins, B from 1 to 10000, default 10), interleaving or interleaving[team_draft] (team-draft credit "
+             "from the impressions' attributes[\"team\"])")
+
+
+def parse_online_metric(name: str) -> OnlineSpec:
+    """Parse one online metric name (forms in :data:`_ACCEPTED`; case-insensitive).
+
+    Raises :class:`~streameval.metrics.names.MetricNameError` listing the accepted forms."""
+    text = str(name).strip()
+    low = text.lower().replace(" ", "")
+    if low in ("auc", "roc_auc", "auc_exact"):
+        return OnlineSpec("auc")
+    if low in ("auc_hist", "auc[hist]", "auc_histogram"):
+        return OnlineSpec("auc_hist")
+    m = re.fullmatch(r"gauc(?:\[([a-z_]+)(?:,([a-z_]+))?\])?", low)
+    if m:
+        group = _GROUP_ALIASES.get(m.group(1) or DEFAULT_GAUC_GROUP)
+        weighting = _WEIGHT_ALIASES.get(m.group(2) or DEFAULT_GAUC_WEIGHTING)
+        if group is None or weighting is None:
+            raise MetricNameError(f"bad GAUC name {name!r}: group one of {sorted(GAUC_GROUPS)}, weighting one "
+                                  f"of {list(GAUC_WEIGHTINGS)}; accepted: {_ACCEPTED}")
+        return OnlineSpec("gauc", group=group, weighting=weighting)
+    if low == "ctr":
+        return OnlineSpec("ctr")
+    m = re.fullmatch(r"ctr@pos(\d+)", low)
+    if m and int(m.group(1)) >= 1:
+        return OnlineSpec("ctr", k=int(m.group(1)))
+    if low in ("clicks", "clicks_per_request"):
+        return OnlineSpec("clicks")
+    m = re.fullmatch(r"clicks@(\d+)", low)
+    if m and int(m.group(1)) >= 1:
+        return OnlineSpec("clicks", k=int(m.group(1)))
+    m = re.fullmatch(r"(?:rr_first_click|rr_click|mrr_click|first_click_rr)(\[clicked\])?", low)
+    if m:
+        return OnlineSpec("rr_first_click", clicked_only=bool(m.group(1)))
+    if low in ("abandonment", "abandonment_rate"):
+        return OnlineSpec("abandonment")
+    if low in ("logloss", "log_loss", "cross_entropy"):
+        return OnlineSpec("logloss")
+    if low in ("brier", "brier_score", "brier_score_loss"):
+        return OnlineSpec("brier")
+    if low in ("calibration", "calibration_ratio"):
+        return OnlineSpec("calibration")
+    if low in ("interleaving", "interleaving[team_draft]", "team_draft"):
+        return OnlineSpec("interleaving")
+    m = re.fullmatch(r"ece(?:\[(.*)\])?", low)
+    if m:
+        return OnlineSpec("ece", k=_ece_bins(name, m.group(1)))
+    raise MetricNameError(f"unknown online metric {name!r}; accepted: {_ACCEPTED}")
+
+
+def _ece_bins(name, params) -> int:
+    """The bins of ``ece[...]``: none (10), ``B`` or ``bins=B``; quantile bins are refused."""
+    from .calibration import DEFAULT_BINS, MAX_BINS
+
+    if params is None:
+        return DEFAULT_BINS
+    parts = params.split(",")
+    if any(p in ("quantile", "strategy=quantile") for p in parts):
+        raise MetricNameError(f"bad ECE name {name!r}: quantile bins are not exactly mergeable and are not offered; "
+                              f"use fixed-width bins ece[bins=B]")
+    m = re.fullmatch(r"(?:bins=)?(\d+)(?:,(?:uniform|strategy=uniform))?", params)
+    if not m or not 1 <= int(m.group(1)) <= MAX_BINS:
+        raise MetricNameError(f"bad ECE name {name!r}: expected ece, ece[bins=B] or ece[B] with B an integer from 1 "
+                              f"to {MAX_BINS}")
+    return int(m.group(1))
+
+
+def parse_online_metrics(names) -> list[OnlineSpec]:
+    """Parse a name or a list of names (a comma list is split, except inside brackets); duplicates
+    are dropped, order kept."""
+    if isinstance(names, str):
+        names = _split_names(names)
+    out: list[OnlineSpec] = []
+    for n in names:
+        s = parse_online_metric(n)
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def _split_names(text: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def is_online_metric(name: str) -> bool:
+    """True when ``name`` parses as an online metric (see :func:`parse_online_metric`)."""
+    try:
+        parse_online_metric(name)
+    except MetricNameError:
+        return False
+    return True

@@ -1,0 +1,50 @@
+"""Means and ratios from sums with their standard errors (:mod:`streameval.metrics.online`), shared by
+GAUC, the click metrics and the off-policy estimates."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+
+
+# --------------------------------------------------------------------------------------------
+# means and ratios from sums (shared by GAUC, the click metrics and off-policy estimates)
+
+def _num(x):
+    return x if isinstance(x, Fraction) else float(x)
+
+
+def mean_from_sums(n: int, s, s2) -> tuple[float, float]:
+    """``(mean, stderr)`` of n values from their sum ``s`` and sum of squares ``s2``: the sample
+    standard deviation over sqrt(n). Floats or exact Fractions (then the variance is exact).
+    ``(NaN, NaN)`` for n = 0; stderr NaN for n = 1."""
+    if n == 0:
+        return (math.nan, math.nan)
+    mean = float(s) / n if not isinstance(s, Fraction) else float(s / n)
+    if n < 2:
+        return (mean, math.nan)
+    m2 = _num(s2) - _num(s) * _num(s) / n
+    var = max(float(m2), 0.0) / (n - 1)
+    return (mean, math.sqrt(var / n))
+
+
+def ratio_from_sums(n: int, sw, swy, sw2, sw2y, sw2y2) -> tuple[float, float]:
+    """``(R, stderr)`` of the ratio estimator R = sum(w y) / sum(w) over n units from five sums
+    (of w, w y, w^2, w^2 y, w^2 y^2).
+
+    Standard error by linearisation (Cochran, Sampling Techniques, 1977, section 6.4):
+    se^2 = n / (n - 1) * sum w_i^2 (y_i - R)^2 / (sum w_i)^2, with
+    sum w^2 (y - R)^2 = sum w^2 y^2 - 2 R sum w^2 y + R^2 sum w^2. With w = 1 this is the usual
+    standard error of a mean. Used for GAUC (units: groups, y: AUC) and SNIPS (units: impressions,
+    y: reward). Floats or exact Fractions. ``(NaN, NaN)`` when n = 0 or sum(w) = 0; stderr NaN when
+    n = 1."""
+    if n == 0 or sw == 0:
+        return (math.nan, math.nan)
+    sw, swy, sw2, sw2y, sw2y2 = (_num(x) for x in (sw, swy, sw2, sw2y, sw2y2))
+    r = swy / sw
+    if n < 2:
+        return (float(r), math.nan)
+    ss = sw2y2 - 2 * r * sw2y + r * r * sw2
+    var = max(float(ss / (sw * sw)), 0.0) * n / (n - 1)
+    return (float(r), math.sqrt(var))
