@@ -20,7 +20,7 @@ _TREC_FAMILY_ORDER = ("num_ret", "num_rel", "num_rel_ret", "map", "gm_map", "Rpr
                       "iprec_at_recall", "P", "relstring", "recall", "infAP", "gm_bpref", "Rprec_mult", "utility",
                       "11pt_avg", "binG", "G", "dcg", "ndcg", "ndcg_rel", "Rndcg", "ndcg_cut", "map_cut", "err",
                       "relative_P", "success", "set_P", "set_relative_P", "set_recall", "set_map", "set_F",
-                      "num_nonrel_judged_ret", "rbp", "rbp_resid", "unj")
+                      "num_nonrel_judged_ret", "yaap", "rbp", "rbp_resid", "unj")
 # trec_eval -R: the rel_info formats of its formats.c; only qrels feeds the measures implemented here
 _REL_FORMATS = {"qrels": None,
                 "prefs": "preference judgments feed trec_eval's preference measures (-m all_prefs), which are "

@@ -198,7 +198,7 @@ def _utility(b, spec):
 
 
 #: families whose value for a query without ranked items is not always the kernel's 0
-WITHOUT_RESULTS = frozenset({"utility", "rbp_resid", "iprec_at_recall", "11pt_avg"})
+WITHOUT_RESULTS = frozenset({"utility", "rbp_resid", "iprec_at_recall", "11pt_avg", "yaap"})
 
 
 def without_results(spec, num_rel, stand_in, judged_only: bool = False, num_docs_in_coll: int = 0) -> np.ndarray:
@@ -217,11 +217,14 @@ def without_results(spec, num_rel, stand_in, judged_only: bool = False, num_docs
     * rbp_resid (m_rbp_resid.c): p + (1 - p) * 1 for the stand-in (r = 1, unjudged), else 0;
     * iprec_at_recall (m_iprec_at_recall.c): with r = 0, trec_eval's precision 0 / 0, NaN (printed
       ``-nan``), at every level p with lround(p * num_rel) <= 0, else 0;
-    * 11pt_avg (m_11pt_avg.c): with r = 0, NaN when one of its levels is such a level, else 0.
+    * 11pt_avg (m_11pt_avg.c): with r = 0, NaN when one of its levels is such a level, else 0;
+    * yaap (m_yaap.c): no relevant item ranked, log(1 / (1 + num_rel)).
     """
     R = np.asarray(num_rel, dtype=np.float64)
     stand_in = np.asarray(stand_in, dtype=bool)
     f = spec.family
+    if f == "yaap":
+        return np.log((1.0 + 0.0) / (1.0 + R - 0.0))
     r = np.where(stand_in & (not judged_only), 1.0, 0.0)
     if f == "utility":
         p1, p2, p3, p4 = trec_names.values(spec)
@@ -239,6 +242,14 @@ def without_results(spec, num_rel, stand_in, judged_only: bool = False, num_docs
         c = np.sign(x) * np.where(np.abs(x) - fl >= 0.5, fl + 1.0, fl)  # lround: half away from zero
         nan |= c <= 0
     return np.where(nan & (r == 0), np.nan, 0.0)
+
+
+def _yaap(b, spec):
+    """trec_eval m_yaap.c (Robertson, 'On Smoothing Average Precision', ECIR 2012): with S the sum of
+    the precisions at the relevant ranked items (map's numerator), log((1 + S) / (1 + num_rel - S))."""
+    terms = b.cached("ap", lambda: np.where(b.rel, b.cum_rel / b.rank, 0.0))
+    s = b.sum_top("ap", terms, None)
+    return np.log((1.0 + s) / (1.0 + b.num_rel - s))
 
 
 def _num_nonrel_judged_ret(b, spec):
@@ -438,6 +449,7 @@ FUNCS = {
     "num_nonrel_judged_ret": _num_nonrel_judged_ret,
     "rbp": _rbp,
     "rbp_resid": _rbp_resid,
+    "yaap": _yaap,
     "G": _g,
     "ndcg_rel": _ndcg_rel,
     "Rndcg": _rndcg,
