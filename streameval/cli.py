@@ -358,6 +358,13 @@ def _trec_eval_run(args, out, stdin_path) -> int:
             raise trec.InputFormatError(args.run, None, "empty run file (no result lines)")
         if len(qrels) == 0:
             raise trec.InputFormatError(args.qrels, None, "empty qrels file (no judgment lines)")
+        if getattr(args, "debug_query", None) is not None:
+            # trec_eval -c averages over every query of the qrels even then (meas_avg.c: num_q_rels)
+            import numpy as np
+
+            args.complete_queries = len(np.unique(qrels.qid)) if args.complete else None
+            args.complete_num_rel = float((qrels.grade > 0).sum())
+            _only_query(run, qrels, args.debug_query)
         specs = sorted(specs, key=_trec_sort_key)
 
         def score(run, qrels, specs=specs):
@@ -386,6 +393,15 @@ def _trec_eval_run(args, out, stdin_path) -> int:
         return 1
     _print_trec_eval(args, out, specs, prep, values, run, qrels, relstring, zscores, show_runid, show_num_q)
     return 0
+
+
+def _only_query(run, qrels, qid) -> None:
+    """trec_eval -D LEVEL.QID: only query ``qid`` is evaluated (the others are skipped), in place."""
+    for table, cols in ((run, ("qid", "docno", "score", "rank")), (qrels, ("qid", "docno", "grade"))):
+        key = qid.encode("utf-8") if table.qid.dtype.kind == "S" else qid
+        mask = table.qid == key
+        for c in cols:
+            setattr(table, c, getattr(table, c)[mask])
 
 
 def _print_trec_eval(args, out, specs, prep, values, run, qrels, relstring, zscores, show_runid, show_num_q):
@@ -426,16 +442,26 @@ def _print_trec_eval(args, out, specs, prep, values, run, qrels, relstring, zsco
         return
     if show_runid:
         write("%-22s\t%s\t%s\n" % ("runid", "all", run.tag))
+    import numpy as np
+
+    n = len(prep.qids)
+    # -c -D LEVEL.QID: trec_eval averages over all the queries of the qrels (meas_avg.c: num_q_rels),
+    # a geometric mean counting MIN_GEO_MEAN for each query not evaluated
+    n_avg = max(n, getattr(args, "complete_queries", None) or 0)
     if show_num_q:
-        n = len(prep.qids)
-        write("Z%-22s\t%s\t%.4f\n" % ("num_q", "all", n) if z else "%-22s\t%s\t%d\n" % ("num_q", "all", n))
+        write("Z%-22s\t%s\t%.4f\n" % ("num_q", "all", n_avg) if z else "%-22s\t%s\t%d\n" % ("num_q", "all", n_avg))
     for i, s in enumerate(specs):
         if s.family == "num_rel" and args.complete:
             # trec_eval 10 (m_num_rel.c, te_calc_avg_num_rel): under -c the summary counts every
             # qrels line with grade > 0, whatever -l says (and -Z does not convert it).
-            total = float((qrels.grade > 0).sum())
+            total = getattr(args, "complete_num_rel", None) or float((qrels.grade > 0).sum())
+        elif s.average == "geometric" and n_avg > n:
+            from .metrics.trec_names import MIN_GEO_MEAN
+
+            filled = np.concatenate([values[i], np.full(n_avg - n, MIN_GEO_MEAN if not z else np.log(MIN_GEO_MEAN))])
+            total = _summary(s, filled, n_avg, logs=not z)
         else:
-            total = _summary(s, values[i], len(prep.qids), logs=not z)
+            total = _summary(s, values[i], n_avg, logs=not z)
         write("%s%-22s\t%s\t%s\n" % (zp, names[i], "all", _fmt_value(s, total, z)))
 
 

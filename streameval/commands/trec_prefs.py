@@ -222,9 +222,11 @@ def run_trec_eval_rel_format(args, out, debug_query=None) -> int:
         return 0
     if show_runid:
         write("%-22s\t%s\t%s\n" % ("runid", "all", run.tag))
+    # under -c trec_eval averages over every query of the relevance file (meas_avg.c: num_q_rels),
+    # which differs from the queries evaluated with -D LEVEL.QID only
+    n = len(rel) if args.complete else len(rows)
     if show_num_q:
-        write("Z%-22s\tall\t%.4f\n" % ("num_q", len(rows)) if z else "%-22s\tall\t%d\n" % ("num_q", len(rows)))
-    n = len(rows)
+        write("Z%-22s\tall\t%.4f\n" % ("num_q", n) if z else "%-22s\tall\t%d\n" % ("num_q", n))
     for i, (name, _, count) in enumerate(rows[0][1]):
         total = 0.0
         for _, vals in rows:
