@@ -252,6 +252,82 @@ def _yaap(b, spec):
     return np.log((1.0 + s) / (1.0 + b.num_rel - s))
 
 
+def gain_pairs(param: str) -> list:
+    """trec_eval's ``rel_level=gain`` parameters of ndcg (``-m ndcg.1=3,2=9,4=4.5``): [(name,
+    gain)] in the order given; ValueError (one line) when a part is not ``name=number``."""
+    out = []
+    for part in param.split(","):
+        name, eq, value = part.partition("=")
+        try:
+            gain = float(value)
+        except ValueError:
+            gain = None
+        if not eq or not name or gain is None or gain != gain or abs(gain) == float("inf"):
+            raise ValueError(f"ndcg.{param}: parameters are rel_level=gain pairs (e.g. ndcg.1=3,2=9), got {part!r}")
+        out.append((name, gain))
+    return out
+
+
+def _valid_int(text: str) -> bool:
+    """gain_init.c valid_int: an optional sign and digits."""
+    t = text[1:] if text[:1] in "+-" else text
+    return bool(t) and all("0" <= c <= "9" for c in t)
+
+
+def _gain_table(pairs, levels, counts):
+    """gain_init.c setup_gains: (rel_level, gain, number judged at it) for the valid pairs in the
+    order given, then every level 0 .. max judged level not among them at gain = level; sorted by
+    increasing gain with trec_eval's comparator, which truncates the difference to an int (gains
+    less than 1 apart compare equal; the sort is stable as glibc's merge sort)."""
+    import functools
+
+    table = [[int(n), g, 0] for n, g in pairs if _valid_int(n)]
+    top = int(max(levels)) + 1 if len(levels) else 0
+    have = dict(zip((int(v) for v in levels), (int(c) for c in counts)))
+    for i in range(top):
+        row = next((r for r in table if r[0] == i), None)
+        if row is not None:
+            row[2] = have.get(i, 0)
+        else:
+            table.append([i, float(i), have.get(i, 0)])
+    table.sort(key=functools.cmp_to_key(lambda a, b: int(a[1] - b[1])))
+    return table
+
+
+def _ndcg_gains(b, spec):
+    """trec_eval m_ndcg.c with ``rel_level=gain`` parameters (gain_init.c): a ranked document's gain
+    is its level's (a level not given: the level itself; not judged or unjudged: 0 unless a pair
+    names level -1 or -2); the ideal DCG walks the query's judged documents from the largest gain
+    down, stopping at the first gain <= 0; ndcg = DCG / ideal DCG, 0 when the ideal is 0."""
+    pairs = gain_pairs(spec.param)
+    given = {}
+    for n, g in pairs:
+        if _valid_int(n):
+            given.setdefault(int(n), g)
+    g = b.g
+    with np.errstate(invalid="ignore"):
+        level = np.where(np.isnan(g), -1.0, np.where(g < 0, -2.0, g))
+    gain = np.array([given.get(int(x), float(x) if x >= 0 else 0.0) for x in level.tolist()], dtype=np.float64)
+    w = gain / np.log2(b.rank + 1.0)
+    dcg = b.sum_top("dg_gains:" + spec.param, np.where(w == 0, 0.0, w), None)
+    ideal_h = np.zeros(b.ng)
+    for h in range(b.ng):
+        lo, hi = int(b.joff[h]), int(b.joff[h + 1])
+        table = _gain_table(pairs, b.hv[lo:hi], b.hc[lo:hi])
+        total, i = 0.0, 0
+        for _, gl, count in reversed(table):
+            if gl <= 0.0:
+                break
+            for _ in range(count):
+                total += gl / np.log2(i + 2.0)
+                i += 1
+        ideal_h[h] = total
+    ideal = b.per_list(ideal_h)
+    out = np.zeros(b.n)
+    np.divide(dcg, ideal, out=out, where=ideal > 0)
+    return out
+
+
 def _num_nonrel_judged_ret(b, spec):
     """trec_eval m_num_nonrel_judged_ret.c: judged non-relevant ranked items."""
     return b.count_top("cum_nonrel", b.judged & ~b.rel)
@@ -450,6 +526,7 @@ FUNCS = {
     "rbp": _rbp,
     "rbp_resid": _rbp_resid,
     "yaap": _yaap,
+    "ndcg": _ndcg_gains,  # with rel_level=gain parameters (spec.param); plain ndcg is the kernel's
     "G": _g,
     "ndcg_rel": _ndcg_rel,
     "Rndcg": _rndcg,
