@@ -87,12 +87,11 @@ def test_lines_are_trec_evals(expected_file, args):
     assert buf.getvalue().splitlines() == expected
 
 
-@pytest.mark.parametrize("expected_file,args", [c for c in CASES if c[0] != "out.test.meas_params"],
-                         ids=[c[0] for c in CASES if c[0] != "out.test.meas_params"])
+@pytest.mark.parametrize("expected_file,args", CASES, ids=[c[0] for c in CASES])
 def test_whole_output_is_trec_evals(expected_file, args):
     """trec_eval's Makefile commands (quicktest) print every line of its expected output, relstring's
-    included: out.test.aq's 387 lines, out.test.aql's relstring_20 (ndcg.1=3,... of meas_params is
-    the one measure not implemented)."""
+    included: out.test.aq's 387 lines, out.test.aql's relstring_20, meas_params' ndcg_1=3,2=9,4=4.5
+    (the whole quicktest, prefs and judgment groups too: test_trec_eval_quicktest.py)."""
     expected = data_path("trec_eval_test", expected_file).read_text()
     args = [str(data_path("trec_eval_test", a)) if a.startswith(("qrels", "results")) else a for a in args]
     buf = io.StringIO()
