@@ -12,7 +12,7 @@ preference A > B is *fulfilled* when both are retrieved and A is ranked above B 
 whose two documents are not retrieved is ``notoccur``.  Each measure's arithmetic follows its
 m_prefs_*.c file (same operations in the same order, so the same doubles); the pair counts are
 numpy matrices (one JG: a (k, k) matrix over its k documents; the query: (num_judged, num_judged)
-counts over all JGs, trec_eval's COUNTS_ARRAY).
+counts over all JGs, trec_eval's COUNTS_ARRAY; int32, 4 bytes a pair of judged documents).
 
 Errors (ValueError, one line): a document in two ECs of one JSG, a document with rel_level 0 and
 non-0 in one JG, or contradictory preferences in one JG (trec_eval aborts on the last).
@@ -123,7 +123,7 @@ def query_prefs(jg, jsg, rel_level, docno, ranked_docnos) -> QueryPrefs:
     n = len(judged)
     lines = sorted(zip(jg, jsg, rel_level, (rank_of[d] for d in docno), docno),
                    key=lambda t: (t[0], t[1], -t[2], t[3]))
-    pair_counts = np.zeros((n, n), dtype=np.int64)
+    pair_counts = np.zeros((n, n), dtype=np.int32)  # trec_eval: unsigned short
     jgs = []
     start = 0
     while start < len(lines):
@@ -175,7 +175,7 @@ def _ec_jg(group, local, k) -> _JG:
     v = np.array(counts)
     below = np.cumsum(v[::-1], axis=0)[::-1]  # below[c] = documents of classes c, c+1, ...
     below = np.vstack([below[1:], np.zeros((1, k), dtype=np.int64)])
-    m = v.T @ below
+    m = (v.T @ below).astype(np.int32)
     if np.any(np.diagonal(m)):
         i = int(np.flatnonzero(np.diagonal(m))[0])
         doc = next(t[4] for t in group if local[t[3]] == i)
@@ -204,7 +204,7 @@ def _prefs_array_jg(group, local, k) -> _JG:
     if np.any(c & c.T):
         raise ValueError(f"contradictory preferences in judgment group {group[0][0]!r} (a document preferred "
                          f"to another and the other to it, after transitivity; trec_eval aborts)")
-    return _JG(np.empty(0), c.astype(np.int64), None, rel)
+    return _JG(np.empty(0), c.astype(np.int32), None, rel)
 
 
 def _pair_terms(c: np.ndarray, nr: int, with_imp: bool):
