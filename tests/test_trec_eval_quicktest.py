@@ -236,3 +236,16 @@ def test_ec_preference_counts_by_hand(tmp_path):
     assert (vals["prefs_num_prefs_poss"], vals["prefs_num_prefs_ful"], vals["prefs_num_prefs_ful_ret"]) == ("3", "2", "0")
     assert (vals["prefs_simp"], vals["prefs_simp_ret"], vals["prefs_simp_imp"]) == ("0.6667", "0.0000", "0.6667")
     assert vals["prefs_avgjg_Rnonrel"] == "0.8000"
+
+
+def test_negative_levels_past_class_end_warns(tmp_path, capsys):
+    """qrels read as prefs with a -1 grade: 3 relevant documents, 4 at levels <= 0 (3 at 0, 1 at -1),
+    so prefs_avgjg_Rnonrel cuts the last class (-1) to R = 3 documents, past its end: trec_eval reads
+    memory outside it; here a warning on stderr, the other measures as trec_eval."""
+    qrels, run = tmp_path / "q", tmp_path / "r"
+    qrels.write_text("1 0 a 1\n1 0 b 1\n1 0 c 1\n1 0 d 0\n1 0 e 0\n1 0 f 0\n1 0 g -1\n")
+    run.write_text("1 Q0 a 1 3 t\n1 Q0 d 2 2 t\n1 Q0 g 3 1 t\n")
+    code, got = _ours(["-m", "prefs_simp", "-m", "prefs_avgjg_Rnonrel", "-R", "qrels_prefs", str(qrels), str(run)])
+    err = capsys.readouterr().err
+    assert code == 0 and "prefs_simp" in got
+    assert err.count("\n") == 1 and "warning: prefs_avgjg_Rnonrel" in err

@@ -119,13 +119,18 @@ def _ranked(docnos, scores, depth, docno_descending):
     return [docnos[i] for i in idx]
 
 
-def _query_values(rel_format, judgments, ranked, wanted, cut, mult, args):
-    """[(name, value, is_count)] of one query, in print order."""
+def _query_values(rel_format, judgments, ranked, wanted, cut, mult, args, notes):
+    """[(name, value, is_count)] of one query, in print order; ``notes`` (a set) gets the warnings."""
     from ..metrics import trec_prefs as tp
 
     if rel_format != "qrels_jg":
         jg, jsg, level, docno = judgments
-        vals = tp.prefs_values(tp.query_prefs(jg, jsg, level, docno, ranked), wanted)
+        q = tp.query_prefs(jg, jsg, level, docno, ranked)
+        vals = tp.prefs_values(q, wanted)
+        for name in sorted(q.notes):
+            notes.add(f"{name}: a judgment group with negative rel_levels and fewer documents in its lowest "
+                      f"class than relevant ones; trec_eval reads past that class (undefined), here it stops "
+                      f"at its end")
         return [(m, vals[m], m in tp.PREFS_COUNTS) for m in wanted]
     groups = []
     for grades in judgments.values():
@@ -183,6 +188,7 @@ def run_trec_eval_rel_format(args, out, debug_query=None) -> int:
             raise trec.InputFormatError(args.run, None, "empty run file (no result lines)")
         by_query = _runs_by_query(run)
         rows = []  # (qid, [(name, value, is_count)])
+        notes: set = set()
         for qid, judgments in rel.items():
             if debug_query is not None and qid != debug_query:
                 continue
@@ -194,12 +200,14 @@ def run_trec_eval_rel_format(args, out, debug_query=None) -> int:
                 continue
             ranked = _ranked(docnos, scores, args.depth, docno_descending=fmt == "qrels_jg")
             try:
-                rows.append((qid, _query_values(fmt, judgments, ranked, wanted, cut, mult, args)))
+                rows.append((qid, _query_values(fmt, judgments, ranked, wanted, cut, mult, args, notes)))
             except ValueError as e:
                 raise ValueError(f"{args.qrels}: query {qid!r}: {e}") from None
     except (ValueError, OSError) as e:
         print(f"streameval trec-eval: {one_line(e)}", file=sys.stderr)
         return 2
+    for note in sorted(notes):
+        print(f"streameval trec-eval: warning: {note}", file=sys.stderr)
     if not rows:
         print("streameval trec-eval: no queries with both results and judgments", file=sys.stderr)
         return 1

@@ -71,6 +71,8 @@ class QueryPrefs:
     num_judged_ret: int
     jgs: list
     pair_counts: np.ndarray  # (num_judged, num_judged): JGs preferring i to j
+    #: measures whose value here differs from trec_eval's, which reads memory it does not own for them
+    notes: set = field(default_factory=set)
 
 
 def _areas(m: np.ndarray, kr: int) -> dict:
@@ -231,12 +233,20 @@ def _seq_sum(x: np.ndarray) -> float:
     return float(np.cumsum(x)[-1]) if len(x) else 0.0
 
 
-def _recalc_ec(j: _JG, nr: int, ret_only: bool):
+class _PastClassEnd(Exception):
+    pass
+
+
+def _recalc_ec(j: _JG, nr: int, ret_only: bool, clamp: bool = False):
     """m_prefs_avgjg_Rnonrel*.c ``recalculate`` for an EC JG: the last class cut to its first R
     documents (R = num_rel, or num_rel_ret for _ret), the pairs counted as trec_eval's loops
     count them (the last class itself compared with its cut copy too)."""
     ecs = j.ecs
     R = j.counts["num_rel_ret"] if ret_only else j.counts["num_rel"]
+    if R > len(ecs[-1][1]) and not clamp:
+        # several classes at rel_level <= 0 (negative levels) and fewer than R documents in the last:
+        # trec_eval reads past that class's end (other memory); here the class stops at its end
+        raise _PastClassEnd()
     new_nonrel = ecs[-1][1][:R]
 
     def count(a, b):
@@ -297,7 +307,11 @@ def _rnonrel(q: QueryPrefs, ret_only: bool) -> float:
             ful += c["num_rel_ret"] * (R - N)
             poss += c["num_rel"] * (R - N)
         elif j.ecs is not None:
-            ful, poss = _recalc_ec(j, q.num_judged_ret, ret_only)
+            try:
+                ful, poss = _recalc_ec(j, q.num_judged_ret, ret_only)
+            except _PastClassEnd:
+                q.notes.add("prefs_avgjg_Rnonrel" + ("_ret" if ret_only else ""))
+                ful, poss = _recalc_ec(j, q.num_judged_ret, ret_only, clamp=True)
         else:
             ful, poss = _recalc_pa(j, q.num_judged_ret, q.num_judged, ret_only)
         total += _div(ful, poss)
