@@ -397,11 +397,18 @@ def _trec_eval_run(args, out, stdin_path) -> int:
 
 def _only_query(run, qrels, qid) -> None:
     """trec_eval -D LEVEL.QID: only query ``qid`` is evaluated (the others are skipped), in place."""
+    import numpy as np
+
     for table, cols in ((run, ("qid", "docno", "score", "rank")), (qrels, ("qid", "docno", "grade"))):
-        key = qid.encode("utf-8") if table.qid.dtype.kind == "S" else qid
-        mask = table.qid == key
+        ids = np.asarray(table.qid)  # the fast reader's run-length columns too
+        key = qid.encode("utf-8") if ids.dtype.kind == "S" else qid
+        mask = ids == key
+        if table is qrels and not mask.any():
+            raise ValueError(f"-D: query {qid!r} is not in the qrels (trec_eval: no queries with both results and relevance info)")
         for c in cols:
-            setattr(table, c, getattr(table, c)[mask])
+            col = getattr(table, c)
+            if col is not None:  # the fast reader leaves the run's rank column out
+                setattr(table, c, np.asarray(col)[mask])
 
 
 def _print_trec_eval(args, out, specs, prep, values, run, qrels, relstring, zscores, show_runid, show_num_q):

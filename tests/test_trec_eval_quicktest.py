@@ -203,6 +203,9 @@ def test_refusals_are_one_line(tmp_path, capsys):
         (["-R", "qrels_jg", "-m", "yaap", t("qrels.123"), t("results.test")], "measure 'yaap' needs -R qrels"),
         (["-R", "bogus", t("qrels.test"), t("results.test")], "unknown relevance file format"),
         (["-D", "x.301", t("qrels.test"), t("results.test")], "debug level is not an integer"),
+        (["-D", "1.5", t("qrels.test"), t("results.test")], "-D: query '5' is not in the qrels"),
+        (["-D", "0.9", "-m", "prefs", "-R", "prefs", t("prefs.test"), t("prefs.results.test")],
+         "-D: query '9' is not in the prefs file"),
     ]
     # contradictory preferences in one judgment group (a > b in s1, b > a in s2): trec_eval aborts
     bad = tmp_path / "prefs"

@@ -183,6 +183,8 @@ def run_trec_eval_rel_format(args, out, debug_query=None) -> int:
         rel = read_rel_info(args.qrels, fmt)
         if not rel:
             raise trec.InputFormatError(args.qrels, None, f"empty {fmt} file (no judgment lines)")
+        if debug_query is not None and debug_query not in rel:
+            raise ValueError(f"-D: query {debug_query!r} is not in the {fmt} file (trec_eval: no queries with both results and relevance info)")
         run = trec.read_run(args.run, check=True)
         if len(run) == 0:
             raise trec.InputFormatError(args.run, None, "empty run file (no result lines)")
