@@ -19,7 +19,6 @@ __all__ = ["run_trec_eval_rel_format", "PREFS_NICKNAMES", "JG_NICKNAMES"]
 PREFS_NICKNAMES = {"all_prefs": 14, "prefs": 6}  # the first N of PREFS_MEASURES
 JG_NICKNAMES = {"qrels_jg": ("map_avgjg", "P_avgjg", "Rprec_mult_avgjg")}
 JG_MEASURES = ("map_avgjg", "P_avgjg", "Rprec_mult_avgjg")
-_QRELS_NICKNAMES = ("official", "all_trec", "set")
 #: trec_eval.c: the stand-in ranking of a query without results under -c
 _BOGUS = ("ceci_nest_pas_un_docno", 1.0)
 
