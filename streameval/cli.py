@@ -20,15 +20,12 @@ _TREC_FAMILY_ORDER = ("num_ret", "num_rel", "num_rel_ret", "map", "gm_map", "Rpr
                       "iprec_at_recall", "P", "relstring", "recall", "infAP", "gm_bpref", "Rprec_mult", "utility",
                       "11pt_avg", "binG", "G", "dcg", "ndcg", "ndcg_rel", "Rndcg", "ndcg_cut", "map_cut", "err",
                       "relative_P", "success", "set_P", "set_relative_P", "set_recall", "set_map", "set_F",
-                      "num_nonrel_judged_ret", "rbp", "rbp_resid", "unj")
-# trec_eval -R: the rel_info formats of its formats.c; only qrels feeds the measures implemented here
-_REL_FORMATS = {"qrels": None,
-                "prefs": "preference judgments feed trec_eval's preference measures (-m all_prefs), which are "
-                         "not implemented",
-                "qrels_prefs": "qrels read as preferences feed trec_eval's preference measures (-m all_prefs), "
-                               "which are not implemented",
-                "qrels_jg": "qrels with judgment groups feed trec_eval's per-group measures (P_avgjg, map_avgjg, "
-                            "Rprec_mult_avgjg, yaap), which are not implemented"}
+                      "num_nonrel_judged_ret", "yaap", "rbp", "rbp_resid", "unj")
+# trec_eval -R: the rel_info formats of its formats.c; qrels feeds the measures of streameval's engine,
+# the others trec_eval's preference and judgment-group measures (streameval.commands.trec_prefs)
+_REL_FORMATS = ("qrels", "prefs", "qrels_prefs", "qrels_jg")
+#: trec_eval -v prints this (its Makefile's VERSIONID)
+TREC_EVAL_VERSION = "10.0-rc3"
 #: trec_eval.h: the value of a measure or query missing from the -Z file
 MISSING_ZSCORE_VALUE = -1000000.0
 
@@ -76,8 +73,17 @@ def _trec_eval_parser() -> argparse.ArgumentParser:
                         "query and measure from ZMEAN_FILE ('qid measure mean std_dev' lines); missing: "
                         "-1000000; names prefixed with Z")
     p.add_argument("-R", dest="rel_format", default="qrels", metavar="FORMAT",
-                   help="relevance file format: qrels (default; prefs, qrels_prefs and qrels_jg feed "
-                        "measures not implemented and are refused)")
+                   help="relevance file format: qrels (default), prefs ('qid jg jsg docno rel_level'; "
+                        "-m all_prefs, -m prefs, prefs_*), qrels_prefs (qrels read as prefs), qrels_jg "
+                        "('qid jg docno rel'; -m qrels_jg, map_avgjg, P_avgjg, Rprec_mult_avgjg)")
+    p.add_argument("-D", dest="debug", default=None, metavar="LEVEL[.QID]",
+                   help="trec_eval's debug level; LEVEL.QID evaluates query QID only (the level's debug "
+                        "printouts are not reproduced)")
+    p.add_argument("-o", dest="old_format", action="store_true",
+                   help="trec_eval's old output format flag: accepted and ignored, as trec_eval 10 does")
+    p.add_argument("-v", "--version", dest="version", action="store_true",
+                   help=f"print trec_eval's version line (trec_eval version {TREC_EVAL_VERSION}) on stderr "
+                        "and exit")
     p.add_argument("-T", dest="results_format", default="trec_results", metavar="FORMAT",
                    help="results file format: trec_results (the only one trec_eval has)")
     p.add_argument("--gain", choices=("linear", "exponential"), default="linear",
@@ -214,22 +220,42 @@ def _trec_eval_main(argv, out) -> int:
     import tempfile
 
     out = out or sys.stdout
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _asks_version(argv):
+        # trec_eval.c: -v prints the version on stderr and exits 0, before reading any file
+        print(f"trec_eval version {TREC_EVAL_VERSION}", file=sys.stderr)
+        return 0
     try:
         args = _trec_eval_parser().parse_args(argv)
     except SystemExit as e:  # argparse: usage error (2) or --help (0)
         return e.code if isinstance(e.code, int) else 2
     refused = None
-    if args.rel_format not in _REL_FORMATS:
+    debug_query = None
+    if args.debug is not None:
+        # trec_eval.c get_debug_level_query: LEVEL or LEVEL.QID (atol of the level)
+        level, dot, debug_query = args.debug.partition(".")
+        if not dot:
+            debug_query = None
+        if not level.strip().lstrip("+-").isdigit():
+            refused = f"-D {args.debug}: the debug level is not an integer (LEVEL or LEVEL.QID)"
+    if refused:
+        pass
+    elif args.rel_format not in _REL_FORMATS:
         refused = (f"-R {args.rel_format}: unknown relevance file format (trec_eval's: "
                    f"{', '.join(_REL_FORMATS)})")
-    elif _REL_FORMATS[args.rel_format]:
-        refused = f"-R {args.rel_format}: {_REL_FORMATS[args.rel_format]}; use -R qrels"
     elif args.results_format != "trec_results":
         refused = f"-T {args.results_format}: unknown results file format (trec_eval's: trec_results)"
     elif args.qrels == "-" and args.run == "-":
         refused = "qrels and run cannot both be '-' (standard input)"
     if refused:
         print(f"streameval trec-eval: {refused}", file=sys.stderr)
+        return 2
+    args.debug_query = debug_query
+    if args.rel_format != "qrels" and "-" not in (args.qrels, args.run):
+        from .commands.trec_prefs import run_trec_eval_rel_format
+
+        return run_trec_eval_rel_format(args, out, debug_query)
+    if args.rel_format == "qrels" and _qrels_measure_refused(args):
         return 2
     if "-" not in (args.qrels, args.run):
         return _trec_eval_run(args, out, None)
@@ -239,7 +265,48 @@ def _trec_eval_main(argv, out) -> int:
             args.qrels = path
         else:
             args.run = path
+        if args.rel_format != "qrels":
+            from .commands.trec_prefs import run_trec_eval_rel_format
+
+            return run_trec_eval_rel_format(args, out, debug_query)
         return _trec_eval_run(args, out, path)
+
+
+def _asks_version(argv) -> bool:
+    """trec_eval's getopt: ``-v`` / ``--version`` alone or among other flags without a value
+    (``-qv``), before a ``--``."""
+    for a in argv:
+        if a == "--":
+            return False
+        if a == "--version":
+            return True
+        if a.startswith("-") and not a.startswith("--") and len(a) > 1:
+            for ch in a[1:]:
+                if ch == "v":
+                    return True
+                if ch not in "hqcnJo":
+                    break
+    return False
+
+
+def _qrels_measure_refused(args) -> bool:
+    """A preference or judgment-group measure asked with -R qrels: one line on stderr (trec_eval
+    stops with "Can't calculate measure")."""
+    from .commands.trec_prefs import JG_MEASURES, JG_NICKNAMES, PREFS_NICKNAMES
+    from .metrics.trec_prefs import PREFS_MEASURES
+
+    for m in args.measures or []:
+        name = m.strip().partition(".")[0]
+        if name in PREFS_MEASURES or name in PREFS_NICKNAMES:
+            need = "prefs or -R qrels_prefs"
+        elif name in JG_MEASURES or name in JG_NICKNAMES:
+            need = "qrels_jg"
+        else:
+            continue
+        print(f"streameval trec-eval: measure {m!r} needs -R {need} (the relevance file read as "
+              f"{'preferences' if 'prefs' in need else 'judgment groups'})", file=sys.stderr)
+        return True
+    return False
 
 
 def _trec_eval_run(args, out, stdin_path) -> int:
@@ -291,6 +358,13 @@ def _trec_eval_run(args, out, stdin_path) -> int:
             raise trec.InputFormatError(args.run, None, "empty run file (no result lines)")
         if len(qrels) == 0:
             raise trec.InputFormatError(args.qrels, None, "empty qrels file (no judgment lines)")
+        if getattr(args, "debug_query", None) is not None:
+            # trec_eval -c averages over every query of the qrels even then (meas_avg.c: num_q_rels)
+            import numpy as np
+
+            args.complete_queries = len(np.unique(qrels.qid)) if args.complete else None
+            args.complete_num_rel = float((qrels.grade > 0).sum())
+            _only_query(run, qrels, args.debug_query)
         specs = sorted(specs, key=_trec_sort_key)
 
         def score(run, qrels, specs=specs):
@@ -319,6 +393,22 @@ def _trec_eval_run(args, out, stdin_path) -> int:
         return 1
     _print_trec_eval(args, out, specs, prep, values, run, qrels, relstring, zscores, show_runid, show_num_q)
     return 0
+
+
+def _only_query(run, qrels, qid) -> None:
+    """trec_eval -D LEVEL.QID: only query ``qid`` is evaluated (the others are skipped), in place."""
+    import numpy as np
+
+    for table, cols in ((run, ("qid", "docno", "score", "rank")), (qrels, ("qid", "docno", "grade"))):
+        ids = np.asarray(table.qid)  # the fast reader's run-length columns too
+        key = qid.encode("utf-8") if ids.dtype.kind == "S" else qid
+        mask = ids == key
+        if table is qrels and not mask.any():
+            raise ValueError(f"-D: query {qid!r} is not in the qrels (trec_eval: no queries with both results and relevance info)")
+        for c in cols:
+            col = getattr(table, c)
+            if col is not None:  # the fast reader leaves the run's rank column out
+                setattr(table, c, np.asarray(col)[mask])
 
 
 def _print_trec_eval(args, out, specs, prep, values, run, qrels, relstring, zscores, show_runid, show_num_q):
@@ -359,16 +449,26 @@ def _print_trec_eval(args, out, specs, prep, values, run, qrels, relstring, zsco
         return
     if show_runid:
         write("%-22s\t%s\t%s\n" % ("runid", "all", run.tag))
+    import numpy as np
+
+    n = len(prep.qids)
+    # -c -D LEVEL.QID: trec_eval averages over all the queries of the qrels (meas_avg.c: num_q_rels),
+    # a geometric mean counting MIN_GEO_MEAN for each query not evaluated
+    n_avg = max(n, getattr(args, "complete_queries", None) or 0)
     if show_num_q:
-        n = len(prep.qids)
-        write("Z%-22s\t%s\t%.4f\n" % ("num_q", "all", n) if z else "%-22s\t%s\t%d\n" % ("num_q", "all", n))
+        write("Z%-22s\t%s\t%.4f\n" % ("num_q", "all", n_avg) if z else "%-22s\t%s\t%d\n" % ("num_q", "all", n_avg))
     for i, s in enumerate(specs):
         if s.family == "num_rel" and args.complete:
             # trec_eval 10 (m_num_rel.c, te_calc_avg_num_rel): under -c the summary counts every
             # qrels line with grade > 0, whatever -l says (and -Z does not convert it).
-            total = float((qrels.grade > 0).sum())
+            total = getattr(args, "complete_num_rel", None) or float((qrels.grade > 0).sum())
+        elif s.average == "geometric" and n_avg > n:
+            from .metrics.trec_names import MIN_GEO_MEAN
+
+            filled = np.concatenate([values[i], np.full(n_avg - n, MIN_GEO_MEAN if not z else np.log(MIN_GEO_MEAN))])
+            total = _summary(s, filled, n_avg, logs=not z)
         else:
-            total = _summary(s, values[i], len(prep.qids), logs=not z)
+            total = _summary(s, values[i], n_avg, logs=not z)
         write("%s%-22s\t%s\t%s\n" % (zp, names[i], "all", _fmt_value(s, total, z)))
 
 

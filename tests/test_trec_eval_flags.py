@@ -193,8 +193,11 @@ def test_stdin_errors_name_it_dash(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("flag,value,reason", [
-    ("-R", "prefs", "preference measures"), ("-R", "qrels_prefs", "preference measures"),
-    ("-R", "qrels_jg", "P_avgjg"), ("-R", "trec", "unknown relevance file format"),
+    # prefs, qrels_prefs and qrels_jg feed their own measures (test_trec_eval_quicktest.py): without -m,
+    # trec_eval's default measures need -R qrels
+    ("-R", "prefs", "default measures ('official') need -R qrels"),
+    ("-R", "qrels_prefs", "default measures ('official') need -R qrels"),
+    ("-R", "qrels_jg", "default measures ('official') need -R qrels"), ("-R", "trec", "unknown relevance file format"),
     ("-T", "tsv", "unknown results file format")])
 def test_refused_formats_one_line(flag, value, reason, capsys):
     code, out = _ours([flag, value, SUITE / "qrels.test", SUITE / "results.test"])

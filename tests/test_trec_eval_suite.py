@@ -16,7 +16,7 @@ from .conftest import data_path
 IMPLEMENTED = {s.trec_name for s in ALL_TREC} | {"num_q", "runid", "relstring"}
 # measures printed with trec_eval's parameters: long cutoffs, double cutoffs, parameter strings
 _CUT_PREFIXES = ("P_", "recall_", "ndcg_cut_", "map_cut_", "success_", "relative_P_", "unj_")
-_PARAM_PREFIXES = ("iprec_at_recall_", "Rprec_mult_", "utility_", "11pt_avg_", "set_F_", "rbp_p=",
+_PARAM_PREFIXES = ("ndcg_1=", "iprec_at_recall_", "Rprec_mult_", "utility_", "11pt_avg_", "set_F_", "rbp_p=",
                    "rbp_resid_p=", "relstring_")
 
 
@@ -56,10 +56,10 @@ CASES = [
     ("out.test.aq", ["-m", "all_trec", "-q", "qrels.test", "results.test"]),
     ("out.test.aqc", ["-m", "all_trec", "-q", "-c", "qrels.test", "results.trunc"]),
     ("out.test.aql", ["-m", "all_trec", "-mrelstring.20", "-q", "-l2", "qrels.rel_level", "results.test"]),
-    # trec_eval's command but -mndcg.1=3,2=9,4=4.5 (ndcg's gains per level are not implemented)
+    # trec_eval's command (ndcg with gains per level too: -mndcg.1=3,2=9,4=4.5)
     ("out.test.meas_params", ["-q", "-miprec_at_recall..10,.20,.25,.75,.50", "-m", "P.5,7,3", "-m", "recall.20,2000",
                               "-m", "Rprec_mult.5.0,0.2,0.35", "-mutility.2,-1,0,0", "-m", "11pt_avg..25,.5,.75",
-                              "-mndcg_cut.10,20,23.4", "-msuccess.2,5,20", "qrels.test", "results.test"]),
+                              "-mndcg.1=3,2=9,4=4.5", "-mndcg_cut.10,20,23.4", "-msuccess.2,5,20", "qrels.test", "results.test"]),
 ]
 
 
@@ -87,12 +87,11 @@ def test_lines_are_trec_evals(expected_file, args):
     assert buf.getvalue().splitlines() == expected
 
 
-@pytest.mark.parametrize("expected_file,args", [c for c in CASES if c[0] != "out.test.meas_params"],
-                         ids=[c[0] for c in CASES if c[0] != "out.test.meas_params"])
+@pytest.mark.parametrize("expected_file,args", CASES, ids=[c[0] for c in CASES])
 def test_whole_output_is_trec_evals(expected_file, args):
     """trec_eval's Makefile commands (quicktest) print every line of its expected output, relstring's
-    included: out.test.aq's 387 lines, out.test.aql's relstring_20 (ndcg.1=3,... of meas_params is
-    the one measure not implemented)."""
+    included: out.test.aq's 387 lines, out.test.aql's relstring_20, meas_params' ndcg_1=3,2=9,4=4.5
+    (the whole quicktest, prefs and judgment groups too: test_trec_eval_quicktest.py)."""
     expected = data_path("trec_eval_test", expected_file).read_text()
     args = [str(data_path("trec_eval_test", a)) if a.startswith(("qrels", "results")) else a for a in args]
     buf = io.StringIO()

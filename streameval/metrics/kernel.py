@@ -566,7 +566,7 @@ def _compute(lists: RankedLists, specs: list[MetricSpec], opts: MetricOptions) -
         b = batches[eff]
         if out is None:
             out = np.empty((len(specs), b.n), dtype=np.float64)
-        fn = _FUNCS.get(spec.family)
+        fn = _FUNCS.get(spec.family) if not (spec.family == "ndcg" and spec.param) else None
         out[i] = fn(b, spec.k) if fn is not None else _TREC_FUNCS[spec.family](b, spec)
     if out is None:
         out = np.empty((0, _Batch(lists, opts).n), dtype=np.float64)

@@ -93,6 +93,8 @@ class MetricSpec:
             return trec_names.trec_name(self)
         if self.family == "recip_rank" and self.k is not None:
             return f"mrr@{self.k}"
+        if self.family == "ndcg" and self.param:
+            return f"ndcg_{self.param}"
         base = _DISPLAY[self.family]
         return base if self.k is None else f"{base}@{self.k}"
 
@@ -104,6 +106,8 @@ class MetricSpec:
             return None
         if f in trec_names.FAMILIES:
             return trec_names.trec_name(self)
+        if f == "ndcg" and self.param:  # trec_eval's rel_level=gain parameters, printed as given
+            return f"ndcg_{self.param}"
         if k is None:
             return f if f in _TREC_PLAIN else None
         return f"{_TREC_CUT[f]}_{k}" if f in _TREC_CUT else None
@@ -234,6 +238,15 @@ def _parse_one(raw: str) -> list[MetricSpec]:
         return list(ALL_TREC)
     if low == "official":
         return list(OFFICIAL_TREC)
+    if low.startswith("ndcg.") and "=" in name:
+        # trec_eval's gains per relevance level: ndcg.1=3,2=9,4=4.5 (m_ndcg.c, gain_init.c)
+        from .trec_measures import gain_pairs
+
+        try:
+            gain_pairs(name[5:])
+        except ValueError as e:
+            raise MetricNameError(f"metric {raw!r}: {e}") from None
+        return [MetricSpec("ndcg", None, name[5:])]
     # exact family names (with underscores of their own) first
     if low in _ALIASES and low not in ("map_cut", "ndcg_cut", "dcg_cut"):
         return _specs_for(_ALIASES[low], [None], raw)

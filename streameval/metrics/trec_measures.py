@@ -198,7 +198,7 @@ def _utility(b, spec):
 
 
 #: families whose value for a query without ranked items is not always the kernel's 0
-WITHOUT_RESULTS = frozenset({"utility", "rbp_resid", "iprec_at_recall", "11pt_avg"})
+WITHOUT_RESULTS = frozenset({"utility", "rbp_resid", "iprec_at_recall", "11pt_avg", "yaap"})
 
 
 def without_results(spec, num_rel, stand_in, judged_only: bool = False, num_docs_in_coll: int = 0) -> np.ndarray:
@@ -217,11 +217,14 @@ def without_results(spec, num_rel, stand_in, judged_only: bool = False, num_docs
     * rbp_resid (m_rbp_resid.c): p + (1 - p) * 1 for the stand-in (r = 1, unjudged), else 0;
     * iprec_at_recall (m_iprec_at_recall.c): with r = 0, trec_eval's precision 0 / 0, NaN (printed
       ``-nan``), at every level p with lround(p * num_rel) <= 0, else 0;
-    * 11pt_avg (m_11pt_avg.c): with r = 0, NaN when one of its levels is such a level, else 0.
+    * 11pt_avg (m_11pt_avg.c): with r = 0, NaN when one of its levels is such a level, else 0;
+    * yaap (m_yaap.c): no relevant item ranked, log(1 / (1 + num_rel)).
     """
     R = np.asarray(num_rel, dtype=np.float64)
     stand_in = np.asarray(stand_in, dtype=bool)
     f = spec.family
+    if f == "yaap":
+        return np.log((1.0 + 0.0) / (1.0 + R - 0.0))
     r = np.where(stand_in & (not judged_only), 1.0, 0.0)
     if f == "utility":
         p1, p2, p3, p4 = trec_names.values(spec)
@@ -239,6 +242,90 @@ def without_results(spec, num_rel, stand_in, judged_only: bool = False, num_docs
         c = np.sign(x) * np.where(np.abs(x) - fl >= 0.5, fl + 1.0, fl)  # lround: half away from zero
         nan |= c <= 0
     return np.where(nan & (r == 0), np.nan, 0.0)
+
+
+def _yaap(b, spec):
+    """trec_eval m_yaap.c (Robertson, 'On Smoothing Average Precision', ECIR 2012): with S the sum of
+    the precisions at the relevant ranked items (map's numerator), log((1 + S) / (1 + num_rel - S))."""
+    terms = b.cached("ap", lambda: np.where(b.rel, b.cum_rel / b.rank, 0.0))
+    s = b.sum_top("ap", terms, None)
+    return np.log((1.0 + s) / (1.0 + b.num_rel - s))
+
+
+def gain_pairs(param: str) -> list:
+    """trec_eval's ``rel_level=gain`` parameters of ndcg (``-m ndcg.1=3,2=9,4=4.5``): [(name,
+    gain)] in the order given; ValueError (one line) when a part is not ``name=number``."""
+    out = []
+    for part in param.split(","):
+        name, eq, value = part.partition("=")
+        try:
+            gain = float(value)
+        except ValueError:
+            gain = None
+        if not eq or not name or gain is None or gain != gain or abs(gain) == float("inf"):
+            raise ValueError(f"ndcg.{param}: parameters are rel_level=gain pairs (e.g. ndcg.1=3,2=9), got {part!r}")
+        out.append((name, gain))
+    return out
+
+
+def _valid_int(text: str) -> bool:
+    """gain_init.c valid_int: an optional sign and digits."""
+    t = text[1:] if text[:1] in "+-" else text
+    return bool(t) and all("0" <= c <= "9" for c in t)
+
+
+def _gain_table(pairs, levels, counts):
+    """gain_init.c setup_gains: (rel_level, gain, number judged at it) for the valid pairs in the
+    order given, then every level 0 .. max judged level not among them at gain = level; sorted by
+    increasing gain with trec_eval's comparator, which truncates the difference to an int (gains
+    less than 1 apart compare equal; the sort is stable as glibc's merge sort)."""
+    import functools
+
+    table = [[int(n), g, 0] for n, g in pairs if _valid_int(n)]
+    top = int(max(levels)) + 1 if len(levels) else 0
+    have = dict(zip((int(v) for v in levels), (int(c) for c in counts)))
+    for i in range(top):
+        row = next((r for r in table if r[0] == i), None)
+        if row is not None:
+            row[2] = have.get(i, 0)
+        else:
+            table.append([i, float(i), have.get(i, 0)])
+    table.sort(key=functools.cmp_to_key(lambda a, b: int(a[1] - b[1])))
+    return table
+
+
+def _ndcg_gains(b, spec):
+    """trec_eval m_ndcg.c with ``rel_level=gain`` parameters (gain_init.c): a ranked document's gain
+    is its level's (a level not given: the level itself; not judged or unjudged: 0 unless a pair
+    names level -1 or -2); the ideal DCG walks the query's judged documents from the largest gain
+    down, stopping at the first gain <= 0; ndcg = DCG / ideal DCG, 0 when the ideal is 0."""
+    pairs = gain_pairs(spec.param)
+    given = {}
+    for n, g in pairs:
+        if _valid_int(n):
+            given.setdefault(int(n), g)
+    g = b.g
+    with np.errstate(invalid="ignore"):
+        level = np.where(np.isnan(g), -1.0, np.where(g < 0, -2.0, g))
+    gain = np.array([given.get(int(x), float(x) if x >= 0 else 0.0) for x in level.tolist()], dtype=np.float64)
+    w = gain / np.log2(b.rank + 1.0)
+    dcg = b.sum_top("dg_gains:" + spec.param, np.where(w == 0, 0.0, w), None)
+    ideal_h = np.zeros(b.ng)
+    for h in range(b.ng):
+        lo, hi = int(b.joff[h]), int(b.joff[h + 1])
+        table = _gain_table(pairs, b.hv[lo:hi], b.hc[lo:hi])
+        total, i = 0.0, 0
+        for _, gl, count in reversed(table):
+            if gl <= 0.0:
+                break
+            for _ in range(count):
+                total += gl / np.log2(i + 2.0)
+                i += 1
+        ideal_h[h] = total
+    ideal = b.per_list(ideal_h)
+    out = np.zeros(b.n)
+    np.divide(dcg, ideal, out=out, where=ideal > 0)
+    return out
 
 
 def _num_nonrel_judged_ret(b, spec):
@@ -438,6 +525,8 @@ FUNCS = {
     "num_nonrel_judged_ret": _num_nonrel_judged_ret,
     "rbp": _rbp,
     "rbp_resid": _rbp_resid,
+    "yaap": _yaap,
+    "ndcg": _ndcg_gains,  # with rel_level=gain parameters (spec.param); plain ndcg is the kernel's
     "G": _g,
     "ndcg_rel": _ndcg_rel,
     "Rndcg": _rndcg,

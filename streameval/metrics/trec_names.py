@@ -6,7 +6,7 @@ parameters after a ``.`` (``-m iprec_at_recall.0.1,0.5``, ``-m relative_P.5``, `
 ``relative_P_5``, ``utility_2,-1,0,0``, ``rbp_p=0.95``).  Without parameters a family takes
 trec_eval's defaults.  Kinds (as trec_eval's ``meas_init.c`` reads them):
 
-* plain (no parameter): gm_map, gm_bpref, infAP, binG, set_P, set_relative_P, set_recall, set_map,
+* plain (no parameter): gm_map, gm_bpref, infAP, binG, set_P, set_relative_P, set_recall, set_map, yaap,
   num_nonrel_judged_ret; G, ndcg_rel, Rndcg (trec_eval's default gains, the grades; its
   ``rel_level=gain`` parameters are not implemented);
 * double cutoffs (one value each, printed ``%3.2f``): iprec_at_recall, Rprec_mult;
@@ -29,7 +29,7 @@ __all__ = ["FAMILIES", "GEOMETRIC", "MIN_GEO_MEAN", "parse", "trec_name", "value
 MIN_GEO_MEAN = 0.00001
 
 _PLAIN = ("gm_map", "gm_bpref", "infAP", "binG", "set_P", "set_relative_P", "set_recall", "set_map",
-          "num_nonrel_judged_ret", "G", "ndcg_rel", "Rndcg")
+          "num_nonrel_judged_ret", "G", "ndcg_rel", "Rndcg", "yaap")
 _DCUT = {"iprec_at_recall": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
          "Rprec_mult": (0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0)}
 _LCUT = {"relative_P": (5, 10, 15, 20, 30, 100, 200, 500, 1000), "unj": (5, 10, 20)}
@@ -43,7 +43,7 @@ GEOMETRIC = frozenset({"gm_map", "gm_bpref"})
 _BY_LOWER = sorted(((f.lower(), f) for f in FAMILIES), key=lambda t: -len(t[0]))
 
 ACCEPTED = ("gm_map gm_bpref infAP binG G ndcg_rel Rndcg set_P set_relative_P set_recall set_map set_F[.beta] "
-            "num_nonrel_judged_ret iprec_at_recall[.r1,r2] Rprec_mult[.m1,m2] relative_P[.k1,k2] "
+            "num_nonrel_judged_ret yaap iprec_at_recall[.r1,r2] Rprec_mult[.m1,m2] relative_P[.k1,k2] "
             "unj[.k1,k2] 11pt_avg[.r1,r2] utility[.p1,p2,p3,p4] rbp[.p=P] rbp_resid[.p=P]")
 
 
