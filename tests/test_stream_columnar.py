@@ -259,6 +259,17 @@ def test_local_runner_memo_gives_the_same_specs():
         got = userstate.get_dofn_specs(fn)
         assert got == original(fn) and got[0] and got[1]
     assert _PartialAggregate and cfg
+    # the memoised get_function_args_defaults answers as Beam's own, lists of its own
+    from apache_beam.transforms import core
+
+    args_of = core.get_function_args_defaults
+    assert getattr(args_of, "_streameval_memoised", False)
+    fn = _ShardFn.__new__(_ShardFn)
+    for f in (fn.process, fn.on_expiry, _ShardFn.process, lambda x, y=2: x):
+        got = args_of(f)
+        assert got == args_of.__wrapped__(f) == args_of(f)
+        got[0].append("changed")
+        assert args_of(f) == args_of.__wrapped__(f)
 
 
 def test_columnar_replay_equals_the_batch_job(tmp_path):

@@ -49,4 +49,39 @@ def install() -> bool:
     userstate.get_dofn_specs = get_dofn_specs  # also is_stateful_dofn's (a module global)
     if hasattr(transform_evaluator, "get_dofn_specs"):
         transform_evaluator.get_dofn_specs = get_dofn_specs
+    _memoise_function_args()
     return True
+
+
+def _memoise_function_args() -> None:
+    """Memoise ``apache_beam.transforms.core.get_function_args_defaults`` for plain functions and
+    bound methods (keyed by the function object: its signature cannot change); the runner calls it
+    for every DoFn method at the start of every bundle (``DoFnSignature``; 3 % of a 10 M watch
+    profile). Other callables go to Beam's function. Callers get their own lists."""
+    import types
+
+    from apache_beam.transforms import core
+
+    original = getattr(core, "get_function_args_defaults", None)
+    if original is None or getattr(original, "_streameval_memoised", False):  # pragma: no cover
+        return
+    cache: dict = {}
+
+    def get_function_args_defaults(f):
+        if isinstance(f, types.MethodType) and isinstance(f.__func__, types.FunctionType):
+            key = ("method", f.__func__)
+        elif isinstance(f, types.FunctionType):
+            key = ("function", f)
+        else:
+            return original(f)
+        found = cache.get(key)
+        if found is None:
+            found = original(f)
+            with _LOCK:
+                cache[key] = found
+        args, defaults = found
+        return list(args), list(defaults)
+
+    get_function_args_defaults._streameval_memoised = True
+    get_function_args_defaults.__wrapped__ = original
+    core.get_function_args_defaults = get_function_args_defaults  # get_function_arguments' global
