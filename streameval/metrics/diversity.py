@@ -89,14 +89,15 @@ def _error(message):
 class DiversitySpec:
     """One diversity measure: ``measure`` (one of :data:`MEASURES`), cutoff ``k`` (None for NRBP,
     nNRBP, MAP-IA), ``alpha`` (redundancy penalty, default 0.5), ``beta`` (NRBP's patience, default
-    0.5), ``rel`` (the grade from which a judgment is relevant, default 1) and ``label`` (the name as
+    0.5), ``rel`` (the grade from which a judgment is relevant; None: the caller's relevance level,
+    default 1) and ``label`` (the name as
     the user wrote it; the result's key)."""
 
     measure: str
     k: int | None = None
     alpha: float = 0.5
     beta: float = 0.5
-    rel: float = 1
+    rel: float | None = None
     label: str = ""
 
     @property
@@ -181,7 +182,7 @@ def parse_diversity(raw: str) -> DiversitySpec | None:
     for key in ("alpha", "beta"):
         if key in params and not 0.0 <= params[key] <= 1.0:
             raise _error(f"metric {name!r}: {key} must be between 0 and 1, got {params[key]!r}")
-    return DiversitySpec(measure, k, params.get("alpha", 0.5), params.get("beta", 0.5), params.get("rel", 1),
+    return DiversitySpec(measure, k, params.get("alpha", 0.5), params.get("beta", 0.5), params.get("rel"),
                          label=name)
 
 
@@ -322,13 +323,15 @@ def query_values(rel: np.ndarray, judged: np.ndarray, specs, n_rel_sub: np.ndarr
 # many queries
 
 
-def evaluate_lists(jq, js, jd, jg, rq, rd, specs, *, qids=None) -> tuple[np.ndarray, np.ndarray]:
+def evaluate_lists(jq, js, jd, jg, rq, rd, specs, *, qids=None, relevance_level: float = 1
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """Per-query values of ``specs`` over flat arrays.
 
     Judgments: ``jq``, ``js``, ``jd`` (query, subtopic, docno: str arrays) and ``jg`` (grades), one row
     per (query, subtopic, docno) (the readers refuse repeats). Run: ``rq``, ``rd`` (query, docno), rows
     of a query in rank order (order and depth are the caller's: :func:`streameval.api` or
-    ``streameval ndeval``), no docno twice per query. ``qids``: the queries to score (default: those
+    ``streameval ndeval``), no docno twice per query. ``relevance_level``: the ``rel`` of specs
+    without their own (a judgment is relevant from that grade on). ``qids``: the queries to score (default: those
     in both, in byte order); a query without results scores as an empty ranking (0; nNRBP 0 as well,
     as ndeval's ``-c`` adds nothing for it); a query of ``qids`` without judgments scores 0 too.
 
@@ -353,7 +356,7 @@ def evaluate_lists(jq, js, jd, jg, rq, rd, specs, *, qids=None) -> tuple[np.ndar
     rend = np.searchsorted(rq_s, qids, side="right")
     groups: dict = {}
     for i, sp in enumerate(specs):
-        groups.setdefault((sp.alpha, sp.beta, sp.rel), []).append(i)
+        groups.setdefault((sp.alpha, sp.beta, relevance_level if sp.rel is None else sp.rel), []).append(i)
     for (alpha, beta, level), rows in groups.items():
         sub = [specs[i] for i in rows]
         for c, q in enumerate(qids.tolist()):
