@@ -126,7 +126,9 @@ def ndeval_table(qrels_path, run_path, *, alpha=0.5, beta=0.5, traditional=False
     def key(a):
         return np.char.zfill(np.asarray(a).astype(np.int64).astype(str), width)
 
-    _, values = evaluate_lists(key(qrels.qid), qrels.subtopic.astype(np.int64).astype(str), qrels.docno,
+    subtopics = qrels.subtopic.astype(np.int64)  # in numeric order (ndeval adds gains by subtopic number)
+    sub_text = np.char.zfill(subtopics.astype(str), len(str(int(subtopics.max()))))
+    _, values = evaluate_lists(key(qrels.qid), sub_text, qrels.docno,
                                np.minimum(qrels.grade, 1), key(t), run.docno[order], specs,
                                qids=key(run_topics))
     actual = len(qtopics) if complete else len(np.intersect1d(run_topics, qtopics))

@@ -228,6 +228,11 @@ def check_judgment(rec: Any, grade_range: tuple[int, int] | None = None) -> str 
         return f"source must be a string, got {_type_name(source)} {_short(source)}"
     if source is not None and _not_unicode(source):
         return f"source is not valid Unicode (lone surrogate): {_short(source)}"
+    subtopic = rec.get("subtopic")
+    if subtopic is not None and not isinstance(subtopic, str):
+        return f"subtopic must be a string or null, got {_type_name(subtopic)} {_short(subtopic)}"
+    if subtopic is not None and _not_unicode(subtopic):
+        return f"subtopic is not valid Unicode (lone surrogate): {_short(subtopic)}"
     return None
 
 

@@ -206,7 +206,14 @@ def ranking_gains(rel: np.ndarray, alpha: float) -> np.ndarray:
     if rel.size == 0:
         return np.zeros(rel.shape[0], dtype=np.float64)
     before = np.cumsum(rel, axis=0, dtype=np.int64) - rel
-    return _row_sums(np.where(rel, np.power(1.0 - alpha, before), 0.0))
+    return _row_sums(np.where(rel, _powers(1.0 - alpha, rel.shape[0])[before], 0.0))
+
+
+def _powers(x: float, n: int, first: float = 1.0) -> np.ndarray:
+    """``first * x ** i`` for i < n by repeated multiplication, as ndeval.c's ``gain *= (1 - alpha)``."""
+    steps = np.full(max(n, 1), x, dtype=np.float64)
+    steps[0] = first
+    return np.multiply.accumulate(steps)[:n] if n else steps[:0]
 
 
 def ideal_gains(judged: np.ndarray, alpha: float) -> np.ndarray:
@@ -237,11 +244,18 @@ def _discounts(n: int) -> np.ndarray:
     return math.log(2.0) / np.log(np.arange(n, dtype=np.float64) + 2.0)
 
 
-def _normalised(gains: np.ndarray, disc: np.ndarray, s: int, alpha: float) -> np.ndarray:
-    """Cumulative ``gains * disc`` divided from the second rank on by the "ideal ideal"
-    ``s (1-alpha)^i disc`` (ndeval.c computeDCG / computeERR)."""
-    cum = np.cumsum(gains * disc)
-    ideal = np.cumsum(s * np.power(1.0 - alpha, np.arange(len(disc), dtype=np.float64)) * disc)
+def _normalised(gains: np.ndarray, s: int, alpha: float, err: bool) -> np.ndarray:
+    """Cumulative ``gains * D`` divided from the second rank on by the "ideal ideal"
+    ``s (1-alpha)^i D`` (ndeval.c computeDCG; computeERR divides by the rank instead: ``err``), with
+    ndeval's operations (products, quotients and sums in its order)."""
+    n = len(gains)
+    ideal = _powers(1.0 - alpha, n, float(s))
+    if err:
+        rank = np.arange(1, n + 1, dtype=np.float64)
+        cum, ideal = np.cumsum(gains / rank), np.cumsum(ideal / rank)
+    else:
+        disc = _discounts(n)
+        cum, ideal = np.cumsum(gains * disc), np.cumsum(ideal * disc)
     cum[1:] = cum[1:] / ideal[1:]
     return cum
 
@@ -278,17 +292,15 @@ def query_values(rel: np.ndarray, judged: np.ndarray, specs, n_rel_sub: np.ndarr
 
     def cumulative():
         if "cum" not in cache and depth:
-            disc_dcg = _discounts(depth)
-            disc_err = 1.0 / np.arange(1, depth + 1, dtype=np.float64)
             run, ideal = at_depth(g), at_depth(gi)
-            cache["cum"] = (_normalised(run, disc_dcg, s, alpha), _normalised(ideal, disc_dcg, s, alpha),
-                            _normalised(run, disc_err, s, alpha), _normalised(ideal, disc_err, s, alpha))
+            cache["cum"] = (_normalised(run, s, alpha, False), _normalised(ideal, s, alpha, False),
+                            _normalised(run, s, alpha, True), _normalised(ideal, s, alpha, True))
         return cache["cum"]
 
     def nrbp(gains):
-        decay = np.power(beta, np.arange(len(gains), dtype=np.float64))
+        decay = _powers(beta, len(gains))
         total = float(np.add.accumulate(gains * decay)[-1]) if len(gains) else 0.0
-        return total * (1.0 - (1.0 - alpha) * beta) / s
+        return total * ((1.0 - (1.0 - alpha) * beta) / s)  # ndeval: nrbp *= (1 - (1 - alpha) beta) / S
 
     for i, sp in enumerate(specs):
         k = sp.k
@@ -310,7 +322,7 @@ def query_values(rel: np.ndarray, judged: np.ndarray, specs, n_rel_sub: np.ndarr
             nrs = judged.sum(axis=0) if n_rel_sub is None else np.asarray(n_rel_sub)
             if n:
                 prec = np.cumsum(rel, axis=0) / np.arange(1, n + 1, dtype=np.float64)[:, None]
-                ap = np.where(rel, prec, 0.0).sum(axis=0) / nrs
+                ap = np.add.accumulate(np.where(rel, prec, 0.0), axis=0)[-1] / nrs  # rank order, as ndeval
                 out[i] = float(np.add.accumulate(ap)[-1]) / s
         elif sp.measure == "P-IA":
             out[i] = int(rel[:k].sum()) / (k * s)
