@@ -57,10 +57,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def _topic(text: str) -> int | None:
     """ndeval.c parseTopic: digits, or a prefix up to the first '-' and digits after it; None if not."""
+    from ..io.trec_subtopics import natural_number
+
     if not text[:1].isdigit():
         cut = text.find("-")
         text = "" if cut < 0 else text[cut + 1:]
-    return int(text) if text.isdigit() and text.isascii() else None
+    return natural_number(text)
 
 
 def _read(qrels_path, run_path):
@@ -84,9 +86,9 @@ def _read(qrels_path, run_path):
         if t is None:
             raise bad(i, f"topic {q!r} is not a number (ndeval: digits, or a prefix ending in '-' and digits)")
         topics[i] = t
-    neg = np.flatnonzero(run.rank < 0)
+    neg = np.flatnonzero((run.rank < 0) | (run.rank > 1000009))
     if neg.size:
-        raise bad(int(neg[0]), f"rank {int(run.rank[neg[0]])} is not a natural number")
+        raise bad(int(neg[0]), f"rank {int(run.rank[neg[0]])} is not a natural number up to 1000009 (ndeval)")
     rep = first_repeat(topics, run.docno)
     if rep is not None:
         raise bad(rep[0], f"docno {str(run.docno[rep[0]])!r} ranked twice for topic {int(topics[rep[0]])}")

@@ -328,5 +328,9 @@ def to_json_text(rec: Any) -> str:
     ``{"$base64": ...}`` when not valid UTF-8); numpy scalars/arrays to Python
     values; sets to sorted lists; datetimes to ISO text; mapping keys to
     ``str``; anything else to its ``repr``.  The output is always valid JSON.
+    A judgment's null ``subtopic`` (the optional field of judgment schema version 2) is left out,
+    so an ad hoc judgment's text is the same whichever schema version or engine read it.
     """
+    if isinstance(rec, Mapping) and "grade" in rec and "subtopic" in rec and rec["subtopic"] is None:
+        rec = {k: v for k, v in rec.items() if k != "subtopic"}
     return json.dumps(_jsonable(rec), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .trec import PathLike, TrecFormatError, _read_bytes
 
-__all__ = ["DiversityQrels", "read_diversity_qrels", "first_repeat"]
+__all__ = ["DiversityQrels", "read_diversity_qrels", "first_repeat", "natural_number"]
 
 
 @dataclass
@@ -35,8 +35,17 @@ class DiversityQrels:
         return len(self.qid)
 
 
-def _natural(text: str) -> bool:
-    return text.isdigit() and text.isascii()
+def natural_number(text: str) -> int | None:
+    """ndeval.c's ``naturalNumber``: the value of a string of ASCII digits, None for anything else or
+    for a number ndeval refuses as too large (it stops once the value passes 100000 before a digit)."""
+    if not text or not (text.isdigit() and text.isascii()):
+        return None
+    value = 0
+    for ch in text:
+        if value > 100000:
+            return None
+        value = 10 * value + ord(ch) - 48
+    return value
 
 
 def first_repeat(*columns) -> tuple[int, int] | None:
@@ -54,7 +63,7 @@ def read_diversity_qrels(path: PathLike, *, ndeval: bool = False) -> DiversityQr
     """Read a TREC diversity qrels file (``qid subtopic docno grade``).
 
     ``ndeval=True`` also requires what ndeval.c requires (``processQrels``): the query and subtopic
-    ids and the grade are natural numbers (digits only). Raises :class:`TrecFormatError` with the
+    ids and the grade are natural numbers (digits only, :func:`natural_number`). Raises :class:`TrecFormatError` with the
     path and line for a line without exactly 4 columns, a grade that is not an integer, (under
     ``ndeval``) a non-numeric id or a negative grade, and a (qid, subtopic, docno) judged twice;
     ``OSError`` for a missing file. An empty file gives empty arrays.
@@ -75,12 +84,10 @@ def read_diversity_qrels(path: PathLike, *, ndeval: bool = False) -> DiversityQr
         except ValueError:
             raise TrecFormatError(p, lineno, f"grade {cols[3]!r} is not an integer", text) from None
         if ndeval:
-            for what, value in (("query id", cols[0]), ("subtopic", cols[1])):
-                if not _natural(value):
-                    raise TrecFormatError(p, lineno, f"{what} {value!r} is not a natural number (ndeval reads "
-                                                     "numeric topics and subtopics)", text)
-            if not _natural(cols[3]):
-                raise TrecFormatError(p, lineno, f"grade {cols[3]!r} is not a natural number (ndeval)", text)
+            for what, value in (("query id", cols[0]), ("subtopic", cols[1]), ("grade", cols[3])):
+                if natural_number(value) is None:
+                    raise TrecFormatError(p, lineno, f"{what} {value!r} is not a natural number up to 1000009 "
+                                                     "(ndeval reads numeric topics, subtopics and grades)", text)
         q.append(cols[0])
         s.append(cols[1])
         d.append(cols[2])
