@@ -220,22 +220,42 @@ def ideal_gains(judged: np.ndarray, alpha: float) -> np.ndarray:
     """Gains of ndeval's greedy ideal ranking: ``judged`` bool (m, S), rows in docno order (byte
     order) -> float64 (p,), the positive gains in ideal rank order (the rest of the ideal ranking
     gains 0). Each step takes the document with the largest gain given those placed, ties to the
-    larger docno (the later row), as ndeval.c's ``idealResult``."""
+    larger docno (the later row), as ndeval.c's ``idealResult``.
+
+    Documents relevant to the same subtopics always gain the same, so the steps compare one
+    candidate per such group (its largest docno left); a gain is summed over the subtopics in
+    column order, as ndeval sums it, so equal gains tie exactly as in ndeval."""
     judged = np.asarray(judged, dtype=bool)
-    judged = judged[judged.any(axis=1)] if judged.size else judged[:0]
-    m, s = judged.shape
-    gain = np.ones(s, dtype=np.float64)
-    free = np.ones(m, dtype=bool)
+    rows = np.flatnonzero(judged.any(axis=1))
+    by_key: dict = {}
+    for row, key in zip(rows.tolist(), (r.tobytes() for r in judged[rows])):
+        by_key.setdefault(key, []).append(row)  # rows ascending: the last is the largest docno
+    groups = {tuple(np.flatnonzero(np.frombuffer(k, dtype=bool)).tolist()): v for k, v in by_key.items()}
+    gain = [1.0] * judged.shape[1]
+    keep = 1.0 - alpha
+
+    def gain_of(subs):
+        score = 0.0
+        for j in subs:
+            score += gain[j]
+        return score
+
+    scores = {subs: gain_of(subs) for subs in groups}
     out = []
-    for _ in range(m):
-        score = _row_sums(np.where(judged, gain, 0.0))
-        score[~free] = -1.0
-        w = m - 1 - int(np.argmax(score[::-1]))  # the last (largest docno) of the maxima
-        if score[w] <= 0.0:
+    while groups:
+        best = max(groups, key=lambda g: (scores[g], groups[g][-1]))
+        if scores[best] <= 0.0:
             break
-        out.append(score[w])
-        free[w] = False
-        gain[judged[w]] *= 1.0 - alpha
+        out.append(scores[best])
+        groups[best].pop()
+        if not groups[best]:
+            del groups[best]
+        for j in best:
+            gain[j] *= keep
+        changed = set(best)
+        for g in groups:
+            if not changed.isdisjoint(g):
+                scores[g] = gain_of(g)
     return np.asarray(out, dtype=np.float64)
 
 
