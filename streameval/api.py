@@ -257,6 +257,21 @@ class Evaluation:
         return next(iter(self.means.values()))
 
 
+def _diversity_names(metrics) -> list:
+    """The names of ``metrics`` when they are diversity measures (all of them), [] when none is;
+    MetricNameError when diversity and ad hoc measures are mixed (they read different qrels)."""
+    from .metrics.diversity import is_diversity_name
+    from .metrics.names import MetricNameError
+
+    names = [metrics] if isinstance(metrics, (str, MetricSpec)) else list(metrics)
+    div = [n for n in names if is_diversity_name(n)]
+    if div and len(div) != len(names):
+        other = [str(n) for n in names if not is_diversity_name(n)]
+        raise MetricNameError(f"diversity measures ({', '.join(div)}) and ad hoc measures ({', '.join(other)}) "
+                              "read different qrels (with and without subtopics): evaluate them in separate calls")
+    return div
+
+
 #: accepted values of evaluate(per_query=...)
 PER_QUERY = (False, True, "dict", "pandas")
 
@@ -283,6 +298,12 @@ def evaluate(qrels, run, metrics, *, per_query: bool | str = False, relevance_le
     (query, document) judged twice raises, as in trec_eval; ``"latest"``: the later judgment by the
     DataFrame's ``timestamp`` column or by row order; ``"max"``: the larger grade; :func:`resolve_qrels`).
 
+    Diversity measures (``alpha_nDCG@20``, ``ERR_IA@20``, ``NRBP``, ``P_IA@10``, ``AP_IA``,
+    ``S_recall@20``; :mod:`streameval.metrics.diversity`) take diversity qrels (a subtopic per
+    judgment: :mod:`streameval.api_diversity` lists the shapes) and the options ``per_query``,
+    ``relevance_level``, ``complete`` and ``depth``; they are computed as ndeval (scores compared as
+    doubles, ties by docno descending) and cannot be mixed with ad hoc measures in one call.
+
     Returns an :class:`Evaluation` for one metric as for several (``ev.means``, ``ev["map"]``,
     ``ev.value()`` for a single metric). Run queries without any judgment are left out (a warning
     says how many). Raises MetricNameError (ValueError) for unknown names, ValueError for malformed
@@ -297,6 +318,18 @@ def evaluate(qrels, run, metrics, *, per_query: bool | str = False, relevance_le
             import pandas as pd
         except ImportError:
             raise ImportError("per_query='pandas' needs pandas installed; per_query='dict' needs nothing") from None
+    diversity = _diversity_names(metrics)
+    if diversity:
+        from .api_diversity import evaluate_diversity
+
+        given = {"gain": (gain, "linear"), "ideal": (ideal, "judgments"), "err_max_grade": (err_max_grade, 4),
+                 "tie_break": (tie_break, "docno"), "judgment_conflicts": (judgment_conflicts, "error")}
+        bad = [k for k, (v, default) in given.items() if v != default]
+        if bad:
+            raise ValueError(f"{', '.join(bad)}: not options of the diversity measures ({', '.join(diversity)}); "
+                             "see docs/metrics.md, Diversity")
+        return evaluate_diversity(qrels, run, diversity, per_query=per_query, relevance_level=relevance_level,
+                                  complete=complete, depth=depth)
     specs, prep, values = score_queries(qrels, run, metrics, relevance_level=relevance_level, gain=gain,
                                         ideal=ideal, err_max_grade=err_max_grade, complete=complete,
                                         depth=depth, tie_break=tie_break, score_precision=score_precision,

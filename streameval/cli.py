@@ -649,6 +649,8 @@ def _quiet_beam_noise() -> None:
 COMMANDS = {
     "trec-eval": ("streameval.cli", "trec_eval_main", False,
                   "trec_eval-compatible evaluation of a TREC run (streameval trec-eval -h)"),
+    "ndeval": ("streameval.commands.ndeval", "main", False,
+               "ndeval's diversity evaluation (alpha-nDCG, ERR-IA, NRBP, ...) of a TREC run against subtopic qrels"),
     "batch": ("pipelines.batch", "main", True, "Beam batch job over Avro logs (streameval batch -h)"),
     "stream": ("pipelines.stream", "main", True,
                "Beam streaming job with event-time windows, early/on-time/late panes (streameval stream -h)"),

@@ -67,6 +67,9 @@ def inputs(tmp_path_factory):
     avro.write_records(d / "judg.avro", "judgment", judg)
     (d / "qrels").write_text("".join(f"q{q} 0 d{i} {i % 2}\n" for q in range(3) for i in range(1, 4)))
     (d / "a.run").write_text("".join(f"q{q} Q0 d{i} {i} {5 - i} A\n" for q in range(3) for i in range(1, 4)))
+    (d / "div.qrels").write_text("".join(f"{q + 1} {s} d{i} {(i + s) % 3}\n" for q in range(3) for s in (1, 2)
+                                          for i in range(1, 4)))
+    (d / "div.run").write_text("".join(f"{q + 1} Q0 d{i} {i} {5 - i} A\n" for q in range(3) for i in range(1, 4)))
     (d / "b.run").write_text("".join(f"q{q} Q0 d{i} {i} {i} B\n" for q in range(3) for i in range(1, 4)))
     rows = [{"window_start": None, "window_end": None, "slice": "all", "system": "A", "metric": "map", "value": 0.5,
              "num_queries": 3, "stderr": 0.1}]
@@ -88,7 +91,7 @@ def _commands(d):
     """name -> (parser, positional arguments, option arguments) of a valid call, with ``{out}`` for
     a fresh output path."""
     from pipelines import batch, ope, stream
-    from streameval.commands import compare, reconcile, report
+    from streameval.commands import compare, ndeval, reconcile, report
 
     job = ["--impressions", str(d / "imps.avro"), "--judgments", str(d / "judg.avro"), "--metrics", "map,P@2",
            "--output", "{out}", "--quiet"]
@@ -98,6 +101,7 @@ def _commands(d):
     conv = {a.dest: a for a in kinds.choices["convert"]._actions if isinstance(a, argparse._SubParsersAction)}["kind"]
     return {
         "trec-eval": (cli._trec_eval_parser(), [str(d / "qrels"), str(d / "a.run")], []),
+        "ndeval": (ndeval._parser(), [str(d / "div.qrels"), str(d / "div.run")], []),
         "batch": (batch.build_arg_parser(), [], job),
         "stream": (stream.build_arg_parser(), [], ["--replay", "--window", "1h", *job]),
         "ope": (ope.build_arg_parser(), [], ["--logs", str(d / "obd.csv"), "--target", "random", "--n-items", "3",

@@ -186,8 +186,8 @@ def _record(draw, fields):
 def _expected(rec: dict, schema: str) -> dict:
     """What reading back a written record gives: defaults filled, 0/1 clicks as bools, numbers as floats."""
     if schema == "judgment":
-        out = {"timestamp": 0, "source": ""}
-        out.update({k: rec[k] for k in ("query_id", "item_id", "grade", "timestamp", "source") if k in rec})
+        out = {"timestamp": 0, "source": "", "subtopic": None}
+        out.update({k: rec[k] for k in ("query_id", "item_id", "grade", "timestamp", "source", "subtopic") if k in rec})
         out["grade"] = int(out["grade"])
         out["timestamp"] = int(out["timestamp"] if out["timestamp"] is not None else 0)
         if out["source"] is None:

@@ -35,7 +35,7 @@ def test_schema_files_are_documented_and_versioned(name):
     raw = json.loads(schema_path(name).read_text())
     assert raw["type"] == "record"
     assert raw["namespace"] == "streameval"
-    assert raw["streameval_schema_version"] == {"alert": 2}.get(name, 1)  # alert 2: p_value added
+    assert raw["streameval_schema_version"] == {"alert": 2, "judgment": 2}.get(name, 1)  # p_value, subtopic added
     assert raw["doc"].strip()
     for field in raw["fields"]:
         assert field.get("doc", "").strip(), f"{name}.{field['name']} has no doc"
@@ -63,8 +63,9 @@ def test_schema_field_names_and_defaults():
     assert imp["clicked"]["default"] is None and imp["attributes"]["default"] == {}
     assert imp["user_id"]["default"] is None and imp["score"]["type"] == ["null", "double"]
     jud = fields("judgment")
-    assert list(jud) == ["query_id", "item_id", "grade", "timestamp", "source"]
+    assert list(jud) == ["query_id", "item_id", "grade", "timestamp", "source", "subtopic"]
     assert jud["timestamp"]["default"] == 0 and jud["source"]["default"] == ""
+    assert jud["subtopic"]["type"] == ["null", "string"] and jud["subtopic"]["default"] is None
     res = fields("metric_result")
     assert list(res) == ["window_start", "window_end", "slice", "system", "metric", "value", "num_queries", "stderr",
                          "ci_low", "ci_high", "ci_level", "ci_method", "pane", "pane_index", "is_final"]
@@ -134,8 +135,9 @@ def test_judgment_round_trip_with_defaults(tmp_path):
     ]
     write_records(path, "judgment", recs)
     back = list(read_records(path, name="judgment"))
-    assert back[0] == recs[0]
-    assert back[1] == {"query_id": "301", "item_id": "FBIS3-2", "grade": -1, "timestamp": 0, "source": ""}
+    assert back[0] == {**recs[0], "subtopic": None}
+    assert back[1] == {"query_id": "301", "item_id": "FBIS3-2", "grade": -1, "timestamp": 0, "source": "",
+                       "subtopic": None}
     assert type(back[0]["timestamp"]) is int
 
 

@@ -279,8 +279,9 @@ def _write_raw(path, schema, records):
 
 
 JUDGMENTS = [
-    {"query_id": "q1", "item_id": "d1", "grade": 2, "timestamp": 1_600_000_000_000_000, "source": "qrels"},
-    {"query_id": "q1", "item_id": "d2", "grade": 0, "timestamp": 5, "source": ""},
+    {"query_id": "q1", "item_id": "d1", "grade": 2, "timestamp": 1_600_000_000_000_000, "source": "qrels",
+     "subtopic": None},
+    {"query_id": "q1", "item_id": "d2", "grade": 0, "timestamp": 5, "source": "", "subtopic": "2"},
 ]
 
 
@@ -297,7 +298,7 @@ def _impressions():
 
 def test_newer_writer_with_added_field_is_read_without_it(tmp_path):
     v2 = _schema("judgment")
-    v2["streameval_schema_version"] = 2
+    v2["streameval_schema_version"] = 3
     v2["fields"].append({"name": "annotator", "type": ["null", "string"], "default": None})
     v2["fields"].append({"name": "confidence", "type": "double"})  # no default: fine for an older reader
     recs = [dict(j, annotator="ann", confidence=0.9) for j in JUDGMENTS]
@@ -321,7 +322,7 @@ def test_older_writer_without_optional_fields_gets_defaults(tmp_path):
     j0["fields"] = [f for f in j0["fields"] if f["name"] not in ("timestamp", "source")]
     p = _write_raw(tmp_path / "j0.avro", j0, [{"query_id": "q", "item_id": "d", "grade": 3}])
     assert list(read_records(p, "judgment")) == [{"query_id": "q", "item_id": "d", "grade": 3, "timestamp": 0,
-                                                   "source": ""}]
+                                                   "source": "", "subtopic": None}]
 
 
 def test_promoted_types(tmp_path):
@@ -371,7 +372,7 @@ def test_renamed_field_and_record_via_aliases(tmp_path, monkeypatch):
     monkeypatch.setattr(avro, "_reader_schema",
                         lambda name: (fastavro.schema.to_parsing_canonical_form(stripped), stripped))
     assert list(read_records(p, "judgment")) == [{"query_id": "q", "item_id": "d", "grade": 2, "timestamp": 0,
-                                                   "source": ""}]
+                                                   "source": "", "subtopic": None}]
 
 
 @pytest.mark.parametrize(
@@ -392,14 +393,14 @@ def test_renamed_field_and_record_via_aliases(tmp_path, monkeypatch):
 )
 def test_incompatible_judgment_schema_names_field_and_versions(tmp_path, edit, records, reason):
     w = _schema("judgment")
-    w["streameval_schema_version"] = 2
+    w["streameval_schema_version"] = 3
     edit(w)
     for recs in (records, []):  # refused up front, even without records
         p = _write_raw(tmp_path / "w.avro", w, recs)
         for fn in (read_records, read_blocks):
             with pytest.raises(AvroInputError) as info:
                 list(fn(p, "judgment"))
-            assert info.value.reason == f"incompatible schema: {reason} (writer streameval_schema_version 2, reader 1)"
+            assert info.value.reason == f"incompatible schema: {reason} (writer streameval_schema_version 3, reader 2)"
             assert info.value.records_read == 0
     # without a schema name the file is read as written
     assert len(list(read_records(p))) == 0

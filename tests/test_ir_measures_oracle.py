@@ -122,7 +122,7 @@ def test_per_measure_options_override_globals_for_that_measure_only():
 
 
 @pytest.mark.parametrize("name, words", [
-    ("alpha_nDCG@10", "provider other than trec_eval"),
+    ("alpha_nDCG@10", "is a diversity measure (subtopic judgments)"),
     ("Foo(rel=1)", "unknown ir_measures measure 'Foo'"),
     ("P(rel=2)", "needs a cutoff"),
     ("nDCG(gains={0:1,1:2})@10", "gains"),

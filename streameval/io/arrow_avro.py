@@ -24,6 +24,7 @@ from Beam.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from typing import Union
@@ -40,9 +41,23 @@ _ARROW_TYPES = {
     },
     "judgment": {
         "query_id": "string", "item_id": "string", "grade": "int32", "timestamp": "timestamp[us, tz=+00:00]",
-        "source": "string",
+        "source": "string", "subtopic": "string",
     },
 }
+
+
+@functools.lru_cache(maxsize=None)
+def _added_nullable(name: str) -> dict:
+    """{canonical form of the schema without its trailing null-default fields: those fields' names}
+    (files of the earlier versions: judgment's ``subtopic``, added in version 2), so such a file
+    keeps the fast path; its tables lack those columns."""
+    import copy
+
+    js = copy.deepcopy(avro._reader_schema(name)[1])
+    dropped = []
+    while js["fields"] and js["fields"][-1].get("default", 0) is None:
+        dropped.append(js["fields"].pop()["name"])
+    return {avro._canonical(js): tuple(dropped)} if dropped else {}
 
 _GLOB = set("*?[]{}")
 _context = None
@@ -82,7 +97,9 @@ def _tables(path: str, name: str, rows: int) -> Iterator:
         fo, header = avro._open_avro(path)
         fo.close()
         canon, _ = avro._reader_schema(name)
-        if header.millis or avro._canonical(header.writer_json) != canon:
+        writer = avro._canonical(header.writer_json)
+        missing = () if writer == canon else _added_nullable(name).get(writer)
+        if header.millis or missing is None:
             raise _NoFastPath(0)
         ends = []
         total = 0
@@ -93,7 +110,7 @@ def _tables(path: str, name: str, rows: int) -> Iterator:
             return
         df = _session().read_avro(path, file_extension=os.path.splitext(path)[1])
         got = {f.name: str(f.type) for f in df.schema()}
-        if got != _ARROW_TYPES[name]:
+        if got != {k: v for k, v in _ARROW_TYPES[name].items() if k not in missing}:
             raise _NoFastPath(0)
         stream = df.execute_stream()
     except _NoFastPath:
@@ -159,7 +176,8 @@ def read_tables(path: Union[str, os.PathLike], name: str, rows: int = 65_536) ->
     but the last, cut at block boundaries) and lists of record dicts (fastavro's blocks, for files
     or rest of files the fast path does not take; see the module docstring).
 
-    Tables have the Arrow types of ``_ARROW_TYPES`` (timestamps ``timestamp[us, UTC]``, nullable
+    Tables have the Arrow types of ``_ARROW_TYPES`` (a file of an earlier schema version without the
+    columns added since with a null default, e.g. judgment's ``subtopic``; timestamps ``timestamp[us, UTC]``, nullable
     unions as nulls, ``attributes`` a ``map<string, string>``). Raises
     :class:`~streameval.io.avro.AvroInputError` for a damaged file, after every record before the
     damaged block (as :func:`~streameval.io.avro.read_blocks`), and ``OSError`` for I/O errors."""

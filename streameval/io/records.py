@@ -228,6 +228,11 @@ def check_judgment(rec: Any, grade_range: tuple[int, int] | None = None) -> str 
         return f"source must be a string, got {_type_name(source)} {_short(source)}"
     if source is not None and _not_unicode(source):
         return f"source is not valid Unicode (lone surrogate): {_short(source)}"
+    subtopic = rec.get("subtopic")
+    if subtopic is not None and not isinstance(subtopic, str):
+        return f"subtopic must be a string or null, got {_type_name(subtopic)} {_short(subtopic)}"
+    if subtopic is not None and _not_unicode(subtopic):
+        return f"subtopic is not valid Unicode (lone surrogate): {_short(subtopic)}"
     return None
 
 
@@ -323,5 +328,9 @@ def to_json_text(rec: Any) -> str:
     ``{"$base64": ...}`` when not valid UTF-8); numpy scalars/arrays to Python
     values; sets to sorted lists; datetimes to ISO text; mapping keys to
     ``str``; anything else to its ``repr``.  The output is always valid JSON.
+    A judgment's null ``subtopic`` (the optional field of judgment schema version 2) is left out,
+    so an ad hoc judgment's text is the same whichever schema version or engine read it.
     """
+    if isinstance(rec, Mapping) and "grade" in rec and "subtopic" in rec and rec["subtopic"] is None:
+        rec = {k: v for k, v in rec.items() if k != "subtopic"}
     return json.dumps(_jsonable(rec), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -36,7 +36,10 @@ ir_measures                 streameval
 (``relevance_level``, ``gain``) of :class:`~streameval.metrics.kernel.MetricOptions`. The result row
 keeps the name as written (``AP(rel=2)@100``). Not available (a :class:`MetricNameError` naming the
 measure): ``judged_only=True``, ``nDCG(gains=...)``, ``RBP(rel=...)`` (cwl_eval's binary RBP) and the
-measures only other providers compute (alpha_nDCG, SDCG, NERR*, BPM, INST, INSQ, Accuracy, Compat...).
+measures only other providers compute (SDCG, NERR*, BPM, INST, INSQ, Accuracy, Compat...). The diversity
+measures (alpha_nDCG, ERR_IA, NRBP, P_IA, AP_IA, StRecall...) need subtopic qrels:
+:mod:`streameval.metrics.diversity` parses them and :func:`streameval.evaluate` computes them; the
+commands that read ad hoc qrels refuse them (:func:`streameval.metrics.names.parse_metric`).
 """
 
 from __future__ import annotations

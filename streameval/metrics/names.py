@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import irm_names, trec_names
+from . import diversity, irm_names, trec_names
 
 __all__ = [
     "MetricSpec",
@@ -228,6 +228,9 @@ def _parse_one(raw: str) -> list[MetricSpec]:
     if not name:
         raise MetricNameError(f"empty metric name. Accepted: {ACCEPTED}")
     low = name.lower()
+    if diversity.is_diversity_name(name):
+        raise MetricNameError(f"metric {raw!r} is a diversity measure (subtopic judgments): streameval.evaluate() "
+                              "with diversity qrels and `streameval ndeval` compute it; this command does not")
     irm = irm_names.parse(name)
     if irm is not None:
         return [irm]

@@ -1,0 +1,412 @@
+"""Diversity measures over subtopic (intent) judgments, as ndeval computes them.
+
+A diversity judgment is ``(query, subtopic, document, grade)``: the document is relevant to that
+subtopic of the query when ``grade >= rel`` (default 1; ndeval clips grades to 0/1, which is the same
+for non-negative integer grades). Intent weights are uniform over the query's subtopics that have at
+least one relevant document (ndeval's ``actualSubtopics``, written S below); a subtopic without a
+relevant document is ignored.
+
+Definitions (ndeval.c, version 4.5, TREC Web track 2009-2014; ``pyndeval`` 0.0.8 bundles it). For a
+ranking, the gain of the document at rank r (1-based) is
+``G(r) = sum over subtopics s it is relevant to of (1 - alpha) ** c_s(r)``, where ``c_s(r)`` is the
+number of documents above rank r relevant to s (Clarke et al., SIGIR 2008). With ``D(r) = 1 / log2(r + 1)``:
+
+=================  =================================================================================
+measure            value at cutoff k (ranks past the end of the ranking contribute 0)
+=================  =================================================================================
+``alpha-DCG@k``    ``sum_{r<=k} G(r) D(r) / sum_{r<=k} S (1-alpha)^(r-1) D(r)`` (ndeval's "ideal ideal"
+                   normalisation; at k = 1 ndeval leaves it unnormalised: ``G(1)``)
+``alpha-nDCG@k``   ``alpha-DCG@k`` of the ranking / ``alpha-DCG@k`` of the ideal ranking (0 when the
+                   ranking's is 0); Clarke et al. 2008
+``ERR-IA@k``       as alpha-DCG with ``D(r) = 1 / r``: ``sum G(r) / r / sum S (1-alpha)^(r-1) / r``
+                   (unnormalised at k = 1); Chapelle et al., CIKM 2009, with binary grades
+``nERR-IA@k``      ``ERR-IA@k`` / the ideal ranking's (0 when the ranking's alpha-DCG@k is 0)
+``NRBP``           ``(1 - (1-alpha) beta) / S * sum_r G(r) beta^(r-1)`` over the whole ranking;
+                   Clarke et al., ICTIR 2009
+``nNRBP``          NRBP / the ideal ranking's NRBP (NaN when S = 0: ndeval's 0 / 0)
+``MAP-IA``         mean over the S subtopics of average precision with that subtopic's judgments
+                   (whole ranking; divided by the subtopic's relevant documents)
+``P-IA@k``         (relevant (document, subtopic) pairs in the top k) / (k S)
+``strec@k``        subtopics with a relevant document in the top k / S (subtopic recall)
+=================  =================================================================================
+
+The ideal ranking is ndeval's greedy one (``idealResult``): at each rank the judged document with the
+largest gain given the documents already placed, ties to the larger docno (byte order). A query with
+S = 0 scores 0 on every measure but nNRBP. ndeval computes the cutoff measures to depth 20 only
+(its ``DEPTH``); the formulas here hold for any k.
+
+Inputs are numpy arrays: a query's ranking as a boolean matrix ``rel`` of shape (n ranked documents,
+S) in rank order (row r: the subtopics the document at rank r + 1 is relevant to; unjudged rows all
+False), and its judged relevant documents as a boolean matrix of shape (m, S), rows in docno order.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["DiversitySpec", "MEASURES", "NDEVAL_COLUMNS", "parse_diversity", "is_diversity_name",
+           "ranking_gains", "ideal_gains", "query_values", "evaluate_lists", "DIVERSITY_ACCEPTED"]
+
+#: ndeval's measures, in the order of its output columns
+MEASURES = ("ERR-IA", "nERR-IA", "alpha-DCG", "alpha-nDCG", "NRBP", "nNRBP", "MAP-IA", "P-IA", "strec")
+#: the measures without a cutoff
+_NO_CUTOFF = {"NRBP", "nNRBP", "MAP-IA"}
+#: ndeval's output columns (measure, cutoff), in its order
+NDEVAL_COLUMNS = tuple((m, k) for m in MEASURES[:4] for k in (5, 10, 20)) + (
+    ("NRBP", None), ("nNRBP", None), ("MAP-IA", None)) + tuple((m, k) for m in ("P-IA", "strec") for k in (5, 10, 20))
+_USES_ALPHA = {"ERR-IA", "nERR-IA", "alpha-DCG", "alpha-nDCG", "NRBP", "nNRBP"}
+
+# spelling (lower case, '-' and '_' alike) -> measure; ir_measures' names, ndeval's, and S_recall
+_SPELLINGS = {
+    "alpha_ndcg": "alpha-nDCG", "α_ndcg": "alpha-nDCG", "alpha_dcg": "alpha-DCG", "α_dcg": "alpha-DCG",
+    "err_ia": "ERR-IA", "nerr_ia": "nERR-IA", "nrbp": "NRBP", "nnrbp": "nNRBP",
+    "ap_ia": "MAP-IA", "map_ia": "MAP-IA", "p_ia": "P-IA",
+    "strec": "strec", "strecall": "strec", "s_recall": "strec", "subtopic_recall": "strec",
+}
+_FORM = re.compile(r"^(?P<name>[^\W\d][\w\-]*)\s*(?:\((?P<params>.*)\))?\s*(?:@\s*(?P<k>\S+))?$")
+DIVERSITY_ACCEPTED = ("diversity (subtopic qrels): alpha_nDCG(alpha=a,rel=r)@k alpha_DCG@k ERR_IA@k nERR_IA@k "
+                      "NRBP(alpha=a,beta=b) nNRBP AP_IA (MAP-IA) P_IA@k StRecall@k (S_recall@k, strec@k); "
+                      "ndeval's spellings alpha-nDCG@k ERR-IA@k MAP-IA strec@k also work")
+
+
+class _NameError(ValueError):
+    pass
+
+
+def _error(message):
+    try:
+        from .names import MetricNameError
+    except ImportError:  # pragma: no cover
+        return _NameError(message)
+    return MetricNameError(message)
+
+
+@dataclass(frozen=True)
+class DiversitySpec:
+    """One diversity measure: ``measure`` (one of :data:`MEASURES`), cutoff ``k`` (None for NRBP,
+    nNRBP, MAP-IA), ``alpha`` (redundancy penalty, default 0.5), ``beta`` (NRBP's patience, default
+    0.5), ``rel`` (the grade from which a judgment is relevant; None: the caller's relevance level,
+    default 1) and ``label`` (the name as
+    the user wrote it; the result's key)."""
+
+    measure: str
+    k: int | None = None
+    alpha: float = 0.5
+    beta: float = 0.5
+    rel: float | None = None
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.label or (self.measure if self.k is None else f"{self.measure}@{self.k}")
+
+
+def _base(raw: str) -> str | None:
+    m = _FORM.match(raw.strip())
+    if not m:
+        return None
+    return _SPELLINGS.get(m.group("name").lower().replace("-", "_"))
+
+
+def is_diversity_name(raw) -> bool:
+    """True when ``raw`` names a diversity measure (any accepted spelling, valid or not)."""
+    return isinstance(raw, str) and _base(raw) is not None
+
+
+def _number(raw, key, text):
+    try:
+        v = float(text.strip().strip("'\""))
+    except ValueError:
+        raise _error(f"metric {raw!r}: parameter {key}={text.strip()!r} is not a number") from None
+    if not math.isfinite(v):
+        raise _error(f"metric {raw!r}: parameter {key}={text.strip()!r} is not finite")
+    return v
+
+
+def parse_diversity(raw: str) -> DiversitySpec | None:
+    """The :class:`DiversitySpec` of a diversity measure name, or None when ``raw`` is not one.
+
+    Forms: ``alpha_nDCG@20``, ``alpha_nDCG(alpha=0.5)@20``, ``ERR_IA@20``, ``NRBP(alpha=0.5,beta=0.5)``,
+    ``nNRBP``, ``AP_IA`` / ``MAP-IA``, ``P_IA@10``, ``StRecall@20`` / ``S_recall@20`` / ``strec@20``,
+    and ndeval's spellings (``alpha-nDCG@20``); names are case-insensitive. Parameters: ``alpha`` in
+    [0, 1] (the alpha-DCG, ERR-IA and NRBP families), ``beta`` in [0, 1] (NRBP, nNRBP), ``rel``
+    (all), ``cutoff``; ``judged_only=False`` is accepted. Raises MetricNameError (one line) for a
+    missing or unexpected cutoff or parameter."""
+    if not isinstance(raw, str):
+        return None
+    name = raw.strip()
+    m = _FORM.match(name)
+    if not m:
+        return None
+    measure = _SPELLINGS.get(m.group("name").lower().replace("-", "_"))
+    if measure is None:
+        return None
+    params = {}
+    text = (m.group("params") or "").strip()
+    for part in text.split(",") if text else ():
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise _error(f"metric {name!r}: parameters are name=value pairs, e.g. alpha_nDCG(alpha=0.5)@20")
+        if key == "judged_only":
+            if value.strip() in ("True", "true", "1"):
+                raise _error(f"metric {name!r}: judged_only=True is not implemented for diversity measures")
+            continue
+        allowed = {"rel", "cutoff"} | ({"alpha"} if measure in _USES_ALPHA else set()) | (
+            {"beta"} if measure in ("NRBP", "nNRBP") else set())
+        if key not in allowed:
+            raise _error(f"metric {name!r}: {measure} takes no parameter {key!r} (parameters: "
+                         f"{', '.join(sorted(allowed - {'cutoff'}))})")
+        if key in params:
+            raise _error(f"metric {name!r}: parameter {key!r} given twice")
+        params[key] = _number(name, key, value)
+    k = params.pop("cutoff", None)
+    if m.group("k") is not None:
+        if k is not None:
+            raise _error(f"metric {name!r}: cutoff given twice")
+        k = _number(name, "@", m.group("k"))
+    if measure in _NO_CUTOFF:
+        if k is not None:
+            raise _error(f"metric {name!r}: {measure} takes no cutoff (it scores the whole ranking)")
+    else:
+        if k is None:
+            raise _error(f"metric {name!r}: {measure} needs a cutoff, e.g. {m.group('name')}@20 "
+                         "(ndeval reports @5, @10, @20)")
+        if k != int(k) or not 1 <= k <= 2**31 - 1:
+            raise _error(f"metric {name!r}: cutoff {k!r} must be a positive integer")
+        k = int(k)
+    for key in ("alpha", "beta"):
+        if key in params and not 0.0 <= params[key] <= 1.0:
+            raise _error(f"metric {name!r}: {key} must be between 0 and 1, got {params[key]!r}")
+    return DiversitySpec(measure, k, params.get("alpha", 0.5), params.get("beta", 0.5), params.get("rel"),
+                         label=name)
+
+
+# --------------------------------------------------------------------------
+# one query
+
+
+def _row_sums(weights: np.ndarray) -> np.ndarray:
+    """Sum over columns in column order (ndeval adds the subtopics' gains one after the other)."""
+    out = np.zeros(weights.shape[0], dtype=np.float64)
+    for j in range(weights.shape[1]):
+        out += weights[:, j]
+    return out
+
+
+def ranking_gains(rel: np.ndarray, alpha: float) -> np.ndarray:
+    """``G(r)`` of each rank: ``rel`` bool (n, S) in rank order -> float64 (n,).
+
+    ``G(r) = sum_s rel[r, s] (1 - alpha) ** (relevant to s above r)`` (ndeval.c computeDCG)."""
+    rel = np.asarray(rel, dtype=bool)
+    if rel.size == 0:
+        return np.zeros(rel.shape[0], dtype=np.float64)
+    before = np.cumsum(rel, axis=0, dtype=np.int64) - rel
+    return _row_sums(np.where(rel, _powers(1.0 - alpha, rel.shape[0])[before], 0.0))
+
+
+def _powers(x: float, n: int, first: float = 1.0) -> np.ndarray:
+    """``first * x ** i`` for i < n by repeated multiplication, as ndeval.c's ``gain *= (1 - alpha)``."""
+    steps = np.full(max(n, 1), x, dtype=np.float64)
+    steps[0] = first
+    return np.multiply.accumulate(steps)[:n] if n else steps[:0]
+
+
+def ideal_gains(judged: np.ndarray, alpha: float) -> np.ndarray:
+    """Gains of ndeval's greedy ideal ranking: ``judged`` bool (m, S), rows in docno order (byte
+    order) -> float64 (p,), the positive gains in ideal rank order (the rest of the ideal ranking
+    gains 0). Each step takes the document with the largest gain given those placed, ties to the
+    larger docno (the later row), as ndeval.c's ``idealResult``.
+
+    Documents relevant to the same subtopics always gain the same, so the steps compare one
+    candidate per such group (its largest docno left); a gain is summed over the subtopics in
+    column order, as ndeval sums it, so equal gains tie exactly as in ndeval."""
+    judged = np.asarray(judged, dtype=bool)
+    rows = np.flatnonzero(judged.any(axis=1))
+    by_key: dict = {}
+    for row, key in zip(rows.tolist(), (r.tobytes() for r in judged[rows])):
+        by_key.setdefault(key, []).append(row)  # rows ascending: the last is the largest docno
+    groups = {tuple(np.flatnonzero(np.frombuffer(k, dtype=bool)).tolist()): v for k, v in by_key.items()}
+    gain = [1.0] * judged.shape[1]
+    keep = 1.0 - alpha
+
+    def gain_of(subs):
+        score = 0.0
+        for j in subs:
+            score += gain[j]
+        return score
+
+    scores = {subs: gain_of(subs) for subs in groups}
+    out = []
+    while groups:
+        best = max(groups, key=lambda g: (scores[g], groups[g][-1]))
+        if scores[best] <= 0.0:
+            break
+        out.append(scores[best])
+        groups[best].pop()
+        if not groups[best]:
+            del groups[best]
+        for j in best:
+            gain[j] *= keep
+        changed = set(best)
+        for g in groups:
+            if not changed.isdisjoint(g):
+                scores[g] = gain_of(g)
+    return np.asarray(out, dtype=np.float64)
+
+
+def _discounts(n: int) -> np.ndarray:
+    # ndeval.c discount(i) = log(2) / log(i + 2) for 0-based rank i
+    return math.log(2.0) / np.log(np.arange(n, dtype=np.float64) + 2.0)
+
+
+def _normalised(gains: np.ndarray, s: int, alpha: float, err: bool) -> np.ndarray:
+    """Cumulative ``gains * D`` divided from the second rank on by the "ideal ideal"
+    ``s (1-alpha)^i D`` (ndeval.c computeDCG; computeERR divides by the rank instead: ``err``), with
+    ndeval's operations (products, quotients and sums in its order)."""
+    n = len(gains)
+    ideal = _powers(1.0 - alpha, n, float(s))
+    if err:
+        rank = np.arange(1, n + 1, dtype=np.float64)
+        cum, ideal = np.cumsum(gains / rank), np.cumsum(ideal / rank)
+    else:
+        disc = _discounts(n)
+        cum, ideal = np.cumsum(gains * disc), np.cumsum(ideal * disc)
+    cum[1:] = cum[1:] / ideal[1:]
+    return cum
+
+
+def query_values(rel: np.ndarray, judged: np.ndarray, specs, n_rel_sub: np.ndarray | None = None) -> np.ndarray:
+    """The values of ``specs`` (DiversitySpec) for one query -> float64 (len(specs),).
+
+    ``rel``: bool (n, S) the ranking in rank order (unjudged rows False); ``judged``: bool (m, S) the
+    judged documents (rows in docno order); ``n_rel_sub``: int (S,) relevant documents per subtopic
+    (default: ``judged``'s column sums). Columns are the subtopics with a relevant document; S = 0
+    gives 0 for every measure but nNRBP (NaN, ndeval's 0 / 0). All specs must share alpha and beta
+    (:func:`evaluate_lists` groups them)."""
+    rel = np.asarray(rel, dtype=bool)
+    judged = np.asarray(judged, dtype=bool)
+    s = judged.shape[1]
+    out = np.zeros(len(specs), dtype=np.float64)
+    if s == 0:
+        for i, sp in enumerate(specs):
+            if sp.measure == "nNRBP":
+                out[i] = math.nan
+        return out
+    alpha, beta = specs[0].alpha, specs[0].beta
+    n = rel.shape[0]
+    cuts = [sp.k for sp in specs if sp.k is not None]
+    depth = max(cuts) if cuts else 0
+    g = ranking_gains(rel, alpha)
+    gi = ideal_gains(judged, alpha)
+    cache = {}
+
+    def at_depth(gains):
+        v = np.zeros(depth, dtype=np.float64)
+        v[:min(depth, len(gains))] = gains[:depth]
+        return v
+
+    def cumulative():
+        if "cum" not in cache and depth:
+            run, ideal = at_depth(g), at_depth(gi)
+            cache["cum"] = (_normalised(run, s, alpha, False), _normalised(ideal, s, alpha, False),
+                            _normalised(run, s, alpha, True), _normalised(ideal, s, alpha, True))
+        return cache["cum"]
+
+    def nrbp(gains):
+        decay = _powers(beta, len(gains))
+        total = float(np.add.accumulate(gains * decay)[-1]) if len(gains) else 0.0
+        return total * ((1.0 - (1.0 - alpha) * beta) / s)  # ndeval: nrbp *= (1 - (1 - alpha) beta) / S
+
+    for i, sp in enumerate(specs):
+        k = sp.k
+        if sp.measure in ("alpha-DCG", "alpha-nDCG", "ERR-IA", "nERR-IA"):
+            dcg, idcg, err, ierr = cumulative()
+            d = dcg[k - 1]
+            if sp.measure == "alpha-DCG":
+                out[i] = d
+            elif sp.measure == "ERR-IA":
+                out[i] = err[k - 1]
+            elif d != 0.0:
+                out[i] = d / idcg[k - 1] if sp.measure == "alpha-nDCG" else err[k - 1] / ierr[k - 1]
+        elif sp.measure == "NRBP":
+            out[i] = nrbp(g)
+        elif sp.measure == "nNRBP":
+            ideal = nrbp(gi)
+            out[i] = nrbp(g) / ideal if ideal else math.nan
+        elif sp.measure == "MAP-IA":
+            nrs = judged.sum(axis=0) if n_rel_sub is None else np.asarray(n_rel_sub)
+            if n:
+                prec = np.cumsum(rel, axis=0) / np.arange(1, n + 1, dtype=np.float64)[:, None]
+                ap = np.add.accumulate(np.where(rel, prec, 0.0), axis=0)[-1] / nrs  # rank order, as ndeval
+                out[i] = float(np.add.accumulate(ap)[-1]) / s
+        elif sp.measure == "P-IA":
+            out[i] = int(rel[:k].sum()) / (k * s)
+        elif sp.measure == "strec":
+            out[i] = int(rel[:k].any(axis=0).sum()) / s
+    return out
+
+
+# --------------------------------------------------------------------------
+# many queries
+
+
+def evaluate_lists(jq, js, jd, jg, rq, rd, specs, *, qids=None, relevance_level: float = 1
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query values of ``specs`` over flat arrays.
+
+    Judgments: ``jq``, ``js``, ``jd`` (query, subtopic, docno: str arrays) and ``jg`` (grades), one row
+    per (query, subtopic, docno) (the readers refuse repeats). Run: ``rq``, ``rd`` (query, docno), rows
+    of a query in rank order (order and depth are the caller's: :func:`streameval.api` or
+    ``streameval ndeval``), no docno twice per query. ``relevance_level``: the ``rel`` of specs
+    without their own (a judgment is relevant from that grade on). ``qids``: the queries to score (default: those
+    in both, in byte order); a query without results scores as an empty ranking (0; nNRBP 0 as well,
+    as ndeval's ``-c`` adds nothing for it); a query of ``qids`` without judgments scores 0 too.
+
+    Returns ``(qids, values)``: str (q,) and float64 (len(specs), q). Specs with different
+    (alpha, beta, rel) are computed in separate passes.
+    """
+    jq, js, jd = (np.asarray(a).astype(str) for a in (jq, js, jd))
+    jg = np.asarray(jg, dtype=np.float64)
+    rq, rd = np.asarray(rq).astype(str), np.asarray(rd).astype(str)
+    if qids is None:
+        qids = np.intersect1d(np.unique(jq), np.unique(rq))
+    qids = np.asarray(qids).astype(str)
+    values = np.zeros((len(specs), len(qids)), dtype=np.float64)
+    # judgments grouped by query, docno order inside
+    jorder = np.lexsort((jd, jq))
+    jq, js, jd, jg = jq[jorder], js[jorder], jd[jorder], jg[jorder]
+    jstart = np.searchsorted(jq, qids, side="left")
+    jend = np.searchsorted(jq, qids, side="right")
+    rorder = np.argsort(rq, kind="stable")  # keeps rank order inside a query
+    rq_s, rd_s = rq[rorder], rd[rorder]
+    rstart = np.searchsorted(rq_s, qids, side="left")
+    rend = np.searchsorted(rq_s, qids, side="right")
+    groups: dict = {}
+    for i, sp in enumerate(specs):
+        groups.setdefault((sp.alpha, sp.beta, relevance_level if sp.rel is None else sp.rel), []).append(i)
+    for (alpha, beta, level), rows in groups.items():
+        sub = [specs[i] for i in rows]
+        for c, q in enumerate(qids.tolist()):
+            a, b = jstart[c], jend[c]
+            relevant = jg[a:b] >= level
+            qs, qd = js[a:b], jd[a:b]
+            subtopics = np.unique(qs[relevant])
+            docs = np.unique(qd)
+            judged = np.zeros((len(docs), len(subtopics)), dtype=bool)
+            if len(subtopics):
+                judged[np.searchsorted(docs, qd[relevant]), np.searchsorted(subtopics, qs[relevant])] = True
+            ranked = rd_s[rstart[c]:rend[c]]
+            rel = np.zeros((len(ranked), len(subtopics)), dtype=bool)
+            if len(docs) and len(ranked):
+                pos = np.minimum(np.searchsorted(docs, ranked), len(docs) - 1)
+                hit = docs[pos] == ranked
+                rel[hit] = judged[pos[hit]]
+            if b == a or rend[c] == rstart[c]:
+                continue  # a query outside the qrels or the run: 0 (ndeval adds nothing for it)
+            values[rows, c] = query_values(rel, judged, sub)
+    return qids, values
