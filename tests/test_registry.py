@@ -165,3 +165,13 @@ def test_trec_sets_match_all_trec_and_official():
     assert declared("all_trec") == {(s.family, s.k, s.param) for s in ALL_TREC}
     assert declared("official") == {(s.family, s.k, s.param) for s in OFFICIAL_TREC}
 
+
+
+def test_accepted_lists_every_parsed_family():
+    with pytest.raises(MetricNameError) as e:
+        parse_metric("no_such_measure")
+    message = str(e.value)
+    assert "\n" not in message
+    for f in registry.REGISTRY:
+        if f.parsed and f.forms:
+            assert f.forms in message, f.name

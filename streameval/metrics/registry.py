@@ -204,7 +204,8 @@ REGISTRY: tuple[Family, ...] = (
                   "0.1, ..., 1.0", "m_iprec_at_recall.c"),)),
     Family("11pt_avg", (), "11pt_avg[.r1,r2]", trec_kind="dparams",
            params=(Param("levels", "float", _LEVELS_11, "recall levels in increasing order"),),
-           trec_name="11pt_avg", print_order=18, trec_sets=("all_trec",), kernel=_T + "_11pt_avg",
+           trec_name="11pt_avg", print_order=18, trec_sets=("all_trec",), trec_defaults=_LEVELS_11,
+           kernel=_T + "_11pt_avg",
            rows=(("`11pt_avg` (`.0.2,0.5,0.8`)", "`11pt_avg`, `11pt_avg_<params>`", "mean of iprec_at_recall over "
                   "the levels (default the 11 above; levels in increasing order)", "m_11pt_avg.c"),)),
     Family("Rprec_mult", (), "Rprec_mult[.m1,m2]", LIST, trec_kind="dcut",
@@ -259,12 +260,13 @@ REGISTRY: tuple[Family, ...] = (
            rows=(("`set_map`", "`set_map`", "num_rel_ret^2 / (num_ret R)", "m_set_map.c"),)),
     Family("set_F", (), "set_F[.beta]", trec_kind="dparams",
            params=(_REL, Param("beta", "float", 1.0, "a number")), trec_name="set_F", print_order=34,
+           trec_defaults=(1.0,),
            trec_sets=("all_trec",), kernel=_T + "_set_f", irm=("SetF",),
            rows=(("`set_F` (`.0.5`)", "`set_F`, `set_F_0.5`", "(x+1) P R / (x P + R), set precision P, set recall "
                   "R, x default 1; 0 when num_rel_ret = 0", "m_set_F.c"),)),
     Family("utility", (), "utility[.p1,p2,p3,p4]", trec_kind="dparams",
            params=(Param("coefficients", "float", (1.0, -1.0, 0.0, 0.0), "4 numbers"),), trec_name="utility",
-           print_order=17, trec_sets=("all_trec",), kernel=_T + "_utility",
+           trec_defaults=(1.0, -1.0, 0.0, 0.0), print_order=17, trec_sets=("all_trec",), kernel=_T + "_utility",
            rows=(("`utility` (`.p1,p2,p3,p4`)", "`utility`, `utility_2,-1,0,0`", "p1 a + p2 b + p3 c + p4 d, a = "
                   "relevant ranked, b = non-relevant ranked, c = relevant not ranked, d = N + num_rel_ret - "
                   "num_ret - R, non-relevant documents not ranked, N the collection's size (trec_eval `-N`, "
