@@ -175,3 +175,23 @@ def test_accepted_lists_every_parsed_family():
     for f in registry.REGISTRY:
         if f.parsed and f.forms:
             assert f.forms in message, f.name
+
+
+def test_trec_eval_prints_our_own_families_in_registry_order(tmp_path):
+    """hits, Judged and NumQ had no place in the old hand-kept print order (trec-eval failed with
+    "tuple.index(x): x not in tuple"); now every family has one."""
+    import io
+
+    from streameval.cli import trec_eval_main
+
+    (tmp_path / "qrels").write_text("q1 0 d1 1\nq1 0 d2 0\nq1 0 d3 2\n")
+    (tmp_path / "run").write_text("q1 Q0 d1 1 3.0 t\nq1 Q0 d2 2 2.0 t\nq1 Q0 d3 3 1.0 t\nq1 Q0 d4 4 0.5 t\n")
+    buf = io.StringIO()
+    argv = ["-q", "-m", "Judged@5", "-m", "hits@2", "-m", "NumQ", "-m", "P@2", "-m", "success@1"]
+    assert trec_eval_main([*argv, str(tmp_path / "qrels"), str(tmp_path / "run")], out=buf) == 0
+    rows = [line.split("\t") for line in buf.getvalue().splitlines()]
+    per_query = [(name.strip(), value) for name, q, value in rows if q == "q1"]
+    # NumQ: 1 query; P_2: d1 relevant, d2 not -> 1/2; success_1: d1 relevant -> 1;
+    # hits@2: 1 relevant item in the top 2; Judged@5: d1, d2, d3 judged of min(5, 4) ranked -> 3/4
+    assert per_query == [("NumQ", "1"), ("P_2", "0.5000"), ("success_1", "1.0000"), ("hits@2", "1.0000"),
+                         ("Judged@5", "0.7500")]
