@@ -195,3 +195,9 @@ def test_trec_eval_prints_our_own_families_in_registry_order(tmp_path):
     # hits@2: 1 relevant item in the top 2; Judged@5: d1, d2, d3 judged of min(5, 4) ranked -> 3/4
     assert per_query == [("NumQ", "1"), ("P_2", "0.5000"), ("success_1", "1.0000"), ("hits@2", "1.0000"),
                          ("Judged@5", "0.7500")]
+
+
+def test_keep_for_a_family_the_registry_lacks():
+    # a family not declared (yet) keeps the old rule: its cutoff, or every item without one
+    assert registry.keep_for([MetricSpec("not_declared", 7), MetricSpec("P", 3)]) == 7
+    assert registry.keep_for([MetricSpec("not_declared"), MetricSpec("P", 3)]) is None

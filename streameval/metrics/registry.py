@@ -340,10 +340,16 @@ def accepted() -> str:
 def needs_every_item(spec) -> bool:
     """True when scoring ``spec`` (a MetricSpec) reads every served item: its family's state is
     ``"all"``, or it is ``"top_k"`` and ``spec`` has no cutoff."""
-    f = BY_NAME[spec.family]
-    if f.state == NO_ITEMS:
+    state = _state(spec.family)
+    if state == NO_ITEMS:
         return False
-    return f.state == ALL_ITEMS or spec.k is None
+    return state == ALL_ITEMS or spec.k is None
+
+
+def _state(name: str) -> str:
+    # a family the registry does not declare (yet) is read as a cutoff measure: all items without k
+    f = BY_NAME.get(name)
+    return f.state if f is not None else TOP_K
 
 
 def keep_for(specs, ideal: str = "judgments") -> int | None:
@@ -353,7 +359,7 @@ def keep_for(specs, ideal: str = "judgments") -> int | None:
     change which items it reads, only its cutoff does; specs that read no item (num_q) need 1."""
     if ideal == "served":
         return None
-    reading = [s for s in specs if BY_NAME[s.family].state != NO_ITEMS]
+    reading = [s for s in specs if _state(s.family) != NO_ITEMS]
     if any(needs_every_item(s) for s in reading):
         return None
     return max((s.k for s in reading), default=1)
