@@ -201,3 +201,23 @@ def test_keep_for_a_family_the_registry_lacks():
     # a family not declared (yet) keeps the old rule: its cutoff, or every item without one
     assert registry.keep_for([MetricSpec("not_declared", 7), MetricSpec("P", 3)]) == 7
     assert registry.keep_for([MetricSpec("not_declared"), MetricSpec("P", 3)]) is None
+
+
+def test_metric_option_arguments_bind_metric_options():
+    """One argparse binding of MetricOptions for the batch and streaming jobs: its defaults, its
+    choices, and the values read back."""
+    import argparse
+
+    from streameval.beam.arguments import add_metric_option_arguments, metric_options
+    from streameval.metrics.kernel import MetricOptions
+
+    p = argparse.ArgumentParser()
+    add_metric_option_arguments(p)
+    assert metric_options(p.parse_args([])) == MetricOptions()
+    got = metric_options(p.parse_args(["--relevance-level", "2", "--gain", "exponential", "--ideal", "served",
+                                       "--err-max-grade", "3"]))
+    assert got == MetricOptions(relevance_level=2, gain="exponential", ideal="served", err_max_grade=3)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--ideal", "best"])
+    with pytest.raises(ValueError, match="err_max_grade must be positive"):
+        metric_options(p.parse_args(["--err-max-grade", "0"]))
