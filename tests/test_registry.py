@@ -1,9 +1,10 @@
 """The measure registry (streameval.metrics.registry): its invariants and the tables derived from it.
 
 tests/data/registry_names.json was extracted from the hand-kept tables BEFORE the registry replaced
-them (names.py, trec_names.py, irm_names.py at commit ba7d541): every name they accepted, with the
-specs it parsed to (family, k, param, opts, label, row name, trec_eval name, average), and the
-first part of the error of every name they rejected. The refactor must keep each of them.
+them (names.py, trec_names.py, irm_names.py at commit ba7d541, by tests/data/registry_names_extract.py):
+every name they accepted, with the specs it parsed to (family, k, param, opts, label, row name,
+trec_eval name, average), and the first part of the error of every name they rejected. The refactor
+must keep each of them.
 """
 
 from __future__ import annotations
