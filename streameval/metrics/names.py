@@ -57,8 +57,8 @@ __all__ = [
 #: the largest cutoff and depth (positions are Avro ints in the logs; trec_eval's ranks are C ints)
 MAX_CUTOFF = 2**31 - 1
 # trec_eval's default cutoffs for P, recall, map_cut and ndcg_cut; success has its own.
-TREC_DEFAULT_CUTOFFS = (5, 10, 15, 20, 30, 100, 200, 500, 1000)
-TREC_SUCCESS_CUTOFFS = (1, 5, 10)
+TREC_DEFAULT_CUTOFFS = registry.TREC_CUTOFFS
+TREC_SUCCESS_CUTOFFS = registry.SUCCESS_CUTOFFS
 
 
 class MetricNameError(ValueError):
@@ -274,18 +274,27 @@ def check_arithmetic(specs, where: str) -> None:
 
 
 def _trec_set(with_extras: bool) -> tuple[MetricSpec, ...]:
-    specs = [MetricSpec("num_ret"), MetricSpec("num_rel"), MetricSpec("num_rel_ret"), MetricSpec("map"),
-             MetricSpec("gm_map"), MetricSpec("Rprec"), MetricSpec("bpref"), MetricSpec("recip_rank")]
-    specs += trec_names.defaults("iprec_at_recall")
-    specs += [MetricSpec("P", k) for k in TREC_DEFAULT_CUTOFFS]
-    if with_extras:
-        specs += trec_names.all_trec_extras()
-        specs += [MetricSpec("recall", k) for k in TREC_DEFAULT_CUTOFFS]
-        specs += [MetricSpec("ndcg")]
-        specs += [MetricSpec("ndcg", k) for k in TREC_DEFAULT_CUTOFFS]
-        specs += [MetricSpec("map", k) for k in TREC_DEFAULT_CUTOFFS]
-        specs += [MetricSpec("success", k) for k in TREC_SUCCESS_CUTOFFS]
-    return tuple(specs)
+    """The measures of trec_eval's default output (and of ``-m all_trec`` when ``with_extras``) as
+    the registry declares them (``trec_sets``, ``cut_trec_sets``, ``trec_defaults``): the default
+    output's in trec_eval's print order, then all_trec's families with trec_eval's parameters, then
+    its others (recall, ndcg, ndcg_cut, map_cut, success), each group in print order."""
+    groups: list[list] = [[], [], []]
+    for f in registry.REGISTRY:
+        if not f.parsed:
+            continue
+        for which, cut in ((f.trec_sets, False), (f.cut_trec_sets, True)):
+            if "official" in which:
+                group = 0
+            elif with_extras and "all_trec" in which:
+                group = 1 if f.trec_kind else 2
+            else:
+                continue
+            if cut:
+                specs = [MetricSpec(f.name, k) for k in f.trec_defaults]
+            else:
+                specs = trec_names.defaults(f.name) if f.trec_kind else [MetricSpec(f.name)]
+            groups[group].append((registry.print_rank(f.name, cut), specs))
+    return tuple(s for g in groups for _, specs in sorted(g, key=lambda t: t[0]) for s in specs)
 
 
 #: every implemented trec_eval measure at trec_eval's default cutoffs (``-m all_trec``)

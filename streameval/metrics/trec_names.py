@@ -81,13 +81,12 @@ def defaults(family: str) -> list:
 
 
 def all_trec_extras() -> list:
-    """The specs these families add to ``-m all_trec`` (every family here, at its defaults)."""
+    """The specs these families add to ``-m all_trec`` (the registry's ``all_trec`` families with
+    trec_eval's parameters that the default output lacks, at their defaults, in trec_eval's print order)."""
     out = []
-    for f in ("infAP", "gm_bpref", "Rprec_mult", "utility", "11pt_avg", "binG", "G", "ndcg_rel", "Rndcg",
-              "relative_P", "set_P",
-              "set_relative_P", "set_recall", "set_map", "set_F", "num_nonrel_judged_ret", "rbp",
-              "rbp_resid", "unj"):
-        out += defaults(f)
+    for f in sorted(_TREC, key=lambda f: f.print_order):
+        if "all_trec" in f.trec_sets and "official" not in f.trec_sets:
+            out += defaults(f.name)
     return out
 
 
