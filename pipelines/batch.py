@@ -36,7 +36,7 @@ from streameval.alerts import format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
 from streameval.beam.prometheus import write_textfile
 from streameval.exits import EXIT_ALERT, EXIT_OK, EXIT_USAGE, one_line
-from streameval.beam.arguments import DEFAULT_METRICS, make_pipeline, split_metrics
+from streameval.beam.arguments import DEFAULT_METRICS, add_metric_option_arguments, make_pipeline, split_metrics
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.columnar_hot import HOT_FRACTION, HOT_MIN_REQUESTS
@@ -112,11 +112,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--slices", action="append", default=[],
                    help="comma-separated attributes to slice by, each on its own; join attributes with '+' "
                         "for a combination (campaign+device); repeatable")
-    p.add_argument("--relevance-level", type=float, default=1,
-                   help="grade at or above which an item is relevant (trec_eval -l; default 1)")
-    p.add_argument("--gain", choices=("linear", "exponential"), default="linear")
-    p.add_argument("--ideal", choices=("judgments", "served"), default="judgments")
-    p.add_argument("--err-max-grade", type=float, default=4, help="g_max of ERR (default 4)")
+    add_metric_option_arguments(p)
     p.add_argument("--order", choices=("score", "position"), default="score",
                    help="rank the served items by score (default) or by logged position")
     p.add_argument("--tie-break", choices=("docno", "position"), default="docno",

@@ -57,6 +57,7 @@ from streameval.beam.arguments import (
     DEFAULT_METRICS,
     add_bootstrap_arguments,
     add_hist_arguments,
+    add_metric_option_arguments,
     check_bootstrap_arguments,
     hist_range,
     make_pipeline,
@@ -670,10 +671,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     m = p.add_argument_group("metrics (as streameval batch)")
     m.add_argument("--metrics", default=DEFAULT_METRICS)
     m.add_argument("--slices", action="append", default=[])
-    m.add_argument("--relevance-level", type=float, default=1)
-    m.add_argument("--gain", choices=("linear", "exponential"), default="linear")
-    m.add_argument("--ideal", choices=("judgments", "served"), default="judgments")
-    m.add_argument("--err-max-grade", type=float, default=4)
+    add_metric_option_arguments(m)
     m.add_argument("--ci-level", type=float, default=0.95,
                    help="level of every pane row's interval (Wilson for CTR, t otherwise; default 0.95)")
     m.add_argument("--intervals", choices=("fixed", "anytime"), default="fixed",

@@ -14,13 +14,6 @@ import sys
 
 __all__ = ["main", "trec_eval_main"]
 
-# trec_eval prints measures in the order of its measure table (measures.c, TREC_MEAS), cutoffs and
-# recall levels ascending; our own measures (dcg, err) after the nearest trec_eval ones.
-_TREC_FAMILY_ORDER = ("num_ret", "num_rel", "num_rel_ret", "map", "gm_map", "Rprec", "bpref", "recip_rank",
-                      "iprec_at_recall", "P", "relstring", "recall", "infAP", "gm_bpref", "Rprec_mult", "utility",
-                      "11pt_avg", "binG", "G", "dcg", "ndcg", "ndcg_rel", "Rndcg", "ndcg_cut", "map_cut", "err",
-                      "relative_P", "success", "set_P", "set_relative_P", "set_recall", "set_map", "set_F",
-                      "num_nonrel_judged_ret", "yaap", "rbp", "rbp_resid", "unj")
 # trec_eval -R: the rel_info formats of its formats.c; qrels feeds the measures of streameval's engine,
 # the others trec_eval's preference and judgment-group measures (streameval.commands.trec_prefs)
 _REL_FORMATS = ("qrels", "prefs", "qrels_prefs", "qrels_jg")
@@ -31,11 +24,13 @@ MISSING_ZSCORE_VALUE = -1000000.0
 
 
 def _trec_sort_key(spec):
-    fam = spec.family
-    if fam in ("map", "ndcg") and spec.k is not None:
-        fam += "_cut"
-    level = float(spec.param) if fam in ("iprec_at_recall", "Rprec_mult") else 0.0
-    return (_TREC_FAMILY_ORDER.index(fam), -1 if spec.k is None else spec.k, level)
+    """trec_eval prints measures in the order of its measure table (measures.c, te_trec_measures),
+    cutoffs and recall levels ascending; our own measures (dcg, err, hits, judged) after the nearest
+    trec_eval ones: the registry's print order (streameval.metrics.registry.print_rank)."""
+    from .metrics import registry
+
+    level = float(spec.param) if registry.family(spec.family).trec_kind == "dcut" else 0.0
+    return (registry.print_rank(spec.family, cut=spec.k is not None), -1 if spec.k is None else spec.k, level)
 
 
 def _trec_eval_parser() -> argparse.ArgumentParser:
@@ -436,7 +431,9 @@ def _print_trec_eval(args, out, specs, prep, values, run, qrels, relstring, zsco
                 # named exactly relstring; relstring_N keeps its stand-in document's '-' (not judged)
                 missing = set(prep.missing_qids.tolist())
                 strings = ["-" if q in missing else t for q, t in zip(prep.qids.tolist(), strings)]
-            rows.append(((_TREC_FAMILY_ORDER.index("relstring"), -1, 0.0), None))
+            from .metrics import registry
+
+            rows.append(((registry.print_rank("relstring"), -1, 0.0), None))
         rows.sort(key=lambda r: r[0])
         order = [i for _, i in rows]
         for j, q in enumerate(qids):

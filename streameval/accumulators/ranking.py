@@ -16,7 +16,8 @@ the served items are pruned to the top K in rank order whenever they exceed 2K; 
 union equals the top K of the union of the parts' top K, so pruning never changes a score. The
 judgments are kept whole (an item served later may need its grade); their memory is the query's
 judgment count, a fixed property of the qrels. Metrics without a cutoff (map, bpref, Rprec, ndcg,
-recip_rank, num_*) need every served item, and so does ``ideal="served"`` (the ideal DCG is built
+recip_rank, num_*: their family's ``state`` in :mod:`streameval.metrics.registry`) need every
+served item, and so does ``ideal="served"`` (the ideal DCG is built
 from every served item's grade): then ``keep`` is None (:func:`keep_for`).
 """
 
@@ -26,6 +27,7 @@ import math
 
 import numpy as np
 
+from ..metrics import registry
 from ..metrics.kernel import RankedLists
 from ..metrics.prepare import judgment_histogram, rank_order
 
@@ -33,15 +35,11 @@ __all__ = ["RankingOps", "keep_for"]
 
 
 def keep_for(specs, ideal: str = "judgments") -> int | None:
-    """The top-K a set of metric specs needs, or None (keep every served item) when one has no
-    cutoff or when ``ideal="served"``: the ideal DCG then comes from the grades of every served
-    item, not only of the top K."""
-    # NumQ (1 per ranked list) needs no item; a spec's own options (relevance level, gain) do not
-    # change which items it reads, only its cutoff does
-    ks = [s.k for s in specs if s.family != "num_q"] or [1]
-    if ideal == "served" or any(k is None for k in ks):
-        return None
-    return max(ks)
+    """The top-K a set of metric specs needs, or None (keep every served item) when one reads every
+    served item (its family's state in the registry, or no cutoff) or when ``ideal="served"``: the
+    ideal DCG then comes from the grades of every served item, not only of the top K. Derived from
+    :func:`streameval.metrics.registry.keep_for`."""
+    return registry.keep_for(specs, ideal)
 
 
 def _order_key(rec, item, order, tie_break, score_precision):

@@ -3,7 +3,8 @@ grade ranges, the pipeline and its output directory. Layer 3: the jobs (``pipeli
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_METRICS", "split_metrics", "split_names", "parse_slice_args", "parse_grades", "make_pipeline", "make_output_dir"]
+__all__ = ["DEFAULT_METRICS", "split_metrics", "split_names", "parse_slice_args", "parse_grades", "make_pipeline", "make_output_dir",
+           "add_metric_option_arguments", "metric_options"]
 
 DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
 
@@ -123,6 +124,35 @@ def check_bootstrap_arguments(args) -> None:
     if args.replicates < 1:
         raise ValueError("--replicates must be positive")
     ReplicateSums(1, args.replicates, "poisson", args.ci_seed)  # their ranges
+
+
+def add_metric_option_arguments(group) -> None:
+    """The per-measure options of :class:`~streameval.metrics.kernel.MetricOptions` as the jobs spell
+    them, with its defaults and allowed values: ``--relevance-level``, ``--gain``, ``--ideal``,
+    ``--err-max-grade`` (the batch and streaming jobs; :func:`metric_options` reads them back)."""
+    from ..metrics.kernel import GAINS, IDEALS, MetricOptions
+
+    d = MetricOptions()
+    group.add_argument("--relevance-level", type=float, default=d.relevance_level,
+                       help="grade at or above which an item is relevant (trec_eval -l; "
+                            f"default {d.relevance_level:g})")
+    group.add_argument("--gain", choices=GAINS, default=d.gain,
+                       help="ndcg/dcg gain: linear (trec_eval, gain = grade) or exponential (2^grade - 1); "
+                            f"default {d.gain}")
+    group.add_argument("--ideal", choices=IDEALS, default=d.ideal,
+                       help="ideal DCG from every judgment of the query (trec_eval) or from the served items; "
+                            f"default {d.ideal}")
+    group.add_argument("--err-max-grade", type=float, default=d.err_max_grade,
+                       help=f"g_max of ERR (default {d.err_max_grade:g})")
+
+
+def metric_options(args):
+    """The :class:`~streameval.metrics.kernel.MetricOptions` of :func:`add_metric_option_arguments`'s
+    values; ValueError or TypeError (one line) for a bad one."""
+    from ..metrics.kernel import MetricOptions
+
+    return MetricOptions(relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal,
+                         err_max_grade=args.err_max_grade)
 
 
 def add_hist_arguments(group) -> None:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import diversity, irm_names, trec_names
+from . import diversity, irm_names, registry, trec_names
 
 __all__ = [
     "MetricSpec",
@@ -57,8 +57,8 @@ __all__ = [
 #: the largest cutoff and depth (positions are Avro ints in the logs; trec_eval's ranks are C ints)
 MAX_CUTOFF = 2**31 - 1
 # trec_eval's default cutoffs for P, recall, map_cut and ndcg_cut; success has its own.
-TREC_DEFAULT_CUTOFFS = (5, 10, 15, 20, 30, 100, 200, 500, 1000)
-TREC_SUCCESS_CUTOFFS = (1, 5, 10)
+TREC_DEFAULT_CUTOFFS = registry.TREC_CUTOFFS
+TREC_SUCCESS_CUTOFFS = registry.SUCCESS_CUTOFFS
 
 
 class MetricNameError(ValueError):
@@ -115,93 +115,43 @@ class MetricSpec:
     @property
     def is_count(self) -> bool:
         """True for num_ret / num_rel / num_rel_ret (trec_eval sums them in ``all``)."""
-        return self.family in ("num_ret", "num_rel", "num_rel_ret", "num_nonrel_judged_ret", "num_q")
+        return self.average == registry.TOTAL
 
     @property
     def average(self) -> str:
         """How the per-query values are summarised over queries: ``"mean"`` (arithmetic),
         ``"total"`` (the counts, :attr:`is_count`) or ``"geometric"`` (gm_map, gm_bpref: trec_eval's
         exp of the mean log, values floored at :data:`trec_names.MIN_GEO_MEAN`)."""
-        if self.is_count:
-            return "total"
-        return "geometric" if self.family in trec_names.GEOMETRIC else "mean"
+        f = registry.BY_NAME.get(self.family)
+        return f.average if f is not None else registry.MEAN
 
     def __str__(self) -> str:  # pragma: no cover - convenience
         return self.name
 
 
+# The tables below are derived from the registry (streameval/metrics/registry.py), one record per
+# family; the families of trec_names.py are spelled and parsed there.
+_OURS = tuple(f for f in registry.REGISTRY if f.parsed and not f.trec_kind)
+
 # family -> display base
-_DISPLAY = {
-    "P": "P",
-    "recall": "recall",
-    "success": "success",
-    "recip_rank": "recip_rank",
-    "map": "map",
-    "Rprec": "Rprec",
-    "bpref": "bpref",
-    "dcg": "dcg",
-    "ndcg": "ndcg",
-    "err": "err",
-    "num_ret": "num_ret",
-    "num_rel": "num_rel",
-    "num_rel_ret": "num_rel_ret",
-    "hits": "hits",
-    "num_q": "num_q",
-    "judged": "judged",
-}
+_DISPLAY = {f.name: f.name for f in _OURS}
 FAMILIES = tuple(_DISPLAY)
 
 # families whose cutoff versions trec_eval prints, and the prefix it uses
-_TREC_CUT = {"P": "P", "recall": "recall", "success": "success", "map": "map_cut", "ndcg": "ndcg_cut"}
+_TREC_CUT = {f.name: f.trec_cut_name for f in _OURS if f.trec_cut_name}
 
 # families trec_eval prints without a cutoff
-_TREC_PLAIN = {"num_ret", "num_rel", "num_rel_ret", "map", "Rprec", "bpref", "recip_rank", "ndcg"}
+_TREC_PLAIN = {f.name for f in _OURS if f.trec_name}
 
 # families that need a cutoff / accept no cutoff
-_NEEDS_K = {"P", "recall", "success", "hits"}
-_NO_K = {"Rprec", "bpref", "num_ret", "num_rel", "num_rel_ret", "num_q"}
+_NEEDS_K = {f.name for f in _OURS if f.cutoff == registry.REQUIRED}
+_NO_K = {f.name for f in _OURS if f.cutoff == registry.NONE}
 
-_ALIASES = {
-    "p": "P",
-    "precision": "P",
-    "prec": "P",
-    "recall": "recall",
-    "r": "recall",
-    "success": "success",
-    "hit": "success",
-    "hits": "hits",
-    "num_q": "num_q",
-    "hitrate": "success",
-    "hit_rate": "success",
-    "recip_rank": "recip_rank",
-    "mrr": "recip_rank",
-    "rr": "recip_rank",
-    "map": "map",
-    "ap": "map",
-    "map_cut": "map",
-    "rprec": "Rprec",
-    "r-prec": "Rprec",
-    "r-precision": "Rprec",
-    "r_precision": "Rprec",
-    "bpref": "bpref",
-    "dcg": "dcg",
-    "dcg_cut": "dcg",
-    "ndcg": "ndcg",
-    "ndcg_cut": "ndcg",
-    "err": "err",
-    "num_ret": "num_ret",
-    "num_rel": "num_rel",
-    "num_rel_ret": "num_rel_ret",
-}
+_ALIASES = {a: f.name for f in _OURS for a in f.aliases}
 
-ACCEPTED = (
-    "P@k P_k P.k1,k2 precision@k | recall@k recall_k | success@k success_k hit@k | hits@k | "
-    "recip_rank mrr rr mrr@k rr@k | map ap map@k map_cut_k | Rprec | bpref | "
-    "dcg dcg@k | ndcg ndcg@k ndcg_cut_k ndcg_cut.k1,k2 | err@k (default k=20 for plain 'err') | "
-    "num_ret num_rel num_rel_ret num_q | all_trec | " + trec_names.ACCEPTED + " | " + irm_names._ACCEPTED
-)
+ACCEPTED = registry.accepted() + " | " + irm_names._ACCEPTED
 
-_ERR_DEFAULT_K = 20
+_ERR_DEFAULT_K = registry.family("err").default_k
 
 _FORM = re.compile(r"^(?P<base>[A-Za-z][A-Za-z_\-]*?)(?:(?:@|_|\.)(?P<params>[0-9][0-9,.]*))?$")
 
@@ -327,18 +277,27 @@ def check_arithmetic(specs, where: str) -> None:
 
 
 def _trec_set(with_extras: bool) -> tuple[MetricSpec, ...]:
-    specs = [MetricSpec("num_ret"), MetricSpec("num_rel"), MetricSpec("num_rel_ret"), MetricSpec("map"),
-             MetricSpec("gm_map"), MetricSpec("Rprec"), MetricSpec("bpref"), MetricSpec("recip_rank")]
-    specs += trec_names.defaults("iprec_at_recall")
-    specs += [MetricSpec("P", k) for k in TREC_DEFAULT_CUTOFFS]
-    if with_extras:
-        specs += trec_names.all_trec_extras()
-        specs += [MetricSpec("recall", k) for k in TREC_DEFAULT_CUTOFFS]
-        specs += [MetricSpec("ndcg")]
-        specs += [MetricSpec("ndcg", k) for k in TREC_DEFAULT_CUTOFFS]
-        specs += [MetricSpec("map", k) for k in TREC_DEFAULT_CUTOFFS]
-        specs += [MetricSpec("success", k) for k in TREC_SUCCESS_CUTOFFS]
-    return tuple(specs)
+    """The measures of trec_eval's default output (and of ``-m all_trec`` when ``with_extras``) as
+    the registry declares them (``trec_sets``, ``cut_trec_sets``, ``trec_defaults``): the default
+    output's in trec_eval's print order, then all_trec's families with trec_eval's parameters, then
+    its others (recall, ndcg, ndcg_cut, map_cut, success), each group in print order."""
+    groups: list[list] = [[], [], []]
+    for f in registry.REGISTRY:
+        if not f.parsed:
+            continue
+        for which, cut in ((f.trec_sets, False), (f.cut_trec_sets, True)):
+            if "official" in which:
+                group = 0
+            elif with_extras and "all_trec" in which:
+                group = 1 if f.trec_kind else 2
+            else:
+                continue
+            if cut:
+                specs = [MetricSpec(f.name, k) for k in f.trec_defaults]
+            else:
+                specs = trec_names.defaults(f.name) if f.trec_kind else [MetricSpec(f.name)]
+            groups[group].append((registry.print_rank(f.name, cut), specs))
+    return tuple(s for g in groups for _, specs in sorted(g, key=lambda t: t[0]) for s in specs)
 
 
 #: every implemented trec_eval measure at trec_eval's default cutoffs (``-m all_trec``)

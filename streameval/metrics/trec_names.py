@@ -22,29 +22,28 @@ from __future__ import annotations
 
 import math
 
+from . import registry
+
 __all__ = ["FAMILIES", "GEOMETRIC", "MIN_GEO_MEAN", "parse", "trec_name", "values", "defaults",
            "all_trec_extras", "ACCEPTED"]
 
 #: trec_eval's floor of a query's value before the log of a geometric mean (trec_eval.h)
 MIN_GEO_MEAN = 0.00001
 
-_PLAIN = ("gm_map", "gm_bpref", "infAP", "binG", "set_P", "set_relative_P", "set_recall", "set_map",
-          "num_nonrel_judged_ret", "G", "ndcg_rel", "Rndcg", "yaap")
-_DCUT = {"iprec_at_recall": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
-         "Rprec_mult": (0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0)}
-_LCUT = {"relative_P": (5, 10, 15, 20, 30, 100, 200, 500, 1000), "unj": (5, 10, 20)}
-_DPARAMS = {"11pt_avg": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), "set_F": (1.0,),
-            "utility": (1.0, -1.0, 0.0, 0.0)}
-_PAIRS = {"rbp": {"p": 0.9}, "rbp_resid": {"p": 0.9}}
+# derived from the registry (streameval/metrics/registry.py): the families with trec_eval's parameters
+_TREC = tuple(f for f in registry.REGISTRY if f.parsed and f.trec_kind)
+_PLAIN = tuple(f.name for f in _TREC if f.trec_kind == "plain")
+_DCUT = {f.name: f.trec_defaults for f in _TREC if f.trec_kind == "dcut"}
+_LCUT = {f.name: f.trec_defaults for f in _TREC if f.trec_kind == "lcut"}
+_DPARAMS = {f.name: f.trec_defaults for f in _TREC if f.trec_kind == "dparams"}
+_PAIRS = {f.name: {p.name: p.default for p in f.params} for f in _TREC if f.trec_kind == "pairs"}
 
 FAMILIES = frozenset(_PLAIN) | set(_DCUT) | set(_LCUT) | set(_DPARAMS) | set(_PAIRS)
 #: families averaged over queries with trec_eval's geometric mean
-GEOMETRIC = frozenset({"gm_map", "gm_bpref"})
+GEOMETRIC = frozenset(f.name for f in _TREC if f.average == registry.GEOMETRIC)
 _BY_LOWER = sorted(((f.lower(), f) for f in FAMILIES), key=lambda t: -len(t[0]))
 
-ACCEPTED = ("gm_map gm_bpref infAP binG G ndcg_rel Rndcg set_P set_relative_P set_recall set_map set_F[.beta] "
-            "num_nonrel_judged_ret yaap iprec_at_recall[.r1,r2] Rprec_mult[.m1,m2] relative_P[.k1,k2] "
-            "unj[.k1,k2] 11pt_avg[.r1,r2] utility[.p1,p2,p3,p4] rbp[.p=P] rbp_resid[.p=P]")
+ACCEPTED = " ".join(f.forms for f in _TREC)
 
 
 def _error(message):
@@ -82,13 +81,12 @@ def defaults(family: str) -> list:
 
 
 def all_trec_extras() -> list:
-    """The specs these families add to ``-m all_trec`` (every family here, at its defaults)."""
+    """The specs these families add to ``-m all_trec`` (the registry's ``all_trec`` families with
+    trec_eval's parameters that the default output lacks, at their defaults, in trec_eval's print order)."""
     out = []
-    for f in ("infAP", "gm_bpref", "Rprec_mult", "utility", "11pt_avg", "binG", "G", "ndcg_rel", "Rndcg",
-              "relative_P", "set_P",
-              "set_relative_P", "set_recall", "set_map", "set_F", "num_nonrel_judged_ret", "rbp",
-              "rbp_resid", "unj"):
-        out += defaults(f)
+    for f in sorted(_TREC, key=lambda f: f.print_order):
+        if "all_trec" in f.trec_sets and "official" not in f.trec_sets:
+            out += defaults(f.name)
     return out
 
 
