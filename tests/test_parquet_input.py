@@ -199,3 +199,30 @@ def test_options_refused_in_one_line(logs, tmp_path, capsys):
         assert batch.main([*base, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err, err
+
+
+def test_parquet_on_s3_equals_the_local_run(both, logs, s3_server, tmp_path, monkeypatch, capsys):
+    """Remote files go through Beam's FileSystems (moto's S3 server): the same metric rows and dead
+    letters (named by their s3:// paths); an object gone after matching fails the job (exit 1)."""
+    prefix = s3_server.prefix("parquet_in")
+    urls = {p: s3_server.upload(p, f"{prefix}in/{p.name}") for p in [*logs["imp"], logs["judg"]]}
+    args = ("--map", MAP, "--judgments-map", JUDG_MAP, "--attributes", "region", "--timestamp-unit", "s",
+            *s3_server.beam_args)
+    code, _, rows, dead = _job(tmp_path / "o", [urls[p] for p in logs["imp"]], urls[logs["judg"]], *args)
+    (_, _, rows_local, dead_local) = both[1]
+    assert code == 0 and _canon(rows) == _canon(rows_local)
+    local_names = {str(p): u for p, u in urls.items()}
+
+    def renamed(x):
+        path, _, row = x["source"].rpartition(":row ")
+        return dict(x, source=f"{local_names[path]}:row {row}") if path in local_names else x
+
+    assert _canon(dead) == _canon([renamed(x) for x in dead_local])
+    gone = s3_server.url(f"{prefix}in/gone.parquet")
+    expand = batch.expand_inputs
+    monkeypatch.setattr(batch, "expand_inputs",
+                        lambda pats: [*expand(pats), gone] if any("imp_" in p for p in pats) else expand(pats))
+    capsys.readouterr()
+    code, _, _, _ = _job(tmp_path / "o2", [urls[logs["imp"][0]]], urls[logs["judg"]], *args)
+    assert code == 1
+    assert f"cannot read input file {gone}" in capsys.readouterr().err
