@@ -21,6 +21,7 @@ Layer 4 (I/O): imports pyarrow, numpy and this package's conversion rules; no Be
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from dataclasses import dataclass, field
 
@@ -152,9 +153,11 @@ class _Watched:
         pass  # the caller's
 
 
+@functools.lru_cache(maxsize=None)
 def _defaults(schema_name: str):
     """(the record of every field's default (None for nullable fields), {field: default} of the
-    fields that cannot be null but have a default), of schema ``schema_name``."""
+    fields that cannot be null but have a default), of schema ``schema_name`` (cached: not to be
+    modified)."""
     fields = load_schema_json(schema_name)["fields"]
     every = {f["name"]: f.get("default") for f in fields}
     fill = {f["name"]: f["default"] for f in fields if "default" in f and not _nullable(f["type"])
