@@ -58,8 +58,9 @@ from streameval.beam.transforms import (
 from streameval.beam.sinks import (DEFAULT_FORMATS, bigquery_available, bigquery_sink, parse_formats, prepare_output, publish,
                                    read_jsonl, read_metric_rows, remove_temporary, write_bigquery, write_jsonl,
                                    write_records)
-from streameval.beam.sources import (UNREADABLE, ReadAvro, expand_inputs, failure_reason, input_bytes,
-                                     set_file_system_options)
+from streameval.beam.sources import (UNREADABLE, UNREADABLE_PARQUET, ReadAvro, expand_inputs, failure_reason,
+                                     input_bytes, is_unreadable_letter, set_file_system_options)
+from streameval.beam.table_inputs import add_table_arguments, count_parquet_rows, parquet_paths, table_options
 from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetrics, split_metric_names
 from streameval import progress, tuning
 from streameval.beam.stats import CompareSystems
@@ -92,9 +93,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
         description="Batch ranking and click metrics over impression / judgment Avro logs (Apache Beam). "
                     "Unknown arguments are passed to Beam's PipelineOptions.")
     p.add_argument("--impressions", required=True, action="append",
-                   help="Avro file(s) or glob of impressions (impression schema); repeatable")
+                   help="Avro (or Parquet, see --input-format) file(s) or glob of impressions (impression "
+                        "schema); repeatable")
     p.add_argument("--judgments", action="append", default=None,
-                   help="Avro file(s) or glob of judgments (judgment schema); repeatable. "
+                   help="Avro (or Parquet) file(s) or glob of judgments (judgment schema); repeatable. "
                         "Without it only click metrics are computed")
     p.add_argument("--metrics", default=DEFAULT_METRICS,
                    help=f"comma-separated ranking metrics (default {DEFAULT_METRICS}; e.g. all_trec, err@20) and "
@@ -200,6 +202,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "DataflowRunner)")
     p.add_argument("--quiet", action="store_true", help="do not print the table of metric rows")
     add_input_check_arguments(p)
+    add_table_arguments(p)
     return p
 
 
@@ -242,7 +245,7 @@ def output_shards(args):
 
 
 def _is_unreadable(letter) -> bool:
-    return letter.get("reason", "").startswith(UNREADABLE)
+    return is_unreadable_letter(letter)
 
 
 def _write_outputs(rows, dead, out_dir: str, shards, rules=None, formats=DEFAULT_FORMATS, bigquery_table=None):
@@ -278,11 +281,16 @@ def _sink_args(args):
             getattr(args, "bigquery_table", None))
 
 
-def _local_total(paths):
-    """Records in local Avro files (the progress bar's total); None for remote files."""
+def _local_total(paths, input_format: str = "auto"):
+    """Records in local Avro and Parquet files (the progress bar's total); None for remote files."""
     if any("://" in p for p in paths):
         return None
-    return progress.count_avro_records(paths)
+    tables = parquet_paths(paths, input_format)
+    if not tables:
+        return progress.count_avro_records(paths)
+    avro = [p for p in paths if p not in set(tables)]
+    counts = [count_parquet_rows(tables), progress.count_avro_records(avro) if avro else 0]
+    return None if None in counts else sum(counts)
 
 
 def online_labels(args) -> str:
@@ -409,7 +417,8 @@ def decoders_used(result, engine: str, paths) -> dict:
 
 def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
     ranking, online = split_all_metrics(args.metrics)
-    total = _local_total(impression_paths)
+    fmt = getattr(args, "input_format", "auto")
+    total = _local_total(impression_paths, fmt)
     args.shards_used = shard_count(args, impression_paths, total)
     col = ColumnarMetrics(
         impression_paths, judgment_paths, ranking if judgment_paths else [], ctr=not args.no_ctr,
@@ -424,7 +433,8 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         online=online, labels=online_labels(args), unjudged=args.unjudged, hist_bins=args.hist_bins, hist_range=_hist_range(args.hist_range),
         group_rows=args.group_rows, ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed,
         compare_baseline=args.compare_baseline if judgment_paths and ranking else None, complete=args.complete,
-        hot_query_fraction=args.hot_query_fraction)
+        hot_query_fraction=args.hot_query_fraction, input_format=fmt,
+        impression_table=getattr(args, "impression_table", None), judgment_table=getattr(args, "judgment_table", None))
     rows = p | "Metrics" >> col
     if col.unjudged is not None:
         # lists of requests, one per shard: one text element (lines) each (an empty list writes no line)
@@ -587,6 +597,7 @@ def main(argv=None) -> int:
         set_file_system_options(options)  # before any remote file is matched (credentials, endpoint)
         impression_paths = expand_inputs(args.impressions)
         judgment_paths = expand_inputs(args.judgments) if args.judgments else []
+        args.impression_table, args.judgment_table = table_options(args, impression_paths, judgment_paths)
         if args.labels == "judgments" and not judgment_paths:
             raise ValueError("--labels judgments needs --judgments")
         if not judgment_paths and args.no_ctr and not online:
@@ -655,6 +666,7 @@ def main(argv=None) -> int:
         note = f"the metric rows are not readable from this machine ({e})"
     try:
         unreadable = [d["reason"].replace(f"{UNREADABLE} ", f"{d['source']} ", 1)
+                      .replace(f"{UNREADABLE_PARQUET} ", f"{d['source']} ", 1)
                       for d in read_jsonl(FileSystems.join(args.output, "unreadable_files.jsonl"))]
     except (OSError, ValueError):  # none written (a remote output without damaged files) or not readable here
         unreadable = [f"{counters[f'unreadable_files:{k}']} {k} files (see dead_letters)"

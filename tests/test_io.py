@@ -703,7 +703,8 @@ def test_yandex_malformed_session(tmp_path):
 def test_io_imports_only_numpy_fastavro_and_stdlib():
     """Only streameval.io and the definitions layer (streameval.metrics) from the project; no Beam in
     the I/O layer at import time; pyarrow and datafusion only in the Arrow decoder
-    (arrow_avro), pyarrow in ``convert table``'s reader (convert_table, imported by that command only). Inside a function (imported when called), Beam's FileSystems for remote paths and
+    (arrow_avro), pyarrow in ``convert table``'s reader (convert_table, imported by that command only)
+    and in the batch job's Parquet reader that uses its rules (parquet_blocks). Inside a function (imported when called), Beam's FileSystems for remote paths and
     pandas (an optional DataFrame result) and pyarrow (Parquet outputs: warehouse, tables) are allowed:
     importing streameval.io never loads them."""
     import sys
@@ -732,7 +733,8 @@ def test_io_imports_only_numpy_fastavro_and_stdlib():
                 top = name.split(".")[0]
                 # Arrow modules: the Arrow decoder, and `convert table` (pyarrow reads CSV, JSON lines and
                 # Parquet; loaded only by that command, never by `import streameval.io`)
-                arrow = {"arrow_avro.py": {"pyarrow", "datafusion"}, "convert_table.py": {"pyarrow"}}
+                arrow = {"arrow_avro.py": {"pyarrow", "datafusion"}, "convert_table.py": {"pyarrow"},
+                         "parquet_blocks.py": {"pyarrow"}}
                 allowed = allowed_third_party | arrow.get(py.name, set())
                 assert top in allowed or top in sys.stdlib_module_names, f"{py.name} imports {name}"
 

@@ -136,6 +136,11 @@ class ColumnarMetrics(beam.PTransform):
     earliest impression's window plus this lateness are late data (dead letters with source
     ``late:impression``), as in :class:`~streameval.beam.transforms.CleanImpressions` and the
     streaming job.
+
+    ``input_format`` (``auto``: Parquet for ``.parquet``/``.pq`` names, else Avro; ``avro``;
+    ``parquet``) and ``impression_table`` / ``judgment_table``
+    (:class:`streameval.io.parquet_blocks.TableOptions`: the column mapping of Parquet inputs, as
+    ``streameval convert table``'s; docs/metrics.md, "Parquet inputs").
     """
 
     def __init__(self, impression_paths, judgment_paths, metrics=(), *, ctr=True, window=None, slices=(),
@@ -145,8 +150,11 @@ class ColumnarMetrics(beam.PTransform):
                  threads=1, time_range=None, allowed_lateness=0, online=(), labels="clicks", unjudged="exclude",
                  hist_bins=1000,
                  hist_range=(0.0, 1.0), group_rows=False, ci="t", replicates=DEFAULT_REPLICATES, ci_seed=0,
-                 compare_baseline=None, complete=False, hot_query_fraction=None, label=None):
+                 compare_baseline=None, complete=False, hot_query_fraction=None, input_format="auto",
+                 impression_table=None, judgment_table=None, label=None):
         super().__init__(label)
+        self.input_format = input_format
+        self.impression_table, self.judgment_table = impression_table, judgment_table
         from .columnar_hot import HOT_FRACTION
 
         self.hot_fraction = HOT_FRACTION if hot_query_fraction is None else float(hot_query_fraction)
@@ -216,7 +224,8 @@ class ColumnarMetrics(beam.PTransform):
 
         read = ReadImpressionColumns(self.impression_paths, self.shards,
                                      decoder=self.decoder, hold=self.in_process, threads=self.threads,
-                                     time_range=self.time_range)
+                                     time_range=self.time_range, input_format=self.input_format,
+                                     table_options=self.impression_table)
         chunks = (pbegin
                   | "ReadImpressions" >> read
                   | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", self.progress_total,
@@ -243,7 +252,8 @@ class ColumnarMetrics(beam.PTransform):
                         | "ClickRows" >> beam.FlatMap(_click_rows, self.ci_level))
         if self.judgment_paths:  # read and checked also when no ranking metric uses them (accounting)
             jread = ReadJudgmentColumns(self.judgment_paths, self.shards, self.grade_range,
-                                        decoder=self.decoder, hold=self.in_process, threads=self.threads)
+                                        decoder=self.decoder, hold=self.in_process, threads=self.threads,
+                                        input_format=self.input_format, table_options=self.judgment_table)
             judgments = pbegin | "ReadJudgments" >> jread
             dead.append(jread.dead_letters)
             # judgments resolved per shard, then read by the scoring stage as a side input: the requests

@@ -300,7 +300,8 @@ def _same_keys(m: pa.MapArray, offs: np.ndarray) -> list | None:
 
 def impression_columns_arrow(table) -> tuple[dict, np.ndarray, np.ndarray]:
     """(columns as :func:`impression_columns` makes them, null mask of score, null mask of
-    propensity) of an Arrow table of impressions (:func:`streameval.io.arrow_avro.read_tables`)."""
+    propensity) of an Arrow table of impressions (:func:`streameval.io.arrow_avro.read_tables`; a
+    table without an ``attributes`` column gives no attributes)."""
     n = table.num_rows
     out = {"n": n}
     for f in _STRINGS:
@@ -314,7 +315,7 @@ def impression_columns_arrow(table) -> tuple[dict, np.ndarray, np.ndarray]:
         nulls.append(np.asarray(c.is_null().to_numpy(zero_copy_only=False), dtype=bool) if c.null_count
                      else np.zeros(n, dtype=bool))
     out["clicked"] = np.asarray(pc.fill_null(table.column("clicked").cast(pa.int8()), -1).to_numpy(), dtype=np.int8)
-    out["attributes"] = _arrow_map_columns(table.column("attributes"), n)
+    out["attributes"] = _arrow_map_columns(table.column("attributes"), n) if "attributes" in table.column_names else {}
     return out, nulls[0], nulls[1]
 
 

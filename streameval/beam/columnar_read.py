@@ -1,5 +1,7 @@
 """Stage 1 of the columnar engine (:mod:`streameval.beam.columnar`): Avro blocks read, validated and
-split into shards, one element per (block, shard)."""
+split into shards, one element per (block, shard). Parquet files (``input_format``, or their
+extension) are read row group by row group and converted with ``convert table``'s rules
+(:mod:`streameval.io.parquet_blocks`), then validated and split as Avro blocks are."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from ..io import avro, records
 from .columnar_columns import (SHARDS, _judgment_records, _no_nul, _nonempty, _shards_of, _split, _take,
                                columns_records, impression_columns, impression_columns_arrow, judgment_columns,
                                judgment_columns_arrow)
-from .sources import read_avro_blocks, unreadable_letter
+from .sources import UNREADABLE_PARQUET, read_avro_blocks, read_parquet_blocks, unreadable_letter
 from .threads import ThreadedDoFn, counter
 from .transforms import NAMESPACE, reason_key
 
@@ -40,9 +42,14 @@ class _ReadColumns(ThreadedDoFn):
     runs: tuple = ()
 
     def __init__(self, shards: int, grade_range=None, decoder: str = "datafusion", hold: bool = False,
-                 threads: int = 1, time_range=None):
+                 threads: int = 1, time_range=None, input_format: str = "auto", table_options=None):
         if decoder not in DECODERS:
             raise ValueError(f"decoder must be one of {DECODERS}")
+        from ..io.parquet_blocks import is_parquet
+
+        is_parquet("", input_format)  # checks it
+        self.input_format = input_format
+        self.table_options = table_options  # a parquet_blocks.TableOptions (None: no mapping)
         self.threads = int(threads)
         self.hold = hold
         self.shards = shards
@@ -57,6 +64,11 @@ class _ReadColumns(ThreadedDoFn):
         self.unreadable = counter(NAMESPACE, f"unreadable_files:{self.kind}")
 
     def work(self, path):
+        from ..io.parquet_blocks import is_parquet
+
+        if is_parquet(path, self.input_format):
+            yield from self._parquet(path)
+            return
         n = 0
         used = set()  # the decoders that gave this file's records (counter decoder:<names>:<path>)
         try:
@@ -77,12 +89,38 @@ class _ReadColumns(ThreadedDoFn):
             yield pvalue.TaggedOutput("dead_letters", unreadable_letter(path, f"{self.kind}s", e, n))
         counter(DECODER_NAMESPACE, f"{'+'.join(sorted(used)) or 'none'}:{path}").inc()
 
-    def _finish(self, recs, chunk, ok, bad, check, shards, path):
+    def _parquet(self, path):
+        """The blocks of a Parquet file: its conversion's dead letters (counted as rejected), then
+        its rows as :meth:`_table` and :meth:`_block` take Avro's; a rejected row's ``source`` is
+        ``path:row N``. Damaged bytes: the rows before and one dead letter."""
+        from ..io.parquet_blocks import ParquetInputError
+
+        n = 0
+        try:
+            for block in read_parquet_blocks(path, f"{self.kind}s", self.table_options):
+                self.read.inc(block.n)
+                n += block.n
+                for letter in block.dead:
+                    counter(NAMESPACE, f"rejected:{self.kind}:{reason_key(letter['reason'])}").inc()
+                    yield pvalue.TaggedOutput("dead_letters", letter)
+                if len(block.rows):
+                    rows = block.rows
+                    yield from self._table(block.table, path, block.attributes, lambda i: f"{path}:row {rows[i] + 1}")
+                if block.rescued:
+                    rescued = block.rescued
+                    yield from self._block([r for _, r in rescued], path, lambda i: f"{path}:row {rescued[i][0] + 1}")
+        except ParquetInputError as e:
+            self.unreadable.inc()
+            yield pvalue.TaggedOutput("dead_letters", unreadable_letter(path, f"{self.kind}s", e, n,
+                                                                        UNREADABLE_PARQUET))
+        counter(DECODER_NAMESPACE, f"parquet:{path}").inc()
+
+    def _finish(self, recs, chunk, ok, bad, check, shards, path, where=None):
         """Dead letters of the ``bad`` rows the record check rejects (``source``: their file
-        ``path``), then the valid rows' columns split by shard."""
+        ``path``, or ``where(row)``), then the valid rows' columns split by shard."""
         dead = []
         if len(bad):
-            passed, dead = self._reject(recs, bad, check, path)
+            passed, dead = self._reject(recs, bad, check, path, where)
             ok[passed] = True
         yield from dead
         if not ok.all():
@@ -90,8 +128,9 @@ class _ReadColumns(ThreadedDoFn):
         self.valid.inc(chunk["n"])
         yield from _split(chunk, shards(chunk), self.runs, self.hold)
 
-    def _reject(self, recs, rows, check, path):
-        """Run the record check on ``rows`` (read from ``path``): (rows that pass, dead letters)."""
+    def _reject(self, recs, rows, check, path, where=None):
+        """Run the record check on ``rows`` (read from ``path``; ``where(row)`` names a row's
+        place): (rows that pass, dead letters)."""
         passed, dead = [], []
         for i in rows:
             reason = check(recs[i])
@@ -99,7 +138,7 @@ class _ReadColumns(ThreadedDoFn):
                 passed.append(i)
                 continue
             counter(NAMESPACE, f"rejected:{self.kind}:{reason_key(reason)}").inc()
-            dead.append(pvalue.TaggedOutput("dead_letters", {"source": str(path),
+            dead.append(pvalue.TaggedOutput("dead_letters", {"source": str(path) if where is None else where(i),
                                                              "raw": records.to_json_text(recs[i]), "reason": reason}))
         return passed, dead
 
@@ -126,7 +165,7 @@ class _ReadImpressionColumns(_ReadColumns):
     def _shards(self, chunk):
         return _shards_of(chunk["system_id"], chunk["request_id"], self.shards)
 
-    def _block(self, recs, path):
+    def _block(self, recs, path, where=None):
         nulls: dict = {}
         chunk = impression_columns(recs, nulls)
         # NaN is null (valid) or NaN (not): when the NaNs are as many as the nulls, all are nulls
@@ -140,10 +179,12 @@ class _ReadImpressionColumns(_ReadColumns):
                 fine[f] |= nan
         ok = self._screen(chunk, fine["score"], fine["propensity"])
         bad = np.flatnonzero(~ok)
-        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path, where)
 
-    def _table(self, table, path):
+    def _table(self, table, path, attributes=None, where=None):
         chunk, score_null, prop_null = impression_columns_arrow(table)
+        if attributes is not None:  # a Parquet block's: the columns kept, by key
+            chunk["attributes"] = attributes
         prop = chunk["propensity"]
         ok = self._screen(chunk, np.isfinite(chunk["score"]) | score_null, ((prop > 0) & (prop <= 1)) | prop_null)
         bad = np.flatnonzero(~ok)
@@ -153,7 +194,7 @@ class _ReadImpressionColumns(_ReadColumns):
                 if not null[i]:  # NaN is a value here, not a null
                     rec[f] = float(chunk[f][i])
             recs[i] = rec
-        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path, where)
 
 
 class _ReadJudgmentColumns(_ReadColumns):
@@ -178,26 +219,29 @@ class _ReadJudgmentColumns(_ReadColumns):
     def _shards(self, chunk):
         return _shards_of(chunk["query_id"], None, self.shards)
 
-    def _block(self, recs, path):
+    def _block(self, recs, path, where=None):
         chunk = judgment_columns(recs)
         ok = self._screen(chunk)
         bad = np.flatnonzero(~ok)
-        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path, where)
 
-    def _table(self, table, path):
+    def _table(self, table, path, attributes=None, where=None):
         chunk = judgment_columns_arrow(table)
         ok = self._screen(chunk)
         bad = np.flatnonzero(~ok)
         recs = dict(zip(bad.tolist(), _judgment_records(chunk, bad)))
-        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path)
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path, where)
 
 
 class _Read(beam.PTransform):
     fn = None
 
     def __init__(self, paths, shards: int = SHARDS, grade_range=None, decoder: str | None = None,
-                 hold: bool = False, threads: int = 1, label=None, time_range=None):
+                 hold: bool = False, threads: int = 1, label=None, time_range=None, input_format: str = "auto",
+                 table_options=None):
         super().__init__(label)
+        self.input_format = input_format
+        self.table_options = table_options
         self.time_range = time_range
         self.hold = hold
         self.threads = int(threads)
@@ -212,7 +256,8 @@ class _Read(beam.PTransform):
                 | "Paths" >> beam.Create(self.paths)
                 | "Spread" >> beam.Reshuffle()
                 | "Blocks" >> beam.ParDo(self.fn(self.shards, self.grade_range, self.decoder,
-                                                 self.hold, self.threads, self.time_range)).with_outputs(
+                                                 self.hold, self.threads, self.time_range, self.input_format,
+                                                 self.table_options)).with_outputs(
                     "dead_letters", main="chunks"))
         #: dead letters: records failing the checks, and one per file that could not be read to its end
         self.dead_letters = read.dead_letters
@@ -221,7 +266,9 @@ class _Read(beam.PTransform):
 
 class ReadImpressionColumns(_Read):
     """``paths`` of impression Avro files -> ``(request shard, column dict)`` elements, one per
-    (block, shard); ``.dead_letters`` after application. Counters ``impressions_read``,
+    (block, shard); ``.dead_letters`` after application. Parquet files (``input_format`` ``auto``
+    and a ``.parquet``/``.pq`` name, or ``parquet``) are converted with ``table_options``
+    (:class:`streameval.io.parquet_blocks.TableOptions`). Counters ``impressions_read``,
     ``impressions_valid``, ``rejected:impression:<reason>``, ``unreadable_files:impression``."""
 
     fn = _ReadImpressionColumns

@@ -14,6 +14,10 @@ bundle).
   it and the job fails with the path and the error named. Only a file whose bytes are damaged
   (:class:`~streameval.io.avro.AvroInputError`) becomes a dead letter (:func:`unreadable_letter`).
 * :class:`ReadAvro`: records of Avro files, one element per record (the per-record engine).
+* :func:`read_parquet_blocks`: a Parquet file of impressions or judgments (local or remote, through
+  the same copy) converted block by block with ``convert table``'s rules
+  (:mod:`streameval.io.parquet_blocks`); damaged bytes raise ``ParquetInputError`` (a dead letter,
+  reason ``unreadable Parquet file``), the environment :class:`InputUnavailableError`.
 
 Layer 3 (Beam): imports :mod:`streameval.io`; nothing from ``pipelines``.
 """
@@ -36,10 +40,13 @@ from . import s3_clients  # noqa: F401 (installs one boto3 client per process fo
 from .threads import counter
 
 __all__ = ["UNREADABLE", "InputUnavailableError", "failure_reason", "expand_inputs", "input_bytes", "set_file_system_options", "is_remote",
-           "local_copy", "unreadable_letter", "read_avro_blocks", "ReadAvro", "COPY_CHUNK"]
+           "local_copy", "unreadable_letter", "read_avro_blocks", "read_parquet_blocks", "is_unreadable_letter",
+           "ReadAvro", "COPY_CHUNK", "UNREADABLE_PARQUET"]
 
 #: the reason prefix of the dead letter of a file whose content could not be read to its end
 UNREADABLE = "unreadable Avro file"
+#: the same of a Parquet file (streameval.io.parquet_blocks.UNREADABLE_PARQUET)
+UNREADABLE_PARQUET = "unreadable Parquet file"
 #: bytes per read when a remote file is copied to a local temporary file
 COPY_CHUNK = 16 << 20
 NAMESPACE = "streameval"
@@ -170,12 +177,37 @@ def read_avro_blocks(path: str, name: str, decoder: str = "fastavro") -> Iterato
         raise InputUnavailableError(path, e) from e
 
 
-def unreadable_letter(path: str, kind: str, error: avro.AvroInputError, records_read: int) -> dict:
+def read_parquet_blocks(path: str, kind: str, options=None) -> Iterator:
+    """The :class:`~streameval.io.parquet_blocks.Block` s of the Parquet file ``path`` (local or
+    remote; ``kind`` ``"impressions"`` or ``"judgments"``; ``options`` a
+    :class:`~streameval.io.parquet_blocks.TableOptions`). Raises
+    :class:`~streameval.io.parquet_blocks.ParquetInputError` for damaged content (after the blocks
+    before the damage), :class:`InputUnavailableError` when the environment does not deliver the
+    file, :class:`~streameval.io.convert_table.TableConvertError` when its columns do not fit."""
+    from ..io import parquet_blocks
+
+    try:
+        with local_copy(path) as local, open(local, "rb") as f:
+            yield from parquet_blocks.read_blocks(f, path, kind, options)
+    except (parquet_blocks.ParquetInputError, InputUnavailableError, ValueError):
+        raise  # (TableConvertError is a ValueError)
+    except OSError as e:
+        raise InputUnavailableError(path, e) from e
+
+
+def unreadable_letter(path: str, kind: str, error: avro.AvroInputError, records_read: int,
+                      prefix: str = UNREADABLE) -> dict:
     """The dead letter of a file whose content could not be read to its end (``kind``:
-    ``"impressions"``, ``"judgments"``, ``"clicks"``)."""
+    ``"impressions"``, ``"judgments"``, ``"clicks"``; ``prefix``: :data:`UNREADABLE` for Avro,
+    :data:`UNREADABLE_PARQUET` for Parquet)."""
     reason = getattr(error, "reason", None) or f"{type(error).__name__}: {error}"
     return {"source": str(path), "raw": json.dumps({"file": str(path), "records_read": int(records_read)}),
-            "reason": f"{UNREADABLE} ({kind}): {reason}; {records_read} records before the damage were read"}
+            "reason": f"{prefix} ({kind}): {reason}; {records_read} records before the damage were read"}
+
+
+def is_unreadable_letter(letter: dict) -> bool:
+    """Whether a dead letter is that of a damaged input file (Avro or Parquet)."""
+    return letter.get("reason", "").startswith((UNREADABLE, UNREADABLE_PARQUET))
 
 
 class _ReadAvroFile(beam.DoFn):

@@ -49,8 +49,9 @@ import pyarrow.compute as pc
 from . import records
 from .avro import load_schema_json, write_records
 
-__all__ = ["FORMATS", "TIMESTAMP_UNITS", "KINDS", "TableConvertError", "TableConversion", "parse_mapping",
-           "detect_format", "convert_table"]
+__all__ = ["FORMATS", "TIMESTAMP_UNITS", "KINDS", "TableConvertError", "TableConversion", "TablePlan", "Converted",
+           "parse_mapping", "detect_format", "check_options", "plan_table", "integer_timestamps", "convert_rows",
+           "convert_table"]
 
 FORMATS = ("jsonl", "csv", "parquet")
 TIMESTAMP_UNITS = ("s", "ms", "us", "iso")
@@ -515,22 +516,28 @@ def _field_kinds(schema_name: str) -> dict:
             if f["name"] != "attributes"}
 
 
-def convert_table(path, kind: str, out, mapping: dict | None = None, fmt: str = "auto",
-                  dead_letters=None, timestamp_unit: str | None = None, attributes=()) -> TableConversion:
-    """Convert the table file ``path`` to the Avro file ``out`` of ``kind`` (``"impressions"`` or
-    ``"judgments"``), the rejected rows to dead letters (written to ``dead_letters``, ``.jsonl`` or
-    ``.avro``, when given). See the module docstring for the rules.
+@dataclass
+class TablePlan:
+    """How a table's columns become a schema's fields (:func:`plan_table`): ``schema_name``
+    (``"impression"``/``"judgment"``), ``kinds`` (field -> conversion kind, schema order),
+    ``source`` (field -> the file's column, fields with a column only), ``required`` (the schema's
+    required fields), ``attributes`` (columns kept in the attributes map), ``needed`` (the columns
+    read, in file order), ``ignored`` (the others) and ``timestamp_unit``."""
 
-    ``mapping``: ``{field: column}``; ``timestamp_unit``: s, ms, us or iso (None: iso for text
-    columns, an error for integer columns, which need their unit); ``attributes``: column names
-    kept in the impression's ``attributes`` map.
+    schema_name: str
+    kinds: dict
+    source: dict
+    required: tuple
+    attributes: list
+    needed: list
+    ignored: list
+    timestamp_unit: str | None = None
 
-    Raises :class:`TableConvertError` (one line) for an unknown field in ``mapping``, a mapped or
-    attribute column not in the file, a required field without a column, an integer timestamp
-    column without ``timestamp_unit``, an unreadable file or one without rows; ``OSError`` for a
-    file that cannot be opened or written. Returns a :class:`TableConversion`.
-    """
-    path = os.fspath(path)
+
+def check_options(kind: str, mapping: dict | None, timestamp_unit: str | None, attributes=()):
+    """``(schema name, {field: conversion kind}, mapping, attributes)`` of the options of a
+    conversion, checked without the file: raises :class:`TableConvertError` (one line) for an unknown
+    kind, timestamp unit or field, or attributes of judgments."""
     if kind not in KINDS:
         raise TableConvertError(f"--kind must be impressions or judgments, got {kind!r}")
     schema_name = KINDS[kind]
@@ -545,13 +552,19 @@ def convert_table(path, kind: str, out, mapping: dict | None = None, fmt: str = 
                                 f"{', '.join(kinds)}")
     if attributes and schema_name != "impression":
         raise TableConvertError("--attributes: judgments have no attributes map")
-    if not os.path.isfile(path):
-        raise TableConvertError(f"{path}: no such file" if not os.path.exists(path) else f"{path}: not a file")
-    fmt = detect_format(path, fmt)
-    columns = _columns_of(path, fmt)
-    if fmt == "jsonl":
-        read = _read_jsonl(path)
-        columns = list(read.table.column_names)
+    return schema_name, kinds, mapping, attributes
+
+
+def plan_table(path, kind: str, columns, mapping: dict | None = None, timestamp_unit: str | None = None,
+               attributes=()) -> TablePlan:
+    """The :class:`TablePlan` of a table file ``path`` of ``kind`` (``"impressions"``/``"judgments"``)
+    with ``columns`` (its column names), for ``mapping`` ``{field: column}``, ``timestamp_unit`` (as
+    given; :func:`convert_table` settles None from the data) and ``attributes``. Raises
+    :class:`TableConvertError` (one line) for an unknown kind, field or unit, attributes of
+    judgments, a mapped or attribute column not in ``columns``, a required field without a column."""
+    path = os.fspath(path)
+    schema_name, kinds, mapping, attributes = check_options(kind, mapping, timestamp_unit, attributes)
+    columns = list(columns)
     source = {t: mapping.get(t, t) for t in kinds}
     missing_cols = [f"{t}={c}" for t, c in mapping.items() if c not in columns]
     missing_cols += [a for a in attributes if a not in columns]
@@ -565,26 +578,41 @@ def convert_table(path, kind: str, out, mapping: dict | None = None, fmt: str = 
                                 f"--map FIELD=COLUMN (columns: {', '.join(columns) or 'none'})")
     source = {t: c for t, c in source.items() if c in columns}
     used = set(source.values()) | set(attributes)
-    ignored = [c for c in columns if c not in used]
-    needed = [c for c in columns if c in used]
-    if fmt == "csv":
-        read = _read_csv(path, needed, columns)
-    elif fmt == "parquet":
-        read = _read_parquet(path, needed)
+    return TablePlan(schema_name, kinds, source, required, attributes, [c for c in columns if c in used],
+                     [c for c in columns if c not in used], timestamp_unit)
+
+
+def integer_timestamps(path, plan: TablePlan, column_type) -> None:
+    """Raise :class:`TableConvertError` when the timestamp column (Arrow type ``column_type``) holds
+    integers and ``plan`` has no ``timestamp_unit``."""
+    if plan.timestamp_unit is None and pa.types.is_integer(column_type):
+        raise TableConvertError(f"{os.fspath(path)}: the timestamp column {plan.source['timestamp']!r} holds integers; "
+                                f"give --timestamp-unit s, ms or us")
+
+
+@dataclass
+class Converted:
+    """The rows of one table converted (:func:`convert_rows`): ``cols`` (field -> Arrow array of the
+    field's type, null where absent or not converted; fields without a column: all null),
+    ``attributes`` (column -> Arrow string array), ``ok`` (rows to keep), ``rescued`` (row ->
+    record dict, for kept rows the column conversion could not give: their values are these) and
+    ``dead`` (dead letters of the rejected rows)."""
+
+    cols: dict
+    attributes: dict
+    ok: np.ndarray
+    rescued: dict
+    dead: list
+
+
+def convert_rows(read: _Read, plan: TablePlan, is_csv: bool = False) -> Converted:
+    """Convert the table ``read`` holds as ``plan`` says (``plan.timestamp_unit`` settled): the
+    columns with Arrow, the screen, and for the rows they flag the per-value conversion and the
+    record check (no time range). Rejected rows are dead letters named ``read.where(i)``."""
     table = read.table
     n = table.num_rows
-    if n == 0 and not read.dead:
-        raise TableConvertError(f"{path}: no rows")
-    is_csv = fmt == "csv"
-    if "timestamp" in source and timestamp_unit is None:
-        t = _decoded(table[source["timestamp"]]).type
-        ints = pa.types.is_integer(t) or (is_csv and n and _np_bool(pc.match_substring_regex(
-            _decoded(table[source["timestamp"]]), _INT_TEXT)).any())
-        if ints:
-            raise TableConvertError(f"{path}: the timestamp column {source['timestamp']!r} holds integers; give "
-                                    f"--timestamp-unit s, ms or us")
-        timestamp_unit = "iso"
-
+    kinds, source, required, attributes = plan.kinds, plan.source, plan.required, plan.attributes
+    schema_name, timestamp_unit = plan.schema_name, plan.timestamp_unit
     ok = ~read.flagged
     cols = {}
     for target, k in kinds.items():
@@ -607,9 +635,7 @@ def convert_table(path, kind: str, out, mapping: dict | None = None, fmt: str = 
             ok &= ~_valid(col)
     if n:
         ok &= _screen(cols, schema_name)
-
-    result = TableConversion(rows=n + len(read.dead), ignored=ignored)
-    dead = list(read.dead)
+    dead = []
     rescued: dict = {}
     for i in np.flatnonzero(~ok).tolist():
         raw = read.raw(i)
@@ -630,7 +656,54 @@ def convert_table(path, kind: str, out, mapping: dict | None = None, fmt: str = 
             ok[i] = True
         else:
             dead.append({"source": read.where(i), "raw": records.to_json_text(raw), "reason": reason})
+    return Converted(cols, attr_cols, ok, rescued, dead)
 
+
+def convert_table(path, kind: str, out, mapping: dict | None = None, fmt: str = "auto",
+                  dead_letters=None, timestamp_unit: str | None = None, attributes=()) -> TableConversion:
+    """Convert the table file ``path`` to the Avro file ``out`` of ``kind`` (``"impressions"`` or
+    ``"judgments"``), the rejected rows to dead letters (written to ``dead_letters``, ``.jsonl`` or
+    ``.avro``, when given). See the module docstring for the rules.
+
+    ``mapping``: ``{field: column}``; ``timestamp_unit``: s, ms, us or iso (None: iso for text
+    columns, an error for integer columns, which need their unit); ``attributes``: column names
+    kept in the impression's ``attributes`` map.
+
+    Raises :class:`TableConvertError` (one line) for an unknown field in ``mapping``, a mapped or
+    attribute column not in the file, a required field without a column, an integer timestamp
+    column without ``timestamp_unit``, an unreadable file or one without rows; ``OSError`` for a
+    file that cannot be opened or written. Returns a :class:`TableConversion`.
+    """
+    path = os.fspath(path)
+    schema_name = check_options(kind, mapping, timestamp_unit, attributes)[0]
+    if not os.path.isfile(path):
+        raise TableConvertError(f"{path}: no such file" if not os.path.exists(path) else f"{path}: not a file")
+    fmt = detect_format(path, fmt)
+    columns = _columns_of(path, fmt)
+    if fmt == "jsonl":
+        read = _read_jsonl(path)
+        columns = list(read.table.column_names)
+    plan = plan_table(path, kind, columns, mapping, timestamp_unit, attributes)
+    source, ignored, needed = plan.source, plan.ignored, plan.needed
+    if fmt == "csv":
+        read = _read_csv(path, needed, columns)
+    elif fmt == "parquet":
+        read = _read_parquet(path, needed)
+    table = read.table
+    n = table.num_rows
+    if n == 0 and not read.dead:
+        raise TableConvertError(f"{path}: no rows")
+    is_csv = fmt == "csv"
+    if "timestamp" in source and plan.timestamp_unit is None:
+        t = _decoded(table[source["timestamp"]]).type
+        integer_timestamps(path, plan, t)
+        if is_csv and n and _np_bool(pc.match_substring_regex(_decoded(table[source["timestamp"]]), _INT_TEXT)).any():
+            integer_timestamps(path, plan, pa.int64())
+        plan.timestamp_unit = "iso"
+    conv = convert_rows(read, plan, is_csv)
+    cols, attr_cols, ok, rescued = conv.cols, conv.attributes, conv.ok, conv.rescued
+    result = TableConversion(rows=n + len(read.dead), ignored=ignored)
+    dead = list(read.dead) + conv.dead
     result.dead_letters = dead
     good = np.flatnonzero(ok)
 

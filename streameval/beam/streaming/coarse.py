@@ -633,7 +633,7 @@ class ColumnarStreamMetrics(StreamMetrics):
         conflict policy): ``({query shard: [frozen resolved columns]}, dead letters)``; their counts
         go to the run's tally. Read here, not by a side input: Beam's local streaming runner does not
         hold the main input until a side input is complete."""
-        reader = _ReadJudgmentColumns(QUERY_SHARDS, self.grade_range, self.decoder)
+        reader = _ReadJudgmentColumns(QUERY_SHARDS, self.grade_range, self.decoder, input_format="avro")
         by_shard: dict = {}
         dead: list = []
 
