@@ -53,7 +53,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Timestamp
 
-from streameval.beam.arguments import DEFAULT_METRICS, make_pipeline, split_metrics
+from streameval.beam.arguments import (DEFAULT_METRICS, GDEVAL_ERR_MAX_GRADE, auto_err_max_grade, make_pipeline,
+                                       parse_err_max_grade, split_metrics)
 from streameval.beam.sinks import prepare_output, publish, remove_temporary
 from streameval.exits import EXIT_ALERT, EXIT_OK, one_line
 from streameval.beam.arguments import parse_grades as _grades
@@ -661,7 +662,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     m.add_argument("--relevance-level", type=float, default=1)
     m.add_argument("--gain", choices=("linear", "exponential"), default="linear")
     m.add_argument("--ideal", choices=("judgments", "served"), default="judgments")
-    m.add_argument("--err-max-grade", type=float, default=4)
+    m.add_argument("--err-max-grade", default="auto",
+                   help="g_max of ERR, a number, or auto (default): with --replay, the largest grade of the "
+                        "judgment files (at least 1), as the batch job; with --watch, Pub/Sub or Kafka, 4 "
+                        "(the judgments are not known when the job starts)")
     m.add_argument("--ci-level", type=float, default=0.95,
                    help="level of every pane row's interval (Wilson for CTR, t otherwise; default 0.95)")
     m.add_argument("--intervals", choices=("fixed", "anytime"), default="fixed",
@@ -982,6 +986,11 @@ def main(argv=None) -> int:
         if any(getattr(args, f"kafka_{k}") for k in KINDS) and not args.kafka_bootstrap:
             raise ValueError("Kafka topics need --kafka-bootstrap")
         checks = input_checks_from_args(args)
+        err_auto = parse_err_max_grade(args.err_max_grade) is None
+        args.err_max_grade = parse_err_max_grade(args.err_max_grade) or GDEVAL_ERR_MAX_GRADE
+        if err_auto and args.replay and paths["judgments"]:
+            args.err_max_grade = auto_err_max_grade(parse_metrics(split_metrics(args.metrics), arithmetic="the Beam jobs"),
+                                                    paths["judgments"], _grades(args.grades))
         args.engine_used = _engine(args)
     except (ValueError, TypeError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)

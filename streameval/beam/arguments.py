@@ -3,6 +3,8 @@ grade ranges, the pipeline and its output directory. Layer 3: the jobs (``pipeli
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["DEFAULT_METRICS", "split_metrics", "split_names", "parse_slice_args", "parse_grades", "make_pipeline", "make_output_dir"]
 
 DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
@@ -101,3 +103,54 @@ def make_output_dir(path: str) -> None:
         if "://" in path and FileSystems.exists(path):
             return  # an object store "directory" that exists already
         raise ValueError(f"cannot make the output directory {path!r}: {type(e).__name__}: {e}") from None
+
+
+#: ERR's g_max when the judgments are not known up front (the library's and trec-eval's default:
+#: gdeval's MAX_JUDGMENT)
+GDEVAL_ERR_MAX_GRADE = 4.0
+
+
+def parse_err_max_grade(text) -> float | None:
+    """``--err-max-grade``: a positive number, or ``"auto"`` -> None (resolve with
+    :func:`auto_err_max_grade`). Raises ``ValueError`` for anything else."""
+    if text is None or str(text).strip().lower() == "auto":
+        return None
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value > 0 or not math.isfinite(value):
+        raise ValueError(f"--err-max-grade wants a positive number or auto, got {text!r}")
+    return value
+
+
+def max_judgment_grade(paths, declared=None) -> int:
+    """The largest grade of the judgment Avro files ``paths`` (read through Beam's file systems, local
+    or remote), among the grades inside the ``declared`` range ``(lo, hi)`` (``--grades``: the others
+    are dead letters), at least 1. A file that cannot be read to its end gives the grades read before
+    the damage (the job's reader reports the file)."""
+    import fastavro
+    from apache_beam.io.filesystems import FileSystems
+
+    top = 1
+    for path in paths:
+        try:
+            with FileSystems.open(path) as f:
+                for rec in fastavro.reader(f):
+                    g = rec.get("grade")
+                    if isinstance(g, int) and g > top and (declared is None or declared[0] <= g <= declared[1]):
+                        top = g
+        except Exception:  # noqa: BLE001 (damaged or unreadable: the job's reader reports it)
+            continue
+    return top
+
+
+def auto_err_max_grade(specs, judgment_paths, declared=None) -> float:
+    """``--err-max-grade auto`` of the jobs: with ERR among the metric ``specs`` and judgment files,
+    the largest grade they hold (:func:`max_judgment_grade`, at least 1), so that binary judgments
+    give a perfect ranking ERR 0.5 at its first item, not (2**1 - 1) / 2**4; otherwise (no ERR, or
+    judgments arriving on a stream) :data:`GDEVAL_ERR_MAX_GRADE`. docs/metrics.md, "ERR's g_max"."""
+    if judgment_paths and any(getattr(s, "family", None) == "err" for s in specs):
+        return float(max_judgment_grade(judgment_paths, declared))
+    return GDEVAL_ERR_MAX_GRADE
+
