@@ -134,3 +134,35 @@ def test_bad_err_max_grade_is_a_usage_error(tmp_path, capsys):
     args = _err_logs(tmp_path, (1, 1))
     assert batch.main([*args, "--err-max-grade", "zero", "--output", str(tmp_path / "x")]) == 2
     assert "--err-max-grade wants a positive number or auto, got 'zero'" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# make demo: the report extra, and the report of its own output
+
+def test_make_demo_installs_the_report_extra_and_writes_the_report():
+    import shutil
+    import subprocess
+
+    from .conftest import REPO
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    dry = subprocess.run(["make", "--dry-run", "--always-make", "demo"], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    assert 'pip install --quiet -e ".[report]"' in dry
+    lines = dry.splitlines()
+    batch_at = next(i for i, x in enumerate(lines) if "/streameval batch" in x)
+    report_at = next(i for i, x in enumerate(lines) if "/streameval report out/demo --out out/demo/report" in x)
+    assert batch_at < report_at
+    assert any("report.html" in x and x.lstrip().startswith("echo") for x in lines[report_at:])
+
+
+def test_report_without_matplotlib_names_the_extra(tmp_path, capsys, monkeypatch):
+    import sys
+
+    from streameval.commands import report
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    assert report.main([str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [report.MISSING_MATPLOTLIB] and "pip install 'streameval[report]'" in err[0]

@@ -491,8 +491,18 @@ Bands and error bars show the interval.</p>
     return {"html": html_path, "pngs": pngs, "rows": len(rows)}
 
 
+#: the one line ``report`` prints when matplotlib is not installed (the ``report`` extra)
+MISSING_MATPLOTLIB = ("streameval report needs matplotlib, in the report extra: pip install 'streameval[report]' "
+                      "(from a clone: pip install -e '.[report]'; make demo installs it)")
+
+
 def main(argv=None) -> int:
     args = build_arg_parser().parse_args(argv)
+    try:
+        import matplotlib  # noqa: F401 (checked before any input is read)
+    except ImportError:
+        print(MISSING_MATPLOTLIB, file=sys.stderr)
+        return EXIT_USAGE
     try:
         if not 0 < args.confidence < 1:
             raise ValueError("--confidence must be in (0, 1)")
