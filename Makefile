@@ -1,7 +1,8 @@
 # Two entry points, both self-contained on a fresh machine with Python 3.11:
 #   make demo   creates .venv, installs streameval with its report extra (matplotlib, tqdm), runs the batch
 #               job on the bundled sample and writes the HTML report of its output (out/demo/report)
-#   make test   creates .venv, installs streameval with its test extras, runs the test suite
+#   make test   creates .venv, installs streameval with its test and bench extras, runs the test suite and
+#               benchmarks/run.py --quick
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -37,12 +38,15 @@ demo: $(VENV)/.installed-report
 # the suite runs on TEST_WORKERS processes (pytest-xdist; most tests wait on Beam and subprocesses)
 TEST_WORKERS ?= 2
 
-test: $(VENV)/.installed-test
+# after the suite, a smoke run of every benchmark (small sizes; it checks each peer's numbers against
+# streameval's before timing, and fails on a disagreement or a peer's changed API) so that it cannot rot
+test: $(VENV)/.installed-bench
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python benchmarks/run.py --quick
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
-	touch $@ $(VENV)/.installed $(VENV)/.installed-test
+	touch $@ $(VENV)/.installed $(VENV)/.installed-test $(VENV)/.installed-report
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/run.py --repeat 3

@@ -166,3 +166,45 @@ def test_report_without_matplotlib_names_the_extra(tmp_path, capsys, monkeypatch
     assert report.main([str(tmp_path), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [report.MISSING_MATPLOTLIB] and "pip install 'streameval[report]'" in err[0]
+
+
+# --------------------------------------------------------------------------------------------
+# benchmarks: they run today, and CI runs them
+
+def test_make_test_runs_the_quick_benchmarks():
+    import shutil
+    import subprocess
+
+    from .conftest import REPO
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    dry = subprocess.run(["make", "--dry-run", "--always-make", "test"], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    assert 'pip install --quiet -e ".[test,bench]"' in dry  # ranx: the peer that broke
+    assert "benchmarks/run.py --quick" in dry
+
+
+def test_ranx_engine_builds_its_inputs_under_this_pandas():
+    """Issue 21, item 9: ranx 0.3.21 asserts object id columns, pandas 3 inferred its own string dtype
+    ("Query IDs column dtype must be `object`"). A two-query collection, hand-checked: q0 ranks d1
+    (grade 1) first of d1, d2: MRR@10 1; q1 ranks d2 (grade 0) then d1 (grade 2): MRR@10 1/2."""
+    import numpy as np
+
+    pytest.importorskip("ranx")
+    pytest.importorskip("pandas")
+    import sys
+
+    from .conftest import REPO
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import _engines as E
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    a = {"rq": np.array([0, 0, 1, 1]), "rd": np.array([1, 2, 2, 1]), "rs": np.array([2.0, 1.0, 2.0, 1.0]),
+         "jq": np.array([0, 1]), "jd": np.array([1, 1]), "jg": np.array([1, 2])}
+    per_query = E.ranking_ranx_per_query(a)
+    assert per_query["mrr@10"] == {0: 1.0, 1: 0.5}
+    ours = E.ranking_streameval(a)
+    assert ours["mrr@10"] == pytest.approx(0.75, abs=1e-15)
