@@ -16,7 +16,7 @@ Sources:
   and ``--kafka-bootstrap`` with ``--kafka-impressions`` etc. (JSON values): Beam's own IOs, on
   runners that provide them (Dataflow; Flink and Spark with the Java expansion service for Kafka).
 
-Outputs (``--output DIR``): one file set per window and pane through ``fileio.WriteToFiles``,
+Outputs (``--output DIR``): one file set per window and pane (:class:`WriteWindowedFiles`),
 ``metrics-<window start>-<window end>-<system>-pane<index>-<pane>.{jsonl,avro}`` (metric_result
 schema), plus ``late_data-*.jsonl`` and ``dead_letters-*.jsonl`` (dead_letter shape),
 ``summary.json`` and, last, ``manifest.json``: the pane files read as one table with
@@ -349,16 +349,17 @@ def _pane_sink(dest):
     return _AvroSink() if dest.endswith(".avro") else _JsonLinesSink()
 
 
-def _name_by_destination(window, pane, shard_index, total_shards, compression, destination):
-    return destination
-
-
 class WriteWindowedFiles(beam.PTransform):
     """``panes | WriteWindowedFiles(directory)``: each pane (the list of rows one firing emits for
-    one window and system) to ``<stem>.jsonl`` and ``<stem>.avro`` (see :func:`pane_file_stem`)
-    through ``fileio.WriteToFiles``: one file set per window, one file per pane and format. The
-    panes are re-windowed into the global window with a per-element trigger, so no pane is ever
-    late for the writer (a metric window's rows can be emitted long after its end)."""
+    one window and system) to ``<stem>.jsonl`` and ``<stem>.avro`` (see :func:`pane_file_stem`):
+    one file per pane and format, written by the step that receives the pane (to a temporary name,
+    then renamed), in whatever window the pane comes, so no pane is ever late for the writer.
+
+    It replaced ``fileio.WriteToFiles`` in the global window with a per-element trigger (issue 21):
+    that grouped the panes by file name, and the local runner scans the trigger state of every key
+    it has seen (one per file, never released in the global window) at every watermark step and
+    lists the output directory at every firing, so a job of many small windows (sessions) slowed
+    down quadratically with the number of files written."""
 
     def __init__(self, directory, formats=("jsonl", "avro"), label=None):
         super().__init__(label)
@@ -366,32 +367,32 @@ class WriteWindowedFiles(beam.PTransform):
         self.formats = tuple(formats)
 
     def expand(self, panes):
-        formats = self.formats
-        return (panes
-                | "Formats" >> beam.FlatMap(lambda rows: [(f"{pane_file_stem(rows)}.{f}", rows) for f in formats]
-                                            if rows else [])
-                | "Global" >> beam.WindowInto(window.GlobalWindows(),
-                                              trigger=trigger.Repeatedly(trigger.AfterCount(1)),
-                                              accumulation_mode=trigger.AccumulationMode.DISCARDING)
-                | "Write" >> fileio.WriteToFiles(
-                    self.directory, destination=lambda kv: kv[0], sink=lambda dest: _KeyedSink(_pane_sink(dest)),
-                    file_naming=_name_by_destination, shards=1, max_writers_per_bundle=10_000))
+        return panes | "WritePaneFiles" >> beam.ParDo(_WritePaneFiles(self.directory, self.formats))
 
 
-class _KeyedSink(fileio.FileSink):
-    """Unwraps (destination, payload) elements for the inner sink."""
+class _WritePaneFiles(beam.DoFn):
+    """Writes a pane's files (:class:`WriteWindowedFiles`); yields nothing."""
 
-    def __init__(self, inner):
-        self.inner = inner
+    def __init__(self, directory, formats):
+        self.directory = directory
+        self.formats = tuple(formats)
 
-    def open(self, fh):
-        self.inner.open(fh)
-
-    def write(self, kv):
-        self.inner.write(kv[1])
-
-    def flush(self):
-        self.inner.flush()
+    def process(self, rows):
+        if not rows:
+            return
+        stem = pane_file_stem(rows)
+        for f in self.formats:
+            name = f"{stem}.{f}"
+            final = FileSystems.join(self.directory, name)
+            temp = FileSystems.join(self.directory, f".{name}.{uuid.uuid4().hex[:12]}.tmp")
+            sink = _pane_sink(name)
+            with FileSystems.create(temp) as fh:
+                sink.open(fh)
+                sink.write(rows)
+                sink.flush()
+            if FileSystems.exists(final):  # a retried bundle: the same pane, the same content
+                FileSystems.delete([final])
+            FileSystems.rename([temp], [final])
 
 
 class _AppendJsonl(beam.DoFn):
