@@ -215,7 +215,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--runner", default="FnApiRunner",
                    help="Beam runner (default FnApiRunner; e.g. PrismRunner, FlinkRunner, SparkRunner, "
                         "DataflowRunner)")
-    p.add_argument("--quiet", action="store_true", help="do not print the table of metric rows")
+    p.add_argument("--quiet", action="store_true",
+                   help="do not print the table of metric rows nor the progress line on stderr (records read, "
+                        "rows written, rate: every --progress-interval seconds and at the end)")
+    p.add_argument("--progress-interval", type=float, default=5.0, metavar="S",
+                   help="seconds between progress lines on stderr (default 5)")
     add_input_check_arguments(p)
     return p
 
@@ -294,6 +298,7 @@ _ROWS_WRITTEN = Metrics.counter(NAMESPACE, "metric_rows_written")
 
 def _count_row(row):
     _ROWS_WRITTEN.inc()
+    progress.add("rows")
     return row
 
 
@@ -659,17 +664,31 @@ def main(argv=None) -> int:
     local = args.runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS
     if local:  # the job runs in this process: fewer page faults (streameval/tuning.py)
         tuning.keep_freed_memory()
+    # records read and rows written so far (this process's counts: the in-process local runner's),
+    # every few seconds on stderr, and the job's own counters in the last line; off with --quiet
+    line = progress.ProgressLine("streameval batch", read=lambda: progress.counts().get("impressions", 0),
+                                 written=lambda: progress.counts().get("rows", 0),
+                                 interval=getattr(args, "progress_interval", 5.0), enable=not args.quiet).start()
     with (tuning.no_numpy_hugepages() if local else contextlib.nullcontext()), \
             (tuning.for_children() if local else contextlib.nullcontext()):
         try:
             result = p.run()
             state = result.wait_until_finish()
         except Exception as e:  # noqa: BLE001 (the runner reports a failed job as an exception)
+            line.enable = False
+            line.stop()
             print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
             remove_temporary(args.output)  # no manifest: the directory reads as incomplete
             return 1
         finally:
             release_held()
+    try:
+        final = job_counters(result)
+        line.read = lambda: final.get("impressions_read", 0) + final.get("judgments_read", 0)
+        line.written = lambda: final.get("metric_rows_written", 0)
+    except Exception:  # noqa: BLE001 (a runner without counters: this process's counts stay)
+        pass
+    line.stop()
     progress.close_all()
     wall = time.perf_counter() - start
     if str(state).rsplit(".", 1)[-1] != "DONE":

@@ -79,6 +79,7 @@ from streameval.beam.streaming import (
     replay_clock,
     stream_counts,
 )
+from streameval import progress
 from streameval.io import avro
 from streameval.io.cleaning import JUDGMENT_POLICIES
 from streameval.io.records import parse_time_range
@@ -496,6 +497,7 @@ class _PanesOut(beam.DoFn):
         if not rows:
             return
         r0 = rows[0]
+        progress.add("stream_rows", len(rows))
         _count(f"panes_{r0['pane']}")
         PANE_LOG.append((time.monotonic(), r0["pane"], r0["window_end"], r0["is_final"]))
         if r0["is_final"]:
@@ -696,7 +698,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
     o = p.add_argument_group("output")
     o.add_argument("--output", default=None, help="directory for the windowed files (none: console only)")
-    o.add_argument("--quiet", action="store_true", help="do not print the panes")
+    o.add_argument("--quiet", action="store_true",
+                   help="do not print the panes nor the progress line on stderr (records read, rows emitted, rate)")
+    o.add_argument("--progress-interval", type=float, default=5.0, metavar="S",
+                   help="seconds between progress lines on stderr (default 5)")
     o.add_argument("--report-every", type=float, default=60.0, metavar="SECONDS",
                    help="on other runners than the local one: print the running totals of the job's counters "
                         "this often while it runs (default 60)")
@@ -1053,11 +1058,24 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
     if live is not None and threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):  # stop watching: every window closes, the job reports
             handlers[sig] = signal.signal(sig, lambda *_: live.watcher.stop())
+    run_id = getattr(getattr(sm, "cfg", None), "run", None)
+
+    def records_read():
+        counts = stream_counts(run_id) if run_id else {}
+        return sum(v for k, v in counts.items() if k.endswith("s_read"))
+
+    # records read and rows emitted so far (this process's: the local runner's), on stderr every few
+    # seconds and at the end; off with --quiet
+    line = progress.ProgressLine("streameval stream", read=records_read,
+                                 written=lambda: progress.counts().get("stream_rows", 0),
+                                 interval=args.progress_interval, enable=not args.quiet).start()
     try:
         result = p.run()
         in_process = _on_local_runner(args)
         state = result.wait_until_finish() if in_process else wait_reporting(result, args.report_every)
     except Exception as e:  # noqa: BLE001 - the runner's error, reported in one line
+        line.enable = False
+        line.stop()
         print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
         if args.output:
             remove_temporary(args.output)  # no manifest: the directory reads as incomplete
@@ -1068,10 +1086,16 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     if live is not None and live.watcher.error is not None:
+        line.enable = False
+        line.stop()
         print(f"error: the job failed: {failure_reason(live.watcher.error)}", file=sys.stderr)
         return 1
     wall = time.perf_counter() - start
     counters = job_counters(result)
+    if not _on_local_runner(args):  # the workers' counts: the job's counters
+        line.read = lambda: sum(v for k, v in counters.items() if k.endswith("s_read"))
+    line.stop()
+    progress.add("stream_rows", -progress.counts().get("stream_rows", 0))  # the next run in this process starts at 0
     replayed = rep.counts if rep is not None else {}
     # the local runner reports Beam counters of a step's first bundle only: count in this process
     counts = sm.counts() if in_process else counters

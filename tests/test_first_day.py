@@ -6,6 +6,7 @@ Beam's FnApiRunner (batch) and the streaming job's local runner (replay)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -208,3 +209,58 @@ def test_ranx_engine_builds_its_inputs_under_this_pandas():
     assert per_query["mrr@10"] == {0: 1.0, 1: 0.5}
     ours = E.ranking_streameval(a)
     assert ours["mrr@10"] == pytest.approx(0.75, abs=1e-15)
+
+
+# --------------------------------------------------------------------------------------------
+# a progress line on stderr for both jobs, off with --quiet
+
+def test_progress_line_repeats_while_counts_change_and_ends_with_a_final_line():
+    import io
+    import time
+
+    from streameval import progress
+
+    out, n = io.StringIO(), [0]
+
+    def read():
+        n[0] += 1000
+        return n[0]
+
+    line = progress.ProgressLine("job", read=read, written=lambda: 7, interval=0.05, file=out).start()
+    time.sleep(0.4)
+    line.stop()
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 3
+    assert all(re.fullmatch(r"job: [\d,]+ records read, 7 rows written, [\d,]+ records/s, \d+ s", x) for x in lines[:-1])
+    assert re.fullmatch(r"job: [\d,]+ records read, 7 rows written, [\d,]+ records/s, done in [\d.]+ s", lines[-1])
+    silent = io.StringIO()
+    progress.ProgressLine("job", read=read, written=lambda: 0, interval=0.01, file=silent, enable=False).start().stop()
+    assert silent.getvalue() == ""
+
+
+def test_batch_progress_line_on_stderr_and_not_with_quiet(tmp_path, capsys):
+    inputs = _write_small(tmp_path)
+    assert batch.main([*inputs, "--metrics", "map", "--output", str(tmp_path / "a"), "--progress-interval", "0.2"]) == 0
+    captured = capsys.readouterr()
+    rows = len(_rows(tmp_path / "a"))
+    # _small_logs: 120 impressions and 32 judgments read
+    final = [x for x in captured.err.splitlines() if x.startswith("streameval batch: ")]
+    assert final and re.fullmatch(rf"streameval batch: 152 records read, {rows} rows written, [\d,]+ records/s, "
+                                  r"done in [\d.]+ s", final[-1]), captured.err
+    assert "streameval batch:" not in captured.out
+    assert batch.main([*inputs, "--metrics", "map", "--output", str(tmp_path / "b"), "--quiet"]) == 0
+    assert "streameval batch:" not in capsys.readouterr().err
+
+
+def test_stream_progress_line_on_stderr_and_not_with_quiet(tmp_path, capsys):
+    inputs = _write_small(tmp_path)
+    common = ["--replay", *inputs, "--metrics", "map", "--window", "1d", "--progress-interval", "0.5"]
+    assert stream_cli.main([*common, "--output", str(tmp_path / "s")]) == 0
+    captured = capsys.readouterr()
+    rows = sum(1 for f in (tmp_path / "s").glob("metrics-*.jsonl") for _ in open(f))
+    final = [x for x in captured.err.splitlines() if x.startswith("streameval stream: ")]
+    # 120 impressions and 32 judgments read; every pane's rows (the pane files hold them all)
+    assert final and re.fullmatch(rf"streameval stream: 152 records read, {rows} rows written, [\d,]+ records/s, "
+                                  r"done in [\d.]+ s", final[-1]), captured.err
+    assert stream_cli.main([*common, "--quiet", "--output", str(tmp_path / "q")]) == 0
+    assert "streameval stream:" not in capsys.readouterr().err

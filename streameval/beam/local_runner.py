@@ -78,11 +78,16 @@ class _MemoisedPickler:
         key = id(obj)
         with _LOCK:
             found = self._bytes.get(key)
+        # the pickle library's own uncompressed pair when it has one (the module's dumps compresses
+        # with bz2, whose decompression then costs as much as the unpickling)
+        lib = getattr(self._module, "desired_pickle_lib", None)
+        dumps, loads = ((lib._dumps, lib._loads) if hasattr(lib, "_dumps") and hasattr(lib, "_loads")
+                        else (self._module.dumps, self._module.loads))
         if found is None or found[0] is not obj:
-            found = (obj, self._module.dumps(obj))
+            found = (obj, dumps(obj))
             with _LOCK:
                 self._bytes[key] = found
-        return self._module.loads(found[1])
+        return loads(found[1])
 
 
 def _memoise_roundtrip(transform_evaluator) -> None:
