@@ -602,6 +602,8 @@ def main(argv=None) -> int:
             raise ValueError(f"--hot-query-fraction must be between 0 and 1 (0: no fan-out), got {args.hot_query_fraction}")
         if not 0 < args.ci_level < 1:
             raise ValueError("--ci-level must be in (0, 1)")
+        if not 0 < args.progress_interval <= 86400:  # also NaN
+            raise ValueError(f"--progress-interval must be a number of seconds in (0, 86400], got {args.progress_interval}")
         if args.replicates < 1:
             raise ValueError("--replicates must be positive")
         ReplicateSums(1, args.replicates, "poisson", args.ci_seed)  # their ranges: one line, exit 2

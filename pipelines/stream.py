@@ -973,6 +973,8 @@ def main(argv=None) -> int:
                              f"(got --runner {args.runner})")
         if not 0 < args.ci_level < 1:
             raise ValueError(f"--ci-level must be in (0, 1), got {args.ci_level}")
+        if not 0 < args.progress_interval <= 86400:  # also NaN
+            raise ValueError(f"--progress-interval must be a number of seconds in (0, 86400], got {args.progress_interval}")
         if args.early_every:
             parse_duration(args.early_every, "--early-every")
         _slices_from_args(args.slices)
