@@ -264,3 +264,18 @@ def test_stream_progress_line_on_stderr_and_not_with_quiet(tmp_path, capsys):
                                   r"done in [\d.]+ s", final[-1]), captured.err
     assert stream_cli.main([*common, "--quiet", "--output", str(tmp_path / "q")]) == 0
     assert "streameval stream:" not in capsys.readouterr().err
+
+
+def test_trec_eval_err_keeps_gdeval_g_max(tmp_path, capsys):
+    """The jobs' --err-max-grade auto does not reach the trec-eval command: binary qrels, d1 and d2
+    relevant and ranked first, ERR@5 = 1/16 + (15/16) * (1/16) / 2 = 0.091796875 (g_max 4), printed
+    to 4 decimals as trec_eval does; with --err-max-grade 1: 0.5 + 0.5 * 0.5 / 2 = 0.625."""
+    from streameval import cli
+
+    (tmp_path / "qrels").write_text("q 0 d1 1\nq 0 d2 1\nq 0 d3 0\n")
+    (tmp_path / "run").write_text("q Q0 d1 1 3 r\nq Q0 d2 2 2 r\nq Q0 d3 3 1 r\n")
+    assert cli.main(["trec-eval", "-m", "ERR@5", str(tmp_path / "qrels"), str(tmp_path / "run")]) in (0, None)
+    assert capsys.readouterr().out.split() == ["err@5", "all", "0.0918"]
+    assert cli.main(["trec-eval", "--err-max-grade", "1", "-m", "err@5", str(tmp_path / "qrels"),
+                     str(tmp_path / "run")]) in (0, None)
+    assert capsys.readouterr().out.split() == ["err@5", "all", "0.6250"]
