@@ -1,6 +1,8 @@
 # Two entry points, both self-contained on a fresh machine with Python 3.11:
-#   make demo   creates .venv, installs streameval, runs the batch job on the bundled sample
-#   make test   creates .venv, installs streameval with its test extras, runs the test suite
+#   make demo   creates .venv, installs streameval with its report extra (matplotlib, tqdm), runs the batch
+#               job on the bundled sample and writes the HTML report of its output (out/demo/report)
+#   make test   creates .venv, installs streameval with its test and bench extras, runs the test suite and
+#               benchmarks/run.py --quick
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -15,27 +17,36 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+$(VENV)/.installed-report: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[report]"
 	touch $@ $(VENV)/.installed
 
-demo: $(VENV)/.installed
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@ $(VENV)/.installed $(VENV)/.installed-report
+
+demo: $(VENV)/.installed-report
 	$(BIN)/streameval batch \
 	  --impressions 'data/sample/impressions/*.avro' \
 	  --judgments 'data/sample/judgments/*.avro' \
 	  --metrics ndcg@10,map,mrr@10,P@10,err@10 \
-	  --slices campaign \
+	  --slices campaign --slice-missing skip \
 	  --output out/demo
+	$(BIN)/streameval report out/demo --out out/demo/report
+	@echo "report: $(CURDIR)/out/demo/report/report.html"
 
 # the suite runs on TEST_WORKERS processes (pytest-xdist; most tests wait on Beam and subprocesses)
 TEST_WORKERS ?= 2
 
-test: $(VENV)/.installed-test
+# after the suite, a smoke run of every benchmark (small sizes; it checks each peer's numbers against
+# streameval's before timing, and fails on a disagreement or a peer's changed API) so that it cannot rot
+test: $(VENV)/.installed-bench
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python benchmarks/run.py --quick
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
-	touch $@ $(VENV)/.installed $(VENV)/.installed-test
+	touch $@ $(VENV)/.installed $(VENV)/.installed-test $(VENV)/.installed-report
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/run.py --repeat 3

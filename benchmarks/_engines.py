@@ -89,10 +89,13 @@ def _ranx_inputs(a):
     from ranx import Qrels, Run
 
     rq, rd, rs, jq, jd, jg = _cols(a)
-    qrels = Qrels.from_df(pd.DataFrame({"q_id": jq.astype(str).astype(object), "doc_id": jd.astype(str).astype(object),
-                                        "score": jg.astype(np.int64)}))
-    run = Run.from_df(pd.DataFrame({"q_id": rq.astype(str).astype(object), "doc_id": rd.astype(str).astype(object),
-                                    "score": rs}))
+    # ranx asserts object (Python str) id columns; pandas 3 infers its own `str` dtype from an object
+    # array of strings, so the columns are built as object Series explicitly
+    def ids(x):
+        return pd.Series(x.astype(str).astype(object), dtype=object)
+
+    qrels = Qrels.from_df(pd.DataFrame({"q_id": ids(jq), "doc_id": ids(jd), "score": jg.astype(np.int64)}))
+    run = Run.from_df(pd.DataFrame({"q_id": ids(rq), "doc_id": ids(rd), "score": rs}))
     return qrels, run
 
 

@@ -36,7 +36,8 @@ from streameval.alerts import format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
 from streameval.beam.prometheus import write_textfile
 from streameval.exits import EXIT_ALERT, EXIT_OK, EXIT_USAGE, one_line
-from streameval.beam.arguments import DEFAULT_METRICS, add_metric_option_arguments, make_pipeline, split_metrics
+from streameval.beam.arguments import (DEFAULT_METRICS, GDEVAL_ERR_MAX_GRADE, add_metric_option_arguments,
+                                       auto_err_max_grade, make_pipeline, parse_err_max_grade, split_metrics)
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.columnar_hot import HOT_FRACTION, HOT_MIN_REQUESTS
@@ -45,6 +46,7 @@ from streameval.beam.columnar import (DECODER_NAMESPACE, DECODERS, SHARD_IMPRESS
 from streameval.beam.transforms import (
     ALL,
     NAMESPACE,
+    SLICE_MISSING,
     CleanImpressions,
     ClickMetrics,
     ResolveJudgments,
@@ -52,6 +54,7 @@ from streameval.beam.transforms import (
     ValidateImpressions,
     ValidateJudgments,
     judgment_grade_range,
+    keep_slice_row,
     parse_lateness,
     parse_window,
 )
@@ -114,7 +117,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--slices", action="append", default=[],
                    help="comma-separated attributes to slice by, each on its own; join attributes with '+' "
                         "for a combination (campaign+device); repeatable")
-    add_metric_option_arguments(p)
+    p.add_argument("--slice-missing", choices=SLICE_MISSING, default="show",
+                   help="requests without a slice attribute: show (default) puts them in a slice named "
+                        "ATTRIBUTE=(missing); skip leaves them out of that attribute's slices (they stay in 'all')")
+    add_metric_option_arguments(p, err_help=(
+        "g_max of ERR, a number, or auto (default): the largest grade among the judgments (within --grades), at "
+        "least 1, so that a perfect ranking of binary judgments scores ERR 0.5 at its first relevant item, not "
+        "(2**1 - 1) / 2**4; the trec-eval command and the library keep gdeval's 4"))
     p.add_argument("--order", choices=("score", "position"), default="score",
                    help="rank the served items by score (default) or by logged position")
     p.add_argument("--tie-break", choices=("docno", "position"), default="docno",
@@ -140,6 +149,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--unjudged", choices=UNJUDGED_POLICIES, default="exclude",
                    help="impressions without a judgment under --labels judgments: exclude (default, counted) or "
                         "count as non-relevant")
+    p.add_argument("--no-unjudged-file", dest="unjudged_file", action="store_false",
+                   help="do not write unjudged.jsonl (the requests whose query has no judgment, one line each): "
+                        "they are still counted in the report line and summary.json")
     p.add_argument("--hist-bins", type=int, default=1000, help="bins of auc_hist (default 1000)")
     p.add_argument("--hist-range", default="0,1", help="score range LO,HI of auc_hist's bins (default 0,1)")
     p.add_argument("--group-rows", action="store_true",
@@ -200,7 +212,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--runner", default="FnApiRunner",
                    help="Beam runner (default FnApiRunner; e.g. PrismRunner, FlinkRunner, SparkRunner, "
                         "DataflowRunner)")
-    p.add_argument("--quiet", action="store_true", help="do not print the table of metric rows")
+    p.add_argument("--quiet", action="store_true",
+                   help="do not print the table of metric rows nor the progress line on stderr (records read, "
+                        "rows written, rate: every --progress-interval seconds and at the end)")
+    p.add_argument("--progress-interval", type=float, default=5.0, metavar="S",
+                   help="seconds between progress lines on stderr (default 5)")
     add_input_check_arguments(p)
     add_table_arguments(p)
     return p
@@ -244,6 +260,14 @@ def output_shards(args):
     return None if int(value) == 1 else int(value)
 
 
+def _skip_missing_slices(rows, args):
+    """``--slice-missing skip``: the rows without the slices in which a request lacks an attribute
+    (``campaign=(missing)``); those requests stay in ``all`` and in the slices of attributes they have."""
+    if getattr(args, "slice_missing", "show") != "skip":
+        return rows
+    return rows | "SkipMissingSlices" >> beam.Filter(keep_slice_row)
+
+
 def _is_unreadable(letter) -> bool:
     return is_unreadable_letter(letter)
 
@@ -272,6 +296,7 @@ _ROWS_WRITTEN = Metrics.counter(NAMESPACE, "metric_rows_written")
 
 def _count_row(row):
     _ROWS_WRITTEN.inc()
+    progress.add("rows")
     return row
 
 
@@ -333,7 +358,8 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                               replicates=args.replicates, ci_seed=args.ci_seed)
         row_parts.append(imps | "ScoreRankings" >> score)
         dead_parts.append(score.rejected)
-        write_jsonl(score.unjudged, args.output, "unjudged", "Unjudged", shards=output_shards(args))
+        if getattr(args, "unjudged_file", True):
+            write_jsonl(score.unjudged, args.output, "unjudged", "Unjudged", shards=output_shards(args))
         if args.compare_baseline:
             comparisons = score.scores | "Compare" >> CompareSystems(
                 [s.name for s in score.specs], baseline=args.compare_baseline, replicates=args.replicates,
@@ -347,7 +373,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
             online, window=window, slices=slices, labels=labels, judgments=judg,
             relevance_level=args.relevance_level, unjudged=args.unjudged, hist_bins=args.hist_bins,
             hist_range=_hist_range(args.hist_range), group_rows=args.group_rows, ci_level=args.ci_level))
-    rows = tuple(row_parts) | "AllRows" >> beam.Flatten()
+    rows = _skip_missing_slices(tuple(row_parts) | "AllRows" >> beam.Flatten(), args)
     dead = tuple(dead_parts) | "AllDeadLetters" >> beam.Flatten()
     _write_outputs(rows, dead, args.output, output_shards(args), getattr(args, "alert_rules", None),
                    *_sink_args(args))
@@ -435,8 +461,8 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         compare_baseline=args.compare_baseline if judgment_paths and ranking else None, complete=args.complete,
         hot_query_fraction=args.hot_query_fraction, input_format=fmt,
         impression_table=getattr(args, "impression_table", None), judgment_table=getattr(args, "judgment_table", None))
-    rows = p | "Metrics" >> col
-    if col.unjudged is not None:
+    rows = _skip_missing_slices(p | "Metrics" >> col, args)
+    if col.unjudged is not None and getattr(args, "unjudged_file", True):
         # lists of requests, one per shard: one text element (lines) each (an empty list writes no line)
         lines = (col.unjudged
                  | "UnjudgedJson" >> beam.FlatMap(_text_pieces))
@@ -531,13 +557,14 @@ def format_comparisons(rows, metric_names=()) -> str:
                         "p (perm)"), lines, right={4, 5, 7, 8})
 
 
-def _report_line(counters: dict, ranked: bool = True) -> str:
+def _report_line(counters: dict, ranked: bool = True, unjudged_file: bool = True) -> str:
     """The requests' fates (when ranking metrics were computed) and the online metrics' counts (the
     records' are in the accounting)."""
     parts = []
     if ranked:
+        where = "unjudged.jsonl" if unjudged_file else "not listed: --no-unjudged-file"
         parts.append(f"requests: scored {counters.get('requests_scored', 0)}, "
-                     f"without judgments {counters.get('requests_unjudged', 0)} (unjudged.jsonl)")
+                     f"without judgments {counters.get('requests_unjudged', 0)} ({where})")
     if counters.get("requests_completed"):
         parts.append(f"{counters['requests_completed']} (query, system) pairs without a request scored 0 (complete)")
     online = [f"{k.split(':', 1)[1]} {v}" for k, v in sorted(counters.items()) if k.startswith("online:") and v]
@@ -580,10 +607,14 @@ def main(argv=None) -> int:
             raise ValueError(f"--hot-query-fraction must be between 0 and 1 (0: no fan-out), got {args.hot_query_fraction}")
         if not 0 < args.ci_level < 1:
             raise ValueError("--ci-level must be in (0, 1)")
+        if not 0 < args.progress_interval <= 86400:  # also NaN
+            raise ValueError(f"--progress-interval must be a number of seconds in (0, 86400], got {args.progress_interval}")
         if args.replicates < 1:
             raise ValueError("--replicates must be positive")
         ReplicateSums(1, args.replicates, "poisson", args.ci_seed)  # their ranges: one line, exit 2
         checks = input_checks_from_args(args)
+        err_auto = parse_err_max_grade(args.err_max_grade) is None
+        args.err_max_grade = parse_err_max_grade(args.err_max_grade) or GDEVAL_ERR_MAX_GRADE
         MetricOptions(relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal,
                       err_max_grade=args.err_max_grade)
         check_ranking_options(depth=args.depth, score_precision=args.score_precision, tie_break=args.tie_break,
@@ -598,6 +629,10 @@ def main(argv=None) -> int:
         impression_paths = expand_inputs(args.impressions)
         judgment_paths = expand_inputs(args.judgments) if args.judgments else []
         args.impression_table, args.judgment_table = table_options(args, impression_paths, judgment_paths)
+        if err_auto:
+            args.err_max_grade = auto_err_max_grade(metric_specs, judgment_paths, _grades(args.grades),
+                                                    table=args.judgment_table,
+                                                    input_format=getattr(args, "input_format", "auto"))
         if args.labels == "judgments" and not judgment_paths:
             raise ValueError("--labels judgments needs --judgments")
         if not judgment_paths and args.no_ctr and not online:
@@ -613,7 +648,7 @@ def main(argv=None) -> int:
         return EXIT_USAGE
 
     ranked = bool(judgment_paths and ranking)
-    outputs = [f for f in OUTPUT_FILES if ranked or f != "unjudged.jsonl"]
+    outputs = [f for f in OUTPUT_FILES if (ranked and args.unjudged_file) or f != "unjudged.jsonl"]
     if args.compare_baseline and ranked:
         outputs.append("comparisons.jsonl")
     if args.alert_rules:
@@ -639,17 +674,31 @@ def main(argv=None) -> int:
     local = args.runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS
     if local:  # the job runs in this process: fewer page faults (streameval/tuning.py)
         tuning.keep_freed_memory()
+    # records read and rows written so far (this process's counts: the in-process local runner's),
+    # every few seconds on stderr, and the job's own counters in the last line; off with --quiet
+    line = progress.ProgressLine("streameval batch", read=lambda: progress.counts().get("impressions", 0),
+                                 written=lambda: progress.counts().get("rows", 0),
+                                 interval=getattr(args, "progress_interval", 5.0), enable=not args.quiet).start()
     with (tuning.no_numpy_hugepages() if local else contextlib.nullcontext()), \
             (tuning.for_children() if local else contextlib.nullcontext()):
         try:
             result = p.run()
             state = result.wait_until_finish()
         except Exception as e:  # noqa: BLE001 (the runner reports a failed job as an exception)
+            line.enable = False
+            line.stop()
             print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
             remove_temporary(args.output)  # no manifest: the directory reads as incomplete
             return 1
         finally:
             release_held()
+    try:
+        final = job_counters(result)
+        line.read = lambda: final.get("impressions_read", 0) + final.get("judgments_read", 0)
+        line.written = lambda: final.get("metric_rows_written", 0)
+    except Exception:  # noqa: BLE001 (a runner without counters: this process's counts stay)
+        pass
+    line.stop()
     progress.close_all()
     wall = time.perf_counter() - start
     if str(state).rsplit(".", 1)[-1] != "DONE":
@@ -692,7 +741,7 @@ def main(argv=None) -> int:
         "metrics": names,
         "window": args.window,
         "allowed_lateness": args.allowed_lateness,
-        "slices": _slices_from_args(args.slices),
+        "slices": _slices_from_args(args.slices), "slice_missing": args.slice_missing,
         "options": {"judgment_conflicts": args.judgment_conflicts, "grades": args.grades, "labels": args.labels, "unjudged": args.unjudged, "hist_bins": args.hist_bins,
                     "hist_range": args.hist_range, "group_rows": args.group_rows,
                     "relevance_level": args.relevance_level, "gain": args.gain, "ideal": args.ideal,
@@ -732,7 +781,7 @@ def main(argv=None) -> int:
             print(f"error: cannot write --prometheus-textfile {args.prometheus_textfile}: {one_line(e)}",
                   file=sys.stderr)
             return 1
-    line = _report_line(counters, ranked)
+    line = _report_line(counters, ranked, args.unjudged_file)
     if line:
         print(line)
     print(format_accounting(accounting))

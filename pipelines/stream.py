@@ -16,7 +16,7 @@ Sources:
   and ``--kafka-bootstrap`` with ``--kafka-impressions`` etc. (JSON values): Beam's own IOs, on
   runners that provide them (Dataflow; Flink and Spark with the Java expansion service for Kafka).
 
-Outputs (``--output DIR``): one file set per window and pane through ``fileio.WriteToFiles``,
+Outputs (``--output DIR``): one file set per window and pane (:class:`WriteWindowedFiles`),
 ``metrics-<window start>-<window end>-<system>-pane<index>-<pane>.{jsonl,avro}`` (metric_result
 schema), plus ``late_data-*.jsonl`` and ``dead_letters-*.jsonl`` (dead_letter shape),
 ``summary.json`` and, last, ``manifest.json``: the pane files read as one table with
@@ -55,12 +55,15 @@ from apache_beam.utils.timestamp import Timestamp
 
 from streameval.beam.arguments import (
     DEFAULT_METRICS,
+    GDEVAL_ERR_MAX_GRADE,
     add_bootstrap_arguments,
     add_hist_arguments,
     add_metric_option_arguments,
+    auto_err_max_grade,
     check_bootstrap_arguments,
     hist_range,
     make_pipeline,
+    parse_err_max_grade,
     split_metrics,
 )
 from streameval.beam.sinks import prepare_output, publish, remove_temporary
@@ -89,6 +92,7 @@ from streameval.beam.streaming import (
     replay_clock,
     stream_counts,
 )
+from streameval import progress
 from streameval.io import avro
 from streameval.io.cleaning import JUDGMENT_POLICIES
 from streameval.io.records import parse_time_range
@@ -360,16 +364,17 @@ def _pane_sink(dest):
     return _AvroSink() if dest.endswith(".avro") else _JsonLinesSink()
 
 
-def _name_by_destination(window, pane, shard_index, total_shards, compression, destination):
-    return destination
-
-
 class WriteWindowedFiles(beam.PTransform):
     """``panes | WriteWindowedFiles(directory)``: each pane (the list of rows one firing emits for
-    one window and system) to ``<stem>.jsonl`` and ``<stem>.avro`` (see :func:`pane_file_stem`)
-    through ``fileio.WriteToFiles``: one file set per window, one file per pane and format. The
-    panes are re-windowed into the global window with a per-element trigger, so no pane is ever
-    late for the writer (a metric window's rows can be emitted long after its end)."""
+    one window and system) to ``<stem>.jsonl`` and ``<stem>.avro`` (see :func:`pane_file_stem`):
+    one file per pane and format, written by the step that receives the pane (to a temporary name,
+    then renamed), in whatever window the pane comes, so no pane is ever late for the writer.
+
+    It replaced ``fileio.WriteToFiles`` in the global window with a per-element trigger (issue 21):
+    that grouped the panes by file name, and the local runner scans the trigger state of every key
+    it has seen (one per file, never released in the global window) at every watermark step and
+    lists the output directory at every firing, so a job of many small windows (sessions) slowed
+    down quadratically with the number of files written."""
 
     def __init__(self, directory, formats=("jsonl", "avro"), label=None):
         super().__init__(label)
@@ -377,32 +382,32 @@ class WriteWindowedFiles(beam.PTransform):
         self.formats = tuple(formats)
 
     def expand(self, panes):
-        formats = self.formats
-        return (panes
-                | "Formats" >> beam.FlatMap(lambda rows: [(f"{pane_file_stem(rows)}.{f}", rows) for f in formats]
-                                            if rows else [])
-                | "Global" >> beam.WindowInto(window.GlobalWindows(),
-                                              trigger=trigger.Repeatedly(trigger.AfterCount(1)),
-                                              accumulation_mode=trigger.AccumulationMode.DISCARDING)
-                | "Write" >> fileio.WriteToFiles(
-                    self.directory, destination=lambda kv: kv[0], sink=lambda dest: _KeyedSink(_pane_sink(dest)),
-                    file_naming=_name_by_destination, shards=1, max_writers_per_bundle=10_000))
+        return panes | "WritePaneFiles" >> beam.ParDo(_WritePaneFiles(self.directory, self.formats))
 
 
-class _KeyedSink(fileio.FileSink):
-    """Unwraps (destination, payload) elements for the inner sink."""
+class _WritePaneFiles(beam.DoFn):
+    """Writes a pane's files (:class:`WriteWindowedFiles`); yields nothing."""
 
-    def __init__(self, inner):
-        self.inner = inner
+    def __init__(self, directory, formats):
+        self.directory = directory
+        self.formats = tuple(formats)
 
-    def open(self, fh):
-        self.inner.open(fh)
-
-    def write(self, kv):
-        self.inner.write(kv[1])
-
-    def flush(self):
-        self.inner.flush()
+    def process(self, rows):
+        if not rows:
+            return
+        stem = pane_file_stem(rows)
+        for f in self.formats:
+            name = f"{stem}.{f}"
+            final = FileSystems.join(self.directory, name)
+            temp = FileSystems.join(self.directory, f".{name}.{uuid.uuid4().hex[:12]}.tmp")
+            sink = _pane_sink(name)
+            with FileSystems.create(temp) as fh:
+                sink.open(fh)
+                sink.write(rows)
+                sink.flush()
+            if FileSystems.exists(final):  # a retried bundle: the same pane, the same content
+                FileSystems.delete([final])
+            FileSystems.rename([temp], [final])
 
 
 class _AppendJsonl(beam.DoFn):
@@ -506,6 +511,7 @@ class _PanesOut(beam.DoFn):
         if not rows:
             return
         r0 = rows[0]
+        progress.add("stream_rows", len(rows))
         _count(f"panes_{r0['pane']}")
         PANE_LOG.append((time.monotonic(), r0["pane"], r0["window_end"], r0["is_final"]))
         if r0["is_final"]:
@@ -671,7 +677,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     m = p.add_argument_group("metrics (as streameval batch)")
     m.add_argument("--metrics", default=DEFAULT_METRICS)
     m.add_argument("--slices", action="append", default=[])
-    add_metric_option_arguments(m)
+    add_metric_option_arguments(m, err_help=(
+        "g_max of ERR, a number, or auto (default): with --replay, the largest grade of the judgment files (at "
+        "least 1), as the batch job; with --watch, Pub/Sub or Kafka, 4 (the judgments are not known when the job "
+        "starts)"))
     m.add_argument("--ci-level", type=float, default=0.95,
                    help="level of every pane row's interval (Wilson for CTR, t otherwise; default 0.95)")
     m.add_argument("--intervals", choices=("fixed", "anytime"), default="fixed",
@@ -704,7 +713,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
     o = p.add_argument_group("output")
     o.add_argument("--output", default=None, help="directory for the windowed files (none: console only)")
-    o.add_argument("--quiet", action="store_true", help="do not print the panes")
+    o.add_argument("--quiet", action="store_true",
+                   help="do not print the panes nor the progress line on stderr (records read, rows emitted, rate)")
+    o.add_argument("--progress-interval", type=float, default=5.0, metavar="S",
+                   help="seconds between progress lines on stderr (default 5)")
     o.add_argument("--report-every", type=float, default=60.0, metavar="SECONDS",
                    help="on other runners than the local one: print the running totals of the job's counters "
                         "this often while it runs (default 60)")
@@ -1008,6 +1020,8 @@ def main(argv=None) -> int:
                              f"(got --runner {args.runner})")
         if not 0 < args.ci_level < 1:
             raise ValueError(f"--ci-level must be in (0, 1), got {args.ci_level}")
+        if not 0 < args.progress_interval <= 86400:  # also NaN
+            raise ValueError(f"--progress-interval must be a number of seconds in (0, 86400], got {args.progress_interval}")
         if args.early_every:
             parse_duration(args.early_every, "--early-every")
         _slices_from_args(args.slices)
@@ -1035,6 +1049,12 @@ def main(argv=None) -> int:
         if any(getattr(args, f"kafka_{k}") for k in KINDS) and not args.kafka_bootstrap:
             raise ValueError("Kafka topics need --kafka-bootstrap")
         checks = input_checks_from_args(args)
+        err_auto = parse_err_max_grade(args.err_max_grade) is None
+        args.err_max_grade = parse_err_max_grade(args.err_max_grade) or GDEVAL_ERR_MAX_GRADE
+        if err_auto and args.replay and paths["judgments"]:
+            args.err_max_grade = auto_err_max_grade(
+                parse_metrics(ranking_names, arithmetic="the Beam jobs") if ranking_names else [],
+                paths["judgments"], _grades(args.grades))
         args.engine_used = _engine(args)
     except (ValueError, TypeError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
@@ -1096,11 +1116,24 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
     if live is not None and threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):  # stop watching: every window closes, the job reports
             handlers[sig] = signal.signal(sig, lambda *_: live.watcher.stop())
+    run_id = getattr(getattr(sm, "cfg", None), "run", None)
+
+    def records_read():
+        counts = stream_counts(run_id) if run_id else {}
+        return sum(v for k, v in counts.items() if k.endswith("s_read"))
+
+    # records read and rows emitted so far (this process's: the local runner's), on stderr every few
+    # seconds and at the end; off with --quiet
+    line = progress.ProgressLine("streameval stream", read=records_read,
+                                 written=lambda: progress.counts().get("stream_rows", 0),
+                                 interval=args.progress_interval, enable=not args.quiet).start()
     try:
         result = p.run()
         in_process = _on_local_runner(args)
         state = result.wait_until_finish() if in_process else wait_reporting(result, args.report_every)
     except Exception as e:  # noqa: BLE001 - the runner's error, reported in one line
+        line.enable = False
+        line.stop()
         print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
         if args.output:
             remove_temporary(args.output)  # no manifest: the directory reads as incomplete
@@ -1111,10 +1144,16 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     if live is not None and live.watcher.error is not None:
+        line.enable = False
+        line.stop()
         print(f"error: the job failed: {failure_reason(live.watcher.error)}", file=sys.stderr)
         return 1
     wall = time.perf_counter() - start
     counters = job_counters(result)
+    if not _on_local_runner(args):  # the workers' counts: the job's counters
+        line.read = lambda: sum(v for k, v in counters.items() if k.endswith("s_read"))
+    line.stop()
+    progress.add("stream_rows", -progress.counts().get("stream_rows", 0))  # the next run in this process starts at 0
     replayed = rep.counts if rep is not None else {}
     # the local runner reports Beam counters of a step's first bundle only: count in this process
     counts = sm.counts() if in_process else counters

@@ -7,6 +7,10 @@
   stays silent). Call :func:`close_all` when the pipeline has finished.
 * :func:`count_avro_records` - the number of records of Avro files from their block headers (the
   bar's total), without decoding the records.
+* :class:`ProgressLine` - a plain line on stderr every few seconds while a job runs and once at its
+  end (records read, rows written, rate), whatever stderr is: a terminal, a log file or a pipe. The
+  jobs show it unless ``--quiet``. :func:`add` counts into the same per-process tallies as
+  :class:`Ticker` (e.g. the metric rows written).
 
 ``STREAMEVAL_PROGRESS=1`` forces the bars on, ``STREAMEVAL_PROGRESS=0`` off. Imports neither Beam
 nor tqdm until a bar is shown.
@@ -18,7 +22,7 @@ import os
 import sys
 import threading
 
-__all__ = ["enabled", "bar", "Ticker", "close_all", "counts", "count_avro_records"]
+__all__ = ["enabled", "bar", "Ticker", "close_all", "counts", "add", "count_avro_records", "ProgressLine"]
 
 
 def enabled(enable: bool | None = None) -> bool:
@@ -114,6 +118,12 @@ class Ticker:
         return element
 
 
+def add(name: str, n: int = 1) -> None:
+    """Count ``n`` more under ``name`` in this process's tallies (:func:`counts`), without a bar."""
+    with _LOCK:
+        _COUNTS[name] = _COUNTS.get(name, 0) + int(n)
+
+
 def counts() -> dict:
     """{bar name: elements counted in this process} since the last :func:`close_all`."""
     with _LOCK:
@@ -141,3 +151,74 @@ def count_avro_records(paths) -> int | None:
         return count_records(paths)
     except (AvroInputError, OSError):  # damaged or unreadable file: reported by the reader, not here
         return None
+
+
+class ProgressLine:
+    """``line = ProgressLine("streameval batch", read=f, written=g); line.start(); ...; line.stop()``:
+    a thread that writes ``streameval batch: 61,536 records read, 42 rows written, 5,120 records/s,
+    12 s`` to ``file`` (default stderr) every ``interval`` seconds while the counts change, and
+    :meth:`stop` the last such line (``done in``). ``read`` and ``written`` are functions giving the
+    counts so far (this process's: the local runners'); ``enable=False`` writes nothing."""
+
+    def __init__(self, job: str, read, written, interval: float = 5.0, file=None, enable: bool = True):
+        self.job = job
+        self.read = read
+        self.written = written
+        self.interval = float(interval)
+        self.file = file
+        self.enable = bool(enable)
+        self._stop = threading.Event()
+        self._thread = None
+        self._start = None
+        self._last = None
+
+    def _counts(self) -> tuple[int, int]:
+        try:
+            return int(self.read() or 0), int(self.written() or 0)
+        except Exception:  # noqa: BLE001 (a count not available yet)
+            return 0, 0
+
+    def line(self, final: bool = False) -> str:
+        """The text of one line as of now."""
+        import time
+
+        read, written = self._counts()
+        secs = max(time.monotonic() - (self._start or time.monotonic()), 1e-9)
+        rate = f"{read / secs:,.0f} records/s" if read else "- records/s"
+        when = f"done in {secs:.1f} s" if final else f"{secs:.0f} s"
+        return f"{self.job}: {read:,} records read, {written:,} rows written, {rate}, {when}"
+
+    def _write(self, text: str) -> None:
+        f = self.file or sys.stderr
+        try:
+            f.write(text + "\n")
+            f.flush()
+        except (OSError, ValueError):  # a closed stderr: nothing to report to
+            pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            now = self._counts()
+            if now != self._last:
+                self._last = now
+                self._write(self.line())
+
+    def start(self) -> "ProgressLine":
+        import time
+
+        self._start = time.monotonic()
+        if self.enable and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="streameval-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the thread and write the final line (once)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval + 1)
+            self._thread = None
+        if self.enable and self._start is not None:
+            self._write(self.line(final=True))
+            self._start = None
+

@@ -114,6 +114,24 @@ def test_impression_round_trip_timestamps_are_int(tmp_path):
     assert list(read_records(str(path), name="impression")) == recs
 
 
+def test_write_and_read_take_path_then_name(tmp_path):
+    """Issue 21: both functions take (path, schema name); the keyword forms and the old positional
+    calls work, and the records given before the name (or the name before the path) is a TypeError
+    naming the order instead of a fastavro schema error or a missing file."""
+    path = tmp_path / "imp.avro"
+    recs = _impressions()
+    assert write_records(path=path, name="impression", records=recs) == 2
+    assert list(read_records(paths=path, name="impression")) == recs
+    assert list(read_blocks(path, "impression")) == [recs]
+    with pytest.raises(TypeError, match=r"write_records\(path, name, records\).*same order as read_records"):
+        write_records(tmp_path / "x.avro", recs, "impression")
+    assert not (tmp_path / "x.avro").exists()
+    with pytest.raises(TypeError, match=r"read_records\(paths, name\): paths first"):
+        list(read_records("impression", path))
+    with pytest.raises(TypeError, match=r"paths first"):
+        list(read_blocks("impression", str(path)))
+
+
 def test_impression_defaults_and_datetime_input(tmp_path):
     path = tmp_path / "imp.avro"
     rec = {

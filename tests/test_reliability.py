@@ -762,7 +762,7 @@ def test_grades_the_measures_cannot_score_and_ids_with_nul_are_dead_letters(tmp_
               "--max-rejected-fraction", "1", "--no-ctr"]
     # d2 alone, grade 1 at position 2: ERR = 1/2 * (2**1 - 1) / 2**4; nDCG (exp. gain) = 1 / log2(3)
     for extra, metric, value, why, engines in (
-            (["--metrics", "err@5"], "err@5", 0.5 / 16, "grade 2000 is above 4, the largest grade ERR scores",
+            (["--metrics", "err@5", "--err-max-grade", "4"], "err@5", 0.5 / 16, "grade 2000 is above 4, the largest grade ERR scores",
              ("columnar", "records", "stream")),
             (["--metrics", "ndcg@5", "--gain", "exponential"], "ndcg@5", 1 / math.log2(3),
              "grade 2000 is above 1023, the largest grade whose exponential gain", ("columnar",))):

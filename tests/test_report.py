@@ -239,6 +239,38 @@ def test_report_shows_windows_at_the_ends_of_time(tmp_path):
     assert png_size((tmp_path / "o2" / "map_windows.png").read_bytes())[0] > 100
 
 
+def test_one_window_plot_spans_its_window_and_shows_the_interval():
+    """Issue 21: a plot of one window had a 1968-1972 axis (matplotlib's default around a single
+    date) and no interval (a band between one x has no width). The axis now spans the window's width
+    either side of its start, and the interval is an error bar from ci_low to ci_high."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    start = 1_574_553_600_000_000  # 2019-11-24T00:00:00Z
+    rows = [metric_row(start, start + DAY, "all", "a", "ctr", 0.02, 1000, 0.004, ci_low=0.013, ci_high=0.031)]
+    fig = report._plot_windows(plt, "ctr", rows)
+    ax = fig.axes[0]
+    lo, hi = (mdates.num2date(x) for x in ax.get_xlim())
+    assert (lo.isoformat(), hi.isoformat()) == ("2019-11-23T00:00:00+00:00", "2019-11-25T00:00:00+00:00")
+    # the error bar's vertical segment: from ci_low to ci_high at the window start
+    segments = [seg for c in ax.collections for seg in c.get_segments()]
+    assert len(segments) == 1
+    (x0, y0), (x1, y1) = segments[0]
+    assert x0 == x1 == mdates.date2num(report._dt(start))
+    assert (y0, y1) == pytest.approx((0.013, 0.031), abs=1e-15)
+    plt.close(fig)
+    # two windows: a band, the axis left to matplotlib
+    rows.append(metric_row(start + DAY, start + 2 * DAY, "all", "a", "ctr", 0.03, 1000, 0.005,
+                           ci_low=0.021, ci_high=0.043))
+    fig = report._plot_windows(plt, "ctr", rows)
+    band = fig.axes[0].collections
+    assert len(band) == 1 and not hasattr(band[0], "get_segments")
+    plt.close(fig)
+
+
 # --------------------------------------------------------------------------------------------
 # progress
 

@@ -3,6 +3,8 @@ grade ranges, the pipeline and its output directory. Layer 3: the jobs (``pipeli
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["DEFAULT_METRICS", "split_metrics", "split_names", "parse_slice_args", "parse_grades", "make_pipeline", "make_output_dir",
            "add_metric_option_arguments", "metric_options"]
 
@@ -126,10 +128,12 @@ def check_bootstrap_arguments(args) -> None:
     ReplicateSums(1, args.replicates, "poisson", args.ci_seed)  # their ranges
 
 
-def add_metric_option_arguments(group) -> None:
+def add_metric_option_arguments(group, err_help: str | None = None) -> None:
     """The per-measure options of :class:`~streameval.metrics.kernel.MetricOptions` as the jobs spell
     them, with its defaults and allowed values: ``--relevance-level``, ``--gain``, ``--ideal``,
-    ``--err-max-grade`` (the batch and streaming jobs; :func:`metric_options` reads them back)."""
+    ``--err-max-grade`` (the batch and streaming jobs: a number or ``auto``, resolved by the job with
+    :func:`parse_err_max_grade` / :func:`auto_err_max_grade` before :func:`metric_options` reads them back;
+    ``err_help``: the job's own help text for it)."""
     from ..metrics.kernel import GAINS, IDEALS, MetricOptions
 
     d = MetricOptions()
@@ -142,8 +146,9 @@ def add_metric_option_arguments(group) -> None:
     group.add_argument("--ideal", choices=IDEALS, default=d.ideal,
                        help="ideal DCG from every judgment of the query (trec_eval) or from the served items; "
                             f"default {d.ideal}")
-    group.add_argument("--err-max-grade", type=float, default=d.err_max_grade,
-                       help=f"g_max of ERR (default {d.err_max_grade:g})")
+    group.add_argument("--err-max-grade", default="auto",
+                       help=err_help or "g_max of ERR, a number, or auto (default): the largest grade among the "
+                            "judgments, at least 1 (see parse_err_max_grade / auto_err_max_grade)")
 
 
 def metric_options(args):
@@ -168,3 +173,85 @@ def hist_range(text: str) -> tuple[float, float]:
     except ValueError:
         raise ValueError(f"--hist-range wants LO,HI, got {text!r}") from None
     return lo, hi
+
+
+#: ERR's g_max when the judgments are not known up front (the library's and trec-eval's default:
+#: gdeval's MAX_JUDGMENT)
+GDEVAL_ERR_MAX_GRADE = 4.0
+
+
+def parse_err_max_grade(text) -> float | None:
+    """``--err-max-grade``: a positive number, or ``"auto"`` -> None (resolve with
+    :func:`auto_err_max_grade`). Raises ``ValueError`` for anything else."""
+    if text is None or str(text).strip().lower() == "auto":
+        return None
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value > 0 or not math.isfinite(value):
+        raise ValueError(f"--err-max-grade wants a positive number or auto, got {text!r}")
+    return value
+
+
+def _parquet_grades(f, column: str):
+    """The integral grades of a Parquet file's ``column`` (an open binary file), as int64."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    col = pq.read_table(f, columns=[column]).column(column)
+    try:
+        v = np.asarray(pc.cast(col, "float64").to_numpy(zero_copy_only=False), dtype=np.float64)
+    except Exception:  # noqa: BLE001 (grades as text: the job's conversion decides row by row)
+        return np.zeros(0, dtype=np.int64)
+    v = v[np.isfinite(v) & (v == np.floor(v))]
+    return v.astype(np.int64)
+
+
+def max_judgment_grade(paths, declared=None, table=None, input_format: str = "auto") -> int:
+    """The largest grade of the judgment files ``paths`` (Avro; Parquet by its mapped grade column, ``table``) (read through Beam's file systems, local
+    or remote), among the grades inside the ``declared`` range ``(lo, hi)`` (``--grades``: the others
+    are dead letters), at least 1. A file that cannot be read to its end gives the grades read before
+    the damage (the job's reader reports the file)."""
+    import fastavro
+    from apache_beam.io.filesystems import FileSystems
+
+    from ..io.parquet_blocks import is_parquet
+
+    top = 1
+    column = (getattr(table, "mapping", None) or {}).get("grade", "grade")
+    for path in paths:
+        if is_parquet(path, input_format):  # Parquet judgments: their (mapped) grade column
+            try:
+                with FileSystems.open(path) as f:
+                    import io
+
+                    g = _parquet_grades(io.BytesIO(f.read()), column)
+            except Exception:  # noqa: BLE001 (damaged or unreadable: the job's reader reports it)
+                continue
+            if declared is not None:
+                g = g[(g >= declared[0]) & (g <= declared[1])]
+            if len(g):
+                top = max(top, int(g.max()))
+            continue
+        try:
+            with FileSystems.open(path) as f:
+                for rec in fastavro.reader(f):
+                    g = rec.get("grade")
+                    if isinstance(g, int) and g > top and (declared is None or declared[0] <= g <= declared[1]):
+                        top = g
+        except Exception:  # noqa: BLE001 (damaged or unreadable: the job's reader reports it)
+            continue
+    return top
+
+
+def auto_err_max_grade(specs, judgment_paths, declared=None, table=None, input_format: str = "auto") -> float:
+    """``--err-max-grade auto`` of the jobs: with ERR among the metric ``specs`` and judgment files,
+    the largest grade they hold (:func:`max_judgment_grade`, at least 1), so that binary judgments
+    give a perfect ranking ERR 0.5 at its first item, not (2**1 - 1) / 2**4; otherwise (no ERR, or
+    judgments arriving on a stream) :data:`GDEVAL_ERR_MAX_GRADE`. docs/metrics.md, "ERR's g_max"."""
+    if judgment_paths and any(getattr(s, "family", None) == "err" for s in specs):
+        return float(max_judgment_grade(judgment_paths, declared, table, input_format))
+    return GDEVAL_ERR_MAX_GRADE
+

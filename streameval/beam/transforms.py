@@ -47,6 +47,9 @@ __all__ = [
     "parse_lateness",
     "parse_slices",
     "slice_labels",
+    "label_has_missing",
+    "keep_slice_row",
+    "SLICE_MISSING",
     "slice_part",
     "window_bounds",
     "reason_key",
@@ -178,6 +181,35 @@ def slice_labels(attributes: dict | None, slice_specs) -> list[str]:
     for names in slice_specs:
         labels.append(",".join(slice_part(n, attrs.get(n)) for n in names))
     return labels
+
+
+def label_has_missing(label: str) -> bool:
+    """Whether a slice label (:func:`slice_part` parts joined by ``,``) has a part whose attribute is
+    absent (``attr=(missing)``, unescaped): the rows ``--slice-missing skip`` leaves out. A present
+    value ``"(missing)"`` is rendered ``\\(missing)`` and does not count."""
+    i, n, value_start = 0, len(label), None
+    while i <= n:
+        c = label[i] if i < n else ","
+        if c == "\\":
+            i += 2
+            continue
+        if c == "=" and value_start is None:
+            value_start = i + 1
+        elif c == ",":
+            if value_start is not None and label[value_start:i] == MISSING:
+                return True
+            value_start = None
+        i += 1
+    return False
+
+
+SLICE_MISSING = ("show", "skip")
+
+
+def keep_slice_row(row: dict) -> bool:
+    """``beam.Filter`` predicate of ``--slice-missing skip``: False for a row of a slice in which some
+    attribute is absent (``campaign=(missing)``), True for every other row (``all`` included)."""
+    return not label_has_missing(row.get("slice") or "")
 
 
 _GOT = re.compile(r",? got .*$")

@@ -201,6 +201,13 @@ def _plot_windows(plt, metric, rows):
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     # a date axis for windows within the years 1 to 9999; else days since 1970 on a plain axis
     dates = all(_dated(r["window_start"]) for r in rows)
+    starts = {r["window_start"] for r in rows}
+    if len(starts) == 1:  # one window [start, end): the axis shows a window's width either side of its start
+        (start,) = starts
+        ends = [r.get("window_end") for r in rows if r.get("window_end") is not None]
+        width = max(ends) - start if ends and max(ends) > start else 86_400_000_000
+        span = (max(start - width, _DATE_MIN) if dates else start - width,
+                min(start + width, _DATE_MAX) if dates else start + width)
     for ax, sl in zip(axes.flat, slices):
         for i, system in enumerate(systems):
             pts = sorted((r for r in rows if r["slice"] == sl and r["system"] == system),
@@ -213,8 +220,16 @@ def _plot_windows(plt, metric, rows):
             lo = [r["ci_low"] if _ok(r.get("ci_low")) else math.nan for r in pts]
             hi = [r["ci_high"] if _ok(r.get("ci_high")) else math.nan for r in pts]
             ax.plot(x, y, marker="o", markersize=3, color=color, label=system)
-            ax.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0)
+            if len(pts) > 1:
+                ax.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0)
+            else:  # one window: a band between one x has no width; the interval as an error bar
+                ok = _ok(lo[0]) and _ok(hi[0]) and _ok(y[0])
+                ax.errorbar(x, y, yerr=[[max(y[0] - lo[0], 0.0)], [max(hi[0] - y[0], 0.0)]] if ok else None,
+                            fmt="none", capsize=4, color=color)
         ax.set_title(f"{metric} - {sl}", fontsize=10)
+        if len(starts) == 1:  # one window: the axis spans it (matplotlib would show 1968-1972 around it)
+            lo_x, hi_x = span
+            ax.set_xlim(_dt(lo_x) if dates else lo_x / 86_400e6, _dt(hi_x) if dates else hi_x / 86_400e6)
         if dates:
             ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(mdates.AutoDateLocator()))
         else:
@@ -476,8 +491,18 @@ Bands and error bars show the interval.</p>
     return {"html": html_path, "pngs": pngs, "rows": len(rows)}
 
 
+#: the one line ``report`` prints when matplotlib is not installed (the ``report`` extra)
+MISSING_MATPLOTLIB = ("streameval report needs matplotlib, in the report extra: pip install 'streameval[report]' "
+                      "(from a clone: pip install -e '.[report]'; make demo installs it)")
+
+
 def main(argv=None) -> int:
     args = build_arg_parser().parse_args(argv)
+    try:
+        import matplotlib  # noqa: F401 (checked before any input is read)
+    except ImportError:
+        print(MISSING_MATPLOTLIB, file=sys.stderr)
+        return EXIT_USAGE
     try:
         if not 0 < args.confidence < 1:
             raise ValueError("--confidence must be in (0, 1)")

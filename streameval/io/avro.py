@@ -185,7 +185,14 @@ def write_records(
     in a field that cannot be null but has a default takes the default (a
     judgment's ``timestamp`` and ``source``), and a boolean given as 0/1 or a
     numpy bool is written as a boolean.
+
+    The arguments come in :func:`read_records`' order, (path, schema name), then the records; a
+    call with the records before the name (``write_records(path, records, "impression")``) raises
+    ``TypeError`` saying so.
     """
+    if not isinstance(name, (str, dict)):
+        raise TypeError(f"write_records(path, name, records): name must be a schema name ({', '.join(SCHEMA_NAMES)}) "
+                        f"or a schema dict, got {type(name).__name__} (the same order as read_records(paths, name))")
     schema = _resolve_schema(name)
     fix = _normalizer(name) if isinstance(name, str) else None
     count = 0
@@ -943,9 +950,22 @@ def read_records(paths: Union[PathLike, Iterable[PathLike]], name: str | None = 
     A damaged file (truncated, not Avro, corrupt header or block) raises
     :class:`AvroInputError` after the records decoded before the damage;
     a missing or unreadable file raises ``OSError``.
+
+    The arguments come in :func:`write_records`' order, (paths, schema name); a call with the name
+    first (``read_records("impression", path)``) raises ``TypeError`` saying so.
     """
+    _check_read_arguments(paths, name)
     for path in expand_paths(paths):
         yield from _iter_records(path, name)
+
+
+def _check_read_arguments(paths, name) -> None:
+    """TypeError for read_records / read_blocks called with (name, paths) or a name that is not text."""
+    swapped = (isinstance(paths, str) and paths in SCHEMA_NAMES and not os.path.exists(paths)
+               and name is not None and (not isinstance(name, str) or name not in SCHEMA_NAMES))
+    if swapped or (name is not None and not isinstance(name, str)):
+        raise TypeError(f"read_records(paths, name): paths first, then the schema name ({', '.join(SCHEMA_NAMES)}), "
+                        f"the same order as write_records(path, name, records); got paths={paths!r}, name={name!r}")
 
 
 def read_blocks(paths: Union[PathLike, Iterable[PathLike]], name: str | None = None) -> Iterator[list[dict]]:
@@ -964,5 +984,6 @@ def read_blocks(paths: Union[PathLike, Iterable[PathLike]], name: str | None = N
     block before the damaged one: a block is yielded only when its header,
     size and sync marker check out and all its records decoded.
     """
+    _check_read_arguments(paths, name)
     for path in expand_paths(paths):
         yield from _iter_blocks(path, name)
