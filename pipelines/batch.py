@@ -31,13 +31,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from streameval.beam.accounting import (account, add_input_check_arguments, check_inputs, exit_status, format_accounting,
                                         input_checks_from_args, job_counters, job_distributions)
-from streameval.accumulators.bootstrap import ReplicateSums
 from streameval.alerts import format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
 from streameval.beam.prometheus import write_textfile
 from streameval.exits import EXIT_ALERT, EXIT_OK, EXIT_USAGE, one_line
-from streameval.beam.arguments import (DEFAULT_METRICS, GDEVAL_ERR_MAX_GRADE, add_metric_option_arguments,
-                                       auto_err_max_grade, make_pipeline, parse_err_max_grade, split_metrics)
+from streameval.beam.arguments import (DEFAULT_METRICS, GDEVAL_ERR_MAX_GRADE, add_bootstrap_arguments, add_hist_arguments,
+                                       add_metric_option_arguments, auto_err_max_grade, check_bootstrap_arguments,
+                                       hist_range, make_pipeline, parse_err_max_grade, split_metrics)
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.columnar_hot import HOT_FRACTION, HOT_MIN_REQUESTS
@@ -152,16 +152,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-unjudged-file", dest="unjudged_file", action="store_false",
                    help="do not write unjudged.jsonl (the requests whose query has no judgment, one line each): "
                         "they are still counted in the report line and summary.json")
-    p.add_argument("--hist-bins", type=int, default=1000, help="bins of auc_hist (default 1000)")
-    p.add_argument("--hist-range", default="0,1", help="score range LO,HI of auc_hist's bins (default 0,1)")
+    add_hist_arguments(p)
     p.add_argument("--group-rows", action="store_true",
                    help="also write each GAUC group's AUC (metric auc, slice '<group>=<id>')")
-    p.add_argument("--ci", choices=("t", "bootstrap"), default="t",
-                   help="interval of ranking metrics: Student t (default) or Poisson bootstrap percentile; "
-                        "CTR rows always get a Wilson interval")
+    add_bootstrap_arguments(p, "interval of ranking metrics: Student t (default) or Poisson bootstrap percentile; "
+                               "CTR rows always get a Wilson interval")
     p.add_argument("--ci-level", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
-    p.add_argument("--replicates", type=int, default=200, help="bootstrap replicates (default 200)")
-    p.add_argument("--ci-seed", type=int, default=0, help="keys the hash of the bootstrap weights (default 0)")
     p.add_argument("--compare-baseline", default=None, metavar="SYSTEM",
                    help="also compare SYSTEM with every other system on the same queries (paired, per window "
                         "and slice): comparisons.jsonl")
@@ -220,14 +216,6 @@ def build_arg_parser() -> argparse.ArgumentParser:
     add_input_check_arguments(p)
     add_table_arguments(p)
     return p
-
-
-def _hist_range(text: str) -> tuple[float, float]:
-    try:
-        lo, hi = (float(x) for x in text.split(","))
-    except ValueError:
-        raise ValueError(f"--hist-range wants LO,HI, got {text!r}") from None
-    return lo, hi
 
 
 def split_all_metrics(text: str) -> tuple[list[str], list[str]]:
@@ -372,7 +360,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
         row_parts.append(imps | "OnlineMetrics" >> OnlineMetrics(
             online, window=window, slices=slices, labels=labels, judgments=judg,
             relevance_level=args.relevance_level, unjudged=args.unjudged, hist_bins=args.hist_bins,
-            hist_range=_hist_range(args.hist_range), group_rows=args.group_rows, ci_level=args.ci_level))
+            hist_range=hist_range(args.hist_range), group_rows=args.group_rows, ci_level=args.ci_level))
     rows = _skip_missing_slices(tuple(row_parts) | "AllRows" >> beam.Flatten(), args)
     dead = tuple(dead_parts) | "AllDeadLetters" >> beam.Flatten()
     _write_outputs(rows, dead, args.output, output_shards(args), getattr(args, "alert_rules", None),
@@ -456,7 +444,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         shards=args.shards_used, progress_total=total,
         decoder=getattr(args, "avro_decoder", None), in_process=getattr(args, "in_process", False),
         threads=getattr(args, "work_threads", 1), time_range=parse_time_range(args.event_time_range),
-        online=online, labels=online_labels(args), unjudged=args.unjudged, hist_bins=args.hist_bins, hist_range=_hist_range(args.hist_range),
+        online=online, labels=online_labels(args), unjudged=args.unjudged, hist_bins=args.hist_bins, hist_range=hist_range(args.hist_range),
         group_rows=args.group_rows, ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed,
         compare_baseline=args.compare_baseline if judgment_paths and ranking else None, complete=args.complete,
         hot_query_fraction=args.hot_query_fraction, input_format=fmt,
@@ -589,7 +577,7 @@ def main(argv=None) -> int:
     try:
         ranking, online = split_all_metrics(args.metrics)
         metric_specs = parse_metrics(ranking, arithmetic="the Beam jobs") if ranking else []
-        _hist_range(args.hist_range)
+        hist_range(args.hist_range)
         _grades(args.grades)
         parse_time_range(args.event_time_range)
         parse_window(args.window)
@@ -609,9 +597,7 @@ def main(argv=None) -> int:
             raise ValueError("--ci-level must be in (0, 1)")
         if not 0 < args.progress_interval <= 86400:  # also NaN
             raise ValueError(f"--progress-interval must be a number of seconds in (0, 86400], got {args.progress_interval}")
-        if args.replicates < 1:
-            raise ValueError("--replicates must be positive")
-        ReplicateSums(1, args.replicates, "poisson", args.ci_seed)  # their ranges: one line, exit 2
+        check_bootstrap_arguments(args)  # --replicates, --ci-seed: one line, exit 2
         checks = input_checks_from_args(args)
         err_auto = parse_err_max_grade(args.err_max_grade) is None
         args.err_max_grade = parse_err_max_grade(args.err_max_grade) or GDEVAL_ERR_MAX_GRADE

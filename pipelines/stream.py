@@ -50,7 +50,6 @@ from apache_beam import pvalue
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Timestamp
 
 from streameval.beam.arguments import (
