@@ -36,3 +36,22 @@ def test_dl_hard_run_matches_trec_eval(run):
     assert len(wanted) > 50 * 40
     assert {k: got.get(k) for k in wanted} == wanted
     assert got[("num_q", "all")] == "50"
+
+
+@pytest.mark.parametrize("run", ["bm25.run", "bm25+t5(zs).run"])
+def test_dl_hard_subset_in_the_repository_matches_trec_eval(run):
+    """The subset kept in tests/data/dl_hard_subset (four queries, two runs; SOURCE.md): every per-query
+    line of trec_eval's .eval file for those queries, so a fresh clone runs this check too."""
+    from pathlib import Path
+
+    root = Path(__file__).parent / "data" / "dl_hard_subset"
+    run_path = root / "runs" / run
+    expected = _parse((root / "runs" / (run + ".eval")).read_text())
+    buf = io.StringIO()
+    assert trec_eval_main(["-l", "2", "-c", "-M1000", "-q", "-m", "all_trec", str(root / "dl_hard-passage.qrels"),
+                           str(run_path)], out=buf) == 0
+    got = _parse(buf.getvalue())
+    wanted = {k: v for k, v in expected.items() if _is_ours(k[0]) and k[0] != "runid" and not _v9(k[0])}
+    assert len({q for _, q in wanted}) == 4 and len(wanted) > 4 * 40
+    assert {k: got.get(k) for k in wanted} == wanted
+    assert got[("num_q", "all")] == "4"
