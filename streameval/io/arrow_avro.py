@@ -6,7 +6,9 @@ reader (Rust) writes Arrow columns directly, about ten times faster. It is used 
 gives exactly what :func:`streameval.io.avro.read_blocks` gives:
 
 * a local file whose writer schema is the project's schema ``name`` itself (same parsing canonical
-  form; no resolution of older or other schemas, no ``timestamp-millis``);
+  form; no ``timestamp-millis``), or an earlier version of it that lacks only nullable fields added
+  since (:data:`_ADDED`: their column is all null, as fastavro's resolution fills the default); no
+  resolution of other schemas;
 * whose header and every block header, size and sync marker check out (the same scan as
   :func:`~streameval.io.avro.read_blocks`), and whose decoded row count equals the sum of the
   block headers' counts.
@@ -37,12 +39,17 @@ _ARROW_TYPES = {
         "event_id": "string", "request_id": "string", "query_id": "string", "user_id": "string",
         "system_id": "string", "item_id": "string", "position": "int32", "score": "double", "clicked": "bool",
         "timestamp": "timestamp[us, tz=+00:00]", "propensity": "double", "attributes": "map<string, string>",
+        "dwell_ms": "int64",
     },
     "judgment": {
         "query_id": "string", "item_id": "string", "grade": "int32", "timestamp": "timestamp[us, tz=+00:00]",
         "source": "string",
     },
 }
+
+#: nullable fields (default null) added to a schema since its first version: name -> (field, Arrow type)
+#: in the order added; a file written before them takes the fast path, the fields as null columns
+_ADDED = {"impression": (("dwell_ms", "int64"),)}
 
 _GLOB = set("*?[]{}")
 _context = None
@@ -82,8 +89,9 @@ def _tables(path: str, name: str, rows: int) -> Iterator:
         fo, header = avro._open_avro(path)
         fo.close()
         canon, _ = avro._reader_schema(name)
-        if header.millis or avro._canonical(header.writer_json) != canon:
+        if header.millis:
             raise _NoFastPath(0)
+        missing = _missing_fields(name, avro._canonical(header.writer_json), canon)
         ends = []
         total = 0
         for _index, _offset, count in avro._scan_blocks(path, header):
@@ -93,7 +101,7 @@ def _tables(path: str, name: str, rows: int) -> Iterator:
             return
         df = _session().read_avro(path, file_extension=os.path.splitext(path)[1])
         got = {f.name: str(f.type) for f in df.schema()}
-        if got != _ARROW_TYPES[name]:
+        if got != {k: v for k, v in _ARROW_TYPES[name].items() if k not in missing}:
             raise _NoFastPath(0)
         stream = df.execute_stream()
     except _NoFastPath:
@@ -117,7 +125,10 @@ def _tables(path: str, name: str, rows: int) -> Iterator:
             cut = ends[block - 1] if block else 0
             if cut - done >= rows or (cut == total and cut > done):
                 table = pa.Table.from_batches(pending)
-                yield table.slice(0, cut - done)
+                out = table.slice(0, cut - done)
+                for f in missing:
+                    out = out.append_column(f, pa.nulls(out.num_rows, pa.type_for_alias(_ARROW_TYPES[name][f])))
+                yield out
                 rest = table.slice(cut - done)
                 pending = rest.to_batches() if rest.num_rows else []
                 done = cut
@@ -127,6 +138,23 @@ def _tables(path: str, name: str, rows: int) -> Iterator:
         raise _NoFastPath(done) from None
     if done != total:
         raise _NoFastPath(done)
+
+
+def _missing_fields(name: str, writer_canon: str, canon: str) -> tuple:
+    """The fields of :data:`_ADDED` the writer's schema lacks when it is schema ``name`` as it was
+    before them (``()`` when it is ``name`` itself); raises :class:`_NoFastPath` otherwise."""
+    if writer_canon == canon:
+        return ()
+    import fastavro
+
+    added = [f for f, _ in _ADDED.get(name, ())]
+    _, js = avro._reader_schema(name)
+    for i in range(len(added) - 1, -1, -1):  # the versions before the last i added fields
+        drop = set(added[i:])
+        earlier = dict(js, fields=[f for f in js["fields"] if f["name"] not in drop])
+        if fastavro.schema.to_parsing_canonical_form(earlier) == writer_canon:
+            return tuple(added[i:])
+    raise _NoFastPath(0)
 
 
 _END = object()
