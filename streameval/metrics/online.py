@@ -22,6 +22,10 @@ GAUC
 Click metrics per request
     clicks@k, reciprocal rank of the first (highest-ranked) click, abandonment
     (:func:`click_request_terms`; Radlinski, Kurup and Joachims, CIKM 2008).
+Dwell metrics per request
+    mean dwell, satisfied-click rate (dwell >= T, Fox et al., ACM TOIS 2005), long-click CTR and
+    last-click CTR from the clicks' ``dwell_ms`` (:func:`click_request_terms`); clicks without a
+    dwell are excluded from them (the engines count them).
 Off-policy CTR
     IPS (Horvitz and Thompson 1952; Precup et al. 2000) and self-normalised IPS (Swaminathan and
     Joachims, NeurIPS 2015) with standard errors (:func:`ips_from_sums`, :func:`snips_from_sums`).
@@ -64,6 +68,8 @@ __all__ = [
     "mean_from_sums",
     "ratio_from_sums",
     "click_request_terms",
+    "DWELL_FAMILIES",
+    "DEFAULT_SAT_SECONDS",
     "ips_from_sums",
     "snips_from_sums",
     "ess_from_sums",
@@ -93,8 +99,12 @@ _WEIGHT_ALIASES = {"impressions": "impressions", "impression": "impressions", "i
 DEFAULT_GAUC_GROUP = "user"
 DEFAULT_GAUC_WEIGHTING = "impressions"
 
+#: the dwell metrics (per request, from the clicks' ``dwell_ms``)
+DWELL_FAMILIES = ("mean_dwell", "sat_click_rate", "long_click_ctr", "last_click_ctr")
+#: the default dwell threshold T in seconds of the satisfied / long / last click (Fox et al. 2005)
+DEFAULT_SAT_SECONDS = 30
 _FAMILIES = ("auc", "auc_hist", "gauc", "ctr", "clicks", "rr_first_click", "abandonment", "logloss", "brier",
-             "calibration", "ece", "interleaving")
+             "calibration", "ece", "interleaving", *DWELL_FAMILIES)
 
 
 @dataclass(frozen=True)
@@ -103,21 +113,27 @@ class OnlineSpec:
     abandonment, logloss, brier, calibration, ece (:mod:`streameval.metrics.calibration`),
     interleaving (:mod:`streameval.metrics.interleaving`); ``k`` the
     cutoff of clicks@k, the position of ctr@pos{k} or the bins of ece; ``group`` and
-    ``weighting`` of GAUC; ``clicked_only`` for ``rr_first_click[clicked]``."""
+    ``weighting`` of GAUC; ``clicked_only`` for ``rr_first_click[clicked]``; ``threshold_ms`` the
+    dwell threshold T (milliseconds) of ``sat_click_rate``, ``long_click_ctr`` and ``last_click_ctr``
+    (families in :data:`DWELL_FAMILIES`, with ``mean_dwell``)."""
 
     family: str
     k: int | None = None
     group: str | None = None
     weighting: str | None = None
     clicked_only: bool = False
+    threshold_ms: int | None = None
 
     @property
     def name(self) -> str:
         """Canonical name used in result rows: ``auc``, ``auc_hist``, ``gauc[user,impressions]``,
         ``ctr``, ``ctr@pos2``, ``clicks@3``, ``clicks``, ``rr_first_click``,
         ``rr_first_click[clicked]``, ``abandonment``, ``logloss``, ``brier``, ``calibration``,
-        ``ece[bins=10]``."""
+        ``ece[bins=10]``, ``mean_dwell``, ``sat_click_rate[t=30s]``, ``long_click_ctr[t=30s]``,
+        ``last_click_ctr[t=30s]``."""
         f = self.family
+        if f in DWELL_FAMILIES and f != "mean_dwell":
+            return f"{f}[t={_seconds_text(self.threshold_ms)}s]"
         if f == "ece":
             return f"ece[bins={self.k}]"
         if f == "gauc":
@@ -142,8 +158,14 @@ class OnlineSpec:
 
     @property
     def per_request(self) -> bool:
-        """True for the metrics averaged over requests (clicks, rr_first_click, abandonment)."""
-        return self.family in ("clicks", "rr_first_click", "abandonment")
+        """True for the metrics averaged over requests (clicks, rr_first_click, abandonment and the
+        dwell metrics)."""
+        return self.family in ("clicks", "rr_first_click", "abandonment", *DWELL_FAMILIES)
+
+    @property
+    def dwell(self) -> bool:
+        """True for the dwell metrics (:data:`DWELL_FAMILIES`: they read the clicks' ``dwell_ms``)."""
+        return self.family in DWELL_FAMILIES
 
     def __str__(self) -> str:  # pragma: no cover - convenience
         return self.name
@@ -153,7 +175,29 @@ _ACCEPTED = ("auc, auc_hist, gauc, gauc[GROUP] or gauc[GROUP,WEIGHTING] (GROUP u
              "WEIGHTING impressions/clicks/unweighted), ctr, ctr@pos{p}, clicks, clicks@k, rr_first_click, "
              "rr_first_click[clicked], abandonment, logloss, brier, calibration, ece or ece[bins=B] (fixed-width "
              "bins, B from 1 to 10000, default 10), interleaving or interleaving[team_draft] (team-draft credit "
-             "from the impressions' attributes[\"team\"])")
+             "from the impressions' attributes[\"team\"]), mean_dwell, sat_click_rate[t=T], "
+             "long_click_ctr[t=T], last_click_ctr[t=T] (dwell threshold T in seconds, e.g. t=30s or t=1.5s, or "
+             "t=500ms; default 30s)")
+
+
+def _seconds_text(ms: int) -> str:
+    """``30000`` -> ``"30"``, ``1500`` -> ``"1.5"`` (exact: ms is an integer)."""
+    whole, frac = divmod(int(ms), 1000)
+    return str(whole) if not frac else f"{whole}.{frac:03d}".rstrip("0")
+
+
+def _threshold_ms(name, params) -> int:
+    """The dwell threshold of ``family[...]`` in milliseconds: none (30 s), ``t=30s``, ``30s``,
+    ``t=30`` (seconds), ``t=1.5s``, ``t=500ms``; an integer number of milliseconds, > 0."""
+    if params is None:
+        return DEFAULT_SAT_SECONDS * 1000
+    m = re.fullmatch(r"(?:t=)?(\d+(?:\.\d+)?)(s|ms)?", params)
+    if m:
+        value = Fraction(m.group(1)) * (1 if m.group(2) == "ms" else 1000)
+        if value.denominator == 1 and value > 0:
+            return int(value)
+    raise MetricNameError(f"bad dwell threshold in {name!r}: expected [t=T] with T > 0 in seconds (t=30s, t=1.5s, "
+                          f"t=30) or milliseconds (t=500ms), a whole number of milliseconds")
 
 
 def parse_online_metric(name: str) -> OnlineSpec:
@@ -189,6 +233,14 @@ def parse_online_metric(name: str) -> OnlineSpec:
         return OnlineSpec("rr_first_click", clicked_only=bool(m.group(1)))
     if low in ("abandonment", "abandonment_rate"):
         return OnlineSpec("abandonment")
+    if low in ("mean_dwell", "dwell", "avg_dwell", "mean_dwell_time"):
+        return OnlineSpec("mean_dwell")
+    m = re.fullmatch(r"(sat_click_rate|sat_clicks|satisfied_click_rate|long_click_ctr|long_ctr|last_click_ctr)"
+                     r"(?:\[(.*)\])?", low)
+    if m:
+        family = {"sat_clicks": "sat_click_rate", "satisfied_click_rate": "sat_click_rate",
+                  "long_ctr": "long_click_ctr"}.get(m.group(1), m.group(1))
+        return OnlineSpec(family, threshold_ms=_threshold_ms(name, m.group(2)))
     if low in ("logloss", "log_loss", "cross_entropy"):
         return OnlineSpec("logloss")
     if low in ("brier", "brier_score", "brier_score_loss"):
@@ -672,19 +724,33 @@ def ratio_from_sums(n: int, sw, swy, sw2, sw2y, sw2y2) -> tuple[float, float]:
 # --------------------------------------------------------------------------------------------
 # click metrics per request
 
-def click_request_terms(specs, request_index, click_positions, n_requests: int) -> np.ndarray:
-    """Per-request values of the click metrics, shape (len(specs), n_requests).
+def click_request_terms(specs, request_index, click_positions, n_requests: int, click_dwell_ms=None) -> np.ndarray:
+    """Per-request values of the click and dwell metrics, shape (len(specs), n_requests).
 
     ``request_index``, ``click_positions``: shape (c,), one entry per clicked impression (its
     request's index in 0..n_requests-1 and its 1-based position). Requests absent from
-    ``request_index`` had no click. ``specs``: :class:`OnlineSpec` of the per-request families:
+    ``request_index`` had no click. ``click_dwell_ms``: shape (c,), each click's dwell in
+    milliseconds (integers >= 0 as floats), NaN when unknown; None: every dwell unknown. ``specs``:
+    :class:`OnlineSpec` of the per-request families:
 
     * ``clicks@k``: clicked impressions at positions <= k (``clicks``: all positions);
     * ``rr_first_click``: 1 / position of the highest-ranked click, 0 without a click
       (``[clicked]``: NaN without a click, so the mean is over requests with a click);
-    * ``abandonment``: 1 when the request has no click, else 0.
+    * ``abandonment``: 1 when the request has no click, else 0;
+    * ``mean_dwell``: the mean dwell in seconds of the request's clicks with a known dwell; NaN
+      (request left out of the mean) when it has none;
+    * ``sat_click_rate[t=T]``: the share of those clicks with dwell >= T (satisfied clicks, Fox et
+      al., "Evaluating implicit measures to improve web search", ACM TOIS 23(2), 2005: T = 30 s);
+      NaN when the request has no click with a known dwell;
+    * ``long_click_ctr[t=T]``: 1 when the request has a click with dwell >= T (a long click), 0 when
+      it has none and every click's dwell is known (or no click); NaN (left out) when no known
+      dwell reaches T and some click's dwell is unknown;
+    * ``last_click_ctr[t=T]``: the same on the request's last click only, the clicked impression
+      ranked lowest (largest position: the schema records whether, not when, an item was clicked);
+      0 without a click.
 
-    Raises ValueError on an index out of range or a position < 1."""
+    Raises ValueError on an index out of range, a position < 1, a negative dwell or mismatched
+    shapes."""
     req = np.asarray(request_index, dtype=np.int64)
     pos = np.asarray(click_positions, dtype=np.int64)
     if req.shape != pos.shape:
@@ -697,6 +763,23 @@ def click_request_terms(specs, request_index, click_positions, n_requests: int) 
     first = np.full(n_requests, np.inf)
     np.minimum.at(first, req, pos.astype(np.float64))
     clicked = np.isfinite(first)
+    dwell = None
+    if any(s.dwell for s in specs):
+        dwell = np.full(len(req), np.nan) if click_dwell_ms is None else np.asarray(click_dwell_ms, dtype=np.float64)
+        if dwell.shape != req.shape:
+            raise ValueError("click_dwell_ms must have the shape of request_index")
+        if (dwell < 0).any():
+            raise ValueError("dwell must be >= 0 milliseconds")
+        known = ~np.isnan(dwell)
+        n_known = np.bincount(req[known], minlength=n_requests)
+        n_unknown = np.bincount(req[~known], minlength=n_requests)
+        last = np.zeros(n_requests, dtype=np.int64)
+        np.maximum.at(last, req, pos)
+        at_last = pos == last[req]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            # integer milliseconds: the float sums are exact (below 2**53), whatever the order
+            total = np.bincount(req[known], weights=dwell[known], minlength=n_requests)
+            mean_s = np.where(n_known > 0, total / (1000.0 * n_known), math.nan)
     for i, s in enumerate(specs):
         if s.family == "clicks":
             sel = req if s.k is None else req[pos <= s.k]
@@ -706,6 +789,18 @@ def click_request_terms(specs, request_index, click_positions, n_requests: int) 
             out[i] = rr
         elif s.family == "abandonment":
             out[i] = (~clicked).astype(np.float64)
+        elif s.family == "mean_dwell":
+            out[i] = mean_s
+        elif s.family in ("sat_click_rate", "long_click_ctr", "last_click_ctr"):
+            long = known & (dwell >= s.threshold_ms)
+            if s.family == "sat_click_rate":
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out[i] = np.where(n_known > 0, np.bincount(req[long], minlength=n_requests) / n_known, math.nan)
+                continue
+            sel = slice(None) if s.family == "long_click_ctr" else at_last
+            has_long = np.bincount(req[sel][long[sel]], minlength=n_requests) > 0
+            has_unknown = np.bincount(req[sel][~known[sel]], minlength=n_requests) > 0
+            out[i] = np.where(has_long, 1.0, np.where(has_unknown, math.nan, 0.0))
         else:
             raise ValueError(f"{s.name} is not a per-request click metric")
     return out
