@@ -24,8 +24,9 @@ Click metrics per request
     (:func:`click_request_terms`; Radlinski, Kurup and Joachims, CIKM 2008).
 Dwell metrics per request
     mean dwell, satisfied-click rate (dwell >= T, Fox et al., ACM TOIS 2005), long-click CTR and
-    last-click CTR from the clicks' ``dwell_ms`` (:func:`click_request_terms`); clicks without a
-    dwell are excluded from them (the engines count them).
+    last-click CTR from the clicks' ``dwell_ms``, defined in :mod:`streameval.metrics.dwell` and
+    computed with the click metrics (:func:`click_request_terms`); clicks without a dwell are
+    excluded from them (the engines count them).
 Off-policy CTR
     IPS (Horvitz and Thompson 1952; Precup et al. 2000) and self-normalised IPS (Swaminathan and
     Joachims, NeurIPS 2015) with standard errors (:func:`ips_from_sums`, :func:`snips_from_sums`).
@@ -47,6 +48,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .dwell import DEFAULT_SAT_SECONDS, DWELL_FAMILIES, dwell_request_terms, seconds_text, threshold_ms
 from .names import MetricNameError
 
 __all__ = [
@@ -99,10 +101,6 @@ _WEIGHT_ALIASES = {"impressions": "impressions", "impression": "impressions", "i
 DEFAULT_GAUC_GROUP = "user"
 DEFAULT_GAUC_WEIGHTING = "impressions"
 
-#: the dwell metrics (per request, from the clicks' ``dwell_ms``)
-DWELL_FAMILIES = ("mean_dwell", "sat_click_rate", "long_click_ctr", "last_click_ctr")
-#: the default dwell threshold T in seconds of the satisfied / long / last click (Fox et al. 2005)
-DEFAULT_SAT_SECONDS = 30
 _FAMILIES = ("auc", "auc_hist", "gauc", "ctr", "clicks", "rr_first_click", "abandonment", "logloss", "brier",
              "calibration", "ece", "interleaving", *DWELL_FAMILIES)
 
@@ -133,7 +131,7 @@ class OnlineSpec:
         ``last_click_ctr[t=30s]``."""
         f = self.family
         if f in DWELL_FAMILIES and f != "mean_dwell":
-            return f"{f}[t={_seconds_text(self.threshold_ms)}s]"
+            return f"{f}[t={seconds_text(self.threshold_ms)}s]"
         if f == "ece":
             return f"ece[bins={self.k}]"
         if f == "gauc":
@@ -180,26 +178,6 @@ _ACCEPTED = ("auc, auc_hist, gauc, gauc[GROUP] or gauc[GROUP,WEIGHTING] (GROUP u
              "t=500ms; default 30s)")
 
 
-def _seconds_text(ms: int) -> str:
-    """``30000`` -> ``"30"``, ``1500`` -> ``"1.5"`` (exact: ms is an integer)."""
-    whole, frac = divmod(int(ms), 1000)
-    return str(whole) if not frac else f"{whole}.{frac:03d}".rstrip("0")
-
-
-def _threshold_ms(name, params) -> int:
-    """The dwell threshold of ``family[...]`` in milliseconds: none (30 s), ``t=30s``, ``30s``,
-    ``t=30`` (seconds), ``t=1.5s``, ``t=500ms``; an integer number of milliseconds, > 0."""
-    if params is None:
-        return DEFAULT_SAT_SECONDS * 1000
-    m = re.fullmatch(r"(?:t=)?(\d+(?:\.\d+)?)(s|ms)?", params)
-    if m:
-        value = Fraction(m.group(1)) * (1 if m.group(2) == "ms" else 1000)
-        if value.denominator == 1 and value > 0:
-            return int(value)
-    raise MetricNameError(f"bad dwell threshold in {name!r}: expected [t=T] with T > 0 in seconds (t=30s, t=1.5s, "
-                          f"t=30) or milliseconds (t=500ms), a whole number of milliseconds")
-
-
 def parse_online_metric(name: str) -> OnlineSpec:
     """Parse one online metric name (forms in :data:`_ACCEPTED`; case-insensitive).
 
@@ -240,7 +218,7 @@ def parse_online_metric(name: str) -> OnlineSpec:
     if m:
         family = {"sat_clicks": "sat_click_rate", "satisfied_click_rate": "sat_click_rate",
                   "long_ctr": "long_click_ctr"}.get(m.group(1), m.group(1))
-        return OnlineSpec(family, threshold_ms=_threshold_ms(name, m.group(2)))
+        return OnlineSpec(family, threshold_ms=threshold_ms(name, m.group(2)))
     if low in ("logloss", "log_loss", "cross_entropy"):
         return OnlineSpec("logloss")
     if low in ("brier", "brier_score", "brier_score_loss"):
@@ -763,23 +741,9 @@ def click_request_terms(specs, request_index, click_positions, n_requests: int, 
     first = np.full(n_requests, np.inf)
     np.minimum.at(first, req, pos.astype(np.float64))
     clicked = np.isfinite(first)
-    dwell = None
-    if any(s.dwell for s in specs):
-        dwell = np.full(len(req), np.nan) if click_dwell_ms is None else np.asarray(click_dwell_ms, dtype=np.float64)
-        if dwell.shape != req.shape:
-            raise ValueError("click_dwell_ms must have the shape of request_index")
-        if (dwell < 0).any():
-            raise ValueError("dwell must be >= 0 milliseconds")
-        known = ~np.isnan(dwell)
-        n_known = np.bincount(req[known], minlength=n_requests)
-        n_unknown = np.bincount(req[~known], minlength=n_requests)
-        last = np.zeros(n_requests, dtype=np.int64)
-        np.maximum.at(last, req, pos)
-        at_last = pos == last[req]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            # integer milliseconds: the float sums are exact (below 2**53), whatever the order
-            total = np.bincount(req[known], weights=dwell[known], minlength=n_requests)
-            mean_s = np.where(n_known > 0, total / (1000.0 * n_known), math.nan)
+    dwell = [s for s in specs if s.dwell]
+    if dwell:
+        dwell = dict(zip(dwell, dwell_request_terms(dwell, req, pos, n_requests, click_dwell_ms)))
     for i, s in enumerate(specs):
         if s.family == "clicks":
             sel = req if s.k is None else req[pos <= s.k]
@@ -789,18 +753,8 @@ def click_request_terms(specs, request_index, click_positions, n_requests: int, 
             out[i] = rr
         elif s.family == "abandonment":
             out[i] = (~clicked).astype(np.float64)
-        elif s.family == "mean_dwell":
-            out[i] = mean_s
-        elif s.family in ("sat_click_rate", "long_click_ctr", "last_click_ctr"):
-            long = known & (dwell >= s.threshold_ms)
-            if s.family == "sat_click_rate":
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    out[i] = np.where(n_known > 0, np.bincount(req[long], minlength=n_requests) / n_known, math.nan)
-                continue
-            sel = slice(None) if s.family == "long_click_ctr" else at_last
-            has_long = np.bincount(req[sel][long[sel]], minlength=n_requests) > 0
-            has_unknown = np.bincount(req[sel][~known[sel]], minlength=n_requests) > 0
-            out[i] = np.where(has_long, 1.0, np.where(has_unknown, math.nan, 0.0))
+        elif s.dwell:
+            out[i] = dwell[s]
         else:
             raise ValueError(f"{s.name} is not a per-request click metric")
     return out
