@@ -18,6 +18,7 @@ import pytest
 
 from pipelines import batch
 from streameval.beam import columnar, columnar_clean, columnar_columns, columnar_read
+from streameval.beam.columnar_online import dwell_ready
 from streameval.io import avro
 from streameval.io.cleaning import clean_request
 
@@ -111,6 +112,22 @@ def _run(tmp, name, imp_files, judg, extra):
     return out
 
 
+def no_null_dwell(raw):
+    """A dead letter's raw record without ``"dwell_ms": null``, until the columnar reader's dwell hook
+    (patches/columnar-dwell-hook.patch) is in: before it, the columnar engine's records have no
+    dwell_ms, the per-record engine's the schema's null (these logs hold none). With it: ``raw``."""
+    if dwell_ready() or not raw:
+        return raw
+    try:
+        rec = json.loads(raw)
+    except ValueError:
+        return raw
+    if isinstance(rec, dict) and "dwell_ms" in rec and rec["dwell_ms"] is None:
+        del rec["dwell_ms"]
+        return json.dumps(rec, sort_keys=True, separators=(",", ":"))
+    return raw if not isinstance(rec, dict) else json.dumps(rec, sort_keys=True, separators=(",", ":"))
+
+
 def _conflict_free(letters):
     """Dead letters, with the raw record of conflicting judgments dropped (the per-record engine keeps
     the first copy to arrive, the columnar one the smallest)."""
@@ -119,6 +136,8 @@ def _conflict_free(letters):
         d = json.loads(x)
         if d["reason"].startswith("conflicting judgments"):
             d["raw"] = None
+        else:
+            d["raw"] = no_null_dwell(d["raw"])
         out.append(json.dumps(d, sort_keys=True))
     return sorted(out)
 
@@ -474,7 +493,7 @@ def test_a_request_naming_two_query_ids_is_rejected_by_both_engines(tmp_path):
     got = _run(tmp_path, "mixed", [good + mixed[:2], mixed[2:] + replay], judg, ["--metrics", "map,P@2"])
     rec, col = got["records"], got["columnar"]
     assert col["metrics.jsonl"] == rec["metrics.jsonl"]
-    assert sorted(col["dead_letters.jsonl"]) == sorted(rec["dead_letters.jsonl"])
+    assert _conflict_free(col["dead_letters.jsonl"]) == _conflict_free(rec["dead_letters.jsonl"])
     dead = [json.loads(x) for x in col["dead_letters.jsonl"]]
     assert len(dead) == 3 and all(d["reason"] == "request names several query ids ('q1', 'q2')" for d in dead)
     assert sorted(json.loads(d["raw"])["item_id"] for d in dead) == ["d1", "d2", "d3"]

@@ -21,13 +21,17 @@ clean impressions' columns of each request shard, vectorised; the states are tho
 * ``interleaving``: a request is whole in its shard, so its clicks on team A's and B's items are
   counted there (:meth:`OnlineColumns._interleaving_states`) and the indicators summed into
   MeanMoments states;
-* ``clicks@k``, ``rr_first_click``, ``abandonment``: a request is whole in its shard, so its terms
-  (:func:`~streameval.metrics.online.click_request_terms`) are computed there and summed into
-  MeanMoments states, as the ranking metrics.
+* ``clicks@k``, ``rr_first_click``, ``abandonment`` and the dwell metrics (``mean_dwell``,
+  ``sat_click_rate[t=T]``, ``long_click_ctr[t=T]``, ``last_click_ctr[t=T]``): a request is whole in
+  its shard, so its terms (:func:`~streameval.metrics.online.click_request_terms`) are computed there
+  and summed into MeanMoments states, as the ranking metrics. The dwell metrics read the chunk's
+  ``dwell_ms`` column (:mod:`streameval.io.dwell`), which the engine's reader gives only once its hook
+  is in (:func:`dwell_ready`); until then they are refused in one line (use ``--engine records``).
 
 Counters as the per-record transforms: ``online:no_score``, ``online:not_labelled``,
 ``online:score_not_probability``,
-``online:no_group:<field>``, ``online:requests``, ``online:requests_not_logged``.
+``online:no_group:<field>``, ``online:requests``, ``online:requests_not_logged``,
+``online:clicks_no_dwell``.
 """
 
 from __future__ import annotations
@@ -41,13 +45,14 @@ from apache_beam.coders import FastPrimitivesCoder
 
 from ..accumulators.moments import MeanMoments
 from ..accumulators.online import CalibrationOps, CountArrays, GaucOps, auc_result, gauc_group_sums, hist_auc_result
+from ..io import dwell as dwell_io
 from ..metrics import calibration as cal
 from ..metrics import interleaving as il
 from ..metrics import online as om
 from .columnar import _MergeMeans
 from .columnar_clean import _first_min, _grouped, _labels, _windows
 from .columnar_columns import (_concat, _encode, _factorize, _nonempty, _pair_codes, _pick, _shards_of, _sorted_codes,
-                               _split, _take, _unique_codes, thaw)
+                               _split, _take, _unique_codes, impression_columns, thaw)
 from .columnar_score import mean_states
 from .combiners import OpsCombineFn
 from .online import (
@@ -63,7 +68,7 @@ from .online import (
 from .threads import counter
 from .transforms import NAMESPACE, metric_row
 
-__all__ = ["OnlineColumns", "CountsCombineFn", "GaucShard",
+__all__ = ["OnlineColumns", "CountsCombineFn", "GaucShard", "dwell_ready",
            "online_rows", "TAG_AUC", "TAG_HIST", "TAG_GAUC", "TAG_CALIBRATION", "TAG_REQUESTS"]
 
 TAG_AUC, TAG_HIST, TAG_GAUC, TAG_REQUESTS = "online_auc", "online_auc_hist", "online_gauc", "online_requests"
@@ -75,6 +80,12 @@ SCORE_TAGS = (TAG_AUC, TAG_HIST, TAG_GAUC, TAG_CALIBRATION)
 TAGS = (*SCORE_TAGS, TAG_REQUESTS, TAG_EXAMPLES, TAG_INTERLEAVING)
 #: the columns the label stage needs of a scored impression
 _EXAMPLE_FIELDS = ("query_id", "item_id", "score", "timestamp", "system_id", "attributes", "user_id", "request_id")
+
+
+def dwell_ready() -> bool:
+    """Whether the columnar engine's impression columns carry ``dwell_ms`` (the reader's hook, see
+    :mod:`streameval.io.dwell`): probed on the columns of no records."""
+    return "dwell_ms" in impression_columns([])
 
 
 class OnlineColumns:
@@ -107,6 +118,12 @@ class OnlineColumns:
         self.calibration_ops = CalibrationOps(s.k for s in self.calibration if s.family == "ece")
         self.outside = counter(NAMESPACE, "online:score_not_probability")
         self.request_specs = [s for s in self.specs if s.per_request]
+        self.dwell = any(s.dwell for s in self.request_specs)
+        if self.dwell and not dwell_ready():
+            names = ", ".join(s.name for s in self.request_specs if s.dwell)
+            raise ValueError(f"{names}: the columnar engine does not read dwell_ms yet (its reader's hook, "
+                             f"streameval/io/dwell.py); use --engine records")
+        self.no_dwell = counter(NAMESPACE, "online:clicks_no_dwell")
         self.scores = any(s.needs_scores for s in self.specs)
         self.attr_keys = sorted({a for names in slice_specs for a in names})
         self.no_score = counter(NAMESPACE, "online:no_score")
@@ -209,8 +226,8 @@ class OnlineColumns:
     # -- requests: whole in their shard -----------------------------------------------------
     def _request_states(self, chunk):
         req, _ = _pair_codes(chunk["system_id"], chunk["request_id"])
-        rows, req, starts, ends = _grouped(chunk, req, ("timestamp", "attributes", "position", "system_id",
-                                                           "request_id", "clicked"))
+        fields = ("timestamp", "attributes", "position", "system_id", "request_id", "clicked")
+        rows, req, starts, ends = _grouped(chunk, req, (*fields, "dwell_ms") if self.dwell else fields)
         logged = np.maximum.reduceat(rows["clicked"], starts) >= 0
         n_logged = int(logged.sum())
         self.requests.inc(n_logged)
@@ -218,7 +235,13 @@ class OnlineColumns:
         if not n_logged:
             return
         clicked = np.flatnonzero(rows["clicked"] == 1)
-        terms = om.click_request_terms(self.request_specs, req[clicked], rows["position"][clicked], len(starts))
+        dwell = None
+        if self.dwell:  # null (dwell.NULL) -> NaN; a clicked row is in a logged request
+            d = rows["dwell_ms"][clicked]
+            dwell = np.where(d == dwell_io.NULL, np.nan, d.astype(np.float64))
+            self.no_dwell.inc(int((d == dwell_io.NULL).sum()))
+        terms = om.click_request_terms(self.request_specs, req[clicked], rows["position"][clicked], len(starts),
+                                       dwell)
         keep = np.flatnonzero(logged)
         attrs = {a: _first_min(rows["attributes"][a], starts, ends)
                  for a in self.attr_keys if a in rows["attributes"]}
