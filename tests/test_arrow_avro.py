@@ -16,7 +16,6 @@ import pyarrow as pa
 import pytest
 
 from streameval.beam import columnar, columnar_columns
-from streameval.beam.columnar_online import dwell_ready
 from streameval.io import arrow_avro, avro
 
 pytestmark = pytest.mark.skipif(not arrow_avro.available(), reason="datafusion not installed")
@@ -69,9 +68,6 @@ def _flatten(parts) -> list:
 
 
 def _same(a: list, b: list) -> bool:
-    if not dwell_ready():  # until the columnar reader's dwell hook (patches/columnar-dwell-hook.patch),
-        # columns_records gives no dwell_ms (these files hold none: fastavro reads it as null)
-        a, b = ([{k: v for k, v in r.items() if k != "dwell_ms"} for r in x] for x in (a, b))
     return [json.dumps(r, sort_keys=True, default=str) for r in a] == \
         [json.dumps(r, sort_keys=True, default=str) for r in b]
 

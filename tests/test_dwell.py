@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 from pipelines import batch
-from streameval.beam.columnar_online import dwell_ready
 from streameval.io import arrow_avro, avro, records
 from streameval.metrics import online as om
 from streameval.metrics.dwell import seconds_text
@@ -118,7 +117,7 @@ def _rows(res, slice_="all"):
     return out
 
 
-ENGINES = ["records"] + (["columnar"] if dwell_ready() else [])
+ENGINES = ["records", "columnar"]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -232,12 +231,10 @@ def test_bad_dwell_is_a_dead_letter_with_its_reason(tmp_path):
             "dwell_ms must be >= 0 milliseconds, got -1", "dwell_ms must be >= 0 milliseconds, got -40000"]
         assert _rows(res)[("A", "mean_dwell")][:2] == (45.0, 1)  # the one valid click: 45 s
         got[engine] = res
-    if len(got) == 2:
-        assert got["records"]["metrics.jsonl"] == got["columnar"]["metrics.jsonl"]
-        assert got["records"]["dead_letters.jsonl"] == got["columnar"]["dead_letters.jsonl"]
+    assert got["records"]["metrics.jsonl"] == got["columnar"]["metrics.jsonl"]
+    assert got["records"]["dead_letters.jsonl"] == got["columnar"]["dead_letters.jsonl"]
 
 
-@pytest.mark.skipif(not dwell_ready(), reason="the columnar reader does not carry dwell_ms (its hook is not in)")
 @pytest.mark.parametrize("extra", [[], ["--avro-decoder", "fastavro", "--slices", "device", "--window", "1h"]])
 def test_both_engines_give_the_same_rows(tmp_path, extra):
     recs = _log(11, 150)
@@ -253,20 +250,23 @@ def test_both_engines_give_the_same_rows(tmp_path, extra):
     assert nonzero(col["counters"]) == nonzero(rec["counters"])
 
 
-@pytest.mark.skipif(dwell_ready(), reason="the columnar reader's hook is in: the engine computes them")
-def test_columnar_engine_refuses_them_in_one_line(tmp_path, capsys):
-    path = _write(tmp_path / "imps.avro", _log(1, 5))
-    assert batch.main(["--impressions", path, "--metrics", "mean_dwell,auc", "--output", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "mean_dwell" in err and "--engine records" in err
-
-
-def test_stream_and_ranking_evaluation_refuse_them_in_one_line():
+def test_ranking_evaluation_refuses_them_in_one_line():
     for name in ("mean_dwell", "sat_click_rate[t=5s]", "last_click_ctr"):
         with pytest.raises(MetricNameError) as info:
             parse_metrics([name], arithmetic="the Beam jobs")
         msg = str(info.value)
-        assert "\n" not in msg and "dwell metric" in msg and "streaming job" in msg
+        assert "\n" not in msg and "dwell metric" in msg and "ranking evaluation does not" in msg
+
+
+def test_the_streams_per_event_engine_refuses_them_in_one_line(tmp_path, capsys):
+    from pipelines import stream
+
+    path = _write(tmp_path / "imps.avro", _log(1, 5))
+    code = stream.main(["--replay", "--impressions", path, "--metrics", "mean_dwell,sat_click_rate[t=10s]",
+                        "--window", "1h", "--engine", "events", "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0
+    assert "mean_dwell, sat_click_rate[t=10s]" in err and "--engine events" in err
 
 
 def test_table_converter_reads_dwell_ms(tmp_path):

@@ -25,8 +25,8 @@ clean impressions' columns of each request shard, vectorised; the states are tho
   ``sat_click_rate[t=T]``, ``long_click_ctr[t=T]``, ``last_click_ctr[t=T]``): a request is whole in
   its shard, so its terms (:func:`~streameval.metrics.online.click_request_terms`) are computed there
   and summed into MeanMoments states, as the ranking metrics. The dwell metrics read the chunk's
-  ``dwell_ms`` column (:mod:`streameval.io.dwell`), which the engine's reader gives only once its hook
-  is in (:func:`dwell_ready`); until then they are refused in one line (use ``--engine records``).
+  ``dwell_ms`` column (:mod:`streameval.io.dwell`; the reader's screen sends a bad dwell to the record
+  check, whose dead letter names it, as the per-record engine does).
 
 Counters as the per-record transforms: ``online:no_score``, ``online:not_labelled``,
 ``online:score_not_probability``,
@@ -52,7 +52,7 @@ from ..metrics import online as om
 from .columnar import _MergeMeans
 from .columnar_clean import _first_min, _grouped, _labels, _windows
 from .columnar_columns import (_concat, _encode, _factorize, _nonempty, _pair_codes, _pick, _shards_of, _sorted_codes,
-                               _split, _take, _unique_codes, impression_columns, thaw)
+                               _split, _take, _unique_codes, thaw)
 from .columnar_score import mean_states
 from .combiners import OpsCombineFn
 from .online import (
@@ -68,7 +68,7 @@ from .online import (
 from .threads import counter
 from .transforms import NAMESPACE, metric_row
 
-__all__ = ["OnlineColumns", "CountsCombineFn", "GaucShard", "dwell_ready",
+__all__ = ["OnlineColumns", "CountsCombineFn", "GaucShard",
            "online_rows", "TAG_AUC", "TAG_HIST", "TAG_GAUC", "TAG_CALIBRATION", "TAG_REQUESTS"]
 
 TAG_AUC, TAG_HIST, TAG_GAUC, TAG_REQUESTS = "online_auc", "online_auc_hist", "online_gauc", "online_requests"
@@ -80,12 +80,6 @@ SCORE_TAGS = (TAG_AUC, TAG_HIST, TAG_GAUC, TAG_CALIBRATION)
 TAGS = (*SCORE_TAGS, TAG_REQUESTS, TAG_EXAMPLES, TAG_INTERLEAVING)
 #: the columns the label stage needs of a scored impression
 _EXAMPLE_FIELDS = ("query_id", "item_id", "score", "timestamp", "system_id", "attributes", "user_id", "request_id")
-
-
-def dwell_ready() -> bool:
-    """Whether the columnar engine's impression columns carry ``dwell_ms`` (the reader's hook, see
-    :mod:`streameval.io.dwell`): probed on the columns of no records."""
-    return "dwell_ms" in impression_columns([])
 
 
 class OnlineColumns:
@@ -119,10 +113,6 @@ class OnlineColumns:
         self.outside = counter(NAMESPACE, "online:score_not_probability")
         self.request_specs = [s for s in self.specs if s.per_request]
         self.dwell = any(s.dwell for s in self.request_specs)
-        if self.dwell and not dwell_ready():
-            names = ", ".join(s.name for s in self.request_specs if s.dwell)
-            raise ValueError(f"{names}: the columnar engine does not read dwell_ms yet (its reader's hook, "
-                             f"streameval/io/dwell.py); use --engine records")
         self.no_dwell = counter(NAMESPACE, "online:clicks_no_dwell")
         self.scores = any(s.needs_scores for s in self.specs)
         self.attr_keys = sorted({a for names in slice_specs for a in names})

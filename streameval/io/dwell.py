@@ -6,10 +6,10 @@ of the rows the vectorised screen clears (null, or an integer >= 0 on a clicked 
 other row goes to :func:`streameval.io.records.check_impression`, whose reason its dead letter
 carries, so a raw -1 is never read as null.
 
-The columnar engine's hooks (``streameval/beam/columnar.py``, not edited here: see
-``docs/metrics.md``, "Dwell metrics"): :func:`dwell_columns` in ``impression_columns``,
-:func:`dwell_columns_arrow` in ``impression_columns_arrow`` (each ANDing its mask into the screen)
-and :func:`dwell_record_value` in ``columns_records``.
+Used by the columnar engine (:mod:`streameval.beam.columnar_columns` and the read screen of
+:mod:`streameval.beam.columnar_read`): :func:`dwell_columns` in ``impression_columns``,
+:func:`dwell_columns_arrow` in ``impression_columns_arrow`` and the screen of Arrow tables (each
+mask ANDed into the screen) and :func:`dwell_record_value` in ``columns_records``.
 
 Layer 4 (I/O): numpy and pyarrow only.
 """

@@ -206,10 +206,9 @@ _ERR_DEFAULT_K = 20
 _FORM = re.compile(r"^(?P<base>[A-Za-z][A-Za-z_\-]*?)(?:(?:@|_|\.)(?P<params>[0-9][0-9,.]*))?$")
 
 
-
 def _refuse_dwell(raw) -> None:
     """A dwell metric (``mean_dwell``, ``sat_click_rate[t=T]``, ...) is not a ranking metric: refused
-    in one line naming where it is computed (the streaming job reaches it here)."""
+    in one line naming where it is computed (ranking evaluation reaches it here)."""
     from .online_names import parse_online_metric  # the online names import this module
 
     try:
@@ -217,9 +216,10 @@ def _refuse_dwell(raw) -> None:
     except MetricNameError:
         return
     if spec.dwell:
-        raise MetricNameError(f"{spec.name} is an online dwell metric (the impressions' dwell_ms): the batch job "
-                              f"computes it (streameval batch --metrics {spec.name}); the streaming job and "
-                              f"ranking evaluation do not")
+        raise MetricNameError(f"{spec.name} is an online dwell metric (the impressions' dwell_ms), not a ranking "
+                              f"metric: the batch and streaming jobs compute it (--metrics {spec.name}); ranking "
+                              f"evaluation does not")
+
 
 def _specs_for(family: str, ks: list[int | None], raw: str) -> list[MetricSpec]:
     out = []
