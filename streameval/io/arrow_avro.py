@@ -187,8 +187,9 @@ def read_tables(path: Union[str, os.PathLike], name: str, rows: int = 65_536) ->
     or rest of files the fast path does not take; see the module docstring).
 
     Tables have the Arrow types of ``_ARROW_TYPES`` (a file of an earlier schema version gets the
-    columns added since with a null default, e.g. judgment's ``subtopic``, all null; timestamps ``timestamp[us, UTC]``, nullable
-    unions as nulls, ``attributes`` a ``map<string, string>``). Raises
+    columns added since with a null default, judgment's ``subtopic`` or impression's ``dwell_ms``, all
+    null; timestamps ``timestamp[us, UTC]``, nullable unions as nulls, ``attributes`` a
+    ``map<string, string>``). Raises
     :class:`~streameval.io.avro.AvroInputError` for a damaged file, after every record before the
     damaged block (as :func:`~streameval.io.avro.read_blocks`), and ``OSError`` for I/O errors."""
     path = os.fspath(path)
