@@ -104,7 +104,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", default=DEFAULT_METRICS,
                    help=f"comma-separated ranking metrics (default {DEFAULT_METRICS}; e.g. all_trec, err@20) and "
                         "online metrics: auc, auc_hist, gauc[GROUP,WEIGHTING] (GROUP user/query/request, WEIGHTING "
-                        "impressions/clicks/unweighted), clicks@k, rr_first_click, abandonment, and the calibration of "
+                        "impressions/clicks/unweighted), clicks@k, rr_first_click, abandonment, the dwell metrics "
+                        "mean_dwell, sat_click_rate[t=30s], long_click_ctr[t=T], last_click_ctr[t=T] (impressions' "
+                        "dwell_ms), and the calibration of "
                         "scores in [0, 1] as click probabilities: logloss, brier, calibration, ece[bins=B] (ctr and "
                         "ctr@pos{p} are always computed unless --no-ctr)")
     p.add_argument("--window", default="none",

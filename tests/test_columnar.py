@@ -200,9 +200,10 @@ def test_columns_round_trip_and_pickle():
 
     recs = [{"event_id": "e1", "request_id": "r", "query_id": "", "user_id": None, "system_id": "A", "item_id": "x\x00y",
              "position": 2, "score": None, "clicked": None, "timestamp": 5, "propensity": 0.25,
-             "attributes": {"k": "v"}},
+             "attributes": {"k": "v"}, "dwell_ms": None},
             {"event_id": "e2", "request_id": "r", "query_id": "q", "user_id": "u", "system_id": "A", "item_id": "é",
-             "position": 1, "score": 1.5, "clicked": True, "timestamp": 6, "propensity": None, "attributes": {}}]
+             "position": 1, "score": 1.5, "clicked": True, "timestamp": 6, "propensity": None, "attributes": {},
+             "dwell_ms": 31_000}]
     cols = columnar.impression_columns(recs)
     assert columnar.columns_records(cols, range(2)) == recs
     back = pickle.loads(pickle.dumps(cols, 5))

@@ -35,7 +35,8 @@ def test_schema_files_are_documented_and_versioned(name):
     raw = json.loads(schema_path(name).read_text())
     assert raw["type"] == "record"
     assert raw["namespace"] == "streameval"
-    assert raw["streameval_schema_version"] == {"alert": 2, "judgment": 2}.get(name, 1)  # p_value, subtopic added
+    # alert 2: p_value added; judgment 2: subtopic; impression 2: dwell_ms
+    assert raw["streameval_schema_version"] == {"alert": 2, "judgment": 2, "impression": 2}.get(name, 1)
     assert raw["doc"].strip()
     for field in raw["fields"]:
         assert field.get("doc", "").strip(), f"{name}.{field['name']} has no doc"
@@ -57,7 +58,7 @@ def test_schema_field_names_and_defaults():
     imp = fields("impression")
     assert list(imp) == [
         "event_id", "request_id", "query_id", "user_id", "system_id", "item_id",
-        "position", "score", "clicked", "timestamp", "propensity", "attributes",
+        "position", "score", "clicked", "timestamp", "propensity", "attributes", "dwell_ms",
     ]
     assert imp["timestamp"]["type"] == {"type": "long", "logicalType": "timestamp-micros"}
     assert imp["clicked"]["default"] is None and imp["attributes"]["default"] == {}
@@ -109,9 +110,9 @@ def test_impression_round_trip_timestamps_are_int(tmp_path):
     recs = _impressions()
     assert write_records(path, "impression", recs) == 2
     back = list(read_records(path))
-    assert back == recs
+    assert back == [dict(r, dwell_ms=None) for r in recs]  # dwell_ms (version 2) written as its default
     assert all(type(r["timestamp"]) is int for r in back)
-    assert list(read_records(str(path), name="impression")) == recs
+    assert list(read_records(str(path), name="impression")) == [dict(r, dwell_ms=None) for r in recs]
 
 
 def test_write_and_read_take_path_then_name(tmp_path):
@@ -199,10 +200,10 @@ def test_read_blocks_multiple_files_and_globs(tmp_path):
     with open(tmp_path / "b.avro", "rb") as f:  # one list per Avro block
         assert [len(b) for b in blocks] == [blk.num_records for blk in fastavro.block_reader(f)]
     assert sum(len(b) for b in blocks) == 10_000
-    assert [r for b in blocks for r in b] == recs
+    assert [r for b in blocks for r in b] == [dict(r, dwell_ms=None) for r in recs]
     # glob: sorted expansion, a.avro first
     got = list(read_records(str(tmp_path / "*.avro")))
-    assert len(got) == 10_003 and got[:3] == recs[:3]
+    assert len(got) == 10_003 and got[:3] == [dict(r, dwell_ms=None) for r in recs[:3]]
     assert avro.expand_paths([tmp_path / "b.avro", str(tmp_path / "?.avro")]) == [
         str(tmp_path / "b.avro"), str(tmp_path / "a.avro"), str(tmp_path / "b.avro"),
     ]
@@ -580,7 +581,7 @@ def test_trec_files_convert_and_write(tmp_path):
     assert write_records(tmp_path / "imp.avro", "impression", imps) == 50_000
     assert write_records(tmp_path / "j.avro", "judgment", js) == 4_256
     back = list(read_records(tmp_path / "imp.avro", name="impression"))
-    assert back == imps
+    assert back == [dict(r, dwell_ms=None) for r in imps]  # the converter leaves dwell_ms to its default
 
 
 OBD_CLICK_RATES = {

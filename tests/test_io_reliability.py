@@ -316,7 +316,7 @@ def test_older_writer_without_optional_fields_gets_defaults(tmp_path):
     recs = [{k: v for k, v in r.items() if k not in dropped} for r in _impressions()]
     p = _write_raw(tmp_path / "v0.avro", v0, recs)
     (a, b), = list(read_blocks(p, "impression"))
-    assert a == dict(recs[0], user_id=None, propensity=None, attributes={}, clicked=None)
+    assert a == dict(recs[0], user_id=None, propensity=None, attributes={}, clicked=None, dwell_ms=None)
     assert b["score"] is None and b["timestamp"] == -5 and type(a["timestamp"]) is int
     j0 = _schema("judgment")
     j0["fields"] = [f for f in j0["fields"] if f["name"] not in ("timestamp", "source")]
@@ -416,7 +416,7 @@ def test_incompatible_impression_schema(tmp_path):
     with pytest.raises(AvroInputError) as info:
         list(read_blocks(p, "impression"))
     assert info.value.reason == ("incompatible schema: writer field 'attributes' values is int, reader expects "
-                                 "string (writer schema without streameval_schema_version, reader 1)")
+                                 "string (writer schema without streameval_schema_version, reader 2)")
     w = _schema("impression")
     _field(w, "position")["type"] = "long"
     p = _write_raw(tmp_path / "l.avro", w, _impressions())

@@ -165,7 +165,8 @@ def test_columnar_stream_late_data_and_late_panes(tmp_path):
     assert any(p == "late" for seq in panes_of(rows).values() for p, _, _ in seq)
 
 
-ONLINE = "auc,auc_hist,clicks@5,rr_first_click,abandonment,logloss,brier,calibration,ece[bins=10],interleaving"
+ONLINE = ("auc,auc_hist,clicks@5,rr_first_click,abandonment,logloss,brier,calibration,ece[bins=10],interleaving,"
+          "mean_dwell,sat_click_rate,long_click_ctr[t=10s],last_click_ctr[t=0.5s]")
 
 
 @pytest.mark.parametrize("metrics, extra", [
@@ -174,7 +175,7 @@ ONLINE = "auc,auc_hist,clicks@5,rr_first_click,abandonment,logloss,brier,calibra
 ], ids=["online-metrics", "bootstrap"])
 def test_columnar_stream_online_metrics_and_bootstrap_equal_the_batch_job(tmp_path, capsys, metrics, extra):
     """Online metrics (AUC with its DeLong standard error, the histogram AUC, click metrics,
-    calibration and its reliability rows, interleaving) and Poisson bootstrap intervals in the
+    calibration and its reliability rows, interleaving, dwell metrics) and Poisson bootstrap intervals in the
     stream's panes: the final panes equal the batch job's per-record engine (OnlineMetrics,
     BootstrapMeanCombineFn over per-request values: no code shared with the columnar stages) bit for
     bit, intervals included; the record accounting too."""
@@ -184,6 +185,9 @@ def test_columnar_stream_online_metrics_and_bootstrap_equal_the_batch_job(tmp_pa
             if r["score"] is not None:
                 r["score"] = r["score"] / 100.0
             r["attributes"] = dict(r["attributes"], team="A" if r["position"] % 2 else "B")
+            if r["clicked"]:  # dwell of a click (the same for a replayed record), ~1 in 6 unknown
+                d = random.Random(r["event_id"]).choice([None, 0, 499, 500, 9_999, 10_000, 30_000, 61_234])
+                r["dwell_ms"] = d
     code, out = _stream(tmp_path, files, judg, ["--engine", "columnar", "--watch-delay", "7h", *extra],
                         metrics=metrics)
     assert code == 0, capsys.readouterr()
@@ -201,7 +205,8 @@ def test_columnar_stream_online_metrics_and_bootstrap_equal_the_batch_job(tmp_pa
     got = {r["metric"] for r in final.values()}
     if "auc" in metrics:
         assert {"auc", "auc_hist", "clicks@5", "rr_first_click", "abandonment", "logloss", "ece[bins=10]",
-                "interleaving:win_rate_b"} <= got
+                "interleaving:win_rate_b", "mean_dwell", "sat_click_rate[t=30s]", "long_click_ctr[t=10s]",
+                "last_click_ctr[t=0.5s]"} <= got
         assert any(r["metric"] == "auc" and r["ci_method"] == "t" and r["stderr"] for r in brows)
     else:
         assert {r["ci_method"] for r in brows if r["metric"] == "map" and r["num_queries"] > 1} == {"bootstrap"}

@@ -16,7 +16,8 @@ ops                state
 :class:`GaucOps`   ``[groups_used, groups_excluded, [[sum w, sum w a, sum w^2, sum w^2 a,
                    sum w^2 a^2] partials per weighting]]`` over groups' AUCs a
 :class:`ClickRequestOps` ``[min_timestamp, attributes, {clicked item: position}, logged]`` of
-                   one request
+                   one request (with ``dwell=True``: ``{clicked item: [position, dwell_ms
+                   or -1]}``)
 :class:`OpeOps`    ``[n, [sum w, sum w^2, sum w r, sum w^2 r, sum w^2 r^2] partials]``
 :class:`CalibrationOps` ``[MeanMoments state of (log loss term, Brier term, p), clicks,
                    sum of p over clicks (partials), [{bin: [n, clicks, sum p partials]} per ECE
@@ -362,10 +363,12 @@ class ClickRequestOps:
     that never log clicks are left out of click metrics. The clicked items merge by union (the
     same impression delivered twice has no effect; an item clicked at two positions keeps the
     smaller), so any split and order give the same state. ``attribute_keys`` restricts the
-    attributes kept (the slicing attributes)."""
+    attributes kept (the slicing attributes). With ``dwell=True`` (the dwell metrics) a clicked
+    item's value is ``[position, dwell_ms]`` (-1: no dwell logged), of two the smaller list."""
 
-    def __init__(self, attribute_keys=None):
+    def __init__(self, attribute_keys=None, dwell: bool = False):
         self.attribute_keys = None if attribute_keys is None else frozenset(attribute_keys)
+        self.dwell = bool(dwell)
 
     @staticmethod
     def create() -> list:
@@ -377,13 +380,16 @@ class ClickRequestOps:
         return int(position)
 
     def add_impression(self, state: list, item_id, position: int, clicked, timestamp=None,
-                       attributes=None) -> list:
+                       attributes=None, dwell_ms=None) -> list:
+        """Add one impression (``dwell_ms``: its click's dwell, kept with ``dwell=True``)."""
         if timestamp is not None and (state[0] is None or timestamp < state[0]):
             state[0] = int(timestamp)
         if clicked is not None:
             state[3] = True
             if clicked:
                 value = self.clicked_value(position, attributes)
+                if self.dwell:
+                    value = [value, -1 if dwell_ms is None else int(dwell_ms)]
                 old = state[2].get(item_id)
                 if old is None or value < old:
                     state[2][item_id] = value
@@ -409,13 +415,24 @@ class ClickRequestOps:
     @staticmethod
     def terms(states, specs) -> np.ndarray:
         """Per-request metric values, shape (len(specs), len(states))
-        (:func:`~streameval.metrics.online.click_request_terms`)."""
-        req, pos = [], []
+        (:func:`~streameval.metrics.online.click_request_terms`); the dwell metrics need states of
+        ``ClickRequestOps(dwell=True)``."""
+        req, pos, dwell = [], [], []
         for i, s in enumerate(states):
             for p in s[2].values():
                 req.append(i)
-                pos.append(p)
-        return om.click_request_terms(specs, req, pos, len(states))
+                if isinstance(p, list):
+                    pos.append(p[0])
+                    dwell.append(math.nan if p[1] < 0 else float(p[1]))
+                else:
+                    pos.append(p)
+                    dwell.append(math.nan)
+        return om.click_request_terms(specs, req, pos, len(states), np.array(dwell, dtype=np.float64))
+
+    @staticmethod
+    def clicks_without_dwell(state) -> int:
+        """Clicked items of a ``dwell=True`` state whose dwell was not logged."""
+        return sum(1 for v in state[2].values() if isinstance(v, list) and v[1] < 0)
 
 
 class InterleavingRequestOps(ClickRequestOps):

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-
+from ..io import dwell as dwell_io
 
 #: shards of the requests and of the queries (the unit of work of stages 2 and 3): the least of
 #: ``--shards auto``, and the count of the engine when none is given
@@ -35,7 +35,7 @@ def auto_shards(impressions: int | None = None, nbytes: int = 0) -> int:
     return max(SHARDS, -(-int(impressions) // SHARD_IMPRESSIONS))
 
 IMPRESSION_FIELDS = ("event_id", "request_id", "query_id", "user_id", "system_id", "item_id", "position", "score",
-                     "clicked", "timestamp", "propensity")
+                     "clicked", "timestamp", "propensity", "dwell_ms")
 _STRINGS = ("event_id", "request_id", "query_id", "user_id", "system_id", "item_id")
 JUDGMENT_FIELDS = ("query_id", "item_id", "grade", "timestamp", "source")
 
@@ -215,9 +215,11 @@ def impression_columns(recs, nulls: dict | None = None) -> dict:
 
     ``{"n", <string fields>: Arrow string arrays (user_id null when null), "position", "timestamp":
     int64, "score", "propensity": float64 (NaN when null), "clicked": int8 (-1 when null),
-    "attributes": {key: Arrow string array, null where the record lacks the key}}``. The inverse is
-    :func:`columns_records`. ``nulls``: a dict to receive the number of null scores and propensities
-    (keys ``"score"``, ``"propensity"``)."""
+    "dwell_ms": int64 (:data:`streameval.io.dwell.NULL` when null), "attributes": {key: Arrow string
+    array, null where the record lacks the key}}``. The inverse is :func:`columns_records`. ``nulls``:
+    a dict to receive the number of null scores and propensities (keys ``"score"``, ``"propensity"``)
+    and the rows whose ``dwell_ms`` the vectorised screen clears (``"dwell_ok"``, bool shape (n,):
+    :func:`streameval.io.dwell.dwell_columns`; the others go to the record check)."""
     n = len(recs)
     out = {"n": n}
     score = list(map(itemgetter("score"), recs))
@@ -233,6 +235,9 @@ def impression_columns(recs, nulls: dict | None = None) -> dict:
     out["propensity"] = np.array(prop, dtype=np.float64).reshape(n)
     clicked = np.array(list(map(itemgetter("clicked"), recs)), dtype=np.float64).reshape(n)
     out["clicked"] = np.where(np.isnan(clicked), -1, clicked).astype(np.int8)
+    out["dwell_ms"], dwell_ok = dwell_io.dwell_columns([r.get("dwell_ms") for r in recs], out["clicked"])
+    if nulls is not None:
+        nulls["dwell_ok"] = dwell_ok
     attrs = [r.get("attributes") or {} for r in recs]
     keys = set()
     for a in attrs:
@@ -301,7 +306,8 @@ def _same_keys(m: pa.MapArray, offs: np.ndarray) -> list | None:
 def impression_columns_arrow(table) -> tuple[dict, np.ndarray, np.ndarray]:
     """(columns as :func:`impression_columns` makes them, null mask of score, null mask of
     propensity) of an Arrow table of impressions (:func:`streameval.io.arrow_avro.read_tables`; a
-    table without an ``attributes`` column gives no attributes)."""
+    table without an ``attributes`` column gives no attributes, one without a ``dwell_ms`` column the
+    column all null (:data:`streameval.io.dwell.NULL`))."""
     n = table.num_rows
     out = {"n": n}
     for f in _STRINGS:
@@ -315,6 +321,8 @@ def impression_columns_arrow(table) -> tuple[dict, np.ndarray, np.ndarray]:
         nulls.append(np.asarray(c.is_null().to_numpy(zero_copy_only=False), dtype=bool) if c.null_count
                      else np.zeros(n, dtype=bool))
     out["clicked"] = np.asarray(pc.fill_null(table.column("clicked").cast(pa.int8()), -1).to_numpy(), dtype=np.int8)
+    out["dwell_ms"] = dwell_io.dwell_columns_arrow(table.column("dwell_ms"), out["clicked"])[0] \
+        if "dwell_ms" in table.column_names else np.full(n, dwell_io.NULL, dtype=np.int64)
     out["attributes"] = _arrow_map_columns(table.column("attributes"), n) if "attributes" in table.column_names else {}
     return out, nulls[0], nulls[1]
 
@@ -371,6 +379,7 @@ def columns_records(chunk: dict, rows) -> list[dict]:
         return []
     s = {f: _pylist(chunk[f], rows) for f in _STRINGS}
     attrs = {k: _pylist(v, rows) for k, v in chunk["attributes"].items()}
+    dw = chunk.get("dwell_ms")
     out = []
     for j, i in enumerate(rows.tolist()):
         score = chunk["score"][i]
@@ -381,7 +390,8 @@ def columns_records(chunk: dict, rows) -> list[dict]:
                "position": int(chunk["position"][i]), "score": None if np.isnan(score) else float(score),
                "clicked": None if clicked < 0 else bool(clicked), "timestamp": int(chunk["timestamp"][i]),
                "propensity": None if np.isnan(prop) else float(prop),
-               "attributes": {k: v[j] for k, v in attrs.items() if v[j] is not None}}
+               "attributes": {k: v[j] for k, v in attrs.items() if v[j] is not None},
+               "dwell_ms": None if dw is None else dwell_io.dwell_record_value(dw[i])}
         out.append(rec)
     return out
 

@@ -21,13 +21,17 @@ clean impressions' columns of each request shard, vectorised; the states are tho
 * ``interleaving``: a request is whole in its shard, so its clicks on team A's and B's items are
   counted there (:meth:`OnlineColumns._interleaving_states`) and the indicators summed into
   MeanMoments states;
-* ``clicks@k``, ``rr_first_click``, ``abandonment``: a request is whole in its shard, so its terms
-  (:func:`~streameval.metrics.online.click_request_terms`) are computed there and summed into
-  MeanMoments states, as the ranking metrics.
+* ``clicks@k``, ``rr_first_click``, ``abandonment`` and the dwell metrics (``mean_dwell``,
+  ``sat_click_rate[t=T]``, ``long_click_ctr[t=T]``, ``last_click_ctr[t=T]``): a request is whole in
+  its shard, so its terms (:func:`~streameval.metrics.online.click_request_terms`) are computed there
+  and summed into MeanMoments states, as the ranking metrics. The dwell metrics read the chunk's
+  ``dwell_ms`` column (:mod:`streameval.io.dwell`; the reader's screen sends a bad dwell to the record
+  check, whose dead letter names it, as the per-record engine does).
 
 Counters as the per-record transforms: ``online:no_score``, ``online:not_labelled``,
 ``online:score_not_probability``,
-``online:no_group:<field>``, ``online:requests``, ``online:requests_not_logged``.
+``online:no_group:<field>``, ``online:requests``, ``online:requests_not_logged``,
+``online:clicks_no_dwell``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from apache_beam.coders import FastPrimitivesCoder
 
 from ..accumulators.moments import MeanMoments
 from ..accumulators.online import CalibrationOps, CountArrays, GaucOps, auc_result, gauc_group_sums, hist_auc_result
+from ..io import dwell as dwell_io
 from ..metrics import calibration as cal
 from ..metrics import interleaving as il
 from ..metrics import online as om
@@ -107,6 +112,8 @@ class OnlineColumns:
         self.calibration_ops = CalibrationOps(s.k for s in self.calibration if s.family == "ece")
         self.outside = counter(NAMESPACE, "online:score_not_probability")
         self.request_specs = [s for s in self.specs if s.per_request]
+        self.dwell = any(s.dwell for s in self.request_specs)
+        self.no_dwell = counter(NAMESPACE, "online:clicks_no_dwell")
         self.scores = any(s.needs_scores for s in self.specs)
         self.attr_keys = sorted({a for names in slice_specs for a in names})
         self.no_score = counter(NAMESPACE, "online:no_score")
@@ -209,8 +216,8 @@ class OnlineColumns:
     # -- requests: whole in their shard -----------------------------------------------------
     def _request_states(self, chunk):
         req, _ = _pair_codes(chunk["system_id"], chunk["request_id"])
-        rows, req, starts, ends = _grouped(chunk, req, ("timestamp", "attributes", "position", "system_id",
-                                                           "request_id", "clicked"))
+        fields = ("timestamp", "attributes", "position", "system_id", "request_id", "clicked")
+        rows, req, starts, ends = _grouped(chunk, req, (*fields, "dwell_ms") if self.dwell else fields)
         logged = np.maximum.reduceat(rows["clicked"], starts) >= 0
         n_logged = int(logged.sum())
         self.requests.inc(n_logged)
@@ -218,7 +225,13 @@ class OnlineColumns:
         if not n_logged:
             return
         clicked = np.flatnonzero(rows["clicked"] == 1)
-        terms = om.click_request_terms(self.request_specs, req[clicked], rows["position"][clicked], len(starts))
+        dwell = None
+        if self.dwell:  # null (dwell.NULL) -> NaN; a clicked row is in a logged request
+            d = rows["dwell_ms"][clicked]
+            dwell = np.where(d == dwell_io.NULL, np.nan, d.astype(np.float64))
+            self.no_dwell.inc(int((d == dwell_io.NULL).sum()))
+        terms = om.click_request_terms(self.request_specs, req[clicked], rows["position"][clicked], len(starts),
+                                       dwell)
         keep = np.flatnonzero(logged)
         attrs = {a: _first_min(rows["attributes"][a], starts, ends)
                  for a in self.attr_keys if a in rows["attributes"]}

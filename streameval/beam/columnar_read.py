@@ -9,7 +9,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam import pvalue
 
-from ..io import avro, records
+from ..io import avro, dwell, records
 from .columnar_columns import (SHARDS, _judgment_records, _no_nul, _nonempty, _shards_of, _split, _take,
                                columns_records, impression_columns, impression_columns_arrow, judgment_columns,
                                judgment_columns_arrow)
@@ -177,7 +177,7 @@ class _ReadImpressionColumns(_ReadColumns):
             fine[f] = np.isfinite(v) if f == "score" else (v > 0) & (v <= 1)
             if n_nan and n_nan == nulls[f]:
                 fine[f] |= nan
-        ok = self._screen(chunk, fine["score"], fine["propensity"])
+        ok = self._screen(chunk, fine["score"], fine["propensity"]) & nulls["dwell_ok"]
         bad = np.flatnonzero(~ok)
         yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path, where)
 
@@ -187,12 +187,17 @@ class _ReadImpressionColumns(_ReadColumns):
             chunk["attributes"] = attributes
         prop = chunk["propensity"]
         ok = self._screen(chunk, np.isfinite(chunk["score"]) | score_null, ((prop > 0) & (prop <= 1)) | prop_null)
+        raw_dwell = table.column("dwell_ms") if "dwell_ms" in table.column_names else None
+        if raw_dwell is not None:  # a bad dwell goes to the record check, which names it
+            ok &= dwell.dwell_columns_arrow(raw_dwell, chunk["clicked"])[1]
         bad = np.flatnonzero(~ok)
         recs = {}
         for i, rec in zip(bad.tolist(), columns_records(chunk, bad)):
             for f, null in (("score", score_null), ("propensity", prop_null)):
                 if not null[i]:  # NaN is a value here, not a null
                     rec[f] = float(chunk[f][i])
+            if raw_dwell is not None:  # the raw value (a -1 is not a null here)
+                rec["dwell_ms"] = raw_dwell[i].as_py()
             recs[i] = rec
         yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path, where)
 

@@ -24,7 +24,8 @@ score-based metrics), ``online:not_labelled`` (``clicked`` null under ``labels="
 ``online:unjudged`` (no judgment under ``labels="judgments"``), ``online:score_not_probability``
 (labelled impressions whose score is outside [0, 1], left out of the calibration metrics), ``online:no_group:<field>``
 (GAUC group id missing), ``online:requests`` and ``online:requests_not_logged`` (requests whose
-impressions all have ``clicked`` null), ``ope:impressions``, ``ope:not_logged`` and the rejections
+impressions all have ``clicked`` null), ``online:clicks_no_dwell`` (clicks without ``dwell_ms``, left
+out of the dwell metrics), ``ope:impressions``, ``ope:not_logged`` and the rejections
 ``rejected:impression:<reason>`` of :class:`OffPolicyCtr` (also in its ``rejected`` output).
 """
 
@@ -155,15 +156,15 @@ class ClickRequestCombineFn(beam.CombineFn):
     """The click state of one request (:class:`ClickRequestOps`) from its impression dicts;
     ``extract_output`` returns the state itself."""
 
-    def __init__(self, attribute_keys=None):
-        self.ops = ClickRequestOps(attribute_keys)
+    def __init__(self, attribute_keys=None, dwell: bool = False):
+        self.ops = ClickRequestOps(attribute_keys, dwell=dwell)
 
     def create_accumulator(self):
         return self.ops.create()
 
     def add_input(self, acc, imp):
         return self.ops.add_impression(acc, imp["item_id"], imp["position"], imp.get("clicked"),
-                                       imp.get("timestamp"), imp.get("attributes"))
+                                       imp.get("timestamp"), imp.get("attributes"), imp.get("dwell_ms"))
 
     def merge_accumulators(self, accumulators):
         return self.ops.merge(accumulators)
@@ -423,6 +424,12 @@ class OnlineMetrics(beam.PTransform):
     * ``clicks@k`` / ``clicks``, ``rr_first_click`` (``[clicked]``), ``abandonment``: means over
       requests ((system_id, request_id)) with logged clicks (``num_queries``: requests; ``stderr``:
       of the mean).
+    * ``mean_dwell``, ``sat_click_rate[t=T]``, ``long_click_ctr[t=T]``, ``last_click_ctr[t=T]``:
+      means over the same requests of the per-request values of
+      :func:`~streameval.metrics.online.click_request_terms`, from the clicked impressions'
+      ``dwell_ms``; a click without ``dwell_ms`` is excluded from them and counted
+      (``online:clicks_no_dwell``), a request whose value it leaves undetermined is left out of the
+      mean (``num_queries``: the requests used).
     * ``interleaving``: team-draft credit per interleaved request ((system_id, request_id); the team of
       a clicked item in ``attributes["team"]``, "A" or "B"): rows ``interleaving:preference``
       (``(wins_b + ties / 2) / n - 0.5``, positive when B is preferred; ``num_queries``: requests with a
@@ -570,6 +577,8 @@ class OnlineMetrics(beam.PTransform):
         names = [s.name for s in specs]
         counted = Metrics.counter(NAMESPACE, "online:requests")
         not_logged = Metrics.counter(NAMESPACE, "online:requests_not_logged")
+        dwell = any(s.dwell for s in specs)
+        no_dwell = Metrics.counter(NAMESPACE, "online:clicks_no_dwell")
 
         def terms(kv):
             (system, _), st = kv
@@ -577,6 +586,8 @@ class OnlineMetrics(beam.PTransform):
                 not_logged.inc()
                 return
             counted.inc()
+            if dwell:
+                no_dwell.inc(ClickRequestOps.clicks_without_dwell(st))
             col = ClickRequestOps.terms([st], specs)[:, 0].tolist()
             ws, we = window_bounds(st[0], wm)
             for label in slice_labels(st[1], slice_specs):
@@ -589,7 +600,7 @@ class OnlineMetrics(beam.PTransform):
 
         return (impressions
                 | "KeyRequests" >> beam.Map(lambda r: ((r["system_id"], r["request_id"]), r))
-                | "ClickRequests" >> beam.CombinePerKey(ClickRequestCombineFn(attr_keys))
+                | "ClickRequests" >> beam.CombinePerKey(ClickRequestCombineFn(attr_keys, dwell))
                 | "RequestTerms" >> beam.FlatMap(terms)
                 | "RequestMeans" >> beam.CombinePerKey(MeanCombineFn(len(specs)))
                 | "RequestRows" >> beam.FlatMap(rows))

@@ -6,7 +6,9 @@ reader (Rust) writes Arrow columns directly, about ten times faster. It is used 
 gives exactly what :func:`streameval.io.avro.read_blocks` gives:
 
 * a local file whose writer schema is the project's schema ``name`` itself (same parsing canonical
-  form; no resolution of older or other schemas, no ``timestamp-millis``);
+  form; no ``timestamp-millis``), or an earlier version of it that lacks only nullable fields added
+  since (:func:`_added_nullable`: their column is all null, as fastavro's resolution fills the default); no
+  resolution of other schemas;
 * whose header and every block header, size and sync marker check out (the same scan as
   :func:`~streameval.io.avro.read_blocks`), and whose decoded row count equals the sum of the
   block headers' counts.
@@ -38,6 +40,7 @@ _ARROW_TYPES = {
         "event_id": "string", "request_id": "string", "query_id": "string", "user_id": "string",
         "system_id": "string", "item_id": "string", "position": "int32", "score": "double", "clicked": "bool",
         "timestamp": "timestamp[us, tz=+00:00]", "propensity": "double", "attributes": "map<string, string>",
+        "dwell_ms": "int64",
     },
     "judgment": {
         "query_id": "string", "item_id": "string", "grade": "int32", "timestamp": "timestamp[us, tz=+00:00]",
@@ -48,16 +51,20 @@ _ARROW_TYPES = {
 
 @functools.lru_cache(maxsize=None)
 def _added_nullable(name: str) -> dict:
-    """{canonical form of the schema without its trailing null-default fields: those fields' names}
-    (files of the earlier versions: judgment's ``subtopic``, added in version 2), so such a file
-    keeps the fast path; its tables lack those columns."""
+    """{canonical form of the schema without its last k null-default fields: those k fields' names,
+    in schema order} for every k >= 1 (files of the earlier versions: judgment's ``subtopic`` and
+    impression's ``dwell_ms``, each added in version 2), so such a file keeps the fast path; its
+    tables get those columns all null, as fastavro's resolution fills the default."""
     import copy
 
     js = copy.deepcopy(avro._reader_schema(name)[1])
-    dropped = []
+    dropped: list = []
+    out = {}
     while js["fields"] and js["fields"][-1].get("default", 0) is None:
-        dropped.append(js["fields"].pop()["name"])
-    return {avro._canonical(js): tuple(dropped)} if dropped else {}
+        dropped.insert(0, js["fields"].pop()["name"])
+        out[avro._canonical(js)] = tuple(dropped)
+    return out
+
 
 _GLOB = set("*?[]{}")
 _context = None
@@ -134,7 +141,10 @@ def _tables(path: str, name: str, rows: int) -> Iterator:
             cut = ends[block - 1] if block else 0
             if cut - done >= rows or (cut == total and cut > done):
                 table = pa.Table.from_batches(pending)
-                yield table.slice(0, cut - done)
+                out = table.slice(0, cut - done)
+                for f in missing:
+                    out = out.append_column(f, pa.nulls(out.num_rows, pa.type_for_alias(_ARROW_TYPES[name][f])))
+                yield out
                 rest = table.slice(cut - done)
                 pending = rest.to_batches() if rest.num_rows else []
                 done = cut
@@ -176,9 +186,10 @@ def read_tables(path: Union[str, os.PathLike], name: str, rows: int = 65_536) ->
     but the last, cut at block boundaries) and lists of record dicts (fastavro's blocks, for files
     or rest of files the fast path does not take; see the module docstring).
 
-    Tables have the Arrow types of ``_ARROW_TYPES`` (a file of an earlier schema version without the
-    columns added since with a null default, e.g. judgment's ``subtopic``; timestamps ``timestamp[us, UTC]``, nullable
-    unions as nulls, ``attributes`` a ``map<string, string>``). Raises
+    Tables have the Arrow types of ``_ARROW_TYPES`` (a file of an earlier schema version gets the
+    columns added since with a null default, judgment's ``subtopic`` or impression's ``dwell_ms``, all
+    null; timestamps ``timestamp[us, UTC]``, nullable unions as nulls, ``attributes`` a
+    ``map<string, string>``). Raises
     :class:`~streameval.io.avro.AvroInputError` for a damaged file, after every record before the
     damaged block (as :func:`~streameval.io.avro.read_blocks`), and ``OSError`` for I/O errors."""
     path = os.fspath(path)

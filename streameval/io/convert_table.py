@@ -17,7 +17,7 @@ Conversions (docs/metrics.md, "Converting your own logs"):
 * id fields (``event_id``, ``request_id``, ``query_id``, ``system_id``, ``item_id``, ``user_id``,
   ``source``): strings as they are; integer columns as their decimal text; anything else goes to the
   record check (which rejects it);
-* ``position``, ``grade``: integer columns; CSV text of an integer (``[+-]digits``);
+* ``position``, ``grade``, ``dwell_ms``: integer columns; CSV text of an integer (``[+-]digits``);
 * ``score``, ``propensity``: integer or floating columns; CSV text of a number;
 * ``clicked``: boolean columns, integers 0/1; CSV text ``1``/``true``/``True``/``TRUE`` and
   ``0``/``false``/``False``/``FALSE`` (pyarrow.csv's own true and false values);
@@ -60,7 +60,7 @@ KINDS = {"impressions": "impression", "judgments": "judgment"}
 _EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet",
                ".pq": "parquet"}
 _FACTOR = {"s": 1_000_000, "ms": 1_000, "us": 1}
-_KIND_OF = {"position": "int", "grade": "int", "score": "double", "propensity": "double", "clicked": "bool",
+_KIND_OF = {"position": "int", "grade": "int", "dwell_ms": "int", "score": "double", "propensity": "double", "clicked": "bool",
             "timestamp": "timestamp"}
 _CSV_TRUE = frozenset(("1", "True", "TRUE", "true"))  # pyarrow.csv.ConvertOptions().true_values
 _CSV_FALSE = frozenset(("0", "False", "FALSE", "false"))
@@ -495,6 +495,11 @@ def _screen(cols: dict, schema_name: str) -> np.ndarray:
         ok &= ~_valid(score) | _np_bool(pc.is_finite(score))
         prop = cols["propensity"]
         ok &= ~_valid(prop) | _np_bool(pc.and_(pc.greater(prop, 0.0), pc.less_equal(prop, 1.0)))
+        dwell = cols.get("dwell_ms")
+        if dwell is not None:  # >= 0 on a clicked impression (else the record check says why)
+            clicked = cols.get("clicked")
+            fine = _np_bool(pc.greater_equal(dwell, 0)) & (_np_bool(clicked) if clicked is not None else False)
+            ok &= ~_valid(dwell) | fine
     else:
         for f in ("query_id", "item_id"):
             ok &= _nonempty(cols[f])

@@ -23,6 +23,9 @@ Rules (impression.avsc / judgment.avsc):
   of click metrics) or bool-like: ``True``/``False``,
   numpy bool, or the integers 0/1 (strings such as ``"false"`` are rejected
   because ``bool("false")`` is true);
+* ``dwell_ms`` absent or ``None``, or an integer >= 0 (milliseconds, within an Avro long) on a
+  clicked impression (``clicked`` true): a negative dwell, or a dwell on an impression not clicked,
+  is refused;
 * ``user_id`` ``None`` or a string; ``attributes`` absent or a
   ``{str: str}`` mapping;
 * judgments: ``query_id``/``item_id`` non-empty strings without NUL, ``grade`` an integer
@@ -152,6 +155,17 @@ def check_impression(rec: Any, time_range=None) -> str | None:
             pass
         else:
             return f"clicked must be a boolean (or 0/1), got {_type_name(clicked)} {_short(clicked)}"
+
+    dwell = rec.get("dwell_ms")
+    if dwell is not None:
+        if not _is_int(dwell):
+            return f"dwell_ms must be an integer (milliseconds) or null, got {_type_name(dwell)} {_short(dwell)}"
+        if dwell < 0:
+            return f"dwell_ms must be >= 0 milliseconds, got {int(dwell)}"
+        if dwell > AVRO_LONG_MAX:
+            return f"dwell_ms {int(dwell)} does not fit an Avro long"
+        if not rec.get("clicked"):
+            return f"dwell_ms {int(dwell)} on an impression that was not clicked (clicked {rec.get('clicked')!r})"
 
     user_id = rec.get("user_id")
     if user_id is not None and not isinstance(user_id, str):

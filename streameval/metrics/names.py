@@ -156,6 +156,21 @@ _ERR_DEFAULT_K = registry.family("err").default_k
 _FORM = re.compile(r"^(?P<base>[A-Za-z][A-Za-z_\-]*?)(?:(?:@|_|\.)(?P<params>[0-9][0-9,.]*))?$")
 
 
+def _refuse_dwell(raw) -> None:
+    """A dwell metric (``mean_dwell``, ``sat_click_rate[t=T]``, ...) is not a ranking metric: refused
+    in one line naming where it is computed (ranking evaluation reaches it here)."""
+    from .online_names import parse_online_metric  # the online names import this module
+
+    try:
+        spec = parse_online_metric(raw)
+    except MetricNameError:
+        return
+    if spec.dwell:
+        raise MetricNameError(f"{spec.name} is an online dwell metric (the impressions' dwell_ms), not a ranking "
+                              f"metric: the batch and streaming jobs compute it (--metrics {spec.name}); ranking "
+                              f"evaluation does not")
+
+
 def _specs_for(family: str, ks: list[int | None], raw: str) -> list[MetricSpec]:
     out = []
     for k in ks:
@@ -203,6 +218,7 @@ def _parse_one(raw: str) -> list[MetricSpec]:
     # exact family names (with underscores of their own) first
     if low in _ALIASES and low not in ("map_cut", "ndcg_cut", "dcg_cut"):
         return _specs_for(_ALIASES[low], [None], raw)
+    _refuse_dwell(raw)
     m = _FORM.match(name)
     if not m:
         raise MetricNameError(f"unknown metric {raw!r}. Accepted: {ACCEPTED}")

@@ -22,6 +22,11 @@ GAUC
 Click metrics per request
     clicks@k, reciprocal rank of the first (highest-ranked) click, abandonment
     (:func:`click_request_terms`; Radlinski, Kurup and Joachims, CIKM 2008).
+Dwell metrics per request
+    mean dwell, satisfied-click rate (dwell >= T, Fox et al., ACM TOIS 2005), long-click CTR and
+    last-click CTR from the clicks' ``dwell_ms``, defined in :mod:`streameval.metrics.dwell` and
+    computed with the click metrics (:func:`click_request_terms`); clicks without a dwell are
+    excluded from them (the engines count them).
 Off-policy CTR
     IPS (Horvitz and Thompson 1952; Precup et al. 2000) and self-normalised IPS (Swaminathan and
     Joachims, NeurIPS 2015) with standard errors (:func:`ips_from_sums`, :func:`snips_from_sums`).
@@ -44,6 +49,7 @@ import math
 
 import numpy as np
 
+from .dwell import DEFAULT_SAT_SECONDS, DWELL_FAMILIES, dwell_request_terms
 from .online_auc import (auc_counts, auc_delong_stderr, auc_from_counts, auc_score, gauc, gauc_weights, group_auc,
                          hist_auc_max_error, hist_bin_index)
 from .online_names import (DEFAULT_GAUC_GROUP, DEFAULT_GAUC_WEIGHTING, GAUC_GROUPS, GAUC_WEIGHTINGS, OnlineSpec,
@@ -71,6 +77,8 @@ __all__ = [
     "mean_from_sums",
     "ratio_from_sums",
     "click_request_terms",
+    "DWELL_FAMILIES",
+    "DEFAULT_SAT_SECONDS",
     "ips_from_sums",
     "snips_from_sums",
     "ess_from_sums",
@@ -89,19 +97,33 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 # click metrics per request
 
-def click_request_terms(specs, request_index, click_positions, n_requests: int) -> np.ndarray:
-    """Per-request values of the click metrics, shape (len(specs), n_requests).
+def click_request_terms(specs, request_index, click_positions, n_requests: int, click_dwell_ms=None) -> np.ndarray:
+    """Per-request values of the click and dwell metrics, shape (len(specs), n_requests).
 
     ``request_index``, ``click_positions``: shape (c,), one entry per clicked impression (its
     request's index in 0..n_requests-1 and its 1-based position). Requests absent from
-    ``request_index`` had no click. ``specs``: :class:`OnlineSpec` of the per-request families:
+    ``request_index`` had no click. ``click_dwell_ms``: shape (c,), each click's dwell in
+    milliseconds (integers >= 0 as floats), NaN when unknown; None: every dwell unknown. ``specs``:
+    :class:`OnlineSpec` of the per-request families:
 
     * ``clicks@k``: clicked impressions at positions <= k (``clicks``: all positions);
     * ``rr_first_click``: 1 / position of the highest-ranked click, 0 without a click
       (``[clicked]``: NaN without a click, so the mean is over requests with a click);
-    * ``abandonment``: 1 when the request has no click, else 0.
+    * ``abandonment``: 1 when the request has no click, else 0;
+    * ``mean_dwell``: the mean dwell in seconds of the request's clicks with a known dwell; NaN
+      (request left out of the mean) when it has none;
+    * ``sat_click_rate[t=T]``: the share of those clicks with dwell >= T (satisfied clicks, Fox et
+      al., "Evaluating implicit measures to improve web search", ACM TOIS 23(2), 2005: T = 30 s);
+      NaN when the request has no click with a known dwell;
+    * ``long_click_ctr[t=T]``: 1 when the request has a click with dwell >= T (a long click), 0 when
+      it has none and every click's dwell is known (or no click); NaN (left out) when no known
+      dwell reaches T and some click's dwell is unknown;
+    * ``last_click_ctr[t=T]``: the same on the request's last click only, the clicked impression
+      ranked lowest (largest position: the schema records whether, not when, an item was clicked);
+      0 without a click.
 
-    Raises ValueError on an index out of range or a position < 1."""
+    Raises ValueError on an index out of range, a position < 1, a negative dwell or mismatched
+    shapes."""
     req = np.asarray(request_index, dtype=np.int64)
     pos = np.asarray(click_positions, dtype=np.int64)
     if req.shape != pos.shape:
@@ -114,6 +136,9 @@ def click_request_terms(specs, request_index, click_positions, n_requests: int) 
     first = np.full(n_requests, np.inf)
     np.minimum.at(first, req, pos.astype(np.float64))
     clicked = np.isfinite(first)
+    dwell = [s for s in specs if s.dwell]
+    if dwell:
+        dwell = dict(zip(dwell, dwell_request_terms(dwell, req, pos, n_requests, click_dwell_ms)))
     for i, s in enumerate(specs):
         if s.family == "clicks":
             sel = req if s.k is None else req[pos <= s.k]
@@ -123,6 +148,8 @@ def click_request_terms(specs, request_index, click_positions, n_requests: int) 
             out[i] = rr
         elif s.family == "abandonment":
             out[i] = (~clicked).astype(np.float64)
+        elif s.dwell:
+            out[i] = dwell[s]
         else:
             raise ValueError(f"{s.name} is not a per-request click metric")
     return out

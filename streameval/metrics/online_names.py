@@ -1,11 +1,12 @@
 """Names of the online metrics (:mod:`streameval.metrics.online`): ``auc``, ``gauc[GROUP,WEIGHTING]``,
-``clicks@k``, calibration and interleaving names, parsed to :class:`OnlineSpec`."""
+``clicks@k``, calibration, interleaving and dwell names, parsed to :class:`OnlineSpec`."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
+from .dwell import DWELL_FAMILIES, seconds_text, threshold_ms
 from .names import MetricNameError
 
 # --------------------------------------------------------------------------------------------
@@ -26,7 +27,7 @@ DEFAULT_GAUC_GROUP = "user"
 DEFAULT_GAUC_WEIGHTING = "impressions"
 
 _FAMILIES = ("auc", "auc_hist", "gauc", "ctr", "clicks", "rr_first_click", "abandonment", "logloss", "brier",
-             "calibration", "ece", "interleaving")
+             "calibration", "ece", "interleaving", *DWELL_FAMILIES)
 
 
 @dataclass(frozen=True)
@@ -35,21 +36,27 @@ class OnlineSpec:
     abandonment, logloss, brier, calibration, ece (:mod:`streameval.metrics.calibration`),
     interleaving (:mod:`streameval.metrics.interleaving`); ``k`` the
     cutoff of clicks@k, the position of ctr@pos{k} or the bins of ece; ``group`` and
-    ``weighting`` of GAUC; ``clicked_only`` for ``rr_first_click[clicked]``."""
+    ``weighting`` of GAUC; ``clicked_only`` for ``rr_first_click[clicked]``; ``threshold_ms`` the
+    dwell threshold T (milliseconds) of ``sat_click_rate``, ``long_click_ctr`` and ``last_click_ctr``
+    (families in :data:`DWELL_FAMILIES`, with ``mean_dwell``)."""
 
     family: str
     k: int | None = None
     group: str | None = None
     weighting: str | None = None
     clicked_only: bool = False
+    threshold_ms: int | None = None
 
     @property
     def name(self) -> str:
         """Canonical name used in result rows: ``auc``, ``auc_hist``, ``gauc[user,impressions]``,
         ``ctr``, ``ctr@pos2``, ``clicks@3``, ``clicks``, ``rr_first_click``,
         ``rr_first_click[clicked]``, ``abandonment``, ``logloss``, ``brier``, ``calibration``,
-        ``ece[bins=10]``."""
+        ``ece[bins=10]``, ``mean_dwell``, ``sat_click_rate[t=30s]``, ``long_click_ctr[t=30s]``,
+        ``last_click_ctr[t=30s]``."""
         f = self.family
+        if f in DWELL_FAMILIES and f != "mean_dwell":
+            return f"{f}[t={seconds_text(self.threshold_ms)}s]"
         if f == "ece":
             return f"ece[bins={self.k}]"
         if f == "gauc":
@@ -74,8 +81,14 @@ class OnlineSpec:
 
     @property
     def per_request(self) -> bool:
-        """True for the metrics averaged over requests (clicks, rr_first_click, abandonment)."""
-        return self.family in ("clicks", "rr_first_click", "abandonment")
+        """True for the metrics averaged over requests (clicks, rr_first_click, abandonment and the
+        dwell metrics)."""
+        return self.family in ("clicks", "rr_first_click", "abandonment", *DWELL_FAMILIES)
+
+    @property
+    def dwell(self) -> bool:
+        """True for the dwell metrics (:data:`DWELL_FAMILIES`: they read the clicks' ``dwell_ms``)."""
+        return self.family in DWELL_FAMILIES
 
     def __str__(self) -> str:  # pragma: no cover - convenience
         return self.name
@@ -85,7 +98,9 @@ _ACCEPTED = ("auc, auc_hist, gauc, gauc[GROUP] or gauc[GROUP,WEIGHTING] (GROUP u
              "WEIGHTING impressions/clicks/unweighted), ctr, ctr@pos{p}, clicks, clicks@k, rr_first_click, "
              "rr_first_click[clicked], abandonment, logloss, brier, calibration, ece or ece[bins=B] (fixed-width "
              "bins, B from 1 to 10000, default 10), interleaving or interleaving[team_draft] (team-draft credit "
-             "from the impressions' attributes[\"team\"])")
+             "from the impressions' attributes[\"team\"]), mean_dwell, sat_click_rate[t=T], "
+             "long_click_ctr[t=T], last_click_ctr[t=T] (dwell threshold T in seconds, e.g. t=30s or t=1.5s, or "
+             "t=500ms; default 30s)")
 
 
 def parse_online_metric(name: str) -> OnlineSpec:
@@ -121,6 +136,14 @@ def parse_online_metric(name: str) -> OnlineSpec:
         return OnlineSpec("rr_first_click", clicked_only=bool(m.group(1)))
     if low in ("abandonment", "abandonment_rate"):
         return OnlineSpec("abandonment")
+    if low in ("mean_dwell", "dwell", "avg_dwell", "mean_dwell_time"):
+        return OnlineSpec("mean_dwell")
+    m = re.fullmatch(r"(sat_click_rate|sat_clicks|satisfied_click_rate|long_click_ctr|long_ctr|last_click_ctr)"
+                     r"(?:\[(.*)\])?", low)
+    if m:
+        family = {"sat_clicks": "sat_click_rate", "satisfied_click_rate": "sat_click_rate",
+                  "long_ctr": "long_click_ctr"}.get(m.group(1), m.group(1))
+        return OnlineSpec(family, threshold_ms=threshold_ms(name, m.group(2)))
     if low in ("logloss", "log_loss", "cross_entropy"):
         return OnlineSpec("logloss")
     if low in ("brier", "brier_score", "brier_score_loss"):
