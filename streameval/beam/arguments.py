@@ -4,9 +4,10 @@ grade ranges, the pipeline and its output directory. Layer 3: the jobs (``pipeli
 from __future__ import annotations
 
 import math
+import re
 
-__all__ = ["DEFAULT_METRICS", "split_metrics", "split_names", "parse_slice_args", "parse_grades", "make_pipeline", "make_output_dir",
-           "add_metric_option_arguments", "metric_options"]
+__all__ = ["DEFAULT_METRICS", "split_metrics", "split_names", "join_parameter_lists", "parse_slice_args",
+           "parse_grades", "make_pipeline", "make_output_dir", "add_metric_option_arguments", "metric_options"]
 
 DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
 
@@ -25,12 +26,21 @@ def split_metrics(text: str) -> list[str]:
     name (``gauc[user,clicks]``, ``SetF(rel=2, beta=0.5)``)."""
     from ..metrics.online_names import _split_names
 
+    return join_parameter_lists(p for p in (q.strip() for q in _split_names(text)) if p)
+
+
+#: a piece of a trec_eval parameter list after a comma: a number (``10``, ``0.5``, ``-1``: utility's
+#: coefficients) or a LEVEL=GAIN pair (``2=9``: ndcg's gains); no metric name has this form
+_LIST_PART = re.compile(r"-?\d+(?:\.\d*)?(?:=-?\d+(?:\.\d*)?)?")
+
+
+def join_parameter_lists(parts) -> list[str]:
+    """Join the pieces of trec_eval parameter lists split at their commas back to their name:
+    ``["P.5", "10", "utility.2", "-1", "0", "0", "ndcg.1=3", "2=9"]`` -> ``["P.5,10",
+    "utility.2,-1,0,0", "ndcg.1=3,2=9"]``."""
     out: list[str] = []
-    for part in _split_names(text):
-        part = part.strip()
-        if not part:
-            continue
-        if out and part.replace(".", "", 1).isdigit() and out[-1][-1:].isdigit():
+    for part in parts:
+        if out and _LIST_PART.fullmatch(part) and out[-1][-1:].isdigit():
             out[-1] += "," + part
         else:
             out.append(part)

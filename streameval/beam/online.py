@@ -53,6 +53,7 @@ from ..metrics import interleaving as il
 from ..metrics import online as om
 from ..metrics import online_names
 from ..metrics.names import MetricNameError, parse_metrics
+from .arguments import join_parameter_lists
 from .combiners import MeanCombineFn, OpsCombineFn
 from .transforms import (
     NAMESPACE,
@@ -272,13 +273,7 @@ def calibration_rows(kv, specs):
 
 def _join_parameter_lists(parts: list[str]) -> list[str]:
     """Keep trec_eval parameter lists together: ``["P.5", "10", "map"]`` -> ``["P.5,10", "map"]``."""
-    out: list[str] = []
-    for part in parts:
-        if out and part.replace(".", "", 1).isdigit() and out[-1][-1:].isdigit():
-            out[-1] += "," + part
-        else:
-            out.append(part)
-    return out
+    return join_parameter_lists(parts)
 
 
 def split_metric_names(names) -> tuple[list[str], list[str]]:
