@@ -60,7 +60,7 @@ PARAM_NAMES = {
     ("dcg", "dcg"): None,  # --gain exponential
     ("ndcg", "dcg"): "nDCG(dcg='exp-log2')@10",
     ("ndcg", "gains"): "ndcg.1=3,2=9",
-    ("err", "err_max_grade"): None,  # --err-max-grade 3
+    ("err", "err_max_grade"): None,  # --err-max-grade 5
     ("iprec_at_recall", "recall"): "iprec_at_recall.0.25",
     ("11pt_avg", "levels"): "11pt_avg.0.2,0.5,0.8",
     ("Rprec_mult", "mult"): "Rprec_mult.0.5",
@@ -118,15 +118,18 @@ NAMES = [n for f in job_families() for n in names_of(f)]
 #: the option sets: (job arguments, evaluate() keywords, names whose value the option must change
 #: against the default set: the option reached the engines). --depth 25 is below MAX_K: P@30 counts
 #: 25 ranked items of 30
+#: the jobs' default --err-max-grade is auto: the largest judged grade, 3 in this log (docs/metrics.md,
+#: "ERR's g_max"); the library's default is gdeval's 4, so the library is given the jobs' value
+AUTO_ERR = {"err_max_grade": 3}
 OPTIONS = {
-    "default": ([], {}, []),
-    "rel2": (["--relevance-level", "2"], {"relevance_level": 2}, ["P@5", "map", "bpref", "infAP", "set_F"]),
-    "exponential": (["--gain", "exponential", "--err-max-grade", "3"], {"gain": "exponential", "err_max_grade": 3},
+    "default": ([], {**AUTO_ERR}, []),
+    "rel2": (["--relevance-level", "2"], {"relevance_level": 2, **AUTO_ERR}, ["P@5", "map", "bpref", "infAP", "set_F"]),
+    "exponential": (["--gain", "exponential", "--err-max-grade", "5"], {"gain": "exponential", "err_max_grade": 5},
                     ["ndcg@10", "dcg", "err@20"]),
-    "served": (["--ideal", "served"], {"ideal": "served"}, ["ndcg@10", "ndcg"]),
+    "served": (["--ideal", "served"], {"ideal": "served", **AUTO_ERR}, ["ndcg@10", "ndcg"]),
     "rel2-exp-served": (["--relevance-level", "2", "--gain", "exponential", "--ideal", "served"],
-                        {"relevance_level": 2, "gain": "exponential", "ideal": "served"}, ["P@5", "ndcg@10"]),
-    "depth": (["--depth", "25"], {"depth": 25}, ["num_ret", "P@30", "map", "rbp_resid"]),
+                        {"relevance_level": 2, "gain": "exponential", "ideal": "served", **AUTO_ERR}, ["P@5", "ndcg@10"]),
+    "depth": (["--depth", "25"], {"depth": 25, **AUTO_ERR}, ["num_ret", "P@30", "map", "rbp_resid"]),
 }
 
 
