@@ -124,11 +124,13 @@ EXAMPLES = [b for b in BLOCKS if b.kind]
 
 
 def demo_recipe() -> str:
-    """The Makefile's ``demo`` recipe as a shell command, ``$(BIN)/`` dropped (the venv is on PATH)."""
+    """The Makefile's ``demo`` recipe as a shell command: ``$(BIN)/`` dropped (the venv is on PATH),
+    make's ``@``/``-``/``+`` line prefixes dropped, ``$(CURDIR)`` as ``$PWD``."""
     text = (REPO / "Makefile").read_text(encoding="utf-8")
     m = re.search(r"^demo:.*\n((?:\t.*\n)+)", text, re.M)
     assert m, "the Makefile has no demo target"
-    return m.group(1).replace("\t", "").replace("$(BIN)/", "")
+    lines = [line.lstrip("\t").lstrip("@-+") for line in m.group(1).splitlines()]  # make's line prefixes
+    return "\n".join(lines).replace("$(BIN)/", "").replace("$(CURDIR)", "$PWD") + "\n"
 
 
 def _env(work: Path) -> dict:

@@ -214,11 +214,15 @@ def test_metric_option_arguments_bind_metric_options():
 
     p = argparse.ArgumentParser()
     add_metric_option_arguments(p)
-    assert metric_options(p.parse_args([])) == MetricOptions()
+    # --err-max-grade is "auto" unless given: the job resolves it (arguments.auto_err_max_grade) first
+    assert p.parse_args([]).err_max_grade == "auto"
+    with pytest.raises(ValueError, match="resolved by the job"):
+        metric_options(p.parse_args([]))
+    assert metric_options(p.parse_args(["--err-max-grade", "4"])) == MetricOptions()
     got = metric_options(p.parse_args(["--relevance-level", "2", "--gain", "exponential", "--ideal", "served",
                                        "--err-max-grade", "3"]))
     assert got == MetricOptions(relevance_level=2, gain="exponential", ideal="served", err_max_grade=3)
     with pytest.raises(SystemExit):
         p.parse_args(["--ideal", "best"])
-    with pytest.raises(ValueError, match="err_max_grade must be positive"):
+    with pytest.raises(ValueError, match="--err-max-grade wants a positive number or auto"):
         metric_options(p.parse_args(["--err-max-grade", "0"]))

@@ -166,8 +166,12 @@ def metric_options(args):
     values; ValueError or TypeError (one line) for a bad one."""
     from ..metrics.kernel import MetricOptions
 
-    return MetricOptions(relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal,
-                         err_max_grade=args.err_max_grade)
+    g = args.err_max_grade
+    if isinstance(g, str):
+        g = parse_err_max_grade(g)
+        if g is None:
+            raise ValueError("--err-max-grade auto is resolved by the job (auto_err_max_grade) before metric_options")
+    return MetricOptions(relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal, err_max_grade=g)
 
 
 def add_hist_arguments(group) -> None:

@@ -479,6 +479,8 @@ def _rndcg(b, spec):
     each positive grade of the ideal list, the run's DCG cut at the ranked items), plus the nDCG at
     the end of the ranking when it runs at least two items past the ideal list; 0 without relevant
     judgments (at the relevance level)."""
+    if b.n == 0:  # no ranked list (no query with both results and judgments)
+        return np.zeros(0)
     E, estart, I, Ecum, hstart, ndist = _ideal(b)
     hl = _hist_of_lists(b)
     rdcg = _run_dcg(b)
