@@ -112,19 +112,24 @@ def _memoise_function_arguments() -> None:
         # _inspect_<func> hook (beam.Map's wrapper answers for the function it wraps)
         if hasattr(obj, f"_inspect_{func}") or func in getattr(obj, "__dict__", {}):
             return original(obj, func)
-        key = (cls, func)
-        with _LOCK:
-            found = cache.get(key)
-        if found is None:
-            found = original(obj, func)
-            with _LOCK:
-                cache[key] = found
-        args, defaults = found
-        return list(args), list(defaults)
+        return _args_lists(cache, (cls, func), lambda: original(obj, func))
 
     get_function_arguments._streameval_memoised = True
     get_function_arguments.__wrapped__ = original
     core.get_function_arguments = get_function_arguments
+
+
+def _args_lists(cache: dict, key, compute):
+    """``(args, defaults)`` of ``cache[key]`` (``compute()`` the first time), as new lists: callers
+    may change what they get."""
+    with _LOCK:
+        found = cache.get(key)
+    if found is None:
+        found = compute()
+        with _LOCK:
+            cache[key] = found
+    args, defaults = found
+    return list(args), list(defaults)
 
 
 def _memoise_function_args() -> None:
@@ -148,13 +153,7 @@ def _memoise_function_args() -> None:
             key = ("function", f)
         else:
             return original(f)
-        found = cache.get(key)
-        if found is None:
-            found = original(f)
-            with _LOCK:
-                cache[key] = found
-        args, defaults = found
-        return list(args), list(defaults)
+        return _args_lists(cache, key, lambda: original(f))
 
     get_function_args_defaults._streameval_memoised = True
     get_function_args_defaults.__wrapped__ = original
