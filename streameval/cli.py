@@ -107,6 +107,19 @@ def _summary(spec, values, n, logs=True) -> float:
     return total if spec.is_count else total / n
 
 
+def _trec_bare_name(m: str) -> str:
+    """A cutoff measure named without parameters (``-m P``, ``-m map_cut``, ``-m success``) as
+    trec_eval reads it: with its default cutoffs (measures.c: ``P.5,10,...,1000``); other names as
+    given (``map`` stays map)."""
+    from .metrics import registry
+
+    name = m.strip()
+    for f in registry.REGISTRY:
+        if f.trec_cut_name == name and f.trec_defaults and f.trec_name != name:
+            return name + "." + ",".join("%g" % d for d in f.trec_defaults)
+    return m
+
+
 def _trec_specs(asked, parse_metrics):
     """The specs of the -m arguments ``asked``, with trec_eval's rule for parameters (meas_init.c): a
     measure given with parameters (``-m P.5``, ``-m utility.2,-1,0,0``) is computed with the first
@@ -114,6 +127,7 @@ def _trec_specs(asked, parse_metrics):
     no other P)."""
     import re
 
+    asked = [_trec_bare_name(m) for m in asked]
     first: dict = {}
     for m in asked:
         if re.fullmatch(r"[A-Za-z0-9_]+\..*", m.strip()):

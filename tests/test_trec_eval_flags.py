@@ -241,3 +241,12 @@ def test_first_parameters_replace_defaults(trec_eval_bin, measures):
     want = _theirs(trec_eval_bin, args)
     assert want[0] == 0
     assert _ours(args) == want
+
+
+@pytest.mark.parametrize("measure", ["P", "recall", "success", "map_cut", "ndcg_cut", "relative_P"])
+def test_a_cutoff_measure_without_parameters_gets_trec_evals_default_cutoffs(trec_eval_bin, collections, measure):
+    """``-m P`` (no parameters) is P at trec_eval's default cutoffs (measures.c), as the binary prints it;
+    ``-m map_cut`` printed map and ``-m P`` was refused before."""
+    for _name, qrels, run, _run_c, _z in collections:
+        args = ["-q", "-m", measure, qrels, run]
+        assert _ours(args) == _theirs(trec_eval_bin, args)
