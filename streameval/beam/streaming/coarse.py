@@ -60,6 +60,7 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.typehints import typehints
 
 from ...accumulators.bootstrap import DEFAULT_REPLICATES
+from ...accumulators.clicks import ctr_pos_merge
 from ...accumulators.moments import MeanMoments
 from ...io import records
 from ..columnar_clean import _CleanShard
@@ -82,6 +83,13 @@ COUNT_EVERY = 4 * 3600 * 1_000_000
 _JUDGMENTS: dict = {}  # token -> {query shard: [held resolved judgments]}: one copy per process and job
 _JUDGMENTS_LOCK = threading.Lock()
 _INT64_MAX = np.iinfo(np.int64).max
+
+
+def _add_clicks(into: dict, by_label: dict) -> None:
+    """Add click states ``{label: {position: [impressions, clicks]}}`` to ``into`` (the same form; exact
+    integer sums, :func:`~streameval.accumulators.clicks.ctr_pos_merge`)."""
+    for label, by_pos in by_label.items():
+        into[label] = ctr_pos_merge([into.get(label, {}), {int(p): v for p, v in by_pos.items()}])
 
 
 def _apply_counts(run: str, counts: dict) -> None:
@@ -363,19 +371,9 @@ class _ShardFn(beam.DoFn):
             r, c, o, side, counts = self._run(shard, sub, self.judgments)
             rank.update(r)  # keyed by the request window: disjoint
             for key, by_label in c.items():  # CTR by the impressions' own windows: added up
-                into = ctr.setdefault(key, {})
-                for label, by_pos in by_label.items():
-                    cells = into.setdefault(label, {})
-                    for pos, (i, n) in by_pos.items():
-                        cell = cells.setdefault(pos, [0, 0])
-                        cell[0] += i
-                        cell[1] += n
+                _add_clicks(ctr.setdefault(key, {}), by_label)
             for key, by_tag in o.items():
-                into = onl.setdefault(key, {})
-                for tag, by_label in by_tag.items():
-                    dst = into.setdefault(tag, {})
-                    for label, st in by_label.items():
-                        dst[label] = st if label not in dst else self.online.merge(tag, [dst[label], st])
+                self.online.add(onl.setdefault(key, {}), by_tag)
             if g in touched:  # all of the window's requests were in the chunk
                 tally[g] = [counts, side]
         return rank, ctr, onl
@@ -547,16 +545,9 @@ class _PartialAggregate(_WindowAggregate):
             for label, st in r.items():
                 cur = rank.get(label)
                 rank[label] = [1, st] if cur is None else [1, mm.merge([cur[1], st])]
-            for tag, by_label in on.items():
-                into = onl.setdefault(tag, {})
-                for label, st in by_label.items():
-                    into[label] = st if label not in into else self.online.merge(tag, [into[label], st])
-            for label, by_pos in cl.items():
-                dl = ctr.setdefault(label, {})
-                for pos, (i, n) in by_pos.items():
-                    cell = dl.setdefault(int(pos), [0, 0])
-                    cell[0] += i
-                    cell[1] += n
+            if on:
+                self.online.add(onl, on)
+            _add_clicks(ctr, cl)
         out = self._ctr_rows(ctr, self._rank_rows(rank))
         if onl:
             start, end = self.cfg.spec.bounds(j)

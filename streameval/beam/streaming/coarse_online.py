@@ -30,8 +30,6 @@ percentile interval (:class:`~streameval.beam.stats.BootstrapMeanCombineFn`).
 
 from __future__ import annotations
 
-import math
-
 from apache_beam import pvalue
 
 from ...accumulators.bootstrap import PoissonBootstrap
@@ -103,14 +101,19 @@ class StreamOnline:
             return c.calibration_ops.merge(states)
         return (c.mm if tag == TAG_REQUESTS else c.mm3).merge(states)
 
+    def add(self, into: dict, by_tag: dict) -> None:
+        """Merge states ``{tag: {slice label: state}}`` into ``into`` (the same form), exactly."""
+        for tag, by_label in by_tag.items():
+            dst = into.setdefault(tag, {})
+            for label, state in by_label.items():
+                dst[label] = state if label not in dst else self.merge(tag, [dst[label], state])
+
     def collect(self, outputs, into: dict) -> None:
         """Add the clean stage's tagged online outputs to ``into``: ``{(window start, system): {tag:
         {slice label: state}}}`` (a key's states merged)."""
         for o in outputs:
             (ws, _we, label, system), state = o.value
-            by_label = into.setdefault((ws, system), {}).setdefault(o.tag, {})
-            cur = by_label.get(label)
-            by_label[label] = state if cur is None else self.merge(o.tag, [cur, state])
+            self.add(into.setdefault((ws, system), {}), {o.tag: {label: state}})
 
     @staticmethod
     def is_online(o) -> bool:
@@ -163,10 +166,6 @@ class StreamBootstrap:
 
     def rows(self, names, state) -> list:
         """``[(metric, value, num_queries, stderr, ci fields)]`` of one merged state."""
-        out = []
-        for name, f in zip(names, self.fn.extract_output(state)):
-            stderr = f["stderr"]
-            out.append((name, f["value"], f["num_queries"], None if stderr is None or
-                        (isinstance(stderr, float) and math.isnan(stderr)) else stderr,
-                        {k: f[k] for k in CI_FIELDS}))
-        return out
+        # BootstrapMeanCombineFn gives NaN ends and standard errors as None already
+        return [(name, f["value"], f["num_queries"], f["stderr"], {k: f[k] for k in CI_FIELDS})
+                for name, f in zip(names, self.fn.extract_output(state))]
