@@ -226,3 +226,19 @@ def test_parquet_on_s3_equals_the_local_run(both, logs, s3_server, tmp_path, mon
     code, _, _, _ = _job(tmp_path / "o2", [urls[logs["imp"][0]]], urls[logs["judg"]], *args)
     assert code == 1
     assert f"cannot read input file {gone}" in capsys.readouterr().err
+
+
+def test_err_max_grade_auto_reads_parquet_judgments_mapped_grade_column(tmp_path):
+    """``--err-max-grade auto`` on Parquet judgments: the largest grade of the mapped grade column
+    (within --grades), not 1 because fastavro cannot read the file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from streameval.beam.arguments import max_judgment_grade
+    from streameval.beam.table_inputs import TableOptions
+
+    path = tmp_path / "j.parquet"
+    pq.write_table(pa.table({"qid": ["q1"] * 4, "doc": ["a", "b", "c", "d"], "rel": [0, 2, 5, 1]}), path)
+    table = TableOptions({"grade": "rel"}, None, ())
+    assert max_judgment_grade([str(path)], None, table) == 5
+    assert max_judgment_grade([str(path)], (0, 3), table) == 2

@@ -238,10 +238,8 @@ def max_judgment_grade(paths, declared=None, table=None, input_format: str = "au
     for path in paths:
         if is_parquet(path, input_format):  # Parquet judgments: their (mapped) grade column
             try:
-                with FileSystems.open(path) as f:
-                    import io
-
-                    g = _parquet_grades(io.BytesIO(f.read()), column)
+                with FileSystems.open(path) as f:  # seekable: Parquet reads the footer, then the column
+                    g = _parquet_grades(f, column)
             except Exception:  # noqa: BLE001 (damaged or unreadable: the job's reader reports it)
                 continue
             if declared is not None:
