@@ -692,15 +692,17 @@ def test_session_windows_per_user_and_per_request():
 # sources, sinks and the command
 
 def test_pubsub_kafka_and_directory_sources_are_constructed():
+    from streameval.beam.streaming import sources
+
     opts = PipelineOptions([])
     opts.view_as(StandardOptions).streaming = True
     p = beam.Pipeline(options=opts)
-    ps = p | "PubSub" >> stream_cli.ReadPubSubEvents("projects/my-project/subscriptions/impressions",
-                                                     timestamp_attribute="ts")
-    watched = p | "Watch" >> stream_cli.WatchAvro("/tmp/nowhere/*.avro", interval=5)
+    ps = p | "PubSub" >> sources.ReadPubSubEvents("projects/my-project/subscriptions/impressions",
+                                                  timestamp_attribute="ts")
+    watched = p | "Watch" >> sources.WatchAvro("/tmp/nowhere/*.avro", interval=5)
     rows = (ps, watched) | beam.Flatten() | StreamMetrics(window="1h")
     assert isinstance(rows, beam.pvalue.PCollection)
-    kafka = stream_cli.ReadKafkaEvents("localhost:9092", "impressions")
+    kafka = sources.ReadKafkaEvents("localhost:9092", "impressions")
     assert type(kafka.read).__name__ == "ReadFromKafka"
     # the watermark follows the records' Kafka timestamps (set by producers to the event time), not the
     # reading time (Beam's default), so a backlog is not late
@@ -709,8 +711,8 @@ def test_pubsub_kafka_and_directory_sources_are_constructed():
     assert isinstance(payload, bytes), "Beam's ReadFromKafka no longer keeps its payload: check the policy otherwise"
     assert b"CreateTime" in payload and b"ProcessingTime" not in payload
     with pytest.raises(ValueError, match="timestamp_policy"):
-        stream_cli.ReadKafkaEvents("localhost:9092", "impressions", timestamp_policy="now")
-    ev = stream_cli._json_event(json.dumps({"timestamp": 1_000_123, "x": 1}).encode())
+        sources.ReadKafkaEvents("localhost:9092", "impressions", timestamp_policy="now")
+    ev = sources._json_event(json.dumps({"timestamp": 1_000_123, "x": 1}).encode())
     assert ev.timestamp.micros == 1_000_123 and ev.value["x"] == 1
 
 

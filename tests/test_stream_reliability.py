@@ -304,7 +304,9 @@ def test_stream_command_damaged_file_conflicts_and_accounting(tmp_path, capsys, 
         class metadata:
             path = str(tmp_path / "in" / "bulk.avro")
 
-    parsed = list(stream_cli._ParseAvroFile("impressions").process(_Readable()))
+    from streameval.beam.streaming.sources import _ParseAvroFile
+
+    parsed = list(_ParseAvroFile("impressions").process(_Readable()))
     assert {x.value[0] for x in parsed if not hasattr(x, "tag")} == {_Readable.metadata.path}  # (path, records)
     got = [r for x in parsed if not hasattr(x, "tag") for r in x.value[1]]
     letters = [x.value for x in parsed if hasattr(x, "tag")]
