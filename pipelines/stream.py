@@ -36,17 +36,14 @@ import argparse
 import json
 import math
 import os
-import re
 import signal
 import sys
 import threading
 import time
-import uuid
 from collections import deque
 from datetime import datetime, timedelta, timezone
 
 import apache_beam as beam
-from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
@@ -74,6 +71,7 @@ from streameval.beam.online import split_metric_names
 from streameval.beam.streaming.coarse import ColumnarStreamMetrics, ReplayColumns
 from streameval.beam.streaming.coarse_online import online_refusal
 from streameval.beam.streaming.live import KINDS, WatchFiles
+from streameval.beam.streaming.sinks import WriteRecords, WriteWindowedFiles, _AppendJsonl, _iso, pane_file_stem
 from streameval.beam.streaming.sources import (KAFKA_TIMESTAMP_POLICIES, ReadKafkaEvents, ReadPubSubEvents, ReplayAvro,
                                                 WatchAvro)
 from streameval.beam.transforms import SOURCE_UNRANKABLE
@@ -90,7 +88,6 @@ from streameval.beam.streaming import (
     stream_counts,
 )
 from streameval import progress
-from streameval.io import avro
 from streameval.io.cleaning import JUDGMENT_POLICIES
 from streameval.io.records import parse_time_range
 from streameval.metrics.names import MetricNameError, parse_metrics
@@ -118,167 +115,6 @@ RUNNING_TOTALS = "running_totals.jsonl"  # in --output (a local directory): the 
 #: the outputs in --output: a rerun removes a previous run's first, the manifest lists them last
 OUTPUTS = ("metrics-*", "late_data-*", "dead_letters-*", "alerts-*", RUNNING_TOTALS)
 _MICRO = timedelta(microseconds=1)
-
-
-# --------------------------------------------------------------------------------------------
-# sinks
-
-def _iso(us) -> str:
-    if us is None:
-        return "global"
-    try:
-        dt = datetime.fromtimestamp(us / 1e6, tz=timezone.utc)
-    except (OverflowError, OSError, ValueError):
-        return str(us)
-    return dt.strftime("%Y-%m-%dT%H:%M:%SZ") if us % 1_000_000 == 0 else dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _safe(text) -> str:
-    """``text`` as a file-name part: unchanged when it is short and plain; otherwise its characters
-    outside ``[A-Za-z0-9._=+-]`` replaced, cut to 80 characters and followed by ``~`` and 8 hex
-    digits of its SHA-1, so two different names never give the same file (``sys/1`` and ``sys_1``)."""
-    import hashlib
-
-    text = str(text)
-    safe = re.sub(r"[^A-Za-z0-9._=+-]+", "_", text)[:80] or "_"
-    if safe == text:
-        return safe
-    return f"{safe}~{hashlib.sha1(text.encode('utf-8')).hexdigest()[:8]}"
-
-
-def pane_file_stem(rows) -> str:
-    """``metrics-<start>-<end>-<system>-pane<index>-<pane>[-final]`` for the rows of one pane (one
-    window, one system); a session's key is part of its slice, so it is added too."""
-    r = rows[0]
-    stem = f"metrics-{_iso(r['window_start'])}-{_iso(r['window_end'])}-{_safe(r['system'])}"
-    sl = r["slice"]
-    if sl.startswith(("user=", "request=")):
-        stem += "-" + _safe(sl.split(",", 1)[0])
-    stem += f"-pane{r['pane_index']:03d}-{r['pane']}"
-    if r["is_final"]:
-        stem += "-final"
-    return stem.replace(":", "")
-
-
-class _JsonLinesSink(fileio.FileSink):
-    """Writes each element (a pane: a list of rows) as JSON lines."""
-
-    def open(self, fh):
-        self._fh = fh
-
-    def write(self, rows):
-        from streameval.io.results import json_line
-
-        for r in rows:
-            self._fh.write(json_line(r).encode("utf-8") + b"\n")
-
-    def flush(self):
-        self._fh.flush()
-
-
-class _AvroSink(fileio.FileSink):
-    """Writes each element (a pane: a list of rows) as one Avro container file (metric_result)."""
-
-    def open(self, fh):
-        self._fh = fh
-        self._rows = []
-
-    def write(self, rows):
-        self._rows.extend(rows)
-
-    def flush(self):
-        import fastavro
-
-        fastavro.writer(self._fh, avro.load_schema("metric_result"), self._rows)
-        self._fh.flush()
-
-
-def _pane_sink(dest):
-    return _AvroSink() if dest.endswith(".avro") else _JsonLinesSink()
-
-
-class WriteWindowedFiles(beam.PTransform):
-    """``panes | WriteWindowedFiles(directory)``: each pane (the list of rows one firing emits for
-    one window and system) to ``<stem>.jsonl`` and ``<stem>.avro`` (see :func:`pane_file_stem`):
-    one file per pane and format, written by the step that receives the pane (to a temporary name,
-    then renamed), in whatever window the pane comes, so no pane is ever late for the writer.
-
-    It replaced ``fileio.WriteToFiles`` in the global window with a per-element trigger (issue 21):
-    that grouped the panes by file name, and the local runner scans the trigger state of every key
-    it has seen (one per file, never released in the global window) at every watermark step and
-    lists the output directory at every firing, so a job of many small windows (sessions) slowed
-    down quadratically with the number of files written."""
-
-    def __init__(self, directory, formats=("jsonl", "avro"), label=None):
-        super().__init__(label)
-        self.directory = directory
-        self.formats = tuple(formats)
-
-    def expand(self, panes):
-        return panes | "WritePaneFiles" >> beam.ParDo(_WritePaneFiles(self.directory, self.formats))
-
-
-class _WritePaneFiles(beam.DoFn):
-    """Writes a pane's files (:class:`WriteWindowedFiles`); yields nothing."""
-
-    def __init__(self, directory, formats):
-        self.directory = directory
-        self.formats = tuple(formats)
-
-    def process(self, rows):
-        if not rows:
-            return
-        stem = pane_file_stem(rows)
-        for f in self.formats:
-            name = f"{stem}.{f}"
-            final = FileSystems.join(self.directory, name)
-            temp = FileSystems.join(self.directory, f".{name}.{uuid.uuid4().hex[:12]}.tmp")
-            sink = _pane_sink(name)
-            with FileSystems.create(temp) as fh:
-                sink.open(fh)
-                sink.write(rows)
-                sink.flush()
-            if FileSystems.exists(final):  # a retried bundle: the same pane, the same content
-                FileSystems.delete([final])
-            FileSystems.rename([temp], [final])
-
-
-class _AppendJsonl(beam.DoFn):
-    """Records of a bundle to one new JSON-lines file ``<prefix>-<uuid>.jsonl`` (late data and
-    dead letters: unwindowed side outputs)."""
-
-    def __init__(self, directory, prefix):
-        self.directory = directory
-        self.prefix = prefix
-
-    def start_bundle(self):
-        self._recs = []
-
-    def process(self, rec):
-        self._recs.append(rec)
-
-    def finish_bundle(self):
-        if not self._recs:
-            return
-        from streameval.io.results import json_line
-
-        path = FileSystems.join(self.directory, f"{self.prefix}-{uuid.uuid4().hex[:12]}.jsonl")
-        with FileSystems.create(path) as fo:
-            for r in self._recs:
-                fo.write(json_line(r).encode("utf-8") + b"\n")
-        self._recs = []
-
-
-class WriteRecords(beam.PTransform):
-    """``records | WriteRecords(directory, prefix)``: one JSON-lines file per bundle."""
-
-    def __init__(self, directory, prefix, label=None):
-        super().__init__(label)
-        self.directory = directory
-        self.prefix = prefix
-
-    def expand(self, pcoll):
-        return pcoll | "Append" >> beam.ParDo(_AppendJsonl(self.directory, self.prefix))
 
 
 def format_pane(rows, metric_names=()) -> str:

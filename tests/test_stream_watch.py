@@ -15,7 +15,7 @@ from apache_beam.testing.test_stream import ElementEvent, WatermarkEvent
 
 from pipelines import stream as stream_cli
 from streameval.beam.sources import InputUnavailableError
-from streameval.beam.streaming import live
+from streameval.beam.streaming import live, sinks
 from streameval.io import avro
 
 from .conftest import REPO
@@ -122,7 +122,7 @@ def test_watch_scores_files_dropped_while_the_job_runs(tmp_path, monkeypatch, ca
     assert f"read {len(imps)} impression, {len(judg)} judgment and 0 click records" in printed
     assert f"late data: {len(too_late)} impression" in printed
     # day 1's panes existed before the job ended (and before the later files were dropped)
-    day1 = [f for f in seen_while_running["final"] if f.startswith(f"metrics-{stream_cli._iso(day0)}".replace(":", ""))]
+    day1 = [f for f in seen_while_running["final"] if f.startswith(f"metrics-{sinks._iso(day0)}".replace(":", ""))]
     assert any(f.endswith("-final.jsonl") for f in day1), seen_while_running["final"]
 
     rows = [json.loads(line) for f in out_dir.glob("metrics-*.jsonl") for line in open(f)]
@@ -343,8 +343,8 @@ def test_pane_file_names_never_collide():
     """Issue 20, item 11: systems ``sys/1`` and ``sys_1`` (or two long names sharing 80 characters) gave
     the same pane file name, so one pane overwrote the other."""
     def stem(system, sl="all"):
-        return stream_cli.pane_file_stem([{"window_start": 0, "window_end": 3_600_000_000, "system": system,
-                                           "slice": sl, "pane_index": 0, "pane": "on_time", "is_final": True}])
+        return sinks.pane_file_stem([{"window_start": 0, "window_end": 3_600_000_000, "system": system,
+                                      "slice": sl, "pane_index": 0, "pane": "on_time", "is_final": True}])
 
     names = ["sys/1", "sys_1", "sys 1", "a" * 80 + "x", "a" * 80 + "y", "A"]
     stems = [stem(n) for n in names]
