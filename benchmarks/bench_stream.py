@@ -66,7 +66,7 @@ def make_data(directory: str, n_impressions: int, n_files: int) -> str:
 
 def child(mode: str, root: str, out: str, engine: str = "auto") -> dict:
     from pipelines import stream as stream_cli
-    from streameval.beam.streaming import live
+    from streameval.beam.streaming import console, live
 
     made = []
 
@@ -94,7 +94,7 @@ def child(mode: str, root: str, out: str, engine: str = "auto") -> dict:
         # from the first record sent to the end of the job (includes up to 2 s of the idle stop)
         res["throughput_per_s"] = round(n / max(time.monotonic() - w.first_sent_at, 1e-9))
         delays = []
-        for at, pane, end, _final in stream_cli.PANE_LOG:
+        for at, pane, end, _final in console.PANE_LOG:
             if pane != "on_time":
                 continue
             sent = next((t for t, wm in w.watermark_log if wm >= end), None)

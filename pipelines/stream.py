@@ -34,14 +34,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import sys
 import threading
 import time
-from collections import deque
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -64,18 +62,19 @@ from streameval.beam.sinks import prepare_output, publish, remove_temporary
 from streameval.exits import EXIT_ALERT, EXIT_OK, one_line
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
-from streameval.beam.sources import UNREADABLE, expand_inputs, failure_reason, set_file_system_options
+from streameval.beam.sources import expand_inputs, failure_reason, set_file_system_options
 from streameval.beam.accounting import (add_input_check_arguments, check_inputs, exit_status, format_accounting,
                                         input_checks_from_args, job_counters)
 from streameval.beam.online import split_metric_names
 from streameval.beam.streaming.coarse import ColumnarStreamMetrics, ReplayColumns
 from streameval.beam.streaming.coarse_online import online_refusal
 from streameval.beam.streaming.live import KINDS, WatchFiles
-from streameval.beam.streaming.sinks import WriteRecords, WriteWindowedFiles, _AppendJsonl, _iso, pane_file_stem
+from streameval.beam.streaming.console import (LOCAL_COUNTS, LOCAL_UNREADABLE, PANE_LOG, PanesOut, SideOut, print_alert,
+                                               running_totals_line)
+from streameval.beam.streaming.sinks import WriteRecords, WriteWindowedFiles
 from streameval.beam.streaming.sources import (KAFKA_TIMESTAMP_POLICIES, ReadKafkaEvents, ReadPubSubEvents, ReplayAvro,
                                                 WatchAvro)
-from streameval.beam.transforms import SOURCE_UNRANKABLE
-from streameval.alerts import format_alert, load_rules
+from streameval.alerts import load_rules
 from streameval.beam.alerts import ALERTS_FIRED, StreamAlerts
 from streameval.beam.prometheus import STORE as PROMETHEUS
 from streameval.beam.prometheus import serve
@@ -93,19 +92,7 @@ from streameval.io.records import parse_time_range
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.online import parse_online_metric
 
-__all__ = [
-    "main",
-    "build_arg_parser",
-    "ReplayAvro",
-    "WatchAvro",
-    "ReadPubSubEvents",
-    "ReadKafkaEvents",
-    "WriteWindowedFiles",
-    "WriteRecords",
-    "ConsoleTable",
-    "format_pane",
-    "pane_file_stem",
-]
+__all__ = ["main", "build_arg_parser"]  # the library's transforms: streameval.beam.streaming.sources, .sinks, .console
 
 LOCAL_STREAM_RUNNERS = ("BundleBasedDirectRunner", "DirectRunner")
 #: request shards of the columnar engine by default: the local runner runs one process (one core for
@@ -114,167 +101,6 @@ COLUMNAR_SHARDS = 4
 RUNNING_TOTALS = "running_totals.jsonl"  # in --output (a local directory): the accounting as of each pane
 #: the outputs in --output: a rerun removes a previous run's first, the manifest lists them last
 OUTPUTS = ("metrics-*", "late_data-*", "dead_letters-*", "alerts-*", RUNNING_TOTALS)
-_MICRO = timedelta(microseconds=1)
-
-
-def format_pane(rows, metric_names=()) -> str:
-    """A pane as text: a header line (pane, index, final, window, system) and a table of its rows."""
-    r0 = rows[0]
-    order = {n: i for i, n in enumerate(metric_names)}
-
-    def mkey(m):
-        if m in order:
-            return (0, order[m], 0)
-        if m.startswith("ctr@pos"):
-            try:
-                return (1, 1, int(m[7:]))
-            except ValueError:
-                pass
-        return (1, 0 if m == "ctr" else 2, 0)
-
-    head = (f"pane {r0['pane']} #{r0['pane_index']}{' final' if r0['is_final'] else ''}  "
-            f"window {_iso(r0['window_start'])} .. {_iso(r0['window_end'])}  system {r0['system']}")
-    lines = []
-    for r in sorted(rows, key=lambda r: (r["slice"] != "all" and not r["slice"].count(",") == 0,
-                                         r["slice"], mkey(r["metric"]))):
-        v, se = r["value"], r.get("stderr")
-        lines.append((r["slice"], r["metric"], "nan" if v is None or math.isnan(v) else f"{v:.4f}",
-                      str(r["num_queries"]), "-" if se is None or math.isnan(se) else f"{se:.4f}"))
-    header = ("slice", "metric", "value", "n", "stderr")
-    widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(header)]
-
-    def fmt(cells):
-        return "  " + "  ".join(c.rjust(w) if i >= 2 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    return "\n".join([head, fmt(header)] + [fmt(l) for l in lines])
-
-
-# Panes and side records counted in this process: the local runner drops Beam counters of elements
-# that come from timers (every pane does), so the summary of a local run counts them here.
-LOCAL_COUNTS: dict = {}
-# (monotonic time, pane, window end, is_final) of the latest panes as they reached the console step
-# (local runner; bounded: a live job runs for ever)
-PANE_LOG: deque = deque(maxlen=100_000)
-
-
-def _count(key, n=1):
-    LOCAL_COUNTS[key] = LOCAL_COUNTS.get(key, 0) + n
-
-
-class _PanesOut(beam.DoFn):
-    """Counts each pane (``LOCAL_COUNTS``) and prints it unless ``quiet``: one step, since every
-    step after the aggregate costs a bundle per aggregate bundle on the local runner. With ``run``
-    (the StreamMetrics' run id) it also reports the running totals of the record accounting as of
-    each pane: a line on the console (unless ``quiet``) and, with a local ``totals_path``, a JSON
-    line ``{"at", "pane", "window_start", "window_end", "system", "counts"}`` appended to it. The
-    totals are this process's (:func:`streameval.beam.streaming.stream_counts`): the whole job's on
-    the local runner; other runners report Beam counters (see :func:`main`)."""
-
-    def __init__(self, metric_names, quiet, run=None, totals_path=None):
-        self.metric_names = list(metric_names)
-        self.quiet = quiet
-        self.run = run
-        self.totals_path = totals_path
-
-    def process(self, rows):
-        if not rows:
-            return
-        r0 = rows[0]
-        progress.add("stream_rows", len(rows))
-        _count(f"panes_{r0['pane']}")
-        PANE_LOG.append((time.monotonic(), r0["pane"], r0["window_end"], r0["is_final"]))
-        if r0["is_final"]:
-            _count("panes_final")
-        if not self.quiet:
-            sys.stdout.write(format_pane(rows, self.metric_names) + "\n\n")
-        if self.run is not None:
-            counts = stream_counts(self.run)
-            if not self.quiet:
-                sys.stdout.write(running_totals_line(counts) + "\n\n")
-            if self.totals_path:
-                rec = {"at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), "pane": r0["pane"],
-                       "window_start": r0["window_start"], "window_end": r0["window_end"], "system": r0["system"],
-                       "counts": dict(sorted(counts.items()))}
-                with open(self.totals_path, "a", encoding="utf-8") as fo:
-                    fo.write(json.dumps(rec) + "\n")
-        if not self.quiet:
-            sys.stdout.flush()
-
-
-def running_totals_line(counts: dict) -> str:
-    """One line of running totals: records read, accepted, late and rejected per kind so far."""
-    parts = []
-    for kind in ("impression", "judgment", "click"):
-        read = counts.get(f"{kind}s_read", 0)
-        if not read:
-            continue
-        rejected = sum(v for k, v in counts.items() if k.startswith(f"rejected:{kind}:"))
-        parts.append(f"{kind}s read {read}, valid {counts.get(f'{kind}s_valid', 0)}, late "
-                     f"{counts.get(f'late:{kind}', 0)}, rejected {rejected}")
-    return "running totals: " + ("; ".join(parts) or "nothing read yet")
-
-
-# files that could not be read to their end (their dead letters' reasons), seen by _SideOut
-LOCAL_UNREADABLE: list = []
-
-
-class _SideOut(_AppendJsonl):
-    """Counts the records the stream set aside (``LOCAL_COUNTS``: ``written:late:<kind>``,
-    ``written:rejected``, ``written:unrankable``, ``written:unreadable``, and by source for the
-    summary line) and, with a directory, writes them per bundle: ``late_data-*.jsonl`` (late data)
-    and ``dead_letters-*.jsonl`` (the rest)."""
-
-    def process(self, rec):
-        src = rec.get("source", "")
-        late = src.startswith("late:")
-        if late:
-            _count(f"written:{src}")
-            _count(src)
-        elif rec.get("reason", "").startswith(UNREADABLE):
-            _count("written:unreadable")
-            LOCAL_UNREADABLE.append(rec["reason"].replace(f"{UNREADABLE} ", f"{src} ", 1))
-        elif src == SOURCE_UNRANKABLE:  # a request that cannot be ranked (its impressions are accepted)
-            _count("written:unrankable")
-        else:
-            _count("written:rejected")
-            if src.startswith("unmatched:"):
-                _count(src)
-        if self.directory:
-            (self._late if late else self._dead).append(rec)
-
-    def start_bundle(self):
-        self._late, self._dead = [], []
-
-    def finish_bundle(self):
-        for prefix, recs in (("late_data", self._late), ("dead_letters", self._dead)):
-            if recs:
-                self._recs, self.prefix = recs, prefix
-                super().finish_bundle()
-        self._late, self._dead = [], []
-
-
-class _PrintPanes(beam.DoFn):
-    def __init__(self, metric_names, stream=None):
-        self.metric_names = list(metric_names)
-        self.stream = stream
-
-    def process(self, rows):
-        if rows:
-            out = self.stream or sys.stdout
-            out.write(format_pane(rows, self.metric_names) + "\n\n")
-            out.flush()
-
-
-class ConsoleTable(beam.PTransform):
-    """``panes | ConsoleTable(metric_names)``: prints each pane as it fires (the process's
-    stdout: meaningful on the local runner)."""
-
-    def __init__(self, metric_names=(), label=None):
-        super().__init__(label)
-        self.metric_names = list(metric_names)
-
-    def expand(self, panes):
-        return panes | "Print" >> beam.ParDo(_PrintPanes(self.metric_names))
 
 
 # --------------------------------------------------------------------------------------------
@@ -569,27 +395,26 @@ def build_pipeline(p, args, paths):
     rows = srcs["impressions"] | "StreamMetrics" >> sm
     ranking_names = split_metric_names(args.metrics)[0]
     names = [s.name for s in parse_metrics(ranking_names, arithmetic="the Beam jobs")] if ranking and ranking_names else []
-    me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
     # running totals after each pane: this process's counts are the whole job's on the local runner only
     # (other runners: wait_reporting prints the job's counters from the launcher)
     local = _on_local_runner(args)
     totals = os.path.join(args.output, RUNNING_TOTALS) if local and args.output and "://" not in args.output else None
     if totals and os.path.exists(totals):
         os.remove(totals)
-    sm.panes | "Console" >> beam.ParDo(me._PanesOut(names, args.quiet, sm.cfg.run if local else None, totals))
+    sm.panes | "Console" >> beam.ParDo(PanesOut(names, args.quiet, sm.cfg.run if local else None, totals))
     side = [sm.side]
     if isinstance(rep, (ReplayAvro, ReplayColumns)) and rep.unreadable:
         side.append(p | "UnreadableFiles" >> beam.Create(rep.unreadable))
     side.extend(w.unreadable for w in srcs.get("watchers", []))
     side = side[0] if len(side) == 1 else tuple(side) | "AllSideRecords" >> beam.Flatten()
-    side | "SideRecords" >> beam.ParDo(me._SideOut(args.output, "side"))
+    side | "SideRecords" >> beam.ParDo(SideOut(args.output, "side"))
     if args.output:
         sm.panes | "WritePanes" >> WriteWindowedFiles(args.output)
     if args.prometheus_port is not None:
         sm.panes | "Prometheus" >> beam.Map(_export_pane)
     if getattr(args, "alert_rules", None):
         alerts = sm.panes | "Alerts" >> StreamAlerts(args.alert_rules)
-        alerts | "PrintAlerts" >> beam.Map(_print_alert)
+        alerts | "PrintAlerts" >> beam.Map(print_alert)
         if args.output:
             alerts | "WriteAlerts" >> WriteRecords(args.output, "alerts")
     return sm, rows, rep
@@ -599,12 +424,6 @@ def _export_pane(rows):
     """A pane's rows into the store the Prometheus endpoint serves (this process: the local runner)."""
     for r in rows if isinstance(rows, list) else [rows]:
         PROMETHEUS.update(r)
-
-
-def _print_alert(a):
-    """One ``ALERT`` line on stdout as an alert fires (the local runner's process)."""
-    _count("alerts_printed")
-    print(format_alert(a), flush=True)
 
 
 def _summary_line(c: dict, replayed: dict, local: dict, verb: str = "replayed") -> str:
@@ -750,11 +569,10 @@ def main(argv=None) -> int:
         from streameval.beam import local_runner
 
         local_runner.install()  # the local runner's per-bundle inspection of each DoFn, memoised
-    me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
-    local, unreadable = me.LOCAL_COUNTS, me.LOCAL_UNREADABLE
+    local, unreadable = LOCAL_COUNTS, LOCAL_UNREADABLE
     local.clear()
     unreadable.clear()
-    me.PANE_LOG.clear()
+    PANE_LOG.clear()
     try:
         sm, _, rep = build_pipeline(p, args, paths)
     except (ValueError, TypeError) as e:  # an option a transform refuses (each checks its own)
@@ -778,8 +596,7 @@ def main(argv=None) -> int:
 
 def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
     """The job's run and report (``main``'s second half; ``exporter``: the Prometheus endpoint or None)."""
-    me = sys.modules.get("pipelines.stream") or __import__("pipelines.stream", fromlist=["_"])
-    local, unreadable = me.LOCAL_COUNTS, me.LOCAL_UNREADABLE
+    local, unreadable = LOCAL_COUNTS, LOCAL_UNREADABLE
     live = rep if isinstance(rep, WatchFiles) else None
     handlers = {}
     if live is not None and threading.current_thread() is threading.main_thread():
