@@ -6,15 +6,15 @@ Each written form must give the same WindowSpec as the long form (`--window 1h -
 that depend on the window kind (the columnar engine's refusal) must see the rewritten options."""
 import pytest
 
-from pipelines import stream
+from pipelines import stream, stream_args
 from streameval.beam.streaming.windows import WindowSpec
 
 H, M = 3_600_000_000, 60_000_000  # an hour and a minute in microseconds
 
 
 def _spec(*argv):
-    args, _ = stream.build_arg_parser().parse_known_args(["--replay", "--impressions", "x.avro", *argv])
-    return stream._window_spec(args), args
+    args, _ = stream_args.build_arg_parser().parse_known_args(["--replay", "--impressions", "x.avro", *argv])
+    return stream_args.window_spec(args), args
 
 
 @pytest.mark.parametrize("short, long, expected", [
@@ -30,7 +30,7 @@ def test_short_forms_equal_long_forms(short, long, expected):
     assert got == expected
     assert got == _spec(*long)[0]
     assert got == WindowSpec.parse(short)
-    assert stream._window_spec(args) == expected  # the rewrite is idempotent (main calls it twice)
+    assert stream_args.window_spec(args) == expected  # the rewrite is idempotent (main calls it twice)
 
 
 def test_columnar_refusal_sees_the_short_form():

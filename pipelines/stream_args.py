@@ -1,0 +1,172 @@
+"""The streaming job's command line (``streameval stream``): :func:`build_arg_parser` and the
+windows it names (:func:`window_spec`). The job itself, its checks and its pipeline:
+:mod:`pipelines.stream`."""
+
+from __future__ import annotations
+
+import argparse
+
+from streameval.beam.accounting import add_input_check_arguments
+from streameval.beam.arguments import (
+    DEFAULT_METRICS,
+    add_bootstrap_arguments,
+    add_hist_arguments,
+    add_metric_option_arguments,
+)
+from streameval.beam.streaming import WindowSpec
+from streameval.beam.streaming.live import KINDS
+from streameval.beam.streaming.sources import KAFKA_TIMESTAMP_POLICIES
+from streameval.io.cleaning import JUDGMENT_POLICIES
+
+__all__ = ["build_arg_parser", "window_spec"]
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="streameval stream",
+        description="Streaming ranking and click metrics over impression / judgment / click events, in "
+                    "event-time windows with early, on-time and late panes (Apache Beam). Unknown arguments "
+                    "are passed to Beam's PipelineOptions.")
+    src = p.add_argument_group("sources (one of --replay, --watch, Pub/Sub, Kafka)")
+    src.add_argument("--impressions", action="append", default=[],
+                     help="Avro file(s) or glob of impressions (--replay, --watch); repeatable")
+    src.add_argument("--judgments", action="append", default=[], help="Avro file(s) or glob of judgments")
+    src.add_argument("--clicks", action="append", default=[],
+                     help="Avro file(s) or glob of click events {request_id, item_id, timestamp, system_id?}")
+    src.add_argument("--replay", action="store_true",
+                     help="replay the files in event-time order with a watermark (local streaming runner)")
+    src.add_argument("--replay-step", default="1h", help="event time per watermark step of the replay (default 1h)")
+    src.add_argument("--replay-pace", type=float, default=1.0,
+                     help="processing-time seconds per replay step (drives --early-every; default 1)")
+    src.add_argument("--watch", action="store_true",
+                     help="watch the patterns for new Avro files while the job runs (local runner: a live "
+                          "TestStream service; other runners: fileio.MatchContinuously)")
+    src.add_argument("--watch-interval", type=float, default=None,
+                     help="seconds between matches (default 1 on the local runner, 10 elsewhere)")
+    src.add_argument("--watch-delay", default="0",
+                     help="local runner: the watermark stays this far behind the latest impression or click "
+                          "time seen (default 0: a file older than everything seen before is late)")
+    src.add_argument("--watch-idle-stop", type=float, default=None, metavar="SECONDS",
+                     help="local runner: end the job (closing every window) after this long without a new "
+                          "file (default: run until stopped)")
+    for k in KINDS:
+        src.add_argument(f"--pubsub-{k}", default=None, help=f"Pub/Sub subscription or topic of {k} (JSON)")
+        src.add_argument(f"--kafka-{k}", default=None, help=f"Kafka topic of {k} (JSON values)")
+    src.add_argument("--pubsub-timestamp-attribute", default=None, help="Pub/Sub attribute holding the event time")
+    src.add_argument("--kafka-bootstrap", default=None, help="Kafka bootstrap servers (host:port,...)")
+    src.add_argument("--kafka-expansion-service", default=None, help="address of a running expansion service")
+    src.add_argument("--kafka-timestamp-policy", choices=sorted(KAFKA_TIMESTAMP_POLICIES), default="create_time",
+                     help="what the watermark of a Kafka source follows (default create_time: producers set each "
+                          "record's timestamp to its event time)")
+
+    w = p.add_argument_group("windows and triggers")
+    w.add_argument("--window", default=None, help="fixed window size (1h, 1d, ...); with --every: sliding; "
+                   "also written 1h/10m (sliding), session:30m, session:30m/request")
+    w.add_argument("--every", default=None, help="period of sliding windows (the size a multiple of it)")
+    w.add_argument("--sessions", default=None, metavar="GAP", help="session windows with this gap instead")
+    w.add_argument("--session-key", choices=("user", "request"), default="user")
+    w.add_argument("--early-every", default=None, help="early panes every this much processing time (e.g. 30s)")
+    w.add_argument("--early-count", type=int, default=None, help="early panes every N request updates")
+    w.add_argument("--allowed-lateness", default="0", help="data this late still updates a window (default 0)")
+    w.add_argument("--attribution-delay", default="30m", help="click events join impressions this recent (30m)")
+    w.add_argument("--prometheus-port", type=int, default=None, metavar="PORT",
+                   help="serve the latest final and latest pane values on http://127.0.0.1:PORT/metrics "
+                        "(Prometheus exposition format; the local runner)")
+    w.add_argument("--prometheus-linger", type=float, default=0, metavar="S",
+                   help="after the job ended, keep serving until a scraper stored the final values (a scrape "
+                        "after the end was sent and the next scrape arrived), at most S seconds (default 0; "
+                        "give two scrape intervals or more)")
+    w.add_argument("--alerts", default=None, metavar="RULES.toml",
+                   help="alert rules (docs/metrics.md, 'Alert rules'), evaluated on every pane: ALERT lines, "
+                        "alerts-*.jsonl; exit status 4 when one fired")
+    w.add_argument("--retention", default=None,
+                   help="how long a final request is remembered, so that its later pieces are late data as in "
+                        "the batch job (default: the window size or the allowed lateness, whichever is longer; "
+                        "state grows with the request ids of this span)")
+
+    m = p.add_argument_group("metrics (as streameval batch)")
+    m.add_argument("--metrics", default=DEFAULT_METRICS)
+    m.add_argument("--slices", action="append", default=[])
+    add_metric_option_arguments(m, err_help=(
+        "g_max of ERR, a number, or auto (default): with --replay, the largest grade of the judgment files (at "
+        "least 1), as the batch job; with --watch, Pub/Sub or Kafka, 4 (the judgments are not known when the job "
+        "starts)"))
+    m.add_argument("--ci-level", type=float, default=0.95,
+                   help="level of every pane row's interval (Wilson for CTR, t otherwise; default 0.95)")
+    m.add_argument("--intervals", choices=("fixed", "anytime"), default="fixed",
+                   help="fixed-sample intervals (default) or confidence sequences, valid at every pane at once")
+    add_bootstrap_arguments(m, "the ranking metrics' intervals on every pane: t (default) or the Poisson bootstrap "
+                               "(the columnar engine)")
+    add_hist_arguments(m)
+    m.add_argument("--order", choices=("score", "position"), default="score")
+    m.add_argument("--tie-break", choices=("docno", "position"), default="docno")
+    m.add_argument("--score-precision", choices=("float32", "float64"), default="float32")
+    m.add_argument("--depth", type=int, default=None)
+    m.add_argument("--no-ctr", action="store_true", help="do not compute click metrics")
+    m.add_argument("--judgment-conflicts", choices=JUDGMENT_POLICIES, default="latest",
+                   help="judgments of one (query, item) with different grades: latest by timestamp (default; "
+                        "equal times: the larger grade), max grade, or reject them all (dead letters)")
+    m.add_argument("--grades", default=None, metavar="LO:HI",
+                   help="declared grade range, inclusive (e.g. 0:4): judgments outside it are dead letters")
+    m.add_argument("--event-time-range", default=None, metavar="FROM..TO",
+                   help="accepted event times of impressions (and click events), FROM..TO, each a year or an ISO 8601 "
+                        "time (e.g. 1970..2200): timestamps outside are dead letters; those outside the years "
+                        "1 to 9999 always are")
+    m.add_argument("--engine", choices=("auto", "columnar", "events"), default="auto",
+                   help="columnar: the batch job's vectorised stages on each watched file's or replay step's "
+                        "columns (--watch, --replay; the local runner, fixed windows, judgments read at the start, clicks in the impression "
+                        "records); events: one event at a time (every source and window); auto (default): "
+                        "columnar where it applies, saying why when it does not")
+    m.add_argument("--request-shards", type=int, default=None,
+                   help="keyed states holding the open requests: 0 keys them by request id (each element reads "
+                        "and writes only its requests' state); default 16 on the local runner, 0 on others")
+
+    o = p.add_argument_group("output")
+    o.add_argument("--output", default=None, help="directory for the windowed files (none: console only)")
+    o.add_argument("--quiet", action="store_true",
+                   help="do not print the panes nor the progress line on stderr (records read, rows emitted, rate)")
+    o.add_argument("--progress-interval", type=float, default=5.0, metavar="S",
+                   help="seconds between progress lines on stderr (default 5)")
+    o.add_argument("--report-every", type=float, default=60.0, metavar="SECONDS",
+                   help="on other runners than the local one: print the running totals of the job's counters "
+                        "this often while it runs (default 60)")
+    o.add_argument("--runner", default=None,
+                   help="Beam runner (default BundleBasedDirectRunner for --replay; e.g. DataflowRunner, "
+                        "FlinkRunner, PrismRunner)")
+    add_input_check_arguments(p)
+    return p
+
+
+def _split_window_arg(args) -> None:
+    """``--window`` written as the library writes a window (:meth:`WindowSpec.parse`): ``1h/10m`` is
+    ``--window 1h --every 10m``, ``session:30m`` is ``--sessions 30m`` and ``session:30m/request``
+    adds ``--session-key request``. Rewrites ``args`` in place (so every later check sees one form);
+    raises ValueError when the two forms are mixed."""
+    text = str(args.window or "").strip().lower()
+    if text.startswith(("session:", "sessions:")):
+        if args.sessions or args.every:
+            raise ValueError(f"--window {args.window} is a session window: it excludes --sessions / --every")
+        gap, _, by = text.split(":", 1)[1].partition("/")
+        args.window, args.sessions = None, gap
+        if by:
+            if by not in ("user", "request"):
+                raise ValueError(f"sessions are per 'user' or per 'request', got {by!r} in --window {text}")
+            args.session_key = by
+    elif "/" in text:
+        if args.every:
+            raise ValueError(f"--window {args.window} names its period: it excludes --every")
+        args.window, args.every = text.split("/", 1)
+
+
+def window_spec(args) -> WindowSpec:
+    """The job's windows from ``--window`` / ``--every`` / ``--sessions`` / ``--session-key`` (after
+    :func:`_split_window_arg`, which rewrites ``args`` in place). Raises ValueError for a missing or
+    mixed form, or a duration :func:`~streameval.beam.streaming.parse_duration` refuses."""
+    _split_window_arg(args)
+    if args.sessions:
+        if args.window or args.every:
+            raise ValueError("--sessions excludes --window / --every")
+        return WindowSpec.sessions(args.sessions, by=args.session_key)
+    if not args.window:
+        raise ValueError("give --window SIZE (with --every PERIOD for sliding windows) or --sessions GAP")
+    return WindowSpec.sliding(args.window, args.every) if args.every else WindowSpec.fixed(args.window)
