@@ -16,7 +16,8 @@ Sources:
   and ``--kafka-bootstrap`` with ``--kafka-impressions`` etc. (JSON values): Beam's own IOs, on
   runners that provide them (Dataflow; Flink and Spark with the Java expansion service for Kafka).
 
-Outputs (``--output DIR``): one file set per window and pane (:class:`WriteWindowedFiles`),
+Outputs (``--output DIR``): one file set per window and pane
+(:class:`~streameval.beam.streaming.sinks.WriteWindowedFiles`),
 ``metrics-<window start>-<window end>-<system>-pane<index>-<pane>.{jsonl,avro}`` (metric_result
 schema), plus ``late_data-*.jsonl`` and ``dead_letters-*.jsonl`` (dead_letter shape),
 ``summary.json`` and, last, ``manifest.json``: the pane files read as one table with
@@ -316,8 +317,8 @@ def check_outputs(counts: dict, local: dict, replayed: dict | None) -> list[str]
 
 def wait_reporting(result, every: float, out=None, sleep=time.sleep):
     """Waits for a job on another runner (an unbounded one may never end), printing the running
-    totals of its Beam counters (:func:`running_totals_line`) every ``every`` seconds; returns the
-    final state."""
+    totals of its Beam counters (:func:`~streameval.beam.streaming.console.running_totals_line`)
+    every ``every`` seconds; returns the final state."""
     from apache_beam.runners.runner import PipelineState
 
     out = out or sys.stdout
