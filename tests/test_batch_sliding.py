@@ -1,0 +1,205 @@
+"""Sliding windows in the batch job (issue 21 item 10): ``streameval batch --window 1h --every 20m``
+(or ``--window 1h/20m``) on both engines.
+
+References: (1) the columnar engine equals the per-record engine (the executable specification) row
+for row, bit for bit, with the same dead letters and record accounting, on a messy log whose requests
+straddle the sub-window boundaries; (2) each sliding window's row equals a direct computation over
+that window's records (``streameval.evaluate()`` on the requests whose earliest impression lies in
+the window, a direct count of the clicks whose impression does); (3) the rows equal the streaming
+job's final panes for ``--replay`` with the same windows; (4) the option's errors, one line each."""
+
+import json
+import math
+import random
+
+import pytest
+
+import streameval
+from pipelines import batch as batch_cli
+from pipelines import stream as stream_cli
+from streameval.io import avro
+
+from .test_stream import HOUR, MIN, _bits, assert_final_equals_batch, imp, jdg
+from .test_stream_columnar import _log
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*judged queries have no results:UserWarning"),
+    pytest.mark.filterwarnings("ignore:.*run queries have no judgments:UserWarning"),
+]
+
+METRICS = "ndcg@10,map,P@5"
+
+
+def _jsonl(directory, pattern):
+    return [json.loads(line) for f in sorted(directory.glob(pattern)) for line in open(f)]
+
+
+def _write(tmp_path, files, judg):
+    d = tmp_path / "in"
+    d.mkdir()
+    for i, recs in enumerate(files):
+        avro.write_records(str(d / f"part-{i:03d}.avro"), "impression", recs)
+    avro.write_records(str(tmp_path / "judgments.avro"), "judgment", judg)
+    return str(d / "*.avro"), str(tmp_path / "judgments.avro")
+
+
+def _batch(out, imps, judg, engine, extra=(), metrics=METRICS):
+    assert batch_cli.main(["--impressions", imps, "--judgments", judg, "--metrics", metrics, "--slices", "device",
+                           "--runner", "FnApiRunner", "--engine", engine, "--quiet", "--output", str(out),
+                           *extra]) == 0
+    return (_jsonl(out, "metrics.jsonl"), _jsonl(out, "dead_letters.jsonl"),
+            json.loads((out / "summary.json").read_text()))
+
+
+def _table(rows):
+    out = {}
+    for r in rows:
+        k = (r["window_start"], r["window_end"], r["slice"], r["system"], r["metric"])
+        assert k not in out, k
+        out[k] = (_bits(r["value"]), r["num_queries"], _bits(r["stderr"]), _bits(r["ci_low"]), _bits(r["ci_high"]),
+                  r["ci_method"])
+    return out
+
+
+@pytest.mark.parametrize("window, extra", [
+    (["--window", "1h", "--every", "20m"], []),
+    (["--window", "1h/20m"], ["--ci", "bootstrap", "--replicates", "40"]),
+    (["--window", "30m/10m"], ["--allowed-lateness", "5m"]),
+])
+def test_columnar_engine_equals_the_per_record_engine(tmp_path, window, extra):
+    files, judg = _log(seed=5, n_requests=400)
+    imps, jpath = _write(tmp_path, files, judg)
+    c_rows, c_dead, c_sum = _batch(tmp_path / "c", imps, jpath, "columnar", [*window, *extra])
+    r_rows, r_dead, r_sum = _batch(tmp_path / "r", imps, jpath, "records", [*window, *extra])
+    assert _table(c_rows) == _table(r_rows)
+    assert sorted((d["source"], d["raw"], d["reason"]) for d in c_dead) == \
+        sorted((d["source"], d["raw"], d["reason"]) for d in r_dead)
+    assert c_sum["accounting"] == r_sum["accounting"] and c_sum["accounting_problems"] == []
+    # records are counted once: read = the input, however many windows each is scored in
+    n_input = sum(map(len, files))
+    assert c_sum["accounting"]["impression"]["read"] == n_input == c_sum["counters"]["impressions_read"]
+    # lateness 0: straddling requests lose their later items (the end of their first window); 5m: none
+    assert (c_sum["accounting"]["impression"]["late"] > 0) == ("--allowed-lateness" not in extra)
+    per = {"1h": 3, "1h/20m": 3, "30m/10m": 3}[window[1]]
+    assert c_sum["windows_per_record"] == r_sum["windows_per_record"] == per
+    # every window is SIZE long, starts on a multiple of PERIOD, and the windows overlap
+    size = (HOUR if window[1].startswith("1h") else 30 * MIN)
+    starts = sorted({r["window_start"] for r in c_rows})
+    assert all(r["window_end"] - r["window_start"] == size for r in c_rows)
+    assert all(s % (size // per) == 0 for s in starts) and starts[1] - starts[0] == size // per
+
+
+def _clean_log(seed=2, n_requests=300):
+    """Requests without replays, conflicts or late items (each within 60 s), 3 hours, two systems;
+    every 7th request starts 1 s before a 20-minute boundary (its items straddle it)."""
+    rng = random.Random(seed)
+    t0 = 1_700_000_000_000_000 // HOUR * HOUR
+    recs = []
+    for r in range(n_requests):
+        system = rng.choice(["A", "B"])
+        ts = t0 + rng.randrange(3 * HOUR)
+        if r % 7 == 0:
+            ts = ts - ts % (20 * MIN) + 20 * MIN - 1_000_000
+        items = rng.sample(range(30), rng.randint(1, 6))
+        query, device = f"q{rng.randrange(12)}", rng.choice(["mobile", "desktop"])
+        recs += [imp(f"r{r}", f"d{it}", p + 1, ts + p * 400_000, system=system, query=query,
+                     score=float(rng.randrange(50)), clicked=rng.random() < 0.3, attrs={"device": device})
+                 for p, it in enumerate(items)]
+    judg = [jdg(f"q{q}", f"d{d}", rng.randrange(4)) for q in range(10) for d in rng.sample(range(30), 15)]
+    return recs, judg
+
+
+@pytest.mark.parametrize("engine", ["columnar", "records"])
+def test_each_sliding_window_equals_a_direct_computation(tmp_path, engine):
+    recs, judg = _clean_log()
+    imps, jpath = _write(tmp_path, [recs], judg)
+    rows, dead, summary = _batch(tmp_path / "out", imps, jpath, engine, ["--window", "1h", "--every", "20m",
+                                                                         "--allowed-lateness", "1m"])
+    assert dead == [] and summary["accounting_problems"] == []
+    qrels = {}
+    for j in judg:
+        qrels.setdefault(j["query_id"], {})[j["item_id"]] = j["grade"]
+    requests = {}
+    for r in recs:
+        requests.setdefault((r["system_id"], r["request_id"]), []).append(r)
+    by_key = {(r["window_start"], r["slice"], r["system"], r["metric"]): r for r in rows}
+    windows = sorted({r["window_start"] for r in rows})
+    # the windows: every 20-minute start whose hour holds an impression
+    assert windows == sorted({x["timestamp"] - x["timestamp"] % (20 * MIN) - i * 20 * MIN for x in recs
+                              for i in range(3)})
+    checked = 0
+    for ws in windows:
+        we = ws + HOUR
+        for system in ("A", "B"):
+            for dev in (None, "mobile", "desktop"):
+                # the requests whose earliest impression lies in the window: one query each in evaluate()
+                chosen = {rid: rs for (s, rid), rs in requests.items() if s == system
+                          and ws <= min(x["timestamp"] for x in rs) < we
+                          and (dev is None or rs[0]["attributes"]["device"] == dev)}
+                label = "all" if dev is None else f"device={dev}"
+                judged = {rid: rs for rid, rs in chosen.items() if rs[0]["query_id"] in qrels}
+                if judged:
+                    run = {rid: {x["item_id"]: x["score"] for x in rs} for rid, rs in judged.items()}
+                    q = {rid: qrels[rs[0]["query_id"]] for rid, rs in judged.items()}
+                    ref = streameval.evaluate(q, run, METRICS.split(",")).means
+                    for m, v in ref.items():
+                        row = by_key[(ws, label, system, m)]
+                        assert row["window_end"] == we and row["num_queries"] == len(judged)
+                        assert math.isclose(row["value"], v, rel_tol=1e-12, abs_tol=1e-15), (ws, label, system, m)
+                        checked += 1
+                else:
+                    assert (ws, label, system, "map") not in by_key
+                # CTR: the impressions whose own timestamp lies in the window
+                shown = [x for x in recs if x["system_id"] == system and ws <= x["timestamp"] < we
+                         and (dev is None or x["attributes"]["device"] == dev)]
+                if shown:
+                    row = by_key[(ws, label, system, "ctr")]
+                    assert row["num_queries"] == len(shown)
+                    assert row["value"] == sum(x["clicked"] for x in shown) / len(shown)
+                    checked += 1
+    assert checked > 150
+
+
+def test_sliding_rows_equal_the_streaming_job_final_panes(tmp_path):
+    files, judg = _log(seed=3, n_requests=250)
+    imps, jpath = _write(tmp_path, files, judg)
+    out = tmp_path / "stream"
+    common = ["--impressions", imps, "--judgments", jpath, "--metrics", METRICS, "--slices", "device",
+              "--allowed-lateness", "1h"]
+    assert stream_cli.main(["--replay", "--replay-step", "10m", "--replay-pace", "0", "--window", "1h/20m",
+                            "--quiet", "--output", str(out), *common]) == 0
+    ssum = json.loads((out / "summary.json").read_text())
+    assert ssum["accounting_problems"] == []
+    for engine in ("columnar", "records"):
+        rows, _, bsum = _batch(tmp_path / engine, imps, jpath, engine,
+                               ["--window", "1h", "--every", "20m", "--allowed-lateness", "1h"])
+        assert ssum["accounting"] == bsum["accounting"]
+        assert_final_equals_batch(_jsonl(out, "metrics-*.jsonl"), rows)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--window", "1h", "--every", "7m"], "must be a multiple of its period"),
+    (["--window", "10m", "--every", "1h"], "must be a multiple of its period"),
+    (["--window", "1h/10m", "--every", "5m"], "excludes --every"),
+    (["--window", "1h/xx"], "cannot parse window 'xx'"),
+    (["--every", "10m"], "needs --window SIZE"),
+    (["--window", "session:30m"], "the streaming job's"),
+    (["--window", "1h/10m", "--metrics", "map,auc"], "does not take online metrics"),
+    (["--window", "1h/10m", "--compare-baseline", "A"], "does not take --compare-baseline"),
+])
+def test_option_errors_are_one_line(tmp_path, argv, message, capsys):
+    recs, judg = _clean_log(n_requests=5)
+    imps, jpath = _write(tmp_path, [recs], judg)
+    assert batch_cli.main(["--impressions", imps, "--judgments", jpath, "--output", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "o").exists()  # refused before the job runs
+
+
+def test_same_errors_as_the_streaming_job(capsys):
+    """The two jobs share the parsing (streameval.beam.arguments.split_window_arg, WindowSpec.sliding)."""
+    for argv in (["--window", "1h", "--every", "7m"], ["--window", "1h/10m", "--every", "5m"]):
+        assert batch_cli.main(["--impressions", "x.avro", "--output", "o", *argv]) == 2
+        b = capsys.readouterr().err
+        assert stream_cli.main(["--replay", "--impressions", "x.avro", *argv]) == 2
+        assert capsys.readouterr().err == b
