@@ -89,9 +89,37 @@ def test_columnar_engine_equals_the_per_record_engine(tmp_path, window, extra):
     assert all(s % (size // per) == 0 for s in starts) and starts[1] - starts[0] == size // per
 
 
-def _clean_log(seed=2, n_requests=300):
-    """Requests without replays, conflicts or late items (each within 60 s), 3 hours, two systems;
-    every 7th request starts 1 s before a 20-minute boundary (its items straddle it)."""
+@pytest.mark.parametrize("seed, extra", [
+    (1, ["--window", "1h", "--every", "15m", "--threads", "2", "--slices", "device", "--slices", "campaign+device",
+         "--metrics", "all_trec,err@5"]),
+    # the bootstrap's replicate sums merge across sub-windows; hot queries fanned out; two worker processes
+    (14, ["--window", "2h/30m", "--ci", "bootstrap", "--replicates", "30", "--shards", "3",
+          "--hot-query-fraction", "0.01", "--slices", "device", "--metrics", "ndcg@5,map,P@3,num_ret"]),
+    (3, ["--window", "1h/20m", "--workers", "2", "--allowed-lateness", "10m", "--order", "position",
+         "--metrics", "ndcg@10,map,recip_rank"]),
+])
+def test_engines_agree_on_the_messy_logs_of_test_columnar(tmp_path, seed, extra):
+    """test_columnar's messy logs (replays, conflicts, invalid records, unjudged queries, missing
+    attributes) and its comparison of the two engines: rows, unjudged requests, dead letters, counters."""
+    from .test_columnar import _conflict_free, _messy_logs, _run
+
+    imp_files, judg = _messy_logs(seed)
+    got = _run(tmp_path, f"s{seed}", imp_files, judg, extra)
+    rec, col = got["records"], got["columnar"]
+    assert rec["metrics.jsonl"] and rec["unjudged.jsonl"]
+    assert col["metrics.jsonl"] == rec["metrics.jsonl"]
+    assert col["unjudged.jsonl"] == rec["unjudged.jsonl"]
+    assert _conflict_free(col["dead_letters.jsonl"]) == _conflict_free(rec["dead_letters.jsonl"])
+    nonzero = lambda c: {k: v for k, v in c.items() if v}  # noqa: E731
+    assert nonzero(col["counters"]) == nonzero(rec["counters"])
+    assert rec["counters"]["impressions_read"] == sum(map(len, imp_files))
+
+
+def _clean_log(seed=2, n_requests=300, hot=0.0):
+    """Requests without replays or conflicts, each within 3 s (no late item with --allowed-lateness
+    1m), over 3 hours, two systems;
+    every 7th request starts 1 s before a 20-minute boundary (its items straddle it); a fraction
+    ``hot`` of the requests are for query q0."""
     rng = random.Random(seed)
     t0 = 1_700_000_000_000_000 // HOUR * HOUR
     recs = []
@@ -101,7 +129,7 @@ def _clean_log(seed=2, n_requests=300):
         if r % 7 == 0:
             ts = ts - ts % (20 * MIN) + 20 * MIN - 1_000_000
         items = rng.sample(range(30), rng.randint(1, 6))
-        query, device = f"q{rng.randrange(12)}", rng.choice(["mobile", "desktop"])
+        query, device = "q0" if rng.random() < hot else f"q{rng.randrange(12)}", rng.choice(["mobile", "desktop"])
         recs += [imp(f"r{r}", f"d{it}", p + 1, ts + p * 400_000, system=system, query=query,
                      score=float(rng.randrange(50)), clicked=rng.random() < 0.3, attrs={"device": device})
                  for p, it in enumerate(items)]
@@ -158,6 +186,20 @@ def test_each_sliding_window_equals_a_direct_computation(tmp_path, engine):
                     assert row["value"] == sum(x["clicked"] for x in shown) / len(shown)
                     checked += 1
     assert checked > 150
+
+
+@pytest.mark.parametrize("extra", [[], ["--ci", "bootstrap", "--replicates", "20"]])
+def test_hot_queries_fanned_out_equal_the_per_record_engine(tmp_path, extra):
+    """A query with 60 % of the requests is scored in several elements (columnar_hot); its sub-window
+    states go to the sliding windows like the others'."""
+    recs, judg = _clean_log(seed=4, n_requests=1600, hot=0.6)
+    imps, jpath = _write(tmp_path, [recs], judg)
+    window = ["--window", "1h/20m", "--shards", "4", "--hot-query-fraction", "0.05", *extra]
+    c_rows, _, c_sum = _batch(tmp_path / "c", imps, jpath, "columnar", window)
+    r_rows, _, r_sum = _batch(tmp_path / "r", imps, jpath, "records", window)
+    assert _table(c_rows) == _table(r_rows)
+    assert c_sum["accounting"] == r_sum["accounting"]
+    assert c_sum["elements"]["element_impressions:score"]["count"] > 4  # q0 was fanned out
 
 
 def test_sliding_rows_equal_the_streaming_job_final_panes(tmp_path):
