@@ -245,3 +245,23 @@ def test_same_errors_as_the_streaming_job(capsys):
         b = capsys.readouterr().err
         assert stream_cli.main(["--replay", "--impressions", "x.avro", *argv]) == 2
         assert capsys.readouterr().err == b
+
+
+def test_library_transforms_take_every():
+    """The transforms' own checks (for callers that build a pipeline): the same rules, and the
+    combinations the columnar engine cannot merge are refused when the transform is made."""
+    from streameval.beam.columnar import ColumnarMetrics
+    from streameval.beam.transforms import ClickMetrics, ScoreRankings, slide_keys, sliding_windows
+
+    assert sliding_windows("1h", "20m") == (20 * MIN, (HOUR, 20 * MIN))
+    assert sliding_windows("1h", "1h") == (HOUR, None) and sliding_windows("1h") == (HOUR, None)
+    # sub-window [40m, 60m) lies in the windows [0m, 60m), [20m, 80m) and [40m, 100m)
+    got = list(slide_keys(((40 * MIN, 60 * MIN, "all", "A"), 1), (HOUR, 20 * MIN)))
+    assert got == [((s, s + HOUR, "all", "A"), 1) for s in (0, 20 * MIN, 40 * MIN)]
+    with pytest.raises(ValueError, match="must be a multiple of its period"):
+        ClickMetrics(window="1h", every="25m")
+    with pytest.raises(ValueError, match="needs a window size"):
+        ScoreRankings(None, ["map"], every="10m")
+    for kw in ({"online": ["auc"]}, {"compare_baseline": "A"}):
+        with pytest.raises(ValueError, match="sliding windows"):
+            ColumnarMetrics(["x.avro"], ["j.avro"], ["map"], window="1h", every="10m", **kw)
