@@ -589,10 +589,7 @@ def main(argv=None) -> int:
         hist_range(args.hist_range)
         _grades(args.grades)
         parse_time_range(args.event_time_range)
-        sliding = batch_window_spec(args)  # --window 1h/10m as --window 1h --every 10m (the stream job's rules)
-        if sliding and (online or args.compare_baseline):
-            raise ValueError(f"--every (sliding windows) does not take {'online metrics' if online else '--compare-baseline'}"
-                             " (their states are not sums over a sub-window's requests): use fixed windows")
+        sliding = batch_window_spec(args, online)  # --window 1h/10m as --window 1h --every 10m (the stream's rules)
         parse_window(args.window)
         parse_lateness(args.allowed_lateness)
         _slices_from_args(args.slices)

@@ -293,15 +293,17 @@ def split_window_arg(args) -> None:
         args.window, args.every = text.split("/", 1)
 
 
-def batch_window_spec(args):
+def batch_window_spec(args, online=()):
     """The batch job's windows from ``--window`` / ``--every`` (after :func:`split_window_arg`):
     None for the global window or fixed windows (``--window SIZE``: read by
     :func:`streameval.beam.transforms.parse_window`), else the sliding
     :class:`~streameval.beam.streaming.windows.WindowSpec` (``--window 1h --every 10m`` or
     ``--window 1h/10m``: windows of SIZE starting every PERIOD, epoch-aligned; a size equal to the
     period is a fixed window, None). Raises ValueError with the streaming job's messages (a size
-    that is not a multiple of the period, a malformed duration, both spellings at once), and for
-    session windows and ``--every`` without ``--window``."""
+    that is not a multiple of the period, a malformed duration, both spellings at once), for
+    session windows and ``--every`` without ``--window``, and for sliding windows with ``online``
+    metrics (names) or ``args.compare_baseline``, whose states are not sums over a sub-window's
+    requests (GAUC's groups, a query's paired means may span sub-windows)."""
     from .streaming.windows import WindowSpec
     from .transforms import parse_window
 
@@ -314,4 +316,9 @@ def batch_window_spec(args):
     if parse_window(args.window) is None:
         raise ValueError(f"--every {args.every} needs --window SIZE (sliding windows of SIZE starting every PERIOD)")
     spec = WindowSpec.sliding(args.window, args.every)
-    return spec if spec.kind == "sliding" else None
+    if spec.kind != "sliding":
+        return None
+    if online or getattr(args, "compare_baseline", None):
+        raise ValueError(f"--every (sliding windows) does not take {'online metrics' if online else '--compare-baseline'}"
+                         " (their states are not sums over a sub-window's requests): use fixed windows")
+    return spec
