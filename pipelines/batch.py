@@ -36,8 +36,9 @@ from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
 from streameval.beam.prometheus import write_textfile
 from streameval.exits import EXIT_ALERT, EXIT_OK, EXIT_USAGE, one_line
 from streameval.beam.arguments import (DEFAULT_METRICS, GDEVAL_ERR_MAX_GRADE, add_bootstrap_arguments, add_hist_arguments,
-                                       add_metric_option_arguments, auto_err_max_grade, check_bootstrap_arguments,
-                                       hist_range, make_pipeline, parse_err_max_grade, split_metrics)
+                                       add_metric_option_arguments, auto_err_max_grade, batch_window_spec,
+                                       check_bootstrap_arguments, hist_range, make_pipeline, parse_err_max_grade,
+                                       split_metrics)
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.columnar_hot import HOT_FRACTION, HOT_MIN_REQUESTS
@@ -111,7 +112,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "ctr@pos{p} are always computed unless --no-ctr)")
     p.add_argument("--window", default="none",
                    help="fixed event-time window, aligned to the epoch: e.g. 3600s, 30m, 1h, 1d, or none "
-                        "(default: one global window)")
+                        "(default: one global window); SIZE/PERIOD (1h/10m) is --window SIZE --every PERIOD")
+    p.add_argument("--every", default=None, metavar="PERIOD",
+                   help="with --window SIZE: sliding windows of SIZE starting every PERIOD (epoch-aligned, SIZE a "
+                        "multiple of PERIOD, as the streaming job's): a request counts in the SIZE/PERIOD windows "
+                        "holding its earliest impression, a click in those holding its impression; late data is "
+                        "judged at the end of the first of them. Not with online metrics or --compare-baseline")
     p.add_argument("--allowed-lateness", default="0",
                    help="with --window: a request belongs to the window of its earliest impression, and its "
                         "impressions at or after that window's end plus this lateness are late data (dead letters "
@@ -317,7 +323,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     """Add the job's transforms to ``p``: returns (rows, dead_letters) PCollections."""
     if getattr(args, "engine", "auto") != "records":
         return _build_columnar(p, args, impression_paths, judgment_paths)
-    window = parse_window(args.window)
+    window, every = parse_window(args.window), getattr(args, "every", None)
     slices = _slices_from_args(args.slices)
     # a record check's dead letter names the record's file; a replay or conflict's the stage (the
     # records involved may come from several files)
@@ -326,7 +332,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                        | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", _local_total(impression_paths)))
                        | "ValidateImpressions" >> ValidateImpressions(
                            "impressions", time_range=parse_time_range(args.event_time_range)))
-    imps, clean_dead = valid | "CleanImpressions" >> CleanImpressions(window=window,
+    imps, clean_dead = valid | "CleanImpressions" >> CleanImpressions(window=window, every=every,
                                                                        allowed_lateness=args.allowed_lateness)
     row_parts, dead_parts = [], [read_imps.unreadable, imp_dead, clean_dead]
     ranking, online = split_all_metrics(args.metrics)
@@ -345,7 +351,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                               err_max_grade=args.err_max_grade, order=args.order,
                               tie_break=args.tie_break, depth=args.depth, complete=args.complete,
                               score_precision=args.score_precision, ci=args.ci, ci_level=args.ci_level,
-                              replicates=args.replicates, ci_seed=args.ci_seed)
+                              replicates=args.replicates, ci_seed=args.ci_seed, every=every)
         row_parts.append(imps | "ScoreRankings" >> score)
         dead_parts.append(score.rejected)
         if getattr(args, "unjudged_file", True):
@@ -356,7 +362,8 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                 level=args.ci_level, seed=args.ci_seed)
             write_jsonl(comparisons, args.output, "comparisons", "Comparisons", shards=output_shards(args))
     if not args.no_ctr:
-        row_parts.append(imps | "ClickMetrics" >> ClickMetrics(window=window, slices=slices, ci_level=args.ci_level))
+        row_parts.append(imps | "ClickMetrics" >> ClickMetrics(window=window, slices=slices, ci_level=args.ci_level,
+                                                                             every=every))
     if online:
         labels = online_labels(args)
         row_parts.append(imps | "OnlineMetrics" >> OnlineMetrics(
@@ -438,7 +445,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
     args.shards_used = shard_count(args, impression_paths, total)
     col = ColumnarMetrics(
         impression_paths, judgment_paths, ranking if judgment_paths else [], ctr=not args.no_ctr,
-        window=parse_window(args.window), slices=_slices_from_args(args.slices),
+        window=parse_window(args.window), every=getattr(args, "every", None), slices=_slices_from_args(args.slices),
         allowed_lateness=args.allowed_lateness,
         relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal, err_max_grade=args.err_max_grade,
         order=args.order, tie_break=args.tie_break, depth=args.depth, score_precision=args.score_precision,
@@ -582,6 +589,7 @@ def main(argv=None) -> int:
         hist_range(args.hist_range)
         _grades(args.grades)
         parse_time_range(args.event_time_range)
+        sliding = batch_window_spec(args, online)  # --window 1h/10m as --window 1h --every 10m (the stream's rules)
         parse_window(args.window)
         parse_lateness(args.allowed_lateness)
         _slices_from_args(args.slices)
@@ -728,6 +736,8 @@ def main(argv=None) -> int:
         "judgment_files": judgment_paths,
         "metrics": names,
         "window": args.window,
+        "every": args.every if sliding else None,  # each record counts in windows_per_record windows
+        "windows_per_record": sliding.per_window if sliding else 1,
         "allowed_lateness": args.allowed_lateness,
         "slices": _slices_from_args(args.slices), "slice_missing": args.slice_missing,
         "options": {"judgment_conflicts": args.judgment_conflicts, "grades": args.grades, "labels": args.labels, "unjudged": args.unjudged, "hist_bins": args.hist_bins,
@@ -773,6 +783,8 @@ def main(argv=None) -> int:
     if line:
         print(line)
     print(format_accounting(accounting))
+    if sliding:  # the counts above are of records, each once
+        print(f"windows: {sliding.describe()}: each request and click counts in {sliding.per_window} windows")
     on = f"{args.runner}, {workers} worker processes" if workers > 1 else args.runner
     print(f"wrote {summary['num_rows']} metric rows to {args.output} in {wall:.1f} s ({on})")
     status = exit_status(problems, failed_checks)

@@ -12,6 +12,7 @@ from streameval.beam.arguments import (
     add_bootstrap_arguments,
     add_hist_arguments,
     add_metric_option_arguments,
+    split_window_arg,
 )
 from streameval.beam.streaming import WindowSpec
 from streameval.beam.streaming.live import KINDS
@@ -137,25 +138,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _split_window_arg(args) -> None:
-    """``--window`` written as the library writes a window (:meth:`WindowSpec.parse`): ``1h/10m`` is
-    ``--window 1h --every 10m``, ``session:30m`` is ``--sessions 30m`` and ``session:30m/request``
-    adds ``--session-key request``. Rewrites ``args`` in place (so every later check sees one form);
-    raises ValueError when the two forms are mixed."""
-    text = str(args.window or "").strip().lower()
-    if text.startswith(("session:", "sessions:")):
-        if args.sessions or args.every:
-            raise ValueError(f"--window {args.window} is a session window: it excludes --sessions / --every")
-        gap, _, by = text.split(":", 1)[1].partition("/")
-        args.window, args.sessions = None, gap
-        if by:
-            if by not in ("user", "request"):
-                raise ValueError(f"sessions are per 'user' or per 'request', got {by!r} in --window {text}")
-            args.session_key = by
-    elif "/" in text:
-        if args.every:
-            raise ValueError(f"--window {args.window} names its period: it excludes --every")
-        args.window, args.every = text.split("/", 1)
+#: ``--window 1h/10m`` and ``session:30m`` as ``--every`` / ``--sessions`` (shared with the batch job)
+_split_window_arg = split_window_arg
 
 
 def window_spec(args) -> WindowSpec:

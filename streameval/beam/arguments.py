@@ -7,6 +7,7 @@ import math
 import re
 
 __all__ = ["DEFAULT_METRICS", "split_metrics", "split_names", "join_parameter_lists", "parse_slice_args",
+           "split_window_arg", "batch_window_spec",
            "parse_grades", "make_pipeline", "make_output_dir", "add_metric_option_arguments", "metric_options"]
 
 DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
@@ -267,3 +268,57 @@ def auto_err_max_grade(specs, judgment_paths, declared=None, table=None, input_f
         return float(max_judgment_grade(judgment_paths, declared, table, input_format))
     return GDEVAL_ERR_MAX_GRADE
 
+
+
+def split_window_arg(args) -> None:
+    """``--window`` written as the library writes a window
+    (:meth:`streameval.beam.streaming.windows.WindowSpec.parse`): ``1h/10m`` is ``--window 1h --every
+    10m``, ``session:30m`` is ``--sessions 30m`` and ``session:30m/request`` adds ``--session-key
+    request``. Rewrites ``args`` in place (so every later check sees one form; a second call changes
+    nothing); raises ValueError when the two forms are mixed. Shared by the batch and streaming jobs."""
+    text = str(args.window or "").strip().lower()
+    every, sessions = getattr(args, "every", None), getattr(args, "sessions", None)
+    if text.startswith(("session:", "sessions:")):
+        if sessions or every:
+            raise ValueError(f"--window {args.window} is a session window: it excludes --sessions / --every")
+        gap, _, by = text.split(":", 1)[1].partition("/")
+        args.window, args.sessions = None, gap
+        if by:
+            if by not in ("user", "request"):
+                raise ValueError(f"sessions are per 'user' or per 'request', got {by!r} in --window {text}")
+            args.session_key = by
+    elif "/" in text:
+        if every:
+            raise ValueError(f"--window {args.window} names its period: it excludes --every")
+        args.window, args.every = text.split("/", 1)
+
+
+def batch_window_spec(args, online=()):
+    """The batch job's windows from ``--window`` / ``--every`` (after :func:`split_window_arg`):
+    None for the global window or fixed windows (``--window SIZE``: read by
+    :func:`streameval.beam.transforms.parse_window`), else the sliding
+    :class:`~streameval.beam.streaming.windows.WindowSpec` (``--window 1h --every 10m`` or
+    ``--window 1h/10m``: windows of SIZE starting every PERIOD, epoch-aligned; a size equal to the
+    period is a fixed window, None). Raises ValueError with the streaming job's messages (a size
+    that is not a multiple of the period, a malformed duration, both spellings at once), for
+    session windows and ``--every`` without ``--window``, and for sliding windows with ``online``
+    metrics (names) or ``args.compare_baseline``, whose states are not sums over a sub-window's
+    requests (GAUC's groups, a query's paired means may span sub-windows)."""
+    from .streaming.windows import WindowSpec
+    from .transforms import parse_window
+
+    split_window_arg(args)
+    if getattr(args, "sessions", None):
+        raise ValueError("session windows are the streaming job's (streameval stream --sessions); the batch job "
+                         "has fixed (--window SIZE) and sliding (--window SIZE --every PERIOD) windows")
+    if not getattr(args, "every", None):
+        return None
+    if parse_window(args.window) is None:
+        raise ValueError(f"--every {args.every} needs --window SIZE (sliding windows of SIZE starting every PERIOD)")
+    spec = WindowSpec.sliding(args.window, args.every)
+    if spec.kind != "sliding":
+        return None
+    if online or getattr(args, "compare_baseline", None):
+        raise ValueError(f"--every (sliding windows) does not take {'online metrics' if online else '--compare-baseline'}"
+                         " (their states are not sums over a sub-window's requests): use fixed windows")
+    return spec

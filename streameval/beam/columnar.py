@@ -59,7 +59,7 @@ from .combiners import BatchedStatesMixin, CtrByPositionCombineFn, MeanCombineFn
 from .stats import BootstrapMeanCombineFn
 from .sources import UNREADABLE
 from .transforms import (judgment_grade_range, _bootstrap_rows, _click_rows, _rows, _window_micros, parse_lateness,
-                         parse_slices)
+                         parse_slices, slide_keys, sliding_windows)
 
 # the public names of the stages' modules, importable from here as before the split (issue 22)
 __all__ = ["SHARDS", "DECODER_NAMESPACE", "SHARD_IMPRESSIONS", "auto_shards", "UNREADABLE", "impression_columns", "judgment_columns", "columns_records", "ReadImpressionColumns",
@@ -137,6 +137,13 @@ class ColumnarMetrics(beam.PTransform):
     ``late:impression``), as in :class:`~streameval.beam.transforms.CleanImpressions` and the
     streaming job.
 
+    ``every`` (with a ``window``): sliding windows of ``window`` starting every ``every``
+    (:func:`~streameval.beam.transforms.sliding_windows`): requests are cleaned and scored, and clicks
+    counted, per sub-window of the period (the fixed windows of ``every``, whose end is the late-data
+    boundary), and each shard's sub-window states go to every sliding window holding the sub-window
+    before the merge (:func:`~streameval.beam.transforms.slide_keys`): no record is copied. Not with
+    ``online`` or ``compare_baseline`` (their states are not sums over a sub-window's requests).
+
     ``input_format`` (``auto``: Parquet for ``.parquet``/``.pq`` names, else Avro; ``avro``;
     ``parquet``) and ``impression_table`` / ``judgment_table``
     (:class:`streameval.io.parquet_blocks.TableOptions`: the column mapping of Parquet inputs, as
@@ -151,7 +158,7 @@ class ColumnarMetrics(beam.PTransform):
                  hist_bins=1000,
                  hist_range=(0.0, 1.0), group_rows=False, ci="t", replicates=DEFAULT_REPLICATES, ci_seed=0,
                  compare_baseline=None, complete=False, hot_query_fraction=None, input_format="auto",
-                 impression_table=None, judgment_table=None, label=None):
+                 impression_table=None, judgment_table=None, every=None, label=None):
         super().__init__(label)
         self.input_format = input_format
         self.impression_table, self.judgment_table = impression_table, judgment_table
@@ -197,7 +204,9 @@ class ColumnarMetrics(beam.PTransform):
         self.specs = parse_metrics(list(metrics), arithmetic="the Beam jobs") if metrics else []
         self.ranking = bool(self.specs) and bool(self.judgment_paths)
         self.ctr = bool(ctr)
-        self.window_micros = _window_micros(window)
+        self.window_micros, self.slide = sliding_windows(window, every)
+        if self.slide is not None and (self.online_specs or compare_baseline):
+            raise ValueError("sliding windows (every) do not take online metrics or compare_baseline")
         self.lateness_micros = parse_lateness(allowed_lateness)
         self.slice_specs = parse_slices(slices)
         self.options = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal,
@@ -247,7 +256,10 @@ class ColumnarMetrics(beam.PTransform):
         rows = []
 
         if self.ctr:
-            rows.append(cleaned.clicks
+            clicks = cleaned.clicks
+            if self.slide is not None:
+                clicks = clicks | "SlidingClicks" >> beam.FlatMap(slide_keys, self.slide)
+            rows.append(clicks
                         | "MergeClicks" >> beam.CombinePerKey(_MergeClicks(overall=True))
                         | "ClickRows" >> beam.FlatMap(_click_rows, self.ci_level))
         if self.judgment_paths:  # read and checked also when no ranking metric uses them (accounting)
@@ -308,6 +320,8 @@ class ColumnarMetrics(beam.PTransform):
                                self.complete), *side))
                 means = (means, hot_out) | "MeansAndHot" >> beam.Flatten()
             names = [s.name for s in self.specs]
+            if self.slide is not None:  # a shard's sub-window states, in each sliding window holding them
+                means = means | "SlidingMeans" >> beam.FlatMap(slide_keys, self.slide)
             if self.compare_baseline:
                 from .columnar_compare import PairedStatesCombineFn
                 from .stats import _comparison_rows

@@ -52,6 +52,8 @@ __all__ = [
     "SLICE_MISSING",
     "slice_part",
     "window_bounds",
+    "sliding_windows",
+    "slide_keys",
     "reason_key",
 ]
 
@@ -88,9 +90,9 @@ def parse_window(window) -> float | None:
             return None
         m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", text)
         if not m and ("/" in text or text.startswith(("session:", "sessions:"))):
-            raise ValueError(f"cannot parse window {window!r} here: sliding (1h/10m) and session (session:30m) "
-                             f"windows are the streaming job's (streameval stream, StreamMetrics); this one takes "
-                             f"a fixed size such as 1h or 1d")
+            raise ValueError(f"cannot parse window {window!r} here: this one takes a fixed size such as 1h or 1d "
+                             f"(sliding windows: the size and every='10m'; session windows (session:30m) are the "
+                             f"streaming job's: streameval stream, StreamMetrics)")
         if not m or m.group(2) not in ("", *_UNITS):
             raise ValueError(f"cannot parse window {window!r}: use e.g. 3600s, 30m, 1h, 1d or none")
         size = float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1)
@@ -110,6 +112,43 @@ def _window_micros(window) -> int | None:
     if micros < 1:
         raise ValueError(f"window {window!r} is shorter than a microsecond")
     return micros
+
+
+def sliding_windows(window, every=None) -> tuple:
+    """``(assign, slide)`` for ``window`` and a sliding period ``every`` (both as :func:`parse_window`
+    reads them): ``assign`` is the size in micros of the fixed, epoch-aligned windows requests and
+    impressions are assigned to (None: the global window), ``slide`` None or ``(size, period)`` in
+    micros: sliding windows of ``size`` starting every ``period`` (Beam's ``SlidingWindows``), each
+    the merge of the ``size // period`` sub-windows of the period it holds (then ``assign`` is the
+    period). A size equal to the period is a fixed window. Raises ValueError (the streaming job's
+    messages: :meth:`streameval.beam.streaming.windows.WindowSpec.sliding`) for a size that is not a
+    multiple of the period, and for ``every`` without ``window``."""
+    size = _window_micros(window)
+    if every is None or str(every).strip().lower() in ("", "none"):
+        return size, None
+    if size is None:
+        raise ValueError(f"a sliding period (every={every!r}) needs a window size")
+    from .streaming.windows import WindowSpec
+
+    spec = WindowSpec.sliding(window, every)
+    if spec.kind != "sliding":
+        return size, None
+    return spec.period, (spec.size, spec.period)
+
+
+def slide_keys(element, slide):
+    """``((window_start, window_end, *rest), value)`` of a sub-window (of the period) -> the same value
+    keyed by each of the ``size // period`` sliding windows holding it (``slide = (size, period)``;
+    window ``j`` is ``[j * period, j * period + size)``), earliest first; unchanged for the global
+    window or ``slide`` None. Merging a key's values then gives the sliding window's state: the
+    states are sums over requests (or impressions), and each lies in one sub-window."""
+    (ws, we, *rest), value = element
+    if slide is None or ws is None:
+        yield element
+        return
+    size, period = slide
+    for start in range(ws + period - size, ws + period, period):
+        yield ((start, start + size, *rest), value)
 
 
 def judgment_grade_range(declared, specs, options: MetricOptions):
@@ -361,14 +400,16 @@ class CleanImpressions(beam.PTransform):
     its earliest impression, and its impressions at or after that window's end plus
     ``allowed_lateness`` (seconds or text such as ``"45m"``; default 0) are late data, as in the
     streaming job: dead letters with source ``late:impression`` and the reason, counted
-    ``late:impression`` (:func:`streameval.io.cleaning.split_after_close`).
+    ``late:impression`` (:func:`streameval.io.cleaning.split_after_close`). With ``every`` (sliding
+    windows, :func:`sliding_windows`) the window is the sub-window of the period: the end of the first
+    sliding window holding the request, as in the streaming job.
     """
 
     def __init__(self, source: str = "CleanImpressions", label: str | None = None, window=None,
-                 allowed_lateness=0):
+                 allowed_lateness=0, every=None):
         super().__init__(label)
         self.source = str(source)
-        self.window_micros = _window_micros(window)
+        self.window_micros = sliding_windows(window, every)[0]
         self.lateness_micros = parse_lateness(allowed_lateness)
 
     def expand(self, impressions):
@@ -595,7 +636,11 @@ class ScoreRankings(beam.PTransform):
     A request is the set of impressions sharing (system_id, request_id); its query, attributes and
     earliest timestamp come from its impressions; it belongs to the fixed, epoch-aligned window of
     ``window`` seconds (or text such as ``"1h"``) holding its earliest impression, or to the global
-    window (``window_start``/``window_end`` None) when ``window`` is None.
+    window (``window_start``/``window_end`` None) when ``window`` is None. With ``every`` (sliding
+    windows of ``window`` starting every ``every``, :func:`sliding_windows`) a request counts in each
+    window holding its earliest impression: its values are summed per sub-window of the period and
+    the sub-windows' sums merged (:func:`slide_keys`); ``self.unjudged``'s ``window_start`` is then
+    its sub-window's start.
 
     ``slices``: attribute names or comma-joined combinations; each request is counted in slice
     ``"all"`` and in one slice per specification (``"campaign=men"``, ``"campaign=men,device=pc"``,
@@ -618,7 +663,7 @@ class ScoreRankings(beam.PTransform):
     def __init__(self, judgments, metrics, window=None, slices=(), relevance_level=1, gain="linear",
                  ideal="judgments", err_max_grade=4, order="score", tie_break="docno", depth=None,
                  complete=False, score_precision="float32", ci="t", ci_level=stats.DEFAULT_LEVEL,
-                 replicates=200, ci_seed=0, label=None):
+                 replicates=200, ci_seed=0, every=None, label=None):
         super().__init__(label)
         if ci not in ("t", "bootstrap"):
             raise ValueError("ci must be 't' or 'bootstrap'")
@@ -637,7 +682,7 @@ class ScoreRankings(beam.PTransform):
         self.ops = RankingOps(order=order, tie_break=tie_break, keep=keep_for(self.specs, ideal), depth=depth,
                               score_precision=score_precision)
         self.order = order
-        self.window_micros = _window_micros(window)
+        self.window_micros, self.slide = sliding_windows(window, every)
         self.slice_specs = parse_slices(slices)
         self.complete = bool(complete)
         if self.complete and self.window_micros is not None:
@@ -673,17 +718,19 @@ class ScoreRankings(beam.PTransform):
         # per-query scores ((window_start, window_end, slice, system), (query_id, [value per metric])),
         # e.g. for streameval.beam.stats.CompareSystems
         self.scores = scored.scores
+        if self.slide is not None:  # a sub-window's scores in each sliding window holding it
+            self.scores = scored.scores | "SlidingWindows" >> beam.FlatMap(slide_keys, self.slide)
         names = [s.name for s in self.specs]
         totals = [s.is_count for s in self.specs]
         if self.ci == "bootstrap":
             return (
-                scored.scores
+                self.scores
                 | "Means" >> beam.CombinePerKey(BootstrapMeanCombineFn(len(self.specs), self.replicates,
                                                                        self.ci_level, self.ci_seed, totals))
                 | "Rows" >> beam.FlatMap(_bootstrap_rows, names)
             )
         return (
-            scored.scores
+            self.scores
             | "DropQueryIds" >> beam.Map(lambda kv: (kv[0], kv[1][1]))
             | "Means" >> beam.CombinePerKey(MeanCombineFn(len(self.specs), totals))
             | "Rows" >> beam.FlatMap(_rows, names, self.ci_level)
@@ -714,12 +761,13 @@ class ClickMetrics(beam.PTransform):
     ``"ctr@pos{p}"`` per (window, slice, system). Each impression counts in the window of its own
     timestamp; impressions whose ``clicked`` is null (clicks not logged) are skipped and counted
     (``click_impressions_not_logged``); ``num_queries`` holds the number of impressions, ``stderr`` the binomial standard
-    error. ``window`` and ``slices`` as in :class:`ScoreRankings`."""
+    error. ``window``, ``every`` (sliding windows: an impression counts in each window holding its
+    timestamp) and ``slices`` as in :class:`ScoreRankings`."""
 
-    def __init__(self, window=None, slices=(), ci_level=stats.DEFAULT_LEVEL, label=None):
+    def __init__(self, window=None, slices=(), ci_level=stats.DEFAULT_LEVEL, every=None, label=None):
         super().__init__(label)
         self.ci_level = float(ci_level)
-        self.window_micros = _window_micros(window)
+        self.window_micros, self.slide = sliding_windows(window, every)
         self.slice_specs = parse_slices(slices)
 
     def expand(self, impressions):
@@ -734,9 +782,11 @@ class ClickMetrics(beam.PTransform):
             counted.inc()
             return _click_keys(rec, window_micros, slice_specs)
 
+        keyed = impressions | "KeyClicks" >> beam.FlatMap(keys, self.window_micros, self.slice_specs)
+        if self.slide is not None:  # an impression in each sliding window holding its timestamp
+            keyed = keyed | "SlidingWindows" >> beam.FlatMap(slide_keys, self.slide)
         return (
-            impressions
-            | "KeyClicks" >> beam.FlatMap(keys, self.window_micros, self.slice_specs)
+            keyed
             | "CombineClicks" >> beam.CombinePerKey(CtrByPositionCombineFn(overall=True))
             | "ClickRows" >> beam.FlatMap(_click_rows, self.ci_level)
         )
