@@ -293,7 +293,7 @@ def split_metric_names(names) -> tuple[list[str], list[str]]:
             online.append(n)
             continue
         try:
-            parse_metrics([n])
+            parse_metrics([n], diversity=True)  # the job that does not score them refuses them itself
         except MetricNameError as e:
             raise MetricNameError(f"{e}; online metrics: {online_names._ACCEPTED}") from None
         ranking.append(n)
