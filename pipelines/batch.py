@@ -222,7 +222,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 def split_all_metrics(text: str) -> tuple[list[str], list[str]]:
     """(ranking metric names, online metric names other than ctr / ctr@pos{p}, which ClickMetrics gives)."""
-    ranking, online = split_metric_names(text)
+    ranking, online = split_metric_names(text, diversity=True)
     return ranking, [m for m in online if parse_online_metric(m).family != "ctr"]
 
 

@@ -276,13 +276,14 @@ def _join_parameter_lists(parts: list[str]) -> list[str]:
     return join_parameter_lists(parts)
 
 
-def split_metric_names(names) -> tuple[list[str], list[str]]:
+def split_metric_names(names, diversity: bool = False) -> tuple[list[str], list[str]]:
     """Split metric names (a list, or a comma-separated text: commas inside brackets or parentheses
     (``gauc[user,clicks]``, ``SetF(rel=2, beta=0.5)``) and trec_eval
     parameter lists such as ``P.5,10`` stay together) into (ranking metrics for ScoreRankings, online metrics for
     OnlineMetrics). A name is online when :func:`~streameval.metrics.online.parse_online_metric`
     accepts it, else it must be a ranking metric (:func:`~streameval.metrics.names.parse_metrics`).
-    Raises MetricNameError naming both lists of accepted forms for an unknown name."""
+    Raises MetricNameError naming both lists of accepted forms for an unknown name. ``diversity``:
+    the diversity measures are ranking metrics (the batch job scores them); else refused in one line."""
     if isinstance(names, str):
         names = _join_parameter_lists(online_names._split_names(names))
     ranking, online = [], []
@@ -293,7 +294,7 @@ def split_metric_names(names) -> tuple[list[str], list[str]]:
             online.append(n)
             continue
         try:
-            parse_metrics([n], diversity=True)  # the job that does not score them refuses them itself
+            parse_metrics([n], diversity=diversity)
         except MetricNameError as e:
             raise MetricNameError(f"{e}; online metrics: {online_names._ACCEPTED}") from None
         ranking.append(n)

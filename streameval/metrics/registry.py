@@ -303,8 +303,8 @@ REGISTRY: tuple[Family, ...] = (
                   "m_unjudged.c"),)),
     # -- diversity measures over subtopic judgments (ndeval 4.5; diversity.py parses and scores them) ----
     *(Family(m, (), forms, REQUIRED if cut else NONE, params=params, average=MEAN, state=TOP_K if cut else ALL_ITEMS,
-             kernel="diversity:query_values", irm=irm, parsed=False, subtopics=True)
-      for m, forms, cut, params, irm in (
+             kernel="diversity:request_values", parsed=False, subtopics=True, print_order=56.6 + 0.03 * i)
+      for i, (m, forms, cut, params, _irm) in enumerate((
           ("alpha-nDCG", "alpha_nDCG(alpha=a,rel=r)@k alpha-nDCG@k", True, (_ALPHA, _REL), ("alpha_nDCG",)),
           ("alpha-DCG", "alpha_DCG@k", True, (_ALPHA, _REL), ()),
           ("ERR-IA", "ERR_IA(alpha=a)@k ERR-IA@k", True, (_ALPHA, _REL), ("ERR_IA",)),
@@ -313,7 +313,7 @@ REGISTRY: tuple[Family, ...] = (
           ("nNRBP", "nNRBP(alpha=a,beta=b)", False, (_ALPHA, _BETA, _REL), ("nNRBP",)),
           ("MAP-IA", "AP_IA MAP-IA", False, (_REL,), ("AP_IA",)),
           ("P-IA", "P_IA@k P-IA@k", True, (_REL,), ("P_IA",)),
-          ("strec", "StRecall@k S_recall@k strec@k", True, (_REL,), ("StRecall",)))),
+          ("strec", "StRecall@k S_recall@k strec@k", True, (_REL,), ("StRecall",))))),
     # trec_eval's string measure: `streameval trec-eval` only (trec_names.relstring)
     Family("relstring", (), "relstring[.N]", trec_name="relstring", print_order=12, trec_sets=("all_trec",),
            trec_defaults=(10,), kernel=_T + "relstrings", parsed=False),
