@@ -240,3 +240,52 @@ def test_other_commands_refuse_diversity_measures_in_one_line():
     specs = parse_metrics(["alpha_nDCG(alpha=0.3)@20", "NRBP"], arithmetic="the Beam jobs", diversity=True)
     assert [(s.family, s.k, s.name) for s in specs] == [("alpha-nDCG", 20, "alpha_nDCG(alpha=0.3)@20"),
                                                         ("NRBP", None, "NRBP")]
+
+
+@needs_pyndeval
+def test_columnar_stream_final_panes_equal_the_batch_job(tmp_path, capsys):
+    """The streaming job's columnar engine (--watch) scores the diversity measures with the batch
+    job's stages: its final panes equal the batch job's rows (per-record engine), bit for bit."""
+    from pipelines import stream
+
+    qrels, judg, imps, runs, device = collection(5)
+    names = [n for n, _, _ in DIV[:4]] + ["AP_IA", "S_recall@10", "ndcg@10"]
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    imps.sort(key=lambda r: r["timestamp"])
+    half = len(imps) // 2
+    for i, part in enumerate((imps[:half], imps[half:])):
+        avro.write_records(watch / f"part-{i}.avro", "impression", part)
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    out = tmp_path / "stream"
+    code = stream.main(["--watch", "--impressions", str(watch / "*.avro"), "--judgments", str(tmp_path / "judg.avro"),
+                        "--metrics", ",".join(names), "--window", "1h", "--slices", "device", "--watch-interval",
+                        "0.05", "--watch-idle-stop", "1", "--watch-delay", "7h", "--quiet", "--engine", "columnar",
+                        "--no-ctr", "--output", str(out)])
+    assert code == 0, capsys.readouterr()
+    bout = tmp_path / "batch"
+    assert batch.main(["--impressions", str(watch / "*.avro"), "--judgments", str(tmp_path / "judg.avro"),
+                       "--metrics", ",".join(names), "--window", "1h", "--slices", "device", "--no-ctr", "--quiet",
+                       "--engine", "records", "--output", str(bout)]) == 0
+    from .test_stream import assert_final_equals_batch
+
+    rows = [json.loads(line) for f in sorted(out.glob("metrics-*.jsonl")) for line in open(f)]
+    brows = [json.loads(line) for line in open(bout / "metrics.jsonl")]
+    assert {r["metric"] for r in brows} == set(names)
+    assert_final_equals_batch(rows, brows)
+
+
+def test_per_event_stream_engine_refuses_diversity_measures_in_one_line(tmp_path, capsys):
+    from pipelines import stream
+
+    avro.write_records(tmp_path / "i.avro", "impression", [
+        {"event_id": "e", "request_id": "r", "query_id": "q", "system_id": "S", "item_id": "d", "position": 1,
+         "timestamp": BASE_TS}])
+    avro.write_records(tmp_path / "j.avro", "judgment", [{"query_id": "q", "subtopic": "1", "item_id": "d",
+                                                          "grade": 1}])
+    code = stream.main(["--replay", "--impressions", str(tmp_path / "i.avro"), "--judgments", str(tmp_path / "j.avro"),
+                        "--metrics", "alpha_nDCG@5", "--window", "1h", "--engine", "events", "--output",
+                        str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "diversity measures (alpha_nDCG@5) need the columnar engine" in err
