@@ -397,7 +397,8 @@ def test_evaluate_refuses_mixed_calls_and_flat_qrels():
 
 
 def test_stream_job_refuses_diversity_names_in_one_line(tmp_path, capsys):
-    """The batch job scores them (tests/test_diversity_jobs.py); the streaming job does not."""
+    """The batch job and the streaming job's columnar engine score them (tests/test_diversity_jobs.py);
+    the per-event streaming engine does not."""
     from streameval.cli import main
 
     from streameval.io import avro
@@ -405,11 +406,11 @@ def test_stream_job_refuses_diversity_names_in_one_line(tmp_path, capsys):
     imps = tmp_path / "imps.avro"
     avro.write_records(imps, "impression", [{"event_id": "e", "request_id": "r", "query_id": "q", "system_id": "S",
                                              "item_id": "d", "position": 1, "timestamp": 0}])
-    rc = main(["stream", "--replay", "--window", "1h", "--impressions", str(imps), "--metrics", "alpha_nDCG@20",
-               "--output", str(tmp_path / "out")])
+    rc = main(["stream", "--replay", "--engine", "events", "--window", "1h", "--impressions", str(imps), "--metrics",
+               "alpha_nDCG@20", "--output", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
-    assert "'alpha_nDCG@20' is a diversity measure" in err
+    assert "diversity measures (alpha_nDCG@20) need the columnar engine" in err
 
 
 # --------------------------------------------------------------------------
