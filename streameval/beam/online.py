@@ -58,7 +58,7 @@ from .combiners import MeanCombineFn, OpsCombineFn
 from .transforms import (
     NAMESPACE,
     ClickMetrics,
-    JudgmentsCombineFn,
+    QueryJudgmentsCombineFn,
     _window_micros,
     metric_row,
     parse_slices,
@@ -338,7 +338,8 @@ class _JoinLabels(beam.DoFn):
 class LabelFromJudgments(beam.PTransform):
     """``impressions | LabelFromJudgments(judgments)``: each impression with ``"label"`` set to
     ``grade >= relevance_level`` of its (query_id, item_id) judgment (the latest judgment wins, as
-    in :class:`~streameval.beam.transforms.JudgmentsCombineFn`). Impressions without a judgment
+    in :class:`~streameval.beam.transforms.JudgmentsCombineFn`; with subtopic judgments the largest
+    grade of the item, :class:`~streameval.beam.transforms.QueryJudgmentsCombineFn`). Impressions without a judgment
     (or with a negative grade, trec_eval's "pooled, unjudged") are dropped and counted
     (``online:unjudged``) with ``unjudged="exclude"`` (default) or labelled non-relevant with
     ``unjudged="nonrelevant"`` (trec_eval's convention for ranking metrics)."""
@@ -355,7 +356,9 @@ class LabelFromJudgments(beam.PTransform):
         imps = impressions | "KeyImpressions" >> beam.Map(lambda r: ((r["query_id"], r["item_id"]), r))
         judged = (self.judgments
                   | "KeyJudgments" >> beam.Map(lambda j: ((j["query_id"], j["item_id"]), j))
-                  | "LatestJudgment" >> beam.CombinePerKey(JudgmentsCombineFn()))
+                  | "LatestJudgment" >> beam.CombinePerKey(QueryJudgmentsCombineFn())
+                  # an item's grade: the largest of its judgments, ad hoc and per subtopic (as the columnar engine's)
+                  | "AdHocGrades" >> beam.MapTuple(lambda key, judged: (key, judged[0])))
         return ({"imps": imps, "judged": judged} | "Join" >> beam.CoGroupByKey()
                 | "Label" >> beam.ParDo(_JoinLabels(self.relevance_level, self.unjudged)))
 
