@@ -281,12 +281,14 @@ def _normalised(gains: np.ndarray, s: int, alpha: float, err: bool) -> np.ndarra
     return cum
 
 
-def query_values(rel: np.ndarray, judged: np.ndarray, specs, n_rel_sub: np.ndarray | None = None) -> np.ndarray:
+def query_values(rel: np.ndarray, judged: np.ndarray, specs, n_rel_sub: np.ndarray | None = None,
+                 ideal: np.ndarray | None = None) -> np.ndarray:
     """The values of ``specs`` (DiversitySpec) for one query -> float64 (len(specs),).
 
     ``rel``: bool (n, S) the ranking in rank order (unjudged rows False); ``judged``: bool (m, S) the
     judged documents (rows in docno order); ``n_rel_sub``: int (S,) relevant documents per subtopic
-    (default: ``judged``'s column sums). Columns are the subtopics with a relevant document; S = 0
+    (default: ``judged``'s column sums); ``ideal``: :func:`ideal_gains` of ``judged`` at the specs'
+    alpha, when the caller has it (many rankings of one query). Columns are the subtopics with a relevant document; S = 0
     gives 0 for every measure but nNRBP (NaN, ndeval's 0 / 0). All specs must share alpha and beta
     (:func:`evaluate_lists` groups them)."""
     rel = np.asarray(rel, dtype=bool)
@@ -303,7 +305,7 @@ def query_values(rel: np.ndarray, judged: np.ndarray, specs, n_rel_sub: np.ndarr
     cuts = [sp.k for sp in specs if sp.k is not None]
     depth = max(cuts) if cuts else 0
     g = ranking_gains(rel, alpha)
-    gi = ideal_gains(judged, alpha)
+    gi = ideal_gains(judged, alpha) if ideal is None else ideal
     cache = {}
 
     def at_depth(gains):
@@ -477,8 +479,11 @@ def request_values(specs, request_query, offsets, ranked, jq, js, jd, jg, *, rel
             if a == b:
                 continue
             docs, judged = _judged_matrix(js[a:b], jd[a:b], jg[a:b] >= level)
+            ideal = ideal_gains(judged, alpha)  # once per query
+            nrs = judged.sum(axis=0)
             for r in by_query[qbounds[c]:qbounds[c + 1]].tolist():
                 lo, hi = offsets[r], offsets[r + 1]
                 if hi > lo:
-                    values[rows, r] = query_values(_ranking_matrix(ranked[lo:hi], docs, judged), judged, sub)
+                    values[rows, r] = query_values(_ranking_matrix(ranked[lo:hi], docs, judged), judged, sub,
+                                                   nrs, ideal)
     return values
