@@ -290,3 +290,22 @@ def test_per_event_stream_engine_refuses_diversity_measures_in_one_line(tmp_path
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "diversity measures (alpha_nDCG@5) need the columnar engine" in err
+
+
+@needs_pyndeval
+def test_complete_scores_a_missing_query_as_an_empty_ranking(tmp_path):
+    """--complete (trec_eval -c): a judged query a system did not serve counts 0 (ndeval -c), on both
+    engines, with the bootstrap too."""
+    qrels, judg, imps, runs, device = collection(7)
+    imps = [r for r in imps if not (r["system_id"] == "B" and r["query_id"] in ("q1", "q2"))]
+    ranked = [(q, d) for q, d in runs["B"] if q not in ("q1", "q2")]
+    got = run_job(tmp_path, imps, judg, ["alpha_nDCG@5", "NRBP"], ["--complete", "--ci", "bootstrap",
+                                                                   "--replicates", "20"])
+    assert got["records"]["metrics.jsonl"] == got["columnar"]["metrics.jsonl"]
+    assert got["columnar"]["counters"]["requests_completed"] == 2
+    rows = rows_of(got["columnar"])
+    ref = oracle(qrels, ranked, [("alpha-nDCG@5", 0.5), ("NRBP", 0.5)])[0.5]
+    for name, column in (("alpha_nDCG@5", "alpha-nDCG@5"), ("NRBP", "NRBP")):
+        row = rows[("all", "B", name)]
+        assert row["num_queries"] == 12
+        assert abs(row["value"] - math.fsum(v[column] for v in ref.values()) / 12) <= 1e-9
