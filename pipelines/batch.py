@@ -228,7 +228,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 def split_all_metrics(text: str) -> tuple[list[str], list[str]]:
     """(ranking metric names, online metric names other than ctr / ctr@pos{p}, which ClickMetrics gives)."""
-    ranking, online = split_metric_names(text)
+    ranking, online = split_metric_names(text, diversity=True)
     return ranking, [m for m in online if parse_online_metric(m).family != "ctr"]
 
 
@@ -341,7 +341,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
         read_judg = ReadAvro(judgment_paths, "judgment", with_file=True)
         judg, judg_dead = (p | "ReadJudgments" >> read_judg
                            | "ValidateJudgments" >> ValidateJudgments("judgments", grade_range=judgment_grade_range(
-                               _grades(args.grades), parse_metrics(ranking, arithmetic="the Beam jobs") if ranking else [],
+                               _grades(args.grades), parse_metrics(ranking, arithmetic="the Beam jobs", diversity=True) if ranking else [],
                                MetricOptions(gain=args.gain, err_max_grade=args.err_max_grade))))
         judg, conflict_dead = judg | "ResolveJudgments" >> ResolveJudgments(args.judgment_conflicts)
         dead_parts.extend([read_judg.unreadable, judg_dead, conflict_dead])
@@ -585,7 +585,7 @@ def main(argv=None) -> int:
         return 2
     try:
         ranking, online = split_all_metrics(args.metrics)
-        metric_specs = parse_metrics(ranking, arithmetic="the Beam jobs") if ranking else []
+        metric_specs = parse_metrics(ranking, arithmetic="the Beam jobs", diversity=True) if ranking else []
         hist_range(args.hist_range)
         _grades(args.grades)
         parse_time_range(args.event_time_range)

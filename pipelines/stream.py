@@ -85,6 +85,7 @@ from streameval.beam.streaming import (
 )
 from streameval import progress
 from streameval.io.records import parse_time_range
+from streameval.metrics.diversity import is_diversity_name
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.online import parse_online_metric
 
@@ -147,7 +148,8 @@ def _engine(args) -> str:
     if args.engine == "columnar" and why:
         raise ValueError(f"--engine columnar: {why}")
     needs = ([f"online metrics ({', '.join(args.online_names)})"] if getattr(args, "online_names", None) else []) + \
-        (["--ci bootstrap"] if getattr(args, "ci", "t") == "bootstrap" else [])
+        (["--ci bootstrap"] if getattr(args, "ci", "t") == "bootstrap" else []) + \
+        ([f"diversity measures ({', '.join(args.diversity_names)})"] if getattr(args, "diversity_names", None) else [])
     if needs and (why or args.engine == "events"):
         raise ValueError(f"{' and '.join(needs)} need the columnar engine: "
                          f"{why or 'not --engine events'}")
@@ -229,7 +231,7 @@ def build_pipeline(p, args, paths):
         make, first = StreamMetrics, srcs["judgments"]
     sm = make(
         first, ((split_metrics(args.metrics) if ranking else args.online_names) if columnar
-                else split_metric_names(args.metrics)[0]) or None,
+                else split_metric_names(args.metrics, diversity=True)[0]) or None,
         window=spec,
         slices=_slices_from_args(args.slices), clicks=srcs["clicks"], early_every=args.early_every,
         early_count=args.early_count, allowed_lateness=args.allowed_lateness, retention=args.retention,
@@ -243,8 +245,9 @@ def build_pipeline(p, args, paths):
         **(dict(ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed, hist_bins=args.hist_bins,
                 hist_range=hist_range(args.hist_range)) if columnar else {}))
     rows = srcs["impressions"] | "StreamMetrics" >> sm
-    ranking_names = split_metric_names(args.metrics)[0]
-    names = [s.name for s in parse_metrics(ranking_names, arithmetic="the Beam jobs")] if ranking and ranking_names else []
+    ranking_names = split_metric_names(args.metrics, diversity=True)[0]
+    names = [s.name for s in parse_metrics(ranking_names, arithmetic="the Beam jobs", diversity=True)] \
+        if ranking and ranking_names else []
     # running totals after each pane: this process's counts are the whole job's on the local runner only
     # (other runners: wait_reporting prints the job's counters from the launcher)
     local = _on_local_runner(args)
@@ -365,9 +368,11 @@ def main(argv=None) -> int:
         _slices_from_args(args.slices)
         _grades(args.grades)
         parse_time_range(args.event_time_range)
-        ranking_names, online_names = split_metric_names(args.metrics)
+        ranking_names, online_names = split_metric_names(args.metrics, diversity=True)
+        # diversity measures: the columnar engine only (_engine)
+        args.diversity_names = [n for n in ranking_names if is_diversity_name(n)]
         if ranking_names and (args.judgments or any(getattr(args, f"{s}_judgments") for s in ("pubsub", "kafka"))):
-            parse_metrics(ranking_names, arithmetic="the Beam jobs")
+            parse_metrics(ranking_names, arithmetic="the Beam jobs", diversity=True)
         check_bootstrap_arguments(args)
         hist_range(args.hist_range)
         args.online_names = [n for n in online_names if parse_online_metric(n).family != "ctr"]
@@ -391,7 +396,7 @@ def main(argv=None) -> int:
         args.err_max_grade = parse_err_max_grade(args.err_max_grade) or GDEVAL_ERR_MAX_GRADE
         if err_auto and args.replay and paths["judgments"]:
             args.err_max_grade = auto_err_max_grade(
-                parse_metrics(ranking_names, arithmetic="the Beam jobs") if ranking_names else [],
+                parse_metrics(ranking_names, arithmetic="the Beam jobs", diversity=True) if ranking_names else [],
                 paths["judgments"], _grades(args.grades))
         args.engine_used = _engine(args)
     except (ValueError, TypeError, MetricNameError, FileNotFoundError) as e:

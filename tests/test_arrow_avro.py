@@ -97,16 +97,17 @@ def test_tables_give_fastavros_records(tmp_path, small_batches):
 
 
 def test_judgment_tables(tmp_path):
-    judg = [{"query_id": f"q{i % 7}", "item_id": f"d{i}", "grade": i % 5 - 1, "timestamp": i, "source": "s" * (i % 2)}
-            for i in range(1000)]
+    judg = [{"query_id": f"q{i % 7}", "item_id": f"d{i}", "grade": i % 5 - 1, "timestamp": i, "source": "s" * (i % 2),
+             "subtopic": None if i % 3 else str(i % 4)} for i in range(1000)]
     p = tmp_path / "j.avro"
     avro.write_records(p, "judgment", judg)
     parts = list(arrow_avro.read_tables(p, "judgment"))
     assert isinstance(parts[0], pa.Table)
     chunk = columnar.judgment_columns_arrow(pa.concat_tables(parts))
     ref = columnar.judgment_columns(judg)
-    for k in ("query_id", "item_id", "grade", "timestamp", "source"):
+    for k in ("query_id", "item_id", "grade", "timestamp", "source", "subtopic"):
         assert chunk[k].tolist() == ref[k].tolist()
+    assert chunk["subtopic"].null_count == sum(j["subtopic"] is None for j in judg)
 
 
 def test_other_writer_schema_is_read_by_fastavro(tmp_path):

@@ -379,8 +379,8 @@ def test_names():
                      ("P_IA(beta=0.5)@5", "takes no parameter 'beta'"), ("alpha_nDCG(alpha=2)@5", "between 0 and 1")]:
         with pytest.raises(MetricNameError, match=why):
             parse_diversity(bad)
-    # the commands that read ad hoc qrels (trec-eval, the Beam jobs) refuse them in one line
-    with pytest.raises(MetricNameError, match="is a diversity measure .* `streameval ndeval` compute it"):
+    # the commands that read ad hoc qrels only (trec-eval, the streaming job) refuse them in one line
+    with pytest.raises(MetricNameError, match="is a diversity measure .* `streameval ndeval` .*compute it"):
         parse_metrics(["ndcg@10", "alpha_nDCG@20"])
 
 
@@ -396,14 +396,21 @@ def test_evaluate_refuses_mixed_calls_and_flat_qrels():
         streameval.evaluate({"1": {"a": {"d1": 1}}}, run, "alpha_nDCG@20", gain="exponential")
 
 
-def test_batch_job_refuses_diversity_names_in_one_line(tmp_path, capsys):
+def test_stream_job_refuses_diversity_names_in_one_line(tmp_path, capsys):
+    """The batch job and the streaming job's columnar engine score them (tests/test_diversity_jobs.py);
+    the per-event streaming engine does not."""
     from streameval.cli import main
 
-    rc = main(["batch", "--impressions", str(tmp_path / "none*.avro"), "--metrics", "alpha_nDCG@20",
-               "--output", str(tmp_path / "out")])
+    from streameval.io import avro
+
+    imps = tmp_path / "imps.avro"
+    avro.write_records(imps, "impression", [{"event_id": "e", "request_id": "r", "query_id": "q", "system_id": "S",
+                                             "item_id": "d", "position": 1, "timestamp": 0}])
+    rc = main(["stream", "--replay", "--engine", "events", "--window", "1h", "--impressions", str(imps), "--metrics",
+               "alpha_nDCG@20", "--output", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
-    assert "'alpha_nDCG@20' is a diversity measure" in err
+    assert "diversity measures (alpha_nDCG@20) need the columnar engine" in err
 
 
 # --------------------------------------------------------------------------

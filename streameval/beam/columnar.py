@@ -201,7 +201,7 @@ class ColumnarMetrics(beam.PTransform):
         self.threads = int(threads)
         self.impression_paths = list(impression_paths)
         self.judgment_paths = list(judgment_paths or [])
-        self.specs = parse_metrics(list(metrics), arithmetic="the Beam jobs") if metrics else []
+        self.specs = parse_metrics(list(metrics), arithmetic="the Beam jobs", diversity=True) if metrics else []
         self.ranking = bool(self.specs) and bool(self.judgment_paths)
         self.ctr = bool(ctr)
         self.window_micros, self.slide = sliding_windows(window, every)

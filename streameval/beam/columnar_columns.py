@@ -248,8 +248,8 @@ def impression_columns(recs, nulls: dict | None = None) -> dict:
 
 
 def judgment_columns(recs) -> dict:
-    """Columns of judgment dicts: ``{"n", "query_id", "item_id", "source": Arrow string arrays,
-    "grade", "timestamp": int64 (0 when null)}``."""
+    """Columns of judgment dicts: ``{"n", "query_id", "item_id", "source", "subtopic": Arrow string
+    arrays (subtopic null for an ad hoc judgment), "grade", "timestamp": int64 (0 when null)}``."""
     n = len(recs)
     ts = [r.get("timestamp") for r in recs]
     if None in ts:
@@ -257,7 +257,8 @@ def judgment_columns(recs) -> dict:
     return {"n": n, "query_id": _strings(list(map(itemgetter("query_id"), recs))),
             "item_id": _strings(list(map(itemgetter("item_id"), recs))),
             "grade": np.fromiter(map(itemgetter("grade"), recs), dtype=np.int64, count=n),
-            "timestamp": np.array(ts, dtype=np.int64).reshape(n), "source": _strings([r.get("source") for r in recs])}
+            "timestamp": np.array(ts, dtype=np.int64).reshape(n), "source": _strings([r.get("source") for r in recs]),
+            "subtopic": _strings([r.get("subtopic") for r in recs])}
 
 
 def _arrow_ints(col) -> np.ndarray:
@@ -331,7 +332,9 @@ def judgment_columns_arrow(table) -> dict:
     """Columns as :func:`judgment_columns` makes them, of an Arrow table of judgments."""
     return {"n": table.num_rows, "query_id": _string_column(table.column("query_id")),
             "item_id": _string_column(table.column("item_id")), "grade": _arrow_ints(table.column("grade")),
-            "timestamp": _arrow_ints(table.column("timestamp")), "source": _string_column(table.column("source"))}
+            "timestamp": _arrow_ints(table.column("timestamp")), "source": _string_column(table.column("source")),
+            "subtopic": (_string_column(table.column("subtopic")) if "subtopic" in table.column_names
+                         else pa.nulls(table.num_rows, pa.string()))}
 
 
 def _take(chunk: dict, idx, fields=None) -> dict:
@@ -399,8 +402,13 @@ def columns_records(chunk: dict, rows) -> list[dict]:
 def _judgment_records(chunk: dict, rows) -> list[dict]:
     rows = np.fromiter(rows, dtype=np.int64)
     q, d, src = (_pylist(chunk[f], rows) for f in ("query_id", "item_id", "source"))
-    return [{"query_id": q[j], "item_id": d[j], "grade": int(chunk["grade"][i]), "timestamp": int(chunk["timestamp"][i]),
-             "source": src[j]} for j, i in enumerate(rows.tolist())]
+    out = [{"query_id": q[j], "item_id": d[j], "grade": int(chunk["grade"][i]), "timestamp": int(chunk["timestamp"][i]),
+            "source": src[j]} for j, i in enumerate(rows.tolist())]
+    if "subtopic" in chunk:
+        for rec, sub in zip(out, _pylist(chunk["subtopic"], rows)):
+            if sub is not None:
+                rec["subtopic"] = sub
+    return out
 
 
 def _changes(a: pa.Array) -> np.ndarray:

@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..metrics.kernel import RankedLists, compute
+from ..metrics.kernel import RankedLists
 from ..metrics.prepare import judgment_histogram
 from .columnar_columns import _concat, _encode, _factorize, _pick, _shards_of, shard_of, thaw
 from .threads import counter
@@ -158,6 +158,8 @@ class HotQueries(beam.DoFn):
         k = len(missing)
         lists = RankedLists(offsets=np.zeros(k + 1, dtype=np.int64), grades=np.zeros(0), judged_offsets=qoff,
                             judged_values=hv, judged_counts=hc, judged_index=np.zeros(k, np.int64))
-        values = compute(lists, self.specs, self.options)
+        from .columnar_score import _empty_rankings
+
+        values = _empty_rankings(self.specs, self.options, lists, k)
         self.completed.inc(k)
         return {s: values[:, i] for i, s in enumerate(missing)}

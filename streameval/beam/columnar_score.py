@@ -18,7 +18,7 @@ from .columnar_columns import (_concat, _concat_attributes, _encode, _factorize,
                                _pick, _pylist, _sorted_codes, _strings, freeze, thaw)
 from .columnar_clean import _concat_requests, _labels, _take_requests, _windows
 from .threads import ThreadedDoFn, counter, distribution
-from .transforms import ALL, NAMESPACE, SOURCE_UNRANKABLE, window_bounds
+from .transforms import ALL, NAMESPACE, SOURCE_UNRANKABLE, conflict_key, score_values, window_bounds
 
 
 # --------------------------------------------------------------------------------------------
@@ -41,21 +41,30 @@ class _ResolveShard(ThreadedDoFn):
     def work(self, element):
         shard, values = element
         dead: list = []
-        q, d, g = self._resolve(_concat([thaw(v) for v in values]), dead)
+        q, d, g, div = self._resolve(_concat([thaw(v) for v in values]), dead)
         for x in dead:
             yield pvalue.TaggedOutput("dead_letters", x)
         if len(g):
-            yield shard, freeze({"n": len(g), "query_id": q, "item_id": d, "grade": g}, hold=self.hold)
+            yield shard, freeze({"n": len(g), "query_id": q, "item_id": d, "grade": g, **div}, hold=self.hold)
 
     def _resolve(self, jc: dict, dead: list):
-        """(query ids, item ids, grades float64) of the accepted judgments; their dead letters are
-        appended to ``dead``."""
+        """(query ids, item ids, grades float64, subtopic columns) of the accepted judgments, one
+        grade per (query, item): a judgment with a subtopic is resolved per (query, subtopic, item),
+        and an item's grade is the largest of its query's resolved judgments (ad hoc and of every
+        subtopic); the subtopic columns ``{"sub_query_id", "sub_subtopic", "sub_item_id",
+        "sub_grade"}`` hold the resolved subtopic judgments (empty when there are none). Their dead
+        letters are appended to ``dead``."""
         n = jc["n"]
         if n == 0:
-            return _strings([]), _strings([]), np.zeros(0)
+            return _strings([]), _strings([]), np.zeros(0), _no_subtopics()
         qc, _ = _encode(jc["query_id"])
         ic, ivocab = _encode(jc["item_id"])
         pair = qc * max(len(ivocab), 1) + ic
+        sub = jc.get("subtopic")
+        with_sub = sub is not None and sub.null_count < len(sub)
+        if with_sub:
+            sc, svocab = _encode(sub)
+            pair = pair * len(svocab) + sc
         order, starts, ends = _group_bounds(pair)
         ts, gr = jc["timestamp"][order], jc["grade"][order]
         sizes = ends - starts
@@ -84,6 +93,7 @@ class _ResolveShard(ThreadedDoFn):
                 n_dup += dup
                 n_sup += len(superseded)
                 qid, item = jc["query_id"][int(order[lo])].as_py(), jc["item_id"][int(order[lo])].as_py()
+                subtopic = sub[int(order[lo])].as_py() if with_sub else None
                 distinct = sorted({g for _, g in entries})
                 for key in rejected:
                     self.j_rejected.inc()
@@ -91,8 +101,8 @@ class _ResolveShard(ThreadedDoFn):
                     rec = min(recs, key=records.to_json_text)
                     dead.append({
                         "source": self.judg_source, "raw": records.to_json_text(rec),
-                        "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} (query {qid!r}, item {item!r}: grades "
-                                  f"{distinct}; policy reject)"})
+                        "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} ({conflict_key(qid, subtopic, item)}: "
+                                  f"grades {distinct}; policy reject)"})
                 if grade is None:
                     keep[g] = False
                 else:
@@ -101,7 +111,24 @@ class _ResolveShard(ThreadedDoFn):
         self.j_superseded.inc(n_sup)
         self.j_accepted.inc(int(keep.sum()))
         first = first[keep]
-        return _pick(jc["query_id"], first), _pick(jc["item_id"], first), grades[keep]
+        grades = grades[keep]
+        if not with_sub:
+            return _pick(jc["query_id"], first), _pick(jc["item_id"], first), grades, _no_subtopics()
+        subs = _pick(sub, first)
+        has = np.asarray(subs.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        div = {"sub_query_id": _pick(jc["query_id"], first[has]), "sub_subtopic": _pick(subs, has),
+               "sub_item_id": _pick(jc["item_id"], first[has]), "sub_grade": grades[has]}
+        # one ad hoc grade per (query, item): the largest
+        adhoc = pair[first] // len(svocab)
+        order, starts, _ = _group_bounds(adhoc)
+        top = np.maximum.reduceat(grades[order], starts) if len(starts) else grades[:0]
+        rows = first[order[starts]]
+        return _pick(jc["query_id"], rows), _pick(jc["item_id"], rows), top, div
+
+
+def _no_subtopics() -> dict:
+    return {"sub_query_id": _strings([]), "sub_subtopic": _strings([]), "sub_item_id": _strings([]),
+            "sub_grade": np.zeros(0)}
 
 
 class _ScoreShard(ThreadedDoFn):
@@ -157,6 +184,7 @@ class _ScoreShard(ThreadedDoFn):
             jc = _concat(jparts)
             jq, jd, jg = jc["query_id"], jc["item_id"], jc["grade"]
         else:
+            jc = _no_subtopics()
             jq, jd, jg = _strings([]), _strings([]), np.zeros(0)
         self.side_rows.update(len(jq))
         cq, cg = jq, jg  # the judged queries completed here: the hot ones are the hot stage's
@@ -220,7 +248,7 @@ class _ScoreShard(ThreadedDoFn):
             rq = rq_sel
         is_hot = _among(r["query_id"], hot) if hot else np.zeros(len(rq), dtype=bool)
         self.queries.inc(len(np.unique(rq[~is_hot])))  # the hot ones: counted once by the hot stage
-        values = self._values(r, rq, jqc, jd, jg, nq)
+        values = self._values(r, rq, jqc, jd, jg, nq, jc)
         yield from self._means(r, values)  # exact sums: a hot query's requests may be split freely
         if is_hot.any():
             from .columnar_hot import hot_summaries
@@ -273,7 +301,7 @@ class _ScoreShard(ThreadedDoFn):
         qoff, hv, hc = judgment_histogram(jcode, np.asarray(jg, dtype=np.float64), len(qnames))
         lists = RankedLists(offsets=np.zeros(len(pairs) + 1, dtype=np.int64), grades=np.zeros(0),
                             judged_offsets=qoff, judged_values=hv, judged_counts=hc, judged_index=qidx)
-        values = compute(lists, self.specs, self.options)
+        values = _empty_rankings(self.specs, self.options, lists, len(pairs))
         self.completed.inc(len(pairs))
         counted = set(scored_query.to_pylist())
         self.queries.inc(len({qnames[qi] for qi, _ in pairs} - counted))
@@ -303,8 +331,9 @@ class _ScoreShard(ThreadedDoFn):
                                        np.hstack([rvalues, values]),
                                        np.concatenate([np.zeros(nreq, dtype=bool), np.ones(n, dtype=bool)]))
 
-    def _values(self, r, rq, jqc, jd, jg, nq) -> np.ndarray:
-        """(n_metrics, n_requests) metric values of the requests of ``r`` (all judged and rankable)."""
+    def _values(self, r, rq, jqc, jd, jg, nq, jc=None) -> np.ndarray:
+        """(n_metrics, n_requests) metric values of the requests of ``r`` (all judged and rankable);
+        ``jc``: the resolved judgments' columns, whose ``sub_*`` ones the diversity measures score."""
         rr = r["row_request"]
         ic, jic, ni = _sorted_codes(r["item_id"], jd)
         ni = max(ni, 1)
@@ -334,11 +363,20 @@ class _ScoreShard(ThreadedDoFn):
         qoff, hv, hc = judgment_histogram(jqc, jg.astype(np.float64), nq)
         lists = RankedLists(offsets=offsets, grades=grades.astype(np.float64), judged_offsets=qoff,
                             judged_values=hv, judged_counts=hc, judged_index=rq)
-        return compute(lists, self.specs, self.options)
+        jc = jc if jc is not None and "sub_grade" in jc else _no_subtopics()
+        return score_values(self.specs, self.options, lambda specs: compute(lists, specs, self.options),
+                            lambda: (r["query_id"], offsets, _pick(r["item_id"], perm)),
+                            (jc["sub_query_id"], jc["sub_subtopic"], jc["sub_item_id"], jc["sub_grade"]))
 
     def _means(self, r, values):
         return mean_states(self.mm, r["min_ts"], r["system_id"], r["attributes"], values, self.window_micros,
                            self.slice_specs, r["query_id"] if self.bootstrap else None)
+
+
+def _empty_rankings(specs, options, lists, n) -> np.ndarray:
+    """Values of ``n`` empty rankings (``complete``): the kernel's on ``lists``; diversity measures 0."""
+    return score_values(specs, options, lambda sp: compute(lists, sp, options),
+                        lambda: ([""] * n, np.zeros(n + 1, dtype=np.int64), []), ([], [], [], np.zeros(0)))
 
 
 def mean_states(mm, min_ts, system_id, attributes: dict, values, window_micros, slice_specs, query_id=None):

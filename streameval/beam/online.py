@@ -58,7 +58,7 @@ from .combiners import MeanCombineFn, OpsCombineFn
 from .transforms import (
     NAMESPACE,
     ClickMetrics,
-    JudgmentsCombineFn,
+    QueryJudgmentsCombineFn,
     _window_micros,
     metric_row,
     parse_slices,
@@ -276,13 +276,14 @@ def _join_parameter_lists(parts: list[str]) -> list[str]:
     return join_parameter_lists(parts)
 
 
-def split_metric_names(names) -> tuple[list[str], list[str]]:
+def split_metric_names(names, diversity: bool = False) -> tuple[list[str], list[str]]:
     """Split metric names (a list, or a comma-separated text: commas inside brackets or parentheses
     (``gauc[user,clicks]``, ``SetF(rel=2, beta=0.5)``) and trec_eval
     parameter lists such as ``P.5,10`` stay together) into (ranking metrics for ScoreRankings, online metrics for
     OnlineMetrics). A name is online when :func:`~streameval.metrics.online.parse_online_metric`
     accepts it, else it must be a ranking metric (:func:`~streameval.metrics.names.parse_metrics`).
-    Raises MetricNameError naming both lists of accepted forms for an unknown name."""
+    Raises MetricNameError naming both lists of accepted forms for an unknown name. ``diversity``:
+    the diversity measures are ranking metrics (the batch job scores them); else refused in one line."""
     if isinstance(names, str):
         names = _join_parameter_lists(online_names._split_names(names))
     ranking, online = [], []
@@ -293,7 +294,7 @@ def split_metric_names(names) -> tuple[list[str], list[str]]:
             online.append(n)
             continue
         try:
-            parse_metrics([n])
+            parse_metrics([n], diversity=diversity)
         except MetricNameError as e:
             raise MetricNameError(f"{e}; online metrics: {online_names._ACCEPTED}") from None
         ranking.append(n)
@@ -337,7 +338,8 @@ class _JoinLabels(beam.DoFn):
 class LabelFromJudgments(beam.PTransform):
     """``impressions | LabelFromJudgments(judgments)``: each impression with ``"label"`` set to
     ``grade >= relevance_level`` of its (query_id, item_id) judgment (the latest judgment wins, as
-    in :class:`~streameval.beam.transforms.JudgmentsCombineFn`). Impressions without a judgment
+    in :class:`~streameval.beam.transforms.JudgmentsCombineFn`; with subtopic judgments the largest
+    grade of the item, :class:`~streameval.beam.transforms.QueryJudgmentsCombineFn`). Impressions without a judgment
     (or with a negative grade, trec_eval's "pooled, unjudged") are dropped and counted
     (``online:unjudged``) with ``unjudged="exclude"`` (default) or labelled non-relevant with
     ``unjudged="nonrelevant"`` (trec_eval's convention for ranking metrics)."""
@@ -354,7 +356,9 @@ class LabelFromJudgments(beam.PTransform):
         imps = impressions | "KeyImpressions" >> beam.Map(lambda r: ((r["query_id"], r["item_id"]), r))
         judged = (self.judgments
                   | "KeyJudgments" >> beam.Map(lambda j: ((j["query_id"], j["item_id"]), j))
-                  | "LatestJudgment" >> beam.CombinePerKey(JudgmentsCombineFn()))
+                  | "LatestJudgment" >> beam.CombinePerKey(QueryJudgmentsCombineFn())
+                  # an item's grade: the largest of its judgments, ad hoc and per subtopic (as the columnar engine's)
+                  | "AdHocGrades" >> beam.MapTuple(lambda key, judged: (key, judged[0])))
         return ({"imps": imps, "judged": judged} | "Join" >> beam.CoGroupByKey()
                 | "Label" >> beam.ParDo(_JoinLabels(self.relevance_level, self.unjudged)))
 

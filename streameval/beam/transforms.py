@@ -22,6 +22,7 @@ import math
 import re
 
 import apache_beam as beam
+import numpy as np
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
@@ -432,13 +433,13 @@ class _ResolveJudgmentFn(beam.DoFn):
     def process(self, element):
         qid, recs = element
         by_item: dict = {}
-        for j in recs:
+        for j in recs:  # a judgment with a subtopic is one of (query, subtopic, item): its own key
             key = (int(j.get("timestamp") or 0), int(j["grade"]))
-            entries, first = by_item.setdefault(j["item_id"], ({}, {}))
+            entries, first = by_item.setdefault((j["item_id"], j.get("subtopic")), ({}, {}))
             entries[key] = entries.get(key, 0) + 1
             first.setdefault(key, j)
         n_dup = n_sup = n_acc = 0
-        for item, (entries, first) in by_item.items():
+        for (item, subtopic), (entries, first) in by_item.items():
             if len(entries) == 1:
                 (key, count), = entries.items()
                 n_dup += count - 1
@@ -453,8 +454,8 @@ class _ResolveJudgmentFn(beam.DoFn):
                 self.rejected.inc()
                 yield pvalue.TaggedOutput("dead_letters", {
                     "source": self.source, "raw": records.to_json_text(first[key]),
-                    "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} (query {qid!r}, item {item!r}: grades {grades}; "
-                              "policy reject)"})
+                    "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} ({conflict_key(qid, subtopic, item)}: grades "
+                              f"{grades}; policy reject)"})
             if grade is not None:
                 n_acc += 1
                 yield first[next(k for k in entries if k not in superseded)]
@@ -463,8 +464,17 @@ class _ResolveJudgmentFn(beam.DoFn):
         self.accepted.inc(n_acc)
 
 
+def conflict_key(qid, subtopic, item) -> str:
+    """The key of a judgment conflict as its dead letter's reason names it (both engines)."""
+    if subtopic is None:
+        return f"query {qid!r}, item {item!r}"
+    return f"query {qid!r}, subtopic {subtopic!r}, item {item!r}"
+
+
 class ResolveJudgments(beam.PTransform):
-    """``judgments, dead = judgments | ResolveJudgments(policy)``: one judgment per (query, item).
+    """``judgments, dead = judgments | ResolveJudgments(policy)``: one judgment per (query, item),
+    or per (query, subtopic, item) for a judgment with a ``subtopic`` (judgment schema version 2):
+    judgments of different subtopics are not conflicts.
 
     ``policy``: ``"latest"`` (default), ``"max"`` or ``"reject"``
     (:func:`streameval.io.cleaning.resolve_judgment`). Counters ``judgments_accepted``,
@@ -531,6 +541,32 @@ class JudgmentsCombineFn(beam.CombineFn):
         return FastPrimitivesCoder()
 
 
+class QueryJudgmentsCombineFn(JudgmentsCombineFn):
+    """As :class:`JudgmentsCombineFn`, with subtopic judgments: the accumulator's key is the item
+    (ad hoc judgment) or ``(item, subtopic)``. Output ``(judged, subtopics)``: ``judged`` =
+    ``{item_id: grade}``, the ad hoc grade of an item being the largest of its judgments (ad hoc and
+    of every subtopic; docs/metrics.md, "Diversity measures in the batch job"); ``subtopics`` = the
+    sorted list of ``(subtopic, item_id, grade)``."""
+
+    def add_input(self, acc, j):
+        sub = j.get("subtopic")
+        self._put(acc, j["item_id"] if sub is None else (j["item_id"], sub), int(j.get("timestamp") or 0),
+                  float(j["grade"]))
+        return acc
+
+    def extract_output(self, acc):
+        judged: dict = {}
+        subs = []
+        for key, (ts, g) in acc.items():
+            item = key
+            if isinstance(key, tuple):
+                item = key[0]
+                subs.append((key[1], key[0], g))
+            old = judged.get(item)
+            judged[item] = g if old is None else max(old, g)
+        return judged, sorted(subs)
+
+
 # --------------------------------------------------------------------------------------------
 # ranking metrics
 
@@ -567,11 +603,12 @@ class _ScoreQueries(beam.DoFn):
                                                        "window_start": ws, "impressions": acc[3]})
             return
         if len(judged_parts) == 1:
-            judged = judged_parts[0]
+            judged, subtopics = judged_parts[0]
         else:  # not expected after CombinePerKey, but harmless
-            judged = {}
-            for part in judged_parts:
+            judged, subtopics = {}, []
+            for part, subs in judged_parts:
                 judged.update(part)
+                subtopics.extend(subs)
         states, keys = [], []
         present = set()
         n_scored = 0
@@ -606,11 +643,57 @@ class _ScoreQueries(beam.DoFn):
         if not states:
             return
         self.queries.inc()
-        values = compute(self.ops.to_lists(states), self.specs, self.options)
+        values = self._values(qid, states, subtopics)
         cols = values.T.tolist()
         for (ws, we, system, labels), col in zip(keys, cols):
             for label in labels:
                 yield ((ws, we, label, system), (qid, col))
+
+
+    def _values(self, qid, states, subtopics) -> np.ndarray:
+        """(n_metrics, n_states) values: the kernel's for the ad hoc specs, diversity's
+        :func:`~streameval.metrics.diversity.request_values` for the diversity specs (the items of
+        each state in rank order against the query's subtopic judgments)."""
+        return score_values(self.specs, self.options, lambda specs: compute(self.ops.to_lists(states), specs,
+                                                                            self.options),
+                            lambda: _ranked_items(self.ops, states, qid), subtopic_columns(qid, subtopics))
+
+
+def _ranked_items(ops, states, qid):
+    ranked = [ops.ranked(st)[0] if st[0] else [] for st in states]
+    offsets = np.zeros(len(ranked) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in ranked], out=offsets[1:])
+    return [qid] * len(ranked), offsets, [it for r in ranked for it in r]
+
+
+def subtopic_columns(qid, subtopics):
+    """(query, subtopic, item, grade) columns of one query's ``(subtopic, item, grade)`` list."""
+    n = len(subtopics)
+    return ([qid] * n, [s for s, _, _ in subtopics], [d for _, d, _ in subtopics],
+            np.fromiter((g for _, _, g in subtopics), dtype=np.float64, count=n))
+
+
+def score_values(specs, options: MetricOptions, adhoc, rankings, judgments) -> np.ndarray:
+    """(len(specs), n) values of a batch of rankings, in ``specs`` order: ``adhoc(specs)`` gives the
+    kernel's values of the ad hoc specs; the diversity specs are scored by
+    :func:`~streameval.metrics.diversity.request_values` on ``rankings()`` = (query per ranking,
+    offsets, items in rank order) and ``judgments`` = (query, subtopic, item, grade) columns of the
+    subtopic judgments (``relevance_level`` of ``options`` unless the name sets ``rel``). Both
+    engines score through this function."""
+    from ..metrics import diversity
+    from ..metrics.names import is_diversity
+
+    div = [i for i, s in enumerate(specs) if is_diversity(s)]
+    if not div:
+        return adhoc(specs)
+    rest = [i for i in range(len(specs)) if i not in set(div)]
+    rq, offsets, items = rankings()
+    out = np.zeros((len(specs), len(offsets) - 1), dtype=np.float64)
+    if rest:
+        out[rest] = adhoc([specs[i] for i in rest])
+    out[div] = diversity.request_values([diversity.spec_of(specs[i]) for i in div], rq, offsets, items, *judgments,
+                                        relevance_level=options.relevance_level)
+    return out
 
 
 def _rows(element, names, level):
@@ -673,7 +756,7 @@ class ScoreRankings(beam.PTransform):
         self.ci_seed = int(ci_seed)
         self.scores = None
         self.judgments = judgments
-        self.specs = parse_metrics(metrics, arithmetic="the Beam jobs")
+        self.specs = parse_metrics(metrics, arithmetic="the Beam jobs", diversity=True)
         self.options = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal,
                                      err_max_grade=err_max_grade)
         from ..metrics.prepare import check_ranking_options
@@ -702,7 +785,7 @@ class ScoreRankings(beam.PTransform):
         judged = (
             self.judgments
             | "KeyJudgments" >> beam.Map(lambda j: (j["query_id"], j))
-            | "CombineJudgments" >> beam.CombinePerKey(JudgmentsCombineFn())
+            | "CombineJudgments" >> beam.CombinePerKey(QueryJudgmentsCombineFn())
         )
         grouped = {"requests": by_query, "judged": judged} | "JoinJudgments" >> beam.CoGroupByKey()
         extra = {}

@@ -49,7 +49,8 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["DiversitySpec", "MEASURES", "NDEVAL_COLUMNS", "parse_diversity", "is_diversity_name",
-           "ranking_gains", "ideal_gains", "query_values", "evaluate_lists", "DIVERSITY_ACCEPTED"]
+           "ranking_gains", "ideal_gains", "query_values", "evaluate_lists", "request_values",
+           "spec_of", "DIVERSITY_ACCEPTED"]
 
 #: ndeval's measures, in the order of its output columns
 MEASURES = ("ERR-IA", "nERR-IA", "alpha-DCG", "alpha-nDCG", "NRBP", "nNRBP", "MAP-IA", "P-IA", "strec")
@@ -280,12 +281,14 @@ def _normalised(gains: np.ndarray, s: int, alpha: float, err: bool) -> np.ndarra
     return cum
 
 
-def query_values(rel: np.ndarray, judged: np.ndarray, specs, n_rel_sub: np.ndarray | None = None) -> np.ndarray:
+def query_values(rel: np.ndarray, judged: np.ndarray, specs, n_rel_sub: np.ndarray | None = None,
+                 ideal: np.ndarray | None = None) -> np.ndarray:
     """The values of ``specs`` (DiversitySpec) for one query -> float64 (len(specs),).
 
     ``rel``: bool (n, S) the ranking in rank order (unjudged rows False); ``judged``: bool (m, S) the
     judged documents (rows in docno order); ``n_rel_sub``: int (S,) relevant documents per subtopic
-    (default: ``judged``'s column sums). Columns are the subtopics with a relevant document; S = 0
+    (default: ``judged``'s column sums); ``ideal``: :func:`ideal_gains` of ``judged`` at the specs'
+    alpha, when the caller has it (many rankings of one query). Columns are the subtopics with a relevant document; S = 0
     gives 0 for every measure but nNRBP (NaN, ndeval's 0 / 0). All specs must share alpha and beta
     (:func:`evaluate_lists` groups them)."""
     rel = np.asarray(rel, dtype=bool)
@@ -302,7 +305,7 @@ def query_values(rel: np.ndarray, judged: np.ndarray, specs, n_rel_sub: np.ndarr
     cuts = [sp.k for sp in specs if sp.k is not None]
     depth = max(cuts) if cuts else 0
     g = ranking_gains(rel, alpha)
-    gi = ideal_gains(judged, alpha)
+    gi = ideal_gains(judged, alpha) if ideal is None else ideal
     cache = {}
 
     def at_depth(gains):
@@ -393,20 +396,94 @@ def evaluate_lists(jq, js, jd, jg, rq, rd, specs, *, qids=None, relevance_level:
         sub = [specs[i] for i in rows]
         for c, q in enumerate(qids.tolist()):
             a, b = jstart[c], jend[c]
-            relevant = jg[a:b] >= level
-            qs, qd = js[a:b], jd[a:b]
-            subtopics = np.unique(qs[relevant])
-            docs = np.unique(qd)
-            judged = np.zeros((len(docs), len(subtopics)), dtype=bool)
-            if len(subtopics):
-                judged[np.searchsorted(docs, qd[relevant]), np.searchsorted(subtopics, qs[relevant])] = True
-            ranked = rd_s[rstart[c]:rend[c]]
-            rel = np.zeros((len(ranked), len(subtopics)), dtype=bool)
-            if len(docs) and len(ranked):
-                pos = np.minimum(np.searchsorted(docs, ranked), len(docs) - 1)
-                hit = docs[pos] == ranked
-                rel[hit] = judged[pos[hit]]
             if b == a or rend[c] == rstart[c]:
                 continue  # a query outside the qrels or the run: 0 (ndeval adds nothing for it)
-            values[rows, c] = query_values(rel, judged, sub)
+            docs, judged = _judged_matrix(js[a:b], jd[a:b], jg[a:b] >= level)
+            values[rows, c] = query_values(_ranking_matrix(rd_s[rstart[c]:rend[c]], docs, judged), judged, sub)
     return qids, values
+
+
+def _judged_matrix(qs, qd, relevant) -> tuple[np.ndarray, np.ndarray]:
+    """(docnos sorted, bool (docs, S)) of one query's judgments: subtopics ``qs``, docnos ``qd``
+    (str arrays), ``relevant`` bool; columns are the subtopics with a relevant document, sorted."""
+    subtopics = np.unique(qs[relevant])
+    docs = np.unique(qd)
+    judged = np.zeros((len(docs), len(subtopics)), dtype=bool)
+    if len(subtopics):
+        judged[np.searchsorted(docs, qd[relevant]), np.searchsorted(subtopics, qs[relevant])] = True
+    return docs, judged
+
+
+def _ranking_matrix(ranked, docs, judged) -> np.ndarray:
+    """bool (len(ranked), S): the subtopics each ranked docno is relevant to (unjudged: none)."""
+    rel = np.zeros((len(ranked), judged.shape[1]), dtype=bool)
+    if len(docs) and len(ranked):
+        pos = np.minimum(np.searchsorted(docs, ranked), len(docs) - 1)
+        hit = docs[pos] == ranked
+        rel[hit] = judged[pos[hit]]
+    return rel
+
+
+def spec_of(metric_spec) -> DiversitySpec:
+    """The :class:`DiversitySpec` of a :class:`~streameval.metrics.names.MetricSpec` whose family is
+    one of :data:`MEASURES` (its ``label`` is the name as written)."""
+    spec = parse_diversity(metric_spec.label)
+    if spec is None or spec.measure != metric_spec.family:
+        raise ValueError(f"{metric_spec!r} is not a diversity measure")
+    return spec
+
+
+def _str_array(a) -> np.ndarray:
+    """A numpy str array of a sequence of str or an Arrow string array (no nulls)."""
+    if hasattr(a, "to_pylist"):
+        a = a.to_pylist()
+    return np.asarray(a, dtype=str) if len(a) else np.zeros(0, dtype=str)
+
+
+def request_values(specs, request_query, offsets, ranked, jq, js, jd, jg, *, relevance_level: float = 1
+                   ) -> np.ndarray:
+    """Diversity values of many rankings (requests) over their queries' subtopic judgments: the
+    Beam jobs' per-request scores, each request scored as :func:`evaluate_lists` scores a query.
+
+    ``specs``: DiversitySpecs. Requests: ``request_query`` (str (n,), the query of each request),
+    ``offsets`` (int (n + 1,)) into ``ranked`` (str, the docnos of every request in rank order, a
+    docno at most once per request). Judgments: ``jq``, ``js``, ``jd`` (query, subtopic, docno: str)
+    and ``jg`` (grades), one row per (query, subtopic, docno). A request with an empty ranking or
+    whose query has no subtopic judgment scores 0 on every measure (as :func:`evaluate_lists`);
+    a query with judgments but no relevant subtopic scores 0 but nNRBP (NaN, ndeval's 0 / 0).
+
+    Returns float64 (len(specs), n). Judgment matrices and ideal gains are built once per query and
+    (alpha, beta, rel) group; each request's ranking is one :func:`query_values` call."""
+    request_query, ranked = _str_array(request_query), _str_array(ranked)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n = len(request_query)
+    values = np.zeros((len(specs), n), dtype=np.float64)
+    if not n or not len(specs):
+        return values
+    jq, js, jd = (_str_array(a) for a in (jq, js, jd))
+    jg = np.asarray(jg, dtype=np.float64)
+    jorder = np.lexsort((jd, jq))
+    jq, js, jd, jg = jq[jorder], js[jorder], jd[jorder], jg[jorder]
+    qids, first = np.unique(request_query, return_inverse=True)
+    jstart = np.searchsorted(jq, qids, side="left")
+    jend = np.searchsorted(jq, qids, side="right")
+    by_query = np.argsort(first, kind="stable")
+    qbounds = np.searchsorted(first[by_query], np.arange(len(qids) + 1))
+    groups: dict = {}
+    for i, sp in enumerate(specs):
+        groups.setdefault((sp.alpha, sp.beta, relevance_level if sp.rel is None else sp.rel), []).append(i)
+    for (alpha, beta, level), rows in groups.items():
+        sub = [specs[i] for i in rows]
+        for c in range(len(qids)):
+            a, b = jstart[c], jend[c]
+            if a == b:
+                continue
+            docs, judged = _judged_matrix(js[a:b], jd[a:b], jg[a:b] >= level)
+            ideal = ideal_gains(judged, alpha)  # once per query
+            nrs = judged.sum(axis=0)
+            for r in by_query[qbounds[c]:qbounds[c + 1]].tolist():
+                lo, hi = offsets[r], offsets[r + 1]
+                if hi > lo:
+                    values[rows, r] = query_values(_ranking_matrix(ranked[lo:hi], docs, judged), judged, sub,
+                                                   nrs, ideal)
+    return values

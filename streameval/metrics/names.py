@@ -52,6 +52,7 @@ __all__ = [
     "ALL_TREC",
     "OFFICIAL_TREC",
     "check_arithmetic",
+    "is_diversity",
 ]
 
 #: the largest cutoff and depth (positions are Avro ints in the logs; trec_eval's ranks are C ints)
@@ -188,14 +189,18 @@ def _specs_for(family: str, ks: list[int | None], raw: str) -> list[MetricSpec]:
     return out
 
 
-def _parse_one(raw: str) -> list[MetricSpec]:
+def _parse_one(raw: str, accept_diversity: bool = False) -> list[MetricSpec]:
     name = raw.strip()
     if not name:
         raise MetricNameError(f"empty metric name. Accepted: {ACCEPTED}")
     low = name.lower()
     if diversity.is_diversity_name(name):
+        if accept_diversity:
+            d = diversity.parse_diversity(name)  # MetricNameError for a bad cutoff or parameter
+            return [MetricSpec(d.measure, d.k, label=d.label)]
         raise MetricNameError(f"metric {raw!r} is a diversity measure (subtopic judgments): streameval.evaluate() "
-                              "with diversity qrels and `streameval ndeval` compute it; this command does not")
+                              "with diversity qrels, `streameval ndeval` and `streameval batch` compute it; this "
+                              "command does not")
     irm = irm_names.parse(name)
     if irm is not None:
         return [irm]
@@ -249,27 +254,37 @@ def _parse_one(raw: str) -> list[MetricSpec]:
     return _specs_for(family, ks, raw)
 
 
-def parse_metric(name: str) -> list[MetricSpec]:
+def parse_metric(name: str, *, diversity: bool = False) -> list[MetricSpec]:
     """Parse one user-written metric name into one or more specs.
 
+    ``diversity``: accept the diversity measures of :mod:`streameval.metrics.diversity` (for a
+    consumer that scores them, the batch job): a spec whose family is the measure
+    (``"alpha-nDCG"``, one of the registry's ``subtopics`` families) and whose label is the name
+    as written; otherwise they are refused in one line.
     Raises :class:`MetricNameError` (a ``ValueError``) listing the accepted forms.
     """
     if not isinstance(name, str):
         raise MetricNameError(f"metric names are strings, got {type(name).__name__}")
-    return _parse_one(name)
+    return _parse_one(name, diversity)
 
 
-def parse_metrics(names, *, arithmetic: str | None = None) -> list[MetricSpec]:
+def is_diversity(spec) -> bool:
+    """True when ``spec`` (a MetricSpec) is a diversity measure (subtopic judgments)."""
+    f = registry.BY_NAME.get(spec.family)
+    return f is not None and f.subtopics
+
+
+def parse_metrics(names, *, arithmetic: str | None = None, diversity: bool = False) -> list[MetricSpec]:
     """Parse a name or an iterable of names; duplicates are dropped, first order kept.
 
     ``arithmetic``: for a consumer that aggregates arithmetic means and totals only (the Beam jobs),
     its name: ``all_trec`` / ``official`` then leave out gm_map and gm_bpref, and naming one of them
-    raises :class:`MetricNameError` (:func:`check_arithmetic`)."""
+    raises :class:`MetricNameError` (:func:`check_arithmetic`). ``diversity``: as :func:`parse_metric`."""
     if isinstance(names, (str, MetricSpec)):
         names = [names]
     seen: dict[MetricSpec, None] = {}
     for n in names:
-        specs = [n] if isinstance(n, MetricSpec) else parse_metric(n)
+        specs = [n] if isinstance(n, MetricSpec) else parse_metric(n, diversity=diversity)
         if arithmetic and isinstance(n, str) and n.strip().lower() in ("all_trec", "official"):
             specs = [s for s in specs if s.average != "geometric"]
         for s in specs:

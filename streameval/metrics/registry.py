@@ -105,12 +105,18 @@ class Family:
     irm: tuple = ()
     rows: tuple = ()
     parsed: bool = True
+    #: True for a diversity measure (subtopic judgments; :mod:`~streameval.metrics.diversity` parses
+    #: its names and scores it; ``parsed`` is False: only the batch job and evaluate() take it)
+    subtopics: bool = False
 
 
 _REL = Param("rel", "float", 1.0, "a number", "relevance level: grade >= rel is relevant (MetricOptions."
              "relevance_level, trec_eval -l, ir_measures rel=)")
 _DCG = Param("dcg", "str", "log2", ("log2", "exp-log2"), "gain: the grade (trec_eval) or 2**grade - 1 "
              "(MetricOptions.gain linear / exponential)")
+_ALPHA = Param("alpha", "float", 0.5, "[0, 1]", "redundancy penalty: a document's gain for a subtopic already "
+               "covered c times is (1 - alpha)^c (Clarke et al., SIGIR 2008; ndeval -alpha)")
+_BETA = Param("beta", "float", 0.5, "[0, 1]", "NRBP's patience (Clarke et al., ICTIR 2009; ndeval -beta)")
 _K = "kernel:"
 _T = "trec_measures:"
 
@@ -295,6 +301,19 @@ REGISTRY: tuple[Family, ...] = (
            trec_sets=("all_trec",), trec_defaults=(5, 10, 20), state=TOP_K, kernel=_T + "_unj",
            rows=(("`unj` (`.5,10`, `_5`)", "`unj_5`", "items not judged in the top k / k; defaults 5, 10, 20",
                   "m_unjudged.c"),)),
+    # -- diversity measures over subtopic judgments (ndeval 4.5; diversity.py parses and scores them) ----
+    *(Family(m, (), forms, REQUIRED if cut else NONE, params=params, average=MEAN, state=TOP_K if cut else ALL_ITEMS,
+             kernel="diversity:request_values", parsed=False, subtopics=True, print_order=56.6 + 0.03 * i)
+      for i, (m, forms, cut, params, _irm) in enumerate((
+          ("alpha-nDCG", "alpha_nDCG(alpha=a,rel=r)@k alpha-nDCG@k", True, (_ALPHA, _REL), ("alpha_nDCG",)),
+          ("alpha-DCG", "alpha_DCG@k", True, (_ALPHA, _REL), ()),
+          ("ERR-IA", "ERR_IA(alpha=a)@k ERR-IA@k", True, (_ALPHA, _REL), ("ERR_IA",)),
+          ("nERR-IA", "nERR_IA@k", True, (_ALPHA, _REL), ()),
+          ("NRBP", "NRBP(alpha=a,beta=b)", False, (_ALPHA, _BETA, _REL), ("NRBP",)),
+          ("nNRBP", "nNRBP(alpha=a,beta=b)", False, (_ALPHA, _BETA, _REL), ("nNRBP",)),
+          ("MAP-IA", "AP_IA MAP-IA", False, (_REL,), ("AP_IA",)),
+          ("P-IA", "P_IA@k P-IA@k", True, (_REL,), ("P_IA",)),
+          ("strec", "StRecall@k S_recall@k strec@k", True, (_REL,), ("StRecall",))))),
     # trec_eval's string measure: `streameval trec-eval` only (trec_names.relstring)
     Family("relstring", (), "relstring[.N]", trec_name="relstring", print_order=12, trec_sets=("all_trec",),
            trec_defaults=(10,), kernel=_T + "relstrings", parsed=False),

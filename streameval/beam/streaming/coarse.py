@@ -590,7 +590,7 @@ class ColumnarStreamMetrics(StreamMetrics):
         kw.pop("clicks", None)
         if ci not in ("t", "bootstrap"):
             raise ValueError(f"ci must be 't' or 'bootstrap', got {ci!r}")
-        ranking, online = split_metric_names(list(metrics or []))
+        ranking, online = split_metric_names(list(metrics or []), diversity=True)
         if ranking and not paths:
             raise ValueError("ranking metrics need judgments")
         ctr = kw.pop("ctr", True)
