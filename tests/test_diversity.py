@@ -308,7 +308,7 @@ def test_ndeval_command_equals_pyndeval(tmp_path, seed, flags):
 
 def _ndeval_risk(r, b, a):
     """The risk-sensitive difference of the TREC 2013 Web track (Collins-Thompson et al., "TREC 2013
-    Web Track Overview", section 4; ndeval.c 4.5's RiskBased): r - b for a win, (1 + a)(r - b) for a loss."""
+    Web Track Overview"; ndeval.c 4.5's RiskBased): r - b for a win, (1 + a)(r - b) for a loss."""
     return r - b if r >= b else (1 + a) * (r - b)
 
 

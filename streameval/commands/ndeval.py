@@ -20,7 +20,7 @@ Risk-sensitive evaluation (TREC Web track 2013-2014; ndeval.c 4.5's ``-baseline 
 ``-riskAlpha A``, :func:`risk_table`): the baseline run is read and scored as the run (same
 ``-traditional``, ``-M``), and every value becomes ndeval's ``RiskBased(r, b, a)``: ``r - b`` when
 ``r >= b``, else ``(1 + a) (r - b)`` (a loss weighs 1 + a times a gain; Collins-Thompson, Bennett,
-Diaz, Clarke and Voorhees, "TREC 2013 Web Track Overview", section 4). Topics: those of the run
+Diaz, Clarke and Voorhees, "TREC 2013 Web Track Overview"). Topics: those of the run
 (a topic the baseline lacks counts the baseline as 0) and, with ``-c``, also the baseline's (its
 run value 0); the mean divides by ndeval's count, raised to the number of printed topics when that
 is larger. The run id printed is ``RUNID (rel to. BASEID, rs=1+a, a=A)``, A as written (default
