@@ -17,7 +17,7 @@ per engine, on the same random log (:func:`_log`), by four engines:
 The three jobs must agree bit for bit (value and number of requests). The library's mean over
 queries must equal the jobs' mean over requests (one request per query and system here, so the same
 terms): checked EXACTLY too (bit for bit; the totals num_ret, ... as well): on this log the library's
-sum of 8 per-query values and the jobs' merged accumulators give the same double for all 232 rows of
+sum of 8 per-query values and the jobs' merged accumulators give the same double for all 234 rows of
 every option set. Should a change of summation order ever cost a last bit, relax the library check
 (only) to ``math.isclose(rel_tol=1e-12)``, never the engines'.
 
@@ -243,7 +243,7 @@ def test_names_cover_the_registry():
             assert {s.k for s in mine} >= set(_cutoffs(f)), f.name
         if any(p.name == "rel" for p in f.params) and any("rel" in irm_names._MEASURES[c.lower()][2] for c in f.irm):
             assert any("rel=2" in s.opts for s in mine), f.name
-    assert len(specs) == 116  # rows per system of every option set (232 with both systems)
+    assert len(specs) == 117  # rows per system of every option set (234 with both systems; 117 with ideal_dcg)
 
 
 def test_jobs_refuse_the_geometric_means_in_one_line(tmp_path, capsys):

@@ -306,6 +306,91 @@ def test_ndeval_command_equals_pyndeval(tmp_path, seed, flags):
     assert out.getvalue() == _expected_text(ref, ranked, actual)
 
 
+def _ndeval_risk(r, b, a):
+    """The risk-sensitive difference of the TREC 2013 Web track (Collins-Thompson et al., "TREC 2013
+    Web Track Overview"; ndeval.c 4.5's RiskBased): r - b for a win, (1 + a)(r - b) for a loss."""
+    return r - b if r >= b else (1 + a) * (r - b)
+
+
+def _same_csv(got: str, want: str):
+    """ndeval's CSV, the run ids, topics and -nan exactly, the numbers to the printed 6 decimals (a
+    difference r - b can end on a rounding boundary, x.xxxxxx5, where the last bit of r or b, ours or
+    pyndeval's, picks the printed digit)."""
+    g, w = got.splitlines(), want.splitlines()
+    assert len(g) == len(w) and g[0] == w[0]
+    for a, b in zip(g[1:], w[1:]):
+        fa, fb = a.rsplit(",", 21), b.rsplit(",", 21)
+        assert fa[0] == fb[0] and len(fa) == len(fb) == 22, (a, b)
+        for x, y in zip(fa[1:], fb[1:]):
+            assert x == y or ("nan" not in x + y and abs(float(x) - float(y)) <= 1.000001e-6), (a, b)
+
+
+@needs_pyndeval
+@pytest.mark.parametrize("seed", [1, 6])
+@pytest.mark.parametrize("flags", [["-riskAlpha", "1"], ["-riskAlpha", "5", "-c"], [], ["-c", "-M", "9"],
+                                   ["-riskAlpha", "0.25", "-alpha", "0.7"]])
+def test_ndeval_risk_sensitive_equals_the_formula_on_pyndeval(tmp_path, seed, flags):
+    """-baseline / -riskAlpha: every printed value is the formula applied to pyndeval's values of the
+    run and of the baseline; topics of the run (and of the baseline under -c), the missing side 0;
+    the mean divides by ndeval's topic count or the number printed, whichever is larger."""
+    from streameval.commands import ndeval
+
+    qrels, run = collection(seed)
+    rng = np.random.default_rng(seed + 200)
+    base = []
+    for q in [*range(1, 14), 15, 16]:  # 14: judged, only in the baseline; 16: in neither qrels nor run
+        if q == 3:
+            continue  # 3: in the run only
+        for doc in sorted({f"d{int(x):03d}" for x in rng.integers(0, 70, rng.integers(1, 30))}):
+            base.append((str(q), doc, float(rng.integers(0, 6))))
+    run = sorted(run, key=lambda r: r[0])
+    q, r = _write_collection(tmp_path, qrels, run, list(range(1, len(run) + 1)))
+    b = tmp_path / "b.txt"
+    b.write_text("".join(f"{a} Q0 {d} {k} {sc} base\n" for k, (a, d, sc) in enumerate(base, 1)))
+    a = float(flags[flags.index("-riskAlpha") + 1]) if "-riskAlpha" in flags else 0.0
+    alpha = float(flags[flags.index("-alpha") + 1]) if "-alpha" in flags else 0.5
+    depth = int(flags[flags.index("-M") + 1]) if "-M" in flags else None
+
+    def cut(rows):
+        rows = trec_order(rows)
+        return rows if depth is None else [x for t in sorted({x[0] for x in rows})
+                                           for x in [y for y in rows if y[0] == t][:depth]]
+
+    ref_run = oracle(qrels, cut(run), NDEVAL_NAMES, alpha=alpha)
+    ref_base = oracle(qrels, cut(base), NDEVAL_NAMES, alpha=alpha)
+    run_topics = {int(x[0]) for x in run}
+    base_topics = {int(x[0]) for x in base}
+    topics = sorted(run_topics | base_topics) if "-c" in flags else sorted(run_topics)
+    zero = dict.fromkeys(NDEVAL_NAMES, 0.0)
+    want = {str(t): {n: _ndeval_risk(ref_run.get(str(t), zero)[n] if t in run_topics else 0.0,
+                                     ref_base.get(str(t), zero)[n] if t in base_topics else 0.0, a)
+                     for n in NDEVAL_NAMES} for t in topics}
+    judged = {int(x[0]) for x in qrels}
+    actual = max(len(judged) if "-c" in flags else len(judged & run_topics), len(topics))
+    risk_text = flags[flags.index("-riskAlpha") + 1] if "-riskAlpha" in flags else "0"
+    out = io.StringIO()
+    assert ndeval.main(["-traditional", *flags, "-baseline", str(b), q, r], out=out) == 0
+    _same_csv(out.getvalue(), _expected_text(want, topics, actual, f"myrun (rel to. base, rs=1+a, a={risk_text})"))
+    # a loss counts 1 + a times: some topic is below the baseline (else the test would not test a)
+    assert any(v < 0 for row in want.values() for v in row.values())
+
+
+def test_ndeval_risk_without_baseline_changes_nothing(tmp_path):
+    from streameval.commands import ndeval
+
+    qrels, run = collection(2)
+    q, r = _write_collection(tmp_path, qrels, sorted(run, key=lambda x: x[0]), list(range(1, len(run) + 1)))
+    plain, risky, itself = io.StringIO(), io.StringIO(), io.StringIO()
+    assert ndeval.main([q, r], out=plain) == 0
+    assert ndeval.main(["-riskAlpha", "3", q, r], out=risky) == 0
+    assert plain.getvalue() == risky.getvalue()
+    # the run against itself: every difference 0 (NaN where ndeval's nNRBP is NaN)
+    assert ndeval.main(["-riskAlpha", "3", "-baseline", r, q, r], out=itself) == 0
+    lines = itself.getvalue().splitlines()
+    assert lines[1].startswith("myrun (rel to. myrun, rs=1+a, a=3),")
+    assert {v for ln in lines[1:] for v in ln.rsplit(",", 21)[1:]} <= {"0.000000", "-nan"}
+
+
 def test_ndeval_command_errors(tmp_path, capsys):
     from streameval.commands import ndeval
 
@@ -326,8 +411,13 @@ def test_ndeval_command_errors(tmp_path, capsys):
     assert ndeval.main([str(q), str(r)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{r}:2: docno 'd1' ranked twice for topic 1" in err
-    assert ndeval.main(["-baseline", str(r), str(q), str(r)]) == 2
-    assert "not implemented" in capsys.readouterr().err
+    assert ndeval.main(["-baseline", str(r), str(q), str(r)]) == 2  # the baseline's errors too
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{r}:2: docno 'd1' ranked twice for topic 1" in err
+    for bad in ("-1", "x", "nan", "inf"):
+        assert ndeval.main(["-riskAlpha", bad, str(q), str(r)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "-riskAlpha" in err
     assert ndeval.main(["-alpha", "2", str(q), str(r)]) == 2
     assert ndeval.main([str(tmp_path / "missing"), str(r)]) == 2
     err = capsys.readouterr().err

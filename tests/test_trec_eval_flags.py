@@ -122,7 +122,8 @@ MEASURES = {
     "official": [],
     "params": ["-m", "utility.1,-2,0.5,0.25", "-m", "iprec_at_recall.0,0.02,0.5", "-m", "11pt_avg.0.2,0.5",
                "-m", "rbp_resid.p=0.6", "-m", "relstring.15", "-m", "num_q", "-m", "Rprec_mult.0.5,2",
-               "-m", "set_F.0.5", "-m", "unj.3", "-m", "gm_map", "-m", "num_ret", "-m", "num_rel"],
+               "-m", "set_F.0.5", "-m", "unj.3", "-m", "gm_map", "-m", "num_ret", "-m", "num_rel",
+               "-m", "ideal_dcg.1=3,2=9"],
 }
 
 

@@ -13,11 +13,11 @@ from streameval.metrics.names import ALL_TREC, MetricNameError, parse_metrics
 
 from .conftest import data_path
 
-IMPLEMENTED = {s.trec_name for s in ALL_TREC} | {"num_q", "runid", "relstring"}
+IMPLEMENTED = {s.trec_name for s in ALL_TREC} | {"num_q", "runid", "relstring", "dcg", "ideal_dcg"}
 # measures printed with trec_eval's parameters: long cutoffs, double cutoffs, parameter strings
 _CUT_PREFIXES = ("P_", "recall_", "ndcg_cut_", "map_cut_", "success_", "relative_P_", "unj_")
 _PARAM_PREFIXES = ("ndcg_1=", "iprec_at_recall_", "Rprec_mult_", "utility_", "11pt_avg_", "set_F_", "rbp_p=",
-                   "rbp_resid_p=", "relstring_")
+                   "rbp_resid_p=", "relstring_", "ideal_dcg_")
 
 
 def _parse(text):
@@ -183,6 +183,12 @@ ORACLE_ARGS = [
     ["-q", "-m", "iprec_at_recall.0.15,0.33,0.5", "-m", "Rprec_mult.0.5,3", "-m", "relative_P.3,7", "-m", "unj.2,9",
      "-m", "rbp.p=0.7", "-m", "rbp_resid.p=0.5", "-m", "set_F.0.5", "-m", "utility.3,-2,1,0.5",
      "-m", "11pt_avg.0.2,0.5,0.8", "-m", "num_q", "-m", "gm_map"],
+    # trec_eval 10's ideal_dcg (not in all_trec), default gains and rel_level=gain pairs, with -c; dcg,
+    # ideal_dcg and ndcg share one parameter set in trec_eval (m_ndcg.c's default_ndcg_gains): the
+    # binary crashes when one of them with parameters is asked with another, so never together here
+    ["-q", "-c", "-m", "ideal_dcg", "-m", "dcg", "-m", "ndcg", "-m", "P.5"],
+    ["-q", "-c", "-m", "ideal_dcg.0=1,2=5,3=0.5", "-m", "map", "-m", "P.5", "-m", "G"],
+    ["-q", "-m", "ideal_dcg.1=3,2=9,-1=4", "-m", "map", "-m", "P.5", "-m", "Rndcg"],
 ]
 
 

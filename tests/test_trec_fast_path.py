@@ -345,3 +345,27 @@ def test_small_uints_equal_python_int(tokens):
 def test_small_uints_leave_other_tokens_to_the_general_path(tokens):
     words, lengths = _words([t.encode() for t in tokens])
     assert trec._small_uints(words, lengths) is None
+
+
+def test_trec_eval_imports_no_avro_or_arrow():
+    """``streameval trec-eval`` on TREC files, in a fresh interpreter, imports neither fastavro nor the
+    Avro, converter and record modules (streameval.io's names are imported on first use), nor pyarrow
+    or Beam; the package's names still resolve."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data" / "trec_eval_test"
+    code = ("import io, sys; from streameval import cli; "
+            f"rc = cli.main(['trec-eval', {str(data / 'qrels.test')!r}, {str(data / 'results.test')!r}]); "
+            "print(rc, sorted(m for m in sys.modules if m.split('.')[0] in ('fastavro', 'pyarrow', 'apache_beam') "
+            "or m in ('streameval.io.avro', 'streameval.io.convert', 'streameval.io.records')))")
+    root = str(Path(__file__).parent.parent)
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=root)
+    assert out.stdout.strip().splitlines()[-1] == "0 []", out.stdout[-300:] + out.stderr
+    import streameval.io as sio
+
+    assert sio.read_records.__module__ == "streameval.io.avro" and sio.TrecRun is trec.TrecRun
+    assert set(sio.__all__) <= set(dir(sio))

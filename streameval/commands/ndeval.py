@@ -16,9 +16,18 @@ relevant documents, as glibc prints it: ``-nan``). The measures are
   topics instead of the topics both judged and ranked; ``-a`` is accepted and, as in ndeval, changes
   nothing.
 
+Risk-sensitive evaluation (TREC Web track 2013-2014; ndeval.c 4.5's ``-baseline FILE`` and
+``-riskAlpha A``, :func:`risk_table`): the baseline run is read and scored as the run (same
+``-traditional``, ``-M``), and every value becomes ndeval's ``RiskBased(r, b, a)``: ``r - b`` when
+``r >= b``, else ``(1 + a) (r - b)`` (a loss weighs 1 + a times a gain; Collins-Thompson, Bennett,
+Diaz, Clarke and Voorhees, "TREC 2013 Web Track Overview"). Topics: those of the run
+(a topic the baseline lacks counts the baseline as 0) and, with ``-c``, also the baseline's (its
+run value 0); the mean divides by ndeval's count, raised to the number of printed topics when that
+is larger. The run id printed is ``RUNID (rel to. BASEID, rs=1+a, a=A)``, A as written (default
+``0``). ``-riskAlpha`` without ``-baseline`` changes nothing, as in ndeval.
+
 Errors (a malformed line, a docno ranked twice, a rank used twice, an empty file) are one line on
-stderr (``path:line: reason``) and exit status 2; ndeval's risk-sensitive ``-baseline`` /
-``-riskAlpha`` are not implemented (one line, status 2). Does not import Beam.
+stderr (``path:line: reason``) and exit status 2. Does not import Beam.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import numpy as np
 
 from ..exits import EXIT_OK, EXIT_USAGE, one_line
 
-__all__ = ["main", "ndeval_table", "format_ndeval"]
+__all__ = ["main", "ndeval_table", "format_ndeval", "risk_based", "risk_table"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,8 +59,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="average over every topic of the qrels (ndeval -c)")
     p.add_argument("-a", dest="all", action="store_true", help="accepted for ndeval's command lines (no effect)")
     p.add_argument("-M", dest="depth", type=int, default=None, help="cut the run at this depth per topic")
-    p.add_argument("-baseline", default=None, help=argparse.SUPPRESS)
-    p.add_argument("-riskAlpha", default=None, help=argparse.SUPPRESS)
+    p.add_argument("-baseline", default=None, metavar="FILE",
+                   help="baseline run for risk-sensitive evaluation (TREC Web 2013-14): values are run - baseline, "
+                        "losses weighted 1 + riskAlpha")
+    p.add_argument("-riskAlpha", default=None, metavar="A",
+                   help="risk sensitivity a >= 0 (default 0): a loss against the baseline counts (1 + a) times")
     return p
 
 
@@ -142,7 +154,8 @@ def _f(v: float) -> str:
 
 
 def format_ndeval(runid, topics, values, actual) -> str:
-    """ndeval.c outputMeasures' text (without a baseline): header, one line per topic, amean."""
+    """ndeval.c outputMeasures' text: header, one line per topic, amean (with a baseline: the
+    numbers and run id of :func:`risk_table`)."""
     from ..metrics.diversity import NDEVAL_COLUMNS
 
     head = "runid,topic," + ",".join(m if k is None else f"{m}@{k}" for m, k in NDEVAL_COLUMNS)
@@ -158,15 +171,59 @@ def format_ndeval(runid, topics, values, actual) -> str:
     return "\n".join(lines) + "\n"
 
 
+def risk_based(run, base, risk_alpha: float):
+    """ndeval.c's ``RiskBased(r, b, a)``, elementwise: ``r - b`` where ``r >= b``, else
+    ``(a + 1) (r - b)`` (a NaN on either side gives NaN). Arrays of equal shape; float64 out."""
+    r, b = np.asarray(run, dtype=np.float64), np.asarray(base, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.where(r >= b, r - b, (risk_alpha + 1.0) * (r - b))
+
+
+def risk_table(run_table, base_table, risk_alpha: float, risk_text: str, complete: bool = False):
+    """ndeval's risk-sensitive numbers from two :func:`ndeval_table` results (the run's and the
+    baseline's, scored against the same qrels with the same options): ``(runid, topics, values,
+    actual)`` as :func:`ndeval_table`'s, for :func:`format_ndeval`. ``topics``: the run's, and with
+    ``complete`` (``-c``) the baseline's too, ascending; a side without the topic counts 0.
+    ``actual``: the run table's divisor, or the number of topics printed when that is larger
+    (ndeval.c 4.5 outputMeasures). An empty baseline table leaves the run's numbers as they are."""
+    runid, topics, values, actual = run_table
+    brunid, btopics, bvalues, _ = base_table
+    if len(btopics) == 0:
+        return run_table
+    mine = {t: j for j, t in enumerate(topics.tolist())}
+    theirs = {t: j for j, t in enumerate(btopics.tolist())}
+    keep = sorted(set(mine) | (set(theirs) if complete else set()))
+    zero = np.zeros(values.shape[0])
+    out = np.empty((values.shape[0], len(keep)))
+    for c, t in enumerate(keep):
+        r = values[:, mine[t]] if t in mine else zero
+        b = bvalues[:, theirs[t]] if t in theirs else zero
+        out[:, c] = risk_based(r, b, risk_alpha)
+    name = f"{runid} (rel to. {brunid}, rs=1+a, a={risk_text})"
+    return name, np.asarray(keep, dtype=np.int64), out, max(actual, len(keep))
+
+
+def _risk_alpha(text):
+    """-riskAlpha's value: 0.0 when not given, None when not a finite number >= 0 (ndeval: usage)."""
+    if text is None:
+        return 0.0
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if 0.0 <= v < math.inf else None
+
+
 def main(argv=None, out=None) -> int:
     out = sys.stdout if out is None else out
     try:
         args = _parser().parse_args(argv)
     except SystemExit as e:
         return EXIT_OK if e.code == 0 else EXIT_USAGE
+    risk_alpha = _risk_alpha(args.riskAlpha)
     refused = None
-    if args.baseline is not None or args.riskAlpha is not None:
-        refused = "-baseline / -riskAlpha (ndeval's risk-sensitive evaluation) are not implemented"
+    if risk_alpha is None:
+        refused = f"-riskAlpha {args.riskAlpha}: the risk sensitivity must be a number >= 0"
     elif not 0.0 <= args.alpha <= 1.0 or not 0.0 <= args.beta <= 1.0:
         refused = f"-alpha and -beta must be between 0 and 1 (got {args.alpha}, {args.beta})"
     elif args.depth is not None and args.depth <= 0:
@@ -175,8 +232,13 @@ def main(argv=None, out=None) -> int:
         print(f"streameval ndeval: {refused}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        table = ndeval_table(args.qrels, args.run, alpha=args.alpha, beta=args.beta, traditional=args.traditional,
-                             complete=args.complete, depth=args.depth)
+        kw = dict(alpha=args.alpha, beta=args.beta, traditional=args.traditional, complete=args.complete,
+                  depth=args.depth)
+        table = ndeval_table(args.qrels, args.run, **kw)
+        if args.baseline is not None:
+            base = ndeval_table(args.qrels, args.baseline, **kw)
+            table = risk_table(table, base, risk_alpha, args.riskAlpha if args.riskAlpha is not None else "0",
+                               complete=args.complete)
     except (ValueError, OSError) as e:
         print(f"streameval ndeval: {one_line(e)}", file=sys.stderr)
         return EXIT_USAGE

@@ -237,6 +237,13 @@ REGISTRY: tuple[Family, ...] = (
                   "the j-th ideal gain (at least 1; 1 past the ideal list), / sum of the positive grades; gain = "
                   "grade (trec_eval's default gains; its `rel_level=gain` parameters and `gain=` are not used)",
                   "m_G.c"),)),
+    Family("ideal_dcg", (), "ideal_dcg[.LEVEL=GAIN,...]", trec_kind="plain", trec_name="ideal_dcg", print_order=22,
+           kernel=_T + "_ideal_dcg",
+           rows=(("`ideal_dcg` (`.1=3,2=9`)", "`ideal_dcg`, `ideal_dcg_1=3,2=9`", "ndcg's denominator: DCG of the "
+                  "query's judged documents by decreasing gain while the gain is positive, whatever is ranked; "
+                  "gain = grade or the `rel_level=gain` pairs (not in 10.0's all_trec; trec_eval shares one parameter "
+                  "set among dcg, ideal_dcg and ndcg and crashes when one with pairs is asked with another: here "
+                  "each keeps its own)", "m_ndcg.c"),)),
     Family("ndcg_rel", (), "ndcg_rel", trec_kind="plain", trec_name="ndcg_rel", print_order=24,
            trec_sets=("all_trec",), kernel=_T + "_ndcg_rel",
            rows=(("`ndcg_rel`", "`ndcg_rel`", "mean over the positive judgments of nDCG at the rank of each ranked "

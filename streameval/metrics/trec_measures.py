@@ -310,6 +310,15 @@ def _ndcg_gains(b, spec):
     gain = np.array([given.get(int(x), float(x) if x >= 0 else 0.0) for x in level.tolist()], dtype=np.float64)
     w = gain / np.log2(b.rank + 1.0)
     dcg = b.sum_top("dg_gains:" + spec.param, np.where(w == 0, 0.0, w), None)
+    ideal = _ideal_gains(b, pairs)
+    out = np.zeros(b.n)
+    np.divide(dcg, ideal, out=out, where=ideal > 0)
+    return out
+
+
+def _ideal_gains(b, pairs):
+    """gain_init.c's ideal DCG per ranked list with ``rel_level=gain`` pairs: the query's judged
+    documents from the largest gain down, stopping at the first gain <= 0 (m_ndcg.c)."""
     ideal_h = np.zeros(b.ng)
     for h in range(b.ng):
         lo, hi = int(b.joff[h]), int(b.joff[h + 1])
@@ -322,10 +331,19 @@ def _ndcg_gains(b, spec):
                 total += gl / np.log2(i + 2.0)
                 i += 1
         ideal_h[h] = total
-    ideal = b.per_list(ideal_h)
-    out = np.zeros(b.n)
-    np.divide(dcg, ideal, out=out, where=ideal > 0)
-    return out
+    return b.per_list(ideal_h)
+
+
+def _ideal_dcg(b, spec):
+    """trec_eval 10 m_ndcg.c's ``ideal_dcg``: the denominator of ndcg, the DCG of the query's
+    judged documents sorted by decreasing gain (gain / log2(rank + 1) over ranks 1, 2, ... while the
+    gain is positive), whatever the run ranks; 0 when the query has no positive gain. Gains: the
+    grades by default (the kernel's ideal over the judgments, as plain ``ndcg`` divides by), or
+    trec_eval's ``rel_level=gain`` pairs of ``spec.param`` (``ideal_dcg.1=3,2=9``, gain_init.c).
+    Shape (b.n,), one value per ranked list."""
+    if spec.param:
+        return _ideal_gains(b, gain_pairs(spec.param))
+    return b.ideal(None).copy()
 
 
 def _num_nonrel_judged_ret(b, spec):
@@ -529,6 +547,7 @@ FUNCS = {
     "rbp_resid": _rbp_resid,
     "yaap": _yaap,
     "ndcg": _ndcg_gains,  # with rel_level=gain parameters (spec.param); plain ndcg is the kernel's
+    "ideal_dcg": _ideal_dcg,
     "G": _g,
     "ndcg_rel": _ndcg_rel,
     "Rndcg": _rndcg,

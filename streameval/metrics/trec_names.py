@@ -8,7 +8,8 @@ trec_eval's defaults.  Kinds (as trec_eval's ``meas_init.c`` reads them):
 
 * plain (no parameter): gm_map, gm_bpref, infAP, binG, set_P, set_relative_P, set_recall, set_map, yaap,
   num_nonrel_judged_ret; G, ndcg_rel, Rndcg (trec_eval's default gains, the grades; its
-  ``rel_level=gain`` parameters are not implemented);
+  ``rel_level=gain`` parameters are not implemented); ideal_dcg (its ``rel_level=gain`` pairs as
+  ndcg's, ``ideal_dcg.1=3,2=9``, printed ``ideal_dcg_1=3,2=9``);
 * double cutoffs (one value each, printed ``%3.2f``): iprec_at_recall, Rprec_mult;
 * long cutoffs (one value each, like ``P``): relative_P, unj;
 * double parameters (one value, the parameter string printed as given): 11pt_avg, set_F, utility;
@@ -108,6 +109,14 @@ def _with_params(raw: str, family: str, text: str) -> list:
     if family in ("G", "ndcg_rel", "Rndcg"):
         raise _error(f"metric {raw!r}: gains per relevance level (rel_level=gain) are not implemented; "
                      f"{family} uses the grades as gains")
+    if family == "ideal_dcg":  # ndcg's rel_level=gain pairs (m_ndcg.c, gain_init.c)
+        from .trec_measures import gain_pairs
+
+        try:
+            gain_pairs(text)
+        except ValueError as e:
+            raise _error(f"metric {raw!r}: {e}") from None
+        return [_spec(family, None, text)]
     if family in _PLAIN:
         raise _error(f"metric {raw!r}: {family} takes no parameter")
     if family in _DCUT:
