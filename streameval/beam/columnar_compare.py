@@ -181,10 +181,10 @@ class PairedStatesCombineFn(BatchedStatesMixin, PairedCombineFn):
 
     A state holds ``flips`` sign-flip sums per metric as rows of int64 limbs (about 30 MB for 95
     metrics and 10,000 flips), and the runner's lifted combine keeps the accumulators of every key
-    of a bundle: so they are merged 4 at a time, not 16 (the peak memory of a job holds 4 states a
+    of a bundle: so they are merged 2 at a time, not 16 (the peak memory of a job holds 2 states a
     key instead of one per shard; a merge adds rows, cheap next to the products that made them)."""
 
-    BATCH = 4
+    BATCH = 2
 
     @property
     def states_ops(self):
