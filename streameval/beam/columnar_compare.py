@@ -102,7 +102,8 @@ def _run_sums(x: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         bmax = np.maximum.reduceat(biased.astype(np.int16), starts, axis=0).astype(np.int64)
         # a run of zeros (and subnormals, left to the next level, then to fsum) on the grid 1
         g = np.where(bmax > 0, np.maximum(bmax - 1022 - bits, -1074), 0)
-        up, down = np.ldexp(1.0, -g), np.ldexp(1.0, g)  # exact powers of two (down may be subnormal)
+        with np.errstate(over="ignore"):  # up is inf for runs below 2**-970: see below
+            up, down = np.ldexp(1.0, -g), np.ldexp(1.0, g)  # exact powers of two (down may be subnormal)
         if np.isinf(up).any():  # a run of values below 2**-970: scale with ldexp
             ge = g[run]
             v = np.trunc(np.ldexp(res, -ge))
