@@ -14,7 +14,10 @@ requests, a device attribute; one global window, slices by device), each case ru
 Each case runs on the engine the job picks (``auto``: the columnar one where it covers the options)
 and, on ``--records-impressions`` impressions (the per-record engine is too slow for 10 M), with
 ``--engine records``: yesterday's path for the options the columnar engine did not cover. Prints wall
-time, impressions per second, peak RSS and the ratio to the ranking case on the same input.
+time (best of the runs), CPU time (user + sys of the job's process and its children, the best run;
+steadier than wall time on a shared machine), impressions per CPU second, peak RSS and the ratios to
+the ranking case on the same input (wall, CPU, memory). ``--base DIR`` runs another checkout's code
+(e.g. ``git archive main | tar -x -C DIR``) on the same logs, the two alternating run by run.
 
 Targets (issue 22): ``online`` >= 800,000 impressions/s at 10 M; ``bootstrap`` <= 2 x ``ranking``;
 ``compare`` <= 1.2 x ``ranking``; peak memory within 1.3 x of ``ranking``.
@@ -75,16 +78,33 @@ def child(spec: dict) -> dict:
             "engine": summary["engine"]}
 
 
-def _run(spec: dict, repeat: int) -> dict:
-    best = None
+def _once(spec: dict, tree: str) -> dict:
+    """One run of a case in its own process, with the code of ``tree`` (this checkout or ``--base``):
+    its wall time and peak RSS as the child reports them, and the CPU time (user + sys) of the child
+    and every process it waited for, from this process's RUSAGE_CHILDREN before and after."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run([sys.executable, os.path.join(tree, "benchmarks", "bench_engines.py"), "--child",
+                          json.dumps(spec)], capture_output=True, text=True, cwd=tree, env=env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr[-3000:])
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return res
+
+
+def _run(spec: dict, repeat: int, trees=(ROOT,)) -> list[dict]:
+    """Best of ``repeat`` runs (by CPU time) for each tree; the trees alternate run by run, so old
+    and new code see the same load."""
+    best = [None] * len(trees)
     for _ in range(max(1, repeat)):
-        out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
-                             cwd=ROOT)
-        if out.returncode != 0:
-            raise SystemExit(out.stderr[-3000:])
-        res = json.loads(out.stdout.strip().splitlines()[-1])
-        if best is None or res["wall"] < best["wall"]:
-            best = res
+        for i, tree in enumerate(trees):
+            res = _once(dict(spec, out=spec["out"] + (f"-t{i}" if i else "")), tree)
+            if best[i] is None or res["cpu"] < best[i]["cpu"]:
+                best[i] = dict(res, best_wall=min(res["wall"], (best[i] or res)["wall"]))
+            else:
+                best[i]["best_wall"] = min(best[i]["best_wall"], res["wall"])
     return best
 
 
@@ -96,6 +116,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--dir", default=None, help="keep the generated logs here (default: a temporary directory)")
+    ap.add_argument("--base", default=None,
+                    help="another checkout (e.g. `git archive main | tar -x -C DIR`): its code runs side by side, "
+                         "alternating with this one's, on the same logs")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -109,19 +132,23 @@ def main(argv=None) -> int:
     runs = [(args.impressions, "auto")]
     if args.records_impressions:
         runs.append((args.records_impressions, "records"))
-    print(f"{'case':<10} {'engine':<9} {'impressions':>11} {'wall s':>8} {'impr/s':>10} {'peak MB':>8} "
-          f"{'x ranking':>9}")
+    trees = [ROOT] + ([os.path.abspath(args.base)] if args.base else [])
+    labels = ["new", "base"] if args.base else [""]
+    print(f"{'case':<10} {'code':<4} {'engine':<9} {'impressions':>11} {'wall s':>8} {'cpu s':>8} {'impr/s':>10} "
+          f"{'peak MB':>8} {'x ranking':>9} {'x rk cpu':>8} {'x rk mem':>8}")
     for n, engine in runs:
         paths, jpath = _logs(n, os.path.join(work, str(n)))
-        ref = None
+        refs = None
         for case in (["ranking"] if "ranking" not in cases else []) + cases:
-            res = _run({"case": case, "engine": engine, "paths": paths, "jpath": jpath,
-                        "out": os.path.join(work, f"out-{n}-{engine}-{case}")}, args.repeat)
+            results = _run({"case": case, "engine": engine, "paths": paths, "jpath": jpath,
+                            "out": os.path.join(work, f"out-{n}-{engine}-{case}")}, args.repeat, trees)
             if case == "ranking":
-                ref = res
-            print(f"{case:<10} {res['engine']:<9} {res['records']:>11,} {res['wall']:>8.2f} "
-                  f"{res['records'] / res['wall']:>10,.0f} {res['peak_mb']:>8.0f} {res['wall'] / ref['wall']:>9.2f}",
-                  flush=True)
+                refs = results
+            for label, res, ref in zip(labels, results, refs):
+                print(f"{case:<10} {label:<4} {res['engine']:<9} {res['records']:>11,} {res['best_wall']:>8.2f} "
+                      f"{res['cpu']:>8.2f} {res['records'] / res['cpu']:>10,.0f} {res['peak_mb']:>8.0f} "
+                      f"{res['best_wall'] / ref['best_wall']:>9.2f} {res['cpu'] / ref['cpu']:>8.2f} "
+                      f"{res['peak_mb'] / ref['peak_mb']:>8.2f}", flush=True)
     return 0
 
 

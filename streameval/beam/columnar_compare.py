@@ -30,55 +30,90 @@ __all__ = ["paired_states", "system_means", "PairedStatesCombineFn", "MAX_TABLE"
 MAX_TABLE = 1 << 25
 
 
-def system_means(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per run ``[start, end)`` of the columns of ``values`` (shape (n_metrics, n)): the mean of each
+def system_means(values: np.ndarray, starts: np.ndarray, ends: np.ndarray, order=None) -> np.ndarray:
+    """Per run ``[start, end)`` of the columns of ``values`` (shape (n_metrics, n); with ``order``,
+    shape (n_metrics, N) and the runs are of ``values[:, order]``, gathered here): the mean of each
     metric over the run, NaN skipped (NaN when every value is); shape (n_metrics, n_runs). Each sum
-    is the correctly rounded exact sum (:func:`math.fsum`), so the means equal a per-run fsum."""
-    nan = np.isnan(values)
-    counts = np.add.reduceat((~nan).astype(np.int64), starts, axis=1) if len(starts) else \
-        np.zeros((len(values), 0), np.int64)
-    filled = np.where(nan, 0.0, values)
-    sums = filled[:, starts].copy()
-    several = np.flatnonzero(ends - starts > 1)
+    is the correctly rounded exact sum (:func:`math.fsum`), so the means equal a per-run fsum.
+
+    The work is on the transposed columns (one row of n_metrics values per request), so every
+    reduction over a run adds contiguous rows."""
+    x = np.ascontiguousarray(values.T)  # (n, n_metrics): a transposition, then a gather of rows
+    if order is not None:
+        x = x[order]
+    n_runs, n_metrics = len(starts), x.shape[1]
+    nan = np.isnan(x)
+    lens = ends - starts
+    counts = np.repeat(lens[:, None], n_metrics, axis=1)
+    filled = x
+    if n_runs and nan.any():
+        cols = np.flatnonzero(nan.any(axis=0))  # NaN counts of the metrics with NaN (float32: exact below 2**24)
+        exact = np.float32 if lens.max() < 1 << 24 else np.float64
+        counts[:, cols] -= np.add.reduceat(nan[:, cols].astype(exact), starts, axis=0).astype(np.int64)
+        filled = np.where(nan, 0.0, x)
+    sums = filled[starts]
+    several = np.flatnonzero(lens > 1)
     if len(several):
         exact, done = _run_sums(filled, starts, ends)
-        pick = several[done[:, several].all(axis=0)] if len(filled) else several
-        sums[:, pick] = exact[:, pick]
+        pick = several[done[several].all(axis=1)] if n_metrics else several
+        sums[pick] = exact[pick]
         rest = np.setdiff1d(several, pick)
-        rows = filled.tolist() if len(rest) else []
+        cols = filled.T.tolist() if len(rest) else []
         for i in rest.tolist():  # a run with values 2**40 apart, -0.0 or an infinity: math.fsum
             lo, hi = int(starts[i]), int(ends[i])
-            for m, row in enumerate(rows):
-                sums[m, i] = math.fsum(row[lo:hi])
+            for m, col in enumerate(cols):
+                sums[i, m] = math.fsum(col[lo:hi])
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counts > 0, sums / np.where(counts > 0, counts, 1), np.nan)
+        return np.where(counts > 0, sums / np.where(counts > 0, counts, 1), np.nan).T
+
+
+_EXP = np.int64(0x7FF)
 
 
 def _run_sums(x: np.ndarray, starts: np.ndarray, ends: np.ndarray):
-    """Correctly rounded exact sums of the runs ``[start, end)`` (contiguous, covering the columns)
-    of each row of ``x`` (finite or not, no NaN), vectorised: ``(sums, done)``, ``done`` false where
-    the run needs :func:`math.fsum` instead. Each value is split exactly as ``v1 * 2**g1 + v2 * 2**g2``
-    with integers ``|v| < 2**bits`` (``bits = 53 - ceil(log2(longest run))``) on grids taken from
-    the run's largest exponent, then its residual's; the runs' sums of ``v1`` and of ``v2`` are exact
-    (integers below 2**53), so their scaled values ``A``, ``B`` are exact doubles and ``A + B`` is
-    the correctly rounded exact sum (one IEEE addition). Not done: runs whose values need a third
-    level (values more than about 2**40 apart), with -0.0 (fsum keeps its sign) or an infinity."""
+    """Correctly rounded exact sums of the runs ``[start, end)`` (contiguous, covering the rows) of
+    each column of ``x`` (shape (n, n_metrics), finite or not, no NaN), vectorised: ``(sums, done)``
+    of shape (n_runs, n_metrics), ``done`` false where the run needs :func:`math.fsum` instead. Each
+    value is split exactly as ``v1 * 2**g1 + v2 * 2**g2`` with integers ``|v| < 2**bits`` (``bits =
+    53 - ceil(log2(longest run))``) on grids taken from the run's largest exponent (read from the
+    bits of the doubles), then its residual's; the scalings by powers of two are exact products; the
+    runs' sums of ``v1`` and of ``v2`` are exact (integers below 2**53), so their scaled values
+    ``A``, ``B`` are exact doubles and ``A + B`` is the correctly rounded exact sum (one IEEE
+    addition). Not done: runs whose values need a third level (values more than about 2**40 apart),
+    with -0.0 (fsum keeps its sign) or an infinity. The sum being the exact sum correctly rounded,
+    it does not depend on how the values were split."""
     lens = ends - starts
     bits = 53 - max(1, int(lens.max() - 1).bit_length())
-    finite = np.isfinite(x)
-    res = np.where(finite, x, 0.0)
-    done = np.minimum.reduceat((finite & ~((res == 0) & np.signbit(res))).astype(np.int8), starts, axis=1) > 0
-    total = np.zeros((len(x), len(starts)))
-    for _ in range(2):
-        nz = res != 0
-        _, e = np.frexp(res)
-        emax = np.maximum.reduceat(np.where(nz, e, -10_000), starts, axis=1)
-        g = np.maximum(emax - bits, -1074)
-        ge = np.repeat(g, lens, axis=1)
-        v = np.trunc(np.ldexp(res, -ge))
-        res = res - np.ldexp(v, ge)
-        total = total + np.ldexp(np.add.reduceat(v, starts, axis=1), g)  # exact, then one rounding
-    done &= ~np.logical_or.reduceat(res != 0, starts, axis=1)
+    raw = x.view(np.int64)
+    biased = (raw >> 52) & _EXP  # |v| < 2**(biased - 1022) for every double but inf / nan (biased 2047)
+    bad = (biased == _EXP) | (raw == np.iinfo(np.int64).min)  # an infinity, -0.0
+    if bad.any():
+        done = ~np.logical_or.reduceat(bad, starts, axis=0)
+        res = np.where(biased == _EXP, 0.0, x)
+        biased = np.where(biased == _EXP, 0, biased)
+    else:
+        done = np.ones((len(starts), x.shape[1]), dtype=bool)
+        res = x
+    run = np.repeat(np.arange(len(starts)), lens)
+    total = np.zeros((len(starts), x.shape[1]))
+    for level in range(2):
+        if level:
+            biased = (res.view(np.int64) >> 52) & _EXP
+        bmax = np.maximum.reduceat(biased.astype(np.int16), starts, axis=0).astype(np.int64)
+        # a run of zeros (and subnormals, left to the next level, then to fsum) on the grid 1
+        g = np.where(bmax > 0, np.maximum(bmax - 1022 - bits, -1074), 0)
+        with np.errstate(over="ignore"):  # up is inf for runs below 2**-970: see below
+            up, down = np.ldexp(1.0, -g), np.ldexp(1.0, g)  # exact powers of two (down may be subnormal)
+        if np.isinf(up).any():  # a run of values below 2**-970: scale with ldexp
+            ge = g[run]
+            v = np.trunc(np.ldexp(res, -ge))
+            res = res - np.ldexp(v, ge)
+        else:
+            v = np.trunc(res * up[run])  # |v| < 2**bits, exact (a power-of-two scaling of a double)
+            res = res - v * down[run]  # the bits below 2**g, exact
+        total = total + np.add.reduceat(v, starts, axis=0) * down  # exact, then one rounding
+    if res.any():
+        done &= ~np.logical_or.reduceat(res != 0, starts, axis=0)
     return total, done
 
 
@@ -117,7 +152,7 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
             cut = int((key == -1).sum())
             first = int(np.searchsorted(starts, cut))
             order, starts, ends = order[cut:], starts[first:] - cut, ends[first:] - cut
-        means = system_means(values[:, order], starts, ends)
+        means = system_means(values, starts, ends, order)
         seg_key = key[order[starts]]
         seg_group, seg_sys = seg_key // S, seg_key % S
         # the baseline's segment of each (window, slice, query) group, and every other system's
@@ -143,7 +178,14 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
 
 
 class PairedStatesCombineFn(BatchedStatesMixin, PairedCombineFn):
-    """:class:`~streameval.beam.stats.PairedCombineFn` whose inputs are PairedComparison states."""
+    """:class:`~streameval.beam.stats.PairedCombineFn` whose inputs are PairedComparison states.
+
+    A state holds ``flips`` sign-flip sums per metric as rows of int64 limbs (about 30 MB for 95
+    metrics and 10,000 flips), and the runner's lifted combine keeps the accumulators of every key
+    of a bundle: so they are merged 2 at a time, not 16 (the peak memory of a job holds 2 states a
+    key instead of one per shard; a merge adds rows, cheap next to the products that made them)."""
+
+    BATCH = 2
 
     @property
     def states_ops(self):
