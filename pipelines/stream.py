@@ -96,7 +96,8 @@ __all__ = ["main", "build_arg_parser"]  # the library's transforms: streameval.b
 LOCAL_STREAM_RUNNERS = ("BundleBasedDirectRunner", "DirectRunner")
 #: request shards of the columnar engine by default: the local runner runs one process (one core for
 #: Python), where every shard a file is cut into costs a call of each batch stage per window it touches
-COLUMNAR_SHARDS = 4
+#: (a fixed cost of milliseconds) and a key's state and timers: one shard (docs/scale.md, 2026-11-27)
+COLUMNAR_SHARDS = 1
 RUNNING_TOTALS = "running_totals.jsonl"  # in --output (a local directory): the accounting as of each pane
 #: the outputs in --output: a rerun removes a previous run's first, the manifest lists them last
 OUTPUTS = ("metrics-*", "late_data-*", "dead_letters-*", "alerts-*", RUNNING_TOTALS)

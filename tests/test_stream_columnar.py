@@ -98,11 +98,13 @@ def _stream(tmp_path, files, judg, extra=(), metrics="ndcg@10,map,P@5"):
     return code, out
 
 
-def test_columnar_stream_equals_the_batch_job(tmp_path, capsys):
+@pytest.mark.parametrize("shards", [[], ["--request-shards", "4"]], ids=["default-shards", "4-shards"])
+def test_columnar_stream_equals_the_batch_job(tmp_path, capsys, shards):
     files, judg = _log()
     # the watermark stays 7 h behind the latest event: nothing of the 6-hour log is late, so the
-    # replays and the split requests meet their earlier records as in batch
-    code, out = _stream(tmp_path, files, judg, ["--engine", "columnar", "--watch-delay", "7h"])
+    # replays and the split requests meet their earlier records as in batch (the local runner's
+    # default is one request shard; 4 shards exercise the aggregate's merge of the shards' partials)
+    code, out = _stream(tmp_path, files, judg, ["--engine", "columnar", "--watch-delay", "7h", *shards])
     assert code == 0, capsys.readouterr()
     summary = json.loads((out / "summary.json").read_text())
     rows = _jsonl(out, "metrics-*.jsonl")

@@ -128,8 +128,9 @@ class _ReadBlocks(beam.DoFn):
     """``(path, block, records, watermark)`` -> ``(request shard, (watermark, frozen columns))`` and
     dead letters (tag ``side``) of the records the batch reader rejects."""
 
-    def __init__(self, shards: int, time_range, run: str):
-        self.reader = _ReadImpressionColumns(shards, decoder="datafusion", time_range=time_range)
+    def __init__(self, shards: int, time_range, run: str, hold: bool = False):
+        # hold: the pieces stay in this process (not pickled), for the in-process local runner only
+        self.reader = _ReadImpressionColumns(shards, decoder="datafusion", time_range=time_range, hold=hold)
         self.run = run
 
     def process(self, element):
@@ -196,7 +197,10 @@ class _ShardFn(beam.DoFn):
     META = ReadModifyWriteStateSpec("meta", FastPrimitivesCoder())
     EXPIRY = TimerSpec("expiry", TimeDomain.WATERMARK)
 
-    def __init__(self, cfg, batch: dict, judgments: dict | None, online=None, boot=None):
+    def __init__(self, cfg, batch: dict, judgments: dict | None, online=None, boot=None, hold: bool = False):
+        #: the bag's pieces held in this process (its state holds their keys; nothing pickled): for
+        #: the in-process local runner only
+        self.hold = hold
         #: {query shard: [frozen resolved judgments]} (read when the job started), or None
         self.judgments = judgments
         self.cfg = cfg
@@ -294,8 +298,10 @@ class _ShardFn(beam.DoFn):
         return -(-t // step) * step
 
     @staticmethod
-    def _buffer(pieces) -> dict | None:
-        held = [thaw(v) for v in pieces.read()]
+    def _buffer(pieces, drop: bool = False) -> dict | None:
+        """The bag's pieces as one chunk (None: empty); ``drop``: held pieces leave this process's
+        memory (the bag is cleared next)."""
+        held = [thaw(v, keep=not drop) if isinstance(v[1], str) else thaw(v) for v in pieces.read()]
         return _concat(held) if held else None
 
     def process(self, element, pieces=beam.DoFn.StateParam(PIECES),
@@ -320,7 +326,7 @@ class _ShardFn(beam.DoFn):
                     return
                 both = _concat([old, new]) if old is not None else new
                 req, win = self._request_windows(both)
-        pieces.add(freeze(new))
+        pieces.add(freeze(new, hold=self.hold))
         rwin = win[req]
         period = cfg.spec.period
         # windows the piece changes: its requests' windows (ranking) and its impressions' own windows
@@ -433,13 +439,13 @@ class _ShardFn(beam.DoFn):
         keep_for = max(cfg.retention, cfg.spec.period)  # a later window's clicks may need a request's records
         gone = [k for k in final if self._expiry(k) + keep_for <= now]
         if gone:
-            buf = self._buffer(pieces)
+            buf = self._buffer(pieces, drop=True)  # the held pieces are dropped, the kept rows held again
             pieces.clear()
             if buf is not None and buf["n"]:
                 req, win = self._request_windows(buf)
                 keep = ~np.isin(win[req], np.array(gone, dtype=np.int64))
                 if keep.any():
-                    pieces.add(freeze(buf if keep.all() else _take(buf, keep)))
+                    pieces.add(freeze(buf if keep.all() else _take(buf, keep), hold=self.hold))
             for k in gone:
                 sent.pop(k, None)
             final = [k for k in final if k not in gone]
@@ -576,13 +582,17 @@ class ColumnarStreamMetrics(StreamMetrics):
     stage 2 (default 16); ``metrics`` may also name online metrics (:mod:`.coarse_online`: ``auc``,
     ``auc_hist`` with ``hist_bins`` / ``hist_range``, click, calibration and interleaving metrics;
     ``gauc`` raises ValueError); ``ci="bootstrap"`` (``replicates``, ``ci_seed``): the ranking
-    metrics' Poisson bootstrap intervals (ValueError without ranking metrics). Outputs and counts as
+    metrics' Poisson bootstrap intervals (ValueError without ranking metrics); ``in_process``: the
+    blocks' columns and the shards' pieces stay in this process's memory instead of being pickled
+    between the steps and into the shards' state (None: when the pipeline's runner is the in-process
+    ``BundleBasedDirectRunner``; True needs a runner that runs every step in one process). Outputs and counts as
     :class:`StreamMetrics` (``panes``, ``side``, ``late``, ``dead_letters``, :meth:`counts`,
     :meth:`accounting`)."""
 
     def __init__(self, judgment_paths=None, metrics=None, window="1h", *, order="score", tie_break="docno",
                  score_precision="float32", depth=None, request_shards=16, decoder=None, ci="t",
-                 replicates=DEFAULT_REPLICATES, ci_seed=0, hist_bins=1000, hist_range=(0.0, 1.0), **kw):
+                 replicates=DEFAULT_REPLICATES, ci_seed=0, hist_bins=1000, hist_range=(0.0, 1.0), in_process=None,
+                 **kw):
         from ..online import split_metric_names
         from .coarse_online import StreamBootstrap, StreamOnline
 
@@ -618,6 +628,9 @@ class ColumnarStreamMetrics(StreamMetrics):
         self.batch = {"order": order, "tie_break": tie_break, "score_precision": score_precision, "depth": depth,
                       "bootstrap": (int(replicates), int(ci_seed)) if ci == "bootstrap" else None}
         self.decoder = decoder or default_decoder()
+        #: the blocks' columns and the shards' pieces held in this process instead of pickled (None:
+        #: when the pipeline's runner is the in-process BundleBasedDirectRunner)
+        self.in_process = in_process
 
     def _judgments(self):
         """The judgments, read and resolved when the pipeline is built (the batch job's reader and
@@ -656,12 +669,17 @@ class ColumnarStreamMetrics(StreamMetrics):
             judgments, dead = self._judgments()
             if dead:
                 side.append(p | "JudgmentDeadLetters" >> beam.Create(dead))
-        pieces = blocks | "ReadBlocks" >> beam.ParDo(_ReadBlocks(cfg.shards, self.time_range, cfg.run)).with_outputs(
+        hold = self.in_process
+        if hold is None:
+            from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+
+            hold = isinstance(getattr(p, "runner", None), BundleBasedDirectRunner)
+        pieces = blocks | "ReadBlocks" >> beam.ParDo(_ReadBlocks(cfg.shards, self.time_range, cfg.run, hold)).with_outputs(
             "side", main="pieces")
         side.append(pieces.side)
         keyed = pieces.pieces
         keyed.element_type = typehints.Tuple[int, typehints.Any]
-        shards = keyed | "Shards" >> beam.ParDo(_ShardFn(cfg, self.batch, judgments, self.online, self.boot)).with_outputs(
+        shards = keyed | "Shards" >> beam.ParDo(_ShardFn(cfg, self.batch, judgments, self.online, self.boot, hold)).with_outputs(
             "side", main="systems")
         side.append(shards.side)
         to_agg = shards.systems
