@@ -189,6 +189,12 @@ def freeze(chunk: dict, runs=(), hold: bool = False) -> tuple[int, bytes | str]:
     out = {k: ({a: _compact(c, k in runs) for a, c in v.items()} if k == "attributes" else _compact(v, k in runs))
            for k, v in chunk.items()}
     if hold:
+        # held arrays are shared with every later reader (the stream's shards thaw them with keep=True):
+        # read-only, so that a stage writing into one fails loudly instead of changing a kept piece
+        for v in out.values():
+            for c in (v.values() if isinstance(v, dict) else (v,)):
+                if isinstance(c, np.ndarray):
+                    c.flags.writeable = False
         key = f"{os.getpid()}:{next(_held_keys)}"
         _HELD[key] = out
         return int(n), key
