@@ -51,8 +51,8 @@ from ..metrics import interleaving as il
 from ..metrics import online as om
 from .columnar import _MergeMeans
 from .columnar_clean import _first_min, _grouped, _labels, _windows
-from .columnar_columns import (_concat, _encode, _factorize, _nonempty, _pair_codes, _pick, _shards_of, _sorted_codes,
-                               _split, _take, _unique_codes, thaw)
+from .columnar_columns import (_concat, _encode, _factorize, _group_bounds, _nonempty, _pair_codes, _pick, _shards_of,
+                               _slice, _sorted_codes, _split, _take, _unique_codes, freeze, thaw)
 from .columnar_score import mean_states
 from .combiners import OpsCombineFn
 from .online import (
@@ -206,12 +206,17 @@ class OnlineColumns:
             for code, nm in keys:
                 codes.append(code[rows] + len(names))
                 names.extend(nm)
-            rep = np.tile(rows, len(keys))
-            out = {"n": len(rep), "gid": _pick(gid, rep), "key": np.concatenate(codes),
+            # the group shard of each example once (not per specification), and the string ids taken
+            # once, already in shard order
+            shard = np.tile(_shards_of(_pick(gid, rows), None, self.shards), len(keys))
+            order, starts, ends = _group_bounds(shard)
+            rep = np.tile(rows, len(keys))[order]
+            out = {"n": len(rep), "gid": _pick(gid, rep), "key": np.concatenate(codes)[order],
                    "score": score[rep], "label": label[rep].astype(np.int8)}
-            shard = _shards_of(out["gid"], None, self.shards)
-            for s, frozen in _split(out, shard, hold=self.hold):
-                yield pvalue.TaggedOutput(TAG_GAUC, ((group, s), (names, frozen)))
+            for lo, hi in zip(starts.tolist(), ends.tolist()):
+                part = _slice(out, lo, hi) if self.hold else _take(out, np.arange(lo, hi))
+                frozen = freeze(part, hold=self.hold)
+                yield pvalue.TaggedOutput(TAG_GAUC, ((group, int(shard[order[lo]])), (names, frozen)))
 
     # -- requests: whole in their shard -----------------------------------------------------
     def _request_states(self, chunk):
