@@ -225,6 +225,15 @@ def test_count_arrays_by_key_match_direct_counts(nkeys):
         want = sorted(direct[k].items())
         assert values.tolist() == [v for v, _ in want]
         assert pos.tolist() == [c[0] for _, c in want] and neg.tolist() == [c[1] for _, c in want]
+    # merged states of a random split (and an empty state) equal the state of all rows
+    part = rng.integers(0, 5, n)
+    states = defaultdict(list)
+    for i in range(5):
+        for k, state in CountArrays.by_key(key[part == i], score[part == i], label[part == i]):
+            states[k].append(state)
+    for k, state in got[:50]:
+        merged = CountArrays.merge(states[k] + [CountArrays.EMPTY])
+        assert [a.tolist() for a in CountArrays.arrays(merged)] == [a.tolist() for a in CountArrays.arrays(state)]
     k0 = got[0][0]
     ops = AucOps.create()
     for s, y in zip(score[key == k0].tolist(), label[key == k0].tolist()):
