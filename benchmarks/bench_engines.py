@@ -14,7 +14,10 @@ requests, a device attribute; one global window, slices by device), each case ru
 Each case runs on the engine the job picks (``auto``: the columnar one where it covers the options)
 and, on ``--records-impressions`` impressions (the per-record engine is too slow for 10 M), with
 ``--engine records``: yesterday's path for the options the columnar engine did not cover. Prints wall
-time, impressions per second, peak RSS and the ratio to the ranking case on the same input.
+time, impressions per second, CPU time (user + sys of the job's process and its children; the best
+of ``--repeat`` by CPU time, the steadier measure on a shared machine), peak RSS and the ratio to the
+ranking case on the same input. ``--baseline DIR`` (a checkout of older code) runs every case with
+that code too, alternating old and new, for a side-by-side comparison in one run.
 
 Targets (issue 22): ``online`` >= 800,000 impressions/s at 10 M; ``bootstrap`` <= 2 x ``ranking``;
 ``compare`` <= 1.2 x ``ranking``; peak memory within 1.3 x of ``ranking``.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import subprocess
@@ -75,15 +79,21 @@ def child(spec: dict) -> dict:
             "engine": summary["engine"]}
 
 
-def _run(spec: dict, repeat: int) -> dict:
+def _run(spec: dict, repeat: int, root: str = ROOT) -> dict:
+    """Best of ``repeat`` runs (by CPU time: user + sys of the job's process and its children, the
+    steadier measure on a shared machine) of one case, with the code of the checkout ``root``."""
     best = None
+    env = dict(os.environ, PYTHONPATH=root)
     for _ in range(max(1, repeat)):
-        out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
-                             cwd=ROOT)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "bench_engines.py"), "--child",
+                              json.dumps(spec)], capture_output=True, text=True, cwd=root, env=env)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if out.returncode != 0:
             raise SystemExit(out.stderr[-3000:])
         res = json.loads(out.stdout.strip().splitlines()[-1])
-        if best is None or res["wall"] < best["wall"]:
+        res["cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        if best is None or res["cpu"] < best["cpu"]:
             best = res
     return best
 
@@ -96,6 +106,10 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--dir", default=None, help="keep the generated logs here (default: a temporary directory)")
+    ap.add_argument("--baseline", default=None,
+                    help="a checkout of older code (e.g. `git worktree add /tmp/base main`): each case runs with "
+                         "it too, side by side, alternating old and new")
+    ap.add_argument("--no-ranking", action="store_true", help="do not add the ranking case (no x ranking ratio)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -109,19 +123,27 @@ def main(argv=None) -> int:
     runs = [(args.impressions, "auto")]
     if args.records_impressions:
         runs.append((args.records_impressions, "records"))
-    print(f"{'case':<10} {'engine':<9} {'impressions':>11} {'wall s':>8} {'impr/s':>10} {'peak MB':>8} "
-          f"{'x ranking':>9}")
+    codes = [("new", ROOT)] + ([("old", os.path.abspath(args.baseline))] if args.baseline else [])
+    print(f"{'case':<10} {'code':<4} {'engine':<9} {'impressions':>11} {'wall s':>8} {'impr/s':>10} {'CPU s':>7} "
+          f"{'impr/CPU s':>10} {'peak MB':>8} {'x ranking':>9}")
     for n, engine in runs:
         paths, jpath = _logs(n, os.path.join(work, str(n)))
-        ref = None
-        for case in (["ranking"] if "ranking" not in cases else []) + cases:
-            res = _run({"case": case, "engine": engine, "paths": paths, "jpath": jpath,
-                        "out": os.path.join(work, f"out-{n}-{engine}-{case}")}, args.repeat)
-            if case == "ranking":
-                ref = res
-            print(f"{case:<10} {res['engine']:<9} {res['records']:>11,} {res['wall']:>8.2f} "
-                  f"{res['records'] / res['wall']:>10,.0f} {res['peak_mb']:>8.0f} {res['wall'] / ref['wall']:>9.2f}",
-                  flush=True)
+        ref = {}
+        for case in (["ranking"] if "ranking" not in cases and not args.no_ranking else []) + cases:
+            best = {}
+            for _ in range(max(1, args.repeat)):  # old and new alternate: the same conditions for both
+                for code, root in codes:
+                    res = _run({"case": case, "engine": engine, "paths": paths, "jpath": jpath,
+                                "out": os.path.join(work, f"out-{n}-{engine}-{case}-{code}")}, 1, root)
+                    if code not in best or res["cpu"] < best[code]["cpu"]:
+                        best[code] = res
+            for code, _ in codes:
+                res = best[code]
+                if case == "ranking":
+                    ref[code] = res
+                print(f"{case:<10} {code:<4} {res['engine']:<9} {res['records']:>11,} {res['wall']:>8.2f} "
+                      f"{res['records'] / res['wall']:>10,.0f} {res['cpu']:>7.2f} {res['records'] / res['cpu']:>10,.0f} "
+                      f"{res['peak_mb']:>8.0f} {res['wall'] / ref[code]['wall'] if code in ref else math.nan:>9.2f}", flush=True)
     return 0
 
 
