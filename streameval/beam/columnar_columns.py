@@ -580,8 +580,13 @@ def _shards_of(first, second, shards: int) -> np.ndarray:
     else:
         codes, rows = _pair_codes(first, second)
         keys = pc.binary_join_element_wise(_pick(first, rows), _pick(second, rows), "\x00")
+    return _key_shards(keys, shards)[codes]
+
+
+def _key_shards(keys: pa.Array, shards: int) -> np.ndarray:
+    """:func:`shard_of` of each (distinct) string of ``keys`` (no nulls), int64."""
     crc = np.fromiter(map(zlib.crc32, keys.cast(pa.binary()).to_pylist()), dtype=np.int64, count=len(keys))
-    return (crc % shards)[codes]
+    return crc % shards
 
 
 def _part(a, lo: int, hi: int):

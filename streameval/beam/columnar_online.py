@@ -51,8 +51,8 @@ from ..metrics import interleaving as il
 from ..metrics import online as om
 from .columnar import _MergeMeans
 from .columnar_clean import _first_min, _grouped, _labels, _windows
-from .columnar_columns import (_concat, _encode, _factorize, _nonempty, _pair_codes, _pick, _shards_of, _sorted_codes,
-                               _split, _take, _unique_codes, thaw)
+from .columnar_columns import (_concat, _encode, _factorize, _group_bounds, _key_shards, _nonempty, _pair_codes, _pick,
+                               _shards_of, _sorted_codes, _split, _take, _unique_codes, freeze, thaw)
 from .columnar_score import mean_states
 from .combiners import OpsCombineFn
 from .online import (
@@ -206,12 +206,24 @@ class OnlineColumns:
             for code, nm in keys:
                 codes.append(code[rows] + len(names))
                 names.extend(nm)
-            rep = np.tile(rows, len(keys))
-            out = {"n": len(rep), "gid": _pick(gid, rep), "key": np.concatenate(codes),
-                   "score": score[rep], "label": label[rep].astype(np.int8)}
-            shard = _shards_of(out["gid"], None, self.shards)
-            for s, frozen in _split(out, shard, hold=self.hold):
-                yield pvalue.TaggedOutput(TAG_GAUC, ((group, s), (names, frozen)))
+            # the group ids dictionary-encoded once (not per specification): each shard's part carries
+            # its distinct ids (strings, in order of first appearance) and an int code per row
+            gcode, gkeys = _encode(_pick(gid, rows))
+            kshard = _key_shards(gkeys, self.shards)
+            shard = np.tile(kshard[gcode], len(keys))
+            order, starts, ends = _group_bounds(shard)
+            rep = np.tile(rows, len(keys))[order]
+            grep = np.tile(gcode, len(keys))[order]
+            key = np.concatenate(codes)[order]
+            sc, lab = score[rep], label[rep].astype(np.int8)
+            local = np.zeros(len(gkeys), dtype=np.int64)
+            for lo, hi in zip(starts.tolist(), ends.tolist()):
+                s = int(shard[order[lo]])
+                ks = np.flatnonzero(kshard == s)
+                local[ks] = np.arange(len(ks))
+                part = {"n": hi - lo, "gcode": local[grep[lo:hi]], "gids": gkeys.take(pa.array(ks)),
+                        "key": key[lo:hi], "score": sc[lo:hi], "label": lab[lo:hi]}
+                yield pvalue.TaggedOutput(TAG_GAUC, ((group, s), (names, freeze(part, hold=self.hold))))
 
     # -- requests: whole in their shard -----------------------------------------------------
     def _request_states(self, chunk):
@@ -325,19 +337,23 @@ class GaucShard(beam.DoFn):
     def process(self, element):
         (group, _), values = element
         index: dict = {}
-        keys, gids, scores, labels = [], [], [], []
+        keys, gids, gcodes, scores, labels = [], [], [], [], []
+        offset = 0
         for names, frozen in values:
             c = thaw(frozen)
             remap = np.fromiter((index.setdefault(k, len(index)) for k in names), dtype=np.int64, count=len(names))
             keys.append(remap[c["key"]])
-            gids.append(c["gid"])
+            gids.append(c["gids"])  # the part's distinct ids; its rows' codes index them
+            gcodes.append(c["gcode"] + offset)
+            offset += len(c["gids"])
             scores.append(c["score"])
             labels.append(c["label"])
         key = np.concatenate(keys)
-        gid = pa.concat_arrays(gids)
         score = np.concatenate(scores)
         label = np.concatenate(labels) == 1
-        gcode, gvals = _encode(gid)
+        # the codes of the parts' ids in order of first appearance: those of the rows' ids
+        gmap, gvals = _encode(pa.concat_arrays(gids))
+        gcode = gmap[np.concatenate(gcodes)]
         combined = key * len(gvals) + gcode
         ids, auc, n_pos, n_neg = om.group_auc(combined, score, label)
         names = list(index)
