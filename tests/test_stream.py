@@ -713,8 +713,9 @@ def _sessions_by_hand(imps, gap):
 
 @pytest.mark.parametrize("lateness", ["0", "45m"])
 def test_session_deadlines_passed_by_the_watermark_fire_in_one_timer(monkeypatch, lateness):
-    """On the local runner an aggregate's event timer also fires the later deadlines the input
-    watermark has passed (``local_runner.timer_watermark``), each at its own time: the rows, panes
+    """On the local runner an aggregate's event timer (and a request shard's due timer) also fires
+    the later deadlines the input watermark has passed (``local_runner.timer_watermark``), each at
+    its own time: the rows, panes
     and side outputs are those of one timer per deadline (the hook off), and the final panes equal
     the batch job on each session (sessions grouped by hand). Many sessions end within each
     one-hour replay step here (30 users, requests minutes apart)."""
