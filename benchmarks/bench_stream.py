@@ -18,6 +18,13 @@ its own process (``--child``), as a user would run it, with NDCG@10, MAP, MRR@10
   On-time delay: for each window, the time from the watcher sending the first watermark at or past
   the window's end to the window's on-time pane reaching the console step.
 * ``replay``: ``--replay --replay-step 30m --replay-pace 0``: the files are read, then replayed.
+* ``session`` (not part of ``both``): session windows, which run on the per-event engine (issue 21,
+  item 6): ``streameval stream --replay --impressions IMP --sessions 30m --quiet`` with the job's
+  defaults, ``IMP`` the bundled 10,000 Open Bandit impressions
+  (``data/sample/impressions/obd_bts_all.avro``; ``--session-impressions``); also reports the
+  process's CPU time (user + sys, start-up included), the figure to compare on a shared machine::
+
+    python benchmarks/bench_stream.py --mode session
 
 Printed as a table and, with ``--json``, as one JSON object per mode.
 """
@@ -62,6 +69,25 @@ def make_data(directory: str, n_impressions: int, n_files: int) -> str:
         avro.write_records(os.path.join(root, "in", f"part-{f:05d}.avro"), "impression", recs)
     open(done, "w").close()
     return root
+
+
+SESSION_IMPRESSIONS = os.path.join(os.path.dirname(HERE), "data", "sample", "impressions", "obd_bts_all.avro")
+
+
+def session_child(impressions: str, out: str) -> dict:
+    """The session-window job on ``impressions`` in this process: wall and CPU seconds, panes."""
+    t0 = time.monotonic()
+    from pipelines import stream as stream_cli
+
+    code = stream_cli.main(["--replay", "--impressions", impressions, "--sessions", "30m", "--quiet", "--output", out])
+    wall = time.monotonic() - t0
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    n = summary["replayed"]["impressions"]
+    return {"mode": "session", "exit": code, "impressions": n, "wall_s": round(wall, 1),
+            "cpu_s": round(ru.ru_utime + ru.ru_stime, 1), "peak_rss_mb": round(ru.ru_maxrss / 1024, 1),
+            "throughput_per_s": round(n / wall),
+            "panes": sum(v for k, v in summary["counted_here"].items() if k.startswith("panes_") and k != "panes_final")}
 
 
 def child(mode: str, root: str, out: str, engine: str = "auto") -> dict:
@@ -114,7 +140,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--impressions", type=int, default=200_000)
     ap.add_argument("--files", type=int, default=20)
-    ap.add_argument("--mode", choices=("watch", "replay", "both"), default="both")
+    ap.add_argument("--mode", choices=("watch", "replay", "both", "session"), default="both")
+    ap.add_argument("--session-impressions", default=SESSION_IMPRESSIONS,
+                    help="the impressions of --mode session (default: the bundled Open Bandit bts/all, 10,000)")
     ap.add_argument("--data", default="/tmp/streameval-bench-stream")
     ap.add_argument("--engine", choices=("auto", "columnar", "events"), default="auto",
                     help="the streaming job's engine for --watch (default: the job's choice, columnar here)")
@@ -122,7 +150,10 @@ def main(argv=None) -> int:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    root = make_data(a.data, a.impressions, a.files)
+    if a.child and a.mode == "session":
+        print(json.dumps(session_child(a.session_impressions, a.out)))
+        return 0
+    root = None if a.mode == "session" else make_data(a.data, a.impressions, a.files)
     if a.child:
         print(json.dumps(child(a.mode, root, a.out, a.engine)))
         return 0
@@ -130,7 +161,8 @@ def main(argv=None) -> int:
     for mode in (("watch", "replay") if a.mode == "both" else (a.mode,)):
         out = os.path.join(a.data, f"out-{mode}-{os.getpid()}")
         proc = subprocess.run([sys.executable, __file__, "--child", "--mode", mode, "--impressions", str(a.impressions),
-                               "--files", str(a.files), "--data", a.data, "--out", out, "--engine", a.engine],
+                               "--files", str(a.files), "--data", a.data, "--out", out, "--engine", a.engine,
+                               "--session-impressions", a.session_impressions],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
@@ -143,7 +175,8 @@ def main(argv=None) -> int:
     print(f"{'mode':16}{'impressions':>12}{'wall s':>9}{'imp/s':>9}{'peak MB':>9}  on-time delay (median / p90 / max s)")
     for r in results:
         d = r.get("on_time_delay_s")
-        dl = f"{d['median']} / {d['p90']} / {d['max']} over {d['windows']} windows" if d else "-"
+        dl = f"{d['median']} / {d['p90']} / {d['max']} over {d['windows']} windows" if d else \
+            (f"- (CPU {r['cpu_s']} s, {r['panes']} panes)" if "cpu_s" in r else "-")
         print(f"{r['mode']:16}{r['impressions']:>12}{r['wall_s']:>9}{r['throughput_per_s']:>9}{r['peak_rss_mb']:>9}  {dl}")
     return 0
 

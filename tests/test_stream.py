@@ -688,6 +688,97 @@ def test_session_windows_per_user_and_per_request():
                                                             max(r["timestamp"] for r in sub) + 30 * MIN)
 
 
+def _sessions_by_hand(imps, gap):
+    """{(user, start): (end, [impressions])}: each user's requests (spans from their first to last
+    impression) merged while the next one starts before the current session's end (last + gap)."""
+    spans = defaultdict(list)
+    for r in imps:
+        spans[(r["user_id"], r["request_id"])].append(r)
+    by_user = defaultdict(list)
+    for (user, _), rs in spans.items():
+        ts = [r["timestamp"] for r in rs]
+        by_user[user].append((min(ts), max(ts), rs))
+    out = {}
+    for user, reqs in by_user.items():
+        cur = None
+        for first, last, rs in sorted(reqs, key=lambda x: x[0]):
+            if cur is not None and first < cur[1]:
+                cur[1] = max(cur[1], last + gap)
+                cur[2].extend(rs)
+            else:
+                cur = [first, last + gap, list(rs)]
+                out[(user, first)] = cur
+    return {k: (end, rs) for k, (_, end, rs) in out.items()}
+
+
+@pytest.mark.parametrize("lateness", ["0", "45m"])
+def test_session_deadlines_passed_by_the_watermark_fire_in_one_timer(monkeypatch, lateness):
+    """On the local runner an aggregate's event timer (and a request shard's due timer) also fires
+    the later deadlines the input watermark has passed (``local_runner.timer_watermark``), each at
+    its own time: the rows, panes
+    and side outputs are those of one timer per deadline (the hook off), and the final panes equal
+    the batch job on each session (sessions grouped by hand). Many sessions end within each
+    one-hour replay step here (30 users, requests minutes apart)."""
+    from streameval.beam import local_runner
+    from streameval.beam.streaming import aggregate
+
+    assert local_runner.install()
+    rng = random.Random(7)
+    judg = [jdg("q1", f"d{i}", g) for i, g in enumerate([1, 0, 2, 1, 0, 3])]
+    imps = []
+    for n in range(120):
+        user, t0 = f"u{rng.randrange(30)}", BASE + rng.randrange(6 * HOUR)
+        items = rng.sample(range(6), rng.randint(1, 3))
+        for pos, item in enumerate(items, 1):
+            imps.append(imp(f"r{n}", f"d{item}", pos, t0 + rng.randrange(3) * MIN + pos, user=user,
+                            clicked=rng.random() < 0.3))
+    steps = Replay.from_records(imps, judg, step="1h").steps
+    metrics = ["P@2", "ndcg@3"]
+    seen = []
+
+    def run(hook):
+        real = local_runner.timer_watermark
+
+        def watermark():
+            wm = real() if hook else None
+            seen.append(wm)
+            return wm
+
+        monkeypatch.setattr(aggregate.local_runner, "timer_watermark", watermark)
+        out = run_stream(lambda p: stream_metrics(p, steps, metrics=metrics, window="session:30m",
+                                                  allowed_lateness=lateness))
+        monkeypatch.undo()
+        return out
+
+    def canon(rows):
+        return sorted(json.dumps(r, sort_keys=True) for r in rows)
+
+    off = run(False)
+    calls_off = len(seen)
+    seen.clear()
+    on = run(True)
+    assert any(w is not None for w in seen), "the local runner gave no watermark to the timer callbacks"
+    assert len(seen) < calls_off / 3, (len(seen), calls_off)  # far fewer event timers fired
+    for name in ("rows", "late", "dead"):
+        assert canon(on[name]) == canon(off[name]), name
+    assert sorted(map(canon, on["panes"])) == sorted(map(canon, off["panes"]))
+    sessions = _sessions_by_hand(imps, 30 * MIN)
+    assert len(sessions) > 50
+    # the batch job on each session at once: a session attribute, sliced by it
+    where = {}
+    tagged = []
+    for n, ((user, start), (end, sub)) in enumerate(sessions.items()):
+        where[f"s={n}"] = (start, end, f"user={user}")
+        tagged += [dict(r, attributes={"s": str(n)}) for r in sub]
+    batch = []
+    for r in run_batch(tagged, judg, metrics, slices=["s"]):
+        if r["slice"] != "all":
+            start, end, label = where[r["slice"]]
+            batch.append(dict(r, window_start=start, window_end=end, slice=label))
+    assert on["late"] == [] and on["dead"] == []
+    assert_final_equals_batch(on["rows"], batch)
+
+
 # --------------------------------------------------------------------------------------------
 # sources, sinks and the command
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 
 _LOCK = threading.Lock()
+_TIMER = threading.local()  # .watermark: the input watermark (micros) of the timer being processed
 
 
 def install() -> bool:
@@ -60,6 +61,7 @@ def install() -> bool:
     _memoise_roundtrip(transform_evaluator)
     _memoise_function_arguments()
     _memoise_function_args()
+    _expose_timer_watermark(transform_evaluator)
     return True
 
 
@@ -158,3 +160,34 @@ def _memoise_function_args() -> None:
     get_function_args_defaults._streameval_memoised = True
     get_function_args_defaults.__wrapped__ = original
     core.get_function_args_defaults = get_function_args_defaults  # get_function_arguments' global
+
+
+def timer_watermark() -> int | None:
+    """While the local runner processes a timer of a stateful DoFn (after :func:`install`): the input
+    watermark (micros) of the DoFn's transform at the firing, read by Beam's watermark manager (every
+    element behind it has been processed by the transform); None elsewhere (other runners, outside
+    a timer callback). A timer callback may then do at once the work of its later timers due by this
+    watermark, instead of one runner round (a bundle, a state read and write) per timer (issue 21)."""
+    return getattr(_TIMER, "watermark", None)
+
+
+def _expose_timer_watermark(transform_evaluator) -> None:
+    cls = getattr(transform_evaluator, "_ParDoEvaluator", None)
+    original = getattr(cls, "process_timer", None)
+    if original is None or getattr(original, "_streameval_watermark", False):  # pragma: no cover
+        return
+
+    def process_timer(self, timer_firing):
+        try:
+            wm = self._evaluation_context._watermark_manager.get_watermarks(self._applied_ptransform).input_watermark
+            _TIMER.watermark = wm.micros
+        except AttributeError:  # pragma: no cover (another Beam version)
+            _TIMER.watermark = None
+        try:
+            return original(self, timer_firing)
+        finally:
+            _TIMER.watermark = None
+
+    process_timer._streameval_watermark = True
+    process_timer.__wrapped__ = original
+    cls.process_timer = process_timer

@@ -31,8 +31,10 @@ from apache_beam import pvalue
 from apache_beam.coders import FastPrimitivesCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.window import TimestampedValue
 
 from ...io import cleaning, records
+from .. import local_runner
 from ..combiners import RankingStateCombineFn
 from ..transforms import slice_labels
 from .common import (
@@ -566,7 +568,35 @@ class _Requests:
         now = _micros(ts)
         reqs = state.read() or {}
         armed, closed_upto = _RequestsMeta.read(meta)
-        closed_upto = now if closed_upto is None else max(closed_upto, now)
+        # On the local runner (local_runner.timer_watermark): the later due times the input
+        # watermark has passed are handled here too, each as its own timer would (its time, its
+        # output's timestamp), in one state read and write instead of one runner round each.
+        wm = local_runner.timer_watermark()
+        first = True
+        while True:
+            closed_upto = now if closed_upto is None else max(closed_upto, now)
+            side = self._due_pass(reqs, now, closed_upto)
+            if side:
+                out = (_SIDE_KEY, [("side", r) for r in side])
+                yield out if first else TimestampedValue(out, _when(now))
+            first = False
+            nxt = min((d for d, _ in reqs.values() if d is not None), default=None)
+            if wm is None or nxt is None or not now < nxt <= wm:
+                break
+            now = nxt
+        self._arm(reqs, meta, due, closed_upto)
+        if reqs:
+            state.write(reqs)
+        elif cfg.shards == 0:  # keyed by request id and the request is forgotten: nothing stays
+            state.clear()
+            meta.clear()
+        else:
+            state.write(reqs)
+
+    def _due_pass(self, reqs, now, closed_upto) -> list:
+        """One due time ``now`` of a shard: the requests due by then closed or forgotten, pending
+        clicks decided (``reqs`` changed in place); returns the side records."""
+        cfg = self.cfg
         self._closed_upto = closed_upto
         side = []
         for rid in list(reqs):
@@ -608,16 +638,7 @@ class _Requests:
                 forget = last + cfg.retention if tomb is None else max(tomb.forget_at, last + cfg.retention)
                 entry = _RequestEntry({}, [], _Tombstone(closes, last, forget))
             reqs[rid] = [self._next_deadline(entry, closed_upto), entry.encode()]
-        if side:
-            yield _SIDE_KEY, [("side", r) for r in side]
-        self._arm(reqs, meta, due, closed_upto)
-        if reqs:
-            state.write(reqs)
-        elif cfg.shards == 0:  # keyed by request id and the request is forgotten: nothing stays
-            state.clear()
-            meta.clear()
-        else:
-            state.write(reqs)
+        return side
 
 
 class _RequestsFn(beam.DoFn):
