@@ -523,6 +523,15 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
                    "accounting": accounting, "accounting_problems": problems,
                    "input_checks_failed": failed_checks, "summary": line}
         try:
+            totals = os.path.join(args.output, RUNNING_TOTALS)
+            if in_process and "://" not in args.output and os.path.exists(totals):
+                # the closing record: the job's final counts. The records written as panes fired are
+                # snapshots of this process's counts at that moment; on the local runner the last pane
+                # may fire before a parallel branch (dead letters, late data) has counted its records
+                with open(totals, "a", encoding="utf-8") as fo:
+                    fo.write(json.dumps({"at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                                         "pane": "end", "window_start": None, "window_end": None, "system": None,
+                                         "counts": dict(sorted(counts.items()))}) + "\n")
             with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
                 fo.write(json.dumps(summary, indent=2).encode("utf-8"))
             publish(args.output, OUTPUTS, {"state": str(state), "accounting_problems": problems,

@@ -138,13 +138,16 @@ def test_watch_scores_files_dropped_while_the_job_runs(tmp_path, monkeypatch, ca
     assert sorted(json.loads(r["raw"])["event_id"] for r in late) == sorted(r["event_id"] for r in too_late)
     summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["accounting_problems"] == [] and summary["replayed"]["impressions"] == len(imps)
-    # the accounting as it went: one running-totals record per pane, never decreasing, the last one equal
-    # to the job's final counts
-    totals = [json.loads(line) for line in open(out_dir / stream_cli.RUNNING_TOTALS)]
+    # the accounting as it went: one running-totals record per pane, never decreasing, then a closing
+    # record ("end") equal to the job's final counts
+    *totals, end = [json.loads(line) for line in open(out_dir / stream_cli.RUNNING_TOTALS)]
     assert len(totals) == sum(len(seq) for seq in panes.values())
-    reads = [t["counts"].get("impressions_read", 0) for t in totals]
+    assert end["pane"] == "end" and end["counts"] == summary["counts"]
+    reads = [t["counts"].get("impressions_read", 0) for t in totals + [end]]
     assert reads == sorted(reads) and 0 < reads[0] < len(imps) and reads[-1] == len(imps)
-    assert totals[-1]["counts"] == summary["counts"]
+    for key in end["counts"]:  # counts only grow
+        seq = [t["counts"].get(key, 0) for t in totals + [end]]
+        assert seq == sorted(seq), key
     assert {t["pane"] for t in totals} == {"early", "on_time", "late"}
 
 
