@@ -34,7 +34,7 @@ from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
 from streameval.beam.prometheus import write_textfile
 from streameval.exits import EXIT_ALERT, EXIT_OK, EXIT_USAGE, one_line
 from streameval.beam.arguments import (DEFAULT_METRICS, GDEVAL_ERR_MAX_GRADE, add_bootstrap_arguments, add_hist_arguments,
-                                       add_metric_option_arguments, auto_err_max_grade, batch_window_spec,
+                                       add_metric_option_arguments, add_record_rule_arguments, auto_err_max_grade, batch_window_spec,
                                        check_bootstrap_arguments, hist_range, make_pipeline, parse_err_max_grade,
                                        split_metrics)
 from streameval.beam.arguments import parse_grades as _grades
@@ -66,7 +66,6 @@ from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetri
 from streameval import progress, tuning
 from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
-from streameval.io.cleaning import JUDGMENT_POLICIES
 from streameval.io.records import parse_time_range, to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.kernel import MetricOptions
@@ -137,15 +136,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--score-precision", choices=("float32", "float64"), default="float32",
                    help="compare scores in single precision as trec_eval stores them (default) or as given")
     p.add_argument("--depth", type=int, default=None, help="score the top DEPTH items per request (trec_eval -M)")
-    p.add_argument("--judgment-conflicts", choices=JUDGMENT_POLICIES, default="latest",
-                   help="judgments of one (query, item) with different grades: latest by timestamp (default; "
-                        "equal times: the larger grade), max grade, or reject them all (dead letters)")
-    p.add_argument("--grades", default=None, metavar="LO:HI",
-                   help="declared grade range, inclusive (e.g. 0:4): judgments outside it are dead letters")
-    p.add_argument("--event-time-range", default=None, metavar="FROM..TO",
-                   help="accepted event times of impressions (and click events), FROM..TO, each a year or an ISO 8601 "
-                        "time (e.g. 1970..2200): timestamps outside are dead letters; those outside the years "
-                        "1 to 9999 always are")
+    add_record_rule_arguments(p)
     p.add_argument("--complete", action="store_true",
                    help="judged queries without a request score 0 (trec_eval -c; global window only)")
     p.add_argument("--no-ctr", action="store_true", help="do not compute click metrics")

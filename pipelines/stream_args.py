@@ -12,12 +12,12 @@ from streameval.beam.arguments import (
     add_bootstrap_arguments,
     add_hist_arguments,
     add_metric_option_arguments,
+    add_record_rule_arguments,
     split_window_arg,
 )
 from streameval.beam.streaming import WindowSpec
 from streameval.beam.streaming.live import KINDS
 from streameval.beam.streaming.sources import KAFKA_TIMESTAMP_POLICIES
-from streameval.io.cleaning import JUDGMENT_POLICIES
 
 __all__ = ["build_arg_parser", "window_spec"]
 
@@ -104,15 +104,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     m.add_argument("--score-precision", choices=("float32", "float64"), default="float32")
     m.add_argument("--depth", type=int, default=None)
     m.add_argument("--no-ctr", action="store_true", help="do not compute click metrics")
-    m.add_argument("--judgment-conflicts", choices=JUDGMENT_POLICIES, default="latest",
-                   help="judgments of one (query, item) with different grades: latest by timestamp (default; "
-                        "equal times: the larger grade), max grade, or reject them all (dead letters)")
-    m.add_argument("--grades", default=None, metavar="LO:HI",
-                   help="declared grade range, inclusive (e.g. 0:4): judgments outside it are dead letters")
-    m.add_argument("--event-time-range", default=None, metavar="FROM..TO",
-                   help="accepted event times of impressions (and click events), FROM..TO, each a year or an ISO 8601 "
-                        "time (e.g. 1970..2200): timestamps outside are dead letters; those outside the years "
-                        "1 to 9999 always are")
+    add_record_rule_arguments(m)
     m.add_argument("--engine", choices=("auto", "columnar", "events"), default="auto",
                    help="columnar: the batch job's vectorised stages on each watched file's or replay step's "
                         "columns (--watch, --replay; the local runner, fixed windows, judgments read at the start, clicks in the impression "

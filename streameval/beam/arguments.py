@@ -181,6 +181,21 @@ def add_hist_arguments(group) -> None:
     group.add_argument("--hist-range", default="0,1", help="score range LO,HI of auc_hist's bins (default 0,1)")
 
 
+def add_record_rule_arguments(group) -> None:
+    """The record rules both jobs take: ``--judgment-conflicts``, ``--grades``, ``--event-time-range``."""
+    from ..io.cleaning import JUDGMENT_POLICIES
+
+    group.add_argument("--judgment-conflicts", choices=JUDGMENT_POLICIES, default="latest",
+                       help="judgments of one (query, item) with different grades: latest by timestamp (default; "
+                            "equal times: the larger grade), max grade, or reject them all (dead letters)")
+    group.add_argument("--grades", default=None, metavar="LO:HI",
+                       help="declared grade range, inclusive (e.g. 0:4): judgments outside it are dead letters")
+    group.add_argument("--event-time-range", default=None, metavar="FROM..TO",
+                       help="accepted event times of impressions (and click events), FROM..TO, each a year or an "
+                            "ISO 8601 time (e.g. 1970..2200): timestamps outside are dead letters; those outside "
+                            "the years 1 to 9999 always are")
+
+
 def hist_range(text: str) -> tuple[float, float]:
     """``--hist-range`` text ``LO,HI`` -> (lo, hi); ValueError in one line."""
     try:
