@@ -58,7 +58,8 @@ from .columnar_score import (_CompletingScoreShard, _HotCompletingScoreShard, _H
 from .combiners import BatchedStatesMixin, CtrByPositionCombineFn, MeanCombineFn
 from .stats import BootstrapMeanCombineFn
 from .sources import UNREADABLE
-from .transforms import (judgment_grade_range, _bootstrap_rows, _click_rows, _rows, _window_micros, parse_lateness,
+from .keys import _window_micros
+from .transforms import (judgment_grade_range, _bootstrap_rows, _click_rows, _rows, parse_lateness,
                          parse_slices, slide_keys, sliding_windows)
 
 # the public names of the stages' modules, importable from here as before the split (issue 22)

@@ -55,11 +55,11 @@ from ..metrics import online_names
 from ..metrics.names import MetricNameError, parse_metrics
 from .arguments import join_parameter_lists
 from .combiners import MeanCombineFn, OpsCombineFn
+from .keys import _window_micros
 from .transforms import (
     NAMESPACE,
     ClickMetrics,
     QueryJudgmentsCombineFn,
-    _window_micros,
     metric_row,
     parse_slices,
     parse_window,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 
 import apache_beam as beam
 import numpy as np
@@ -32,6 +31,9 @@ from ..metrics.kernel import MetricOptions, compute, usable_grade_limit
 from ..metrics import stats
 from ..metrics.names import parse_metrics
 from .combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn
+from .keys import (  # noqa: F401 (re-exported: the window and slice keys' former home)
+    ALL, MISSING, SLICE_MISSING, keep_slice_row, label_has_missing, parse_lateness, parse_slices,
+    parse_window, reason_key, slice_labels, slice_part, slide_keys, sliding_windows, window_bounds)
 from .stats import BootstrapMeanCombineFn
 
 __all__ = [
@@ -62,95 +64,10 @@ NAMESPACE = "streameval"
 #: the dead-letter ``source`` of a request that cannot be ranked (its impressions are accepted, so the
 #: accounting counts it apart from rejected records): the same on both engines and in the stream
 SOURCE_UNRANKABLE = "ScoreRankings"
-#: slice value of a request that lacks a slice attribute
-MISSING = "(missing)"
-ALL = "all"
 
 
 # --------------------------------------------------------------------------------------------
-# small helpers (pure Python, shared with pipelines/batch.py)
-
-# the longest window, lateness or retention: the years 1 to 9999 that event times may span (so that
-# an event time plus a window, a lateness and a retention stays far inside Beam's timestamps)
-MAX_DURATION_SECONDS = 10_000 * 366 * 86400
-
-_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_window(window) -> float | None:
-    """Window size in seconds from ``None``/``"none"``, a number of seconds, or text such as
-    ``"3600s"``, ``"30m"``, ``"1h"``, ``"1d"``, ``"1w"`` (``"3600"`` = seconds). Raises ValueError
-    (also for more than :data:`MAX_DURATION_SECONDS`, 10000 years)."""
-    if window is None:
-        return None
-    if isinstance(window, (int, float)) and not isinstance(window, bool):
-        size = float(window)
-    else:
-        text = str(window).strip().lower()
-        if text in ("", "none", "global", "0"):
-            return None
-        m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", text)
-        if not m and ("/" in text or text.startswith(("session:", "sessions:"))):
-            raise ValueError(f"cannot parse window {window!r} here: this one takes a fixed size such as 1h or 1d "
-                             f"(sliding windows: the size and every='10m'; session windows (session:30m) are the "
-                             f"streaming job's: streameval stream, StreamMetrics)")
-        if not m or m.group(2) not in ("", *_UNITS):
-            raise ValueError(f"cannot parse window {window!r}: use e.g. 3600s, 30m, 1h, 1d or none")
-        size = float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1)
-    if not size > 0 or not math.isfinite(size):
-        raise ValueError(f"window must be a positive duration, got {window!r}")
-    if size > MAX_DURATION_SECONDS:
-        raise ValueError(f"a duration must be at most 10000 years (the span of event times a job can window), "
-                         f"got {window!r}")
-    return size
-
-
-def _window_micros(window) -> int | None:
-    size = parse_window(window)
-    if size is None:
-        return None
-    micros = int(round(size * 1_000_000))
-    if micros < 1:
-        raise ValueError(f"window {window!r} is shorter than a microsecond")
-    return micros
-
-
-def sliding_windows(window, every=None) -> tuple:
-    """``(assign, slide)`` for ``window`` and a sliding period ``every`` (both as :func:`parse_window`
-    reads them): ``assign`` is the size in micros of the fixed, epoch-aligned windows requests and
-    impressions are assigned to (None: the global window), ``slide`` None or ``(size, period)`` in
-    micros: sliding windows of ``size`` starting every ``period`` (Beam's ``SlidingWindows``), each
-    the merge of the ``size // period`` sub-windows of the period it holds (then ``assign`` is the
-    period). A size equal to the period is a fixed window. Raises ValueError (the streaming job's
-    messages: :meth:`streameval.beam.streaming.windows.WindowSpec.sliding`) for a size that is not a
-    multiple of the period, and for ``every`` without ``window``."""
-    size = _window_micros(window)
-    if every is None or str(every).strip().lower() in ("", "none"):
-        return size, None
-    if size is None:
-        raise ValueError(f"a sliding period (every={every!r}) needs a window size")
-    from .streaming.windows import WindowSpec
-
-    spec = WindowSpec.sliding(window, every)
-    if spec.kind != "sliding":
-        return size, None
-    return spec.period, (spec.size, spec.period)
-
-
-def slide_keys(element, slide):
-    """``((window_start, window_end, *rest), value)`` of a sub-window (of the period) -> the same value
-    keyed by each of the ``size // period`` sliding windows holding it (``slide = (size, period)``;
-    window ``j`` is ``[j * period, j * period + size)``), earliest first; unchanged for the global
-    window or ``slide`` None. Merging a key's values then gives the sliding window's state: the
-    states are sums over requests (or impressions), and each lies in one sub-window."""
-    (ws, we, *rest), value = element
-    if slide is None or ws is None:
-        yield element
-        return
-    size, period = slide
-    for start in range(ws + period - size, ws + period, period):
-        yield ((start, start + size, *rest), value)
-
+# small helpers
 
 def judgment_grade_range(declared, specs, options: MetricOptions):
     """The grade range a job's judgment checks enforce (:func:`streameval.io.records.grade_range_for`):
@@ -158,113 +75,6 @@ def judgment_grade_range(declared, specs, options: MetricOptions):
     score under ``options`` (ERR's ``err_max_grade``; 1023 with the exponential gain), so that a
     judgment they cannot use is a dead letter with its reason, the same on every engine."""
     return records.grade_range_for(declared, usable_grade_limit(specs, options))
-
-
-def parse_lateness(value) -> int:
-    """The allowed lateness in micros: 0, None or "" (none), seconds, or text as :func:`parse_window`
-    reads it (``"45m"``). Raises ValueError for anything else (``"none"``, ``"-1"``)."""
-    if value in (None, 0, "0", ""):
-        return 0
-    size = parse_window(value)
-    if size is None:
-        raise ValueError(f"allowed lateness wants a duration such as 0, 45m or 1h, got {value!r}")
-    return int(round(size * 1_000_000))
-
-
-def window_bounds(timestamp: int | None, size_micros: int | None) -> tuple:
-    """``(window_start, window_end)`` in microseconds of the fixed, epoch-aligned window holding
-    ``timestamp``; ``(None, None)`` for the global window (``size_micros`` None)."""
-    if size_micros is None or timestamp is None:
-        return (None, None)
-    start = timestamp - timestamp % size_micros
-    return (start, start + size_micros)
-
-
-def parse_slices(slices) -> list[tuple[str, ...]]:
-    """Slice specifications: each entry an attribute name (``"campaign"``), a comma-joined
-    combination (``"campaign,device"``) or a tuple/list of names. Duplicates are dropped."""
-    if slices is None:
-        return []
-    if isinstance(slices, str):
-        slices = [slices]
-    out: list[tuple[str, ...]] = []
-    for s in slices:
-        names = tuple(n.strip() for n in (s.split(",") if isinstance(s, str) else s))
-        if not names or any(not n for n in names):
-            raise ValueError(f"bad slice specification {s!r}")
-        if names not in out:
-            out.append(names)
-    return out
-
-
-def _escape_slice_text(text: str, value: bool) -> str:
-    out = text.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
-    if value and out.startswith("("):
-        out = "\\" + out  # a value "(missing)" is not the absent attribute
-    return out
-
-
-def slice_part(name: str, value: str | None) -> str:
-    """One ``attribute=value`` of a slice label: the (attribute, value) pair rendered so that
-    different pairs never give the same text. A backslash, ``,`` and ``=`` in either are escaped
-    with a backslash, and so is a value's leading ``(``; an absent attribute (``value`` None) is
-    shown as ``(missing)``, unescaped, so it never equals a present value, not even the string
-    ``"(missing)"`` (rendered ``\\(missing)``). See docs/metrics.md, "Slices"."""
-    return f"{_escape_slice_text(name, False)}={MISSING if value is None else _escape_slice_text(value, True)}"
-
-
-def slice_labels(attributes: dict | None, slice_specs) -> list[str]:
-    """``["all", "campaign=men", "campaign=men,device=pc", ...]`` for one record (each part by
-    :func:`slice_part`: an absent attribute is ``(missing)``, special characters escaped)."""
-    attrs = attributes or {}
-    labels = [ALL]
-    for names in slice_specs:
-        labels.append(",".join(slice_part(n, attrs.get(n)) for n in names))
-    return labels
-
-
-def label_has_missing(label: str) -> bool:
-    """Whether a slice label (:func:`slice_part` parts joined by ``,``) has a part whose attribute is
-    absent (``attr=(missing)``, unescaped): the rows ``--slice-missing skip`` leaves out. A present
-    value ``"(missing)"`` is rendered ``\\(missing)`` and does not count."""
-    i, n, value_start = 0, len(label), None
-    while i <= n:
-        c = label[i] if i < n else ","
-        if c == "\\":
-            i += 2
-            continue
-        if c == "=" and value_start is None:
-            value_start = i + 1
-        elif c == ",":
-            if value_start is not None and label[value_start:i] == MISSING:
-                return True
-            value_start = None
-        i += 1
-    return False
-
-
-SLICE_MISSING = ("show", "skip")
-
-
-def keep_slice_row(row: dict) -> bool:
-    """``beam.Filter`` predicate of ``--slice-missing skip``: False for a row of a slice in which some
-    attribute is absent (``campaign=(missing)``), True for every other row (``all`` included)."""
-    return not label_has_missing(row.get("slice") or "")
-
-
-_GOT = re.compile(r",? got .*$")
-_TAIL = re.compile(r"\s*\([^()]*\)$")
-_BIGNUM = re.compile(r"-?\d{3,}")
-
-
-def reason_key(reason: str) -> str:
-    """A short category of a rejection reason (the values quoted in it removed), for counters:
-    ``"position must be >= 1 (1-based), got 0"`` -> ``"position must be >= 1 (1-based)"``."""
-    r = _GOT.sub("", reason)
-    if r.startswith("score is not finite"):
-        r = _TAIL.sub("", r)
-    r = _BIGNUM.sub("N", r)
-    return r[:120]
 
 
 def _nan_to_none(x):
