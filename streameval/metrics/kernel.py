@@ -20,7 +20,6 @@ Conventions (see ``docs/metrics.md``):
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -33,21 +32,6 @@ GAINS = ("linear", "exponential")
 #: ranked items scored per chunk by :func:`compute` (whole queries; bounds its temporaries)
 CHUNK_ITEMS = 1 << 19
 IDEALS = ("judgments", "served")
-#: threads for independent chunks of work (numpy releases the GIL in its loops): as many as the
-#: machine has cores, up to 2 (more gave nothing on the batch sizes measured)
-WORKERS = min(2, os.cpu_count() or 1)
-
-
-def run_tasks(tasks: list) -> list:
-    """``[fn(*args) for fn, args in tasks]``, on :data:`WORKERS` threads, results in order; the
-    first task's error (in order) is raised."""
-    if WORKERS < 2 or len(tasks) < 2:
-        return [fn(*args) for fn, args in tasks]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(WORKERS) as pool:
-        futures = [pool.submit(fn, *args) for fn, args in tasks]
-        return [f.result() for f in futures]
 
 
 #: the largest grade the exponential gain 2**grade - 1 can use (2**1024 overflows a double)
@@ -551,8 +535,7 @@ def compute(lists: RankedLists, specs: list[MetricSpec], options: MetricOptions 
     cuts = np.searchsorted(off, np.arange(CHUNK_ITEMS, n_items, CHUNK_ITEMS), side="right") - 1
     bounds = [0, *sorted({int(c) for c in cuts if 0 < c < n}), n]
     out = np.empty((len(specs), n), dtype=np.float64)
-
-    def chunk(a, b):
+    for a, b in zip(bounds[:-1], bounds[1:]):
         lo, hi = off[a], off[b]
         if gidx is None:
             jlo, jhi = joff[a], joff[b]
@@ -564,12 +547,10 @@ def compute(lists: RankedLists, specs: list[MetricSpec], options: MetricOptions 
             np.cumsum(lens, out=pjoff[1:])
             at = np.repeat(joff[used] - pjoff[:-1], lens) + np.arange(pjoff[-1], dtype=np.int64)
             part = RankedLists(off[a:b + 1] - lo, grades[lo:hi], pjoff, hv[at], hc[at], local.reshape(-1))
-        out[:, a:b] = _compute(part, specs, opts)  # disjoint columns: the chunks run on threads
-
-    try:
-        run_tasks([(chunk, (a, b)) for a, b in zip(bounds[:-1], bounds[1:])])
-    except ValueError:
-        return _compute(lists, specs, opts)  # the whole batch's error, as without chunks
+        try:
+            out[:, a:b] = _compute(part, specs, opts)
+        except ValueError:
+            return _compute(lists, specs, opts)  # the whole batch's error, as without chunks
     return out
 
 
