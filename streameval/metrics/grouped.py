@@ -27,7 +27,7 @@ __all__ = ["prepare_grouped"]
 
 _MAX_KEY = 2**62
 #: rows of the run laid out per chunk (whole queries; a query longer than this is one chunk)
-CHUNK_ROWS = 1 << 20
+CHUNK_ROWS = 1 << 17  # (~8 MB of temporaries: reused chunk after chunk, few fresh pages to fault in)
 _CODE_CHUNK = 1 << 15
 
 
