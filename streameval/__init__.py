@@ -7,20 +7,28 @@ output directory as one table of metric rows (:func:`streameval.io.tables.read_m
 when first used).
 """
 
-from .api import Evaluation, evaluate
-from .metrics.kernel import MetricOptions
-from .metrics.names import MetricNameError, MetricSpec, parse_metrics
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 __all__ = ["evaluate", "Evaluation", "MetricOptions", "MetricSpec", "MetricNameError", "parse_metrics", "read_metrics"]
 
+# every public name is imported on first use (PEP 562): ``import streameval`` alone imports nothing
+# else, so the ``streameval`` command can set process-wide settings (BLAS threads) before numpy's
+# import, and read_metrics (the I/O layer: fastavro) costs nothing to those who do not use it
+_LAZY = {"evaluate": ".api", "Evaluation": ".api", "MetricOptions": ".metrics.kernel",
+         "MetricSpec": ".metrics.names", "MetricNameError": ".metrics.names", "parse_metrics": ".metrics.names",
+         "read_metrics": ".io.tables"}
+
 
 def __getattr__(name):
-    # read_metrics lives in the I/O layer (fastavro): imported on first use, so ``import streameval``
-    # (and ``streameval trec-eval``) stays as light as before
-    if name == "read_metrics":
-        from .io.tables import read_metrics
-
-        globals()["read_metrics"] = read_metrics
-        return read_metrics
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
