@@ -145,3 +145,31 @@ def test_evaluate_lists_equal_query_values_bit_for_bit(seed):
     # the default queries: those judged and ranked, in byte order
     qids, _ = diversity.evaluate_lists(jq, js, jd, jg, [q for q, _ in rows], [d for _, d in rows], specs)
     assert qids.tolist() == sorted(set(jq) & {q for q, _ in rows})
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.0, 1.0, 0.3])
+def test_ideal_gains_rows_equal_ideal_gains_bit_for_bit(alpha):
+    """The greedy ideal ranking of many queries at once against ideal_gains per query: many ties
+    (few subtopics, equal subtopic sets), documents relevant to nothing, queries of 0 to 60 rows."""
+    rng = np.random.default_rng(int(alpha * 10))
+    for s in (1, 2, 3, 6):
+        mats = [rng.random((int(rng.integers(0, 60)), s)) < rng.choice([0.2, 0.5, 0.9]) for _ in range(30)]
+        m = max(len(x) for x in mats)
+        rel = np.zeros((len(mats), m, s), dtype=bool)
+        for i, x in enumerate(mats):
+            rel[i, :len(x)] = x
+        got = diversity._ideal_gains_rows(rel, alpha)
+        for i, x in enumerate(mats):
+            ref = diversity.ideal_gains(x, alpha)
+            assert_bits(got[i, :len(ref)], ref)
+            assert not got[i, len(ref):].any()
+
+
+def test_long_queries_take_the_per_query_greedy(monkeypatch):
+    """Queries with more relevant documents than _GREEDY_ROWS take ideal_gains: the same bits."""
+    specs = [parse_diversity(n) for n in NAMES]
+    rq, offsets, ranked, jq, js, jd, jg = collection(6)
+    ref = reference(specs, rq, offsets, ranked, jq, js, jd, jg)
+    for rows in (0, 5):
+        monkeypatch.setattr(diversity, "_GREEDY_ROWS", rows)
+        assert_bits(diversity.request_values(specs, rq, offsets, ranked, jq, js, jd, jg), ref)

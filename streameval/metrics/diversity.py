@@ -413,6 +413,9 @@ def evaluate_lists(jq, js, jd, jg, rq, rd, specs, *, qids=None, relevance_level:
 
 #: bool elements of one batch's (rankings, depth, S) tensor (its float intermediates are 8 x that)
 _BATCH_ELEMENTS = 1 << 20
+#: queries with more relevant documents take ideal_gains (per query, steps over groups of documents
+#: relevant to the same subtopics) rather than _ideal_gains_rows (steps over documents, M^2 work)
+_GREEDY_ROWS = 256
 
 
 def _gains_rows(rel: np.ndarray, alpha: float) -> np.ndarray:
@@ -474,19 +477,100 @@ class _Ideal(NamedTuple):
     cut: dict
 
 
-def _ideal_of(gains: list, s: int, alpha: float, beta: float, cuts) -> _Ideal:
-    """:class:`_Ideal` of queries with S = ``s`` from their :func:`ideal_gains` (a list)."""
-    width = max((len(g) for g in gains), default=0)
-    mat = np.zeros((len(gains), width), dtype=np.float64)
-    for i, g in enumerate(gains):
-        mat[i, :len(g)] = g
+def _ideal_of(gains: np.ndarray, s: int, alpha: float, beta: float, cuts) -> _Ideal:
+    """:class:`_Ideal` of queries with S = ``s`` from their ideal gains float64 (Q, P) (zero-padded,
+    :func:`_ideal_gains_rows`)."""
     cut = {}
-    if cuts and width:
-        cum = _cumulative(mat, s, alpha, max(cuts))
+    if cuts and gains.shape[1]:
+        cum = _cumulative(gains, s, alpha, max(cuts))
         cut = {k: cum.at(k) for k in cuts}
     elif cuts:  # pragma: no cover - S > 0 has a relevant document: its ideal gain is >= 1
         cut = {k: (np.zeros(len(gains)), np.zeros(len(gains))) for k in cuts}
-    return _Ideal(_nrbp_rows(mat, s, alpha, beta), cut)
+    return _Ideal(_nrbp_rows(gains, s, alpha, beta), cut)
+
+
+def _ideal_gains_rows(rel: np.ndarray, alpha: float) -> np.ndarray:
+    """:func:`ideal_gains` of several queries at once, bit for bit: ``rel`` bool (Q, M, S), each
+    query's relevant documents in docno order (padding rows all False) -> float64 (Q, M), row q
+    :func:`ideal_gains` of ``rel[q]`` followed by zeros.
+
+    The same greedy, one step for every query at a time: a document's gain is summed over the
+    subtopics in column order (adding 0.0 for the others changes nothing), the largest gain wins,
+    ties to the later row (the larger docno, as ndeval's ``idealResult``), and a query stops at
+    its first gain <= 0 or when its documents run out."""
+    nq, m, s = rel.shape
+    out = np.zeros((nq, m), dtype=np.float64)
+    keep = 1.0 - alpha
+    left = np.arange(nq)  # the queries still placing documents
+    gain = np.ones((nq, s), dtype=np.float64)
+    alive = rel.any(axis=2)
+    for t in range(m):
+        score = np.zeros(alive.shape, dtype=np.float64)
+        for j in range(s):
+            score += np.where(rel[:, :, j], gain[:, j:j + 1], 0.0)
+        score = np.where(alive, score, -np.inf)
+        pick = m - 1 - np.argmax(score[:, ::-1], axis=1)  # the last of the largest
+        best = score[np.arange(len(pick)), pick]
+        go = best > 0.0
+        out[left[go], t] = best[go]
+        if not go.all():
+            left, rel, gain, alive, pick = left[go], rel[go], gain[go], alive[go], pick[go]
+            if not len(left):
+                break
+        at = np.arange(len(left))
+        alive[at, pick] = False
+        gain = np.where(rel[at, pick], gain * keep, gain)
+    return out
+
+
+def _budget(sizes: np.ndarray, s: int):
+    """(start, stop) batches of items sorted by ``sizes`` (ascending), each batch's (items x its
+    largest size x s) at most :data:`_BATCH_ELEMENTS` (one item at least)."""
+    start = 0
+    while start < len(sizes):  # by size: a batch's largest is its last
+        stop = min(len(sizes), start + max(1, _BATCH_ELEMENTS // (max(int(sizes[start]), 1) * s)))
+        while stop - start > 1 and int(sizes[stop - 1]) * s * (stop - start) > _BATCH_ELEMENTS:
+            stop = start + (stop - start) // 2
+        yield start, stop
+        start = stop
+
+
+def _padded(table: np.ndarray, row: np.ndarray, first: np.ndarray, sizes: np.ndarray, s: int) -> np.ndarray:
+    """bool (len(first), max(sizes), s): item i holds ``table[row[first[i] + j], :s]`` for j < sizes[i],
+    then the all-False last row of ``table``."""
+    depth = int(sizes.max())
+    pad = np.arange(depth) >= sizes[:, None]
+    at = np.where(pad, 0, first[:, None] + np.arange(depth))
+    return table[:, :s][np.where(pad, len(table) - 1, row[at])]
+
+
+def _query_tables(subt, queries: np.ndarray, s: int, alpha: float, beta: float, cuts) -> tuple:
+    """(:class:`_Ideal`, relevant documents per subtopic int (Q, s)) of ``queries`` (codes into
+    ``subt``: :class:`_Subtopics`, each with S = ``s``): the ideal gains by
+    :func:`_ideal_gains_rows` in batches of queries with about as many relevant documents (by
+    :func:`ideal_gains` for a query with more than :data:`_GREEDY_ROWS`)."""
+    nq = len(queries)
+    docs = subt.row_start[queries + 1] - subt.row_start[queries]
+    order = np.argsort(docs, kind="stable")
+    nrbp, nrs = np.zeros(nq), np.zeros((nq, s), dtype=np.int64)
+    cut = {k: (np.zeros(nq), np.zeros(nq)) for k in cuts}
+    every_row = np.arange(len(subt.rows))
+    for a, b in _budget(docs[order], s):
+        part = order[a:b]
+        rel = _padded(subt.rows, every_row, subt.row_start[queries[part]], docs[part], s)
+        nrs[part] = rel.sum(axis=1)
+        if rel.shape[1] <= _GREEDY_ROWS:
+            gains = _ideal_gains_rows(rel, alpha)
+        else:
+            gains = np.zeros(rel.shape[:2])
+            for i, one in enumerate(rel):
+                g = ideal_gains(one, alpha)
+                gains[i, :len(g)] = g
+        ideal = _ideal_of(gains, s, alpha, beta, cuts)
+        nrbp[part] = ideal.nrbp
+        for k, (d, e) in ideal.cut.items():
+            cut[k][0][part], cut[k][1][part] = d, e
+    return _Ideal(nrbp, cut), nrs
 
 
 def batch_values(rel: np.ndarray, s: int, specs, n_rel_sub: np.ndarray, ideal: _Ideal) -> np.ndarray:
@@ -638,25 +722,13 @@ def _ranked_values(specs, qids, request_code, offsets, ranked, jq, js, jd, jg, r
             reqs = np.flatnonzero(live & (s_of == s))
             reqs = reqs[np.argsort(lengths[reqs], kind="stable")]
             queries = np.unique(request_code[reqs])
-            gains = [ideal_gains(subt.rows[subt.row_start[q]:subt.row_start[q + 1], :s], alpha)
-                     for q in queries.tolist()]
-            ideal = _ideal_of(gains, s, alpha, beta, cuts)
-            nrs = np.stack([subt.rows[subt.row_start[q]:subt.row_start[q + 1], :s].sum(axis=0)
-                            for q in queries.tolist()])
-            start = 0
-            while start < len(reqs):  # reqs by length: a batch's longest ranking is its last
-                stop = min(len(reqs), start + max(1, _BATCH_ELEMENTS // (int(lengths[reqs[start]]) * s)))
-                while stop - start > 1 and int(lengths[reqs[stop - 1]]) * s * (stop - start) > _BATCH_ELEMENTS:
-                    stop = start + (stop - start) // 2
-                batch = reqs[start:stop]
-                depth = int(lengths[batch].max())
-                at = offsets[batch][:, None] - offsets[0] + np.arange(depth)
-                pad = np.arange(depth) >= lengths[batch][:, None]
-                idx = np.where(pad, len(subt.rows) - 1, item_row[np.where(pad, 0, at)])
+            ideal, nrs = _query_tables(subt, queries, s, alpha, beta, cuts)
+            for a, b in _budget(lengths[reqs], s):
+                batch = reqs[a:b]
                 qi = np.searchsorted(queries, request_code[batch])
                 per_request = _Ideal(ideal.nrbp[qi], {k: (d[qi], e[qi]) for k, (d, e) in ideal.cut.items()})
-                values[np.ix_(rows, batch)] = batch_values(subt.rows[:, :s][idx], s, sub, nrs[qi], per_request)
-                start = stop
+                rel = _padded(subt.rows, item_row, offsets[batch] - offsets[0], lengths[batch], s)
+                values[np.ix_(rows, batch)] = batch_values(rel, s, sub, nrs[qi], per_request)
     return values
 
 
