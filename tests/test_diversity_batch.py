@@ -166,10 +166,12 @@ def test_ideal_gains_rows_equal_ideal_gains_bit_for_bit(alpha):
 
 
 def test_long_queries_take_the_per_query_greedy(monkeypatch):
-    """Queries with more relevant documents than _GREEDY_ROWS take ideal_gains: the same bits."""
+    """Queries with more relevant documents than _GREEDY_ROWS, and batches of fewer queries than
+    _GREEDY_QUERIES, take ideal_gains: the same bits."""
     specs = [parse_diversity(n) for n in NAMES]
     rq, offsets, ranked, jq, js, jd, jg = collection(6)
     ref = reference(specs, rq, offsets, ranked, jq, js, jd, jg)
-    for rows in (0, 5):
+    for rows, queries in ((0, 1), (5, 1), (256, 1), (256, 10 ** 6)):
         monkeypatch.setattr(diversity, "_GREEDY_ROWS", rows)
+        monkeypatch.setattr(diversity, "_GREEDY_QUERIES", queries)
         assert_bits(diversity.request_values(specs, rq, offsets, ranked, jq, js, jd, jg), ref)

@@ -414,8 +414,11 @@ def evaluate_lists(jq, js, jd, jg, rq, rd, specs, *, qids=None, relevance_level:
 #: bool elements of one batch's (rankings, depth, S) tensor (its float intermediates are 8 x that)
 _BATCH_ELEMENTS = 1 << 20
 #: queries with more relevant documents take ideal_gains (per query, steps over groups of documents
-#: relevant to the same subtopics) rather than _ideal_gains_rows (steps over documents, M^2 work)
+#: relevant to the same subtopics) rather than _ideal_gains_rows (steps over documents, M^2 work);
+#: so do batches of fewer queries (about 0.5 ms of numpy calls a batch; ideal_gains takes 0.1 ms a
+#: query of 30 relevant documents and 2-4 subtopics)
 _GREEDY_ROWS = 256
+_GREEDY_QUERIES = 8
 
 
 def _gains_rows(rel: np.ndarray, alpha: float) -> np.ndarray:
@@ -548,7 +551,8 @@ def _query_tables(subt, queries: np.ndarray, s: int, alpha: float, beta: float, 
     """(:class:`_Ideal`, relevant documents per subtopic int (Q, s)) of ``queries`` (codes into
     ``subt``: :class:`_Subtopics`, each with S = ``s``): the ideal gains by
     :func:`_ideal_gains_rows` in batches of queries with about as many relevant documents (by
-    :func:`ideal_gains` for a query with more than :data:`_GREEDY_ROWS`)."""
+    :func:`ideal_gains` for a query with more than :data:`_GREEDY_ROWS` and in batches of fewer than
+    :data:`_GREEDY_QUERIES` queries)."""
     nq = len(queries)
     docs = subt.row_start[queries + 1] - subt.row_start[queries]
     order = np.argsort(docs, kind="stable")
@@ -559,7 +563,7 @@ def _query_tables(subt, queries: np.ndarray, s: int, alpha: float, beta: float, 
         part = order[a:b]
         rel = _padded(subt.rows, every_row, subt.row_start[queries[part]], docs[part], s)
         nrs[part] = rel.sum(axis=1)
-        if rel.shape[1] <= _GREEDY_ROWS:
+        if rel.shape[1] <= _GREEDY_ROWS and len(part) >= _GREEDY_QUERIES:
             gains = _ideal_gains_rows(rel, alpha)
         else:
             gains = np.zeros(rel.shape[:2])
