@@ -699,9 +699,10 @@ def _subtopics(qids, jq, js, jd, relevant) -> _Subtopics:
 def _ranked_values(specs, qids, request_code, offsets, ranked, jq, js, jd, jg, relevance_level) -> np.ndarray:
     """(len(specs), n) values of n rankings (requests): ``request_code`` int (n,) the index in
     ``qids`` (str, sorted, unique) of each ranking's query, ``offsets`` int (n + 1,) into ``ranked``
-    (docnos in rank order). Judgments sorted by (query, docno). The one kernel of
-    :func:`evaluate_lists` and :func:`request_values`: per query and (alpha, rel) the judgment matrix
-    and :func:`ideal_gains`; the rankings in batches of equal S by :func:`batch_values`."""
+    (docnos in rank order); judgments ``jq``, ``js``, ``jd`` (str), ``jg`` (float) in any order. The
+    one kernel of :func:`evaluate_lists` and :func:`request_values`: per (alpha, rel) the judgments
+    laid out once (:func:`_subtopics`), per query its ideal values (:func:`_query_tables`), the
+    rankings in batches of equal S by :func:`batch_values`."""
     n = len(request_code)
     values = np.zeros((len(specs), n), dtype=np.float64)
     lengths = np.diff(offsets)
