@@ -45,12 +45,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 __all__ = ["DiversitySpec", "MEASURES", "NDEVAL_COLUMNS", "parse_diversity", "is_diversity_name",
            "ranking_gains", "ideal_gains", "query_values", "evaluate_lists", "request_values",
-           "spec_of", "DIVERSITY_ACCEPTED"]
+           "batch_values", "spec_of", "DIVERSITY_ACCEPTED"]
 
 #: ndeval's measures, in the order of its output columns
 MEASURES = ("ERR-IA", "nERR-IA", "alpha-DCG", "alpha-nDCG", "NRBP", "nNRBP", "MAP-IA", "P-IA", "strec")
@@ -290,7 +291,10 @@ def query_values(rel: np.ndarray, judged: np.ndarray, specs, n_rel_sub: np.ndarr
     (default: ``judged``'s column sums); ``ideal``: :func:`ideal_gains` of ``judged`` at the specs'
     alpha, when the caller has it (many rankings of one query). Columns are the subtopics with a relevant document; S = 0
     gives 0 for every measure but nNRBP (NaN, ndeval's 0 / 0). All specs must share alpha and beta
-    (:func:`evaluate_lists` groups them)."""
+    (:func:`evaluate_lists` groups them).
+
+    This is the per-query specification: the library and the jobs score through the batched
+    :func:`batch_values`, which tests/test_diversity_batch.py checks against it bit for bit."""
     rel = np.asarray(rel, dtype=bool)
     judged = np.asarray(judged, dtype=bool)
     s = judged.shape[1]
@@ -370,8 +374,9 @@ def evaluate_lists(jq, js, jd, jg, rq, rd, specs, *, qids=None, relevance_level:
     in both, in byte order); a query without results scores as an empty ranking (0; nNRBP 0 as well,
     as ndeval's ``-c`` adds nothing for it); a query of ``qids`` without judgments scores 0 too.
 
-    Returns ``(qids, values)``: str (q,) and float64 (len(specs), q). Specs with different
-    (alpha, beta, rel) are computed in separate passes.
+    Returns ``(qids, values)``: str (q,) and float64 (len(specs), q). Each query's ranking is one
+    ranking of the batched kernel that :func:`request_values` uses (values bit for bit those of
+    :func:`query_values`); specs with different (alpha, beta, rel) are computed in separate passes.
     """
     jq, js, jd = (np.asarray(a).astype(str) for a in (jq, js, jd))
     jg = np.asarray(jg, dtype=np.float64)
@@ -380,48 +385,356 @@ def evaluate_lists(jq, js, jd, jg, rq, rd, specs, *, qids=None, relevance_level:
         qids = np.intersect1d(np.unique(jq), np.unique(rq))
     qids = np.asarray(qids).astype(str)
     values = np.zeros((len(specs), len(qids)), dtype=np.float64)
-    # judgments grouped by query, docno order inside
-    jorder = np.lexsort((jd, jq))
-    jq, js, jd, jg = jq[jorder], js[jorder], jd[jorder], jg[jorder]
-    jstart = np.searchsorted(jq, qids, side="left")
-    jend = np.searchsorted(jq, qids, side="right")
+    keep = np.isin(rq, qids)
+    rq, rd = rq[keep], rd[keep]
+    if not len(rq) or not len(specs):
+        return qids, values
     rorder = np.argsort(rq, kind="stable")  # keeps rank order inside a query
-    rq_s, rd_s = rq[rorder], rd[rorder]
-    rstart = np.searchsorted(rq_s, qids, side="left")
-    rend = np.searchsorted(rq_s, qids, side="right")
-    groups: dict = {}
-    for i, sp in enumerate(specs):
-        groups.setdefault((sp.alpha, sp.beta, relevance_level if sp.rel is None else sp.rel), []).append(i)
-    for (alpha, beta, level), rows in groups.items():
-        sub = [specs[i] for i in rows]
-        for c, q in enumerate(qids.tolist()):
-            a, b = jstart[c], jend[c]
-            if b == a or rend[c] == rstart[c]:
-                continue  # a query outside the qrels or the run: 0 (ndeval adds nothing for it)
-            docs, judged = _judged_matrix(js[a:b], jd[a:b], jg[a:b] >= level)
-            values[rows, c] = query_values(_ranking_matrix(rd_s[rstart[c]:rend[c]], docs, judged), judged, sub)
+    rq, rd = rq[rorder], rd[rorder]
+    run_q, first = np.unique(rq, return_index=True)
+    offsets = np.append(first, len(rq)).astype(np.int64)
+    scored = _ranked_values(specs, run_q, np.arange(len(run_q)), offsets, rd, jq, js, jd, jg, relevance_level)
+    pos = np.minimum(np.searchsorted(run_q, qids), len(run_q) - 1)
+    found = run_q[pos] == qids
+    values[:, found] = scored[:, pos[found]]
     return qids, values
 
 
-def _judged_matrix(qs, qd, relevant) -> tuple[np.ndarray, np.ndarray]:
-    """(docnos sorted, bool (docs, S)) of one query's judgments: subtopics ``qs``, docnos ``qd``
-    (str arrays), ``relevant`` bool; columns are the subtopics with a relevant document, sorted."""
-    subtopics = np.unique(qs[relevant])
-    docs = np.unique(qd)
-    judged = np.zeros((len(docs), len(subtopics)), dtype=bool)
-    if len(subtopics):
-        judged[np.searchsorted(docs, qd[relevant]), np.searchsorted(subtopics, qs[relevant])] = True
-    return docs, judged
+# --------------------------------------------------------------------------
+# many rankings at once: the kernel of evaluate_lists and request_values
+#
+# The rankings of one batch share S (their queries' subtopic count) and are laid out as a bool tensor
+# (rankings, depth L, S), padded with rows relevant to nothing. Every value is computed with the
+# operations of query_values (the per-query specification) in the same order per element: running
+# sums along the rank axis (np.cumsum / np.add.accumulate, sequential for each row), sums over the
+# subtopics column after column, the same quotients. A padding rank gains exactly 0.0, and adding
+# 0.0 to a non-negative running sum leaves it unchanged, so a shorter ranking scores as it would
+# alone; tests/test_diversity_batch.py checks the values against query_values bit for bit.
+
+#: bool elements of one batch's (rankings, depth, S) tensor (its float intermediates are 8 x that)
+_BATCH_ELEMENTS = 1 << 20
+#: queries with more relevant documents take ideal_gains (per query, steps over groups of documents
+#: relevant to the same subtopics) rather than _ideal_gains_rows (steps over documents, M^2 work);
+#: so do batches of fewer queries (about 0.5 ms of numpy calls a batch; ideal_gains takes 0.1 ms a
+#: query of 30 relevant documents and 2-4 subtopics)
+_GREEDY_ROWS = 256
+_GREEDY_QUERIES = 8
 
 
-def _ranking_matrix(ranked, docs, judged) -> np.ndarray:
-    """bool (len(ranked), S): the subtopics each ranked docno is relevant to (unjudged: none)."""
-    rel = np.zeros((len(ranked), judged.shape[1]), dtype=bool)
-    if len(docs) and len(ranked):
-        pos = np.minimum(np.searchsorted(docs, ranked), len(docs) - 1)
-        hit = docs[pos] == ranked
-        rel[hit] = judged[pos[hit]]
-    return rel
+def _gains_rows(rel: np.ndarray, alpha: float) -> np.ndarray:
+    """:func:`ranking_gains` of each ranking of ``rel`` bool (R, L, S) -> float64 (R, L)."""
+    r, n, s = rel.shape
+    out = np.zeros((r, n), dtype=np.float64)
+    if not rel.size:
+        return out
+    before = np.cumsum(rel, axis=1, dtype=np.int64) - rel
+    weights = np.where(rel, _powers(1.0 - alpha, n)[before], 0.0)
+    for j in range(s):  # column order, as _row_sums
+        out += weights[:, :, j]
+    return out
+
+
+def _nrbp_rows(gains: np.ndarray, s: int, alpha: float, beta: float) -> np.ndarray:
+    """NRBP of each row of ``gains`` float64 (R, L) (zero-padded): query_values' ``nrbp``."""
+    if not gains.shape[1]:
+        return np.zeros(gains.shape[0], dtype=np.float64)
+    total = np.add.accumulate(gains * _powers(beta, gains.shape[1]), axis=1)[:, -1]
+    return total * ((1.0 - (1.0 - alpha) * beta) / s)
+
+
+class _Cumulative(NamedTuple):
+    """Running alpha-DCG and ERR-IA sums of rankings, before the "ideal ideal" normalisation:
+    ``dcg``, ``err`` float64 (R, W) (W = min(depth, ranking length): ranks past W add 0.0), and the
+    normalisers ``norm_dcg``, ``norm_err`` float64 (depth,) of S and alpha."""
+
+    dcg: np.ndarray
+    err: np.ndarray
+    norm_dcg: np.ndarray
+    norm_err: np.ndarray
+
+    def at(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(alpha-DCG@k, ERR-IA@k) float64 (R,): as :func:`_normalised` at rank k."""
+        w = min(k, self.dcg.shape[1]) - 1
+        dcg, err = self.dcg[:, w], self.err[:, w]
+        if k == 1:
+            return dcg.copy(), err.copy()
+        return dcg / self.norm_dcg[k - 1], err / self.norm_err[k - 1]
+
+
+def _cumulative(gains: np.ndarray, s: int, alpha: float, depth: int) -> _Cumulative:
+    """:class:`_Cumulative` of ``gains`` float64 (R, L) to ``depth`` (query_values' ``cumulative``)."""
+    w = min(depth, gains.shape[1])
+    disc = _discounts(depth)
+    rank = np.arange(1, depth + 1, dtype=np.float64)
+    ideal = _powers(1.0 - alpha, depth, float(s))
+    g = gains[:, :w]
+    return _Cumulative(np.cumsum(g * disc[:w], axis=1), np.cumsum(g / rank[:w], axis=1),
+                       np.cumsum(ideal * disc), np.cumsum(ideal / rank))
+
+
+class _Ideal(NamedTuple):
+    """Per-ranking values of its query's ideal ranking: ``nrbp`` float64 (R,) and ``cut`` {k:
+    (alpha-DCG@k, ERR-IA@k)} float64 (R,) each."""
+
+    nrbp: np.ndarray
+    cut: dict
+
+
+def _ideal_of(gains: np.ndarray, s: int, alpha: float, beta: float, cuts) -> _Ideal:
+    """:class:`_Ideal` of queries with S = ``s`` from their ideal gains float64 (Q, P) (zero-padded,
+    :func:`_ideal_gains_rows`)."""
+    cut = {}
+    if cuts and gains.shape[1]:
+        cum = _cumulative(gains, s, alpha, max(cuts))
+        cut = {k: cum.at(k) for k in cuts}
+    elif cuts:  # pragma: no cover - S > 0 has a relevant document: its ideal gain is >= 1
+        cut = {k: (np.zeros(len(gains)), np.zeros(len(gains))) for k in cuts}
+    return _Ideal(_nrbp_rows(gains, s, alpha, beta), cut)
+
+
+def _ideal_gains_rows(rel: np.ndarray, alpha: float) -> np.ndarray:
+    """:func:`ideal_gains` of several queries at once, bit for bit: ``rel`` bool (Q, M, S), each
+    query's relevant documents in docno order (padding rows all False) -> float64 (Q, M), row q
+    :func:`ideal_gains` of ``rel[q]`` followed by zeros.
+
+    The same greedy, one step for every query at a time: a document's gain is summed over the
+    subtopics in column order (adding 0.0 for the others changes nothing), the largest gain wins,
+    ties to the later row (the larger docno, as ndeval's ``idealResult``), and a query stops at
+    its first gain <= 0 or when its documents run out."""
+    nq, m, s = rel.shape
+    out = np.zeros((nq, m), dtype=np.float64)
+    keep = 1.0 - alpha
+    left = np.arange(nq)  # the queries still placing documents
+    gain = np.ones((nq, s), dtype=np.float64)
+    alive = rel.any(axis=2)
+    for t in range(m):
+        score = np.zeros(alive.shape, dtype=np.float64)
+        for j in range(s):
+            score += np.where(rel[:, :, j], gain[:, j:j + 1], 0.0)
+        score = np.where(alive, score, -np.inf)
+        pick = m - 1 - np.argmax(score[:, ::-1], axis=1)  # the last of the largest
+        best = score[np.arange(len(pick)), pick]
+        go = best > 0.0
+        out[left[go], t] = best[go]
+        if not go.all():
+            left, rel, gain, alive, pick = left[go], rel[go], gain[go], alive[go], pick[go]
+            if not len(left):
+                break
+        at = np.arange(len(left))
+        alive[at, pick] = False
+        gain = np.where(rel[at, pick], gain * keep, gain)
+    return out
+
+
+def _budget(sizes: np.ndarray, s: int):
+    """(start, stop) batches of items sorted by ``sizes`` (ascending), each batch's (items x its
+    largest size x s) at most :data:`_BATCH_ELEMENTS` (one item at least)."""
+    start = 0
+    while start < len(sizes):  # by size: a batch's largest is its last
+        stop = min(len(sizes), start + max(1, _BATCH_ELEMENTS // (max(int(sizes[start]), 1) * s)))
+        while stop - start > 1 and int(sizes[stop - 1]) * s * (stop - start) > _BATCH_ELEMENTS:
+            stop = start + (stop - start) // 2
+        yield start, stop
+        start = stop
+
+
+def _padded(table: np.ndarray, row: np.ndarray, first: np.ndarray, sizes: np.ndarray, s: int) -> np.ndarray:
+    """bool (len(first), max(sizes), s): item i holds ``table[row[first[i] + j], :s]`` for j < sizes[i],
+    then the all-False last row of ``table``."""
+    depth = int(sizes.max())
+    pad = np.arange(depth) >= sizes[:, None]
+    at = np.where(pad, 0, first[:, None] + np.arange(depth))
+    return table[:, :s][np.where(pad, len(table) - 1, row[at])]
+
+
+def _query_tables(subt, queries: np.ndarray, s: int, alpha: float, beta: float, cuts) -> tuple:
+    """(:class:`_Ideal`, relevant documents per subtopic int (Q, s)) of ``queries`` (codes into
+    ``subt``: :class:`_Subtopics`, each with S = ``s``): the ideal gains by
+    :func:`_ideal_gains_rows` in batches of queries with about as many relevant documents (by
+    :func:`ideal_gains` for a query with more than :data:`_GREEDY_ROWS` and in batches of fewer than
+    :data:`_GREEDY_QUERIES` queries)."""
+    nq = len(queries)
+    docs = subt.row_start[queries + 1] - subt.row_start[queries]
+    order = np.argsort(docs, kind="stable")
+    nrbp, nrs = np.zeros(nq), np.zeros((nq, s), dtype=np.int64)
+    cut = {k: (np.zeros(nq), np.zeros(nq)) for k in cuts}
+    every_row = np.arange(len(subt.rows))
+    for a, b in _budget(docs[order], s):
+        part = order[a:b]
+        rel = _padded(subt.rows, every_row, subt.row_start[queries[part]], docs[part], s)
+        nrs[part] = rel.sum(axis=1)
+        if rel.shape[1] <= _GREEDY_ROWS and len(part) >= _GREEDY_QUERIES:
+            gains = _ideal_gains_rows(rel, alpha)
+        else:
+            gains = np.zeros(rel.shape[:2])
+            for i, one in enumerate(rel):
+                g = ideal_gains(one, alpha)
+                gains[i, :len(g)] = g
+        ideal = _ideal_of(gains, s, alpha, beta, cuts)
+        nrbp[part] = ideal.nrbp
+        for k, (d, e) in ideal.cut.items():
+            cut[k][0][part], cut[k][1][part] = d, e
+    return _Ideal(nrbp, cut), nrs
+
+
+def batch_values(rel: np.ndarray, s: int, specs, n_rel_sub: np.ndarray, ideal: _Ideal) -> np.ndarray:
+    """The values of ``specs`` for R rankings whose queries have S = ``s`` > 0 subtopics -> float64
+    (len(specs), R), each as :func:`query_values` computes it (bit for bit).
+
+    ``rel``: bool (R, L, s), ranking r's documents in rank order (padding and unjudged ranks all
+    False; every ranking non-empty); ``n_rel_sub``: int (R, s) the relevant documents per subtopic of
+    each ranking's query; ``ideal``: its query's ideal values (:func:`_ideal_of`, with the specs'
+    cutoffs). All specs share alpha and beta."""
+    alpha, beta = specs[0].alpha, specs[0].beta
+    r, n, _ = rel.shape
+    out = np.zeros((len(specs), r), dtype=np.float64)
+    cuts = sorted({sp.k for sp in specs if sp.k is not None})
+    cache: dict = {}
+
+    def gains():
+        if "g" not in cache:
+            cache["g"] = _gains_rows(rel, alpha)
+        return cache["g"]
+
+    def at(k):
+        if "cum" not in cache:
+            cache["cum"] = _cumulative(gains(), s, alpha, cuts[-1])
+        return cache["cum"].at(k)
+
+    def nrbp():
+        if "nrbp" not in cache:
+            cache["nrbp"] = _nrbp_rows(gains(), s, alpha, beta)
+        return cache["nrbp"]
+
+    def counts():  # relevant (document, subtopic) pairs down to each rank
+        if "counts" not in cache:
+            cache["counts"] = np.cumsum(rel.sum(axis=2, dtype=np.int64), axis=1)
+        return cache["counts"]
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i, sp in enumerate(specs):
+            k = sp.k
+            if sp.measure in ("alpha-DCG", "alpha-nDCG", "ERR-IA", "nERR-IA"):
+                d, e = at(k)
+                if sp.measure == "alpha-DCG":
+                    out[i] = d
+                elif sp.measure == "ERR-IA":
+                    out[i] = e
+                else:
+                    idcg, ierr = ideal.cut[k]
+                    q = d / idcg if sp.measure == "alpha-nDCG" else e / ierr
+                    out[i] = np.where(d != 0.0, q, 0.0)
+            elif sp.measure == "NRBP":
+                out[i] = nrbp()
+            elif sp.measure == "nNRBP":
+                out[i] = np.where(ideal.nrbp != 0.0, nrbp() / ideal.nrbp, math.nan)
+            elif sp.measure == "MAP-IA":
+                prec = np.cumsum(rel, axis=1) / np.arange(1, n + 1, dtype=np.float64)[None, :, None]
+                ap = np.add.accumulate(np.where(rel, prec, 0.0), axis=1)[:, -1] / n_rel_sub
+                out[i] = np.add.accumulate(ap, axis=1)[:, -1] / s
+            elif sp.measure == "P-IA":
+                out[i] = counts()[:, min(k, n) - 1] / (k * s)
+            elif sp.measure == "strec":
+                out[i] = rel[:, :k].any(axis=1).sum(axis=1) / s
+    return out
+
+
+class _Subtopics(NamedTuple):
+    """One relevance level's subtopic judgments of the queries ``qids`` (sorted), for lookups:
+    ``judged`` bool (Q,) the query has a judgment; ``n_sub`` int (Q,) its S (subtopics with a
+    relevant document); ``rows`` bool (U + 1, max S) the subtopics of each relevant (query, docno),
+    grouped by query, docno order inside, columns in subtopic order, the last row all False;
+    ``row_start`` int (Q + 1,); ``keys`` int64 (U,) sorted ``query * len(docs) + docno code`` of the
+    rows; ``docs`` str, the relevant docnos, sorted."""
+
+    judged: np.ndarray
+    n_sub: np.ndarray
+    rows: np.ndarray
+    row_start: np.ndarray
+    keys: np.ndarray
+    docs: np.ndarray
+
+    def lookup(self, item_query: np.ndarray, items: np.ndarray) -> np.ndarray:
+        """Row of ``rows`` of each ranked item (query codes ``item_query``, docnos ``items``):
+        int64, U (all False) for one not relevant to any subtopic of its query."""
+        u = len(self.keys)
+        out = np.full(len(items), u, dtype=np.int64)
+        if not u or not len(items):
+            return out
+        pos = np.minimum(np.searchsorted(self.docs, items), len(self.docs) - 1)
+        hit = np.flatnonzero(self.docs[pos] == items)
+        key = item_query[hit] * len(self.docs) + pos[hit]
+        at = np.minimum(np.searchsorted(self.keys, key), u - 1)
+        found = self.keys[at] == key
+        out[hit[found]] = at[found]
+        return out
+
+
+def _subtopics(qids, jq, js, jd, relevant) -> _Subtopics:
+    """:class:`_Subtopics` of judgments ``jq``, ``js``, ``jd`` (str) for the queries ``qids`` (str,
+    sorted, unique); ``relevant`` bool per judgment."""
+    nq = len(qids)
+    code = np.searchsorted(qids, jq)
+    ok = np.zeros(len(jq), dtype=bool)
+    if nq and len(jq):
+        ok = qids[np.minimum(code, nq - 1)] == jq
+    judged = np.zeros(nq, dtype=bool)
+    judged[code[ok]] = True
+    keep = ok & relevant
+    q, subs, docs = code[keep].astype(np.int64), js[keep], jd[keep]
+    subs_u, sub_code = np.unique(subs, return_inverse=True)
+    docs_u, doc_code = np.unique(docs, return_inverse=True)
+    # columns: a query's subtopics with a relevant document, in subtopic order (as _judged_matrix)
+    pairs, pair_of = np.unique(q * max(len(subs_u), 1) + sub_code.reshape(-1), return_inverse=True)
+    pair_query = pairs // max(len(subs_u), 1)
+    n_sub = np.bincount(pair_query, minlength=nq).astype(np.int64)
+    col = np.arange(len(pairs)) - np.searchsorted(pair_query, pair_query)
+    keys, row_of = np.unique(q * max(len(docs_u), 1) + doc_code.reshape(-1), return_inverse=True)
+    rows = np.zeros((len(keys) + 1, int(n_sub.max()) if nq else 0), dtype=bool)
+    rows[row_of.reshape(-1), col[pair_of.reshape(-1)]] = True
+    row_start = np.searchsorted(keys // max(len(docs_u), 1), np.arange(nq + 1))
+    return _Subtopics(judged, n_sub, rows, row_start, keys, docs_u)
+
+
+def _ranked_values(specs, qids, request_code, offsets, ranked, jq, js, jd, jg, relevance_level) -> np.ndarray:
+    """(len(specs), n) values of n rankings (requests): ``request_code`` int (n,) the index in
+    ``qids`` (str, sorted, unique) of each ranking's query, ``offsets`` int (n + 1,) into ``ranked``
+    (docnos in rank order); judgments ``jq``, ``js``, ``jd`` (str), ``jg`` (float) in any order. The
+    one kernel of :func:`evaluate_lists` and :func:`request_values`: per (alpha, rel) the judgments
+    laid out once (:func:`_subtopics`), per query its ideal values (:func:`_query_tables`), the
+    rankings in batches of equal S by :func:`batch_values`."""
+    n = len(request_code)
+    values = np.zeros((len(specs), n), dtype=np.float64)
+    lengths = np.diff(offsets)
+    item_query = np.repeat(request_code, lengths)
+    groups: dict = {}
+    for i, sp in enumerate(specs):
+        groups.setdefault((sp.alpha, sp.beta, relevance_level if sp.rel is None else sp.rel), []).append(i)
+    levels: dict = {}
+    for (alpha, beta, level), rows in groups.items():
+        sub = [specs[i] for i in rows]
+        if level not in levels:
+            subt = _subtopics(qids, jq, js, jd, jg >= level)
+            levels[level] = (subt, subt.lookup(item_query, ranked[offsets[0]:offsets[-1]]) if n else None)
+        subt, item_row = levels[level]
+        live = (lengths > 0) & subt.judged[request_code]  # the others score 0 (ndeval adds nothing)
+        s_of = subt.n_sub[request_code]
+        nnrbp = [i for i, sp in zip(rows, sub) if sp.measure == "nNRBP"]
+        if nnrbp:
+            values[np.ix_(nnrbp, np.flatnonzero(live & (s_of == 0)))] = math.nan  # ndeval's 0 / 0
+        cuts = sorted({sp.k for sp in sub if sp.k is not None})
+        for s in np.unique(s_of[live & (s_of > 0)]).tolist():
+            reqs = np.flatnonzero(live & (s_of == s))
+            reqs = reqs[np.argsort(lengths[reqs], kind="stable")]
+            queries = np.unique(request_code[reqs])
+            ideal, nrs = _query_tables(subt, queries, s, alpha, beta, cuts)
+            for a, b in _budget(lengths[reqs], s):
+                batch = reqs[a:b]
+                qi = np.searchsorted(queries, request_code[batch])
+                per_request = _Ideal(ideal.nrbp[qi], {k: (d[qi], e[qi]) for k, (d, e) in ideal.cut.items()})
+                rel = _padded(subt.rows, item_row, offsets[batch] - offsets[0], lengths[batch], s)
+                values[np.ix_(rows, batch)] = batch_values(rel, s, sub, nrs[qi], per_request)
+    return values
 
 
 def spec_of(metric_spec) -> DiversitySpec:
@@ -452,38 +765,15 @@ def request_values(specs, request_query, offsets, ranked, jq, js, jd, jg, *, rel
     whose query has no subtopic judgment scores 0 on every measure (as :func:`evaluate_lists`);
     a query with judgments but no relevant subtopic scores 0 but nNRBP (NaN, ndeval's 0 / 0).
 
-    Returns float64 (len(specs), n). Judgment matrices and ideal gains are built once per query and
-    (alpha, beta, rel) group; each request's ranking is one :func:`query_values` call."""
+    Returns float64 (len(specs), n), bit for bit :func:`query_values` of each request. Judgment
+    matrices and ideal gains are built once per query and (alpha, rel); the requests are scored in
+    batches of equal S by :func:`batch_values`, the kernel :func:`evaluate_lists` uses too."""
     request_query, ranked = _str_array(request_query), _str_array(ranked)
     offsets = np.asarray(offsets, dtype=np.int64)
     n = len(request_query)
-    values = np.zeros((len(specs), n), dtype=np.float64)
     if not n or not len(specs):
-        return values
+        return np.zeros((len(specs), n), dtype=np.float64)
     jq, js, jd = (_str_array(a) for a in (jq, js, jd))
     jg = np.asarray(jg, dtype=np.float64)
-    jorder = np.lexsort((jd, jq))
-    jq, js, jd, jg = jq[jorder], js[jorder], jd[jorder], jg[jorder]
-    qids, first = np.unique(request_query, return_inverse=True)
-    jstart = np.searchsorted(jq, qids, side="left")
-    jend = np.searchsorted(jq, qids, side="right")
-    by_query = np.argsort(first, kind="stable")
-    qbounds = np.searchsorted(first[by_query], np.arange(len(qids) + 1))
-    groups: dict = {}
-    for i, sp in enumerate(specs):
-        groups.setdefault((sp.alpha, sp.beta, relevance_level if sp.rel is None else sp.rel), []).append(i)
-    for (alpha, beta, level), rows in groups.items():
-        sub = [specs[i] for i in rows]
-        for c in range(len(qids)):
-            a, b = jstart[c], jend[c]
-            if a == b:
-                continue
-            docs, judged = _judged_matrix(js[a:b], jd[a:b], jg[a:b] >= level)
-            ideal = ideal_gains(judged, alpha)  # once per query
-            nrs = judged.sum(axis=0)
-            for r in by_query[qbounds[c]:qbounds[c + 1]].tolist():
-                lo, hi = offsets[r], offsets[r + 1]
-                if hi > lo:
-                    values[rows, r] = query_values(_ranking_matrix(ranked[lo:hi], docs, judged), judged, sub,
-                                                   nrs, ideal)
-    return values
+    qids, code = np.unique(request_query, return_inverse=True)
+    return _ranked_values(specs, qids, code.reshape(-1), offsets, ranked, jq, js, jd, jg, relevance_level)
