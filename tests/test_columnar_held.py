@@ -1,6 +1,7 @@
 """Values the columnar engine holds in its process, and the read stage's NUL screen (issue 22 item 3 (a)):
 the read stage's held parts (run columns moved by their runs) against the pickled parts (every row
-taken on its own), and the one-pass NUL check against Arrow's per-row substring match."""
+taken on its own), held AUC states against the states themselves, and the one-pass NUL check against
+Arrow's per-row substring match."""
 
 from __future__ import annotations
 
@@ -100,3 +101,39 @@ def test_no_nul_of_slices_equals_a_substring_match():
             has = pc.fill_null(pc.match_substring(s, "\x00"), False)
             assert cc._no_nul(s).tolist() == [not h for h in has.to_pylist()]
 
+
+def test_held_auc_states_merge_as_the_states_themselves():
+    """CountsCombineFn(hold=True) on keys of held CountArrays states (as the clean stage gives them on
+    Beam's in-process runner) gives the output of CountsCombineFn on the states, through add_input,
+    compact, merge_accumulators and extract_output in any grouping; the held states are taken (none
+    left), and a key not held in this process is a clear error."""
+    from streameval.accumulators.online import CountArrays
+    from streameval.beam import columnar_online as co
+
+    rng = np.random.default_rng(2)
+    states = []
+    for _ in range(150):
+        n = int(rng.integers(1, 50))
+        score = np.round(rng.random(n), 2)  # ties across states
+        states.extend(s for _, s in CountArrays.by_key(np.zeros(n, np.int64), score, rng.random(n) < 0.3))
+    for kind in ("auc", "auc_hist"):
+        plain = co.CountsCombineFn(kind)
+        want = plain.extract_output(plain.merge_accumulators([
+            plain.compact(_added(plain, states[:70])), _added(plain, states[70:])]))
+        held = co.CountsCombineFn(kind, hold=True)
+        keys = [co._hold_counts(s) for s in states]
+        assert all(isinstance(k, str) for k in keys)
+        accs = [held.compact(_added(held, keys[:70])), _added(held, keys[70:100]), _added(held, keys[100:])]
+        assert all(isinstance(s, str) for a in accs for s in a)
+        got = held.extract_output(held.merge_accumulators(accs))
+        assert repr(got) == repr(want)
+        assert not cc._HELD
+        with pytest.raises(RuntimeError, match="held in another process"):
+            held.extract_output([keys[0]])
+
+
+def _added(fn, states):
+    acc = fn.create_accumulator()
+    for s in states:
+        acc = fn.add_input(acc, s)
+    return acc

@@ -244,7 +244,8 @@ class ColumnarMetrics(beam.PTransform):
 
         online = columnar_online.OnlineColumns(
             self.online_specs, self.window_micros, self.slice_specs, self.hist, self.shards, self.in_process,
-            self.labels, self.options.relevance_level, self.unjudged_policy) if self.online_specs else None
+            self.labels, self.options.relevance_level, self.unjudged_policy,
+            hold_counts=self.in_process) if self.online_specs else None
         cleaned = (chunks
                    | "GroupRequests" >> beam.GroupByKey()
                    | "CleanRequests" >> beam.ParDo(_CleanShard(

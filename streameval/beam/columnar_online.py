@@ -36,6 +36,8 @@ Counters as the per-record transforms: ``online:no_score``, ``online:not_labelle
 
 from __future__ import annotations
 
+import os
+
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
@@ -51,8 +53,8 @@ from ..metrics import interleaving as il
 from ..metrics import online as om
 from .columnar import _MergeMeans
 from .columnar_clean import _first_min, _grouped, _labels, _windows
-from .columnar_columns import (_concat, _encode, _factorize, _group_bounds, _key_shards, _nonempty, _pair_codes, _pick,
-                               _shards_of, _sorted_codes, _split, _take, _unique_codes, freeze, thaw)
+from .columnar_columns import (_HELD, _concat, _encode, _factorize, _group_bounds, _held_keys, _key_shards, _nonempty,
+                               _pair_codes, _pick, _shards_of, _sorted_codes, _split, _take, _unique_codes, freeze, thaw)
 from .columnar_score import mean_states
 from .combiners import OpsCombineFn
 from .online import (
@@ -90,12 +92,15 @@ class OnlineColumns:
     ``shards``: the group shards of GAUC."""
 
     def __init__(self, specs, window_micros, slice_specs, hist, shards: int, hold: bool = False, labels="clicks",
-                 relevance_level=1, unjudged="exclude"):
+                 relevance_level=1, unjudged="exclude", hold_counts: bool = False):
         if labels not in LABEL_SOURCES:
             raise ValueError(f"labels must be one of {LABEL_SOURCES}, got {labels!r}")
         if unjudged not in UNJUDGED_POLICIES:
             raise ValueError(f"unjudged must be one of {UNJUDGED_POLICIES}, got {unjudged!r}")
         self.labels = labels
+        # the AUC and histogram AUC states (CountArrays) held in this process, only a key through Beam
+        # (hold_counts: for :func:`online_rows`' CountsCombineFn(hold=True), Beam's in-process runner only)
+        self.hold_counts = bool(hold_counts)
         self.relevance_level = relevance_level
         self.unjudged = unjudged
         self.specs = [s for s in specs if s.family != "ctr"]
@@ -189,10 +194,12 @@ class OnlineColumns:
             for code, names in keys:
                 if self.auc:
                     for k, state in CountArrays.by_key(code, score, label):
-                        yield pvalue.TaggedOutput(TAG_AUC, (names[k], state))
+                        yield pvalue.TaggedOutput(TAG_AUC, (names[k], _hold_counts(state) if self.hold_counts
+                                                            else state))
                 if self.auc_hist:
                     for k, state in CountArrays.by_key(code, bins, label):
-                        yield pvalue.TaggedOutput(TAG_HIST, (names[k], state))
+                        yield pvalue.TaggedOutput(TAG_HIST, (names[k], _hold_counts(state) if self.hold_counts
+                                                             else state))
         for group in self.groups:
             gid = ex[om.GAUC_GROUPS[group]]
             valid = _nonempty(gid) & np.asarray(pc.is_valid(gid).to_numpy(zero_copy_only=False))
@@ -373,15 +380,45 @@ class GaucShard(beam.DoFn):
                     ws, we, group_slice(slice_label, group, texts[code % len(gvals)]), system, "auc", value, n, se))
 
 
+def _hold_counts(state) -> str:
+    """A key for a CountArrays ``state`` kept in this process's memory (the held values of
+    :func:`~streameval.beam.columnar_columns.freeze`; :func:`~streameval.beam.columnar_columns.
+    release_held` drops them): Beam's local runner then encodes, groups and decodes a short string
+    instead of the state's bytes (24 per distinct score: with distinct scores, every example's),
+    four copies of them between the clean stage and the merge."""
+    key = f"{os.getpid()}:c{next(_held_keys)}"
+    _HELD[key] = state
+    return key
+
+
+def _counts(state):
+    """The CountArrays state of ``state`` or of a key of :func:`_hold_counts` (taken: a held state is
+    read once). Raises RuntimeError for a key held in another process."""
+    if not isinstance(state, str):
+        return state
+    try:
+        return _HELD.pop(state)
+    except KeyError:
+        raise RuntimeError("an AUC state was held in another process: hold_counts needs Beam's in-process "
+                           "local runner (FnApiRunner without worker processes)") from None
+
+
 class CountsCombineFn(beam.CombineFn):
     """Merges :class:`~streameval.accumulators.online.CountArrays` states; output ``(auc, examples,
     stderr)`` (``kind="auc"``) or ``(auc, examples, stderr, max_error)`` (``"auc_hist"``).
-    Accumulator: a list of states, merged 64 at a time."""
+    Accumulator: a list of states, merged 64 at a time. ``hold``: the inputs may be keys of states
+    held in this process (:func:`_hold_counts`), and the accumulators Beam encodes are too (Beam's
+    in-process local runner only)."""
 
-    def __init__(self, kind: str = "auc"):
+    def __init__(self, kind: str = "auc", hold: bool = False):
         if kind not in ("auc", "auc_hist"):
             raise ValueError(f"kind must be auc or auc_hist, got {kind!r}")
         self.kind = kind
+        self.hold = bool(hold)
+
+    def _merged(self, states):
+        merged = CountArrays.merge([_counts(s) for s in states])
+        return _hold_counts(merged) if self.hold else merged
 
     def create_accumulator(self):
         return []
@@ -389,17 +426,17 @@ class CountsCombineFn(beam.CombineFn):
     def add_input(self, acc, state):
         acc.append(state)
         if len(acc) >= 64:
-            acc[:] = [CountArrays.merge(acc)]
+            acc[:] = [self._merged(acc)]
         return acc
 
     def merge_accumulators(self, accumulators):
-        return [CountArrays.merge([s for a in accumulators for s in a])]
+        return [self._merged([s for a in accumulators for s in a])]
 
     def compact(self, acc):
-        return [CountArrays.merge(acc)]
+        return [self._merged(acc)]
 
     def extract_output(self, acc):
-        pos, neg = CountArrays.counts(CountArrays.merge(acc))
+        pos, neg = CountArrays.counts(CountArrays.merge([_counts(s) for s in acc]))
         return auc_result(pos, neg) if self.kind == "auc" else hist_auc_result(pos, neg)
 
     def get_accumulator_coder(self):
@@ -419,11 +456,11 @@ def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: floa
     parts = []
     if online.auc:
         parts.append(outputs[TAG_AUC]
-                     | "MergeAuc" >> beam.CombinePerKey(CountsCombineFn("auc"))
+                     | "MergeAuc" >> beam.CombinePerKey(CountsCombineFn("auc", online.hold_counts))
                      | "AucRows" >> beam.Map(lambda kv: metric_row(*kv[0], "auc", *kv[1])))
     if online.auc_hist:
         parts.append(outputs[TAG_HIST]
-                     | "MergeHistAuc" >> beam.CombinePerKey(CountsCombineFn("auc_hist"))
+                     | "MergeHistAuc" >> beam.CombinePerKey(CountsCombineFn("auc_hist", online.hold_counts))
                      | "HistAucRows" >> beam.FlatMap(hist_rows))
     if online.calibration:
         parts.append(outputs[TAG_CALIBRATION]
