@@ -206,30 +206,32 @@ class OnlineColumns:
             self.no_group[group].inc(int(len(valid) - valid.sum()))
             if not valid.any():
                 continue
-            rows = np.flatnonzero(valid)
+            rows = None if valid.all() else np.flatnonzero(valid)
             # one row per (example, slice specification), the key codes of each specification after
             # those of the ones before
             codes, names = [], []
             for code, nm in keys:
-                codes.append(code[rows] + len(names))
+                codes.append((code if rows is None else code[rows]) + len(names))
                 names.extend(nm)
             # the group ids dictionary-encoded once (not per specification): each shard's part carries
             # its distinct ids (strings, in order of first appearance) and an int code per row
-            gcode, gkeys = _encode(_pick(gid, rows))
+            gcode, gkeys = _encode(gid if rows is None else _pick(gid, rows))
             kshard = _key_shards(gkeys, self.shards)
-            shard = np.tile(kshard[gcode], len(keys))
-            order, starts, ends = _group_bounds(shard)
-            rep = np.tile(rows, len(keys))[order]
-            grep = np.tile(gcode, len(keys))[order]
-            key = np.concatenate(codes)[order]
-            sc, lab = score[rep], label[rep].astype(np.int8)
+            # a part: its shard's examples in row order, once per specification (the rows of the
+            # specifications one after the other, sorted stably by shard); each example's columns
+            # taken once and repeated, not taken once per specification
+            order, starts, ends = _group_bounds(kshard[gcode])
+            sc = score if rows is None else score[rows]
+            lab = (label if rows is None else label[rows]).astype(np.int8)
             local = np.zeros(len(gkeys), dtype=np.int64)
             for lo, hi in zip(starts.tolist(), ends.tolist()):
-                s = int(shard[order[lo]])
+                idx = order[lo:hi]
+                s = int(kshard[gcode[idx[0]]])
                 ks = np.flatnonzero(kshard == s)
                 local[ks] = np.arange(len(ks))
-                part = {"n": hi - lo, "gcode": local[grep[lo:hi]], "gids": gkeys.take(pa.array(ks)),
-                        "key": key[lo:hi], "score": sc[lo:hi], "label": lab[lo:hi]}
+                part = {"n": (hi - lo) * len(codes), "gcode": np.tile(local[gcode[idx]], len(codes)),
+                        "gids": gkeys.take(pa.array(ks)), "key": np.concatenate([c[idx] for c in codes]),
+                        "score": np.tile(sc[idx], len(codes)), "label": np.tile(lab[idx], len(codes))}
                 yield pvalue.TaggedOutput(TAG_GAUC, ((group, s), (names, freeze(part, hold=self.hold))))
 
     # -- requests: whole in their shard -----------------------------------------------------
