@@ -281,7 +281,8 @@ class ColumnarMetrics(beam.PTransform):
             dead.append(resolved.dead_letters)
         if online:
             rows.extend(columnar_online.online_rows(cleaned, online, self.group_rows, self.ci_level,
-                                                    resolved.judgments if self.judgment_paths else None))
+                                                    resolved.judgments if self.judgment_paths else None,
+                                                    threads=self.threads))
         if self.ranking:
             requests, extra = cleaned.requests, []
             hot = self.hot_fraction > 0  # hot queries fanned out (columnar_hot)

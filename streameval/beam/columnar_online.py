@@ -37,6 +37,8 @@ Counters as the per-record transforms: ``online:no_score``, ``online:not_labelle
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import apache_beam as beam
 import numpy as np
@@ -67,7 +69,7 @@ from .online import (
     interleaving_rows,
     with_interval,
 )
-from .threads import counter
+from .threads import ThreadedDoFn, counter, default_threads
 from .transforms import NAMESPACE, metric_row
 
 __all__ = ["OnlineColumns", "CountsCombineFn", "GaucShard",
@@ -334,16 +336,17 @@ class LabelShard(beam.DoFn):
         yield from online.labelled_states(ex, label)
 
 
-class GaucShard(beam.DoFn):
+class GaucShard(ThreadedDoFn):
     """``((group, shard), [(key names, frozen examples), ...])`` -> ``((group, key), GaucOps state)``
     per (window, slice, system) key; with ``group_rows`` also each group's AUC row (metric ``auc``,
-    slice ``<group>=<id>``)."""
+    slice ``<group>=<id>``). ``threads``: shards worked on at once (:mod:`streameval.beam.threads`)."""
 
-    def __init__(self, weightings: dict, group_rows: bool = False):
+    def __init__(self, weightings: dict, group_rows: bool = False, threads: int = 1):
         self.weightings = weightings
         self.group_rows = bool(group_rows)
+        self.threads = int(threads)
 
-    def process(self, element):
+    def work(self, element):
         (group, _), values = element
         index: dict = {}
         keys, gids, gcodes, scores, labels = [], [], [], [], []
@@ -393,16 +396,36 @@ def _hold_counts(state) -> str:
     return key
 
 
-def _counts(state):
-    """The CountArrays state of ``state`` or of a key of :func:`_hold_counts` (taken: a held state is
-    read once). Raises RuntimeError for a key held in another process."""
-    if not isinstance(state, str):
-        return state
+def _take_held(key: str):
     try:
-        return _HELD.pop(state)
+        return _HELD.pop(key)
     except KeyError:
         raise RuntimeError("an AUC state was held in another process: hold_counts needs Beam's in-process "
                            "local runner (FnApiRunner without worker processes)") from None
+
+
+def _counts(state):
+    """The CountArrays state of ``state`` or of a key of :func:`_hold_counts` (taken: a held state is
+    read once; a merge still running on :func:`_merge_pool`: waited for, its error raised here).
+    Raises RuntimeError for a key held in another process."""
+    if not isinstance(state, str):
+        return state
+    held = _take_held(state)
+    return held.result()[0] if isinstance(held, Future) else held
+
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _merge_pool() -> ThreadPoolExecutor:
+    """The threads that merge held AUC states (one per core, :func:`~streameval.beam.threads.
+    default_threads`; made once per process)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(default_threads(), thread_name_prefix="streameval-auc")
+        return _pool
 
 
 class CountsCombineFn(beam.CombineFn):
@@ -410,7 +433,10 @@ class CountsCombineFn(beam.CombineFn):
     stderr)`` (``kind="auc"``) or ``(auc, examples, stderr, max_error)`` (``"auc_hist"``).
     Accumulator: a list of states, merged 64 at a time. ``hold``: the inputs may be keys of states
     held in this process (:func:`_hold_counts`), and the accumulators Beam encodes are too (Beam's
-    in-process local runner only)."""
+    in-process local runner only); the merges then run on a pool of threads (:func:`_merge_pool`:
+    the runner calls ``compact`` key after key on its one thread, at the end of the clean stage,
+    and the merges, numpy sorts that release the GIL, went one after the other), each with the
+    output of its merged state, which ``extract_output`` takes when that state is the key's last."""
 
     def __init__(self, kind: str = "auc", hold: bool = False):
         if kind not in ("auc", "auc_hist"):
@@ -419,8 +445,20 @@ class CountsCombineFn(beam.CombineFn):
         self.hold = bool(hold)
 
     def _merged(self, states):
-        merged = CountArrays.merge([_counts(s) for s in states])
-        return _hold_counts(merged) if self.hold else merged
+        if not self.hold:
+            return CountArrays.merge([_counts(s) for s in states])
+        if len(states) == 1:
+            return states[0]
+        return _hold_counts(_merge_pool().submit(self._merge_held, list(states)))
+
+    def _merge_held(self, keys):
+        """(merged state, its output) of held states (on a thread of :func:`_merge_pool`)."""
+        merged = CountArrays.merge([_counts(k) for k in keys])
+        return merged, self._output(merged)
+
+    def _output(self, state):
+        pos, neg = CountArrays.counts(state)
+        return auc_result(pos, neg) if self.kind == "auc" else hist_auc_result(pos, neg)
 
     def create_accumulator(self):
         return []
@@ -438,16 +476,22 @@ class CountsCombineFn(beam.CombineFn):
         return [self._merged(acc)]
 
     def extract_output(self, acc):
-        pos, neg = CountArrays.counts(CountArrays.merge([_counts(s) for s in acc]))
-        return auc_result(pos, neg) if self.kind == "auc" else hist_auc_result(pos, neg)
+        if self.hold and len(acc) == 1 and isinstance(acc[0], str):
+            held = _take_held(acc[0])
+            if isinstance(held, Future):  # merged on the pool, with its output
+                return held.result()[1]
+            return self._output(held)
+        return self._output(CountArrays.merge([_counts(s) for s in acc]))
 
     def get_accumulator_coder(self):
         return FastPrimitivesCoder()
 
 
-def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: float, judgments=None) -> list:
+def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: float, judgments=None,
+                threads: int = 1) -> list:
     """The metric rows (PCollections) of the clean stage's tagged ``outputs``; with labels from
-    judgments, ``judgments`` is the engine's resolved judgments by query shard."""
+    judgments, ``judgments`` is the engine's resolved judgments by query shard. ``threads``: the GAUC
+    shards worked on at once (:class:`GaucShard`)."""
     if online.labels == "judgments" and online.scores:
         labelled = (outputs[TAG_EXAMPLES]
                     | "GroupExamples" >> beam.GroupByKey()
@@ -473,7 +517,7 @@ def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: floa
                       for g in online.groups}
         per_key = (outputs[TAG_GAUC]
                    | "GroupShards" >> beam.GroupByKey()
-                   | "GroupAuc" >> beam.ParDo(GaucShard(weightings, group_rows)).with_outputs(
+                   | "GroupAuc" >> beam.ParDo(GaucShard(weightings, group_rows, threads)).with_outputs(
                        "group_rows", main="states"))
         if group_rows:
             parts.append(per_key.group_rows)
