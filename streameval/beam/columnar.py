@@ -244,7 +244,8 @@ class ColumnarMetrics(beam.PTransform):
 
         online = columnar_online.OnlineColumns(
             self.online_specs, self.window_micros, self.slice_specs, self.hist, self.shards, self.in_process,
-            self.labels, self.options.relevance_level, self.unjudged_policy) if self.online_specs else None
+            self.labels, self.options.relevance_level, self.unjudged_policy,
+            hold_counts=self.in_process) if self.online_specs else None
         cleaned = (chunks
                    | "GroupRequests" >> beam.GroupByKey()
                    | "CleanRequests" >> beam.ParDo(_CleanShard(
@@ -280,7 +281,8 @@ class ColumnarMetrics(beam.PTransform):
             dead.append(resolved.dead_letters)
         if online:
             rows.extend(columnar_online.online_rows(cleaned, online, self.group_rows, self.ci_level,
-                                                    resolved.judgments if self.judgment_paths else None))
+                                                    resolved.judgments if self.judgment_paths else None,
+                                                    threads=self.threads))
         if self.ranking:
             requests, extra = cleaned.requests, []
             hot = self.hot_fraction > 0  # hot queries fanned out (columnar_hot)

@@ -85,10 +85,27 @@ def _pylist(a, rows) -> list:
 
 def _no_nul(a) -> np.ndarray:
     """Bool per row: the string holds no NUL character (null counts as none)."""
+    if _no_nul_bytes(a):  # no NUL byte in the bytes of the rows at all (the usual case): one memchr
+        return np.ones(len(a), dtype=bool)
     has = pc.match_substring(a, "\x00")
     if has.null_count:
         has = pc.fill_null(has, False)
     return ~np.asarray(has.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _no_nul_bytes(a) -> bool:
+    """Whether the character bytes of the rows of an Arrow string (or large string) array hold no
+    NUL byte: the bytes between the first row's start offset and the last row's end, searched once
+    (one vectorised pass, no copy) instead of one substring match per row. False for anything
+    else (another type, no rows): the caller then checks row by row."""
+    if not isinstance(a, pa.Array) or not len(a) or a.type not in (pa.string(), pa.large_string()):
+        return False
+    _, offsets, data = a.buffers()
+    offs = np.frombuffer(offsets, dtype=np.int32 if a.type == pa.string() else np.int64)
+    lo, hi = int(offs[a.offset]), int(offs[a.offset + len(a)])
+    if hi == lo:
+        return True
+    return bool(np.frombuffer(data, dtype=np.uint8, count=hi - lo, offset=lo).all())
 
 
 def _nonempty(a: pa.Array) -> np.ndarray:
@@ -153,7 +170,7 @@ def _compact(a, runs: bool = False):
             bits = a.view(np.int64)
             return _Same(a[:1].copy(), len(a)) if (bits == bits[0]).all() else a
         return a
-    if not runs or not isinstance(a, pa.Array) or len(a) < 16:
+    if not runs or not isinstance(a, pa.Array) or len(a) < 16 or pa.types.is_run_end_encoded(a.type):
         return a
     r = pc.run_end_encode(a)
     return r if 2 * len(r.values) <= len(a) else a
@@ -610,10 +627,42 @@ def _split(chunk: dict, shard: np.ndarray, runs=(), hold: bool = False):
         return
     order, starts, ends = _group_bounds(shard)
     if hold:
-        whole = _take(chunk, order)
+        whole = _take(chunk, order, _fields_not_in_runs(chunk, runs))
+        for k, v in chunk.items():  # the run columns: their runs moved, not their rows
+            if k in runs and k == "attributes":
+                whole[k] = {a: _runs_in_order(c, shard) for a, c in v.items()}
+            elif k in runs:
+                whole[k] = _runs_in_order(v, shard)
     for lo, hi in zip(starts.tolist(), ends.tolist()):
         part = _slice(whole, lo, hi) if hold else _take(chunk, order[lo:hi])
         yield int(shard[order[lo]]), freeze(part, runs, hold)
+
+
+def _fields_not_in_runs(chunk: dict, runs) -> tuple:
+    return tuple(k for k in chunk if k != "n" and k not in runs)
+
+
+def _runs_in_order(a, shard: np.ndarray):
+    """The Arrow string column ``a`` with its rows in the stable order of ``shard`` (as
+    ``_pick(a, _group_bounds(shard)[0])``), as a run-end encoded array when that takes at most half
+    the rows: a stretch of rows with one value and one shard stays contiguous in that order, so only
+    the first row of each stretch is taken (a request's records are adjacent and share their
+    request, query, user, system and attributes), instead of every row and then encoding the runs.
+    Otherwise (few runs, another type) the rows taken one by one."""
+    n = len(a)
+    if not isinstance(a, pa.Array) or n < 16 or pa.types.is_run_end_encoded(a.type):
+        return _pick(a, _group_bounds(shard)[0])
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(shard[1:], shard[:-1], out=new[1:])
+    new[1:] |= _changes(a)
+    seg = np.flatnonzero(new)
+    if 2 * len(seg) > n:
+        return _pick(a, _group_bounds(shard)[0])
+    lengths = np.diff(np.append(seg, n))
+    by_shard = _group_bounds(shard[seg])[0]
+    ends = np.cumsum(lengths[by_shard]).astype(np.int32)
+    return pa.RunEndEncodedArray.from_arrays(pa.array(ends, type=pa.int32()), _pick(a, seg[by_shard]))
 
 
 def _group_bounds(codes: np.ndarray):

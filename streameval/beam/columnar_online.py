@@ -36,6 +36,10 @@ Counters as the per-record transforms: ``online:no_score``, ``online:not_labelle
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
@@ -51,8 +55,8 @@ from ..metrics import interleaving as il
 from ..metrics import online as om
 from .columnar import _MergeMeans
 from .columnar_clean import _first_min, _grouped, _labels, _windows
-from .columnar_columns import (_concat, _encode, _factorize, _group_bounds, _key_shards, _nonempty, _pair_codes, _pick,
-                               _shards_of, _sorted_codes, _split, _take, _unique_codes, freeze, thaw)
+from .columnar_columns import (_HELD, _concat, _encode, _factorize, _group_bounds, _held_keys, _key_shards, _nonempty,
+                               _pair_codes, _pick, _shards_of, _sorted_codes, _split, _take, _unique_codes, freeze, thaw)
 from .columnar_score import mean_states
 from .combiners import OpsCombineFn
 from .online import (
@@ -65,7 +69,7 @@ from .online import (
     interleaving_rows,
     with_interval,
 )
-from .threads import counter
+from .threads import ThreadedDoFn, counter, default_threads
 from .transforms import NAMESPACE, metric_row
 
 __all__ = ["OnlineColumns", "CountsCombineFn", "GaucShard",
@@ -90,12 +94,15 @@ class OnlineColumns:
     ``shards``: the group shards of GAUC."""
 
     def __init__(self, specs, window_micros, slice_specs, hist, shards: int, hold: bool = False, labels="clicks",
-                 relevance_level=1, unjudged="exclude"):
+                 relevance_level=1, unjudged="exclude", hold_counts: bool = False):
         if labels not in LABEL_SOURCES:
             raise ValueError(f"labels must be one of {LABEL_SOURCES}, got {labels!r}")
         if unjudged not in UNJUDGED_POLICIES:
             raise ValueError(f"unjudged must be one of {UNJUDGED_POLICIES}, got {unjudged!r}")
         self.labels = labels
+        # the AUC and histogram AUC states (CountArrays) held in this process, only a key through Beam
+        # (hold_counts: for :func:`online_rows`' CountsCombineFn(hold=True), Beam's in-process runner only)
+        self.hold_counts = bool(hold_counts)
         self.relevance_level = relevance_level
         self.unjudged = unjudged
         self.specs = [s for s in specs if s.family != "ctr"]
@@ -189,40 +196,44 @@ class OnlineColumns:
             for code, names in keys:
                 if self.auc:
                     for k, state in CountArrays.by_key(code, score, label):
-                        yield pvalue.TaggedOutput(TAG_AUC, (names[k], state))
+                        yield pvalue.TaggedOutput(TAG_AUC, (names[k], _hold_counts(state) if self.hold_counts
+                                                            else state))
                 if self.auc_hist:
                     for k, state in CountArrays.by_key(code, bins, label):
-                        yield pvalue.TaggedOutput(TAG_HIST, (names[k], state))
+                        yield pvalue.TaggedOutput(TAG_HIST, (names[k], _hold_counts(state) if self.hold_counts
+                                                             else state))
         for group in self.groups:
             gid = ex[om.GAUC_GROUPS[group]]
             valid = _nonempty(gid) & np.asarray(pc.is_valid(gid).to_numpy(zero_copy_only=False))
             self.no_group[group].inc(int(len(valid) - valid.sum()))
             if not valid.any():
                 continue
-            rows = np.flatnonzero(valid)
+            rows = None if valid.all() else np.flatnonzero(valid)
             # one row per (example, slice specification), the key codes of each specification after
             # those of the ones before
             codes, names = [], []
             for code, nm in keys:
-                codes.append(code[rows] + len(names))
+                codes.append((code if rows is None else code[rows]) + len(names))
                 names.extend(nm)
             # the group ids dictionary-encoded once (not per specification): each shard's part carries
             # its distinct ids (strings, in order of first appearance) and an int code per row
-            gcode, gkeys = _encode(_pick(gid, rows))
+            gcode, gkeys = _encode(gid if rows is None else _pick(gid, rows))
             kshard = _key_shards(gkeys, self.shards)
-            shard = np.tile(kshard[gcode], len(keys))
-            order, starts, ends = _group_bounds(shard)
-            rep = np.tile(rows, len(keys))[order]
-            grep = np.tile(gcode, len(keys))[order]
-            key = np.concatenate(codes)[order]
-            sc, lab = score[rep], label[rep].astype(np.int8)
+            # a part: its shard's examples in row order, once per specification (the rows of the
+            # specifications one after the other, sorted stably by shard); each example's columns
+            # taken once and repeated, not taken once per specification
+            order, starts, ends = _group_bounds(kshard[gcode])
+            sc = score if rows is None else score[rows]
+            lab = (label if rows is None else label[rows]).astype(np.int8)
             local = np.zeros(len(gkeys), dtype=np.int64)
             for lo, hi in zip(starts.tolist(), ends.tolist()):
-                s = int(shard[order[lo]])
+                idx = order[lo:hi]
+                s = int(kshard[gcode[idx[0]]])
                 ks = np.flatnonzero(kshard == s)
                 local[ks] = np.arange(len(ks))
-                part = {"n": hi - lo, "gcode": local[grep[lo:hi]], "gids": gkeys.take(pa.array(ks)),
-                        "key": key[lo:hi], "score": sc[lo:hi], "label": lab[lo:hi]}
+                part = {"n": (hi - lo) * len(codes), "gcode": np.tile(local[gcode[idx]], len(codes)),
+                        "gids": gkeys.take(pa.array(ks)), "key": np.concatenate([c[idx] for c in codes]),
+                        "score": np.tile(sc[idx], len(codes)), "label": np.tile(lab[idx], len(codes))}
                 yield pvalue.TaggedOutput(TAG_GAUC, ((group, s), (names, freeze(part, hold=self.hold))))
 
     # -- requests: whole in their shard -----------------------------------------------------
@@ -325,16 +336,17 @@ class LabelShard(beam.DoFn):
         yield from online.labelled_states(ex, label)
 
 
-class GaucShard(beam.DoFn):
+class GaucShard(ThreadedDoFn):
     """``((group, shard), [(key names, frozen examples), ...])`` -> ``((group, key), GaucOps state)``
     per (window, slice, system) key; with ``group_rows`` also each group's AUC row (metric ``auc``,
-    slice ``<group>=<id>``)."""
+    slice ``<group>=<id>``). ``threads``: shards worked on at once (:mod:`streameval.beam.threads`)."""
 
-    def __init__(self, weightings: dict, group_rows: bool = False):
+    def __init__(self, weightings: dict, group_rows: bool = False, threads: int = 1):
         self.weightings = weightings
         self.group_rows = bool(group_rows)
+        self.threads = int(threads)
 
-    def process(self, element):
+    def work(self, element):
         (group, _), values = element
         index: dict = {}
         keys, gids, gcodes, scores, labels = [], [], [], [], []
@@ -373,15 +385,80 @@ class GaucShard(beam.DoFn):
                     ws, we, group_slice(slice_label, group, texts[code % len(gvals)]), system, "auc", value, n, se))
 
 
+def _hold_counts(state) -> str:
+    """A key for a CountArrays ``state`` kept in this process's memory (the held values of
+    :func:`~streameval.beam.columnar_columns.freeze`; :func:`~streameval.beam.columnar_columns.
+    release_held` drops them): Beam's local runner then encodes, groups and decodes a short string
+    instead of the state's bytes (24 per distinct score: with distinct scores, every example's),
+    four copies of them between the clean stage and the merge."""
+    key = f"{os.getpid()}:c{next(_held_keys)}"
+    _HELD[key] = state
+    return key
+
+
+def _take_held(key: str):
+    try:
+        return _HELD.pop(key)
+    except KeyError:
+        raise RuntimeError("an AUC state was held in another process: hold_counts needs Beam's in-process "
+                           "local runner (FnApiRunner without worker processes)") from None
+
+
+def _counts(state):
+    """The CountArrays state of ``state`` or of a key of :func:`_hold_counts` (taken: a held state is
+    read once; a merge still running on :func:`_merge_pool`: waited for, its error raised here).
+    Raises RuntimeError for a key held in another process."""
+    if not isinstance(state, str):
+        return state
+    held = _take_held(state)
+    return held.result()[0] if isinstance(held, Future) else held
+
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _merge_pool() -> ThreadPoolExecutor:
+    """The threads that merge held AUC states (one per core, :func:`~streameval.beam.threads.
+    default_threads`; made once per process)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(default_threads(), thread_name_prefix="streameval-auc")
+        return _pool
+
+
 class CountsCombineFn(beam.CombineFn):
     """Merges :class:`~streameval.accumulators.online.CountArrays` states; output ``(auc, examples,
     stderr)`` (``kind="auc"``) or ``(auc, examples, stderr, max_error)`` (``"auc_hist"``).
-    Accumulator: a list of states, merged 64 at a time."""
+    Accumulator: a list of states, merged 64 at a time. ``hold``: the inputs may be keys of states
+    held in this process (:func:`_hold_counts`), and the accumulators Beam encodes are too (Beam's
+    in-process local runner only); the merges then run on a pool of threads (:func:`_merge_pool`:
+    the runner calls ``compact`` key after key on its one thread, at the end of the clean stage,
+    and the merges, numpy sorts that release the GIL, went one after the other), each with the
+    output of its merged state, which ``extract_output`` takes when that state is the key's last."""
 
-    def __init__(self, kind: str = "auc"):
+    def __init__(self, kind: str = "auc", hold: bool = False):
         if kind not in ("auc", "auc_hist"):
             raise ValueError(f"kind must be auc or auc_hist, got {kind!r}")
         self.kind = kind
+        self.hold = bool(hold)
+
+    def _merged(self, states):
+        if not self.hold:
+            return CountArrays.merge([_counts(s) for s in states])
+        if len(states) == 1:
+            return states[0]
+        return _hold_counts(_merge_pool().submit(self._merge_held, list(states)))
+
+    def _merge_held(self, keys):
+        """(merged state, its output) of held states (on a thread of :func:`_merge_pool`)."""
+        merged = CountArrays.merge([_counts(k) for k in keys])
+        return merged, self._output(merged)
+
+    def _output(self, state):
+        pos, neg = CountArrays.counts(state)
+        return auc_result(pos, neg) if self.kind == "auc" else hist_auc_result(pos, neg)
 
     def create_accumulator(self):
         return []
@@ -389,26 +466,32 @@ class CountsCombineFn(beam.CombineFn):
     def add_input(self, acc, state):
         acc.append(state)
         if len(acc) >= 64:
-            acc[:] = [CountArrays.merge(acc)]
+            acc[:] = [self._merged(acc)]
         return acc
 
     def merge_accumulators(self, accumulators):
-        return [CountArrays.merge([s for a in accumulators for s in a])]
+        return [self._merged([s for a in accumulators for s in a])]
 
     def compact(self, acc):
-        return [CountArrays.merge(acc)]
+        return [self._merged(acc)]
 
     def extract_output(self, acc):
-        pos, neg = CountArrays.counts(CountArrays.merge(acc))
-        return auc_result(pos, neg) if self.kind == "auc" else hist_auc_result(pos, neg)
+        if self.hold and len(acc) == 1 and isinstance(acc[0], str):
+            held = _take_held(acc[0])
+            if isinstance(held, Future):  # merged on the pool, with its output
+                return held.result()[1]
+            return self._output(held)
+        return self._output(CountArrays.merge([_counts(s) for s in acc]))
 
     def get_accumulator_coder(self):
         return FastPrimitivesCoder()
 
 
-def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: float, judgments=None) -> list:
+def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: float, judgments=None,
+                threads: int = 1) -> list:
     """The metric rows (PCollections) of the clean stage's tagged ``outputs``; with labels from
-    judgments, ``judgments`` is the engine's resolved judgments by query shard."""
+    judgments, ``judgments`` is the engine's resolved judgments by query shard. ``threads``: the GAUC
+    shards worked on at once (:class:`GaucShard`)."""
     if online.labels == "judgments" and online.scores:
         labelled = (outputs[TAG_EXAMPLES]
                     | "GroupExamples" >> beam.GroupByKey()
@@ -419,11 +502,11 @@ def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: floa
     parts = []
     if online.auc:
         parts.append(outputs[TAG_AUC]
-                     | "MergeAuc" >> beam.CombinePerKey(CountsCombineFn("auc"))
+                     | "MergeAuc" >> beam.CombinePerKey(CountsCombineFn("auc", online.hold_counts))
                      | "AucRows" >> beam.Map(lambda kv: metric_row(*kv[0], "auc", *kv[1])))
     if online.auc_hist:
         parts.append(outputs[TAG_HIST]
-                     | "MergeHistAuc" >> beam.CombinePerKey(CountsCombineFn("auc_hist"))
+                     | "MergeHistAuc" >> beam.CombinePerKey(CountsCombineFn("auc_hist", online.hold_counts))
                      | "HistAucRows" >> beam.FlatMap(hist_rows))
     if online.calibration:
         parts.append(outputs[TAG_CALIBRATION]
@@ -434,7 +517,7 @@ def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: floa
                       for g in online.groups}
         per_key = (outputs[TAG_GAUC]
                    | "GroupShards" >> beam.GroupByKey()
-                   | "GroupAuc" >> beam.ParDo(GaucShard(weightings, group_rows)).with_outputs(
+                   | "GroupAuc" >> beam.ParDo(GaucShard(weightings, group_rows, threads)).with_outputs(
                        "group_rows", main="states"))
         if group_rows:
             parts.append(per_key.group_rows)
