@@ -35,7 +35,8 @@ FastPrimitivesCoder, no pickling):
   ``[key text, [value per metric]]``.
 * ``PoissonBootstrap``: ``[MeanMoments state, ReplicateSums state]``.
 * ``PairedComparison``: ``[MeanMoments state of (a, b, b - a), bootstrap ReplicateSums state of
-  b - a, sign-flip ReplicateSums state of b - a, number of queries added, kept]`` where ``kept`` is
+  b - a, sign-flip :class:`~streameval.accumulators.flips.FlipSums` state of b - a (float sums with
+  an error bound, exact where it cannot decide), number of queries added, kept]`` where ``kept`` is
   the list ``[key text, [b - a per metric]]`` of every query while there are at most ``exact_max``
   of them (so the randomization test is exact on small inputs) and ``None`` beyond.
 
@@ -432,7 +433,9 @@ class PairedComparison:
             raise ValueError("exact_max must be between 0 and 30 (the exact test enumerates 2**n sign patterns)")
         self.mm = MeanMoments(3 * self.n)
         self.boot = ReplicateSums(self.n, self.replicates, "poisson", seed)
-        self.signs = ReplicateSums(self.n, self.flips, "sign", seed)
+        from .flips import FlipSums  # (it builds on ReplicateSums)
+
+        self.signs = FlipSums(self.n, self.flips, seed)
 
     def create(self) -> list:
         return [self.mm.create(), self.boot.create(), self.signs.create(), 0,
@@ -481,7 +484,7 @@ class PairedComparison:
             self.signs.add_many(state[2], d, keys=keys)
         else:
             self.boot.add_many(state[1], d, weights=boot_weights, index=index)
-            self.signs.add_many(state[2], d, weights=sign_weights, index=index)
+            self.signs.add_many(state[2], d, keys=keys, weights=sign_weights, index=index)
         if state[4] is not None:
             if state[3] + n <= self.exact_max:
                 state[4].extend([stats.stable_key(k), d[:, i].tolist()] for i, k in enumerate(keys))
@@ -503,7 +506,7 @@ class PairedComparison:
 
     def compact(self, state: list) -> list:
         self.boot.flush(state[1])
-        self.signs.flush(state[2])
+        self.signs.compact(state[2])
         return state
 
     def extract(self, state: list, level: float = stats.DEFAULT_LEVEL) -> list[dict]:
@@ -513,8 +516,11 @@ class PairedComparison:
         moments = self.mm.extract(state[0])
         boot_sums, boot_tot = self.boot.extract(state[1])
         boot_means = _replicate_means(boot_sums, boot_tot)
-        flip_sums, _ = self.signs.extract(state[2])
         kept = sorted(state[4], key=lambda k: k[0]) if state[4] is not None else None
+        totals = [partials_value(state[0][1][2 * self.n + m]) for m in range(self.n)]
+        hits = None
+        if kept is None and self.flips > 0:  # #{r : |T_r| >= |T|} per metric (FlipSums.counts: exact)
+            hits = self.signs.counts(state[2], [t if math.isfinite(t) else 0.0 for t in totals])
         out = []
         for m in range(self.n):
             mean_a, n, _ = moments[m]
@@ -528,8 +534,8 @@ class PairedComparison:
             elif kept is not None:
                 p_perm, method, samples = stats.sign_flip_pvalue_exact([k[1][m] for k in kept]), "exact", 2 ** n
             elif self.flips > 0:
-                total = partials_value(state[0][1][2 * self.n + m])
-                p_perm, method, samples = stats.sign_flip_pvalue_mc(total, flip_sums[m]), "monte-carlo", self.flips
+                p_perm = (1 + hits[m]) / (self.flips + 1) if math.isfinite(totals[m]) else math.nan
+                method, samples = "monte-carlo", self.flips
             else:
                 p_perm, method, samples = math.nan, None, 0
             out.append({"num_queries": n, "mean_a": mean_a, "mean_b": mean_b, "diff": diff, "stderr": se,

@@ -1,0 +1,102 @@
+"""FlipSums (streameval/accumulators/flips.py): the sign-flip counts decided from float sums with an
+error bound equal the counts of the exact sums (ReplicateSums, itself checked against Fraction sums
+in test_accumulators.py), at thresholds placed on the exact sums themselves and on their neighbouring
+doubles, so a bound too small by one rounding changes a count."""
+
+from __future__ import annotations
+
+import math
+import random
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from streameval.accumulators.bootstrap import ReplicateSums
+from streameval.accumulators.flips import FlipSums, error_bound
+from .test_accumulators import random_tree_merge, split
+from .test_stats import coder_round_trip
+
+
+def _data(kind: str, n: int, m: int, rng):
+    if kind == "ties":  # discrete differences: many flips tie exactly, at 0 and at the observed sum
+        x = rng.integers(-3, 4, size=(m, n)) / 10.0
+    elif kind == "magnitudes":  # huge and tiny values in one column: the bound is wide, most flips go exact
+        x = rng.normal(size=(m, n)) * 10.0 ** rng.integers(-300, 300, size=(m, n))
+        x[0, ::3] = 5e-324
+        x[0, 1::3] = 1e300
+    else:  # near 0.5, differing in the last bits: sums cancel to a few ulps
+        x = 0.5 + rng.integers(-4, 5, size=(m, n)) * 2.0 ** -52
+        x[:, ::2] *= -1
+    x[m - 1, ::5] = np.nan
+    return x
+
+
+def _thresholds(exact: np.ndarray, rng) -> list[float]:
+    """Thresholds on the exact |T_r| of some flips, one double either side, 0 and the median."""
+    a = np.abs(exact)
+    picks = a[rng.integers(0, len(a), size=4)].tolist()
+    out = [0.0, float(np.median(a))]
+    for t in picks:
+        out += [t, float(np.nextafter(t, math.inf)), float(np.nextafter(t, 0.0))]
+    return [t for t in out if math.isfinite(t)]
+
+
+@pytest.mark.parametrize("kind,n,m,r", [("ties", 3000, 3, 500), ("ties", 40, 2, 300),
+                                         ("magnitudes", 700, 2, 200), ("cancel", 2500, 2, 256)])
+def test_flip_counts_equal_the_exact_counts(kind, n, m, r):
+    rng = np.random.default_rng(len(kind) + n)
+    x = _data(kind, n, m, rng)
+    keys = [f"q{i}" for i in range(n)]
+    rs = ReplicateSums(m, r, "sign", seed=5)
+    exact, _ = rs.extract(rs.add_many(rs.create(), x, keys=keys))
+    fs = FlipSums(m, r, seed=5, keep_max=10 ** 6)  # the float sums and rows throughout
+    table = fs.weights(keys, np.float64)
+    rnd = random.Random(n)
+    parts = []
+    for part in split(range(n), rnd):  # shards, merged in a random tree after a coder round trip
+        idx = np.array(sorted(part), dtype=np.int64)
+        s = fs.add_many(fs.create(), x[:, idx], keys=[keys[i] for i in idx], weights=table, index=idx)
+        parts.append(coder_round_trip(s))
+    one = fs.create()
+    for i in range(n):
+        fs.add(one, keys[i], x[:, i])
+    states = [one, random_tree_merge(parts, fs.merge, rnd), fs.add_many(fs.create(), x, keys=keys)]
+    small = FlipSums(m, r, seed=5, keep_max=n // 3)  # rows beyond keep_max: the exact limbs
+    states.append(small.merge([small.add_many(small.create(), x[:, :n // 2], keys=keys[:n // 2]),
+                               small.add_many(small.create(), x[:, n // 2:], keys=keys[n // 2:])]))
+    assert states[-1][6] is not None and states[0][6] is None
+    decided = 0
+    for mi in range(m):
+        for t in _thresholds(exact[mi], rng):
+            want = int(np.count_nonzero(np.abs(exact[mi]) >= t))
+            obs = [t] * m
+            for s in states[:-1]:
+                assert fs.counts(s, obs)[mi] == want, (kind, mi, t)
+            assert small.counts(states[-1], obs)[mi] == want
+            # how many flips the bound decided alone (not all near: the float path is exercised)
+            a = np.abs(np.frombuffer(states[1][0], dtype="<f8").reshape(m, r)[mi])
+            e = error_bound(states[1][1][mi], states[1][2])
+            decided += int(np.count_nonzero((a >= t + 2 * e) | (a + 2 * e < t)))
+    assert decided > 0
+
+
+def test_error_bound_holds_on_sums_in_any_order():
+    """error_bound covers the error of float sums of many terms in orders numpy and BLAS pick, and
+    rounds up (against Fraction sums)."""
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n = int(rng.integers(2, 5000))
+        v = rng.normal(size=n) * 10.0 ** rng.integers(-20, 20, size=n)
+        s = rng.choice([-1.0, 1.0], size=(n, 3))
+        got = v @ s
+        absum = float(np.abs(v).sum())
+        e = error_bound(absum, n)
+        for j in range(3):
+            exact = sum((Fraction(float(a)) * int(b) for a, b in zip(v, s[:, j])), Fraction(0))
+            assert abs(Fraction(float(got[j])) - exact) <= Fraction(e)
+    assert error_bound(math.inf, 3) == math.inf and error_bound(1.0, 1 << 52) == math.inf
+    # exact rationals rounded up: never below gamma_N * absum
+    for absum, n in [(1.0, 1), (3.0, 7), (1e-300, 10), (5e-324, 2)]:
+        g = Fraction(n, 1 << 53)
+        assert Fraction(error_bound(absum, n)) >= g / (1 - g) * Fraction(absum)
