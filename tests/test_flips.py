@@ -100,3 +100,39 @@ def test_error_bound_holds_on_sums_in_any_order():
     for absum, n in [(1.0, 1), (3.0, 7), (1e-300, 10), (5e-324, 2)]:
         g = Fraction(n, 1 << 53)
         assert Fraction(error_bound(absum, n)) >= g / (1 - g) * Fraction(absum)
+
+
+def test_identical_metric_columns_are_computed_once():
+    """distinct_rows groups bit-identical rows only (-0.0 and NaN payloads apart), and a comparison
+    computed on the distinct rows then expanded (PairedComparison.expand) extracts the same as the
+    comparison of every row, whether its flips are kept as float sums or folded into exact limbs."""
+    from streameval.accumulators.bootstrap import PairedComparison
+    from streameval.beam.columnar_compare import distinct_rows
+
+    rng = np.random.default_rng(11)
+    n = 300
+    base = rng.integers(0, 5, size=(4, n)) / 7.0
+    base[2, ::4] = np.nan
+    rows = np.vstack([base[0], base[1], base[0], base[2], np.zeros(n), -np.zeros(n), base[2], base[3],
+                      base[1] * 2.0])  # the last: a multiple, not identical
+    first, index = distinct_rows(rows)
+    assert first.tolist() == [0, 1, 3, 4, 5, 7, 8] and index.tolist() == [0, 1, 0, 2, 3, 4, 2, 5, 6]
+    assert np.array_equal(rows[first][index], rows, equal_nan=True)
+    payload = rows.copy()
+    payload[3, 0] = np.frombuffer(np.uint64(0x7FF8000000000001).tobytes(), dtype=np.float64)[0]
+    assert len(distinct_rows(payload)[0]) == len(first) + 1
+    a = rows * 0.5
+    b = rows * 0.25 + rng.integers(0, 3, size=(1, n)) / 9.0
+    keys = [f"q{i}" for i in range(n)]
+    for keep_max in (None, 50):  # float sums and rows; exact limbs
+        full = PairedComparison(len(rows), replicates=30, flips=400, exact_max=5, seed=2)
+        part = PairedComparison(len(first), replicates=30, flips=400, exact_max=5, seed=2)
+        if keep_max:
+            full.signs.keep_max = part.signs.keep_max = keep_max
+        want = full.extract(full.add_many(full.create(), a, b, keys))
+        halves = [part.add_many(part.create(), a[first][:, s], b[first][:, s], keys[s])
+                  for s in (slice(0, n // 2), slice(n // 2, n))]
+        got = full.extract(full.merge([coder_round_trip(full.expand(h, index)) for h in halves]))
+        assert (full.merge([full.expand(h, index) for h in halves])[2][6] is None) == (keep_max is None)
+        for g, w in zip(got, want):
+            assert all(g[k] == w[k] or (g[k] != g[k] and w[k] != w[k]) for k in w), (g, w)

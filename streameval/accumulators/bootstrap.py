@@ -316,6 +316,15 @@ class ReplicateSums:
             _carry(state[1][m])
         return state
 
+    @staticmethod
+    def expand(state: list, index) -> list:
+        """The state of the metrics ``index`` (metric ``m`` of the result is metric ``index[m]`` of
+        ``state``): what adding each query's values taken at ``index`` would give (copies, no row
+        shared)."""
+        idx = [int(i) for i in index]
+        return [[state[0][i] for i in idx] if state[0] else [], [dict(state[1][i]) for i in idx],
+                [[k, [v[i] for i in idx]] for k, v in state[2]]]
+
     def merge(self, states) -> list:
         out = None
         for s in states:
@@ -429,6 +438,7 @@ class PairedComparison:
         self.replicates = int(replicates)
         self.flips = int(flips)
         self.exact_max = int(exact_max)
+        self.seed = int(seed)
         if not 0 <= self.exact_max <= 30:
             raise ValueError("exact_max must be between 0 and 30 (the exact test enumerates 2**n sign patterns)")
         self.mm = MeanMoments(3 * self.n)
@@ -492,6 +502,21 @@ class PairedComparison:
                 state[4] = None
         state[3] += n
         return state
+
+    def expand(self, state: list, index) -> list:
+        """A state of this comparison (``len(index)`` metrics) from ``state``, a state of a
+        PairedComparison of the same options over fewer metrics: metric ``m`` is metric ``index[m]``
+        of ``state`` (the same value as adding the queries' values taken at ``index``). So identical
+        metric columns (e.g. ``recall@k`` for every ``k`` past the rankings' length) are computed once."""
+        idx = [int(i) for i in index]
+        if len(idx) != self.n:
+            raise ValueError(f"expected {self.n} indices, got {len(idx)}")
+        k = len(state[0][0]) // 3
+        mm_idx = idx + [k + i for i in idx] + [2 * k + i for i in idx]
+        mm = [[state[0][0][i] for i in mm_idx], [list(state[0][1][i]) for i in mm_idx],
+              [list(state[0][2][i]) for i in mm_idx]]
+        kept = None if state[4] is None else [[key, [d[i] for i in idx]] for key, d in state[4]]
+        return [mm, ReplicateSums.expand(state[1], idx), self.signs.expand(state[2], idx, k), state[3], kept]
 
     def merge(self, states) -> list:
         states = list(states)

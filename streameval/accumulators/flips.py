@@ -221,6 +221,18 @@ class FlipSums:
         self._keep(state, seeds, xt)
         return state
 
+    def expand(self, state: list, index, k: int) -> list:
+        """A state of this FlipSums from ``state``, one of ``k`` metrics: metric ``m`` is metric
+        ``index[m]`` of ``state`` (as :meth:`ReplicateSums.expand`)."""
+        idx = np.asarray(index, dtype=np.int64)
+        if state[6] is not None:
+            return [b"", [0.0] * self.n, 0, b"", b"", 0, ReplicateSums.expand(state[6], idx)]
+        approx = (np.frombuffer(state[0], dtype="<f8").reshape(k, self.r)[idx].tobytes() if state[0] else b"")
+        n = len(state[3]) // 8
+        rows = np.frombuffer(state[4], dtype="<f8").reshape(n, k)[:, idx]
+        return [approx, [state[1][i] for i in idx.tolist()], state[2], state[3],
+                np.ascontiguousarray(rows).tobytes(), state[5], None]
+
     def merge(self, states) -> list:
         states = list(states)
         if not states:

@@ -23,7 +23,7 @@ from .columnar_columns import _encode, _group_bounds, _ordered
 from .combiners import BatchedStatesMixin
 from .stats import PairedCombineFn
 
-__all__ = ["paired_states", "system_means", "PairedStatesCombineFn", "MAX_TABLE"]
+__all__ = ["paired_states", "system_means", "distinct_rows", "PairedStatesCombineFn", "MAX_TABLE"]
 
 #: the most weights of a shard's distinct queries kept in memory at once (int64: 256 MB); beyond, each
 #: block of queries draws its own
@@ -117,6 +117,28 @@ def _run_sums(x: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     return total, done
 
 
+def distinct_rows(values: np.ndarray):
+    """``(first, index)`` of the rows of ``values`` (shape (n_metrics, n)) that are identical bit for
+    bit (NaN payloads and the sign of zero included): ``values[first]`` are the distinct rows in
+    order of first appearance and ``values[first][index]`` is ``values``. Rows are grouped by a sum
+    of their 64-bit patterns (wrapping), then compared whole."""
+    bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
+    prints = bits.sum(axis=1, dtype=np.uint64).tolist() if bits.shape[1] else [0] * len(bits)
+    first: list[int] = []
+    index = np.empty(len(bits), dtype=np.int64)
+    by_print: dict = {}
+    for m, p in enumerate(prints):
+        for j in by_print.get(p, ()):
+            if np.array_equal(bits[first[j]], bits[m]):
+                index[m] = j
+                break
+        else:
+            by_print.setdefault(p, []).append(len(first))
+            index[m] = len(first)
+            first.append(m)
+    return np.array(first, dtype=np.int64), index
+
+
 def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attributes: dict, query_id, values,
                   window_micros, slice_specs, all_only=None):
     """``((window_start, window_end, slice, baseline, other), PairedComparison state)`` pairs of one
@@ -126,6 +148,14 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
     empty rankings of ``complete``). Keys whose baseline scored none of the queries give nothing."""
     nreq = len(min_ts)
     if not nreq:
+        return
+    first, index = distinct_rows(values)
+    if len(first) < len(values):  # identical metric columns (cutoffs past the rankings' length): once
+        full, values = pc, np.asarray(values)[first]
+        pc = PairedComparison(len(first), full.replicates, full.flips, full.exact_max, full.seed)
+        for k, st in paired_states(pc, baseline, min_ts, system_id, attributes, query_id, values, window_micros,
+                                   slice_specs, all_only):
+            yield k, full.expand(st, index)
         return
     scode, svals = _ordered(system_id)  # codes in the order of the names: pairs as sorted(systems)
     names = svals.to_pylist()
