@@ -479,6 +479,29 @@ class PairedComparison:
         ``sign_weights`` with ``index``: tables of the queries' bootstrap and sign weights
         (:meth:`ReplicateSums.weights` of the distinct keys) and each query's row in them, so
         queries sharing a key draw their weights once (see :meth:`ReplicateSums.add_many`)."""
+        d = self._add_moments(state, a_values, b_values, keys, boot_weights, index)
+        if boot_weights is None:
+            self.signs.add_many(state[2], d, keys=keys)
+        else:
+            self.signs.add_many(state[2], d, keys=keys, weights=sign_weights, index=index)
+        return state
+
+    def add_many_keys(self, parts, boot_weights, sign_weights) -> list:
+        """New states, one per part ``(a_values, b_values, keys, index)`` (as :meth:`add_many`), whose
+        queries' weights are rows ``index`` of the tables ``boot_weights`` and ``sign_weights`` (int8
+        signs will do): the same states as :meth:`add_many` part by part, the sign-flip sums of every
+        part from one pass over the sign table (:meth:`FlipSums.add_many_keys`)."""
+        states, ds = [], []
+        for a_values, b_values, keys, index in parts:
+            st = self.create()
+            ds.append(self._add_moments(st, a_values, b_values, keys, boot_weights, index))
+            states.append(st)
+        self.signs.add_many_keys([s[2] for s in states], ds, [p[2] for p in parts], sign_weights,
+                                 [p[3] for p in parts])
+        return states
+
+    def _add_moments(self, state: list, a_values, b_values, keys, boot_weights, index) -> np.ndarray:
+        """:meth:`add_many` but for the sign flips; returns the differences (n_metrics, n)."""
         a = np.array(a_values, dtype=np.float64, ndmin=2)
         b = np.array(b_values, dtype=np.float64, ndmin=2)
         if a.shape != b.shape or a.shape[0] != self.n or a.shape[1] != len(keys):
@@ -491,17 +514,15 @@ class PairedComparison:
         self.mm.add_many(state[0], np.vstack([a, b, d]))
         if boot_weights is None:
             self.boot.add_many(state[1], d, keys=keys)
-            self.signs.add_many(state[2], d, keys=keys)
         else:
             self.boot.add_many(state[1], d, weights=boot_weights, index=index)
-            self.signs.add_many(state[2], d, keys=keys, weights=sign_weights, index=index)
         if state[4] is not None:
             if state[3] + n <= self.exact_max:
                 state[4].extend([stats.stable_key(k), d[:, i].tolist()] for i, k in enumerate(keys))
             else:
                 state[4] = None
         state[3] += n
-        return state
+        return d
 
     def expand(self, state: list, index) -> list:
         """A state of this comparison (``len(index)`` metrics) from ``state``, a state of a

@@ -90,6 +90,12 @@ class FlipSums:
 
     #: queries per float product when the rows' signs are drawn here
     STEP = 1024
+    #: rows of a sign table made float64 at once by :meth:`add_many_keys` (20 MB for 10,000 flips:
+    #: below glibc's mmap threshold as the local job sets it, so the blocks reuse the heap)
+    BLOCK = 256
+    #: the most metric rows of states stacked in one product (their sums: 1,024 x R float64, 80 MB for
+    #: 10,000 flips)
+    STACK = 1024
 
     def __init__(self, n_metrics: int, flips: int, seed: int = 0, keep_max: int | None = None):
         self.exact = ReplicateSums(n_metrics, flips, "sign", seed)  # validates the arguments
@@ -232,6 +238,50 @@ class FlipSums:
         rows = np.frombuffer(state[4], dtype="<f8").reshape(n, k)[:, idx]
         return [approx, [state[1][i] for i in idx.tolist()], state[2], state[3],
                 np.ascontiguousarray(rows).tobytes(), state[5], None]
+
+    def add_many_keys(self, states: list, matrices: list, keys: list, table, indices: list) -> None:
+        """Add to each of ``states`` its queries (``matrices[i]`` shape (n_metrics, n_i), ``keys[i]``,
+        their rows ``indices[i]`` of the sign ``table``, shape (n_queries, R), any numeric type):
+        the same as :meth:`add_many` state by state, with one pass over the table for all of them
+        (blocks of :attr:`BLOCK` rows made float64 once; the rows of every state stacked in one product,
+        their values at the queries' rows, 0 elsewhere)."""
+        live = []
+        for st, x, k, idx in zip(states, matrices, keys, indices):
+            x = np.asarray(x, dtype=np.float64)
+            if x.ndim != 2 or x.shape[0] != self.n or x.shape[1] != len(k):
+                raise ValueError(f"expected a matrix of shape ({self.n}, {len(k)}), got {x.shape}")
+            if self.r == 0 or not len(k):
+                continue
+            idx = np.asarray(idx, dtype=np.int64)
+            if (st[6] is not None or len(st[3]) // 8 + len(k) > self.keep_max
+                    or 2 * len(idx) < len(table) or len(np.unique(idx)) != len(idx)):
+                # the exact limbs; a few of the table's queries (gathered); queries sharing a row
+                self.add_many(st, x, k, table, idx)
+                continue
+            if np.isinf(x).any():
+                raise ValueError(f"metric value {x[np.isinf(x)][0]} is not finite")
+            live.append((st, x, k, idx))
+        rows = max(1, self.STACK // max(self.n, 1))  # states per product: (rows x n_metrics, R) float64
+        for lo in range(0, len(live), rows):
+            self._add_stacked(live[lo:lo + rows], table)
+
+    def _add_stacked(self, live: list, table) -> None:
+        q = len(table)
+        z = np.zeros((len(live) * self.n, q))
+        for i, (st, x, k, idx) in enumerate(live):
+            self.flush(st)
+            z[i * self.n:(i + 1) * self.n, idx] = np.where(np.isnan(x), 0.0, x)
+        prod = np.zeros((len(z), self.r))
+        for lo in range(0, q, self.BLOCK):
+            hi = min(q, lo + self.BLOCK)
+            prod += z[:, lo:hi] @ np.asarray(table[lo:hi], dtype=np.float64)
+        for i, (st, x, k, idx) in enumerate(live):
+            part = prod[i * self.n:(i + 1) * self.n]
+            st[0] = (part if not st[0] else np.frombuffer(st[0], dtype="<f8").reshape(self.n, self.r) + part
+                     ).astype("<f8").tobytes()
+            st[1] = (np.asarray(st[1], dtype=np.float64) + np.abs(z[i * self.n:(i + 1) * self.n]).sum(axis=1)).tolist()
+            st[2] += q
+            self._keep(st, self.seeds(list(k)), x.T)
 
     def merge(self, states) -> list:
         states = list(states)

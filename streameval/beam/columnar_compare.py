@@ -168,10 +168,10 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
     Q = len(qnames)
     boot_table = sign_table = None
     if Q * (pc.boot.r + pc.signs.r) <= MAX_TABLE:  # each query's weights drawn once for every key it is in
-        # the signs as float64 once, the type of the exact product (the table is used in place, see
-        # ReplicateSums.add_many)
-        boot_table, sign_table = pc.boot.weights(qnames), pc.signs.weights(qnames, np.float64)
+        # the signs as int8 (made float64 by blocks of rows for every key at once: FlipSums.add_many_keys)
+        boot_table, sign_table = pc.boot.weights(qnames), pc.signs.weights(qnames, np.int8)
     wcode, wkeys = _windows(min_ts, window_micros)
+    parts = []
     for spec, (lcode, lvals) in enumerate(_labels(attributes, nreq, slice_specs)):
         group = (wcode * len(lvals) + lcode) * Q + qcode
         key = group * S + scode
@@ -202,8 +202,13 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
             s, rest = k % S, k // S
             k = (*wkeys[rest // len(lvals)], lvals[rest % len(lvals)], baseline, names[s])
             q = seg_group[segs] % Q
-            st = pc.add_many(pc.create(), means[:, base_seg[seg_group[segs]]], means[:, segs],
-                             [qnames[i] for i in q.tolist()], boot_table, sign_table, q)
+            part = (means[:, base_seg[seg_group[segs]]], means[:, segs], [qnames[i] for i in q.tolist()], q)
+            if sign_table is None:
+                yield k, pc.compact(pc.add_many(pc.create(), *part[:3]))
+            else:
+                parts.append((k, part))
+    if parts:  # every key's sign-flip sums in one pass over the shard's sign table
+        for (k, _), st in zip(parts, pc.add_many_keys([p for _, p in parts], boot_table, sign_table)):
             yield k, pc.compact(st)
 
 
