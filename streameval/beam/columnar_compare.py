@@ -95,25 +95,33 @@ def _run_sums(x: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         done = np.ones((len(starts), x.shape[1]), dtype=bool)
         res = x
     run = np.repeat(np.arange(len(starts)), lens)
-    total = np.zeros((len(starts), x.shape[1]))
-    for level in range(2):
-        if level:
-            biased = (res.view(np.int64) >> 52) & _EXP
-        bmax = np.maximum.reduceat(biased.astype(np.int16), starts, axis=0).astype(np.int64)
-        # a run of zeros (and subnormals, left to the next level, then to fsum) on the grid 1
-        g = np.where(bmax > 0, np.maximum(bmax - 1022 - bits, -1074), 0)
-        with np.errstate(over="ignore"):  # up is inf for runs below 2**-970: see below
-            up, down = np.ldexp(1.0, -g), np.ldexp(1.0, g)  # exact powers of two (down may be subnormal)
-        if np.isinf(up).any():  # a run of values below 2**-970: scale with ldexp
-            ge = g[run]
-            v = np.trunc(np.ldexp(res, -ge))
-            res = res - np.ldexp(v, ge)
-        else:
-            v = np.trunc(res * up[run])  # |v| < 2**bits, exact (a power-of-two scaling of a double)
-            res = res - v * down[run]  # the bits below 2**g, exact
-        total = total + np.add.reduceat(v, starts, axis=0) * down  # exact, then one rounding
+    small = biased.astype(np.int16)
+    bmax = np.maximum.reduceat(small, starts, axis=0).astype(np.int64)
+    # a run of zeros (and subnormals, left to the residual, then to fsum) on the grid 1
+    g = np.where(bmax > 0, np.maximum(bmax - 1022 - bits, -1074), 0)
+    with np.errstate(over="ignore"):  # up is inf for runs below 2**-970: see below
+        up, down = np.ldexp(1.0, -g), np.ldexp(1.0, g)  # exact powers of two (down may be subnormal)
+    if np.isinf(up).any():  # a run of values below 2**-970: scale with ldexp
+        ge = g[run]
+        v = np.trunc(np.ldexp(res, -ge))
+        res = res - np.ldexp(v, ge)
+    else:
+        v = np.trunc(res * up[run])  # |v| < 2**bits, exact (a power-of-two scaling of a double)
+        res = res - v * down[run]  # the bits below 2**g, exact
+    total = np.add.reduceat(v, starts, axis=0) * down  # exact
     if res.any():
-        done &= ~np.logical_or.reduceat(res != 0, starts, axis=0)
+        # every value of a run is a multiple of 2**(bmin - 1075) (bmin: its least biased exponent, zeros
+        # left out, subnormals 1), so are the residuals (2**g is a coarser grid), and |residual| < 2**g:
+        # any float sum of them is exact while len * 2**g <= 2**53 * 2**(bmin - 1075)
+        small[(raw << 1) == 0] = 2047  # zeros (either sign): no grid
+        np.maximum(small, 1, out=small)
+        bmin = np.minimum.reduceat(small, starts, axis=0).astype(np.int64)
+        need = np.maximum(lens - 1, 0)
+        ceil_log = np.zeros(len(lens), dtype=np.int64)
+        while (need >> ceil_log).any():  # ceil(log2(len)) per run
+            ceil_log += (need >> ceil_log) > 0
+        done &= (g + ceil_log[:, None] <= bmin - 1022)
+        total = total + np.add.reduceat(res, starts, axis=0)  # exact, then one rounding
     return total, done
 
 
