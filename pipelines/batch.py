@@ -563,6 +563,7 @@ def main(argv=None) -> int:
                                  written=lambda: progress.counts().get("rows", 0),
                                  interval=getattr(args, "progress_interval", 5.0), enable=not args.quiet).start()
     with (tuning.no_numpy_hugepages() if local else contextlib.nullcontext()), \
+            (tuning.one_blas_thread() if local else contextlib.nullcontext()), \
             (tuning.for_children() if local else contextlib.nullcontext()):
         try:
             result = p.run()

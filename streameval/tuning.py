@@ -3,7 +3,8 @@
 On the benchmark machine (a VM) page faults cost seconds: faulting in numpy's 2 MB transparent
 huge pages for arrays touched once or twice, and glibc unmapping every freed chunk-sized temporary
 so that the next one is faulted in afresh. ``streameval trec-eval`` and the batch job on the local
-runner (in-process) use both settings below. Standard library and numpy only.
+runner (in-process) use both settings below; the batch job on the local runner also keeps numpy's
+BLAS on one thread (:func:`one_blas_thread`). Standard library and numpy only.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def one_blas_thread() -> None:
 #: the same settings for child processes (worker processes of the local runner), by environment:
 #: glibc's tunables read at start-up and numpy's switch read at import
 CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
-             "MALLOC_ARENA_MAX": "1", "NUMPY_MADVISE_HUGEPAGE": "0"}
+             "MALLOC_ARENA_MAX": "1", "NUMPY_MADVISE_HUGEPAGE": "0", "OPENBLAS_NUM_THREADS": "1"}
 
 
 @contextlib.contextmanager
@@ -82,3 +83,59 @@ def no_numpy_hugepages() -> Iterator[None]:
     finally:
         if set_hugepage is not None:
             set_hugepage(before)
+
+
+#: the environment variables that set a BLAS's threads: when one is set, :func:`one_blas_thread` leaves
+#: the BLAS alone
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_OPENBLAS_SETTERS = ("openblas_set_num_threads", "openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                     "scipy_openblas_set_num_threads64_")
+_OPENBLAS_GETTERS = ("openblas_get_num_threads", "openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+                     "scipy_openblas_get_num_threads64_")
+
+
+def _openblas_libraries() -> list:
+    """``(set, get)`` thread functions of every OpenBLAS loaded in this process (Linux: the shared
+    objects of /proc/self/maps whose name has "openblas", e.g. numpy's libscipy_openblas64_)."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    except OSError:
+        return []
+    paths = sorted({p for p in (line.split(None, 5)[-1] for line in maps.splitlines() if line.count(" ") >= 5)
+                    if "openblas" in p.rsplit("/", 1)[-1].lower()})
+    out = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        setter = next((getattr(lib, n) for n in _OPENBLAS_SETTERS if hasattr(lib, n)), None)
+        getter = next((getattr(lib, n) for n in _OPENBLAS_GETTERS if hasattr(lib, n)), None)
+        if setter is not None and getter is not None:
+            out.append((setter, getter))
+    return out
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """While in the block, numpy's OpenBLAS runs each product on the calling thread (restored after;
+    a no-op when the environment sets a BLAS's threads, :data:`BLAS_THREAD_VARIABLES`, or there is no
+    OpenBLAS to find). On the local runner Beam's own threads already keep the cores busy, and
+    OpenBLAS's threads spin while they wait: the comparisons' sign-flip products of the 1 M benchmark
+    job took twice the CPU time with 2 threads (benchmarks in docs/benchmarks.md)."""
+    import os
+
+    import numpy  # noqa: F401  (loads the BLAS)
+
+    libs = [] if any(v in os.environ for v in BLAS_THREAD_VARIABLES) else _openblas_libraries()
+    before = [int(get()) for _, get in libs]
+    for setter, _ in libs:
+        setter(1)
+    try:
+        yield
+    finally:
+        for (setter, _), n in zip(libs, before):
+            setter(n)

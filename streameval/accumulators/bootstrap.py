@@ -35,7 +35,8 @@ FastPrimitivesCoder, no pickling):
   ``[key text, [value per metric]]``.
 * ``PoissonBootstrap``: ``[MeanMoments state, ReplicateSums state]``.
 * ``PairedComparison``: ``[MeanMoments state of (a, b, b - a), bootstrap ReplicateSums state of
-  b - a, sign-flip ReplicateSums state of b - a, number of queries added, kept]`` where ``kept`` is
+  b - a, sign-flip :class:`~streameval.accumulators.flips.FlipSums` state of b - a (float sums with
+  an error bound, exact where it cannot decide), number of queries added, kept]`` where ``kept`` is
   the list ``[key text, [b - a per metric]]`` of every query while there are at most ``exact_max``
   of them (so the randomization test is exact on small inputs) and ``None`` beyond.
 
@@ -315,6 +316,15 @@ class ReplicateSums:
             _carry(state[1][m])
         return state
 
+    @staticmethod
+    def expand(state: list, index) -> list:
+        """The state of the metrics ``index`` (metric ``m`` of the result is metric ``index[m]`` of
+        ``state``): what adding each query's values taken at ``index`` would give (copies, no row
+        shared)."""
+        idx = [int(i) for i in index]
+        return [[state[0][i] for i in idx] if state[0] else [], [dict(state[1][i]) for i in idx],
+                [[k, [v[i] for i in idx]] for k, v in state[2]]]
+
     def merge(self, states) -> list:
         out = None
         for s in states:
@@ -428,11 +438,14 @@ class PairedComparison:
         self.replicates = int(replicates)
         self.flips = int(flips)
         self.exact_max = int(exact_max)
+        self.seed = int(seed)
         if not 0 <= self.exact_max <= 30:
             raise ValueError("exact_max must be between 0 and 30 (the exact test enumerates 2**n sign patterns)")
         self.mm = MeanMoments(3 * self.n)
         self.boot = ReplicateSums(self.n, self.replicates, "poisson", seed)
-        self.signs = ReplicateSums(self.n, self.flips, "sign", seed)
+        from .flips import FlipSums  # (it builds on ReplicateSums)
+
+        self.signs = FlipSums(self.n, self.flips, seed)
 
     def create(self) -> list:
         return [self.mm.create(), self.boot.create(), self.signs.create(), 0,
@@ -466,6 +479,29 @@ class PairedComparison:
         ``sign_weights`` with ``index``: tables of the queries' bootstrap and sign weights
         (:meth:`ReplicateSums.weights` of the distinct keys) and each query's row in them, so
         queries sharing a key draw their weights once (see :meth:`ReplicateSums.add_many`)."""
+        d = self._add_moments(state, a_values, b_values, keys, boot_weights, index)
+        if boot_weights is None:
+            self.signs.add_many(state[2], d, keys=keys)
+        else:
+            self.signs.add_many(state[2], d, keys=keys, weights=sign_weights, index=index)
+        return state
+
+    def add_many_keys(self, parts, boot_weights, sign_weights) -> list:
+        """New states, one per part ``(a_values, b_values, keys, index)`` (as :meth:`add_many`), whose
+        queries' weights are rows ``index`` of the tables ``boot_weights`` and ``sign_weights`` (int8
+        signs will do): the same states as :meth:`add_many` part by part, the sign-flip sums of every
+        part from one pass over the sign table (:meth:`FlipSums.add_many_keys`)."""
+        states, ds = [], []
+        for a_values, b_values, keys, index in parts:
+            st = self.create()
+            ds.append(self._add_moments(st, a_values, b_values, keys, boot_weights, index))
+            states.append(st)
+        self.signs.add_many_keys([s[2] for s in states], ds, [p[2] for p in parts], sign_weights,
+                                 [p[3] for p in parts])
+        return states
+
+    def _add_moments(self, state: list, a_values, b_values, keys, boot_weights, index) -> np.ndarray:
+        """:meth:`add_many` but for the sign flips; returns the differences (n_metrics, n)."""
         a = np.array(a_values, dtype=np.float64, ndmin=2)
         b = np.array(b_values, dtype=np.float64, ndmin=2)
         if a.shape != b.shape or a.shape[0] != self.n or a.shape[1] != len(keys):
@@ -478,17 +514,30 @@ class PairedComparison:
         self.mm.add_many(state[0], np.vstack([a, b, d]))
         if boot_weights is None:
             self.boot.add_many(state[1], d, keys=keys)
-            self.signs.add_many(state[2], d, keys=keys)
         else:
             self.boot.add_many(state[1], d, weights=boot_weights, index=index)
-            self.signs.add_many(state[2], d, weights=sign_weights, index=index)
         if state[4] is not None:
             if state[3] + n <= self.exact_max:
                 state[4].extend([stats.stable_key(k), d[:, i].tolist()] for i, k in enumerate(keys))
             else:
                 state[4] = None
         state[3] += n
-        return state
+        return d
+
+    def expand(self, state: list, index) -> list:
+        """A state of this comparison (``len(index)`` metrics) from ``state``, a state of a
+        PairedComparison of the same options over fewer metrics: metric ``m`` is metric ``index[m]``
+        of ``state`` (the same value as adding the queries' values taken at ``index``). So identical
+        metric columns (e.g. ``recall@k`` for every ``k`` past the rankings' length) are computed once."""
+        idx = [int(i) for i in index]
+        if len(idx) != self.n:
+            raise ValueError(f"expected {self.n} indices, got {len(idx)}")
+        k = len(state[0][0]) // 3
+        mm_idx = idx + [k + i for i in idx] + [2 * k + i for i in idx]
+        mm = [[state[0][0][i] for i in mm_idx], [list(state[0][1][i]) for i in mm_idx],
+              [list(state[0][2][i]) for i in mm_idx]]
+        kept = None if state[4] is None else [[key, [d[i] for i in idx]] for key, d in state[4]]
+        return [mm, ReplicateSums.expand(state[1], idx), self.signs.expand(state[2], idx, k), state[3], kept]
 
     def merge(self, states) -> list:
         states = list(states)
@@ -503,7 +552,7 @@ class PairedComparison:
 
     def compact(self, state: list) -> list:
         self.boot.flush(state[1])
-        self.signs.flush(state[2])
+        self.signs.compact(state[2])
         return state
 
     def extract(self, state: list, level: float = stats.DEFAULT_LEVEL) -> list[dict]:
@@ -513,8 +562,11 @@ class PairedComparison:
         moments = self.mm.extract(state[0])
         boot_sums, boot_tot = self.boot.extract(state[1])
         boot_means = _replicate_means(boot_sums, boot_tot)
-        flip_sums, _ = self.signs.extract(state[2])
         kept = sorted(state[4], key=lambda k: k[0]) if state[4] is not None else None
+        totals = [partials_value(state[0][1][2 * self.n + m]) for m in range(self.n)]
+        hits = None
+        if kept is None and self.flips > 0:  # #{r : |T_r| >= |T|} per metric (FlipSums.counts: exact)
+            hits = self.signs.counts(state[2], [t if math.isfinite(t) else 0.0 for t in totals])
         out = []
         for m in range(self.n):
             mean_a, n, _ = moments[m]
@@ -528,8 +580,8 @@ class PairedComparison:
             elif kept is not None:
                 p_perm, method, samples = stats.sign_flip_pvalue_exact([k[1][m] for k in kept]), "exact", 2 ** n
             elif self.flips > 0:
-                total = partials_value(state[0][1][2 * self.n + m])
-                p_perm, method, samples = stats.sign_flip_pvalue_mc(total, flip_sums[m]), "monte-carlo", self.flips
+                p_perm = (1 + hits[m]) / (self.flips + 1) if math.isfinite(totals[m]) else math.nan
+                method, samples = "monte-carlo", self.flips
             else:
                 p_perm, method, samples = math.nan, None, 0
             out.append({"num_queries": n, "mean_a": mean_a, "mean_b": mean_b, "diff": diff, "stderr": se,

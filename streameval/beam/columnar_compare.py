@@ -23,7 +23,7 @@ from .columnar_columns import _encode, _group_bounds, _ordered
 from .combiners import BatchedStatesMixin
 from .stats import PairedCombineFn
 
-__all__ = ["paired_states", "system_means", "PairedStatesCombineFn", "MAX_TABLE"]
+__all__ = ["paired_states", "system_means", "distinct_rows", "PairedStatesCombineFn", "MAX_TABLE"]
 
 #: the most weights of a shard's distinct queries kept in memory at once (int64: 256 MB); beyond, each
 #: block of queries draws its own
@@ -95,26 +95,56 @@ def _run_sums(x: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         done = np.ones((len(starts), x.shape[1]), dtype=bool)
         res = x
     run = np.repeat(np.arange(len(starts)), lens)
-    total = np.zeros((len(starts), x.shape[1]))
-    for level in range(2):
-        if level:
-            biased = (res.view(np.int64) >> 52) & _EXP
-        bmax = np.maximum.reduceat(biased.astype(np.int16), starts, axis=0).astype(np.int64)
-        # a run of zeros (and subnormals, left to the next level, then to fsum) on the grid 1
-        g = np.where(bmax > 0, np.maximum(bmax - 1022 - bits, -1074), 0)
-        with np.errstate(over="ignore"):  # up is inf for runs below 2**-970: see below
-            up, down = np.ldexp(1.0, -g), np.ldexp(1.0, g)  # exact powers of two (down may be subnormal)
-        if np.isinf(up).any():  # a run of values below 2**-970: scale with ldexp
-            ge = g[run]
-            v = np.trunc(np.ldexp(res, -ge))
-            res = res - np.ldexp(v, ge)
-        else:
-            v = np.trunc(res * up[run])  # |v| < 2**bits, exact (a power-of-two scaling of a double)
-            res = res - v * down[run]  # the bits below 2**g, exact
-        total = total + np.add.reduceat(v, starts, axis=0) * down  # exact, then one rounding
+    small = biased.astype(np.int16)
+    bmax = np.maximum.reduceat(small, starts, axis=0).astype(np.int64)
+    # a run of zeros (and subnormals, left to the residual, then to fsum) on the grid 1
+    g = np.where(bmax > 0, np.maximum(bmax - 1022 - bits, -1074), 0)
+    with np.errstate(over="ignore"):  # up is inf for runs below 2**-970: see below
+        up, down = np.ldexp(1.0, -g), np.ldexp(1.0, g)  # exact powers of two (down may be subnormal)
+    if np.isinf(up).any():  # a run of values below 2**-970: scale with ldexp
+        ge = g[run]
+        v = np.trunc(np.ldexp(res, -ge))
+        res = res - np.ldexp(v, ge)
+    else:
+        v = np.trunc(res * up[run])  # |v| < 2**bits, exact (a power-of-two scaling of a double)
+        res = res - v * down[run]  # the bits below 2**g, exact
+    total = np.add.reduceat(v, starts, axis=0) * down  # exact
     if res.any():
-        done &= ~np.logical_or.reduceat(res != 0, starts, axis=0)
+        # every value of a run is a multiple of 2**(bmin - 1075) (bmin: its least biased exponent, zeros
+        # left out, subnormals 1), so are the residuals (2**g is a coarser grid), and |residual| < 2**g:
+        # any float sum of them is exact while len * 2**g <= 2**53 * 2**(bmin - 1075)
+        small[(raw << 1) == 0] = 2047  # zeros (either sign): no grid
+        np.maximum(small, 1, out=small)
+        bmin = np.minimum.reduceat(small, starts, axis=0).astype(np.int64)
+        need = np.maximum(lens - 1, 0)
+        ceil_log = np.zeros(len(lens), dtype=np.int64)
+        while (need >> ceil_log).any():  # ceil(log2(len)) per run
+            ceil_log += (need >> ceil_log) > 0
+        done &= (g + ceil_log[:, None] <= bmin - 1022)
+        total = total + np.add.reduceat(res, starts, axis=0)  # exact, then one rounding
     return total, done
+
+
+def distinct_rows(values: np.ndarray):
+    """``(first, index)`` of the rows of ``values`` (shape (n_metrics, n)) that are identical bit for
+    bit (NaN payloads and the sign of zero included): ``values[first]`` are the distinct rows in
+    order of first appearance and ``values[first][index]`` is ``values``. Rows are grouped by a sum
+    of their 64-bit patterns (wrapping), then compared whole."""
+    bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
+    prints = bits.sum(axis=1, dtype=np.uint64).tolist() if bits.shape[1] else [0] * len(bits)
+    first: list[int] = []
+    index = np.empty(len(bits), dtype=np.int64)
+    by_print: dict = {}
+    for m, p in enumerate(prints):
+        for j in by_print.get(p, ()):
+            if np.array_equal(bits[first[j]], bits[m]):
+                index[m] = j
+                break
+        else:
+            by_print.setdefault(p, []).append(len(first))
+            index[m] = len(first)
+            first.append(m)
+    return np.array(first, dtype=np.int64), index
 
 
 def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attributes: dict, query_id, values,
@@ -127,6 +157,14 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
     nreq = len(min_ts)
     if not nreq:
         return
+    first, index = distinct_rows(values)
+    if len(first) < len(values):  # identical metric columns (cutoffs past the rankings' length): once
+        full, values = pc, np.asarray(values)[first]
+        pc = PairedComparison(len(first), full.replicates, full.flips, full.exact_max, full.seed)
+        for k, st in paired_states(pc, baseline, min_ts, system_id, attributes, query_id, values, window_micros,
+                                   slice_specs, all_only):
+            yield k, full.expand(st, index)
+        return
     scode, svals = _ordered(system_id)  # codes in the order of the names: pairs as sorted(systems)
     names = svals.to_pylist()
     if baseline not in names:
@@ -138,10 +176,10 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
     Q = len(qnames)
     boot_table = sign_table = None
     if Q * (pc.boot.r + pc.signs.r) <= MAX_TABLE:  # each query's weights drawn once for every key it is in
-        # the signs as float64 once, the type of the exact product (the table is used in place, see
-        # ReplicateSums.add_many)
-        boot_table, sign_table = pc.boot.weights(qnames), pc.signs.weights(qnames, np.float64)
+        # the signs as int8 (made float64 by blocks of rows for every key at once: FlipSums.add_many_keys)
+        boot_table, sign_table = pc.boot.weights(qnames), pc.signs.weights(qnames, np.int8)
     wcode, wkeys = _windows(min_ts, window_micros)
+    parts = []
     for spec, (lcode, lvals) in enumerate(_labels(attributes, nreq, slice_specs)):
         group = (wcode * len(lvals) + lcode) * Q + qcode
         key = group * S + scode
@@ -172,8 +210,13 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
             s, rest = k % S, k // S
             k = (*wkeys[rest // len(lvals)], lvals[rest % len(lvals)], baseline, names[s])
             q = seg_group[segs] % Q
-            st = pc.add_many(pc.create(), means[:, base_seg[seg_group[segs]]], means[:, segs],
-                             [qnames[i] for i in q.tolist()], boot_table, sign_table, q)
+            part = (means[:, base_seg[seg_group[segs]]], means[:, segs], [qnames[i] for i in q.tolist()], q)
+            if sign_table is None:
+                yield k, pc.compact(pc.add_many(pc.create(), *part[:3]))
+            else:
+                parts.append((k, part))
+    if parts:  # every key's sign-flip sums in one pass over the shard's sign table
+        for (k, _), st in zip(parts, pc.add_many_keys([p for _, p in parts], boot_table, sign_table)):
             yield k, pc.compact(st)
 
 

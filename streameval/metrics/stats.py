@@ -200,7 +200,7 @@ def t_test(mean: float, n: int, stderr: float) -> tuple[float, float]:
     ``(t, two-sided p)`` with ``t = mean / stderr`` and ``n - 1`` degrees of freedom. Applied to
     paired differences it is the paired t-test. ``(NaN, NaN)`` for ``n < 2``; zero stderr gives
     ``t = +-inf, p = 0`` (NaN, NaN when the mean is 0 too), as scipy does."""
-    from scipy import stats
+    from scipy import special
 
     if n is None or n < 2 or not _finite(mean) or stderr is None or not math.isfinite(stderr):
         return (math.nan, math.nan)
@@ -209,7 +209,9 @@ def t_test(mean: float, n: int, stderr: float) -> tuple[float, float]:
             return (math.nan, math.nan)
         return (math.copysign(math.inf, mean), 0.0)
     t = mean / stderr
-    return (t, float(2.0 * stats.t.sf(abs(t), n - 1)))
+    # scipy.stats.t.sf(x, df) is special.stdtr(df, -x) (t_gen._sf; loc 0, scale 1): the same double,
+    # without importing scipy.stats (about 0.5 s of CPU per process)
+    return (t, float(2.0 * special.stdtr(n - 1, -abs(t))))
 
 
 def paired_t_test(a, b) -> tuple[float, float]:
@@ -352,7 +354,10 @@ def sign_flips(seeds, replicates: int, start: int = 0, dtype=np.int64) -> np.nda
     # the words' bytes little endian, each byte's bits least significant first: bit r % 64 of word r // 64
     octets = np.ascontiguousarray(words, dtype="<u8").view(np.uint8).reshape(words.shape[0], 8 * words.shape[1])
     bits = np.unpackbits(octets, axis=1, bitorder="little")[:, :replicates]
-    return np.array([1, -1], dtype=dtype)[bits]
+    out = np.empty(bits.shape, dtype=dtype)  # 1 - 2 bit, two passes (a gather of [1, -1] is slower)
+    np.multiply(bits, np.array(-2, dtype=dtype), out=out)
+    out += 1
+    return out
 
 
 # --------------------------------------------------------------------------------------------
