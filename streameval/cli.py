@@ -688,9 +688,9 @@ def main(argv=None) -> int:
             keep_freed_memory()  # before Beam's imports start threads (see its docstring)
             _quiet_beam_noise()
         elif argv[0] in ("trec-eval", "ndeval"):
-            from .tuning import one_blas_thread
+            from .tuning import one_blas_thread_at_import
 
-            one_blas_thread()
+            one_blas_thread_at_import()
         return getattr(importlib.import_module(module), func)(argv[1:])
     p = argparse.ArgumentParser(prog="streameval", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)

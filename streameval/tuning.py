@@ -37,11 +37,11 @@ def keep_freed_memory() -> None:
     mallopt(-8, 1)  # M_ARENA_MAX
 
 
-def one_blas_thread() -> None:
+def one_blas_thread_at_import() -> None:
     """For a command that does no linear algebra (``streameval trec-eval``, ``ndeval``): numpy's
     OpenBLAS starts one thread per core when numpy is imported, about 0.05 s of CPU for nothing
     (``OPENBLAS_NUM_THREADS``; a value the user set is kept). Call it before numpy is imported; a
-    no-op after."""
+    no-op after. (:func:`one_blas_thread` does the same for a block of a process that has numpy.)"""
     import os
     import sys
 

@@ -3,6 +3,7 @@ left alone when the environment sets the BLAS's threads (threadpoolctl as the in
 
 from __future__ import annotations
 
+import numpy  # noqa: F401  (loads the BLAS that threadpoolctl reads)
 import pytest
 
 from streameval import tuning
@@ -27,3 +28,24 @@ def test_one_blas_thread_sets_and_restores(monkeypatch):
         monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
         with tuning.one_blas_thread():
             assert _openblas_threads() == before
+
+
+def test_trec_eval_starts_numpy_with_one_blas_thread(tmp_path):
+    """``streameval trec-eval`` sets OPENBLAS_NUM_THREADS=1 before numpy's import (it does no linear
+    algebra); a value the user set is kept."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "q").write_text("1 0 d1 1\n")
+    (tmp_path / "r").write_text("1 Q0 d1 1 1.0 t\n")
+    code = ("import os, sys; from streameval import cli; rc = cli.main(['trec-eval', sys.argv[1], sys.argv[2]]); "
+            "print(os.environ.get('OPENBLAS_NUM_THREADS'))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "q"), str(tmp_path / "r")], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == "1"
+    env["OPENBLAS_NUM_THREADS"] = "3"
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "q"), str(tmp_path / "r")], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == "3"
