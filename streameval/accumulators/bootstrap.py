@@ -169,6 +169,20 @@ def _limbs_value(acc: dict, r: int) -> list[float]:
     return [float(e << -shift) for e in ints]
 
 
+
+def dense_blocks(rows: int, index, x: np.ndarray, step: int) -> list | None:
+    """When ``x`` (n, m) holds the values of most rows of a weight table of ``rows`` rows (its row
+    ``i`` at table row ``index[i]``, each at most once, ``2 n >= rows``): the table's rows in blocks
+    of ``step``, ``[(lo, hi, values of rows lo:hi)]``, NaN for the rows ``x`` does not have, so the
+    table is used in place (slices of rows, no gathered copy). None otherwise."""
+    idx = np.asarray(index, dtype=np.int64)
+    n = len(x)
+    if not (2 * n >= rows and len(np.unique(idx)) == n):
+        return None
+    dense = np.full((rows, x.shape[1]), np.nan)
+    dense[idx] = x
+    return [(lo, min(rows, lo + step), dense[lo:min(rows, lo + step)]) for lo in range(0, rows, step)]
+
 class ReplicateSums:
     """Exact hash-weighted replicate sums of ``n_metrics`` metrics (see the module docstring).
 
@@ -255,16 +269,11 @@ class ReplicateSums:
         if self.r == 0 or not n:
             return state
         if not self.with_totals and weights is not None and index is not None:
-            idx = np.asarray(index, dtype=np.int64)
             table = weights
-            if 2 * n >= len(table) and len(np.unique(idx)) == n:
-                # most of the table's queries: their values in the table's rows (NaN elsewhere), the
-                # table used in place (slices of rows, no gathered copy)
-                dense = np.full((len(table), self.n), np.nan)
-                dense[idx] = x
-                for lo in range(0, len(table), self.DENSE_ROWS):
-                    hi = min(len(table), lo + self.DENSE_ROWS)
-                    self._fold(state, dense[lo:hi], lambda lo=lo, hi=hi: table[lo:hi])
+            blocks = dense_blocks(len(table), index, x, self.DENSE_ROWS)
+            if blocks is not None:
+                for lo, hi, rows in blocks:
+                    self._fold(state, rows, lambda lo=lo, hi=hi: table[lo:hi])
                 return _as_bytes(state)
         # float64 products of 32-bit chunks and weights (at most 18) stay exact integers below
         # 2**53 for up to 2**16 rows at once; 2**22 weights at most in memory

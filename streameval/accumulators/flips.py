@@ -50,7 +50,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..metrics import stats
-from .bootstrap import ReplicateSums
+from .bootstrap import ReplicateSums, dense_blocks
 
 __all__ = ["FlipSums", "error_bound"]
 
@@ -206,14 +206,10 @@ class FlipSums:
         if weights is not None and index is not None:
             idx = np.asarray(index, dtype=np.int64)
             table = weights
-            if 2 * n >= len(table) and len(np.unique(idx)) == n:
-                # most of the table's queries: their values in the table's rows (NaN elsewhere), the
-                # table used in place (slices of rows, no gathered copy)
-                dense = np.full((len(table), self.n), np.nan)
-                dense[idx] = xt
-                for lo in range(0, len(table), self.STEP):
-                    hi = min(len(table), lo + self.STEP)
-                    self._approx_add(state, dense[lo:hi], table[lo:hi])
+            blocks = dense_blocks(len(table), idx, xt, self.STEP)
+            if blocks is not None:
+                for lo, hi, rows in blocks:
+                    self._approx_add(state, rows, table[lo:hi])
             else:
                 for lo in range(0, n, self.STEP):
                     hi = min(n, lo + self.STEP)
