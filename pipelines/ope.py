@@ -38,6 +38,7 @@ import csv
 import glob
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -314,34 +315,37 @@ def main(argv=None) -> int:
         return 2
 
     start = time.perf_counter()
-    tmp = tempfile.mkdtemp(prefix="streameval-ope-")
-    logs_path = os.path.join(tmp, "logs.avro")
-    avro.write_records(logs_path, "impression", logs)
-    out_dir = args.output or tmp
-    imps, dead = (p | "ReadLogs" >> ReadAvro([logs_path], "impression")  # one file converted from the logs: name them
-                  | "ValidateLogs" >> ValidateImpressions(",".join(args.logs)))
-    imps, clean_dead = imps | "CleanLogs" >> CleanImpressions()
-    ope = OffPolicyCtr(target, name, slices=slices)
-    parts = [imps | "Ope" >> ope]
-    deads = [dead, clean_dead, ope.rejected]
-    if target_recs:
-        tpath = os.path.join(tmp, "target.avro")
-        avro.write_records(tpath, "impression", target_recs)
-        timps, tdead = (p | "ReadTarget" >> ReadAvro([tpath], "impression")
-                        | "ValidateTarget" >> ValidateImpressions(",".join(args.target_logs)))
-        timps, tclean_dead = timps | "CleanTarget" >> CleanImpressions()
-        deads.append(tclean_dead)
-        parts.append(timps | "Measured" >> ClickMetrics(slices=slices)
-                     | "OnlyCtr" >> beam.Filter(lambda r: r["metric"] == "ctr"))
-        deads.append(tdead)
-    rows = tuple(parts) | "Rows" >> beam.Flatten()
-    write_records(rows, out_dir, "metrics", "metric_result", "Metrics")
-    write_records(tuple(deads) | "Dead" >> beam.Flatten(), out_dir, "dead_letters", "dead_letter", "Dead")
-    result = p.run()
-    result.wait_until_finish()
-    wall = time.perf_counter() - start
-    counters = job_counters(result)
-    out_rows = read_metric_rows(os.path.join(out_dir, "metrics.jsonl"))
+    tmp = tempfile.mkdtemp(prefix="streameval-ope-")  # the logs as Avro (and the rows without --output)
+    try:
+        logs_path = os.path.join(tmp, "logs.avro")
+        avro.write_records(logs_path, "impression", logs)
+        out_dir = args.output or tmp
+        imps, dead = (p | "ReadLogs" >> ReadAvro([logs_path], "impression")  # one file converted from the logs: name them
+                      | "ValidateLogs" >> ValidateImpressions(",".join(args.logs)))
+        imps, clean_dead = imps | "CleanLogs" >> CleanImpressions()
+        ope = OffPolicyCtr(target, name, slices=slices)
+        parts = [imps | "Ope" >> ope]
+        deads = [dead, clean_dead, ope.rejected]
+        if target_recs:
+            tpath = os.path.join(tmp, "target.avro")
+            avro.write_records(tpath, "impression", target_recs)
+            timps, tdead = (p | "ReadTarget" >> ReadAvro([tpath], "impression")
+                            | "ValidateTarget" >> ValidateImpressions(",".join(args.target_logs)))
+            timps, tclean_dead = timps | "CleanTarget" >> CleanImpressions()
+            deads.append(tclean_dead)
+            parts.append(timps | "Measured" >> ClickMetrics(slices=slices)
+                         | "OnlyCtr" >> beam.Filter(lambda r: r["metric"] == "ctr"))
+            deads.append(tdead)
+        rows = tuple(parts) | "Rows" >> beam.Flatten()
+        write_records(rows, out_dir, "metrics", "metric_result", "Metrics")
+        write_records(tuple(deads) | "Dead" >> beam.Flatten(), out_dir, "dead_letters", "dead_letter", "Dead")
+        result = p.run()
+        result.wait_until_finish()
+        wall = time.perf_counter() - start
+        counters = job_counters(result)
+        out_rows = read_metric_rows(os.path.join(out_dir, "metrics.jsonl"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     print(format_report(out_rows, name, target_system))
     for n in notes:
         print(n)

@@ -503,11 +503,17 @@ OBP_IPW_RANDOM_FROM_BTS = {  # obp 0.4.1: InverseProbabilityWeighting / SelfNorm
 }
 
 
-def test_ope_command_random_target_on_obd_bts_logs_matches_obp(tmp_path, capsys):
+def test_ope_command_random_target_on_obd_bts_logs_matches_obp(tmp_path, capsys, monkeypatch):
     """``pipelines.ope``: the random policy's CTR estimated from the BTS logs equals obp's IPW and
     SNIPW estimators (run separately with obp 0.4.1; values above), the standard error a direct
-    computation, and the measured CTR a direct count of the random logs."""
+    computation, and the measured CTR a direct count of the random logs. The job's temporary
+    directory (the logs converted to Avro) is gone when it returns."""
+    import tempfile
+
     from pipelines import ope
+
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
 
     n_items = {}
     for c in ("all", "men", "women"):
@@ -518,6 +524,7 @@ def test_ope_command_random_target_on_obd_bts_logs_matches_obp(tmp_path, capsys)
     rc = ope.main(["--logs", str(obd / "bts" / "*" / "*.csv"), "--target", "random",
                    "--target-logs", str(obd / "random" / "*" / "*.csv"), "--output", str(tmp_path / "out")])
     assert rc == 0
+    assert not list((tmp_path / "tmp").glob("streameval-ope-*"))
     printed = capsys.readouterr().out
     for c, n in n_items.items():  # the random policy's propensity is 1/n_items for every logged row
         assert f"campaign={c}: 10000 of 10000 propensities equal the random target's" in printed

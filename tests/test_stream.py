@@ -4,12 +4,14 @@ session windows; the replay CLI. Streaming pipelines run on the local streaming 
 (BundleBasedDirectRunner, named explicitly) fed by a TestStream replay; batch references on
 FnApiRunner with the batch job's transforms."""
 
+import atexit
 import glob
 import json
 import math
 import os
 import random
 import re
+import shutil
 import struct
 import tempfile
 import uuid
@@ -94,7 +96,9 @@ def stream_metrics(p, steps, loader=None, label=None, **kw):
 
 def _records(p, recs, name, label):
     if len(recs) > 2000:  # through an Avro file, as the batch job reads them (beam.Create is slow on big lists)
-        path = os.path.join(tempfile.mkdtemp(prefix="streameval-test-"), f"{label}.avro")
+        tmp = tempfile.mkdtemp(prefix="streameval-test-")
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # read by the pipeline after this returns
+        path = os.path.join(tmp, f"{label}.avro")
         avro.write_records(path, name, recs)
         return p | label >> batch.ReadAvro([path], name)
     created = p | label >> beam.Create(list(recs) or [None]).with_output_types(dict)
