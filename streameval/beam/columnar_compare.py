@@ -23,7 +23,7 @@ from .columnar_columns import _encode, _group_bounds, _ordered
 from .combiners import BatchedStatesMixin
 from .stats import PairedCombineFn
 
-__all__ = ["paired_states", "system_means", "distinct_rows", "PairedStatesCombineFn", "MAX_TABLE"]
+__all__ = ["paired_states", "system_means", "nested_means", "distinct_rows", "PairedStatesCombineFn", "MAX_TABLE"]
 
 #: the most weights of a shard's distinct queries kept in memory at once (int64: 256 MB); beyond, each
 #: block of queries draws its own
@@ -85,10 +85,8 @@ def nested_means(values: np.ndarray, starts: np.ndarray, ends: np.ndarray, order
     return out[0], (out[1] if first is not None else None)
 
 
-_EXP = np.int64(0x7FF)
-
-
 def _ceil_log2(lens: np.ndarray) -> np.ndarray:
+    """ceil(log2(len)) per run (0 for runs of one value)."""
     need = np.maximum(lens - 1, 0)
     out = np.zeros(len(lens), dtype=np.int64)
     while (need >> out).any():
