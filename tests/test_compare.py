@@ -445,3 +445,100 @@ def test_columnar_system_means_with_order_equal_fsum_per_run():
                 if ok:
                     ref[m, i] = (math.fsum(ok) if hi - lo > 1 else x[m, lo]) / len(ok)
         assert np.array_equal(got.view(np.int64), ref.view(np.int64)), trial
+
+
+
+def _fsum_means(x, starts, ends):
+    """The reference of system_means: per run math.fsum of its values with NaN as 0.0 (a run of one
+    value: the value) over the count of its non-NaN values."""
+    out = np.full((len(x), len(starts)), np.nan)
+    for m in range(len(x)):
+        for j, (lo, hi) in enumerate(zip(starts, ends)):
+            col = [0.0 if math.isnan(y) else y for y in x[m, lo:hi]]
+            c = sum(not math.isnan(y) for y in x[m, lo:hi])
+            if c:
+                out[m, j] = (math.fsum(col) if hi - lo > 1 else col[0]) / c
+    return out
+
+
+def _same_bits(a, b):
+    return np.array_equal(np.asarray(a).view(np.int64), np.asarray(b).view(np.int64))
+
+
+def test_columnar_nested_means_equal_the_direct_means_bit_for_bit():
+    """columnar_compare.nested_means (the means of runs and of coarser runs made of consecutive runs,
+    from one pass: every value split on its coarse run's grid) equals system_means of either runs
+    and math.fsum per run, bit for bit, on adversarial magnitudes: sums whose rounding loses bits
+    (1 and 2**-60 of either sign), values 2**80 apart, ties to even (2**53 and 1), subnormals,
+    -0.0, infinities, NaN, runs of one value; and on full 53-bit values, where adding the fine
+    runs' rounded sums instead gives other coarse sums (the data can tell the two apart)."""
+    from streameval.beam.columnar_compare import nested_means, system_means
+
+    rng = np.random.default_rng(11)
+    for trial in range(60):
+        n = int(rng.integers(2, 200))
+        v = rng.random((6, n))
+        v[0, rng.random(n) < 0.3] = np.nan
+        v[1] = np.where(rng.random(n) < 0.5, 1.0, 2.0 ** -60) * rng.choice([-1.0, 1.0], n)
+        v[2] = rng.standard_normal(n) * np.exp2(rng.integers(-80, 80, n))
+        v[3] = np.where(rng.random(n) < 0.5, 2.0 ** 53, rng.choice([1.0, -1.0, 0.5], n))
+        v[4, rng.random(n) < 0.3] = 5e-324 * float(rng.integers(1, 1000))
+        v[5, rng.random(n) < 0.05] = -0.0
+        if trial % 4 == 0:
+            v[5, int(rng.integers(0, n))] = np.inf
+        if trial % 5 == 0:
+            v[2, :] = -0.0
+        if trial % 7 == 0:
+            v[4] *= 1e-300
+        order = rng.permutation(n)
+        cuts = np.sort(rng.choice(np.arange(1, n), size=int(rng.integers(0, n)), replace=False))
+        starts = np.concatenate([[0], cuts]).astype(np.int64)
+        ends = np.concatenate([cuts, [n]]).astype(np.int64)
+        k = len(starts)
+        ccuts = np.sort(rng.choice(np.arange(1, k), size=int(rng.integers(0, k)), replace=False)) if k > 1 \
+            else np.zeros(0, np.int64)
+        first = np.concatenate([[0], ccuts]).astype(np.int64)
+        last = np.append(first[1:], k)
+        fine, coarse = nested_means(v, starts, ends, order, first, last)
+        x = v[:, order]
+        assert _same_bits(fine, system_means(v, starts, ends, order)), trial
+        assert _same_bits(fine, _fsum_means(x, starts, ends)), trial
+        assert _same_bits(coarse, system_means(v, starts[first], ends[last - 1], order)), trial
+        assert _same_bits(coarse, _fsum_means(x, starts[first], ends[last - 1])), trial
+    for values, cuts in (([1.0, 2.0 ** -60, -1.0], [0, 2]), ([2.0 ** 53, 1.0, 1.0], [0, 2]),
+                         ([1e300, 1e-300, -1e300], [0, 2]), ([0.1, 0.2, 0.3, -0.6], [0, 1, 3]),
+                         ([-0.0], [0]), ([-0.0, -0.0], [0, 1]), ([5e-324, -5e-324, 0.0], [0, 1, 2])):
+        v = np.array([values])
+        starts = np.array(cuts, np.int64)
+        ends = np.append(starts[1:], len(values))
+        _, coarse = nested_means(v, starts, ends, None, np.array([0]), np.array([len(starts)]))
+        want = math.fsum(values) if len(values) > 1 else values[0]
+        assert _same_bits(coarse[0, 0], want / len(values)), values
+    v = np.random.default_rng(1).random((2, 4000))
+    starts = np.arange(0, 4000, 4)
+    ends = starts + 4
+    first = np.arange(0, 1000, 10)
+    fine, coarse = nested_means(v, starts, ends, None, first, first + 10)
+    ref = _fsum_means(v, starts[first], ends[first + 9])
+    assert _same_bits(coarse, ref)
+    rounded = np.add.reduceat(fine.T * 4, first, axis=0).T / 40  # the fine runs' rounded sums added
+    assert not _same_bits(rounded, ref)
+
+
+@pytest.mark.parametrize("seed,extra", [
+    (24, ["--complete", "--compare-baseline", "B", "--slices", "device,campaign", "--slices", "campaign+device",
+          "--replicates", "20", "--metrics", "map,ndcg@5,num_rel,P@3"]),
+    (25, ["--compare-baseline", "A", "--window", "1h", "--slices", "campaign,device", "--replicates", "20",
+          "--metrics", "ndcg@5,recip_rank,num_ret"]),
+])
+def test_columnar_comparisons_with_several_slice_specifications(tmp_path, seed, extra):
+    """The columnar comparisons (the first slice specification's means summed with the slice all's in
+    one pass, the others' directly) equal the per-record engine's, with empty rankings from
+    --complete (in the slice all only) and with windows."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_columnar import _messy_logs, _run
+
+    imp_files, judg = _messy_logs(seed)
+    got = _run(tmp_path, f"s{seed}", imp_files, judg, extra)
+    assert got["records"]["comparisons.jsonl"], "the reference compared nothing"
+    assert got["columnar"]["comparisons.jsonl"] == got["records"]["comparisons.jsonl"]

@@ -23,7 +23,7 @@ from .columnar_columns import _encode, _group_bounds, _ordered
 from .combiners import BatchedStatesMixin
 from .stats import PairedCombineFn
 
-__all__ = ["paired_states", "system_means", "distinct_rows", "PairedStatesCombineFn", "MAX_TABLE"]
+__all__ = ["paired_states", "system_means", "nested_means", "distinct_rows", "PairedStatesCombineFn", "MAX_TABLE"]
 
 #: the most weights of a shard's distinct queries kept in memory at once (int64: 256 MB); beyond, each
 #: block of queries draws its own
@@ -36,93 +36,138 @@ def system_means(values: np.ndarray, starts: np.ndarray, ends: np.ndarray, order
     metric over the run, NaN skipped (NaN when every value is); shape (n_metrics, n_runs). Each sum
     is the correctly rounded exact sum (:func:`math.fsum`), so the means equal a per-run fsum.
 
-    The work is on the transposed columns (one row of n_metrics values per request), so every
-    reduction over a run adds contiguous rows."""
-    x = np.ascontiguousarray(values.T)  # (n, n_metrics): a transposition, then a gather of rows
-    if order is not None:
-        x = x[order]
-    n_runs, n_metrics = len(starts), x.shape[1]
+    The work is on the metric columns as given (one row of n values per metric): numpy's
+    ``reduceat`` over the last axis of a C-ordered array is several times faster than over the
+    first, so the runs are gathered per metric and reduced along each metric's row."""
+    return nested_means(values, starts, ends, order)[0]
+
+
+def nested_means(values: np.ndarray, starts: np.ndarray, ends: np.ndarray, order=None, first=None, last=None):
+    """``(means, coarse)``: :func:`system_means` of the runs ``[start, end)`` and, with ``first`` and
+    ``last``, of the coarser runs each made of the consecutive runs ``first[j]`` to ``last[j] - 1``
+    (rows ``starts[first[j]]`` to ``ends[last[j] - 1]``; covering every run), shape (n_metrics,
+    len(first)) (else None), from the same pass over the rows: each value is split once on its
+    coarse run's grid (:func:`_run_sums`), so a coarse run's exact sum is the sum of its runs'
+    exact partial sums. The same means, bit for bit, as :func:`system_means` of either runs."""
+    x = np.asarray(values, dtype=np.float64)
+    x = np.ascontiguousarray(x) if order is None else np.take(x, order, axis=1)  # (n_metrics, n)
+    n_metrics = x.shape[0]
     nan = np.isnan(x)
     lens = ends - starts
-    counts = np.repeat(lens[:, None], n_metrics, axis=1)
+    counts = np.repeat(lens[None, :], n_metrics, axis=0)
     filled = x
-    if n_runs and nan.any():
-        cols = np.flatnonzero(nan.any(axis=0))  # NaN counts of the metrics with NaN (float32: exact below 2**24)
+    if len(starts) and nan.any():
+        rows = np.flatnonzero(nan.any(axis=1))  # NaN counts of the metrics with NaN (float32: exact below 2**24)
         exact = np.float32 if lens.max() < 1 << 24 else np.float64
-        counts[:, cols] -= np.add.reduceat(nan[:, cols].astype(exact), starts, axis=0).astype(np.int64)
+        counts[rows] -= np.add.reduceat(nan[rows].astype(exact), starts, axis=1).astype(np.int64)
         filled = np.where(nan, 0.0, x)
-    sums = filled[starts]
-    several = np.flatnonzero(lens > 1)
-    if len(several):
-        exact, done = _run_sums(filled, starts, ends)
-        pick = several[done[several].all(axis=1)] if n_metrics else several
-        sums[pick] = exact[pick]
-        rest = np.setdiff1d(several, pick)
-        cols = filled.T.tolist() if len(rest) else []
-        for i in rest.tolist():  # a run with values 2**40 apart, -0.0 or an infinity: math.fsum
-            lo, hi = int(starts[i]), int(ends[i])
-            for m, col in enumerate(cols):
-                sums[i, m] = math.fsum(col[lo:hi])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counts > 0, sums / np.where(counts > 0, counts, 1), np.nan).T
+    runs = [(starts, ends, counts)]
+    if first is not None:
+        runs.append((starts[first], ends[last - 1], np.add.reduceat(counts, first, axis=1)))
+    longest = max((int((hi - lo).max()) for lo, hi, _ in runs if len(lo)), default=0)
+    exact = _run_sums(filled, starts, ends, first, last) if longest > 1 else None
+    out = []
+    for i, (lo, hi, cnt) in enumerate(runs):
+        sums = filled[:, lo]  # a run of one value: the value
+        several = np.flatnonzero(hi - lo > 1)
+        if len(several):
+            total, done = exact[i]
+            pick = several[done[:, several].all(axis=0)] if n_metrics else several
+            sums[:, pick] = total[:, pick]
+            rest = np.setdiff1d(several, pick)
+            cols = filled.tolist() if len(rest) else []
+            for r in rest.tolist():  # a run with values 2**40 apart, -0.0 or an infinity: math.fsum
+                a, b = int(lo[r]), int(hi[r])
+                for m, col in enumerate(cols):
+                    sums[m, r] = math.fsum(col[a:b])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out.append(np.where(cnt > 0, sums / np.where(cnt > 0, cnt, 1), np.nan))
+    return out[0], (out[1] if first is not None else None)
 
 
-_EXP = np.int64(0x7FF)
+def _ceil_log2(lens: np.ndarray) -> np.ndarray:
+    """ceil(log2(len)) per run (0 for runs of one value)."""
+    need = np.maximum(lens - 1, 0)
+    out = np.zeros(len(lens), dtype=np.int64)
+    while (need >> out).any():
+        out += (need >> out) > 0
+    return out
 
 
-def _run_sums(x: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+def _run_sums(x: np.ndarray, starts: np.ndarray, ends: np.ndarray, first=None, last=None):
     """Correctly rounded exact sums of the runs ``[start, end)`` (contiguous, covering the rows) of
-    each column of ``x`` (shape (n, n_metrics), finite or not, no NaN), vectorised: ``(sums, done)``
-    of shape (n_runs, n_metrics), ``done`` false where the run needs :func:`math.fsum` instead. Each
-    value is split exactly as ``v1 * 2**g1 + v2 * 2**g2`` with integers ``|v| < 2**bits`` (``bits =
-    53 - ceil(log2(longest run))``) on grids taken from the run's largest exponent (read from the
-    bits of the doubles), then its residual's; the scalings by powers of two are exact products; the
-    runs' sums of ``v1`` and of ``v2`` are exact (integers below 2**53), so their scaled values
-    ``A``, ``B`` are exact doubles and ``A + B`` is the correctly rounded exact sum (one IEEE
-    addition). Not done: runs whose values need a third level (values more than about 2**40 apart),
-    with -0.0 (fsum keeps its sign) or an infinity. The sum being the exact sum correctly rounded,
-    it does not depend on how the values were split."""
+    each row of ``x`` (shape (n_metrics, n), finite or not, no NaN), vectorised: a list of
+    ``(sums, done)`` of shape (n_metrics, n_runs), ``done`` false where the run needs
+    :func:`math.fsum` instead; with ``first`` / ``last`` (coarse runs of consecutive runs, as
+    :func:`nested_means`) a second ``(sums, done)`` of the coarse runs.
+
+    Each value is split exactly as ``v1 * 2**g + r`` with an integer ``|v1| < 2**bits`` (``bits =
+    53 - ceil(log2(longest coarse run))``) on a grid ``2**g`` taken from its coarse run's largest
+    exponent (read from the bits of the doubles; a run is its own coarse run without ``first``); the
+    scalings by powers of two are exact products. Any run's (fine or coarse) sum of ``v1`` is an
+    exact integer below 2**53 (a coarse run's: the sum of its runs'), so its scaled value ``A`` is
+    exact; every residual ``r`` is a multiple of 2**(bmin - 1075) (bmin: the least biased exponent
+    of the run's values) with ``|r| < 2**g``, so any float sum of the residuals of a subset of a run
+    is exact while ``len * 2**g <= 2**53 * 2**(bmin - 1075)`` (checked per run; a coarse run that
+    passes passes for each of its runs): ``B``, the residuals' sum (a coarse run's: the sum of its
+    runs' ``B``), is exact and ``A + B`` is the correctly rounded exact sum (one IEEE addition). Not
+    done: runs whose values need a third level (values more than about 2**40 apart), with -0.0 (fsum
+    keeps its sign) or an infinity. The sum being the exact sum correctly rounded, it does not
+    depend on how the values were split."""
     lens = ends - starts
-    bits = 53 - max(1, int(lens.max() - 1).bit_length())
-    raw = x.view(np.int64)
-    biased = (raw >> 52) & _EXP  # |v| < 2**(biased - 1022) for every double but inf / nan (biased 2047)
-    bad = (biased == _EXP) | (raw == np.iinfo(np.int64).min)  # an infinity, -0.0
+    coarse = first is not None
+    if not coarse:
+        first, last = np.arange(len(starts)), np.arange(1, len(starts) + 1)
+    clens = np.add.reduceat(lens, first) if coarse else lens
+    bits = 53 - max(1, int(clens.max() - 1).bit_length())
+    # the sign and biased exponent of each double: its top 16 bits (little-endian), shifted
+    top = np.right_shift(x.view(np.uint16)[:, 3::4], 4)
+    small = np.bitwise_and(top, 0x7FF, dtype=np.int16)  # |v| < 2**(small - 1022) but inf / nan (2047)
+    zero = x == 0  # either sign
+    inf = small == 2047
+    bad = inf | (zero & (top > 0x7FF))  # an infinity, -0.0
     if bad.any():
-        done = ~np.logical_or.reduceat(bad, starts, axis=0)
-        res = np.where(biased == _EXP, 0.0, x)
-        biased = np.where(biased == _EXP, 0, biased)
+        done = ~np.logical_or.reduceat(bad, starts, axis=1)
+        res = np.where(inf, 0.0, x)
+        small[inf] = 0
     else:
-        done = np.ones((len(starts), x.shape[1]), dtype=bool)
+        done = np.ones((x.shape[0], len(starts)), dtype=bool)
         res = x
-    run = np.repeat(np.arange(len(starts)), lens)
-    small = biased.astype(np.int16)
-    bmax = np.maximum.reduceat(small, starts, axis=0).astype(np.int64)
+    cdone = np.logical_and.reduceat(done, first, axis=1) if coarse else None
+    bmax = np.maximum.reduceat(small, starts, axis=1)
+    if coarse:
+        bmax = np.maximum.reduceat(bmax, first, axis=1)
+    bmax = bmax.astype(np.int64)
     # a run of zeros (and subnormals, left to the residual, then to fsum) on the grid 1
-    g = np.where(bmax > 0, np.maximum(bmax - 1022 - bits, -1074), 0)
+    cg = np.where(bmax > 0, np.maximum(bmax - 1022 - bits, -1074), 0)  # per coarse run
+    g = np.repeat(cg, last - first, axis=1) if coarse else cg  # per run
     with np.errstate(over="ignore"):  # up is inf for runs below 2**-970: see below
         up, down = np.ldexp(1.0, -g), np.ldexp(1.0, g)  # exact powers of two (down may be subnormal)
     if np.isinf(up).any():  # a run of values below 2**-970: scale with ldexp
-        ge = g[run]
+        ge = np.repeat(g, lens, axis=1)
         v = np.trunc(np.ldexp(res, -ge))
         res = res - np.ldexp(v, ge)
     else:
-        v = np.trunc(res * up[run])  # |v| < 2**bits, exact (a power-of-two scaling of a double)
-        res = res - v * down[run]  # the bits below 2**g, exact
-    total = np.add.reduceat(v, starts, axis=0) * down  # exact
+        # (in place: every full-size temporary is fresh memory, its page faults cost as much as the arithmetic)
+        v = np.repeat(up, lens, axis=1)
+        np.trunc(np.multiply(res, v, out=v), out=v)  # |v| < 2**bits, exact (a power-of-two scaling)
+        vd = np.repeat(down, lens, axis=1)
+        np.multiply(v, vd, out=vd)
+        res = np.subtract(res, vd, out=vd)  # the bits below 2**g, exact
+    vsum = np.add.reduceat(v, starts, axis=1)  # exact integers
+    total = vsum * down  # exact
+    ctotal = np.add.reduceat(vsum, first, axis=1) * np.ldexp(1.0, cg) if coarse else None  # exact
     if res.any():
-        # every value of a run is a multiple of 2**(bmin - 1075) (bmin: its least biased exponent, zeros
-        # left out, subnormals 1), so are the residuals (2**g is a coarser grid), and |residual| < 2**g:
-        # any float sum of them is exact while len * 2**g <= 2**53 * 2**(bmin - 1075)
-        small[(raw << 1) == 0] = 2047  # zeros (either sign): no grid
+        small[zero] = 2047  # zeros (either sign): no grid
         np.maximum(small, 1, out=small)
-        bmin = np.minimum.reduceat(small, starts, axis=0).astype(np.int64)
-        need = np.maximum(lens - 1, 0)
-        ceil_log = np.zeros(len(lens), dtype=np.int64)
-        while (need >> ceil_log).any():  # ceil(log2(len)) per run
-            ceil_log += (need >> ceil_log) > 0
-        done &= (g + ceil_log[:, None] <= bmin - 1022)
-        total = total + np.add.reduceat(res, starts, axis=0)  # exact, then one rounding
-    return total, done
+        bmin = np.minimum.reduceat(small, starts, axis=1).astype(np.int64)
+        done &= (g + _ceil_log2(lens)[None, :] <= bmin - 1022)
+        rsum = np.add.reduceat(res, starts, axis=1)  # exact where done
+        total = total + rsum  # one rounding
+        if coarse:
+            cdone &= (cg + _ceil_log2(clens)[None, :] <= np.minimum.reduceat(bmin, first, axis=1) - 1022)
+            ctotal = ctotal + np.add.reduceat(rsum, first, axis=1)  # exact where cdone, then one rounding
+    return [(total, done)] + ([(ctotal, cdone)] if coarse else [])
 
 
 def distinct_rows(values: np.ndarray):
@@ -145,6 +190,51 @@ def distinct_rows(values: np.ndarray):
             index[m] = len(first)
             first.append(m)
     return np.array(first, dtype=np.int64), index
+
+
+def _slice_means(values, wcode, qcode, Q, scode, S, attributes, nreq, slice_specs, all_only):
+    """Per slice specification (``all`` first): ``(spec, label texts, means, seg_key)``, the means
+    (shape (n_metrics, n_segments)) of the requests of each (window, label, query, system) segment,
+    ``seg_key = ((window * n_labels + label) * Q + query) * S + system``, ascending. The first other
+    specification's labels partition the requests (an absent attribute is a label; the ``all_only``
+    requests are put in a label of their own, left out of its output): its segments are summed
+    from the requests, sorted by (window, query, system, label), and the ``all`` segments are the
+    sums of consecutive ones, from the same pass over the requests (:func:`nested_means`)."""
+    labels = _labels(attributes, nreq, slice_specs)
+    wq = (wcode * Q + qcode) * S + scode  # the key of the slice all
+    drop = all_only is not None and all_only.any()
+    if len(labels) > 1:  # the finer slice first, then all from its sums
+        lcode, lvals = labels[1]
+        L = len(lvals) + 1  # + the label of the all_only requests
+        fine_key = wq * L + (np.where(all_only, L - 1, lcode) if drop else lcode)
+        order, starts, ends = _group_bounds(fine_key)
+        seg = fine_key[order[starts]]
+        coarse = seg // L
+        first = np.concatenate(([0], np.flatnonzero(coarse[1:] != coarse[:-1]) + 1))
+        last = np.append(first[1:], len(seg))
+        fine_means, all_means = nested_means(values, starts, ends, order, first, last)
+        keep = np.flatnonzero(seg % L != L - 1) if drop else np.arange(len(seg))
+        lab, rest = seg[keep] % L, seg[keep] // L
+        key = ((rest // S // Q * (L - 1) + lab) * Q + rest // S % Q) * S + rest % S
+        perm = np.argsort(key, kind="stable")  # the segments in the order of the direct computation's keys
+        fine_means = fine_means[:, keep[perm]]
+        yield 0, labels[0][1], all_means, coarse[first]
+        yield 1, lvals, fine_means, key[perm]
+        specs = range(2, len(labels))
+    else:
+        specs = range(len(labels))
+    for spec in specs:
+        lcode, lvals = labels[spec]
+        group = (wcode * len(lvals) + lcode) * Q + qcode
+        key = group * S + scode
+        if spec and drop:  # not in the other slices: a key past every group
+            key = np.where(all_only, -1, key)
+        order, starts, ends = _group_bounds(key)
+        if spec and drop:  # drop the run of -1 keys (sorted first)
+            cut = int((key == -1).sum())
+            first = int(np.searchsorted(starts, cut))
+            order, starts, ends = order[cut:], starts[first:] - cut, ends[first:] - cut
+        yield spec, lvals, system_means(values, starts, ends, order), key[order[starts]]
 
 
 def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attributes: dict, query_id, values,
@@ -180,22 +270,12 @@ def paired_states(pc: PairedComparison, baseline: str, min_ts, system_id, attrib
         boot_table, sign_table = pc.boot.weights(qnames), pc.signs.weights(qnames, np.int8)
     wcode, wkeys = _windows(min_ts, window_micros)
     parts = []
-    for spec, (lcode, lvals) in enumerate(_labels(attributes, nreq, slice_specs)):
-        group = (wcode * len(lvals) + lcode) * Q + qcode
-        key = group * S + scode
-        if spec and all_only is not None and all_only.any():  # not in the other slices: a key past every group
-            key = np.where(all_only, -1, key)
-        order, starts, ends = _group_bounds(key)
-        if spec and all_only is not None and all_only.any():  # drop the run of -1 keys (sorted first)
-            cut = int((key == -1).sum())
-            first = int(np.searchsorted(starts, cut))
-            order, starts, ends = order[cut:], starts[first:] - cut, ends[first:] - cut
-        means = system_means(values, starts, ends, order)
-        seg_key = key[order[starts]]
+    for spec, lvals, means, seg_key in _slice_means(values, wcode, qcode, Q, scode, S, attributes, nreq, slice_specs,
+                                                    all_only):
         seg_group, seg_sys = seg_key // S, seg_key % S
         # the baseline's segment of each (window, slice, query) group, and every other system's
         is_base = seg_sys == base
-        base_seg = np.full(int(group.max()) + 1, -1, dtype=np.int64)
+        base_seg = np.full(int(seg_group.max()) + 1, -1, dtype=np.int64)
         base_seg[seg_group[is_base]] = np.flatnonzero(is_base)
         other = np.flatnonzero(~is_base & (base_seg[seg_group] >= 0))
         if not len(other):
