@@ -234,6 +234,11 @@ def test_count_arrays_by_key_match_direct_counts(nkeys):
     for k, state in got[:50]:
         merged = CountArrays.merge(states[k] + [CountArrays.EMPTY])
         assert [a.tolist() for a in CountArrays.arrays(merged)] == [a.tolist() for a in CountArrays.arrays(state)]
+        # as arrays (raw, a held state's form), also merged again with a state in bytes
+        raw = CountArrays.merge(states[k][1:] + [CountArrays.EMPTY], raw=True)
+        assert all(isinstance(a, np.ndarray) for a in raw)
+        again = CountArrays.merge([raw, states[k][0]], raw=True)
+        assert [a.tolist() for a in again] == [a.tolist() for a in CountArrays.arrays(state)]
     k0 = got[0][0]
     ops = AucOps.create()
     for s, y in zip(score[key == k0].tolist(), label[key == k0].tolist()):

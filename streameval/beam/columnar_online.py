@@ -453,7 +453,7 @@ class CountsCombineFn(beam.CombineFn):
 
     def _merge_held(self, keys):
         """(merged state, its output) of held states (on a thread of :func:`_merge_pool`)."""
-        merged = CountArrays.merge([_counts(k) for k in keys])
+        merged = CountArrays.merge([_counts(k) for k in keys], raw=True)  # arrays: it stays in this process
         return merged, self._output(merged)
 
     def _output(self, state):

@@ -53,7 +53,7 @@ def _ints(a) -> np.ndarray:
     if a.dtype.kind not in "iu" and len(a):
         if not np.all(a == np.floor(a)):
             raise ValueError("counts must be integers")
-    return a.astype(np.int64)
+    return a.astype(np.int64, copy=False)
 
 
 def _u2(pos: np.ndarray, neg: np.ndarray, P: int, N: int) -> int:
