@@ -192,8 +192,10 @@ def auc_result(pos, neg) -> tuple[float, int, float]:
     """``(auc, examples, DeLong stderr)`` from counts per distinct score, scores ascending (shape
     (v,) each); NaN AUC when a class is absent (:func:`~streameval.metrics.online.auc_from_counts`,
     :func:`~streameval.metrics.online.auc_delong_stderr`)."""
-    auc, P, N = om.auc_from_counts(pos, neg)
-    return (auc, P + N, om.auc_delong_stderr(pos, neg))
+    from ..metrics.online_auc import auc_and_stderr
+
+    auc, P, N, se = auc_and_stderr(pos, neg)
+    return (auc, P + N, se)
 
 
 def hist_auc_result(pos, neg) -> tuple[float, int, float, float]:
