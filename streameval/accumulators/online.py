@@ -286,9 +286,12 @@ class CountArrays:
         order = np.argsort(allv, kind="stable")
         allv = allv[order]
         values, counts = _runs(allv)
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        pos = np.add.reduceat(np.concatenate([p[1] for p in parts])[order], starts)
-        neg = np.add.reduceat(np.concatenate([p[2] for p in parts])[order], starts)
+        pos = np.concatenate([p[1] for p in parts])[order]
+        neg = np.concatenate([p[2] for p in parts])[order]
+        if len(values) < len(allv):  # (with distinct scores every run has one value: nothing to add)
+            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+            pos = np.add.reduceat(pos, starts)
+            neg = np.add.reduceat(neg, starts)
         if raw:
             return values, pos.astype(np.int64, copy=False), neg.astype(np.int64, copy=False)
         return cls._state(values, pos, neg)
