@@ -144,6 +144,10 @@ def _conflict_free(letters):
          "--metrics", "ndcg@5,auc,auc_hist,gauc[user],gauc[request,clicks],rr_first_click", "--group-rows"]),
     (10, ["--workers", "2", "--shards", "5", "--unjudged", "nonrelevant", "--no-ctr", "--metrics",
           "auc,gauc[query,unweighted],clicks@5,clicks@1,abandonment"]),
+    # the "all" slice's exact AUC from the first slice specification's states, with the states
+    # pickled between worker processes (not held) and 20 % of the requests without a device
+    (11, ["--workers", "2", "--labels", "clicks", "--window", "1h", "--slices", "device", "--slices", "campaign",
+          "--no-ctr", "--metrics", "auc,gauc[user]"]),
     # calibration (issue 19): scores 0, 0.5 and 1 are probabilities (0.5 on a bin edge), the others are
     # left out and counted; windows, slices, two ECE bin counts with their reliability rows
     (12, ["--labels", "clicks", "--window", "1h", "--slices", "device", "--shards", "3", "--no-ctr", "--metrics",

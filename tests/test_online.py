@@ -190,6 +190,31 @@ def test_delong_stderr_matches_pairwise():
     assert math.isnan(om.auc_delong_stderr([1, 0], [0, 5]))
 
 
+def test_delong_in_place_same_bits_as_the_formula():
+    """auc_delong_stderr (in place) and auc_and_stderr give the bits of the formula written out
+    with new arrays (the code before), on counts of many distinct scores."""
+    from streameval.metrics.online_auc import auc_and_stderr
+
+    def formula(pos, neg):
+        P, N = int(pos.sum()), int(neg.sum())
+        auc = om.auc_from_counts(pos, neg)[0]
+        v10 = ((np.cumsum(neg) - neg).astype(np.float64) + 0.5 * neg) / N
+        v01 = ((P - np.cumsum(pos)).astype(np.float64) + 0.5 * pos) / P
+        return math.sqrt(float(np.dot(pos, (v10 - auc) ** 2)) / (P - 1) / P
+                         + float(np.dot(neg, (v01 - auc) ** 2)) / (N - 1) / N)
+
+    rng = np.random.default_rng(5)
+    for _ in range(12):
+        m = int(rng.integers(2, 300_000))
+        pos, neg = rng.integers(0, 3, m), rng.integers(0, 5, m)
+        want = formula(pos, neg)
+        assert om.auc_delong_stderr(pos, neg) == want
+        auc, P, N = om.auc_from_counts(pos, neg)
+        assert auc_and_stderr(pos, neg) == (auc, P, N, want)
+    assert all(math.isnan(x) for x in auc_and_stderr([0, 0], [1, 2])[::3])
+    assert math.isnan(auc_and_stderr([1, 0], [0, 5])[3]) and auc_and_stderr([1, 0], [0, 5])[0] == 0.0
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 8), st.booleans()), min_size=0, max_size=80), st.randoms())
 def test_auc_merge_any_split_equals_one_pass(pairs, rnd):
@@ -234,6 +259,11 @@ def test_count_arrays_by_key_match_direct_counts(nkeys):
     for k, state in got[:50]:
         merged = CountArrays.merge(states[k] + [CountArrays.EMPTY])
         assert [a.tolist() for a in CountArrays.arrays(merged)] == [a.tolist() for a in CountArrays.arrays(state)]
+        # as arrays (raw, a held state's form), also merged again with a state in bytes
+        raw = CountArrays.merge(states[k][1:] + [CountArrays.EMPTY], raw=True)
+        assert all(isinstance(a, np.ndarray) for a in raw)
+        again = CountArrays.merge([raw, states[k][0]], raw=True)
+        assert [a.tolist() for a in again] == [a.tolist() for a in CountArrays.arrays(state)]
     k0 = got[0][0]
     ops = AucOps.create()
     for s, y in zip(score[key == k0].tolist(), label[key == k0].tolist()):

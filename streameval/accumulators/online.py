@@ -192,8 +192,10 @@ def auc_result(pos, neg) -> tuple[float, int, float]:
     """``(auc, examples, DeLong stderr)`` from counts per distinct score, scores ascending (shape
     (v,) each); NaN AUC when a class is absent (:func:`~streameval.metrics.online.auc_from_counts`,
     :func:`~streameval.metrics.online.auc_delong_stderr`)."""
-    auc, P, N = om.auc_from_counts(pos, neg)
-    return (auc, P + N, om.auc_delong_stderr(pos, neg))
+    from ..metrics.online_auc import auc_and_stderr
+
+    auc, P, N, se = auc_and_stderr(pos, neg)
+    return (auc, P + N, se)
 
 
 def hist_auc_result(pos, neg) -> tuple[float, int, float, float]:
@@ -266,24 +268,32 @@ class CountArrays:
                 np.frombuffer(state[2], dtype=np.int64))
 
     @classmethod
-    def merge(cls, states):
-        """One state of several (exact integer counts); ``merge([])`` is the empty state."""
-        states = [s for s in states if s[0]]
-        if not states:
-            return cls.EMPTY
-        if len(states) == 1:
-            return states[0]
+    def merge(cls, states, raw: bool = False):
+        """One state of several (exact integer counts); ``merge([])`` is the empty state. The
+        states may also be given as their three arrays (what ``raw=True`` returns: the arrays
+        themselves, not their bytes, for a state that stays in this process; copying a merged
+        state of millions of values into bytes took about as long as the merge's sort)."""
+        states = [s for s in states if len(s[0])]
+        if len(states) <= 1:
+            state = states[0] if states else cls.EMPTY
+            return cls.arrays(state) if raw else state
         parts = [cls.arrays(s) for s in states]
         # a stable argsort (timsort: the parts are sorted runs, merged in about linear time), then
         # the counts of each distinct value summed over its run; 1.5 x faster than np.unique's
         # inverse and np.add.at
-        allv = np.concatenate([p[0] for p in parts]) + 0.0  # -0.0 -> 0.0: one value
+        allv = np.concatenate([p[0] for p in parts])
+        allv += 0.0  # -0.0 -> 0.0: one value
         order = np.argsort(allv, kind="stable")
         allv = allv[order]
         values, counts = _runs(allv)
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        pos = np.add.reduceat(np.concatenate([p[1] for p in parts])[order], starts)
-        neg = np.add.reduceat(np.concatenate([p[2] for p in parts])[order], starts)
+        pos = np.concatenate([p[1] for p in parts])[order]
+        neg = np.concatenate([p[2] for p in parts])[order]
+        if len(values) < len(allv):  # (with distinct scores every run has one value: nothing to add)
+            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+            pos = np.add.reduceat(pos, starts)
+            neg = np.add.reduceat(neg, starts)
+        if raw:
+            return values, pos.astype(np.int64, copy=False), neg.astype(np.int64, copy=False)
         return cls._state(values, pos, neg)
 
     @classmethod

@@ -193,11 +193,21 @@ class OnlineColumns:
                         yield pvalue.TaggedOutput(TAG_CALIBRATION, (names[k], state))
         if self.auc or self.auc_hist:
             bins = om.hist_bin_index(score, self.hist.lo, self.hist.hi, self.hist.bins) if self.auc_hist else None
-            for code, names in keys:
-                if self.auc:
+            # the exact AUC of the "all" slice from the first slice specification's states: its
+            # labels partition the examples (an example without the attribute has a label of its
+            # own), so per (window, system) the "all" counts are the sum of its labels' counts and
+            # the states, each sent to both keys, merge into the same state as the examples'
+            # own; the "all" rows are not counted and sorted a second time
+            whole = self.auc and len(keys) > 1
+            for i, (code, names) in enumerate(keys):
+                if self.auc and not (whole and i == 0):
                     for k, state in CountArrays.by_key(code, score, label):
                         yield pvalue.TaggedOutput(TAG_AUC, (names[k], _hold_counts(state) if self.hold_counts
                                                             else state))
+                        if whole and i == 1:
+                            ws, we, _, system = names[k]
+                            yield pvalue.TaggedOutput(TAG_AUC, ((ws, we, keys[0][1][0][2], system),
+                                                                _hold_counts(state) if self.hold_counts else state))
                 if self.auc_hist:
                     for k, state in CountArrays.by_key(code, bins, label):
                         yield pvalue.TaggedOutput(TAG_HIST, (names[k], _hold_counts(state) if self.hold_counts
@@ -453,7 +463,7 @@ class CountsCombineFn(beam.CombineFn):
 
     def _merge_held(self, keys):
         """(merged state, its output) of held states (on a thread of :func:`_merge_pool`)."""
-        merged = CountArrays.merge([_counts(k) for k in keys])
+        merged = CountArrays.merge([_counts(k) for k in keys], raw=True)  # arrays: it stays in this process
         return merged, self._output(merged)
 
     def _output(self, state):

@@ -5,16 +5,19 @@ extension) are read row group by row group and converted with ``convert table``'
 
 from __future__ import annotations
 
+import itertools
+import os
+
 import apache_beam as beam
 import numpy as np
 from apache_beam import pvalue
 
 from ..io import avro, dwell, records
-from .columnar_columns import (SHARDS, _judgment_records, _no_nul, _nonempty, _shards_of, _split, _take,
+from .columnar_columns import (_HELD, SHARDS, _judgment_records, _no_nul, _nonempty, _shards_of, _split, _take,
                                columns_records, impression_columns, impression_columns_arrow, judgment_columns,
                                judgment_columns_arrow)
 from .sources import UNREADABLE_PARQUET, read_avro_blocks, read_parquet_blocks, unreadable_letter
-from .threads import ThreadedDoFn, counter
+from .threads import ThreadedDoFn, _collect, _pool, counter
 from .transforms import NAMESPACE, reason_key
 
 
@@ -62,6 +65,34 @@ class _ReadColumns(ThreadedDoFn):
         self.read = counter(NAMESPACE, f"{self.kind}s_read")
         self.valid = counter(NAMESPACE, f"{self.kind}s_valid")
         self.unreadable = counter(NAMESPACE, f"unreadable_files:{self.kind}")
+
+    #: with :meth:`start_early`: the key prefix of this DoFn's early work in ``_HELD``
+    early = None
+
+    def start_early(self, paths, token: str) -> None:
+        """Start this DoFn's work on ``paths`` now, on its pool of threads, while Beam still builds
+        and starts the pipeline (about 1 s of start-up in which one core waits); ``process`` then
+        takes each path's finished work (outputs and counter increments, as :meth:`work` gave
+        them on the pool) instead of starting it. Only for Beam's in-process local runner with
+        held values (the results stay in this process's ``_HELD``, under ``early:<token>:<path>``,
+        dropped by ``release_held``) and ``threads`` > 1. A path whose early work is not there
+        (another process, released, a path given twice) is worked on as usual."""
+        self.early = token
+        pool = _pool(self.threads)
+        for path in paths:
+            key = f"early:{token}:{path}"
+            if key not in _HELD:
+                _HELD[key] = pool.submit(_collect, self.work, (path,))
+
+    def process(self, element, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
+        future = _HELD.pop(f"early:{self.early}:{element}", None) if self.early is not None else None
+        if future is None:
+            yield from self._submit((element,), window, timestamp)
+            return
+        pending = self._pending  # as ThreadedDoFn._submit, with the work already submitted
+        pending.append((future, window, timestamp))
+        while pending and (pending[0][0].done() or len(pending) > self.threads):
+            yield from self._finished(*pending.popleft())
 
     def work(self, path):
         from ..io.parquet_blocks import is_parquet
@@ -238,6 +269,9 @@ class _ReadJudgmentColumns(_ReadColumns):
         yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path, where)
 
 
+_early_tokens = itertools.count()
+
+
 class _Read(beam.PTransform):
     fn = None
 
@@ -257,13 +291,14 @@ class _Read(beam.PTransform):
         self.dead_letters = None
 
     def expand(self, pbegin):
+        fn = self.fn(self.shards, self.grade_range, self.decoder, self.hold, self.threads, self.time_range,
+                     self.input_format, self.table_options)
+        if self.hold and self.threads > 1:  # the in-process runner: the files' work starts now
+            fn.start_early(self.paths, f"{os.getpid()}:{next(_early_tokens)}")
         read = (pbegin
                 | "Paths" >> beam.Create(self.paths)
                 | "Spread" >> beam.Reshuffle()
-                | "Blocks" >> beam.ParDo(self.fn(self.shards, self.grade_range, self.decoder,
-                                                 self.hold, self.threads, self.time_range, self.input_format,
-                                                 self.table_options)).with_outputs(
-                    "dead_letters", main="chunks"))
+                | "Blocks" >> beam.ParDo(fn).with_outputs("dead_letters", main="chunks"))
         #: dead letters: records failing the checks, and one per file that could not be read to its end
         self.dead_letters = read.dead_letters
         return read.chunks

@@ -53,7 +53,7 @@ def _ints(a) -> np.ndarray:
     if a.dtype.kind not in "iu" and len(a):
         if not np.all(a == np.floor(a)):
             raise ValueError("counts must be integers")
-    return a.astype(np.int64)
+    return a.astype(np.int64, copy=False)
 
 
 def _u2(pos: np.ndarray, neg: np.ndarray, P: int, N: int) -> int:
@@ -95,14 +95,49 @@ def auc_delong_stderr(pos, neg) -> float:
     P, N = int(pos.sum()), int(neg.sum())
     if P < 2 or N < 2:
         return math.nan
-    auc = _u2(pos, neg, P, N) / (2 * P * N)
-    neg_below = (np.cumsum(neg) - neg).astype(np.float64)
-    pos_above = (P - np.cumsum(pos)).astype(np.float64)
-    v10 = (neg_below + 0.5 * neg) / N
-    v01 = (pos_above + 0.5 * pos) / P
-    s10 = float(np.dot(pos, (v10 - auc) ** 2)) / (P - 1)
-    s01 = float(np.dot(neg, (v01 - auc) ** 2)) / (N - 1)
+    return _delong(pos, neg, P, N, _u2(pos, neg, P, N) / (2 * P * N))
+
+
+def _delong(pos: np.ndarray, neg: np.ndarray, P: int, N: int, auc: float) -> float:
+    """:func:`auc_delong_stderr` of int64 counts with ``P``, ``N`` >= 2 and their ``auc``: the
+    same float operations as ``v10 = (neg_below + 0.5 neg) / N``, ``s10 = dot(pos, (v10 - auc) ** 2)
+    / (P - 1)`` (and v01, s01), done in place on two arrays (each new array of millions of values
+    costs its page faults), so the same bits."""
+    fpos = pos.astype(np.float64)
+    fneg = neg.astype(np.float64)
+    v = np.cumsum(neg)
+    v -= neg
+    v10 = v.astype(np.float64)  # neg_below
+    del v
+    w = np.multiply(fneg, 0.5)
+    v10 += w  # neg_below + 0.5 neg (IEEE addition commutes)
+    v10 /= N
+    v10 -= auc
+    np.square(v10, out=v10)
+    s10 = float(np.dot(fpos, v10)) / (P - 1)
+    v = np.cumsum(pos)
+    np.subtract(P, v, out=v)
+    v01 = v10
+    v01[:] = v  # pos_above, as float64
+    del v
+    np.multiply(fpos, 0.5, out=w)
+    v01 += w
+    v01 /= P
+    v01 -= auc
+    np.square(v01, out=v01)
+    s01 = float(np.dot(fneg, v01)) / (N - 1)
     return math.sqrt(s10 / P + s01 / N)
+
+
+def auc_and_stderr(pos, neg) -> tuple[float, int, int, float]:
+    """``(auc, P, N, DeLong stderr)``: :func:`auc_from_counts` and :func:`auc_delong_stderr` of the
+    same counts, the counts converted and twice the U computed once."""
+    pos, neg = _ints(pos), _ints(neg)
+    P, N = int(pos.sum()), int(neg.sum())
+    if P == 0 or N == 0:
+        return (math.nan, P, N, math.nan)
+    auc = _u2(pos, neg, P, N) / (2 * P * N)
+    return (auc, P, N, _delong(pos, neg, P, N, auc) if P >= 2 and N >= 2 else math.nan)
 
 
 def auc_score(scores, labels) -> float:
