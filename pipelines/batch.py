@@ -552,6 +552,7 @@ def main(argv=None) -> int:
     try:
         build_pipeline(p, args, impression_paths, judgment_paths)
     except (ValueError, TypeError) as e:  # an option a transform refuses (each checks its own)
+        release_held()  # the read work a transform may have started early (in-process runner)
         print(f"error: {one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
     local = args.runner.rsplit(".", 1)[-1] in LOCAL_RUNNERS

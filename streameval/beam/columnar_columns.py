@@ -188,7 +188,12 @@ _held_keys = itertools.count()
 
 
 def release_held() -> None:
-    """Drop the values :func:`freeze` held in this process (after a run)."""
+    """Drop the values :func:`freeze` held in this process (after a run, or a pipeline that is not
+    run); early read work (``_ReadColumns.start_early``) not yet started is cancelled."""
+    for value in list(_HELD.values()):
+        cancel = getattr(value, "cancel", None)  # a concurrent.futures.Future
+        if cancel is not None:
+            cancel()
     _HELD.clear()
 
 
