@@ -34,7 +34,8 @@ FastPrimitivesCoder, no pickling):
   list of ints is read as well), ``pending`` a list of
   ``[key text, [value per metric]]``.
 * ``PoissonBootstrap``: ``[MeanMoments state, ReplicateSums state]``.
-* ``PairedComparison``: ``[MeanMoments state of (a, b, b - a), bootstrap ReplicateSums state of
+* ``PairedComparison``: ``[MeanMoments state of (a, b, b - a) (the sums of squares of b - a only:
+  the standard errors of a and b are not reported), bootstrap ReplicateSums state of
   b - a, sign-flip :class:`~streameval.accumulators.flips.FlipSums` state of b - a (float sums with
   an error bound, exact where it cannot decide), number of queries added, kept]`` where ``kept`` is
   the list ``[key text, [b - a per metric]]`` of every query while there are at most ``exact_max``
@@ -542,7 +543,7 @@ class PairedComparison:
             if math.isnan(a[m]) or math.isnan(b[m]):
                 a[m] = b[m] = math.nan
             d.append(b[m] - a[m])
-        self.mm.add(state[0], a + b + d)
+        self.mm.add(state[0], a + b + d, squares_from=2 * self.n)  # b - a's squares only
         self.boot.add(state[1], key, d)
         self.signs.add(state[2], key, d)
         state[3] += 1
@@ -592,7 +593,7 @@ class PairedComparison:
         b[nan] = np.nan
         d = b - a
         n = len(keys)
-        self.mm.add_many(state[0], np.vstack([a, b, d]))
+        self.mm.add_many(state[0], np.vstack([a, b, d]), squares_from=2 * self.n)  # b - a's squares only
         if boot_weights is None:
             self.boot.add_many(state[1], d, keys=keys)
         else:
