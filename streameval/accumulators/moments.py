@@ -27,6 +27,8 @@ __all__ = [
     "partials_add_square",
     "partials_merge",
     "partials_value",
+    "partials_compact",
+    "MAX_PARTIALS",
     "exact_sum",
     "exact_sum_floats",
     "exact_row_sums",
@@ -67,6 +69,34 @@ def partials_merge(into: list, other: list) -> None:
     """Add every partial of ``other`` into ``into`` (exact)."""
     for x in other:
         partials_add(into, x)
+
+
+#: the longest list of partials a merge leaves as it is (see :meth:`MeanMoments.merge`)
+MAX_PARTIALS = 8
+
+
+def partials_compact(partials: list) -> list:
+    """Floats, largest first, whose exact sum is the exact sum of ``partials`` (any finite floats):
+    the correctly rounded sum (:func:`math.fsum`), then the correctly rounded rest, until the rest is
+    exactly 0 (a rest is a multiple of 2**-1074, so a nonzero one never rounds to 0; each is at most
+    half an ulp of the one before, so there are few). When :func:`math.fsum` overflows (partial sums
+    beyond the double range), the partials are added one by one (:func:`partials_add`) instead."""
+    out: list = []
+    rest = list(partials)
+    try:
+        while True:
+            f = math.fsum(rest)
+            if not f:
+                return out
+            if math.isinf(f):
+                raise OverflowError
+            out.append(f)
+            rest.append(-f)
+    except OverflowError:
+        out = []
+        for x in partials:
+            partials_add(out, x)
+        return out
 
 
 def partials_value(partials: list) -> float:
@@ -308,16 +338,27 @@ class MeanMoments:
         return state
 
     def merge(self, states) -> list:
+        """The state of the union of the inputs of ``states`` (none: an empty state). A metric's
+        partials are the inputs' partials one after the other (their exact sum is the exact sum
+        of the union; no Python loop per partial), made short again by :func:`partials_compact`
+        when a list passes :data:`MAX_PARTIALS`."""
         out = None
         for s in states:
             if out is None:
                 out = [list(s[0]), [list(p) for p in s[1]], [list(p) for p in s[2]]]
                 continue
-            for m in range(self.n):
-                out[0][m] += s[0][m]
-                partials_merge(out[1][m], s[1][m])
-                partials_merge(out[2][m], s[2][m])
-        return out if out is not None else self.create()
+            counts, sums, sqs = out
+            for m, (c, p, q) in enumerate(zip(s[0], s[1], s[2])):
+                counts[m] += c
+                sums[m] += p
+                sqs[m] += q
+        if out is None:
+            return self.create()
+        for group in (out[1], out[2]):
+            for m, p in enumerate(group):
+                if len(p) > MAX_PARTIALS:
+                    group[m] = partials_compact(p)
+        return out
 
     def extract(self, state: list) -> list[tuple[float, int, float]]:
         """Per metric: (mean, count, standard error of the mean). Empty: (NaN, 0, NaN);
