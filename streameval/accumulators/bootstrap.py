@@ -34,7 +34,8 @@ FastPrimitivesCoder, no pickling):
   list of ints is read as well), ``pending`` a list of
   ``[key text, [value per metric]]``.
 * ``PoissonBootstrap``: ``[MeanMoments state, ReplicateSums state]``.
-* ``PairedComparison``: ``[MeanMoments state of (a, b, b - a), bootstrap ReplicateSums state of
+* ``PairedComparison``: ``[MeanMoments state of (a, b, b - a) (the sums of squares of b - a only:
+  the standard errors of a and b are not reported), bootstrap ReplicateSums state of
   b - a, sign-flip :class:`~streameval.accumulators.flips.FlipSums` state of b - a (float sums with
   an error bound, exact where it cannot decide), number of queries added, kept]`` where ``kept`` is
   the list ``[key text, [b - a per metric]]`` of every query while there are at most ``exact_max``
@@ -104,6 +105,78 @@ def _add_scaled(acc: dict, p: np.ndarray, g: int) -> None:
         if c.any():
             c = c.astype(np.int64)
             _add_limbs(acc, b + j, np.where(neg, -c, c))
+
+
+def _level_rows(res: np.ndarray, bits: int):
+    """:func:`_levels` of every row of ``res`` (shape (k, n), finite, NaN already 0) at once:
+    ``(owner, grid, levels)``, ``levels`` a list of arrays of level rows (each row a float64 integer
+    vector below ``2**bits`` in magnitude), ``owner[i]`` and ``grid[i]`` the input row and grid of
+    the ``i``-th of them (in the order of ``np.vstack(levels)``). Row by row the same levels as
+    :func:`_levels` (the same grids from the same exponents, the same exact operations)."""
+    owner, grid, levels = [], [], []
+    while True:
+        nz = res != 0
+        live = np.flatnonzero(nz.any(axis=1))
+        if not len(live):
+            break
+        sub = res[live]
+        _, e = np.frexp(sub)  # |x| < 2**e (0 for zeros: below any nonzero's, which is >= -1073)
+        g = np.maximum(np.where(nz[live], e, -2000).max(axis=1) - bits, -1074)
+        v = np.trunc(np.ldexp(sub, -g[:, None]))  # |v| < 2**bits, exact
+        owner.append(live)
+        grid.append(g)
+        levels.append(v)
+        res[live] = sub - np.ldexp(v, g[:, None])  # the bits below 2**g, exact
+    if not levels:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), []
+    return np.concatenate(owner), np.concatenate(grid).astype(np.int64), levels
+
+
+def _add_scaled_rows(accs: list, owner: np.ndarray, grid: np.ndarray, prod: np.ndarray) -> None:
+    """:func:`_add_scaled` of each row ``prod[i]`` at grid ``grid[i]`` to ``accs[owner[i]]``, the
+    32-bit pieces of every row computed at once, then :func:`_carry` of the buckets that changed
+    (the others are below 2**52 already, and a bucket this fold made holds a few pieces below 2**32:
+    the same limbs as :func:`_carry` of the whole accumulator)."""
+    t = grid + _GRID
+    b = t >> 5
+    o = (t & 31).astype(np.uint64)[:, None]
+    a = np.abs(prod).astype(np.uint64)
+    neg = prod < 0
+    pieces = np.stack([(a << o) & _MASK32, (a >> (np.uint64(32) - o)) & _MASK32,
+                       np.where(o > 0, a >> ((np.uint64(64) - o) & np.uint64(63)), np.uint64(0))], axis=1)
+    pieces = pieces.astype(np.int64)
+    np.negative(pieces, out=pieces, where=neg[:, None, :])
+    live = pieces.any(axis=2)  # (rows, 3)
+    touched: dict = {}
+    fresh: set = set()  # buckets made by this fold: a few pieces below 2**32, far below 2**52
+    for i, j in zip(*np.nonzero(live)):
+        m, bucket = int(owner[i]), int(b[i]) + int(j)
+        acc = accs[m]
+        cur = acc.get(bucket)
+        if cur is None:
+            acc[bucket] = pieces[i, j]
+            fresh.add((m, bucket))
+        else:
+            acc[bucket] = _ints(cur) + pieces[i, j]
+            if (m, bucket) not in fresh:
+                touched.setdefault(m, set()).add(bucket)
+    for m, buckets in touched.items():
+        _carry_buckets(accs[m], buckets)
+
+
+def _carry_buckets(acc: dict, buckets) -> None:
+    """:func:`_carry` checking only ``buckets`` and the buckets their carries reach."""
+    todo = sorted(buckets)
+    while todo:
+        bk = todo.pop(0)
+        arr = _ints(acc[bk])
+        if arr.size and np.abs(arr).max() >= _LIMB_MAX:
+            hi = arr >> 32
+            acc[bk] = arr - (hi << 32)
+            nxt = acc.get(bk + 1)
+            acc[bk + 1] = hi if nxt is None else _ints(nxt) + hi
+            if nxt is not None and bk + 1 not in todo:
+                todo.insert(0, bk + 1)
 
 
 def _ints(row) -> np.ndarray:
@@ -299,30 +372,30 @@ class ReplicateSums:
         n = len(x)
         wmax = 1 if self.kind == "sign" else len(stats.POISSON_THRESHOLDS)  # the largest weight
         bits = 53 - max(1, (n * wmax - 1).bit_length())  # n * w_max * 2**bits <= 2**53
-        rows, owners = [], []
-        for m in range(self.n):
-            col = x[:, m]
-            if self.with_totals:
-                ok = np.isfinite(col)
-                if not ok.any():
-                    continue
-                rows.append(ok.astype(np.float64))
-                owners.append((m, None))
-            for g, v in _levels(col, bits):
-                rows.append(v)
-                owners.append((m, g))
-        if not rows:
+        xt = np.ascontiguousarray(x.T)  # (n_metrics, n): every metric's levels at once
+        ok = ~np.isnan(xt)
+        if self.with_totals:
+            counted = np.flatnonzero(ok.any(axis=1))  # a metric with no value counted: no rows
+            if not len(counted):
+                return state
+            if len(counted) < self.n:
+                xt, ok = xt[counted], ok[counted]
+        else:
+            counted = np.arange(self.n)
+        owner, grid, levels = _level_rows(np.where(ok, xt, 0.0), bits)
+        if self.with_totals:
+            rows = np.vstack([ok.astype(np.float64)] + levels) if levels else ok.astype(np.float64)
+        elif levels:
+            rows = np.vstack(levels)
+        else:
             return state
-        prod = (np.vstack(rows) @ np.asarray(weights(), dtype=np.float64)).astype(np.int64)
-        touched = set()
-        for (m, g), row in zip(owners, prod):
-            if g is None:
+        prod = (rows @ np.asarray(weights(), dtype=np.float64)).astype(np.int64)
+        if self.with_totals:
+            for m, row in zip(counted.tolist(), prod[:len(counted)]):
                 state[0][m] = _ints(state[0][m]) + row
-            elif row.any():
-                _add_scaled(state[1][m], row, g)
-                touched.add(m)
-        for m in touched:
-            _carry(state[1][m])
+            prod = prod[len(counted):]
+        if len(owner):
+            _add_scaled_rows(state[1], counted[owner], grid, prod)
         return state
 
     @staticmethod
@@ -470,7 +543,7 @@ class PairedComparison:
             if math.isnan(a[m]) or math.isnan(b[m]):
                 a[m] = b[m] = math.nan
             d.append(b[m] - a[m])
-        self.mm.add(state[0], a + b + d)
+        self.mm.add(state[0], a + b + d, squares_from=2 * self.n)  # b - a's squares only
         self.boot.add(state[1], key, d)
         self.signs.add(state[2], key, d)
         state[3] += 1
@@ -520,7 +593,7 @@ class PairedComparison:
         b[nan] = np.nan
         d = b - a
         n = len(keys)
-        self.mm.add_many(state[0], np.vstack([a, b, d]))
+        self.mm.add_many(state[0], np.vstack([a, b, d]), squares_from=2 * self.n)  # b - a's squares only
         if boot_weights is None:
             self.boot.add_many(state[1], d, keys=keys)
         else:

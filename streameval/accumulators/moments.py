@@ -27,6 +27,8 @@ __all__ = [
     "partials_add_square",
     "partials_merge",
     "partials_value",
+    "partials_compact",
+    "MAX_PARTIALS",
     "exact_sum",
     "exact_sum_floats",
     "exact_row_sums",
@@ -67,6 +69,34 @@ def partials_merge(into: list, other: list) -> None:
     """Add every partial of ``other`` into ``into`` (exact)."""
     for x in other:
         partials_add(into, x)
+
+
+#: the longest list of partials a merge leaves as it is (see :meth:`MeanMoments.merge`)
+MAX_PARTIALS = 8
+
+
+def partials_compact(partials: list) -> list:
+    """Floats, largest first, whose exact sum is the exact sum of ``partials`` (any finite floats):
+    the correctly rounded sum (:func:`math.fsum`), then the correctly rounded rest, until the rest is
+    exactly 0 (a rest is a multiple of 2**-1074, so a nonzero one never rounds to 0; each is at most
+    half an ulp of the one before, so there are few). When :func:`math.fsum` overflows (partial sums
+    beyond the double range), the partials are added one by one (:func:`partials_add`) instead."""
+    out: list = []
+    rest = list(partials)
+    try:
+        while True:
+            f = math.fsum(rest)
+            if not f:
+                return out
+            if math.isinf(f):
+                raise OverflowError
+            out.append(f)
+            rest.append(-f)
+    except OverflowError:
+        out = []
+        for x in partials:
+            partials_add(out, x)
+        return out
 
 
 def partials_value(partials: list) -> float:
@@ -245,7 +275,7 @@ class MeanMoments:
         return [[0] * self.n, [[] for _ in range(self.n)], [[] for _ in range(self.n)]]
 
     @staticmethod
-    def _add_value(state: list, m: int, x) -> None:
+    def _add_value(state: list, m: int, x, square: bool = True) -> None:
         x = float(x)
         if math.isnan(x):
             return
@@ -253,20 +283,25 @@ class MeanMoments:
             raise ValueError(f"metric value {x} is not finite")
         state[0][m] += 1
         partials_add(state[1][m], x)
-        partials_add_square(state[2][m], x)
+        if square:
+            partials_add_square(state[2][m], x)
 
-    def add(self, state: list, values) -> list:
-        """Add one observation per metric (``values`` has ``n_metrics`` floats; NaN skips a metric)."""
+    def add(self, state: list, values, squares_from: int = 0) -> list:
+        """Add one observation per metric (``values`` has ``n_metrics`` floats; NaN skips a metric).
+        ``squares_from``: the metrics before it get no sum of squares (their standard error is not
+        wanted: :meth:`extract` gives 0 for it), as :meth:`add_many`."""
         for m, x in enumerate(values):
-            self._add_value(state, m, x)
+            self._add_value(state, m, x, m >= squares_from)
         return state
 
-    def add_many(self, state: list, matrix) -> list:
+    def add_many(self, state: list, matrix, squares_from: int = 0) -> list:
         """Add a batch: ``matrix`` has shape (n_metrics, n_observations); NaN skips a value.
 
         Vectorised and exact (:func:`_scaled_sums` of the values and of their squares), so the
-        state's value equals that of adding them one by one. Raises ValueError on an infinite value,
-        OverflowError when a sum of squares exceeds the double range."""
+        state's value equals that of adding them one by one. ``squares_from``: the metrics before it
+        get no sum of squares (as :meth:`add`; the values of those rows are not squared at all).
+        Raises ValueError on an infinite value, OverflowError when a sum of squares exceeds the
+        double range."""
         matrix = np.asarray(matrix, dtype=np.float64)
         if matrix.ndim != 2 or matrix.shape[0] != self.n:
             raise ValueError(f"expected a matrix of shape ({self.n}, n), got {matrix.shape}")
@@ -275,34 +310,55 @@ class MeanMoments:
         nan = np.isnan(matrix)
         counts = (~nan).sum(axis=1).tolist()
         x = np.where(nan, 0.0, matrix) if nan.any() else matrix
-        sums, s1, sqs, s2, odd = _scaled_sums(x, squares=True)
+        k = min(max(int(squares_from), 0), self.n)
+        sq = x[k:]
+        sums, s1, sqs, s2, odd = _scaled_sums(sq, squares=True)
+        shift = [s1] * (self.n - k)
+        if k:  # the rows without squares: their sums alone (two terms a value instead of seven)
+            head, h1, _, _, _ = _scaled_sums(x[:k], squares=False)
+            sums, shift = head + sums, [h1] * k + shift
         if odd is not None:  # tiny or huge values: the Veltkamp terms of their squares, as one by one
-            rest = exact_row_sums(_square_terms(np.where(odd, x, 0.0).ravel()).reshape(3, self.n, -1)
-                                  .transpose(1, 0, 2).reshape(self.n, -1))
+            rows = self.n - k
+            rest = exact_row_sums(_square_terms(np.where(odd, sq, 0.0).ravel()).reshape(3, rows, -1)
+                                  .transpose(1, 0, 2).reshape(rows, -1))
             scale = Fraction(2) ** s2
         for m in range(self.n):
             if not counts[m]:
                 continue
             state[0][m] += counts[m]
-            for f in _floats_of_scaled(sums[m], s1):
+            for f in _floats_of_scaled(sums[m], shift[m]):
                 partials_add(state[1][m], f)
-            sq = _floats_of_scaled(sqs[m], s2) if odd is None or not rest[m] else \
-                _floats_of(sqs[m] * scale + rest[m])
-            for f in sq:
+            if m < k:
+                continue
+            j = m - k
+            fs = _floats_of_scaled(sqs[j], s2) if odd is None or not rest[j] else \
+                _floats_of(sqs[j] * scale + rest[j])
+            for f in fs:
                 partials_add(state[2][m], f)
         return state
 
     def merge(self, states) -> list:
+        """The state of the union of the inputs of ``states`` (none: an empty state). A metric's
+        partials are the inputs' partials one after the other (their exact sum is the exact sum
+        of the union; no Python loop per partial), made short again by :func:`partials_compact`
+        when a list passes :data:`MAX_PARTIALS`."""
         out = None
         for s in states:
             if out is None:
                 out = [list(s[0]), [list(p) for p in s[1]], [list(p) for p in s[2]]]
                 continue
-            for m in range(self.n):
-                out[0][m] += s[0][m]
-                partials_merge(out[1][m], s[1][m])
-                partials_merge(out[2][m], s[2][m])
-        return out if out is not None else self.create()
+            counts, sums, sqs = out
+            for m, (c, p, q) in enumerate(zip(s[0], s[1], s[2])):
+                counts[m] += c
+                sums[m] += p
+                sqs[m] += q
+        if out is None:
+            return self.create()
+        for group in (out[1], out[2]):
+            for m, p in enumerate(group):
+                if len(p) > MAX_PARTIALS:
+                    group[m] = partials_compact(p)
+        return out
 
     def extract(self, state: list) -> list[tuple[float, int, float]]:
         """Per metric: (mean, count, standard error of the mean). Empty: (NaN, 0, NaN);
