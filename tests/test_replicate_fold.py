@@ -1,5 +1,5 @@
 """ReplicateSums' vectorised fold (every metric's levels and limbs at once) against the per-metric
-construction it replaces (:func:`_levels`, :func:`_add_scaled`, :func:`_carry`, kept in the module),
+construction it replaces (``_levels`` and ``_add_scaled`` below, the module's :func:`_carry`),
 state for state, and against exact rational sums, on adversarial inputs."""
 
 from fractions import Fraction
@@ -8,8 +8,41 @@ import numpy as np
 import pytest
 
 from streameval.accumulators import bootstrap as bs
-from streameval.accumulators.bootstrap import ReplicateSums, _add_scaled, _carry, _ints, _levels
+from streameval.accumulators.bootstrap import _GRID, _MASK32, ReplicateSums, _add_limbs, _carry, _ints
 from streameval.metrics import stats
+
+
+def _levels(col: np.ndarray, bits: int):
+    """Exact split of finite doubles (NaN: 0) on grids of ``bits`` bits: a list of ``(g, v)`` with
+    ``v`` float64 integers below ``2**bits`` in magnitude and ``col == sum_l v_l * 2**g_l`` exactly.
+    Each level's grid is the residual's largest exponent less ``bits`` (never below 2**-1074, where
+    every double is on the grid), so values within 2**(2 bits - 53) of the largest take two levels."""
+    res = np.where(np.isnan(col), 0.0, col)
+    out = []
+    while True:
+        nz = res != 0
+        if not nz.any():
+            return out
+        _, e = np.frexp(res[nz])  # |x| < 2**e
+        g = max(int(e.max()) - bits, -1074)
+        v = np.trunc(np.ldexp(res, -g))  # |v| < 2**bits, exact (a power-of-two scaling of a double)
+        out.append((g, v))
+        res = res - np.ldexp(v, g)  # the bits below 2**g, exact
+
+
+def _add_scaled(acc: dict, p: np.ndarray, g: int) -> None:
+    """Add ``p * 2**g`` (int64 row, ``|p| < 2**53``, ``g >= -1126``) to a limb accumulator: 32-bit
+    pieces of ``|p| * 2**o`` at buckets ``b, b + 1, b + 2`` (``32 b + o = g + 1126``), each below 2**32."""
+    t = g + _GRID
+    b, o = t >> 5, np.uint64(t & 31)
+    a = np.abs(p).astype(np.uint64)
+    neg = p < 0
+    pieces = [(a << o) & _MASK32, (a >> (np.uint64(32) - o)) & _MASK32,
+              (a >> (np.uint64(64) - o)) if int(o) else np.zeros_like(a)]
+    for j, c in enumerate(pieces):
+        if c.any():
+            c = c.astype(np.int64)
+            _add_limbs(acc, b + j, np.where(neg, -c, c))
 
 
 def _fold_per_metric(rs: ReplicateSums, state: list, x: np.ndarray, w: np.ndarray) -> list:

@@ -74,45 +74,14 @@ _MASK32 = np.uint64(0xFFFFFFFF)
 _LIMB_MAX = 1 << 52
 
 
-def _levels(col: np.ndarray, bits: int):
-    """Exact split of finite doubles (NaN: 0) on grids of ``bits`` bits: a list of ``(g, v)`` with
-    ``v`` float64 integers below ``2**bits`` in magnitude and ``col == sum_l v_l * 2**g_l`` exactly.
-    Each level's grid is the residual's largest exponent less ``bits`` (never below 2**-1074, where
-    every double is on the grid), so values within 2**(2 bits - 53) of the largest take two levels."""
-    res = np.where(np.isnan(col), 0.0, col)
-    out = []
-    while True:
-        nz = res != 0
-        if not nz.any():
-            return out
-        _, e = np.frexp(res[nz])  # |x| < 2**e
-        g = max(int(e.max()) - bits, -1074)
-        v = np.trunc(np.ldexp(res, -g))  # |v| < 2**bits, exact (a power-of-two scaling of a double)
-        out.append((g, v))
-        res = res - np.ldexp(v, g)  # the bits below 2**g, exact
-
-
-def _add_scaled(acc: dict, p: np.ndarray, g: int) -> None:
-    """Add ``p * 2**g`` (int64 row, ``|p| < 2**53``, ``g >= -1126``) to a limb accumulator: 32-bit
-    pieces of ``|p| * 2**o`` at buckets ``b, b + 1, b + 2`` (``32 b + o = g + 1126``), each below 2**32."""
-    t = g + _GRID
-    b, o = t >> 5, np.uint64(t & 31)
-    a = np.abs(p).astype(np.uint64)
-    neg = p < 0
-    pieces = [(a << o) & _MASK32, (a >> (np.uint64(32) - o)) & _MASK32,
-              (a >> (np.uint64(64) - o)) if int(o) else np.zeros_like(a)]
-    for j, c in enumerate(pieces):
-        if c.any():
-            c = c.astype(np.int64)
-            _add_limbs(acc, b + j, np.where(neg, -c, c))
-
-
 def _level_rows(res: np.ndarray, bits: int):
-    """:func:`_levels` of every row of ``res`` (shape (k, n), finite, NaN already 0) at once:
+    """The exact split of every row of ``res`` (shape (k, n), finite, NaN already 0) into levels:
     ``(owner, grid, levels)``, ``levels`` a list of arrays of level rows (each row a float64 integer
     vector below ``2**bits`` in magnitude), ``owner[i]`` and ``grid[i]`` the input row and grid of
-    the ``i``-th of them (in the order of ``np.vstack(levels)``). Row by row the same levels as
-    :func:`_levels` (the same grids from the same exponents, the same exact operations)."""
+    the ``i``-th of them (in the order of ``np.vstack(levels)``). Each level's grid is the
+    residual's largest exponent less ``bits`` (never below 2**-1074, where every double is on the
+    grid), so ``row == sum_l v_l * 2**g_l`` exactly and values within 2**(2 bits - 53) of the
+    row's largest take two levels."""
     owner, grid, levels = [], [], []
     while True:
         nz = res != 0
@@ -133,8 +102,9 @@ def _level_rows(res: np.ndarray, bits: int):
 
 
 def _add_scaled_rows(accs: list, owner: np.ndarray, grid: np.ndarray, prod: np.ndarray) -> None:
-    """:func:`_add_scaled` of each row ``prod[i]`` at grid ``grid[i]`` to ``accs[owner[i]]``, the
-    32-bit pieces of every row computed at once, then :func:`_carry` of the buckets that changed
+    """Add each row ``prod[i] * 2**grid[i]`` (int64, ``|p| < 2**53``, ``grid >= -1126``) to the limb
+    accumulator ``accs[owner[i]]``: 32-bit pieces of ``|p| * 2**o`` at buckets ``b, b + 1, b + 2``
+    (``32 b + o = grid + 1126``), each below 2**32, of every row computed at once, then :func:`_carry` of the buckets that changed
     (the others are below 2**52 already, and a bucket this fold made holds a few pieces below 2**32:
     the same limbs as :func:`_carry` of the whole accumulator)."""
     t = grid + _GRID
@@ -366,9 +336,9 @@ class ReplicateSums:
         """Add the rows of ``x`` (n, n_metrics; NaN: not counted) to the limbs and totals;
         ``weights()`` gives their (n, R) weights (called only when some value counts). Each
         metric's column is split exactly into levels of ``53 - ceil(log2(n * w_max))`` bits
-        (:func:`_levels`; usually two rows a metric), the validity masks are rows too (the weight
+        (:func:`_level_rows`; usually two rows a metric), the validity masks are rows too (the weight
         totals), one float64 product with the weights is exact (integers below 2**53), and each
-        level's sums go to the limbs at its grid (:func:`_add_scaled`)."""
+        level's sums go to the limbs at its grid (:func:`_add_scaled_rows`)."""
         n = len(x)
         wmax = 1 if self.kind == "sign" else len(stats.POISSON_THRESHOLDS)  # the largest weight
         bits = 53 - max(1, (n * wmax - 1).bit_length())  # n * w_max * 2**bits <= 2**53
