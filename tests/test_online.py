@@ -271,6 +271,32 @@ def test_count_arrays_by_key_match_direct_counts(nkeys):
     assert json.dumps(list(AucOps.extract(ops))) == json.dumps(list(auc_result(*CountArrays.counts(got[0][1]))))
 
 
+def test_count_arrays_raw_states_narrow_counts_without_wrapping():
+    """Raw states (a held state's form) keep their counts in the narrowest unsigned type; merging
+    them sums in int64, so counts past 255 and 65,535 at one score do not wrap, and the merged
+    state and its AUC equal those of the states as bytes."""
+    rng = np.random.default_rng(7)
+    states, raws = [], []
+    for i in range(300):  # each: 255 positives at 0.5 (uint8's maximum) and a few other scores
+        score = np.concatenate([np.full(255, 0.5), np.round(rng.random(40) * 0.4, 3)])
+        label = np.concatenate([np.ones(255, bool), rng.random(40) < 0.5])
+        (_, state), = CountArrays.by_key(np.zeros(len(score), np.int64), score, label)
+        (_, raw), = CountArrays.by_key(np.zeros(len(score), np.int64), score, label, raw=True)
+        assert raw[1].dtype == np.uint8 and raw[2].dtype == np.uint8 and raw[0].dtype == np.float64
+        assert [a.tolist() for a in raw] == [a.tolist() for a in CountArrays.arrays(state)]
+        states.append(state)
+        raws.append(raw)
+    want = CountArrays.arrays(CountArrays.merge(states))
+    assert want[1][want[0] == 0.5].tolist() == [255 * 300]
+    for parts in (raws, raws[:1] + states[1:], [CountArrays.merge(raws[:150], raw=True),
+                                                CountArrays.merge(raws[150:], raw=True)]):
+        got = CountArrays.merge(parts, raw=True)
+        assert got[1].dtype == np.uint32  # 76,500 positives at 0.5
+        assert [a.tolist() for a in got] == [a.tolist() for a in want]
+        assert repr(auc_result(*CountArrays.counts(got))) == repr(auc_result(*CountArrays.counts(want)))
+        assert CountArrays.merge(parts) == CountArrays.merge(states)  # as bytes: int64 counts
+
+
 # --------------------------------------------------------------------------------------------
 # histogram AUC
 

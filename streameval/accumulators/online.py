@@ -207,13 +207,28 @@ def hist_auc_result(pos, neg) -> tuple[float, int, float, float]:
 # --------------------------------------------------------------------------------------------
 # the same counts as arrays, for many keys at once (the columnar engine)
 
-def _runs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct values, count of each) of a sorted non-empty float64 array."""
+def _firsts(a: np.ndarray) -> np.ndarray:
+    """Booleans, shape (n,): where each run of equal values of a sorted non-empty array starts."""
     new = np.empty(len(a), dtype=bool)
     new[0] = True
     np.not_equal(a[1:], a[:-1], out=new[1:])
-    starts = np.flatnonzero(new)
+    return new
+
+
+def _runs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values, count of each) of a sorted non-empty float64 array."""
+    starts = np.flatnonzero(_firsts(a))
     return a[starts], np.diff(np.append(starts, len(a)))
+
+
+def _narrow(counts: np.ndarray) -> np.ndarray:
+    """Non-negative integer counts in the narrowest unsigned type that holds their maximum (int64
+    above 32 bits): with distinct scores every count is 0 or 1, one byte instead of eight."""
+    top = int(counts.max()) if len(counts) else 0
+    for kind in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(kind).max:
+            return counts.astype(kind, copy=False)
+    return counts.astype(np.int64, copy=False)
 
 
 class CountArrays:
@@ -234,9 +249,11 @@ class CountArrays:
                 np.ascontiguousarray(neg, dtype=np.int64).tobytes())
 
     @classmethod
-    def by_key(cls, key, values, labels):
+    def by_key(cls, key, values, labels, raw: bool = False):
         """``(key, state)`` per distinct key, keys ascending. ``key``: int64 codes, shape (n,);
-        ``values``: the examples' scores or bins, shape (n,), finite; ``labels``: booleans, shape (n,)."""
+        ``values``: the examples' scores or bins, shape (n,), finite; ``labels``: booleans, shape (n,).
+        ``raw``: each state as its arrays (a state that stays in this process, see :meth:`merge`), the
+        counts in the narrowest unsigned type that holds them."""
         key = np.asarray(key, dtype=np.int64)
         if not len(key):
             return
@@ -260,10 +277,15 @@ class CountArrays:
             if len(posv):
                 pvals, pcount = _runs(posv)
                 pos[np.searchsorted(values, pvals)] = pcount
-            yield int(key[lo]), cls._state(values, pos, tot - pos)
+            neg = tot - pos
+            yield int(key[lo]), ((values, _narrow(pos), _narrow(neg)) if raw else cls._state(values, pos, neg))
 
     @staticmethod
     def arrays(state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(values, positives, negatives) of a state, as bytes or as arrays (``raw``; their counts
+        may be of a narrower unsigned type)."""
+        if isinstance(state[0], np.ndarray):
+            return state
         return (np.frombuffer(state[0], dtype=np.float64), np.frombuffer(state[1], dtype=np.int64),
                 np.frombuffer(state[2], dtype=np.int64))
 
@@ -271,8 +293,9 @@ class CountArrays:
     def merge(cls, states, raw: bool = False):
         """One state of several (exact integer counts); ``merge([])`` is the empty state. The
         states may also be given as their three arrays (what ``raw=True`` returns: the arrays
-        themselves, not their bytes, for a state that stays in this process; copying a merged
-        state of millions of values into bytes took about as long as the merge's sort)."""
+        themselves, not their bytes, for a state that stays in this process, the counts in the
+        narrowest unsigned type that holds them; copying a merged state of millions of values into
+        bytes took about as long as the merge's sort)."""
         states = [s for s in states if len(s[0])]
         if len(states) <= 1:
             state = states[0] if states else cls.EMPTY
@@ -284,16 +307,19 @@ class CountArrays:
         allv = np.concatenate([p[0] for p in parts])
         allv += 0.0  # -0.0 -> 0.0: one value
         order = np.argsort(allv, kind="stable")
-        allv = allv[order]
-        values, counts = _runs(allv)
+        values = allv[order]
+        del allv
         pos = np.concatenate([p[1] for p in parts])[order]
         neg = np.concatenate([p[2] for p in parts])[order]
-        if len(values) < len(allv):  # (with distinct scores every run has one value: nothing to add)
-            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-            pos = np.add.reduceat(pos, starts)
-            neg = np.add.reduceat(neg, starts)
+        del order
+        firsts = _firsts(values)
+        if not firsts.all():  # (with distinct scores every run has one value: nothing to add)
+            starts = np.flatnonzero(firsts)
+            values = values[starts]
+            pos = np.add.reduceat(pos, starts, dtype=np.int64)
+            neg = np.add.reduceat(neg, starts, dtype=np.int64)
         if raw:
-            return values, pos.astype(np.int64, copy=False), neg.astype(np.int64, copy=False)
+            return values, _narrow(pos), _narrow(neg)
         return cls._state(values, pos, neg)
 
     @classmethod

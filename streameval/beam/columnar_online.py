@@ -201,7 +201,7 @@ class OnlineColumns:
             whole = self.auc and len(keys) > 1
             for i, (code, names) in enumerate(keys):
                 if self.auc and not (whole and i == 0):
-                    for k, state in CountArrays.by_key(code, score, label):
+                    for k, state in CountArrays.by_key(code, score, label, raw=self.hold_counts):
                         yield pvalue.TaggedOutput(TAG_AUC, (names[k], _hold_counts(state) if self.hold_counts
                                                             else state))
                         if whole and i == 1:
@@ -209,7 +209,7 @@ class OnlineColumns:
                             yield pvalue.TaggedOutput(TAG_AUC, ((ws, we, keys[0][1][0][2], system),
                                                                 _hold_counts(state) if self.hold_counts else state))
                 if self.auc_hist:
-                    for k, state in CountArrays.by_key(code, bins, label):
+                    for k, state in CountArrays.by_key(code, bins, label, raw=self.hold_counts):
                         yield pvalue.TaggedOutput(TAG_HIST, (names[k], _hold_counts(state) if self.hold_counts
                                                              else state))
         for group in self.groups:
@@ -229,9 +229,9 @@ class OnlineColumns:
             # its distinct ids (strings, in order of first appearance) and an int code per row
             gcode, gkeys = _encode(gid if rows is None else _pick(gid, rows))
             kshard = _key_shards(gkeys, self.shards)
-            # a part: its shard's examples in row order, once per specification (the rows of the
-            # specifications one after the other, sorted stably by shard); each example's columns
-            # taken once and repeated, not taken once per specification
+            # a part: its shard's examples in row order (sorted stably by shard), each example's
+            # columns once and its key codes once per specification (those of the specifications one
+            # after the other), repeated per specification only where the shard is worked on
             order, starts, ends = _group_bounds(kshard[gcode])
             sc = score if rows is None else score[rows]
             lab = (label if rows is None else label[rows]).astype(np.int8)
@@ -241,9 +241,8 @@ class OnlineColumns:
                 s = int(kshard[gcode[idx[0]]])
                 ks = np.flatnonzero(kshard == s)
                 local[ks] = np.arange(len(ks))
-                part = {"n": (hi - lo) * len(codes), "gcode": np.tile(local[gcode[idx]], len(codes)),
-                        "gids": gkeys.take(pa.array(ks)), "key": np.concatenate([c[idx] for c in codes]),
-                        "score": np.tile(sc[idx], len(codes)), "label": np.tile(lab[idx], len(codes))}
+                part = {"n": hi - lo, "gcode": local[gcode[idx]], "gids": gkeys.take(pa.array(ks)),
+                        "key": np.concatenate([c[idx] for c in codes]), "score": sc[idx], "label": lab[idx]}
                 yield pvalue.TaggedOutput(TAG_GAUC, ((group, s), (names, freeze(part, hold=self.hold))))
 
     # -- requests: whole in their shard -----------------------------------------------------
@@ -366,10 +365,12 @@ class GaucShard(ThreadedDoFn):
             remap = np.fromiter((index.setdefault(k, len(index)) for k in names), dtype=np.int64, count=len(names))
             keys.append(remap[c["key"]])
             gids.append(c["gids"])  # the part's distinct ids; its rows' codes index them
-            gcodes.append(c["gcode"] + offset)
+            # a row per (example, slice specification): the examples' columns once per specification
+            specs = len(c["key"]) // c["n"] if c["n"] else 0
+            gcodes.append(np.tile(c["gcode"] + offset, specs))
             offset += len(c["gids"])
-            scores.append(c["score"])
-            labels.append(c["label"])
+            scores.append(np.tile(c["score"], specs))
+            labels.append(np.tile(c["label"], specs))
         key = np.concatenate(keys)
         score = np.concatenate(scores)
         label = np.concatenate(labels) == 1
