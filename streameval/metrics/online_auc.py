@@ -48,8 +48,12 @@ def auc_counts(scores, labels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return values, pos, tot - pos
 
 
-def _ints(a) -> np.ndarray:
+def _ints(a, narrow: bool = False) -> np.ndarray:
+    """Counts as int64; with ``narrow``, unsigned counts narrower than 64 bits are kept as they are
+    (for :func:`_u2` and :func:`_delong`, which sum and convert them explicitly)."""
     a = np.asarray(a)
+    if narrow and a.dtype.kind == "u" and a.itemsize < 8:
+        return a
     if a.dtype.kind not in "iu" and len(a):
         if not np.all(a == np.floor(a)):
             raise ValueError("counts must be integers")
@@ -57,10 +61,14 @@ def _ints(a) -> np.ndarray:
 
 
 def _u2(pos: np.ndarray, neg: np.ndarray, P: int, N: int) -> int:
-    """Twice the Mann-Whitney U (an exact integer): sum over values of pos_v (2 neg_below_v + neg_v)."""
+    """Twice the Mann-Whitney U (an exact integer): sum over values of pos_v (2 neg_below_v + neg_v).
+    ``pos``, ``neg``: int64 counts or narrower unsigned ones."""
     if 2 * P * N < 2**62:  # no int64 overflow anywhere below
-        neg_below = np.cumsum(neg) - neg
-        return int(np.dot(pos, 2 * neg_below + neg))
+        neg_below = np.cumsum(neg, dtype=np.int64)
+        neg_below -= neg
+        neg_below *= 2
+        neg_below += neg
+        return int(np.dot(pos, neg_below))
     total, below = 0, 0
     for p, n in zip(pos.tolist(), neg.tolist()):
         total += p * (2 * below + n)
@@ -98,30 +106,41 @@ def auc_delong_stderr(pos, neg) -> float:
     return _delong(pos, neg, P, N, _u2(pos, neg, P, N) / (2 * P * N))
 
 
+def _below(counts: np.ndarray, fcounts: np.ndarray, total: int) -> np.ndarray:
+    """The counts before each value (an exclusive cumulative sum) as float64, a new array:
+    summed in float64, exact while ``total`` (their sum) is below 2**53, else in int64."""
+    if total < 2**53:
+        out = np.cumsum(fcounts)
+        out -= fcounts
+        return out
+    out = np.cumsum(counts, dtype=np.int64)
+    out -= counts
+    return out.astype(np.float64)
+
+
 def _delong(pos: np.ndarray, neg: np.ndarray, P: int, N: int, auc: float) -> float:
-    """:func:`auc_delong_stderr` of int64 counts with ``P``, ``N`` >= 2 and their ``auc``: the
-    same float operations as ``v10 = (neg_below + 0.5 neg) / N``, ``s10 = dot(pos, (v10 - auc) ** 2)
-    / (P - 1)`` (and v01, s01), done in place on two arrays (each new array of millions of values
-    costs its page faults), so the same bits."""
+    """:func:`auc_delong_stderr` of counts (int64 or narrower unsigned) with ``P``, ``N`` >= 2 and
+    their ``auc``: the same float operations as ``v10 = (neg_below + 0.5 neg) / N``,
+    ``s10 = dot(pos, (v10 - auc) ** 2) / (P - 1)`` (and v01, s01), done in place on three arrays
+    (each new array of millions of values costs its page faults and memory), so the same bits:
+    the cumulative counts are exact integers either way, and halving an integer count and doubling
+    it back are exact."""
     fpos = pos.astype(np.float64)
     fneg = neg.astype(np.float64)
-    v = np.cumsum(neg)
-    v -= neg
-    v10 = v.astype(np.float64)  # neg_below
-    del v
-    w = np.multiply(fneg, 0.5)
-    v10 += w  # neg_below + 0.5 neg (IEEE addition commutes)
+    v10 = _below(neg, fneg, N)  # neg_below
+    fneg *= 0.5
+    v10 += fneg  # neg_below + 0.5 neg (IEEE addition commutes)
+    fneg *= 2.0
     v10 /= N
     v10 -= auc
     np.square(v10, out=v10)
     s10 = float(np.dot(fpos, v10)) / (P - 1)
-    v = np.cumsum(pos)
-    np.subtract(P, v, out=v)
-    v01 = v10
-    v01[:] = v  # pos_above, as float64
-    del v
-    np.multiply(fpos, 0.5, out=w)
-    v01 += w
+    del v10
+    v01 = _below(pos, fpos, P)
+    v01 += fpos  # positives at or below
+    np.subtract(P, v01, out=v01)  # pos_above
+    fpos *= 0.5
+    v01 += fpos
     v01 /= P
     v01 -= auc
     np.square(v01, out=v01)
@@ -131,8 +150,9 @@ def _delong(pos: np.ndarray, neg: np.ndarray, P: int, N: int, auc: float) -> flo
 
 def auc_and_stderr(pos, neg) -> tuple[float, int, int, float]:
     """``(auc, P, N, DeLong stderr)``: :func:`auc_from_counts` and :func:`auc_delong_stderr` of the
-    same counts, the counts converted and twice the U computed once."""
-    pos, neg = _ints(pos), _ints(neg)
+    same counts, the counts converted and twice the U computed once (unsigned counts narrower than
+    64 bits, as a held state's, are read as they are)."""
+    pos, neg = _ints(pos, narrow=True), _ints(neg, narrow=True)
     P, N = int(pos.sum()), int(neg.sum())
     if P == 0 or N == 0:
         return (math.nan, P, N, math.nan)
