@@ -13,6 +13,7 @@ from ..io import cleaning, records
 from .columnar_columns import (_concat, _concat_attributes, _encode, _factorize, _group_bounds, _obj, _pair_codes,
                                _part, _pick, _repeats, _several, _shards_of, _take, _unique_codes, columns_records,
                                freeze, impression_columns, thaw)
+from .keys import window_start
 from .threads import ThreadedDoFn, counter, distribution
 from .transforms import ALL, NAMESPACE, _category, slice_part
 
@@ -48,11 +49,11 @@ def _labels(attrs: dict, n: int, slice_specs) -> list[tuple[np.ndarray, list]]:
 
 def _windows(ts: np.ndarray, window_micros) -> tuple[np.ndarray, list]:
     """(int64 window code per row, ``(window_start, window_end)`` per code) of the fixed,
-    epoch-aligned windows holding ``ts`` (:func:`~streameval.beam.transforms.window_bounds`);
-    one ``(None, None)`` global window when ``window_micros`` is None."""
+    epoch-aligned windows holding ``ts`` (:func:`~streameval.beam.keys.window_start`, the per-record
+    engine's rule); one ``(None, None)`` global window when ``window_micros`` is None."""
     if window_micros is None:
         return np.zeros(len(ts), np.int64), [(None, None)]
-    starts, codes = np.unique(ts - ts % window_micros, return_inverse=True)
+    starts, codes = np.unique(window_start(ts, window_micros), return_inverse=True)
     return codes.reshape(len(ts)).astype(np.int64), [(w, w + window_micros) for w in starts.tolist()]
 
 

@@ -109,12 +109,19 @@ def parse_lateness(value) -> int:
     return int(round(size * 1_000_000))
 
 
+def window_start(timestamp, size_micros: int):
+    """The start in microseconds of the fixed, epoch-aligned window of ``size_micros`` holding
+    ``timestamp`` (microseconds): an int, or an int64 array for a column of them (the columnar
+    engine's rule is this one, applied to its columns)."""
+    return timestamp - timestamp % size_micros
+
+
 def window_bounds(timestamp: int | None, size_micros: int | None) -> tuple:
     """``(window_start, window_end)`` in microseconds of the fixed, epoch-aligned window holding
-    ``timestamp``; ``(None, None)`` for the global window (``size_micros`` None)."""
+    ``timestamp`` (:func:`window_start`); ``(None, None)`` for the global window (``size_micros`` None)."""
     if size_micros is None or timestamp is None:
         return (None, None)
-    start = timestamp - timestamp % size_micros
+    start = window_start(timestamp, size_micros)
     return (start, start + size_micros)
 
 
