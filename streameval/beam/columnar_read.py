@@ -184,7 +184,7 @@ class _ReadImpressionColumns(_ReadColumns):
         pos = chunk["position"]
         ts = chunk["timestamp"]
         ok = (pos >= 1) & (pos <= records.AVRO_INT_MAX) & (ts >= self.ts_lo) & (ts <= self.ts_hi)
-        for f in ("event_id", "request_id", "system_id", "item_id"):
+        for f in records.NONEMPTY_FIELDS["impression"]:
             ok &= _nonempty(chunk[f])
         for f in records.ID_FIELDS["impression"]:
             ok &= _no_nul(chunk[f])
@@ -239,7 +239,9 @@ class _ReadJudgmentColumns(_ReadColumns):
 
     def _screen(self, chunk) -> np.ndarray:
         g = chunk["grade"]
-        ok = _nonempty(chunk["query_id"]) & _nonempty(chunk["item_id"])
+        ok = np.ones(len(g), dtype=bool)
+        for f in records.NONEMPTY_FIELDS["judgment"]:
+            ok &= _nonempty(chunk[f])
         for f in records.ID_FIELDS["judgment"]:
             ok &= _no_nul(chunk[f])
         ok &= (g >= records.AVRO_INT_MIN) & (g <= records.AVRO_INT_MAX)

@@ -487,7 +487,7 @@ def _screen(cols: dict, schema_name: str) -> np.ndarray:
     for f in required:
         ok &= _valid(cols[f])
     if schema_name == "impression":
-        for f in ("event_id", "request_id", "system_id", "item_id"):
+        for f in records.NONEMPTY_FIELDS["impression"]:
             ok &= _nonempty(cols[f])
         ok &= _between(cols["position"], 1, records.AVRO_INT_MAX)
         ok &= _between(cols["timestamp"], records.EVENT_TIME_MIN, records.EVENT_TIME_MAX)
@@ -501,7 +501,7 @@ def _screen(cols: dict, schema_name: str) -> np.ndarray:
             fine = _np_bool(pc.greater_equal(dwell, 0)) & (_np_bool(clicked) if clicked is not None else False)
             ok &= ~_valid(dwell) | fine
     else:
-        for f in ("query_id", "item_id"):
+        for f in records.NONEMPTY_FIELDS["judgment"]:
             ok &= _nonempty(cols[f])
         ok &= _between(cols["grade"], records.AVRO_INT_MIN, records.AVRO_INT_MAX)
         ts = cols["timestamp"]

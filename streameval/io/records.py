@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["check_impression", "check_judgment", "check_timestamp", "parse_time_range", "format_time_range",
-           "to_json_text", "grade_range_for", "as_grade_range", "IMPRESSION_REQUIRED", "JUDGMENT_REQUIRED", "EVENT_TIME_MIN", "EVENT_TIME_MAX"]
+           "to_json_text", "grade_range_for", "as_grade_range", "IMPRESSION_REQUIRED", "JUDGMENT_REQUIRED", "ID_FIELDS", "NONEMPTY_FIELDS", "EVENT_TIME_MIN", "EVENT_TIME_MAX"]
 
 #: the id fields of each kind that may not contain NUL: ids are joined, grouped and ordered as text,
 #: and numpy's string arrays (the library's and the per-record engine's) drop trailing NULs, which
@@ -54,7 +54,10 @@ __all__ = ["check_impression", "check_judgment", "check_timestamp", "parse_time_
 ID_FIELDS = {"impression": ("event_id", "request_id", "query_id", "system_id", "item_id"),
              "judgment": ("query_id", "item_id")}
 IMPRESSION_REQUIRED = ("event_id", "request_id", "query_id", "system_id", "item_id", "position", "timestamp")
-_IMPRESSION_NONEMPTY = ("event_id", "request_id", "system_id", "item_id")
+#: the id fields of each kind that may not be empty (an impression's ``query_id`` may: click logs
+#: without queries): the record checks and the vectorised screens read them here
+NONEMPTY_FIELDS = {"impression": ("event_id", "request_id", "system_id", "item_id"),
+                   "judgment": ("query_id", "item_id")}
 JUDGMENT_REQUIRED = ("query_id", "item_id", "grade")
 
 #: the ranges of Avro's int and long: what the vectorised screens of the columnar engine check too
@@ -110,7 +113,7 @@ def check_impression(rec: Any, time_range=None) -> str | None:
             return f"{field} must be a string, got {_type_name(value)} {_short(value)}"
         if _not_unicode(value):
             return f"{field} is not valid Unicode (lone surrogate): {_short(value)}"
-    for field in _IMPRESSION_NONEMPTY:
+    for field in NONEMPTY_FIELDS["impression"]:
         if not rec[field]:
             return f"empty {field}"
     for field in ID_FIELDS["impression"]:
