@@ -66,6 +66,7 @@ from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetri
 from streameval import progress, tuning
 from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
+from streameval.io import counters as cn
 from streameval.io.records import parse_time_range, to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.kernel import MetricOptions
@@ -276,7 +277,7 @@ def _write_outputs(rows, dead, out_dir: str, shards, rules=None, formats=DEFAULT
     write_jsonl(dead | "UnreadableFiles" >> beam.Filter(_is_unreadable), out_dir, "unreadable_files", "Unreadable")
 
 
-_ROWS_WRITTEN = Metrics.counter(NAMESPACE, "metric_rows_written")
+_ROWS_WRITTEN = Metrics.counter(NAMESPACE, cn.METRIC_ROWS_WRITTEN)
 
 
 def _count_row(row):
@@ -422,7 +423,7 @@ def decoders_used(result, engine: str, paths) -> dict:
     out = {}
     for name, n in job_counters(result, DECODER_NAMESPACE).items():
         if n:
-            used, path = name.split(":", 1)
+            used, path = cn.decoder_parts(name)
             out[path] = used
     return {p: out.get(p, "unknown") for p in paths}
 
@@ -579,8 +580,8 @@ def main(argv=None) -> int:
             release_held()
     try:
         final = job_counters(result)
-        line.read = lambda: final.get("impressions_read", 0) + final.get("judgments_read", 0)
-        line.written = lambda: final.get("metric_rows_written", 0)
+        line.read = lambda: final.get(cn.IMPRESSIONS_READ, 0) + final.get(cn.JUDGMENTS_READ, 0)
+        line.written = lambda: final.get(cn.METRIC_ROWS_WRITTEN, 0)
     except Exception:  # noqa: BLE001 (a runner without counters: this process's counts stay)
         pass
     line.stop()
@@ -603,8 +604,8 @@ def main(argv=None) -> int:
                       .replace(f"{UNREADABLE_PARQUET} ", f"{d['source']} ", 1)
                       for d in read_jsonl(FileSystems.join(args.output, "unreadable_files.jsonl"))]
     except (OSError, ValueError):  # none written (a remote output without damaged files) or not readable here
-        unreadable = [f"{counters[f'unreadable_files:{k}']} {k} files (see dead_letters)"
-                      for k in ("impression", "judgment") if counters.get(f"unreadable_files:{k}")]
+        unreadable = [f"{counters[cn.unreadable_files(k)]} {k} files (see dead_letters)"
+                      for k in ("impression", "judgment") if counters.get(cn.unreadable_files(k))]
     accounting, problems = account(counters, ranking=ranked, ctr=not args.no_ctr, unreadable=unreadable)
     failed_checks = check_inputs(accounting, checks, judgments=bool(judgment_paths), inputs=impression_paths)
     names = ([s.name for s in metric_specs] if judgment_paths else []) + \
@@ -634,7 +635,7 @@ def main(argv=None) -> int:
                     "relevance_level": args.relevance_level, "gain": args.gain, "ideal": args.ideal,
                     "err_max_grade": args.err_max_grade, "order": args.order, "tie_break": args.tie_break,
                     "score_precision": args.score_precision, "depth": args.depth, "complete": args.complete, "ctr": not args.no_ctr},
-        "num_rows": counters.get("metric_rows_written", len(rows)),
+        "num_rows": counters.get(cn.METRIC_ROWS_WRITTEN, len(rows)),
         "counters": dict(sorted(counters.items())),
         "accounting": accounting,
         "accounting_problems": problems,

@@ -7,6 +7,7 @@ import math
 from datetime import datetime, timezone
 
 from streameval.beam.transforms import ALL
+from streameval.io import counters as cn
 
 __all__ = ["sort_rows", "format_table", "format_comparisons", "report_line", "fmt_time"]
 
@@ -98,11 +99,12 @@ def report_line(counters: dict, ranked: bool = True, unjudged_file: bool = True)
     parts = []
     if ranked:
         where = "unjudged.jsonl" if unjudged_file else "not listed: --no-unjudged-file"
-        parts.append(f"requests: scored {counters.get('requests_scored', 0)}, "
-                     f"without judgments {counters.get('requests_unjudged', 0)} ({where})")
-    if counters.get("requests_completed"):
-        parts.append(f"{counters['requests_completed']} (query, system) pairs without a request scored 0 (complete)")
-    online = [f"{k.split(':', 1)[1]} {v}" for k, v in sorted(counters.items()) if k.startswith("online:") and v]
+        parts.append(f"requests: scored {counters.get(cn.REQUESTS_SCORED, 0)}, "
+                     f"without judgments {counters.get(cn.REQUESTS_UNJUDGED, 0)} ({where})")
+    if counters.get(cn.REQUESTS_COMPLETED):
+        parts.append(f"{counters[cn.REQUESTS_COMPLETED]} (query, system) pairs without a request scored 0 (complete)")
+    online = [f"{k[len(cn.ONLINE_PREFIX):]} {v}" for k, v in sorted(counters.items())
+              if k.startswith(cn.ONLINE_PREFIX) and v]
     if online:
         parts.append("online metrics: " + ", ".join(online))
     return "; ".join(parts)

@@ -54,6 +54,7 @@ from streameval.beam.sources import ReadAvro
 from streameval.beam.online import OffPolicyCtr
 from streameval.beam.transforms import CleanImpressions, ClickMetrics, ValidateImpressions
 from streameval.io import avro, convert
+from streameval.io import counters as cn
 from streameval.metrics.online import (
     LoggedPropensityTarget,
     TableTarget,
@@ -349,10 +350,10 @@ def main(argv=None) -> int:
     print(format_report(out_rows, name, target_system))
     for n in notes:
         print(n)
-    rejected = {k.split(":", 2)[2]: v for k, v in counters.items() if k.startswith("rejected:") and v}
-    dups = counters.get("duplicate:impression", 0)
+    rejected = {cn.rejected_reason(k): v for k, v in counters.items() if k.startswith(cn.REJECTED_PREFIX) and v}
+    dups = counters.get(cn.DUPLICATE_IMPRESSION, 0)
     print(f"read {len(logs)} log and {len(target_recs)} target-log impressions; estimated from "
-          f"{counters.get('ope:impressions', 0)}; replayed events ignored {dups}; rejected {sum(rejected.values())}"
+          f"{counters.get(cn.OPE_IMPRESSIONS, 0)}; replayed events ignored {dups}; rejected {sum(rejected.values())}"
           + (" (" + "; ".join(f"{k}: {v}" for k, v in sorted(rejected.items())) + ")" if rejected else "")
           + f"; {wall:.1f} s ({args.runner})" + (f"; rows in {args.output}" if args.output else ""))
     return 0

@@ -84,6 +84,7 @@ from streameval.beam.streaming import (
     stream_counts,
 )
 from streameval import progress
+from streameval.io import counters as cn
 from streameval.io.records import parse_time_range
 from streameval.metrics.diversity import is_diversity_name
 from streameval.metrics.names import MetricNameError, parse_metrics
@@ -283,19 +284,19 @@ def _export_pane(rows):
 def _summary_line(c: dict, replayed: dict, local: dict, verb: str = "replayed") -> str:
     """The one-line summary: records replayed, panes, late data, unmatched clicks, invalid records
     (``c``: the record counts; ``local``: what the command's own steps counted)."""
-    invalid = sum(v for k, v in c.items() if k.startswith("rejected:"))
+    invalid = sum(v for k, v in c.items() if k.startswith(cn.REJECTED_PREFIX))
     parts = []
     if replayed:
         parts.append(f"{verb} {replayed.get('impressions', 0)} impression, {replayed.get('judgments', 0)} judgment "
                      f"and {replayed.get('clicks', 0)} click records")
     panes = {**c, **local}
-    parts.append("panes: " + ", ".join(f"{panes.get(f'panes_{p}', 0)} {p}" for p in ("early", "on_time", "late"))
-                 + f" ({panes.get('panes_final', 0)} final)")
-    late = {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("late:") and v}
-    if c.get("judgment_late_notices"):
-        late["judgment (applied to open windows)"] = c["judgment_late_notices"]
+    parts.append("panes: " + ", ".join(f"{panes.get(cn.panes(p), 0)} {p}" for p in ("early", "on_time", "late"))
+                 + f" ({panes.get(cn.PANES_FINAL, 0)} final)")
+    late = {k[len(cn.LATE_PREFIX):]: v for k, v in c.items() if k.startswith(cn.LATE_PREFIX) and v}
+    if c.get(cn.JUDGMENT_LATE_NOTICES):
+        late["judgment (applied to open windows)"] = c[cn.JUDGMENT_LATE_NOTICES]
     parts.append("late data: " + (", ".join(f"{v} {k}" for k, v in sorted(late.items())) or "none"))
-    parts.append(f"{c.get('rejected:click:' + REASON_CLICK_UNMATCHED, 0)} click events matched no impression")
+    parts.append(f"{c.get(cn.rejected('click', REASON_CLICK_UNMATCHED), 0)} click events matched no impression")
     parts.append(f"{invalid} invalid records")
     return "; ".join(parts)
 
@@ -305,17 +306,17 @@ def check_outputs(counts: dict, local: dict, replayed: dict | None) -> list[str]
     outputs (local runner): records replayed = records read; late records written = ``late:<kind>``;
     dead letters written = records rejected."""
     problems = []
-    for kind in (replayed or {}):
-        name = f"{kind}_read"
+    for kind in (replayed or {}):  # "impressions", "judgments", "clicks"
+        name = cn.read(kind[:-1])
         if replayed[kind] != counts.get(name, 0):
             problems.append(f"{kind}: replayed {replayed[kind]} records but {name} is {counts.get(name, 0)}")
     for kind in ("impression", "click"):
-        got, want = local.get(f"written:late:{kind}", 0), counts.get(f"late:{kind}", 0)
+        got, want = local.get(cn.written(cn.late(kind)), 0), counts.get(cn.late(kind), 0)
         if got != want:
             problems.append(f"late {kind}s: {got} written to the late-data output, {want} counted late")
-    rejected = sum(v for k, v in counts.items() if k.startswith("rejected:"))
-    if local.get("written:rejected", 0) != rejected:
-        problems.append(f"dead letters: {local.get('written:rejected', 0)} written, {rejected} records rejected")
+    rejected = sum(v for k, v in counts.items() if k.startswith(cn.REJECTED_PREFIX))
+    if local.get(cn.WRITTEN_REJECTED, 0) != rejected:
+        problems.append(f"dead letters: {local.get(cn.WRITTEN_REJECTED, 0)} written, {rejected} records rejected")
     return problems
 
 
@@ -462,7 +463,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
 
     def records_read():
         counts = stream_counts(run_id) if run_id else {}
-        return sum(v for k, v in counts.items() if k.endswith("s_read"))
+        return sum(v for k, v in counts.items() if k.endswith(cn.READ_SUFFIX))
 
     # records read and rows emitted so far (this process's: the local runner's), on stderr every few
     # seconds and at the end; off with --quiet
@@ -493,7 +494,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
     wall = time.perf_counter() - start
     counters = job_counters(result)
     if not _on_local_runner(args):  # the workers' counts: the job's counters
-        line.read = lambda: sum(v for k, v in counters.items() if k.endswith("s_read"))
+        line.read = lambda: sum(v for k, v in counters.items() if k.endswith(cn.READ_SUFFIX))
     line.stop()
     progress.add("stream_rows", -progress.counts().get("stream_rows", 0))  # the next run in this process starts at 0
     replayed = rep.counts if rep is not None else {}
@@ -505,7 +506,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
     if getattr(args, "engine_used", None) == "columnar" and paths["judgments"]:
         # the columnar engine reads the judgments when it starts (not through the watcher)
         checked.pop("judgments", None)
-        replayed = {**replayed, "judgments": counts.get("judgments_read", 0)}
+        replayed = {**replayed, "judgments": counts.get(cn.JUDGMENTS_READ, 0)}
     if in_process:
         problems += check_outputs(counts, local_seen, checked)
     failed_checks = check_inputs(accounting, checks, judgments=sm.cfg.ranking,
@@ -551,7 +552,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
     status = exit_status(problems, failed_checks)
     if args.alert_rules:
         # the local runner's counters cover a step's first bundle only: the alerts printed here
-        fired = local_seen.get("alerts_printed", 0) if in_process else counters.get(ALERTS_FIRED, 0)
+        fired = local_seen.get(cn.ALERTS_PRINTED, 0) if in_process else counters.get(ALERTS_FIRED, 0)
         print(f"alerts: {fired} fired" + (f" (alerts-*.jsonl in {args.output})" if args.output else ""))
         if status == EXIT_OK and fired:
             return EXIT_ALERT

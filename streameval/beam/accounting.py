@@ -1,9 +1,10 @@
 """Record accounting: every input record ends in exactly one place, and the counts must add up.
 
-The jobs count records with Beam counters (namespace :data:`~streameval.beam.transforms.NAMESPACE`)
-named as below, then call :func:`account` on the counter values: it returns the summary the job
-prints and writes (``summary.json``) and the identities that do not hold. A job whose counts do not
-add up fails (exit status 1).
+The jobs count records with Beam counters (namespace :data:`streameval.io.counters.NAMESPACE`)
+named as below (every name is defined once, in :mod:`streameval.io.counters`), then call
+:func:`account` on the counter values: it returns the summary the job prints and writes
+(``summary.json``) and the identities that do not hold. A job whose counts do not add up fails
+(exit status 1).
 
 Counter names, for ``kind`` in ``impression``, ``judgment``, ``click`` (separate click events,
 streaming only):
@@ -45,6 +46,8 @@ from dataclasses import dataclass
 
 from ..exits import EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE
 from ..io import cleaning
+from ..io import counters as cn
+from ..io.counters import KINDS, NAMESPACE
 
 __all__ = ["job_counters", "job_distributions", "account", "POST_VALIDATION_REASONS", "KINDS", "format_accounting",
            "exit_status", "InputChecks", "check_inputs", "add_input_check_arguments", "EXIT_OK", "EXIT_FAILED",
@@ -54,7 +57,7 @@ __all__ = ["job_counters", "job_distributions", "account", "POST_VALIDATION_REAS
 
 DEFAULT_MAX_REJECTED_FRACTION = 0.05
 
-KINDS = ("impression", "judgment", "click")
+# KINDS (streameval.io.counters): the record kinds counted, re-exported here
 
 #: reason categories of rejections made after the record checks (by CleanImpressions,
 #: the judgment conflict policy, ...): the rest are rejections at validation
@@ -71,7 +74,7 @@ POST_VALIDATION_REASONS = frozenset({
 def _rejected(counters: dict, kind: str) -> tuple[dict, dict]:
     """(at validation {reason: n}, after validation {reason: n}) of ``kind``."""
     at, after = {}, {}
-    prefix = f"rejected:{kind}:"
+    prefix = cn.rejected_prefix(kind)
     for name, n in counters.items():
         if name.startswith(prefix) and n:
             reason = name[len(prefix):]
@@ -95,13 +98,13 @@ def account(counters: dict, *, ranking: bool = False, ctr: bool = False, unreada
     summary: dict = {}
     problems: list[str] = []
     for kind in KINDS:
-        read = c.get(f"{kind}s_read", 0)
-        valid = c.get(f"{kind}s_valid", 0)
+        read = c.get(cn.read(kind), 0)
+        valid = c.get(cn.valid(kind), 0)
         at, after = _rejected(c, kind)
-        dup = c.get(f"duplicate:{kind}", 0)
-        sup = c.get(f"superseded:{kind}", 0)
-        late = c.get(f"late:{kind}", 0)
-        accepted = c.get(f"{kind}s_accepted", 0)
+        dup = c.get(cn.duplicate(kind), 0)
+        sup = c.get(cn.superseded(kind), 0)
+        late = c.get(cn.late(kind), 0)
+        accepted = c.get(cn.accepted(kind), 0)
         if not (read or valid or at or after or accepted):
             continue
         entry = {"read": read, "valid": valid, "accepted": accepted, "duplicates": dup, "superseded": sup,
@@ -113,10 +116,10 @@ def account(counters: dict, *, ranking: bool = False, ctr: bool = False, unreada
             problems.append(f"{kind}s: valid {valid} != accepted {accepted} + duplicates {dup} + superseded {sup}"
                             f" + late {late} + rejected after validation {n_after}")
         if kind == "impression":
-            ranked = c.get("impressions_ranked", 0)
-            unjudged = c.get("impressions_unjudged", 0)
-            unrankable = c.get("impressions_unrankable", 0)
-            clicks, not_logged = c.get("click_impressions", 0), c.get("click_impressions_not_logged", 0)
+            ranked = c.get(cn.IMPRESSIONS_RANKED, 0)
+            unjudged = c.get(cn.IMPRESSIONS_UNJUDGED, 0)
+            unrankable = c.get(cn.IMPRESSIONS_UNRANKABLE, 0)
+            clicks, not_logged = c.get(cn.CLICK_IMPRESSIONS, 0), c.get(cn.CLICK_IMPRESSIONS_NOT_LOGGED, 0)
             if ranking:
                 entry.update(ranked=ranked, unjudged=unjudged, unrankable=unrankable)
                 if accepted != ranked + unjudged + unrankable:
@@ -278,7 +281,7 @@ def _results(result, namespace: str, kind: str) -> list:
     return out
 
 
-def job_counters(result, namespace: str = "streameval") -> dict:
+def job_counters(result, namespace: str = NAMESPACE) -> dict:
     """``{counter name: value}`` of ``namespace`` from a finished pipeline's result (the same name's
     values from several steps added up); ``{}`` for a runner without metrics."""
     out: dict = {}
@@ -287,7 +290,7 @@ def job_counters(result, namespace: str = "streameval") -> dict:
     return out
 
 
-def job_distributions(result, namespace: str = "streameval") -> dict:
+def job_distributions(result, namespace: str = NAMESPACE) -> dict:
     """``{distribution name: {"count", "sum", "min", "max"}}`` of ``namespace`` from a finished
     pipeline's result, the same name's values from several steps put together; ``{}`` for a runner
     without metrics."""

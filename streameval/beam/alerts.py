@@ -12,12 +12,12 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 from .. import alerts as alert_rules
-from .transforms import NAMESPACE
+from ..io.counters import ALERTS_FIRED, NAMESPACE
 
 __all__ = ["EvaluateAlerts", "StreamAlerts", "ALERTS_FIRED"]
 
-#: the counter of alerts raised (the batch job's exit status 4 when it is not 0)
-ALERTS_FIRED = "alerts_fired"
+# ALERTS_FIRED (streameval.io.counters): the counter of alerts raised (the batch job's exit status 4 when
+# it is not 0), re-exported here
 
 
 class _Evaluate(beam.DoFn):

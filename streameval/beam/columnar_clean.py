@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 from apache_beam import pvalue
 
 from ..io import cleaning, records
+from ..io import counters as cn
 from .columnar_columns import (_concat, _concat_attributes, _encode, _factorize, _group_bounds, _obj, _pair_codes,
                                _part, _pick, _repeats, _several, _shards_of, _take, _unique_codes, columns_records,
                                freeze, impression_columns, thaw)
@@ -100,7 +101,7 @@ class _CleanShard(ThreadedDoFn):
         self.online = online  # a columnar_online.OnlineColumns, or None
         self.systems = systems  # emit each chunk's systems (tag "systems"): complete=True needs them all
         self.lateness_micros = int(lateness_micros)
-        self.late = counter(NAMESPACE, "late:impression")
+        self.late = counter(NAMESPACE, cn.LATE_IMPRESSION)
         self.hold = hold
         self.threads = int(threads)
         self.source = source
@@ -111,14 +112,14 @@ class _CleanShard(ThreadedDoFn):
         self.order = order
         self.shards = shards
         self.attr_keys = sorted({a for names in slice_specs for a in names})
-        self.accepted = counter(NAMESPACE, "impressions_accepted")
-        self.duplicates = counter(NAMESPACE, "duplicate:impression")
-        self.counted = counter(NAMESPACE, "click_impressions")
-        self.no_clicks = counter(NAMESPACE, "click_impressions_not_logged")
+        self.accepted = counter(NAMESPACE, cn.IMPRESSIONS_ACCEPTED)
+        self.duplicates = counter(NAMESPACE, cn.DUPLICATE_IMPRESSION)
+        self.counted = counter(NAMESPACE, cn.CLICK_IMPRESSIONS)
+        self.no_clicks = counter(NAMESPACE, cn.CLICK_IMPRESSIONS_NOT_LOGGED)
         #: impressions per element of this stage (one request shard): bounded by --shards
-        self.element_rows = distribution(NAMESPACE, "element_impressions:clean")
+        self.element_rows = distribution(NAMESPACE, cn.ELEMENT_IMPRESSIONS_CLEAN)
         #: the fan-out F of each hot query of each request shard (no value: no query was hot)
-        self.fan_out = distribution(NAMESPACE, "hot_query_fanout")
+        self.fan_out = distribution(NAMESPACE, cn.HOT_QUERY_FANOUT)
 
     def work(self, element):
         _, chunks = element
@@ -151,7 +152,7 @@ class _CleanShard(ThreadedDoFn):
                 kept.extend(k)
                 n_dup += d
                 for rec, reason in rejected:
-                    counter(NAMESPACE, f"rejected:impression:{_category(reason)}").inc()
+                    counter(NAMESPACE, cn.rejected("impression", _category(reason))).inc()
                     yield pvalue.TaggedOutput("dead_letters", {"source": self.source,
                                                                "raw": records.to_json_text(rec), "reason": reason})
             chunk = _concat([clean_part, impression_columns(kept)]) if kept else clean_part
@@ -182,7 +183,7 @@ class _CleanShard(ThreadedDoFn):
             return chunk, []
         rows = np.flatnonzero(late)
         letters = [pvalue.TaggedOutput("dead_letters", {
-            "source": "late:impression", "raw": records.to_json_text(rec),
+            "source": cn.LATE_IMPRESSION, "raw": records.to_json_text(rec),
             "reason": cleaning.after_close_reason(int(ts[i]), int(close[req[i]]))})
             for rec, i in zip(columns_records(chunk, rows), rows.tolist())]
         self.late.inc(len(rows))

@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..io import counters as cn
 from ..metrics.kernel import RankedLists
 from ..metrics.prepare import judgment_histogram
 from .columnar_columns import _concat, _encode, _factorize, _pick, _shards_of, shard_of, thaw
@@ -116,8 +117,8 @@ class HotQueries(beam.DoFn):
         self.specs, self.options, self.mm, self.shards = specs, options, mm, int(shards)
         self.bootstrap = bootstrap
         self.complete = complete
-        self.queries = counter(NAMESPACE, "queries_scored")
-        self.completed = counter(NAMESPACE, "requests_completed")
+        self.queries = counter(NAMESPACE, cn.QUERIES_SCORED)
+        self.completed = counter(NAMESPACE, cn.REQUESTS_COMPLETED)
 
     def process(self, element, judgments=None, systems=None):
         """``judgments``, ``systems``: side inputs with ``complete`` only (a multimap of the resolved

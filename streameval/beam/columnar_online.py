@@ -49,6 +49,7 @@ from apache_beam.coders import FastPrimitivesCoder
 
 from ..accumulators.moments import MeanMoments
 from ..accumulators.online import CalibrationOps, CountArrays, GaucOps, auc_result, gauc_group_sums, hist_auc_result
+from ..io import counters as cn
 from ..io import dwell as dwell_io
 from ..metrics import calibration as cal
 from ..metrics import interleaving as il
@@ -117,21 +118,21 @@ class OnlineColumns:
         self.groups = sorted({s.group for s in self.specs if s.family == "gauc"})
         self.calibration = [s for s in self.specs if s.calibration]
         self.calibration_ops = CalibrationOps(s.k for s in self.calibration if s.family == "ece")
-        self.outside = counter(NAMESPACE, "online:score_not_probability")
+        self.outside = counter(NAMESPACE, cn.ONLINE_SCORE_NOT_PROBABILITY)
         self.request_specs = [s for s in self.specs if s.per_request]
         self.dwell = any(s.dwell for s in self.request_specs)
-        self.no_dwell = counter(NAMESPACE, "online:clicks_no_dwell")
+        self.no_dwell = counter(NAMESPACE, cn.ONLINE_CLICKS_NO_DWELL)
         self.scores = any(s.needs_scores for s in self.specs)
         self.attr_keys = sorted({a for names in slice_specs for a in names})
-        self.no_score = counter(NAMESPACE, "online:no_score")
-        self.not_labelled = counter(NAMESPACE, "online:not_labelled")
-        self.unjudged_counter = counter(NAMESPACE, "online:unjudged")
-        self.requests = counter(NAMESPACE, "online:requests")
-        self.not_logged = counter(NAMESPACE, "online:requests_not_logged")
-        self.no_group = {g: counter(NAMESPACE, f"online:no_group:{om.GAUC_GROUPS[g]}") for g in self.groups}
+        self.no_score = counter(NAMESPACE, cn.ONLINE_NO_SCORE)
+        self.not_labelled = counter(NAMESPACE, cn.ONLINE_NOT_LABELLED)
+        self.unjudged_counter = counter(NAMESPACE, cn.ONLINE_UNJUDGED)
+        self.requests = counter(NAMESPACE, cn.ONLINE_REQUESTS)
+        self.not_logged = counter(NAMESPACE, cn.ONLINE_REQUESTS_NOT_LOGGED)
+        self.no_group = {g: counter(NAMESPACE, cn.online_no_group(om.GAUC_GROUPS[g])) for g in self.groups}
         self.mm = MeanMoments(len(self.request_specs))
         self.interleaving = any(s.family == "interleaving" for s in self.specs)
-        self.no_team = counter(NAMESPACE, "online:interleaving_no_team")
+        self.no_team = counter(NAMESPACE, cn.ONLINE_INTERLEAVING_NO_TEAM)
         self.mm3 = MeanMoments(3)
 
     def __bool__(self):

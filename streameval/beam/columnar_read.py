@@ -13,20 +13,21 @@ import numpy as np
 from apache_beam import pvalue
 
 from ..io import avro, dwell, records
+from ..io import counters as cn
+from ..io.counters import DECODER_NAMESPACE, NAMESPACE
 from .columnar_columns import (_HELD, SHARDS, _judgment_records, _no_nul, _nonempty, _shards_of, _split, _take,
                                columns_records, impression_columns, impression_columns_arrow, judgment_columns,
                                judgment_columns_arrow)
 from .sources import UNREADABLE_PARQUET, read_avro_blocks, read_parquet_blocks, unreadable_letter
 from .threads import ThreadedDoFn, _collect, _pool, counter
-from .transforms import NAMESPACE, reason_key
+from .transforms import reason_key
 
 
 #: decoders of local Avro files: Apache DataFusion to Arrow columns (:mod:`streameval.io.arrow_avro`;
 #: fastavro for any file or rest of a file it does not take) or fastavro's dicts only
 DECODERS = ("datafusion", "fastavro")
-#: namespace of the counters ``<decoders>:<path>`` (1 per input file): the decoders that gave the file's
-#: records (apart from the records' counters: how a file was read is not what it holds)
-DECODER_NAMESPACE = "streameval.decoders"
+# DECODER_NAMESPACE (streameval.io.counters): the counters ``<decoders>:<path>`` (1 per input file): the
+# decoders that gave the file's records (apart from the records' counters: how a file was read is not what it holds)
 
 
 def default_decoder() -> str:
@@ -62,9 +63,9 @@ class _ReadColumns(ThreadedDoFn):
         lo, hi = time_range if time_range is not None else (records.EVENT_TIME_MIN, records.EVENT_TIME_MAX)
         self.time_range = time_range
         self.ts_lo, self.ts_hi = max(int(lo), records.EVENT_TIME_MIN), min(int(hi), records.EVENT_TIME_MAX)
-        self.read = counter(NAMESPACE, f"{self.kind}s_read")
-        self.valid = counter(NAMESPACE, f"{self.kind}s_valid")
-        self.unreadable = counter(NAMESPACE, f"unreadable_files:{self.kind}")
+        self.read = counter(NAMESPACE, cn.read(self.kind))
+        self.valid = counter(NAMESPACE, cn.valid(self.kind))
+        self.unreadable = counter(NAMESPACE, cn.unreadable_files(self.kind))
 
     #: with :meth:`start_early`: the key prefix of this DoFn's early work in ``_HELD``
     early = None
@@ -118,7 +119,7 @@ class _ReadColumns(ThreadedDoFn):
             # (a file the environment does not deliver raises InputUnavailableError: the bundle fails)
             self.unreadable.inc()
             yield pvalue.TaggedOutput("dead_letters", unreadable_letter(path, f"{self.kind}s", e, n))
-        counter(DECODER_NAMESPACE, f"{'+'.join(sorted(used)) or 'none'}:{path}").inc()
+        counter(DECODER_NAMESPACE, cn.decoder(used, path)).inc()
 
     def _parquet(self, path):
         """The blocks of a Parquet file: its conversion's dead letters (counted as rejected), then
@@ -132,7 +133,7 @@ class _ReadColumns(ThreadedDoFn):
                 self.read.inc(block.n)
                 n += block.n
                 for letter in block.dead:
-                    counter(NAMESPACE, f"rejected:{self.kind}:{reason_key(letter['reason'])}").inc()
+                    counter(NAMESPACE, cn.rejected(self.kind, reason_key(letter['reason']))).inc()
                     yield pvalue.TaggedOutput("dead_letters", letter)
                 if len(block.rows):
                     rows = block.rows
@@ -144,7 +145,7 @@ class _ReadColumns(ThreadedDoFn):
             self.unreadable.inc()
             yield pvalue.TaggedOutput("dead_letters", unreadable_letter(path, f"{self.kind}s", e, n,
                                                                         UNREADABLE_PARQUET))
-        counter(DECODER_NAMESPACE, f"parquet:{path}").inc()
+        counter(DECODER_NAMESPACE, cn.decoder_parquet(path)).inc()
 
     def _finish(self, recs, chunk, ok, bad, check, shards, path, where=None):
         """Dead letters of the ``bad`` rows the record check rejects (``source``: their file
@@ -168,7 +169,7 @@ class _ReadColumns(ThreadedDoFn):
             if reason is None:
                 passed.append(i)
                 continue
-            counter(NAMESPACE, f"rejected:{self.kind}:{reason_key(reason)}").inc()
+            counter(NAMESPACE, cn.rejected(self.kind, reason_key(reason))).inc()
             dead.append(pvalue.TaggedOutput("dead_letters", {"source": str(path) if where is None else where(i),
                                                              "raw": records.to_json_text(recs[i]), "reason": reason}))
         return passed, dead

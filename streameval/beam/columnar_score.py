@@ -12,6 +12,7 @@ from apache_beam import pvalue
 from ..accumulators.bootstrap import PoissonBootstrap
 from ..accumulators.moments import MeanMoments
 from ..io import cleaning, records
+from ..io import counters as cn
 from ..metrics.kernel import MetricOptions, RankedLists, compute
 from ..metrics.prepare import judgment_histogram, rank_order
 from .columnar_columns import (_concat, _concat_attributes, _encode, _factorize, _group_bounds, _judgment_records,
@@ -33,10 +34,10 @@ class _ResolveShard(ThreadedDoFn):
         self.threads = int(threads)
         self.policy = policy
         self.judg_source = judg_source
-        self.j_accepted = counter(NAMESPACE, "judgments_accepted")
-        self.j_duplicates = counter(NAMESPACE, "duplicate:judgment")
-        self.j_superseded = counter(NAMESPACE, "superseded:judgment")
-        self.j_rejected = counter(NAMESPACE, f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}")
+        self.j_accepted = counter(NAMESPACE, cn.JUDGMENTS_ACCEPTED)
+        self.j_duplicates = counter(NAMESPACE, cn.DUPLICATE_JUDGMENT)
+        self.j_superseded = counter(NAMESPACE, cn.SUPERSEDED_JUDGMENT)
+        self.j_rejected = counter(NAMESPACE, cn.rejected("judgment", cleaning.REASON_JUDGMENT_CONFLICT))
 
     def work(self, element):
         shard, values = element
@@ -152,17 +153,17 @@ class _ScoreShard(ThreadedDoFn):
         self.window_micros = window_micros
         self.slice_specs = slice_specs
         self.mm = MeanMoments(len(specs)) if bootstrap is None else PoissonBootstrap(len(specs), *bootstrap)
-        self.scored = counter(NAMESPACE, "requests_scored")
-        self.unjudged = counter(NAMESPACE, "requests_unjudged")
-        self.queries = counter(NAMESPACE, "queries_scored")
-        self.unscorable = counter(NAMESPACE, "impressions_unscorable")
-        self.imp_ranked = counter(NAMESPACE, "impressions_ranked")
-        self.imp_unjudged = counter(NAMESPACE, "impressions_unjudged")
-        self.imp_unrankable = counter(NAMESPACE, "impressions_unrankable")
-        self.completed = counter(NAMESPACE, "requests_completed")
+        self.scored = counter(NAMESPACE, cn.REQUESTS_SCORED)
+        self.unjudged = counter(NAMESPACE, cn.REQUESTS_UNJUDGED)
+        self.queries = counter(NAMESPACE, cn.QUERIES_SCORED)
+        self.unscorable = counter(NAMESPACE, cn.IMPRESSIONS_UNSCORABLE)
+        self.imp_ranked = counter(NAMESPACE, cn.IMPRESSIONS_RANKED)
+        self.imp_unjudged = counter(NAMESPACE, cn.IMPRESSIONS_UNJUDGED)
+        self.imp_unrankable = counter(NAMESPACE, cn.IMPRESSIONS_UNRANKABLE)
+        self.completed = counter(NAMESPACE, cn.REQUESTS_COMPLETED)
         #: impressions per element of this stage (one query shard) and judgments held (the side input)
-        self.element_rows = distribution(NAMESPACE, "element_impressions:score")
-        self.side_rows = distribution(NAMESPACE, "element_judgments:score")
+        self.element_rows = distribution(NAMESPACE, cn.ELEMENT_IMPRESSIONS_SCORE)
+        self.side_rows = distribution(NAMESPACE, cn.ELEMENT_JUDGMENTS_SCORE)
 
     def process(self, element, judgments, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
         """``element``: (query shard, frozen request chunks); ``judgments``: the resolved judgments

@@ -48,6 +48,7 @@ from ..accumulators.online import (
     InterleavingRequestOps,
     OpeOps,
 )
+from ..io import counters as cn
 from ..io import records
 from ..metrics import interleaving as il
 from ..metrics import online as om
@@ -316,7 +317,7 @@ class _JoinLabels(beam.DoFn):
     def __init__(self, relevance_level, unjudged):
         self.relevance_level = relevance_level
         self.unjudged = unjudged
-        self.counter = Metrics.counter(NAMESPACE, "online:unjudged")
+        self.counter = Metrics.counter(NAMESPACE, cn.ONLINE_UNJUDGED)
 
     def process(self, element):
         (qid, item), groups = element
@@ -481,8 +482,8 @@ class OnlineMetrics(beam.PTransform):
 
     # -- score-based ------------------------------------------------------------------------
     def _examples(self, impressions):
-        no_score = Metrics.counter(NAMESPACE, "online:no_score")
-        not_labelled = Metrics.counter(NAMESPACE, "online:not_labelled")
+        no_score = Metrics.counter(NAMESPACE, cn.ONLINE_NO_SCORE)
+        not_labelled = Metrics.counter(NAMESPACE, cn.ONLINE_NOT_LABELLED)
         use_clicks = self.labels == "clicks"
 
         def scored(rec):
@@ -527,7 +528,7 @@ class OnlineMetrics(beam.PTransform):
         return parts
 
     def _calibration(self, examples, wm, specs):
-        outside = Metrics.counter(NAMESPACE, "online:score_not_probability")
+        outside = Metrics.counter(NAMESPACE, cn.ONLINE_SCORE_NOT_PROBABILITY)
         slice_specs = self.slice_specs
 
         def keyed(r):
@@ -544,7 +545,7 @@ class OnlineMetrics(beam.PTransform):
 
     def _gauc(self, examples, wm, group, weightings):
         field = om.GAUC_GROUPS[group]
-        missing = Metrics.counter(NAMESPACE, f"online:no_group:{field}")
+        missing = Metrics.counter(NAMESPACE, cn.online_no_group(field))
         slice_specs = self.slice_specs
 
         def key(r):
@@ -574,10 +575,10 @@ class OnlineMetrics(beam.PTransform):
         attr_keys = sorted({n for names in self.slice_specs for n in names})
         slice_specs = self.slice_specs
         names = [s.name for s in specs]
-        counted = Metrics.counter(NAMESPACE, "online:requests")
-        not_logged = Metrics.counter(NAMESPACE, "online:requests_not_logged")
+        counted = Metrics.counter(NAMESPACE, cn.ONLINE_REQUESTS)
+        not_logged = Metrics.counter(NAMESPACE, cn.ONLINE_REQUESTS_NOT_LOGGED)
         dwell = any(s.dwell for s in specs)
-        no_dwell = Metrics.counter(NAMESPACE, "online:clicks_no_dwell")
+        no_dwell = Metrics.counter(NAMESPACE, cn.ONLINE_CLICKS_NO_DWELL)
 
         def terms(kv):
             (system, _), st = kv
@@ -607,7 +608,7 @@ class OnlineMetrics(beam.PTransform):
     def _interleaving_rows(self, impressions, wm):
         attr_keys = sorted({n for names in self.slice_specs for n in names})
         slice_specs = self.slice_specs
-        no_team = Metrics.counter(NAMESPACE, "online:interleaving_no_team")
+        no_team = Metrics.counter(NAMESPACE, cn.ONLINE_INTERLEAVING_NO_TEAM)
         level = self.ci_level
 
         def terms(kv):
@@ -664,12 +665,12 @@ class _OpeKeys(beam.DoFn):
         self.target = target
         self.window_micros = window_micros
         self.slice_specs = slice_specs
-        self.counted = Metrics.counter(NAMESPACE, "ope:impressions")
-        self.not_logged = Metrics.counter(NAMESPACE, "ope:not_logged")
+        self.counted = Metrics.counter(NAMESPACE, cn.OPE_IMPRESSIONS)
+        self.not_logged = Metrics.counter(NAMESPACE, cn.OPE_NOT_LOGGED)
 
     @staticmethod
     def _dead_letter(rec, reason):
-        Metrics.counter(NAMESPACE, f"rejected:impression:{reason_key(reason)}").inc()
+        Metrics.counter(NAMESPACE, cn.rejected("impression", reason_key(reason))).inc()
         return {"source": "OffPolicyCtr", "raw": records.to_json_text(rec), "reason": reason}
 
     def process(self, rec):

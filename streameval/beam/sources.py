@@ -37,6 +37,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from ..io import avro
 from . import s3_clients  # noqa: F401 (installs one boto3 client per process for Beam's S3 file system)
+from ..io import counters as cn
+from ..io.counters import NAMESPACE  # noqa: F401 (re-exported: its former home)
 from .threads import counter
 
 __all__ = ["UNREADABLE", "InputUnavailableError", "failure_reason", "expand_inputs", "input_bytes", "set_file_system_options", "is_remote",
@@ -49,7 +51,6 @@ UNREADABLE = "unreadable Avro file"
 UNREADABLE_PARQUET = "unreadable Parquet file"
 #: bytes per read when a remote file is copied to a local temporary file
 COPY_CHUNK = 16 << 20
-NAMESPACE = "streameval"
 
 
 class InputUnavailableError(OSError):
@@ -221,8 +222,8 @@ class _ReadAvroFile(beam.DoFn):
         self.with_file = with_file
 
     def setup(self):
-        self.count = counter(NAMESPACE, f"{self.name}s_read")
-        self.unreadable = counter(NAMESPACE, f"unreadable_files:{self.name}")
+        self.count = counter(NAMESPACE, cn.read(self.name))
+        self.unreadable = counter(NAMESPACE, cn.unreadable_files(self.name))
 
     def process(self, path):
         n = 0

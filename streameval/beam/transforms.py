@@ -27,6 +27,8 @@ from apache_beam.metrics import Metrics
 
 from ..accumulators.ranking import RankingOps, keep_for
 from ..io import cleaning, records
+from ..io import counters as cn
+from ..io.counters import NAMESPACE  # noqa: F401 (re-exported: its former home)
 from ..metrics.kernel import MetricOptions, compute, usable_grade_limit
 from ..metrics import stats
 from ..metrics.names import parse_metrics
@@ -60,7 +62,6 @@ __all__ = [
     "reason_key",
 ]
 
-NAMESPACE = "streameval"
 #: the dead-letter ``source`` of a request that cannot be ranked (its impressions are accepted, so the
 #: accounting counts it apart from rejected records): the same on both engines and in the stream
 SOURCE_UNRANKABLE = "ScoreRankings"
@@ -108,7 +109,7 @@ class _ValidateFn(beam.DoFn):
         self.time_range = time_range
         self.source = source
         self.grade_range = records.as_grade_range(grade_range)
-        self.valid = Metrics.counter(NAMESPACE, f"{kind}s_valid")
+        self.valid = Metrics.counter(NAMESPACE, cn.valid(kind))
 
     def process(self, element):
         source = self.source
@@ -124,7 +125,7 @@ class _ValidateFn(beam.DoFn):
             self.valid.inc()
             yield rec
             return
-        Metrics.counter(NAMESPACE, f"rejected:{self.kind}:{reason_key(reason)}").inc()
+        Metrics.counter(NAMESPACE, cn.rejected(self.kind, reason_key(reason))).inc()
         yield pvalue.TaggedOutput("dead_letters", {"source": source, "raw": records.to_json_text(rec),
                                                    "reason": reason})
 
@@ -175,9 +176,9 @@ class _CleanRequestFn(beam.DoFn):
         self.source = source
         self.window_micros = window_micros
         self.lateness_micros = int(lateness_micros)
-        self.accepted = Metrics.counter(NAMESPACE, "impressions_accepted")
-        self.duplicates = Metrics.counter(NAMESPACE, "duplicate:impression")
-        self.late = Metrics.counter(NAMESPACE, "late:impression")
+        self.accepted = Metrics.counter(NAMESPACE, cn.IMPRESSIONS_ACCEPTED)
+        self.duplicates = Metrics.counter(NAMESPACE, cn.DUPLICATE_IMPRESSION)
+        self.late = Metrics.counter(NAMESPACE, cn.LATE_IMPRESSION)
 
     def process(self, element):
         _, recs = element
@@ -189,11 +190,11 @@ class _CleanRequestFn(beam.DoFn):
         self.accepted.inc(len(kept))
         self.late.inc(len(late))
         for rec, reason in rejected:
-            Metrics.counter(NAMESPACE, f"rejected:impression:{_category(reason)}").inc()
+            Metrics.counter(NAMESPACE, cn.rejected("impression", _category(reason))).inc()
             yield pvalue.TaggedOutput("dead_letters", {"source": self.source, "raw": records.to_json_text(rec),
                                                        "reason": reason})
         for rec, reason in late:  # as the streaming job's late data (docs/metrics.md, "Windows")
-            yield pvalue.TaggedOutput("dead_letters", {"source": "late:impression", "raw": records.to_json_text(rec),
+            yield pvalue.TaggedOutput("dead_letters", {"source": cn.LATE_IMPRESSION, "raw": records.to_json_text(rec),
                                                        "reason": reason})
         yield from kept
 
@@ -235,10 +236,10 @@ class _ResolveJudgmentFn(beam.DoFn):
     def __init__(self, policy: str, source: str):
         self.policy = policy
         self.source = source
-        self.accepted = Metrics.counter(NAMESPACE, "judgments_accepted")
-        self.duplicates = Metrics.counter(NAMESPACE, "duplicate:judgment")
-        self.superseded = Metrics.counter(NAMESPACE, "superseded:judgment")
-        self.rejected = Metrics.counter(NAMESPACE, f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}")
+        self.accepted = Metrics.counter(NAMESPACE, cn.JUDGMENTS_ACCEPTED)
+        self.duplicates = Metrics.counter(NAMESPACE, cn.DUPLICATE_JUDGMENT)
+        self.superseded = Metrics.counter(NAMESPACE, cn.SUPERSEDED_JUDGMENT)
+        self.rejected = Metrics.counter(NAMESPACE, cn.rejected("judgment", cleaning.REASON_JUDGMENT_CONFLICT))
 
     def process(self, element):
         qid, recs = element
@@ -391,14 +392,14 @@ class _ScoreQueries(beam.DoFn):
         self.slice_specs = slice_specs
         self.window_micros = window_micros
         self.complete = complete and window_micros is None
-        self.scored = Metrics.counter(NAMESPACE, "requests_scored")
-        self.unjudged = Metrics.counter(NAMESPACE, "requests_unjudged")
-        self.completed = Metrics.counter(NAMESPACE, "requests_completed")
-        self.queries = Metrics.counter(NAMESPACE, "queries_scored")
-        self.unscorable = Metrics.counter(NAMESPACE, "impressions_unscorable")
-        self.imp_ranked = Metrics.counter(NAMESPACE, "impressions_ranked")
-        self.imp_unjudged = Metrics.counter(NAMESPACE, "impressions_unjudged")
-        self.imp_unrankable = Metrics.counter(NAMESPACE, "impressions_unrankable")
+        self.scored = Metrics.counter(NAMESPACE, cn.REQUESTS_SCORED)
+        self.unjudged = Metrics.counter(NAMESPACE, cn.REQUESTS_UNJUDGED)
+        self.completed = Metrics.counter(NAMESPACE, cn.REQUESTS_COMPLETED)
+        self.queries = Metrics.counter(NAMESPACE, cn.QUERIES_SCORED)
+        self.unscorable = Metrics.counter(NAMESPACE, cn.IMPRESSIONS_UNSCORABLE)
+        self.imp_ranked = Metrics.counter(NAMESPACE, cn.IMPRESSIONS_RANKED)
+        self.imp_unjudged = Metrics.counter(NAMESPACE, cn.IMPRESSIONS_UNJUDGED)
+        self.imp_unrankable = Metrics.counter(NAMESPACE, cn.IMPRESSIONS_UNRANKABLE)
 
     def process(self, element, systems=()):
         qid, groups = element
@@ -664,9 +665,9 @@ class ClickMetrics(beam.PTransform):
         self.slice_specs = parse_slices(slices)
 
     def expand(self, impressions):
-        counted = Metrics.counter(NAMESPACE, "click_impressions")
+        counted = Metrics.counter(NAMESPACE, cn.CLICK_IMPRESSIONS)
 
-        no_clicks = Metrics.counter(NAMESPACE, "click_impressions_not_logged")
+        no_clicks = Metrics.counter(NAMESPACE, cn.CLICK_IMPRESSIONS_NOT_LOGGED)
 
         def keys(rec, window_micros, slice_specs):
             if rec.get("clicked") is None:  # clicks not logged (e.g. a TREC run): not an impression for CTR

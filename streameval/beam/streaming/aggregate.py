@@ -29,6 +29,7 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from ...accumulators.moments import MeanMoments, partials_add
+from ...io import counters as cn
 from ...metrics import stats
 from .. import local_runner
 from ..combiners import CtrByPositionCombineFn, MeanCombineFn
@@ -217,7 +218,7 @@ class _AggregateBase:
     def _late_out(self, ts):
         rej, self._rejects = self._rejects, []
         if rej:
-            _tally(self.cfg.run, "late:update", len(rej))
+            _tally(self.cfg.run, cn.LATE_UPDATE, len(rej))
             for r in rej:
                 yield pvalue.TaggedOutput("side", TimestampedValue(r, ts))
 
@@ -302,7 +303,7 @@ class _AggregateBase:
         if not rows:
             return
         p.next_index = idx + 1
-        _tally(self.cfg.run, f"panes_{pane}")
+        _tally(self.cfg.run, cn.panes(pane))
         yield pvalue.TaggedOutput("panes", TimestampedValue(rows, ts))
         for r in rows:
             yield TimestampedValue(r, ts)

@@ -62,13 +62,14 @@ from apache_beam.typehints import typehints
 from ...accumulators.bootstrap import DEFAULT_REPLICATES
 from ...accumulators.clicks import ctr_pos_merge
 from ...accumulators.moments import MeanMoments
+from ...io import counters as cn
 from ...io import records
 from ..columnar_clean import _CleanShard
 from ..columnar_columns import _concat, _pair_codes, _take, freeze, thaw
 from ..columnar_read import _ReadImpressionColumns, _ReadJudgmentColumns, default_decoder
 from ..columnar_score import _ResolveShard, _ScoreShard
 from ..threads import _collect
-from ..transforms import NAMESPACE
+from ...io.counters import NAMESPACE
 from .aggregate import _AggregateFn, _PaneState
 from .window_aggregate import _WindowAggregate
 from .common import _fmt_us, _late_record, _tally, _when
@@ -145,7 +146,7 @@ class _ReadBlocks(beam.DoFn):
             outs, counts = _collect(self.reader._table, (table, path))
         else:
             outs, counts = _collect(self.reader._block, (block, path))
-        _tally(self.run, "impressions_read", n)
+        _tally(self.run, cn.IMPRESSIONS_READ, n)
         _apply_counts(self.run, counts)
         for o in outs:
             if isinstance(o, pvalue.TaggedOutput):
@@ -393,7 +394,7 @@ class _ShardFn(beam.DoFn):
 
         period = self.cfg.spec.period
         for rec, k in zip(columns_records(new, rows), wins.tolist()):
-            _tally(self.cfg.run, "late:impression")
+            _tally(self.cfg.run, cn.LATE_IMPRESSION)
             ts = int(rec["timestamp"])
             own = self._expiry(ts // period)
             rc = self._expiry(k)  # the request's close
@@ -405,7 +406,7 @@ class _ShardFn(beam.DoFn):
             else:
                 reason = (f"request {rec['request_id']} of {rec['system_id']} is final: its window closed at "
                           f"{_fmt_us(rc)}")
-            yield pvalue.TaggedOutput("side", _late_record("late:impression", rec, reason))
+            yield pvalue.TaggedOutput("side", _late_record(cn.LATE_IMPRESSION, rec, reason))
 
     @staticmethod
     def _arm(expiry, armed, times):
@@ -538,7 +539,7 @@ class _PartialAggregate(_WindowAggregate):
     def _reject(self, system, m, subs):
         spec = self.cfg.spec
         self._rejects.append(_late_record(
-            "late:update", {"kind": "part", "system_id": system, "shard": m[1],
+            cn.LATE_UPDATE, {"kind": "part", "system_id": system, "shard": m[1],
                             "windows": [[_fmt_us(a), _fmt_us(b)] for a, b in (spec.bounds(s) for s in subs)]},
             "a shard's update arrived after a window it changes closed"))
 

@@ -24,7 +24,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.timestamp import Timestamp
 
 from ...io import records
-from ..transforms import NAMESPACE
+from ...io.counters import NAMESPACE
 
 #: pane names of the ``pane`` field
 PANES = ("early", "on_time", "late")
@@ -80,7 +80,8 @@ def _category(reason: str) -> str:
 
 
 def _tally_late(run, late_records):
-    """Counts late records by kind (``late:impression``, ``late:click``)."""
+    """Counts late records by kind (``late:impression``, ``late:click``: a late record's ``source``
+    is its counter name, :func:`streameval.io.counters.late`)."""
     by: dict = {}
     for r in late_records:
         by[r["source"]] = by.get(r["source"], 0) + 1

@@ -21,6 +21,7 @@ import apache_beam as beam
 
 from ... import progress
 from ...alerts import format_alert
+from ...io import counters as cn
 from ..sources import UNREADABLE
 from ..transforms import SOURCE_UNRANKABLE
 from .common import stream_counts
@@ -94,10 +95,10 @@ class PanesOut(beam.DoFn):
             return
         r0 = rows[0]
         progress.add("stream_rows", len(rows))
-        _count(f"panes_{r0['pane']}")
+        _count(cn.panes(r0["pane"]))
         PANE_LOG.append((time.monotonic(), r0["pane"], r0["window_end"], r0["is_final"]))
         if r0["is_final"]:
-            _count("panes_final")
+            _count(cn.PANES_FINAL)
         if not self.quiet:
             sys.stdout.write(format_pane(rows, self.metric_names) + "\n\n")
         if self.run is not None:
@@ -117,13 +118,13 @@ class PanesOut(beam.DoFn):
 def running_totals_line(counts: dict) -> str:
     """One line of running totals: records read, accepted, late and rejected per kind so far."""
     parts = []
-    for kind in ("impression", "judgment", "click"):
-        read = counts.get(f"{kind}s_read", 0)
+    for kind in cn.KINDS:
+        read = counts.get(cn.read(kind), 0)
         if not read:
             continue
-        rejected = sum(v for k, v in counts.items() if k.startswith(f"rejected:{kind}:"))
-        parts.append(f"{kind}s read {read}, valid {counts.get(f'{kind}s_valid', 0)}, late "
-                     f"{counts.get(f'late:{kind}', 0)}, rejected {rejected}")
+        rejected = sum(v for k, v in counts.items() if k.startswith(cn.rejected_prefix(kind)))
+        parts.append(f"{kind}s read {read}, valid {counts.get(cn.valid(kind), 0)}, late "
+                     f"{counts.get(cn.late(kind), 0)}, rejected {rejected}")
     return "running totals: " + ("; ".join(parts) or "nothing read yet")
 
 
@@ -139,17 +140,17 @@ class SideOut(_AppendJsonl):
 
     def process(self, rec):
         src = rec.get("source", "")
-        late = src.startswith("late:")
+        late = src.startswith(cn.LATE_PREFIX)
         if late:
-            _count(f"written:{src}")
+            _count(cn.written(src))
             _count(src)
         elif rec.get("reason", "").startswith(UNREADABLE):
-            _count("written:unreadable")
+            _count(cn.WRITTEN_UNREADABLE)
             LOCAL_UNREADABLE.append(rec["reason"].replace(f"{UNREADABLE} ", f"{src} ", 1))
         elif src == SOURCE_UNRANKABLE:  # a request that cannot be ranked (its impressions are accepted)
-            _count("written:unrankable")
+            _count(cn.WRITTEN_UNRANKABLE)
         else:
-            _count("written:rejected")
+            _count(cn.WRITTEN_REJECTED)
             if src.startswith("unmatched:"):
                 _count(src)
         if self.directory:
@@ -193,5 +194,5 @@ class ConsoleTable(beam.PTransform):
 def print_alert(a):
     """One ``ALERT`` line on stdout as an alert fires (the local runner's process; counted in
     :data:`LOCAL_COUNTS` as ``alerts_printed``)."""
-    _count("alerts_printed")
+    _count(cn.ALERTS_PRINTED)
     print(format_alert(a), flush=True)

@@ -20,6 +20,7 @@ from apache_beam.coders import FastPrimitivesCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 
+from ...io import counters as cn
 from .common import _fmt_us, _late_record, _micros, _tally_late, _when
 from .prepare import _by_shard, _Click, side_key
 from .windows import WindowSpec
@@ -99,7 +100,7 @@ class _GateFn(beam.DoFn):
                 k = self.spec.sub(ts)
                 if fired is not None and k <= fired:
                     late.append(_late_record(
-                        f"late:{'impression' if kind == 'imp' else 'click'}", raw,
+                        cn.late("impression" if kind == "imp" else "click"), raw,
                         f"event time {_fmt_us(ts)} is in a window that closed at {_fmt_us(self._expiry(k))} "
                         f"(window end + allowed lateness)"))
                     continue

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam import pvalue
 
+from ...io import counters as cn
 from ...io import records
 from .common import _SEP, _SIDE_KEY, _shard, _tally
 
@@ -105,17 +106,17 @@ class _PrepareEvents(beam.DoFn):
         dead = []
         subs: set = set()
         source, recs = file_records(element, self.source)
-        _tally(self.run, f"{self.kind}s_read", len(recs))
+        _tally(self.run, cn.read(self.kind), len(recs))
         for rec in recs:
             reason = self.check(rec)
             if reason is not None:
-                _tally(self.run, f"rejected:{self.kind}:{_reason_key(reason)}")
+                _tally(self.run, cn.rejected(self.kind, _reason_key(reason)))
                 dead.append({"source": source, "raw": records.to_json_text(rec), "reason": reason})
                 continue
             by_req.setdefault(rec["request_id"], []).append(self.entry(rec))
             if self.gate:
                 subs.add(self.gate.sub(int(rec["timestamp"])))
-        _tally(self.run, f"{self.kind}s_valid", len(recs) - len(dead))
+        _tally(self.run, cn.valid(self.kind), len(recs) - len(dead))
         msgs = [(self.tag, rid, entries) for rid, entries in by_req.items()]
         side = [("side", d) for d in dead]
         route = self.gate_shards if self.gate else self.shards
@@ -227,16 +228,16 @@ class _PrepareJudgments(beam.DoFn):
         by_q: dict = {}
         dead = []
         source, recs = file_records(element, self.source)
-        _tally(self.run, "judgments_read", len(recs))
+        _tally(self.run, cn.JUDGMENTS_READ, len(recs))
         for rec in recs:
             reason = records.check_judgment(rec, self.grade_range)
             if reason is not None:
-                _tally(self.run, f"rejected:judgment:{_reason_key(reason)}")
+                _tally(self.run, cn.rejected("judgment", _reason_key(reason)))
                 dead.append({"source": source, "raw": records.to_json_text(rec), "reason": reason})
                 continue
             by_q.setdefault(rec["query_id"], []).append(
                 [rec["item_id"], int(rec.get("timestamp") or 0), int(rec["grade"]), records.to_json_text(rec)])
-        _tally(self.run, "judgments_valid", len(recs) - len(dead))
+        _tally(self.run, cn.JUDGMENTS_VALID, len(recs) - len(dead))
         if self.gate:  # a query's judgments to the gate shard of the query id
             parts = dict(_by_shard([("judg", q, js) for q, js in by_q.items()], self.shards))
             if dead:

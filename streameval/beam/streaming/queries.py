@@ -27,6 +27,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from ...io import cleaning, records
+from ...io import counters as cn
 from ..transforms import SOURCE_UNRANKABLE
 from ...metrics.kernel import compute
 from .common import _SEP, _SIDE_KEY, _fmt_us, _late_record, _micros, _tally, _when
@@ -198,15 +199,15 @@ class _Queries:
             else:
                 entries.append(_JudgmentCopy(jts, grade, 1, raw if policy == "reject" else None))
             after = _resolve(entries, policy)
-            _tally(run, "judgments_accepted", (after.grade is not None) - (before.grade is not None))
-            _tally(run, "duplicate:judgment", after.n_dup - before.n_dup)
-            _tally(run, "superseded:judgment", len(after.superseded) - len(before.superseded))
+            _tally(run, cn.JUDGMENTS_ACCEPTED, (after.grade is not None) - (before.grade is not None))
+            _tally(run, cn.DUPLICATE_JUDGMENT, after.n_dup - before.n_dup)
+            _tally(run, cn.SUPERSEDED_JUDGMENT, len(after.superseded) - len(before.superseded))
             new_rejected = set(after.rejected) - set(before.rejected)
             if new_rejected:
                 grades = sorted({e.grade for e in entries})
                 by_key = {(e.ts, e.grade): e for e in entries}
                 for key in sorted(new_rejected):
-                    _tally(run, f"rejected:judgment:{cleaning.REASON_JUDGMENT_CONFLICT}")
+                    _tally(run, cn.rejected("judgment", cleaning.REASON_JUDGMENT_CONFLICT))
                     dead.append({"source": "ResolveJudgments", "raw": by_key[key].raw or raw,
                                  "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} (query {query!r}, item {item!r}: "
                                            f"grades {grades}; policy reject)"})
@@ -279,9 +280,9 @@ class _Queries:
                     e.dropped = True
                     log.add(e.to_state())
             if n_closed:
-                _tally(cfg.run, "judgment_late_notices", len(changed_judgments))
+                _tally(cfg.run, cn.JUDGMENT_LATE_NOTICES, len(changed_judgments))
                 yield _SIDE_KEY, [("side", _late_record(
-                    "late:judgment", raw,
+                    cn.LATE_JUDGMENT, raw,
                     f"{n_closed} request(s) of query {query!r} were already final (latest window closed at "
                     f"{_fmt_us(last_closed)}); their windows keep their final values, open and later "
                     "windows use this judgment")) for raw in changed_judgments]
@@ -363,12 +364,12 @@ class _Queries:
                     n_closed += 1
                     last_closed = e.close if last_closed is None else max(last_closed, e.close)
                 fate = e.fate
-                _tally(cfg.run, "requests_scored" if fate == "ranked" else f"requests_{fate}")
-                _tally(cfg.run, f"impressions_{fate}", e.impressions)
+                _tally(cfg.run, cn.requests_fate(fate))
+                _tally(cfg.run, cn.impressions_fate(fate), e.impressions)
                 if fate == "unrankable":
                     served = e.served
                     missing = cfg.ops.unrankable(served)
-                    _tally(cfg.run, "impressions_unscorable", missing)
+                    _tally(cfg.run, cn.IMPRESSIONS_UNSCORABLE, missing)
                     dead.append({"source": SOURCE_UNRANKABLE, "reason":
                                  f"{missing} of the request's {len(served[0])} impressions have no score: "
                                  "order='score' needs a finite score to rank them (use order='position')",

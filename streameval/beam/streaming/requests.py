@@ -34,6 +34,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 from apache_beam.transforms.window import TimestampedValue
 
 from ...io import cleaning, records
+from ...io import counters as cn
 from .. import local_runner
 from ..combiners import RankingStateCombineFn
 from ..transforms import slice_labels
@@ -322,12 +323,12 @@ class _Requests:
                     fresh.append(it)
                     continue
                 ts = int(it["timestamp"])
-                late.append(_late_record("late:impression", it, cleaning.after_close_reason(ts, rc) if ts >= rc else
+                late.append(_late_record(cn.LATE_IMPRESSION, it, cleaning.after_close_reason(ts, rc) if ts >= rc else
                                          f"request {rid} of {system} is final: its window closed at {_fmt_us(rc)}"))
                 continue
             c = _Click.from_state(it)
             if (c.system is None and not entry.systems) or c.system in tomb.closes:
-                late.append(_late_record("late:click", c.raw,
+                late.append(_late_record(cn.LATE_CLICK, c.raw,
                                          f"request {rid} is final: its windows closed at {_fmt_us(tomb.closed_at)}"))
                 continue
             fresh.append(it)
@@ -341,7 +342,7 @@ class _Requests:
             if ent is not None and ent.rank_close is not None and closed(ent.rank_close):
                 ts = int(rec["timestamp"])
                 # after the close by its own time: the batch job's rule and reason; else late by arrival
-                late.append(_late_record("late:impression", rec, cleaning.after_close_reason(ts, ent.rank_close)
+                late.append(_late_record(cn.LATE_IMPRESSION, rec, cleaning.after_close_reason(ts, ent.rank_close)
                                          if ts >= ent.rank_close else
                                          f"request {rid} of {system} is final: its window closed at "
                                          f"{_fmt_us(ent.rank_close)}"))
@@ -458,12 +459,12 @@ class _Requests:
                             imp.clicked = True
                             changed.add(system)
             if too_late and not matched:
-                late.append(_late_record("late:click", raw,
+                late.append(_late_record(cn.LATE_CLICK, raw,
                                          f"the clicked impression's window (request {rid}) already closed"))
                 continue
             seen.add(c.key)
             entry.clicks.append(c)
-        _tally(cfg.run, "duplicate:click", dup)
+        _tally(cfg.run, cn.DUPLICATE_CLICK, dup)
 
     def _emit(self, rid, system, ent, out_q, out_s):
         cfg = self.cfg
@@ -548,18 +549,18 @@ class _Requests:
         for system in sorted(entry.systems):
             ent = entry.systems[system]
             kept, n_dup, rejected, _, late = self._clean(ent, with_late=True)
-            _tally(run, "impressions_accepted", len(kept))
-            _tally(run, "duplicate:impression", n_dup)
+            _tally(run, cn.IMPRESSIONS_ACCEPTED, len(kept))
+            _tally(run, cn.DUPLICATE_IMPRESSION, n_dup)
             for rec, reason in rejected:
-                _tally(run, f"rejected:impression:{_category(reason)}")
+                _tally(run, cn.rejected("impression", _category(reason)))
                 dead.append({"source": "CleanImpressions", "raw": records.to_json_text(rec), "reason": reason})
             if late:
-                _tally(run, "late:impression", len(late))
-                dead.extend(_late_record("late:impression", rec, reason) for rec, reason in late)
+                _tally(run, cn.LATE_IMPRESSION, len(late))
+                dead.extend(_late_record(cn.LATE_IMPRESSION, rec, reason) for rec, reason in late)
             if cfg.ctr:
                 not_logged = sum(imp.clicked is None for imp in ent.imps)
-                _tally(run, "click_impressions", len(ent.imps) - not_logged)
-                _tally(run, "click_impressions_not_logged", not_logged)
+                _tally(run, cn.CLICK_IMPRESSIONS, len(ent.imps) - not_logged)
+                _tally(run, cn.CLICK_IMPRESSIONS_NOT_LOGGED, not_logged)
         return dead
 
     def on_due(self, state, meta,
@@ -617,10 +618,10 @@ class _Requests:
                     pending = True
                 elif self._click_matches(entry, c):
                     c.fate = _ACCEPTED
-                    _tally(cfg.run, "clicks_accepted")
+                    _tally(cfg.run, cn.CLICKS_ACCEPTED)
                 else:
                     c.fate = _DEAD
-                    _tally(cfg.run, f"rejected:click:{REASON_CLICK_UNMATCHED}")
+                    _tally(cfg.run, cn.rejected("click", REASON_CLICK_UNMATCHED))
                     side.append(_late_record(
                         "unmatched:click", c.raw,
                         f"{REASON_CLICK_UNMATCHED} (no impression of item {c.item!r} in request {rid!r} served at "

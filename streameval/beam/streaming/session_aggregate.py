@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .aggregate import _AggregateBase, _PaneState
+from ...io import counters as cn
 from .common import _SEP, _fmt_us, _late_record
 
 class _Place(NamedTuple):
@@ -126,7 +127,7 @@ class _SessionAggregate(_AggregateBase):
 
     def _reject(self, system, m, rkey, detail, reason):
         self._rejects.append(_late_record(
-            "late:update", dict({"kind": m[0], "system_id": system, "request_id": rkey.split(_SEP, 1)[1]}, **detail),
+            cn.LATE_UPDATE, dict({"kind": m[0], "system_id": system, "request_id": rkey.split(_SEP, 1)[1]}, **detail),
             reason))
 
     def _check(self, c, m):

@@ -22,6 +22,7 @@ import apache_beam as beam
 from apache_beam import typehints
 
 from ...io import cleaning
+from ...io import counters as cn
 from ...metrics import stats
 from ..transforms import ScoreRankings, judgment_grade_range, parse_slices
 from .aggregate import _AggregateFn
@@ -241,7 +242,7 @@ class StreamMetrics(beam.PTransform):
             return None
         cache = self.__dict__.setdefault("_parts", {})
         if which not in cache:
-            is_late = (lambda r: r["source"].startswith("late:"))
+            is_late = (lambda r: r["source"].startswith(cn.LATE_PREFIX))
             keep = is_late if which == "late" else (lambda r: not is_late(r))
             cache[which] = self.side | f"{self.label}/{which.capitalize()}Records" >> beam.Filter(keep)
         return cache[which]

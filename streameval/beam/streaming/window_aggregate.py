@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .aggregate import _AggregateBase, _mm_sub, _PaneState
+from ...io import counters as cn
 from .common import _SEP, _decode, _encode, _fmt_us, _late_record
 
 class _RankContribution(NamedTuple):
@@ -189,7 +190,7 @@ class _WindowAggregate(_AggregateBase):
     def _reject(self, system, m, rkey, subs):
         spec = self.cfg.spec
         self._rejects.append(_late_record(
-            "late:update", {"kind": m[0], "system_id": system, "request_id": rkey.split(_SEP, 1)[1],
+            cn.LATE_UPDATE, {"kind": m[0], "system_id": system, "request_id": rkey.split(_SEP, 1)[1],
                             "windows": [[_fmt_us(a), _fmt_us(b)] for a, b in (spec.bounds(s) for s in subs)]},
             "an update of this request arrived after a window it changes closed"))
 
