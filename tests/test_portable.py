@@ -469,13 +469,22 @@ def test_stream_columnar_engine_on_the_portable_runner(portable_runner, launch):
      | beam.io.WriteToText(str(Path("stream-portable").resolve() / "rows"), file_name_suffix=".jsonl"))
     started = portable_runner.pool.workers_started()
     with fail_after(JOB_TIMEOUT, "the streaming stages on the portable runner"):
-        state = p.run().wait_until_finish()
+        result = p.run()
+        state = result.wait_until_finish()
     assert str(state).endswith("DONE"), portable_runner.pool.log_tail()
     assert portable_runner.pool.workers_started() > started
     # NaN as null, as the jobs' JSON-lines sinks write it
     rows = [{k: None if isinstance(v, float) and v != v else v for k, v in json.loads(line).items()}
             for f in sorted(Path("stream-portable").glob("rows*.jsonl")) for line in f.read_text().splitlines()]
     assert rows and {(r["pane"], r["is_final"]) for r in rows} == {("on_time", True)}
+    # the panes counted on the workers reach the launcher as Beam counters, the final ones too (the
+    # stream command's summary line: "panes: ... (N final)")
+    from streameval.beam.accounting import job_counters
+    from streameval.io import counters as cn
+
+    counted = job_counters(result)
+    final_panes = len({(r["window_start"], r["system"]) for r in rows if r["is_final"]})
+    assert counted.get(cn.PANES_FINAL) == counted.get(cn.panes("on_time")) == final_panes > 0
     code, ref = run_job(["--impressions", "messy/imps-[0-9]*.avro", "--judgments", "messy/judg.avro", "--window", "1h",
                          "--slices", "device,campaign", "--grades", "0:3", "--engine", "records", "--labels",
                          "clicks", "--metrics", ",".join(metrics)], "stream-portable/batch")

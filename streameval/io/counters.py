@@ -202,7 +202,7 @@ def decoder_parts(name: str) -> tuple[str, str]:
 
 # ---- panes and the streaming console's own counts -----------------------------------------------
 
-PANES_FINAL = "panes_final"  # final panes (counted by the console step)
+PANES_FINAL = "panes_final"  # final panes (a Beam counter of the aggregate; the console step counts them in its process too)
 ALERTS_PRINTED = "alerts_printed"  # alerts printed by the console step (local runner)
 WRITTEN_REJECTED = "written:rejected"  # dead letters the console step passed to the output
 WRITTEN_UNRANKABLE = "written:unrankable"  # unrankable requests passed to the output

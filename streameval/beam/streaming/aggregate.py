@@ -304,6 +304,8 @@ class _AggregateBase:
             return
         p.next_index = idx + 1
         _tally(self.cfg.run, cn.panes(pane))
+        if final:  # (also counted by the console step, in its process: on the local runner only)
+            _tally(self.cfg.run, cn.PANES_FINAL)
         yield pvalue.TaggedOutput("panes", TimestampedValue(rows, ts))
         for r in rows:
             yield TimestampedValue(r, ts)
