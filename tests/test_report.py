@@ -299,6 +299,7 @@ def test_ticker_counts_elements_in_a_pipeline(capsys):
     paths = [str(REPO / "data" / "sample" / "impressions" / "obd_bts_men.avro")]
     total = progress.count_avro_records(paths)
     assert total == sum(1 for _ in avro.read_records(paths, "impression"))
+    progress.close_all()  # counts an earlier command left in this process (a stream job's rows) are not this one's
     _TICKED.clear()
     with beam.Pipeline(runner=FnApiRunner()) as p:
         (p | beam.Create(list(range(2500)), reshuffle=False)
