@@ -193,7 +193,7 @@ def test_delong_stderr_matches_pairwise():
 def test_delong_in_place_same_bits_as_the_formula():
     """auc_delong_stderr (in place) and auc_and_stderr give the bits of the formula written out
     with new arrays (the code before), on counts of many distinct scores."""
-    from streameval.metrics.online_auc import _below, auc_and_stderr
+    from streameval.metrics.online_auc import _cumulative, auc_and_stderr
 
     def formula(pos, neg):
         P, N = int(pos.sum()), int(neg.sum())
@@ -216,7 +216,7 @@ def test_delong_in_place_same_bits_as_the_formula():
         # the counts below each value, summed in float64 or (totals from 2**53) in int64: the same
         below = (np.cumsum(neg) - neg).astype(np.float64)
         for total in (N, 2**53):
-            assert _below(neg.astype(np.uint8), neg.astype(np.float64), total).tolist() == below.tolist()
+            assert _cumulative(neg.astype(np.uint8), neg.astype(np.float64), total, True).tolist() == below.tolist()
     assert all(math.isnan(x) for x in auc_and_stderr([0, 0], [1, 2])[::3])
     assert math.isnan(auc_and_stderr([1, 0], [0, 5])[3]) and auc_and_stderr([1, 0], [0, 5])[0] == 0.0
 

@@ -103,7 +103,6 @@ def unreadable_files(kind: str) -> str:
 
 
 IMPRESSIONS_READ = read("impression")
-IMPRESSIONS_VALID = valid("impression")
 IMPRESSIONS_ACCEPTED = accepted("impression")
 JUDGMENTS_READ = read("judgment")
 JUDGMENTS_VALID = valid("judgment")

@@ -106,15 +106,17 @@ def auc_delong_stderr(pos, neg) -> float:
     return _delong(pos, neg, P, N, _u2(pos, neg, P, N) / (2 * P * N))
 
 
-def _below(counts: np.ndarray, fcounts: np.ndarray, total: int) -> np.ndarray:
-    """The counts before each value (an exclusive cumulative sum) as float64, a new array:
+def _cumulative(counts: np.ndarray, fcounts: np.ndarray, total: int, exclusive: bool) -> np.ndarray:
+    """The cumulative counts up to each value (``exclusive``: before it) as float64, a new array:
     summed in float64, exact while ``total`` (their sum) is below 2**53, else in int64."""
     if total < 2**53:
         out = np.cumsum(fcounts)
-        out -= fcounts
+        if exclusive:
+            out -= fcounts
         return out
     out = np.cumsum(counts, dtype=np.int64)
-    out -= counts
+    if exclusive:
+        out -= counts
     return out.astype(np.float64)
 
 
@@ -127,7 +129,7 @@ def _delong(pos: np.ndarray, neg: np.ndarray, P: int, N: int, auc: float) -> flo
     it back are exact."""
     fpos = pos.astype(np.float64)
     fneg = neg.astype(np.float64)
-    v10 = _below(neg, fneg, N)  # neg_below
+    v10 = _cumulative(neg, fneg, N, exclusive=True)  # neg_below
     fneg *= 0.5
     v10 += fneg  # neg_below + 0.5 neg (IEEE addition commutes)
     fneg *= 2.0
@@ -136,8 +138,7 @@ def _delong(pos: np.ndarray, neg: np.ndarray, P: int, N: int, auc: float) -> flo
     np.square(v10, out=v10)
     s10 = float(np.dot(fpos, v10)) / (P - 1)
     del v10
-    v01 = _below(pos, fpos, P)
-    v01 += fpos  # positives at or below
+    v01 = _cumulative(pos, fpos, P, exclusive=False)  # positives at or below
     np.subtract(P, v01, out=v01)  # pos_above
     fpos *= 0.5
     v01 += fpos
