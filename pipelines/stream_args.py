@@ -33,7 +33,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
                      help="Avro file(s) or glob of impressions (--replay, --watch); repeatable")
     src.add_argument("--judgments", action="append", default=[], help="Avro file(s) or glob of judgments")
     src.add_argument("--clicks", action="append", default=[],
-                     help="Avro file(s) or glob of click events {request_id, item_id, timestamp, system_id?}")
+                     help="Avro file(s) or glob of click events {request_id, item_id, timestamp, system_id?}; with "
+                          "them an impression whose clicked is null counts as not clicked unless a click matches")
     src.add_argument("--replay", action="store_true",
                      help="replay the files in event-time order with a watermark (local streaming runner)")
     src.add_argument("--replay-step", default="1h", help="event time per watermark step of the replay (default 1h)")

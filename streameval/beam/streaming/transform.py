@@ -62,7 +62,9 @@ class StreamMetrics(beam.PTransform):
     of records (coarse elements are faster: send a page view's impressions together), timestamped
     with their event time: ``impressions`` (impression schema), ``judgments`` (judgment schema;
     optional: without it only click metrics are computed) and ``clicks`` (optional click events
-    ``{request_id, item_id, timestamp, system_id?}``).
+    ``{request_id, item_id, timestamp, system_id?}``; with them an impression whose ``clicked`` is
+    null counts as not clicked unless a click event matches it,
+    :func:`streameval.io.records.impression_clicked`).
 
     * ``window``: a :class:`WindowSpec` or text (``"1h"``, ``"1h/10m"`` sliding,
       ``"session:30m"``, ``"session:30m/request"``).
@@ -160,7 +162,7 @@ class StreamMetrics(beam.PTransform):
             shards=int(request_shards), clock=clock,
             cleanup=spec.period if spec.windowed else spec.size,
             run=uuid.uuid4().hex, policy=judgment_conflicts, ci_level=stats.check_level(ci_level),
-            intervals=intervals)
+            intervals=intervals, click_events=clicks is not None)
         # the dead-letter source of records that come without their file (see prepare.file_records)
         self.sources = {k: str(source.get(k, "stream") if isinstance(source, dict) else source)
                         for k in ("impressions", "judgments", "clicks")}
