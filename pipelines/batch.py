@@ -34,7 +34,7 @@ from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
 from streameval.beam.prometheus import write_textfile
 from streameval.exits import EXIT_ALERT, EXIT_OK, EXIT_USAGE, one_line
 from streameval.beam.arguments import (DEFAULT_METRICS, GDEVAL_ERR_MAX_GRADE, add_bootstrap_arguments, add_hist_arguments,
-                                       add_metric_option_arguments, add_record_rule_arguments, auto_err_max_grade, batch_window_spec,
+                                       add_metric_option_arguments, add_record_rule_arguments, add_window_limit_argument, auto_err_max_grade, batch_window_spec,
                                        check_bootstrap_arguments, hist_range, make_pipeline, parse_err_max_grade,
                                        split_metrics)
 from streameval.beam.arguments import parse_grades as _grades
@@ -116,6 +116,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "multiple of PERIOD, as the streaming job's): a request counts in the SIZE/PERIOD windows "
                         "holding its earliest impression, a click in those holding its impression; late data is "
                         "judged at the end of the first of them. Not with online metrics or --compare-baseline")
+    add_window_limit_argument(p)
     p.add_argument("--allowed-lateness", default="0",
                    help="with --window: a request belongs to the window of its earliest impression, and its "
                         "impressions at or after that window's end plus this lateness are late data (dead letters "
@@ -322,8 +323,10 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                        | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", _local_total(impression_paths)))
                        | "ValidateImpressions" >> ValidateImpressions(
                            "impressions", time_range=parse_time_range(args.event_time_range)))
+    limit = args.max_windows_per_record
     imps, clean_dead = valid | "CleanImpressions" >> CleanImpressions(window=window, every=every,
-                                                                       allowed_lateness=args.allowed_lateness)
+                                                                       allowed_lateness=args.allowed_lateness,
+                                                                       max_windows_per_record=limit)
     row_parts, dead_parts = [], [read_imps.unreadable, imp_dead, clean_dead]
     ranking, online = split_all_metrics(args.metrics)
     judg = None
@@ -341,7 +344,8 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                               err_max_grade=args.err_max_grade, order=args.order,
                               tie_break=args.tie_break, depth=args.depth, complete=args.complete,
                               score_precision=args.score_precision, ci=args.ci, ci_level=args.ci_level,
-                              replicates=args.replicates, ci_seed=args.ci_seed, every=every)
+                              replicates=args.replicates, ci_seed=args.ci_seed, every=every,
+                              max_windows_per_record=limit)
         row_parts.append(imps | "ScoreRankings" >> score)
         dead_parts.append(score.rejected)
         if getattr(args, "unjudged_file", True):
@@ -353,7 +357,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
             write_jsonl(comparisons, args.output, "comparisons", "Comparisons", shards=output_shards(args))
     if not args.no_ctr:
         row_parts.append(imps | "ClickMetrics" >> ClickMetrics(window=window, slices=slices, ci_level=args.ci_level,
-                                                                             every=every))
+                                                                             every=every, max_windows_per_record=limit))
     if online:
         labels = online_labels(args)
         row_parts.append(imps | "OnlineMetrics" >> OnlineMetrics(
@@ -436,6 +440,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
     col = ColumnarMetrics(
         impression_paths, judgment_paths, ranking if judgment_paths else [], ctr=not args.no_ctr,
         window=parse_window(args.window), every=getattr(args, "every", None), slices=_slices_from_args(args.slices),
+        max_windows_per_record=args.max_windows_per_record,
         allowed_lateness=args.allowed_lateness,
         relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal, err_max_grade=args.err_max_grade,
         order=args.order, tie_break=args.tie_break, depth=args.depth, score_precision=args.score_precision,

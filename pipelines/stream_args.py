@@ -13,8 +13,11 @@ from streameval.beam.arguments import (
     add_hist_arguments,
     add_metric_option_arguments,
     add_record_rule_arguments,
+    add_window_limit_argument,
+    sliding_window_spec,
     split_window_arg,
 )
+from streameval.beam.keys import check_window_limit
 from streameval.beam.streaming import WindowSpec
 from streameval.beam.streaming.live import KINDS
 from streameval.beam.streaming.sources import KAFKA_TIMESTAMP_POLICIES
@@ -33,7 +36,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
                      help="Avro file(s) or glob of impressions (--replay, --watch); repeatable")
     src.add_argument("--judgments", action="append", default=[], help="Avro file(s) or glob of judgments")
     src.add_argument("--clicks", action="append", default=[],
-                     help="Avro file(s) or glob of click events {request_id, item_id, timestamp, system_id?}")
+                     help="Avro file(s) or glob of click events {request_id, item_id, timestamp, system_id?}; with "
+                          "them an impression whose clicked is null counts as not clicked unless a click matches")
     src.add_argument("--replay", action="store_true",
                      help="replay the files in event-time order with a watermark (local streaming runner)")
     src.add_argument("--replay-step", default="1h", help="event time per watermark step of the replay (default 1h)")
@@ -66,6 +70,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     w.add_argument("--every", default=None, help="period of sliding windows (the size a multiple of it)")
     w.add_argument("--sessions", default=None, metavar="GAP", help="session windows with this gap instead")
     w.add_argument("--session-key", choices=("user", "request"), default="user")
+    add_window_limit_argument(w)
     w.add_argument("--early-every", default=None, help="early panes every this much processing time (e.g. 30s)")
     w.add_argument("--early-count", type=int, default=None, help="early panes every N request updates")
     w.add_argument("--allowed-lateness", default="0", help="data this late still updates a window (default 0)")
@@ -139,10 +144,11 @@ def window_spec(args) -> WindowSpec:
     :func:`_split_window_arg`, which rewrites ``args`` in place). Raises ValueError for a missing or
     mixed form, or a duration :func:`~streameval.beam.streaming.parse_duration` refuses."""
     _split_window_arg(args)
+    check_window_limit(args.max_windows_per_record, "--max-windows-per-record")
     if args.sessions:
         if args.window or args.every:
             raise ValueError("--sessions excludes --window / --every")
         return WindowSpec.sessions(args.sessions, by=args.session_key)
     if not args.window:
         raise ValueError("give --window SIZE (with --every PERIOD for sliding windows) or --sessions GAP")
-    return WindowSpec.sliding(args.window, args.every) if args.every else WindowSpec.fixed(args.window)
+    return sliding_window_spec(args) if args.every else WindowSpec.fixed(args.window)

@@ -7,7 +7,7 @@ import math
 import re
 
 __all__ = ["DEFAULT_METRICS", "split_metrics", "split_names", "join_parameter_lists", "parse_slice_args",
-           "split_window_arg", "batch_window_spec",
+           "split_window_arg", "batch_window_spec", "add_window_limit_argument", "sliding_window_spec",
            "parse_grades", "make_pipeline", "make_output_dir", "add_metric_option_arguments", "metric_options"]
 
 DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
@@ -217,6 +217,15 @@ def add_hist_arguments(group) -> None:
     group.add_argument("--hist-range", default="0,1", help="score range LO,HI of auc_hist's bins (default 0,1)")
 
 
+def add_window_limit_argument(group) -> None:
+    """``--max-windows-per-record N`` (both jobs): the most sliding windows a record may count in."""
+    from .keys import MAX_WINDOWS_PER_RECORD
+
+    group.add_argument("--max-windows-per-record", type=int, default=MAX_WINDOWS_PER_RECORD, metavar="N",
+                       help=f"refuse sliding windows that put each record in more than N windows (SIZE / PERIOD; "
+                            f"default {MAX_WINDOWS_PER_RECORD:,}): each record's state goes to every one of them")
+
+
 def add_record_rule_arguments(group) -> None:
     """The record rules both jobs take: ``--judgment-conflicts``, ``--grades``, ``--event-time-range``."""
     from ..io.cleaning import JUDGMENT_POLICIES
@@ -344,6 +353,18 @@ def split_window_arg(args) -> None:
         args.window, args.every = text.split("/", 1)
 
 
+def sliding_window_spec(args):
+    """The sliding (or, for a size equal to the period, fixed) WindowSpec of ``--window SIZE --every
+    PERIOD`` (after :func:`split_window_arg`), refused before the job starts when each record would
+    count in more than ``--max-windows-per-record`` windows: ValueError, one line naming the count
+    (``--window 7d/1s puts each record in 604,800 windows; the limit is 1,000
+    (--max-windows-per-record)``). Shared by the batch and streaming jobs."""
+    from .streaming.windows import WindowSpec
+
+    return WindowSpec.sliding(args.window, args.every, max_windows_per_record=args.max_windows_per_record,
+                              what=f"--window {args.window}/{args.every}", option="--max-windows-per-record")
+
+
 def batch_window_spec(args, online=()):
     """The batch job's windows from ``--window`` / ``--every`` (after :func:`split_window_arg`):
     None for the global window or fixed windows (``--window SIZE``: read by
@@ -354,11 +375,13 @@ def batch_window_spec(args, online=()):
     that is not a multiple of the period, a malformed duration, both spellings at once), for
     session windows and ``--every`` without ``--window``, and for sliding windows with ``online``
     metrics (names) or ``args.compare_baseline``, whose states are not sums over a sub-window's
-    requests (GAUC's groups, a query's paired means may span sub-windows)."""
-    from .streaming.windows import WindowSpec
+    requests (GAUC's groups, a query's paired means may span sub-windows), and for more windows per
+    record than ``--max-windows-per-record`` (:func:`sliding_window_spec`)."""
+    from .keys import check_window_limit
     from .transforms import parse_window
 
     split_window_arg(args)
+    check_window_limit(args.max_windows_per_record, "--max-windows-per-record")
     if getattr(args, "sessions", None):
         raise ValueError("session windows are the streaming job's (streameval stream --sessions); the batch job "
                          "has fixed (--window SIZE) and sliding (--window SIZE --every PERIOD) windows")
@@ -366,7 +389,7 @@ def batch_window_spec(args, online=()):
         return None
     if parse_window(args.window) is None:
         raise ValueError(f"--every {args.every} needs --window SIZE (sliding windows of SIZE starting every PERIOD)")
-    spec = WindowSpec.sliding(args.window, args.every)
+    spec = sliding_window_spec(args)
     if spec.kind != "sliding":
         return None
     if online or getattr(args, "compare_baseline", None):

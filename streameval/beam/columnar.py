@@ -58,7 +58,7 @@ from .columnar_score import (_CompletingScoreShard, _HotCompletingScoreShard, _H
 from .combiners import BatchedStatesMixin, CtrByPositionCombineFn, MeanCombineFn
 from .stats import BootstrapMeanCombineFn
 from .sources import UNREADABLE
-from .keys import _window_micros
+from .keys import MAX_WINDOWS_PER_RECORD, _window_micros
 from .transforms import (judgment_grade_range, _bootstrap_rows, _click_rows, _rows, parse_lateness,
                          parse_slices, slide_keys, sliding_windows)
 
@@ -144,6 +144,8 @@ class ColumnarMetrics(beam.PTransform):
     boundary), and each shard's sub-window states go to every sliding window holding the sub-window
     before the merge (:func:`~streameval.beam.transforms.slide_keys`): no record is copied. Not with
     ``online`` or ``compare_baseline`` (their states are not sums over a sub-window's requests).
+    ``max_windows_per_record`` (default 1,000): the most sliding windows (``window / every``) a record
+    may count in; more is a ValueError naming the count (:func:`~streameval.beam.keys.check_windows_per_record`).
 
     ``input_format`` (``auto``: Parquet for ``.parquet``/``.pq`` names, else Avro; ``avro``;
     ``parquet``) and ``impression_table`` / ``judgment_table``
@@ -159,7 +161,8 @@ class ColumnarMetrics(beam.PTransform):
                  hist_bins=1000,
                  hist_range=(0.0, 1.0), group_rows=False, ci="t", replicates=DEFAULT_REPLICATES, ci_seed=0,
                  compare_baseline=None, complete=False, hot_query_fraction=None, input_format="auto",
-                 impression_table=None, judgment_table=None, every=None, label=None):
+                 impression_table=None, judgment_table=None, every=None,
+                 max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None):
         super().__init__(label)
         self.input_format = input_format
         self.impression_table, self.judgment_table = impression_table, judgment_table
@@ -205,7 +208,7 @@ class ColumnarMetrics(beam.PTransform):
         self.specs = parse_metrics(list(metrics), arithmetic="the Beam jobs", diversity=True) if metrics else []
         self.ranking = bool(self.specs) and bool(self.judgment_paths)
         self.ctr = bool(ctr)
-        self.window_micros, self.slide = sliding_windows(window, every)
+        self.window_micros, self.slide = sliding_windows(window, every, max_windows_per_record)
         if self.slide is not None and (self.online_specs or compare_baseline):
             raise ValueError("sliding windows (every) do not take online metrics or compare_baseline")
         self.lateness_micros = parse_lateness(allowed_lateness)

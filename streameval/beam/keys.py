@@ -7,6 +7,7 @@ and the streaming job (split from :mod:`streameval.beam.transforms`, which re-ex
 from __future__ import annotations
 
 import math
+import numbers
 import re
 
 #: slice value of a request that lacks a slice attribute
@@ -21,6 +22,28 @@ ALL = "all"
 MAX_DURATION_SECONDS = 10_000 * 366 * 86400
 
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+#: the most sliding windows (size / period) a record may count in unless the caller raises it
+#: (``max_windows_per_record``, the jobs' ``--max-windows-per-record``): every record's states are
+#: sent to each of its windows, so ``7d/1s`` (604,800 windows per record) would run for ever
+MAX_WINDOWS_PER_RECORD = 1_000
+
+
+def check_windows_per_record(count: int, limit=MAX_WINDOWS_PER_RECORD, what: str = "a sliding window",
+                             option: str = "max_windows_per_record") -> None:
+    """Raises ValueError, one line naming ``count`` and the option that raises ``limit``, when a
+    sliding window puts each record in more than ``limit`` windows (``what``: how the caller wrote
+    the window, e.g. ``--window 7d/1s``); also when ``limit`` is not a positive whole number."""
+    check_window_limit(limit, option)
+    if count > limit:
+        raise ValueError(f"{what} puts each record in {count:,} windows; the limit is {limit:,} ({option})")
+
+
+def check_window_limit(limit, option: str = "max_windows_per_record") -> int:
+    """``limit`` when it is a positive whole number of windows per record, else ValueError naming ``option``."""
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1:
+        raise ValueError(f"{option} must be a positive whole number of windows, got {limit!r}")
+    return limit
 
 
 def parse_window(window) -> float | None:
@@ -61,7 +84,7 @@ def _window_micros(window) -> int | None:
     return micros
 
 
-def sliding_windows(window, every=None) -> tuple:
+def sliding_windows(window, every=None, max_windows_per_record=MAX_WINDOWS_PER_RECORD) -> tuple:
     """``(assign, slide)`` for ``window`` and a sliding period ``every`` (both as :func:`parse_window`
     reads them): ``assign`` is the size in micros of the fixed, epoch-aligned windows requests and
     impressions are assigned to (None: the global window), ``slide`` None or ``(size, period)`` in
@@ -69,7 +92,8 @@ def sliding_windows(window, every=None) -> tuple:
     the merge of the ``size // period`` sub-windows of the period it holds (then ``assign`` is the
     period). A size equal to the period is a fixed window. Raises ValueError (the streaming job's
     messages: :meth:`streameval.beam.streaming.windows.WindowSpec.sliding`) for a size that is not a
-    multiple of the period, and for ``every`` without ``window``."""
+    multiple of the period, for ``every`` without ``window``, and for more than
+    ``max_windows_per_record`` windows per record (:func:`check_windows_per_record`)."""
     size = _window_micros(window)
     if every is None or str(every).strip().lower() in ("", "none"):
         return size, None
@@ -77,7 +101,7 @@ def sliding_windows(window, every=None) -> tuple:
         raise ValueError(f"a sliding period (every={every!r}) needs a window size")
     from .streaming.windows import WindowSpec
 
-    spec = WindowSpec.sliding(window, every)
+    spec = WindowSpec.sliding(window, every, max_windows_per_record=max_windows_per_record)
     if spec.kind != "sliding":
         return size, None
     return spec.period, (spec.size, spec.period)

@@ -34,6 +34,7 @@ from ..metrics import stats
 from ..metrics.names import parse_metrics
 from .combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn
 from .keys import (  # noqa: F401 (re-exported: the window and slice keys' former home)
+    MAX_WINDOWS_PER_RECORD,
     ALL, MISSING, SLICE_MISSING, keep_slice_row, label_has_missing, parse_lateness, parse_slices,
     parse_window, reason_key, slice_labels, slice_part, slide_keys, sliding_windows, window_bounds)
 from .stats import BootstrapMeanCombineFn
@@ -218,10 +219,10 @@ class CleanImpressions(beam.PTransform):
     """
 
     def __init__(self, source: str = "CleanImpressions", label: str | None = None, window=None,
-                 allowed_lateness=0, every=None):
+                 allowed_lateness=0, every=None, max_windows_per_record=MAX_WINDOWS_PER_RECORD):
         super().__init__(label)
         self.source = str(source)
-        self.window_micros = sliding_windows(window, every)[0]
+        self.window_micros = sliding_windows(window, every, max_windows_per_record)[0]
         self.lateness_micros = parse_lateness(allowed_lateness)
 
     def expand(self, impressions):
@@ -534,7 +535,9 @@ class ScoreRankings(beam.PTransform):
     windows of ``window`` starting every ``every``, :func:`sliding_windows`) a request counts in each
     window holding its earliest impression: its values are summed per sub-window of the period and
     the sub-windows' sums merged (:func:`slide_keys`); ``self.unjudged``'s ``window_start`` is then
-    its sub-window's start.
+    its sub-window's start. A record counts in at most ``max_windows_per_record`` windows (default
+    1,000; more is a ValueError naming the count: :func:`~streameval.beam.keys.check_windows_per_record`),
+    here and in :class:`CleanImpressions` and :class:`ClickMetrics`.
 
     ``slices``: attribute names or comma-joined combinations; each request is counted in slice
     ``"all"`` and in one slice per specification (``"campaign=men"``, ``"campaign=men,device=pc"``,
@@ -557,7 +560,7 @@ class ScoreRankings(beam.PTransform):
     def __init__(self, judgments, metrics, window=None, slices=(), relevance_level=1, gain="linear",
                  ideal="judgments", err_max_grade=4, order="score", tie_break="docno", depth=None,
                  complete=False, score_precision="float32", ci="t", ci_level=stats.DEFAULT_LEVEL,
-                 replicates=200, ci_seed=0, every=None, label=None):
+                 replicates=200, ci_seed=0, every=None, max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None):
         super().__init__(label)
         if ci not in ("t", "bootstrap"):
             raise ValueError("ci must be 't' or 'bootstrap'")
@@ -576,7 +579,7 @@ class ScoreRankings(beam.PTransform):
         self.ops = RankingOps(order=order, tie_break=tie_break, keep=keep_for(self.specs, ideal), depth=depth,
                               score_precision=score_precision)
         self.order = order
-        self.window_micros, self.slide = sliding_windows(window, every)
+        self.window_micros, self.slide = sliding_windows(window, every, max_windows_per_record)
         self.slice_specs = parse_slices(slices)
         self.complete = bool(complete)
         if self.complete and self.window_micros is not None:
@@ -658,10 +661,11 @@ class ClickMetrics(beam.PTransform):
     error. ``window``, ``every`` (sliding windows: an impression counts in each window holding its
     timestamp) and ``slices`` as in :class:`ScoreRankings`."""
 
-    def __init__(self, window=None, slices=(), ci_level=stats.DEFAULT_LEVEL, every=None, label=None):
+    def __init__(self, window=None, slices=(), ci_level=stats.DEFAULT_LEVEL, every=None,
+                 max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None):
         super().__init__(label)
         self.ci_level = float(ci_level)
-        self.window_micros, self.slide = sliding_windows(window, every)
+        self.window_micros, self.slide = sliding_windows(window, every, max_windows_per_record)
         self.slice_specs = parse_slices(slices)
 
     def expand(self, impressions):

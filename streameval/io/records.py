@@ -20,9 +20,9 @@ Rules (impression.avsc / judgment.avsc):
 * ``score`` ``None`` or a finite number (within the double range);
 * ``propensity`` ``None`` or a number in (0, 1];
 * ``clicked`` absent or ``None`` (clicks not logged: the impression is left out
-  of click metrics) or bool-like: ``True``/``False``,
-  numpy bool, or the integers 0/1 (strings such as ``"false"`` are rejected
-  because ``bool("false")`` is true);
+  of click metrics, unless clicks come as separate events: :func:`impression_clicked`) or
+  bool-like: ``True``/``False``, numpy bool, or the integers 0/1 (strings such as ``"false"`` are
+  rejected because ``bool("false")`` is true);
 * ``dwell_ms`` absent or ``None``, or an integer >= 0 (milliseconds, within an Avro long) on a
   clicked impression (``clicked`` true): a negative dwell, or a dwell on an impression not clicked,
   is refused;
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_impression", "check_judgment", "check_timestamp", "parse_time_range", "format_time_range",
+__all__ = ["check_impression", "check_judgment", "check_timestamp", "impression_clicked", "parse_time_range", "format_time_range",
            "to_json_text", "grade_range_for", "as_grade_range", "IMPRESSION_REQUIRED", "JUDGMENT_REQUIRED", "ID_FIELDS", "NONEMPTY_FIELDS", "EVENT_TIME_MIN", "EVENT_TIME_MAX"]
 
 #: the id fields of each kind that may not contain NUL: ids are joined, grouped and ordered as text,
@@ -186,6 +186,22 @@ def check_impression(rec: Any, time_range=None) -> str | None:
             if _not_unicode(key) or _not_unicode(value):
                 return f"attributes are not valid Unicode (lone surrogate): {_short(key)}: {_short(value)}"
     return None
+
+
+def impression_clicked(clicked: Any, click_events: bool = False) -> bool | None:
+    """What an impression's ``clicked`` (a value :func:`check_impression` accepted) says for click
+    metrics before any click event is joined to it: True or False; or None, "clicks not logged"
+    (the impression is left out of CTR and counted ``click_impressions_not_logged``).
+
+    A null ``clicked`` is None only without click events. When clicks come as separate events
+    (``click_events``: the streaming job's ``--clicks``, ``StreamMetrics(clicks=...)``), the click
+    log is the record of the clicks, so an impression with ``clicked`` null is **not clicked unless
+    a click event matches it** (False here; the join makes it True): it counts in CTR's
+    denominator as one with ``clicked`` false does. The one rule for every engine that joins click
+    events."""
+    if clicked is None:
+        return False if click_events else None
+    return bool(clicked)
 
 
 def grade_range_for(declared: tuple[int, int] | None, usable: tuple[int, str] | None) -> tuple | None:

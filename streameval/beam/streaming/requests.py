@@ -418,8 +418,9 @@ class _Requests:
                 acc[2]["\x00user"] = user
             tlast = ts if tlast is None else max(tlast, ts)
             if cfg.ctr:
-                clicked = rec.get("clicked")
-                imp = _CtrImpression(ts, int(rec["position"]), None if clicked is None else bool(clicked),
+                # with click events, a null clicked is "not clicked unless a click matches"
+                imp = _CtrImpression(ts, int(rec["position"]),
+                                     records.impression_clicked(rec.get("clicked"), cfg.click_events),
                                      rec["item_id"], slice_labels(rec.get("attributes"), cfg.slice_specs))
                 for c in entry.clicks:
                     if c.fate != _DEAD and (c.system is None or c.system == system) and c.item == imp.item and \

@@ -24,6 +24,7 @@ from apache_beam import typehints
 from ...io import cleaning
 from ...io import counters as cn
 from ...metrics import stats
+from ..keys import MAX_WINDOWS_PER_RECORD
 from ..transforms import ScoreRankings, judgment_grade_range, parse_slices
 from .aggregate import _AggregateFn
 from .common import stream_counts
@@ -62,10 +63,14 @@ class StreamMetrics(beam.PTransform):
     of records (coarse elements are faster: send a page view's impressions together), timestamped
     with their event time: ``impressions`` (impression schema), ``judgments`` (judgment schema;
     optional: without it only click metrics are computed) and ``clicks`` (optional click events
-    ``{request_id, item_id, timestamp, system_id?}``).
+    ``{request_id, item_id, timestamp, system_id?}``; with them an impression whose ``clicked`` is
+    null counts as not clicked unless a click event matches it,
+    :func:`streameval.io.records.impression_clicked`).
 
     * ``window``: a :class:`WindowSpec` or text (``"1h"``, ``"1h/10m"`` sliding,
-      ``"session:30m"``, ``"session:30m/request"``).
+      ``"session:30m"``, ``"session:30m/request"``); text for sliding windows putting each record in
+      more than ``max_windows_per_record`` windows (default 1,000) is refused (ValueError naming the
+      count; ``WindowSpec.sliding(..., max_windows_per_record=N)`` makes a larger one).
     * ``early_every`` (a duration of processing time) and ``early_count`` (request updates):
       early panes before the watermark passes the window's end; also used for late panes.
       Without them, late data fires a late pane as soon as the watermark moves.
@@ -120,7 +125,8 @@ class StreamMetrics(beam.PTransform):
                  relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
                  tie_break="docno", depth=None, score_precision="float32", ctr=True, request_shards=16,
                  retention=None, clock=None, source="stream", judgment_conflicts="latest", grade_range=None,
-                 time_range=None, ci_level=stats.DEFAULT_LEVEL, intervals="fixed", label=None):
+                 time_range=None, ci_level=stats.DEFAULT_LEVEL, intervals="fixed",
+                 max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None):
         super().__init__(label)
         if intervals not in stats.INTERVAL_KINDS:
             raise ValueError(f"intervals must be one of {stats.INTERVAL_KINDS}, got {intervals!r}")
@@ -131,7 +137,7 @@ class StreamMetrics(beam.PTransform):
         self.time_range = _ordered_pair(time_range, "time_range")
         self.judgments = judgments
         self.clicks = clicks
-        spec = WindowSpec.parse(window)
+        spec = WindowSpec.parse(window, max_windows_per_record)
         ranking = judgments is not None
         if ranking and not metrics:
             raise ValueError("metrics are required with judgments")
@@ -160,7 +166,7 @@ class StreamMetrics(beam.PTransform):
             shards=int(request_shards), clock=clock,
             cleanup=spec.period if spec.windowed else spec.size,
             run=uuid.uuid4().hex, policy=judgment_conflicts, ci_level=stats.check_level(ci_level),
-            intervals=intervals)
+            intervals=intervals, click_events=clicks is not None)
         # the dead-letter source of records that come without their file (see prepare.file_records)
         self.sources = {k: str(source.get(k, "stream") if isinstance(source, dict) else source)
                         for k in ("impressions", "judgments", "clicks")}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..keys import MAX_WINDOWS_PER_RECORD, check_windows_per_record
 from ..transforms import parse_window
 
 # --------------------------------------------------------------------------------------------
@@ -68,11 +69,19 @@ class WindowSpec:
         return cls("fixed", s, s)
 
     @classmethod
-    def sliding(cls, size, every) -> "WindowSpec":
+    def sliding(cls, size, every, max_windows_per_record=MAX_WINDOWS_PER_RECORD, what=None,
+                option="max_windows_per_record") -> "WindowSpec":
+        """Sliding windows of ``size`` every ``every``; ValueError when each record would count in
+        more than ``max_windows_per_record`` windows (``size / every``; default
+        :data:`~streameval.beam.keys.MAX_WINDOWS_PER_RECORD`, 1,000), naming the count, the window
+        (``what``, default ``a sliding window of SIZE every PERIOD``) and ``option``, the way to raise it."""
         s, p = parse_duration(size, "window size"), parse_duration(every, "window period")
         if s % p or s < p:
             raise ValueError(f"a sliding window's size ({size}) must be a multiple of its period ({every})")
-        return cls("fixed" if s == p else "sliding", s, p)
+        spec = cls("fixed" if s == p else "sliding", s, p)
+        check_windows_per_record(s // p, max_windows_per_record,
+                                 what or "a " + spec.describe().replace("sliding", "sliding window of", 1), option)
+        return spec
 
     @classmethod
     def sessions(cls, gap, by="user") -> "WindowSpec":
@@ -81,7 +90,9 @@ class WindowSpec:
         return cls("sessions", parse_duration(gap, "session gap"), 0, by)
 
     @classmethod
-    def parse(cls, value) -> "WindowSpec":
+    def parse(cls, value, max_windows_per_record=MAX_WINDOWS_PER_RECORD) -> "WindowSpec":
+        """A window from its text (or a WindowSpec, returned as it is); a sliding one with more than
+        ``max_windows_per_record`` windows per record is refused (:meth:`sliding`)."""
         if isinstance(value, WindowSpec):
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -93,7 +104,7 @@ class WindowSpec:
             return cls.sessions(gap, by or "user")
         if "/" in text:
             size, every = text.split("/", 1)
-            return cls.sliding(size, every)
+            return cls.sliding(size, every, max_windows_per_record, what=f"sliding window {text}")
         return cls.fixed(text)
 
     # -- fixed / sliding geometry ----------------------------------------------------------
@@ -155,6 +166,7 @@ class _Config:
     policy: str = "latest"
     ci_level: float = 0.95
     intervals: str = "fixed"
+    click_events: bool = False
 
     """The settings of one :class:`~streameval.beam.streaming.StreamMetrics`, shared by its stages.
 
@@ -167,7 +179,9 @@ class _Config:
     states of requests; ``clock``: processing-time source (None: wall time); ``run``: the id
     under which counts are tallied; ``policy``: the
     judgment conflict policy; ``ci_level``: the level of the rows' intervals; ``intervals``:
-    ``"fixed"`` (t / Wilson) or ``"anytime"`` (confidence sequences).
+    ``"fixed"`` (t / Wilson) or ``"anytime"`` (confidence sequences); ``click_events``: whether
+    clicks come as separate events (then an impression's null ``clicked`` is "not clicked unless
+    a click matches": :func:`streameval.io.records.impression_clicked`).
     """
 
     def round_up(self, t: int) -> int:
