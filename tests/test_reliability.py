@@ -256,6 +256,44 @@ def test_empty_and_missing_inputs(tmp_path, capsys):
                        "--output", str(tmp_path / "o")]) == 2
 
 
+def test_a_glob_through_a_symbolic_link_loop_reads_each_file_once(clean, tmp_path, caplog):
+    """Issue 36: ``**`` through a link to the directory itself (or to its parent) matched each file
+    up to 41 times, and the job read it as often without a word. Each file is read once, and one
+    warning per pattern says how many matches were dropped (the count of Python's glob)."""
+    import glob
+    import logging
+
+    imps, judg, rows, _ = clean
+    d = tmp_path / "links"
+    avro.write_records(d / "imps" / "imps-0.avro", "impression", imps[:50])
+    avro.write_records(d / "imps" / "imps-1.avro", "impression", imps[50:])
+    avro.write_records(d / "judg" / "judg.avro", "judgment", judg)
+    (d / "imps" / "loop").symlink_to(".")          # the directory itself
+    (d / "judg" / "sub").mkdir()
+    (d / "judg" / "sub" / "up").symlink_to("..")   # the parent of the link's directory
+    pats = {k: str(d / k / "**" / "*.avro") for k in ("imps", "judg")}
+    matched = {k: len(glob.glob(p, recursive=True)) for k, p in pats.items()}
+    assert matched["imps"] > 2 and matched["judg"] > 1  # the loop is there
+    out = d / "out"
+    with caplog.at_level(logging.WARNING):
+        code = batch.main(["--impressions", pats["imps"], "--judgments", pats["judg"], "--metrics",
+                           "ndcg@5,map,mrr@10,P@5,bpref", "--window", "1h", "--slices", "device", "--output",
+                           str(out), "--quiet"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["accounting"]["impression"]["read"] == len(imps)
+    assert summary["accounting"]["judgment"]["read"] == len(judg)
+    assert summary["accounting"]["impression"]["duplicates"] == 0
+    warned = [r.getMessage() for r in caplog.records if "symbolic links" in r.getMessage()]
+    assert warned == [f"the pattern {pats['imps']!r} matched {matched['imps']} paths to 2 files through symbolic "
+                      f"links: each file is read once ({matched['imps'] - 2} duplicate matches dropped)",
+                      f"the pattern {pats['judg']!r} matched {matched['judg']} paths to 1 file through symbolic "
+                      f"links: each file is read once ({matched['judg'] - 1} duplicate matches dropped)"]
+    got = {(r["window_start"], r["slice"], r["system"], r["metric"]): (r["value"], r["num_queries"], r["stderr"])
+           for r in map(json.loads, open(out / "metrics.jsonl"))}
+    _same(got, rows)  # the same metrics as the files named one by one
+
+
 def test_counts_that_do_not_add_up_fail_the_job(clean, tmp_path, monkeypatch, capsys):
     imps, judg, _, _ = clean
     real = batch.job_counters
