@@ -16,6 +16,7 @@ import pytest
 
 import streameval as se
 from pipelines import batch
+from streameval import api
 from streameval.api import resolve_qrels
 from streameval.beam.accounting import account
 from streameval.io import avro
@@ -152,6 +153,24 @@ def test_library_bad_input_messages():
     with pytest.raises(se.MetricNameError, match="unknown metric 'mapp'"):
         se.evaluate({"q": {"a": 1}}, {"q": {"a": 1.0}}, "mapp")
     assert math.isnan(se.evaluate({}, {}, "map").value())
+
+
+@pytest.mark.parametrize("metrics,got", [(None, "None"), (5, "int 5"), (b"map", "bytes b'map'")])
+def test_evaluate_without_metrics_says_what_it_takes(metrics, got):
+    """Issue 36: evaluate(qrels, run, None) raised a bare "'NoneType' object is not iterable" from
+    deep inside; the error says metrics is required and what it accepts."""
+    want = ("metrics is required: a metric name such as 'ndcg@10' or a list of names such as ['ndcg@10', 'map'] "
+            f"(names as docs/metrics.md writes them); got {got}")
+    with pytest.raises(TypeError) as e:
+        se.evaluate({"q": {"a": 1}}, {"q": {"a": 1.0}}, metrics)
+    assert str(e.value) == want
+    with pytest.raises(TypeError) as e:  # the per-query scores too (compare's path)
+        api.score_queries({"q": {"a": 1}}, {"q": {"a": 1.0}}, metrics)
+    assert str(e.value) == want
+    # what it says works
+    assert se.evaluate({"q": {"a": 1}}, {"q": {"a": 1.0}}, "ndcg@10").means == {"ndcg@10": 1.0}
+    assert se.evaluate({"q": {"a": 1}, "r": {"b": 1}}, {"q": {"a": 1.0}, "r": {"c": 1.0}},
+                       ["ndcg@10", "map"]).means == {"ndcg@10": 0.5, "map": 0.5}
 
 
 # --------------------------------------------------------------------------------------------
