@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .metrics.kernel import MetricOptions, compute
-from .metrics.names import MetricSpec, parse_metrics
+from .metrics.names import MetricSpec, metric_name_list, parse_metrics
 from .metrics.prepare import Prepared, prepare, refuse_nul
 from .metrics.prepare import judged_only as judged_only_lists
 from .metrics.trec_measures import WITHOUT_RESULTS, without_results
@@ -263,7 +263,7 @@ def _diversity_names(metrics) -> list:
     from .metrics.diversity import is_diversity_name
     from .metrics.names import MetricNameError
 
-    names = [metrics] if isinstance(metrics, (str, MetricSpec)) else list(metrics)
+    names = metric_name_list(metrics)  # TypeError naming what is accepted (metrics=None)
     div = [n for n in names if is_diversity_name(n)]
     if div and len(div) != len(names):
         other = [str(n) for n in names if not is_diversity_name(n)]
@@ -307,8 +307,9 @@ def evaluate(qrels, run, metrics, *, per_query: bool | str = False, relevance_le
     Returns an :class:`Evaluation` for one metric as for several (``ev.means``, ``ev["map"]``,
     ``ev.value()`` for a single metric). Run queries without any judgment are left out (a warning
     says how many). Raises MetricNameError (ValueError) for unknown names, ValueError for malformed
-    values, TypeError for an input of a type it cannot read, ImportError for ``per_query="pandas"``
-    without pandas.
+    values, TypeError for an input of a type it cannot read or ``metrics`` that is neither a name nor
+    an iterable of names (``None``: the message says what is accepted), ImportError for
+    ``per_query="pandas"`` without pandas.
     """
     if isinstance(per_query, str) and per_query not in PER_QUERY or not isinstance(per_query, (bool, str)):
         raise ValueError(f"per_query must be one of {PER_QUERY}, got {per_query!r}")

@@ -291,7 +291,27 @@ def test_compare_dl_hard(capsys):
     assert compare.main([str(qrels), str(runs / "bm25.run"), str(runs / "bm25+bert(zs).run"), "-l", "2", "-c",
                          "-M", "1000", "-m", "ndcg@10"]) == 0
     out = capsys.readouterr().out
-    assert "bm25+bert(zs) vs bm25: 50 paired queries" in out and "ndcg@10" in out
+    assert "A = bm25, B = bm25+bert(zs): 50 paired queries" in out and "ndcg@10" in out
+
+
+def test_header_and_table_name_the_runs_alike(tmp_path, capsys):
+    """Issue 36: with runs partA.run and B.run the header said "B vs partA" while the table's columns
+    call the runs A and B. The header names each run by the table's column label and the name in
+    that column, and says which queries were left out with the same labels."""
+    (tmp_path / "qrels").write_text("q1 0 d1 2\nq1 0 d2 0\nq1 0 d3 1\nq2 0 d1 1\nq2 0 d4 1\nq3 0 d2 1\n")
+    (tmp_path / "partA.run").write_text("q1 Q0 d1 1 3.0 x\nq1 Q0 d2 2 2.0 x\nq1 Q0 d3 3 1.0 x\nq2 Q0 d1 1 1.0 x\n"
+                                        "q2 Q0 d4 2 0.5 x\nq3 Q0 d1 1 1 x\nq3 Q0 d2 2 0.5 x\n")
+    (tmp_path / "B.run").write_text("q1 Q0 d3 1 3.0 y\nq1 Q0 d1 2 2.0 y\nq2 Q0 d4 1 1.0 y\nq2 Q0 d1 2 0.5 y\n")
+    assert compare.main([str(tmp_path / "qrels"), str(tmp_path / "partA.run"), str(tmp_path / "B.run"),
+                         "-m", "ndcg@10"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header, columns, _, row = lines[:4]
+    labels = columns.split()[:3]
+    cells = row.split()[:3]
+    assert labels == ["metric", "A", "B"] and cells == ["ndcg@10", "partA", "B"]
+    # q3 is only in partA's run: 2 paired queries, 1 left out
+    assert header == f"{labels[1]} = {cells[1]}, {labels[2]} = {cells[2]}: 2 paired queries (left out: 1 only in " \
+                     f"{labels[1]}, 0 only in {labels[2]})"
 
 
 def test_compare_and_report_do_not_import_beam(tmp_path):

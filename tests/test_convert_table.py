@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -18,6 +21,8 @@ import pytest
 from pipelines import batch
 from streameval import cli
 from streameval.io import avro, records
+
+from .conftest import REPO
 
 MAPPING = "event_id=eid,request_id=rid,query_id=qid,system_id=ranker,item_id=doc,position=rank,timestamp=ts," \
           "clicked=click,score=s"
@@ -403,3 +408,74 @@ def test_default_dead_letter_file_and_avro_dead_letters(tmp_path, capsys):
     src.write_text("query_id,item_id,grade\nq1,d1,1\n")  # fixed: the stale default file goes
     assert _convert(src, "--kind", "judgments", "--out", out) == 0
     assert not default.exists()
+
+
+def _deep(levels: int) -> str:
+    """A JSON array nested ``levels`` deep: ``[[...]]``."""
+    return "[" * levels + "]" * levels
+
+
+def _convert_in_a_process(*args) -> subprocess.CompletedProcess:
+    """The command in its own process (a crash of the reader ends that process, not the tests')."""
+    code = "import sys; from streameval.cli import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", code, "convert", "table", *map(str, args)], capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+
+
+@pytest.mark.parametrize("also_not_json", [False, True])
+def test_a_line_nested_deeper_than_the_limit_is_a_dead_letter(tmp_path, also_not_json):
+    """Issue 36, item 5: a line nested 20,000 deep crashed pyarrow.json's reader (the process died
+    with SIGSEGV, nothing written); with a line that is no JSON too, the line reader's json module
+    raised RecursionError. The line is a dead letter naming its depth (the line's object and the
+    20,000 arrays in it: 20,001 levels) and the limit; the other lines convert."""
+    src = tmp_path / "log.jsonl"
+    lines = [json.dumps(dict(zip(COLUMNS, r))) for r in GOOD]
+    deep = '{"rid": "r9", "x": ' + _deep(20_000) + "}"  # the issue's line: a column of its own
+    lines.insert(2, deep)                                # line 3
+    if also_not_json:
+        lines.insert(5, "{not json")                     # line 6: the file goes to the line reader
+    # a string full of brackets is no nesting: this row converts
+    lines.append(json.dumps(dict(zip(COLUMNS, GOOD[0]), eid="e9", junk="[" * 3000)))
+    src.write_text("\n".join(lines) + "\n")
+    out, dl = tmp_path / "imp.avro", tmp_path / "dl.jsonl"
+    res = _convert_in_a_process(src, "--kind", "impressions", "--out", out, "--map", MAPPING, "--dead-letters", dl)
+    assert res.returncode == 0, (res.returncode, res.stderr[-500:])
+    letters = [json.loads(x) for x in dl.read_text().splitlines()]
+    want = [(f"{src}:3", "JSON nested 20001 levels deep (arrays and objects), over the limit of 500", deep)]
+    if also_not_json:
+        want.append((f"{src}:6", None, "{not json"))
+    assert [(d["source"], d["reason"] if d["raw"] == deep else None, d["raw"]) for d in letters] == want
+    if also_not_json:
+        assert letters[1]["reason"].startswith("not JSON")
+    written = len(GOOD) + 1
+    assert f"wrote {written} records to {out}; {len(want)} rows became dead letters ({dl})" in res.stderr
+    got = list(avro.read_records(out, "impression"))
+    rows = [json.loads(x) for x in lines if x not in (deep, "{not json")]
+    assert [r["event_id"] for r in got] == [r["eid"] for r in rows] == [r[0] for r in GOOD] + ["e9"]
+    for g, row in zip(got, rows):
+        want_rec = _expected(row, "jsonl")
+        assert {k: g[k] for k in want_rec if k != "attributes"} == {k: v for k, v in want_rec.items()
+                                                                   if k != "attributes"}
+
+
+def test_nesting_at_the_limit_converts_and_one_deeper_is_a_dead_letter(tmp_path):
+    """Depth 500 (the line's object and 499 arrays) is read; 501 is not."""
+    src = tmp_path / "judg.jsonl"
+    src.write_text("\n".join(json.dumps({"query_id": "q1", "item_id": f"d{i}", "grade": 1}) for i in range(3))
+                   + '\n{"query_id": "q1", "item_id": "d7", "grade": 2, "x": ' + _deep(499) + "}"
+                   + '\n{"query_id": "q1", "item_id": "d8", "grade": 2, "x": ' + _deep(500) + "}\n")
+    out, dl = tmp_path / "j.avro", tmp_path / "dl.jsonl"
+    assert _convert(src, "--kind", "judgments", "--out", out, "--dead-letters", dl) == 0
+    assert [r["item_id"] for r in avro.read_records(out, "judgment")] == ["d0", "d1", "d2", "d7"]
+    (letter,) = [json.loads(x) for x in dl.read_text().splitlines()]
+    assert (letter["source"], letter["reason"]) == (
+        f"{src}:5", "JSON nested 501 levels deep (arrays and objects), over the limit of 500")
+
+
+def test_a_file_of_lines_too_deep_only_is_refused_in_one_line(tmp_path):
+    src = tmp_path / "judg.jsonl"
+    src.write_text('{"query_id": "q1", "x": ' + _deep(20_000) + "}\n")
+    res = _convert_in_a_process(src, "--kind", "judgments", "--out", tmp_path / "j.avro")
+    assert res.returncode == 2
+    assert res.stderr == (f"streameval convert table: {src}: no line is a JSON object ({src}:1: JSON nested 20001 levels "
+                   "deep (arrays and objects), over the limit of 500)\n")

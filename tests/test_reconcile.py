@@ -230,3 +230,39 @@ def test_tolerances_and_csv_panes_cannot_give_a_wrong_verdict(tmp_path, capsys):
         w.writerow([T0, T0 + DAY, "all", "bts", "ctr", 0.1, "x", "maybe"])
     assert reconcile.main([str(tmp_path / "badpane.csv"), str(tmp_path / "want.jsonl")], out=io.StringIO()) == 2
     assert "badpane.csv:2" in capsys.readouterr().err
+
+
+def test_zero_rows_compared_is_a_failure(tmp_path, capsys):
+    """Issue 36: two empty tables (or no key in both, or --metrics naming none of the tables'
+    metrics) compared no row and said AGREE with exit status 0. Nothing compared is no agreement:
+    exit status 1 (streameval.exits.EXIT_FAILED) and one line on stderr."""
+    from streameval.exits import EXIT_FAILED
+
+    write_jsonl(tmp_path / "e1.jsonl", [])
+    write_jsonl(tmp_path / "e2.jsonl", [])
+    rc, text = run([tmp_path / "e1.jsonl", tmp_path / "e2.jsonl"])
+    err = capsys.readouterr().err
+    assert rc == EXIT_FAILED == 1
+    assert err == ("streameval reconcile: no rows were compared: no (window, slice, system, metric) key is in both "
+                   "tables (A 0 rows, B 0 rows)\n")
+    assert text.rstrip().endswith("NO ROWS COMPARED") and "AGREE" not in text
+    rc, text = run([tmp_path / "e1.jsonl", tmp_path / "e2.jsonl", "--json", "-"])
+    rep = json.loads(text)
+    assert rc == 1 and rep["matched"] == 0 and rep["agree"] is False and rep["compared"] is False
+    # disjoint keys with one-sided rows allowed: nothing compared either
+    write_jsonl(tmp_path / "a.jsonl", [row(T0, "ctr", 0.5)])
+    write_jsonl(tmp_path / "b.jsonl", [row(T0 + DAY, "ctr", 0.5)])
+    capsys.readouterr()
+    assert run([tmp_path / "a.jsonl", tmp_path / "b.jsonl", "--allow-one-sided"])[0] == 1
+    assert "A 1 rows, B 1 rows" in capsys.readouterr().err
+    # --metrics naming a metric neither table has
+    rc, _ = run([tmp_path / "a.jsonl", tmp_path / "a.jsonl", "--metrics", "map"])
+    assert rc == 1
+    assert capsys.readouterr().err == ("streameval reconcile: no rows were compared: no (window, slice, system, "
+                                       "metric) key of the metrics map is in both tables (A 1 rows, B 1 rows)\n")
+    # --correlate over no common key compares nothing either (over common keys it does: above)
+    assert run([tmp_path / "a.jsonl", tmp_path / "b.jsonl", "--allow-one-sided", "--correlate", "ctr:ctr"])[0] == 1
+    assert "nor does a --correlate pair have a (window, slice, system) key in common" in capsys.readouterr().err
+    # one row in both: compared, and they agree
+    assert run([tmp_path / "a.jsonl", tmp_path / "a.jsonl"])[0] == 0
+    assert capsys.readouterr().err == ""

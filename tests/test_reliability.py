@@ -16,6 +16,7 @@ import pytest
 
 import streameval as se
 from pipelines import batch
+from streameval import api
 from streameval.api import resolve_qrels
 from streameval.beam.accounting import account
 from streameval.io import avro
@@ -154,6 +155,24 @@ def test_library_bad_input_messages():
     assert math.isnan(se.evaluate({}, {}, "map").value())
 
 
+@pytest.mark.parametrize("metrics,got", [(None, "None"), (5, "int 5"), (b"map", "bytes b'map'")])
+def test_evaluate_without_metrics_says_what_it_takes(metrics, got):
+    """Issue 36: evaluate(qrels, run, None) raised a bare "'NoneType' object is not iterable" from
+    deep inside; the error says metrics is required and what it accepts."""
+    want = ("metrics is required: a metric name such as 'ndcg@10' or a list of names such as ['ndcg@10', 'map'] "
+            f"(names as docs/metrics.md writes them); got {got}")
+    with pytest.raises(TypeError) as e:
+        se.evaluate({"q": {"a": 1}}, {"q": {"a": 1.0}}, metrics)
+    assert str(e.value) == want
+    with pytest.raises(TypeError) as e:  # the per-query scores too (compare's path)
+        api.score_queries({"q": {"a": 1}}, {"q": {"a": 1.0}}, metrics)
+    assert str(e.value) == want
+    # what it says works
+    assert se.evaluate({"q": {"a": 1}}, {"q": {"a": 1.0}}, "ndcg@10").means == {"ndcg@10": 1.0}
+    assert se.evaluate({"q": {"a": 1}, "r": {"b": 1}}, {"q": {"a": 1.0}, "r": {"c": 1.0}},
+                       ["ndcg@10", "map"]).means == {"ndcg@10": 0.5, "map": 0.5}
+
+
 # --------------------------------------------------------------------------------------------
 # batch job
 
@@ -254,6 +273,44 @@ def test_empty_and_missing_inputs(tmp_path, capsys):
     assert "unknown metric 'mapp'" in capsys.readouterr().err
     assert batch.main(["--impressions", str(tmp_path / "empty" / "imps-0.avro"), "--grades", "3:1",
                        "--output", str(tmp_path / "o")]) == 2
+
+
+def test_a_glob_through_a_symbolic_link_loop_reads_each_file_once(clean, tmp_path, caplog):
+    """Issue 36: ``**`` through a link to the directory itself (or to its parent) matched each file
+    up to 41 times, and the job read it as often without a word. Each file is read once, and one
+    warning per pattern says how many matches were dropped (the count of Python's glob)."""
+    import glob
+    import logging
+
+    imps, judg, rows, _ = clean
+    d = tmp_path / "links"
+    avro.write_records(d / "imps" / "imps-0.avro", "impression", imps[:50])
+    avro.write_records(d / "imps" / "imps-1.avro", "impression", imps[50:])
+    avro.write_records(d / "judg" / "judg.avro", "judgment", judg)
+    (d / "imps" / "loop").symlink_to(".")          # the directory itself
+    (d / "judg" / "sub").mkdir()
+    (d / "judg" / "sub" / "up").symlink_to("..")   # the parent of the link's directory
+    pats = {k: str(d / k / "**" / "*.avro") for k in ("imps", "judg")}
+    matched = {k: len(glob.glob(p, recursive=True)) for k, p in pats.items()}
+    assert matched["imps"] > 2 and matched["judg"] > 1  # the loop is there
+    out = d / "out"
+    with caplog.at_level(logging.WARNING):
+        code = batch.main(["--impressions", pats["imps"], "--judgments", pats["judg"], "--metrics",
+                           "ndcg@5,map,mrr@10,P@5,bpref", "--window", "1h", "--slices", "device", "--output",
+                           str(out), "--quiet"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["accounting"]["impression"]["read"] == len(imps)
+    assert summary["accounting"]["judgment"]["read"] == len(judg)
+    assert summary["accounting"]["impression"]["duplicates"] == 0
+    warned = [r.getMessage() for r in caplog.records if "symbolic links" in r.getMessage()]
+    assert warned == [f"the pattern {pats['imps']!r} matched {matched['imps']} paths to 2 files through symbolic "
+                      f"links: each file is read once ({matched['imps'] - 2} duplicate matches dropped)",
+                      f"the pattern {pats['judg']!r} matched {matched['judg']} paths to 1 file through symbolic "
+                      f"links: each file is read once ({matched['judg'] - 1} duplicate matches dropped)"]
+    got = {(r["window_start"], r["slice"], r["system"], r["metric"]): (r["value"], r["num_queries"], r["stderr"])
+           for r in map(json.loads, open(out / "metrics.jsonl"))}
+    _same(got, rows)  # the same metrics as the files named one by one
 
 
 def test_counts_that_do_not_add_up_fail_the_job(clean, tmp_path, monkeypatch, capsys):

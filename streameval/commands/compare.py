@@ -256,11 +256,12 @@ def main(argv=None) -> int:
         for r in rows + info.get("tukey", []):
             print(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}))
         return 0
+    # the header names the runs as the table does: its columns A and B, the names in them
     for p in info["pairs"]:
         extra = ""
         if p["only_a"] or p["only_b"]:
-            extra = f" (left out: {p['only_a']} only in {p['system_a']}, {p['only_b']} only in {p['system_b']})"
-        print(f"{p['system_b']} vs {p['system_a']}: {p['queries']} paired queries{extra}")
+            extra = f" (left out: {p['only_a']} only in A, {p['only_b']} only in B)"
+        print(f"A = {p['system_a']}, B = {p['system_b']}: {p['queries']} paired queries{extra}")
     print(format_table(rows))
     print(f"B - A per query, averaged. CI (t): mean -/+ t(n-1) * stderr; CI (bootstrap): percentile interval of "
           f"{args.replicates} Poisson(1) replicates; p (t): paired t-test; p (perm): two-sided sign-flip "

@@ -20,8 +20,10 @@ Streaming tables can hold several panes of a window: the row with ``is_final`` t
 the one with the largest ``pane_index``. Two rows with the same key and no pane to choose between
 are an input error.
 
-Exit status: 0 the tables agree, 1 they disagree (differences, one-sided rows, or a correlation
-below ``--min-correlation``), 2 bad input or arguments. Does not import Beam (but Beam's
+Exit status (:mod:`streameval.exits`): 0 the tables agree, 1 they disagree (differences, one-sided
+rows, or a correlation below ``--min-correlation``) or no row was compared (both tables empty, no
+key in both, or ``--metrics`` naming none of their metrics, and no ``--correlate`` pair over a common
+key: zero rows compared is no agreement, one line on stderr says so), 2 bad input or arguments. Does not import Beam (but Beam's
 ``FileSystems`` for a remote output directory).
 """
 
@@ -36,6 +38,7 @@ import sys
 from datetime import datetime, timezone
 
 from ..beam.arguments import split_names
+from ..exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ..io import results
 
 __all__ = ["main", "read_table", "compare", "correlate", "Comparison"]
@@ -361,7 +364,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="streameval reconcile",
         description="Compare two metric tables (batch / streaming output: Avro, JSON lines or an output "
                     "directory; or a dashboard CSV with window_start, window_end, slice, system, metric, value). "
-                    "Exit status 0 when they agree, 1 when they disagree, 2 on bad input.")
+                    "Exit status 0 when they agree, 1 when they disagree or no row was compared, 2 on bad input.")
     p.add_argument("a", help="table A")
     p.add_argument("b", help="table B")
     p.add_argument("--abs-tol", type=float, default=1e-9,
@@ -422,20 +425,20 @@ def main(argv=None, out=None) -> int:
     except ValueError as e:
         msg = str(e).replace("abs_tol", "--abs-tol").replace("rel_tol", "--rel-tol")
         print(f"streameval reconcile: {msg}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     pairs = []
     for spec in args.correlate:
         x, sep, y = spec.partition(":")
         if not sep or not x.strip() or not y.strip():
             print(f"streameval reconcile: --correlate wants X:Y, got {spec!r}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         pairs.append((x.strip(), y.strip()))
     try:
         a = read_table(args.a)
         b = read_table(args.b)
     except TableError as e:
         print(f"streameval reconcile: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     metrics = split_names(args.metrics) if args.metrics else None
     cmp = compare(a, b, args.abs_tol, args.rel_tol, counts=not args.ignore_counts, metrics=metrics)
     cors = [correlate(a, b, x, y) for x, y in pairs]
@@ -445,14 +448,22 @@ def main(argv=None, out=None) -> int:
             if not (c["pearson"] >= args.min_correlation and c["kendall"] >= args.min_correlation):
                 low_cor.append(c)
     one_sided = bool(cmp.only_a or cmp.only_b)
-    agree = not cmp.differences and not low_cor and (args.allow_one_sided or not one_sided)
+    # zero rows compared (both tables empty, no key in both, --metrics naming none) is no agreement;
+    # a --correlate pair over common keys (metric X in A, Y in B) is a comparison
+    compared = cmp.matched > 0 or any(c["n"] > 0 for c in cors)
+    agree = compared and not cmp.differences and not low_cor and (args.allow_one_sided or not one_sided)
+    if not compared:
+        which = f" of the metrics {', '.join(metrics)}" if metrics else ""
+        pairs_too = ", nor does a --correlate pair have a (window, slice, system) key in common" if cors else ""
+        print(f"streameval reconcile: no rows were compared: no (window, slice, system, metric) key{which} is in "
+              f"both tables (A {len(a)} rows, B {len(b)} rows){pairs_too}", file=sys.stderr)
 
     report = {
         "a": args.a, "b": args.b, "abs_tol": args.abs_tol, "rel_tol": args.rel_tol,
         "rows_a": len(a), "rows_b": len(b), "matched": cmp.matched,
         "differences": [{**_json_key(d["key"]), **{k: v for k, v in d.items() if k != "key"}} for d in cmp.differences],
         "only_a": [_json_key(k) for k in cmp.only_a], "only_b": [_json_key(k) for k in cmp.only_b],
-        "correlations": cors, "agree": agree,
+        "correlations": cors, "agree": agree, "compared": compared,
     }
     if args.json_out:
         from ..io.results import null_for_nonfinite
@@ -461,14 +472,14 @@ def main(argv=None, out=None) -> int:
         text = json.dumps(null_for_nonfinite(report), indent=2, default=lambda x: None, allow_nan=False)
         if args.json_out == "-":
             out.write(text + "\n")
-            return 0 if agree else 1
+            return EXIT_OK if agree else EXIT_FAILED
         try:
             with open(args.json_out, "w", encoding="utf-8") as f:
                 f.write(text + "\n")
         except (OSError, ValueError) as e:  # ValueError: a NUL in the path
             print(f"streameval reconcile: cannot write --json {args.json_out!r}: {getattr(e, 'strerror', None) or e}",
                   file=sys.stderr)
-            return 2
+            return EXIT_USAGE
 
     w = out.write
     w(f"A: {args.a} ({len(a)} rows)\nB: {args.b} ({len(b)} rows)\n")
@@ -501,11 +512,11 @@ def main(argv=None, out=None) -> int:
     if low_cor:
         w(f"\ncorrelation below --min-correlation {args.min_correlation:g}: "
           + ", ".join(f"{c['x']}:{c['y']}" for c in low_cor) + "\n")
-    verdict = "AGREE" if agree else "DISAGREE"
+    verdict = "AGREE" if agree else "DISAGREE" if compared else "NO ROWS COMPARED"
     if agree and one_sided:
         verdict += " (one-sided rows allowed)"
     w(f"\n{verdict}\n")
-    return 0 if agree else 1
+    return EXIT_OK if agree else EXIT_FAILED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -42,6 +42,7 @@ import glob
 import io
 import itertools
 import json
+import logging
 import os
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -140,8 +141,12 @@ def expand_paths(paths: Union[PathLike, Iterable[PathLike]]) -> list[str]:
     Each entry containing a glob character (``*``, ``?``, ``[``) is expanded
     with :func:`glob.glob` (``**`` recursive) and the matches are sorted; a
     pattern that matches nothing raises :class:`FileNotFoundError` naming the
-    pattern.  Plain paths are kept as given (they must exist when read).
-    The order of the entries is kept; duplicates are not removed.
+    pattern.  A pattern's matches that are one file (the same real path, reached
+    through symbolic links: ``**`` through a link to a parent directory matches
+    each file up to 40 times) are kept once, by the match with the fewest path
+    components, and a warning says how many were dropped.  Plain paths are kept
+    as given (they must exist when read).  The order of the entries is kept;
+    duplicates across entries are not removed.
     """
     if isinstance(paths, (str, os.PathLike)):
         entries = [paths]
@@ -151,13 +156,28 @@ def expand_paths(paths: Union[PathLike, Iterable[PathLike]]) -> list[str]:
     for entry in entries:
         p = os.fspath(entry)
         if glob.has_magic(p):
-            matches = sorted(m for m in glob.glob(p, recursive=True) if not os.path.isdir(m))
+            matches = [m for m in glob.glob(p, recursive=True) if not os.path.isdir(m)]
             if not matches:
                 raise FileNotFoundError(f"no files match the pattern {p!r}")
-            out.extend(matches)
+            out.extend(_once_per_file(p, matches))
         else:
             out.append(p)
     return out
+
+
+def _once_per_file(pattern: str, matches: list) -> list:
+    """``matches`` sorted, each real file once (the match with the fewest components, then the
+    first in sorted order); a warning names the pattern and the number dropped."""
+    kept: dict = {}
+    for m in sorted(matches, key=lambda m: (m.count(os.sep), m)):
+        kept.setdefault(os.path.realpath(m), m)
+    if len(kept) < len(matches):
+        dropped = len(matches) - len(kept)
+        files = f"{len(kept)} file{'s' if len(kept) != 1 else ''}"
+        logging.getLogger(__name__).warning(
+            "the pattern %r matched %d paths to %s through symbolic links: each file is read once "
+            "(%d duplicate matches dropped)", pattern, len(matches), files, dropped)
+    return sorted(kept.values())
 
 
 # --------------------------------------------------------------------------

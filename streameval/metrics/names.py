@@ -47,6 +47,7 @@ __all__ = [
     "MetricNameError",
     "parse_metric",
     "parse_metrics",
+    "metric_name_list",
     "TREC_DEFAULT_CUTOFFS",
     "MAX_CUTOFF",
     "ALL_TREC",
@@ -274,14 +275,26 @@ def is_diversity(spec) -> bool:
     return f is not None and f.subtopics
 
 
+def metric_name_list(names) -> list:
+    """``names`` (a name, a :class:`MetricSpec` or an iterable of them) as a list. Raises ``TypeError``
+    saying what is accepted for ``None`` (metrics not given), bytes or a value that is not iterable."""
+    if isinstance(names, (str, MetricSpec)):
+        return [names]
+    if names is None or isinstance(names, (bytes, bytearray)) or not hasattr(names, "__iter__"):
+        got = "None" if names is None else f"{type(names).__name__} {names!r}"
+        raise TypeError(f"metrics is required: a metric name such as 'ndcg@10' or a list of names such as "
+                        f"['ndcg@10', 'map'] (names as docs/metrics.md writes them); got {got}")
+    return list(names)
+
+
 def parse_metrics(names, *, arithmetic: str | None = None, diversity: bool = False) -> list[MetricSpec]:
     """Parse a name or an iterable of names; duplicates are dropped, first order kept.
 
     ``arithmetic``: for a consumer that aggregates arithmetic means and totals only (the Beam jobs),
     its name: ``all_trec`` / ``official`` then leave out gm_map and gm_bpref, and naming one of them
-    raises :class:`MetricNameError` (:func:`check_arithmetic`). ``diversity``: as :func:`parse_metric`."""
-    if isinstance(names, (str, MetricSpec)):
-        names = [names]
+    raises :class:`MetricNameError` (:func:`check_arithmetic`). ``diversity``: as :func:`parse_metric`.
+    ``TypeError`` (:func:`metric_name_list`) for ``None`` or a value that is no name nor names."""
+    names = metric_name_list(names)
     seen: dict[MetricSpec, None] = {}
     for n in names:
         specs = [n] if isinstance(n, MetricSpec) else parse_metric(n, diversity=diversity)
