@@ -106,10 +106,10 @@ def pattern_reaches(pattern: str, folder: str) -> bool:
     below = _parts(target)[1][len(_parts(base)[1]):]  # the folder's parts under the glob's base
     dirs = rest[:-1]  # the glob's folder parts; the last part names the files
     for i, name in enumerate(below):
+        if i < len(rest) and "**" in rest[i]:
+            return True  # matches across folders (Beam's remote globs: also as the last part)
         if i >= len(dirs):
             return False  # the glob reads only folders above this one
-        if "**" in dirs[i]:
-            return True
         if not fnmatch.fnmatchcase(name, dirs[i]):
             return False
     return True  # the glob reads the folder itself (or folders below it)
