@@ -362,8 +362,9 @@ def publish(run: OutputRun, names, extra: dict | None = None) -> dict:
     if run.mode == "folder":
         return _publish_folder(run, names, extra)
     if run.mode == "staged":
-        staged = _listing(run.write_dir)
-        moving = sorted({n for name in names for n in _output_names(staged, name)})
+        # every file the run wrote (its outputs, summary.json), not Beam's temporary ones nor hidden ones
+        moving = sorted(n for n in _listing(run.write_dir) if not n.startswith((".", "beam-temp-"))
+                        and os.path.isfile(os.path.join(run.write_dir, n)))
         _clear(run.output, run.names)
         for n in moving:
             os.replace(os.path.join(run.write_dir, n), os.path.join(run.output, n))
