@@ -30,7 +30,6 @@ import pytest
 from pipelines import batch, ope
 from pipelines import stream as stream_cli
 from streameval import read_metrics
-from streameval.beam import sinks
 from streameval.io import avro
 
 from .conftest import fail_after
@@ -360,3 +359,37 @@ def test_a_run_killed_mid_run_leaves_the_first_runs_outputs(inputs, tmp_path, ca
     assert len(notes) == 1 and f"PID {run2.pid} " in notes[0], notes
     assert _values(out) == [pytest.approx(AP_B, abs=1e-12)]
     assert sorted(p.name for p in out.iterdir()) == sorted(before)  # run 2's staging folder is gone
+
+
+def test_a_reader_never_mixes_two_runs(tmp_path, monkeypatch):
+    """A run publishes while read_metrics reads an output of two shard files: the reader read run 1's
+    first shard, run 2 replaced both (same sizes, another manifest) before the second was read. The
+    rows are one run's, run 2's (the manifest is read again after the files), never one of each."""
+    from streameval.io import tables
+
+    out = tmp_path / "o"
+    out.mkdir()
+    names = [f"metrics-0000{i}-of-00002.jsonl" for i in range(2)]
+
+    def publish(run, value):
+        for i, name in enumerate(names):
+            row = {"window_start": None, "window_end": None, "slice": "all", "system": f"S{i}", "metric": "map",
+                   "value": value, "num_queries": 2}
+            (out / name).write_text(json.dumps(row) + "\n")
+        files = [{"path": str(out / n), "bytes": (out / n).stat().st_size} for n in names]
+        (out / "manifest.json").write_text(json.dumps({"complete": True, "run_id": run,
+                                                       "outputs": {"metrics.jsonl": files}}))
+
+    publish("run-1", 0.25)
+    real = tables._file_rows
+    calls = []
+
+    def reading(path):
+        rows = real(path)
+        calls.append(path)
+        if len(calls) == 1:  # run 2 publishes between the two files of run 1
+            publish("run-2", 0.75)
+        return rows
+
+    monkeypatch.setattr(tables, "_file_rows", reading)
+    assert sorted((r["system"], r["value"]) for r in read_metrics(out)) == [("S0", 0.75), ("S1", 0.75)]
