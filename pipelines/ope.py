@@ -28,7 +28,9 @@ Targets (the probability that the target shows the logged item at the logged pos
   the time-varying deployed policy, valid for a context-free policy such as BTS.
 
 Runs Beam's FnApiRunner (``--runner`` and unknown arguments pass to Beam). Writes
-``metrics.{avro,jsonl}`` and ``dead_letters.{avro,jsonl}`` when ``--output`` is given.
+``metrics.{avro,jsonl}``, ``dead_letters.{avro,jsonl}`` and, last, ``manifest.json`` when
+``--output`` is given (the folder checked against the logs, locked, and its previous outputs replaced
+only when the run ends: :func:`streameval.beam.sinks.start_output`).
 """
 
 from __future__ import annotations
