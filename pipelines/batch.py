@@ -56,8 +56,8 @@ from streameval.beam.transforms import (
     parse_lateness,
     parse_window,
 )
-from streameval.beam.sinks import (DEFAULT_FORMATS, bigquery_available, bigquery_sink, parse_formats, prepare_output, publish,
-                                   read_jsonl, read_metric_rows, remove_temporary, write_bigquery, write_jsonl,
+from streameval.beam.sinks import (DEFAULT_FORMATS, bigquery_available, bigquery_sink, close_output, parse_formats,
+                                   publish, read_jsonl, read_metric_rows, start_output, write_bigquery, write_jsonl,
                                    write_records)
 from streameval.beam.sources import (UNREADABLE, UNREADABLE_PARQUET, ReadAvro, expand_inputs, failure_reason,
                                      input_bytes, is_unreadable_letter, set_file_system_options)
@@ -67,6 +67,7 @@ from streameval import progress, tuning
 from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
 from streameval.io import counters as cn
+from streameval.io.outdir import OutputInUseError, OutputOverlapError
 from streameval.io.records import parse_time_range, to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.kernel import MetricOptions
@@ -247,6 +248,12 @@ def output_shards(args):
     return None if int(value) == 1 else int(value)
 
 
+def write_dir(args) -> str:
+    """Where the pipeline writes its outputs: the run's own folder (``args.write_dir``, set by
+    :func:`main` from :func:`streameval.beam.sinks.start_output`), else ``args.output``."""
+    return getattr(args, "write_dir", None) or args.output
+
+
 def _skip_missing_slices(rows, args):
     """``--slice-missing skip``: the rows without the slices in which a request lacks an attribute
     (``campaign=(missing)``); those requests stay in ``all`` and in the slices of attributes they have."""
@@ -349,12 +356,12 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
         row_parts.append(imps | "ScoreRankings" >> score)
         dead_parts.append(score.rejected)
         if getattr(args, "unjudged_file", True):
-            write_jsonl(score.unjudged, args.output, "unjudged", "Unjudged", shards=output_shards(args))
+            write_jsonl(score.unjudged, write_dir(args), "unjudged", "Unjudged", shards=output_shards(args))
         if args.compare_baseline:
             comparisons = score.scores | "Compare" >> CompareSystems(
                 [s.name for s in score.specs], baseline=args.compare_baseline, replicates=args.replicates,
                 level=args.ci_level, seed=args.ci_seed)
-            write_jsonl(comparisons, args.output, "comparisons", "Comparisons", shards=output_shards(args))
+            write_jsonl(comparisons, write_dir(args), "comparisons", "Comparisons", shards=output_shards(args))
     if not args.no_ctr:
         row_parts.append(imps | "ClickMetrics" >> ClickMetrics(window=window, slices=slices, ci_level=args.ci_level,
                                                                              every=every, max_windows_per_record=limit))
@@ -366,7 +373,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
             hist_range=hist_range(args.hist_range), group_rows=args.group_rows, ci_level=args.ci_level))
     rows = _skip_missing_slices(tuple(row_parts) | "AllRows" >> beam.Flatten(), args)
     dead = tuple(dead_parts) | "AllDeadLetters" >> beam.Flatten()
-    _write_outputs(rows, dead, args.output, output_shards(args), getattr(args, "alert_rules", None),
+    _write_outputs(rows, dead, write_dir(args), output_shards(args), getattr(args, "alert_rules", None),
                    *_sink_args(args))
     return rows, dead
 
@@ -458,15 +465,24 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         # lists of requests, one per shard: one text element (lines) each (an empty list writes no line)
         lines = (col.unjudged
                  | "UnjudgedJson" >> beam.FlatMap(_text_pieces))
-        write_jsonl(lines, args.output, "unjudged", "Unjudged", lines=True, shards=output_shards(args))
+        write_jsonl(lines, write_dir(args), "unjudged", "Unjudged", lines=True, shards=output_shards(args))
     if col.comparisons is not None:
-        write_jsonl(col.comparisons, args.output, "comparisons", "Comparisons", shards=output_shards(args))
-    _write_outputs(rows, col.dead_letters, args.output, output_shards(args), getattr(args, "alert_rules", None),
+        write_jsonl(col.comparisons, write_dir(args), "comparisons", "Comparisons", shards=output_shards(args))
+    _write_outputs(rows, col.dead_letters, write_dir(args), output_shards(args), getattr(args, "alert_rules", None),
                    *_sink_args(args))
     return rows, col.dead_letters
 
 
 def main(argv=None) -> int:
+    held: list = []  # the run's hold on its --output folder (sinks.start_output), let go on every path
+    try:
+        return _main(argv, held)
+    finally:
+        for run in held:
+            close_output(run)
+
+
+def _main(argv, held: list) -> int:
     parser = build_arg_parser()
     args, beam_args = parser.parse_known_args(argv)
     # an unquoted glob expands in the shell: the files after the first would reach Beam's options
@@ -545,12 +561,23 @@ def main(argv=None) -> int:
     outputs = [f for f in outputs if f.rsplit(".", 1)[-1] in formats or not f.startswith(("metrics.", "dead_letters."))]
     outputs += [f for fmt in formats for f in FORMAT_FILES.get(fmt, ())]
     extra = [f for files in FORMAT_FILES.values() for f in files]
-    try:
-        args.output = prepare_output(args.output, (*OUTPUT_FILES, *extra, "comparisons.jsonl", "alerts.avro",
-                                                   "alerts.jsonl", "alerts.parquet"))
+    try:  # the inputs are checked: refuse an output that overlaps them, lock it, give the run its folder
+        run = start_output(args.output, (*OUTPUT_FILES, *extra, "comparisons.jsonl", "alerts.avro", "alerts.jsonl",
+                                         "alerts.parquet"),
+                           inputs=[("--impressions", args.impressions, impression_paths),
+                                   ("--judgments", args.judgments or [], judgment_paths)],
+                           command="streameval batch")
+    except (OutputOverlapError, OutputInUseError, ValueError) as e:  # ValueError: a folder that cannot be made
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as e:  # noqa: BLE001 (the output's file system: permission, credentials, network)
         print(f"error: cannot prepare the output directory {args.output!r}: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_USAGE
+    held.append(run)
+    if run.notice:
+        print(run.notice, file=sys.stderr)
+    # the pipeline writes into the run's folder; the previous run's outputs stay until publish()
+    args.output, args.write_dir = run.output, run.write_dir
     # Beam's local runner in this process: the columnar engine keeps the values between stages in memory
     args.in_process = args.runner == "FnApiRunner" and not _beam_sets_workers(beam_args)
     args.work_threads = work_threads(args)
@@ -579,8 +606,7 @@ def main(argv=None) -> int:
             line.enable = False
             line.stop()
             print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
-            remove_temporary(args.output)  # no manifest: the directory reads as incomplete
-            return 1
+            return 1  # close_output removes the run's folder: the previous run's outputs stay
         finally:
             release_held()
     try:
@@ -594,20 +620,19 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - start
     if str(state).rsplit(".", 1)[-1] != "DONE":
         print(f"error: the job ended in state {state}", file=sys.stderr)
-        remove_temporary(args.output)
         return 1
     counters = job_counters(result)
 
     # the launcher reads counters and small outputs only, through FileSystems (the workers may be elsewhere)
     rows, note = [], None
     try:
-        rows = read_metric_rows(FileSystems.join(args.output, "metrics.jsonl"))
+        rows = read_metric_rows(FileSystems.join(run.write_dir, "metrics.jsonl"))
     except (OSError, ValueError) as e:  # e.g. a local --output that exists only on the workers' machines
         note = f"the metric rows are not readable from this machine ({e})"
     try:
         unreadable = [d["reason"].replace(f"{UNREADABLE} ", f"{d['source']} ", 1)
                       .replace(f"{UNREADABLE_PARQUET} ", f"{d['source']} ", 1)
-                      for d in read_jsonl(FileSystems.join(args.output, "unreadable_files.jsonl"))]
+                      for d in read_jsonl(FileSystems.join(run.write_dir, "unreadable_files.jsonl"))]
     except (OSError, ValueError):  # none written (a remote output without damaged files) or not readable here
         unreadable = [f"{counters[cn.unreadable_files(k)]} {k} files (see dead_letters)"
                       for k in ("impression", "judgment") if counters.get(cn.unreadable_files(k))]
@@ -645,12 +670,12 @@ def main(argv=None) -> int:
         "accounting": accounting,
         "accounting_problems": problems,
         "input_checks_failed": failed_checks,
-        "outputs": [FileSystems.join(args.output, f) for f in outputs],
+        "outputs": [FileSystems.join(run.result_dir, f) for f in outputs],
     }
     try:
-        with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
+        with FileSystems.create(FileSystems.join(run.write_dir, "summary.json")) as fo:
             fo.write(json.dumps(summary, indent=2, sort_keys=False).encode("utf-8"))
-        publish(args.output, outputs, {"state": str(state), "accounting_problems": problems,
+        publish(run, outputs, {"state": str(state), "accounting_problems": problems,
                                        "input_checks_failed": failed_checks})
     except Exception as e:  # noqa: BLE001 (the output's file system: disk full, permission)
         print(f"error: cannot finish the output {args.output}: {one_line(e)}", file=sys.stderr)
@@ -659,7 +684,7 @@ def main(argv=None) -> int:
         print(format_table(rows, names))
         if "comparisons.jsonl" in outputs:
             try:  # a small output (one record per window, slice, pair and metric), through FileSystems
-                comparisons = [c for m in FileSystems.match([FileSystems.join(args.output, "comparisons*.jsonl")])[0]
+                comparisons = [c for m in FileSystems.match([FileSystems.join(run.result_dir, "comparisons*.jsonl")])[0]
                                .metadata_list for c in read_jsonl(m.path)]
                 print(f"comparisons with {args.compare_baseline} (comparisons.jsonl):")
                 print(format_comparisons(comparisons, names))
@@ -685,10 +710,10 @@ def main(argv=None) -> int:
     status = exit_status(problems, failed_checks)
     fired = counters.get(ALERTS_FIRED, 0)
     if args.alert_rules:
-        print(f"alerts: {fired} fired ({FileSystems.join(args.output, 'alerts.jsonl')})")
+        print(f"alerts: {fired} fired ({FileSystems.join(run.result_dir, 'alerts.jsonl')})")
         if fired:
             try:  # a small output, through FileSystems; a local --output of remote workers is not here
-                fired_alerts = read_jsonl(FileSystems.join(args.output, "alerts.jsonl"))
+                fired_alerts = read_jsonl(FileSystems.join(run.result_dir, "alerts.jsonl"))
             except (OSError, ValueError) as e:
                 print(f"note: the alerts are not readable from this machine ({one_line(e)})")
                 fired_alerts = []

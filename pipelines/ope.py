@@ -28,7 +28,9 @@ Targets (the probability that the target shows the logged item at the logged pos
   the time-varying deployed policy, valid for a context-free policy such as BTS.
 
 Runs Beam's FnApiRunner (``--runner`` and unknown arguments pass to Beam). Writes
-``metrics.{avro,jsonl}`` and ``dead_letters.{avro,jsonl}`` when ``--output`` is given.
+``metrics.{avro,jsonl}``, ``dead_letters.{avro,jsonl}`` and, last, ``manifest.json`` when
+``--output`` is given (the folder checked against the logs, locked, and its previous outputs replaced
+only when the run ends: :func:`streameval.beam.sinks.start_output`).
 """
 
 from __future__ import annotations
@@ -47,14 +49,15 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from streameval.beam.accounting import job_counters
-from streameval.beam.arguments import make_output_dir, make_pipeline
+from streameval.beam.arguments import make_pipeline
 from streameval.exits import one_line
-from streameval.beam.sinks import read_metric_rows, write_records
+from streameval.beam.sinks import close_output, publish, read_metric_rows, start_output, write_records
 from streameval.beam.sources import ReadAvro
 from streameval.beam.online import OffPolicyCtr
 from streameval.beam.transforms import CleanImpressions, ClickMetrics, ValidateImpressions
 from streameval.io import avro, convert
 from streameval.io import counters as cn
+from streameval.io.outdir import OutputInUseError, OutputOverlapError
 from streameval.metrics.online import (
     LoggedPropensityTarget,
     TableTarget,
@@ -239,7 +242,20 @@ def format_report(rows, target_name, target_system) -> str:
 # --------------------------------------------------------------------------------------------
 # entry point
 
+#: the outputs of --output (manifest.json lists them)
+OUTPUTS = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_letters.jsonl")
+
+
 def main(argv=None) -> int:
+    held: list = []  # the run's hold on its --output folder (sinks.start_output), let go on every path
+    try:
+        return _main(argv, held)
+    finally:
+        for run in held:
+            close_output(run)
+
+
+def _main(argv, held: list) -> int:
     args, beam_args = build_arg_parser().parse_known_args(argv)
     stray = [a for a in beam_args if not a.startswith("-") and os.path.exists(a)]
     if stray:
@@ -309,9 +325,15 @@ def main(argv=None) -> int:
             notes.append(f"logged target: propensities of {len(target_recs)} target-log impressions, nearest time "
                          "per (slice, item, position)")
         p = make_pipeline(PipelineOptions(["--runner", args.runner, *beam_args]))
-        if args.output:
-            make_output_dir(args.output)
-    except (ValueError, TypeError, FileNotFoundError, OSError) as e:
+        run = None
+        if args.output:  # the inputs are read: refuse an output that overlaps them, lock it, give the run its folder
+            run = start_output(args.output, OUTPUTS, inputs=[("--logs", args.logs, log_paths),
+                                                             ("--target-logs", args.target_logs or [], target_paths)],
+                               command="streameval ope")
+            held.append(run)
+            if run.notice:
+                print(run.notice, file=sys.stderr)
+    except (ValueError, TypeError, FileNotFoundError, OSError, OutputOverlapError, OutputInUseError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
 
@@ -320,7 +342,7 @@ def main(argv=None) -> int:
     try:
         logs_path = os.path.join(tmp, "logs.avro")
         avro.write_records(logs_path, "impression", logs)
-        out_dir = args.output or tmp
+        out_dir = run.write_dir if run is not None else tmp
         imps, dead = (p | "ReadLogs" >> ReadAvro([logs_path], "impression")  # one file converted from the logs: name them
                       | "ValidateLogs" >> ValidateImpressions(",".join(args.logs)))
         imps, clean_dead = imps | "CleanLogs" >> CleanImpressions()
@@ -345,6 +367,8 @@ def main(argv=None) -> int:
         wall = time.perf_counter() - start
         counters = job_counters(result)
         out_rows = read_metric_rows(os.path.join(out_dir, "metrics.jsonl"))
+        if run is not None:  # the previous run's outputs are replaced now, not before
+            publish(run, OUTPUTS, {"state": "DONE"})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(format_report(out_rows, name, target_system))

@@ -21,7 +21,11 @@ Outputs (``--output DIR``): one file set per window and pane
 ``metrics-<window start>-<window end>-<system>-pane<index>-<pane>.{jsonl,avro}`` (metric_result
 schema), plus ``late_data-*.jsonl`` and ``dead_letters-*.jsonl`` (dead_letter shape),
 ``summary.json`` and, last, ``manifest.json``: the pane files read as one table with
-``streameval.read_metrics(DIR)`` (``final_only=True``: the last pane of each window). The console shows each pane as it fires (``--quiet``: only the summary).
+``streameval.read_metrics(DIR)`` (``final_only=True``: the last pane of each window). ``--replay``
+writes into a folder of its own and replaces the previous run's outputs only when it ends
+(:func:`streameval.beam.sinks.start_output`); ``--watch`` and the message sources write their panes
+into a local ``--output`` as they fire (the previous run's outputs are removed when the job starts,
+once its inputs are checked). Either way the folder is locked while the job runs. The console shows each pane as it fires (``--quiet``: only the summary).
 
 Repeated and conflicting input follows the batch job's rules (replayed impressions and click events
 are duplicates, reused event ids and items served twice dead letters, ``--judgment-conflicts
@@ -58,7 +62,7 @@ from streameval.beam.arguments import (
     parse_err_max_grade,
     split_metrics,
 )
-from streameval.beam.sinks import prepare_output, publish, remove_temporary
+from streameval.beam.sinks import close_output, publish, start_output
 from streameval.exits import EXIT_ALERT, EXIT_OK, one_line
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
@@ -100,7 +104,7 @@ LOCAL_STREAM_RUNNERS = ("BundleBasedDirectRunner", "DirectRunner")
 #: (a fixed cost of milliseconds) and a key's state and timers: one shard (docs/scale.md, 2026-11-27)
 COLUMNAR_SHARDS = 1
 RUNNING_TOTALS = "running_totals.jsonl"  # in --output (a local directory): the accounting as of each pane
-#: the outputs in --output: a rerun removes a previous run's first, the manifest lists them last
+#: the outputs in --output: a new run's replace a previous run's, the manifest lists them last
 OUTPUTS = ("metrics-*", "late_data-*", "dead_letters-*", "alerts-*", RUNNING_TOTALS)
 
 
@@ -253,7 +257,8 @@ def build_pipeline(p, args, paths):
     # running totals after each pane: this process's counts are the whole job's on the local runner only
     # (other runners: wait_reporting prints the job's counters from the launcher)
     local = _on_local_runner(args)
-    totals = os.path.join(args.output, RUNNING_TOTALS) if local and args.output and "://" not in args.output else None
+    out = getattr(args, "write_dir", None) or args.output  # the run's folder (main: sinks.start_output)
+    totals = os.path.join(out, RUNNING_TOTALS) if local and out and "://" not in out else None
     if totals and os.path.exists(totals):
         os.remove(totals)
     sm.panes | "Console" >> beam.ParDo(PanesOut(names, args.quiet, sm.cfg.run if local else None, totals))
@@ -262,16 +267,16 @@ def build_pipeline(p, args, paths):
         side.append(p | "UnreadableFiles" >> beam.Create(rep.unreadable))
     side.extend(w.unreadable for w in srcs.get("watchers", []))
     side = side[0] if len(side) == 1 else tuple(side) | "AllSideRecords" >> beam.Flatten()
-    side | "SideRecords" >> beam.ParDo(SideOut(args.output, "side"))
-    if args.output:
-        sm.panes | "WritePanes" >> WriteWindowedFiles(args.output)
+    side | "SideRecords" >> beam.ParDo(SideOut(out, "side"))
+    if out:
+        sm.panes | "WritePanes" >> WriteWindowedFiles(out)
     if args.prometheus_port is not None:
         sm.panes | "Prometheus" >> beam.Map(_export_pane)
     if getattr(args, "alert_rules", None):
         alerts = sm.panes | "Alerts" >> StreamAlerts(args.alert_rules)
         alerts | "PrintAlerts" >> beam.Map(print_alert)
-        if args.output:
-            alerts | "WriteAlerts" >> WriteRecords(args.output, "alerts")
+        if out:
+            alerts | "WriteAlerts" >> WriteRecords(out, "alerts")
     return sm, rows, rep
 
 
@@ -342,6 +347,15 @@ def wait_reporting(result, every: float, out=None, sleep=time.sleep):
 
 
 def main(argv=None) -> int:
+    held: list = []  # the run's hold on its --output folder (sinks.start_output), let go on every path
+    try:
+        return _main(argv, held)
+    finally:
+        for run in held:
+            close_output(run)
+
+
+def _main(argv, held: list) -> int:
     parser = build_arg_parser()
     args, beam_args = parser.parse_known_args(argv)
     try:
@@ -414,8 +428,14 @@ def main(argv=None) -> int:
     options.view_as(StandardOptions).streaming = True
     try:
         p = make_pipeline(options)
-        if args.output:  # a previous run's panes, manifest and temporary files go first: no mix of two runs
-            args.output = prepare_output(args.output, OUTPUTS)
+        if args.output:  # refuse an output that overlaps the inputs, lock it, give the run its folder
+            run = start_output(args.output, OUTPUTS, live=not args.replay, command="streameval stream",
+                               inputs=[(f"--{k}", getattr(args, k) or [], paths[k] if args.replay else [])
+                                       for k in KINDS])
+            held.append(run)
+            if run.notice:
+                print(run.notice, file=sys.stderr)
+            args.output, args.write_dir, args.output_run = run.output, run.write_dir, run
     except Exception as e:  # noqa: BLE001 (the runner's name; the output's file system: a file in the way, permission)
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
@@ -478,9 +498,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         line.enable = False
         line.stop()
         print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
-        if args.output:
-            remove_temporary(args.output)  # no manifest: the directory reads as incomplete
-        return 1
+        return 1  # close_output removes what the run wrote (--replay: its folder; the previous run's outputs stay)
     finally:
         if live is not None:
             live.close()
@@ -524,8 +542,8 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
                    "accounting": accounting, "accounting_problems": problems,
                    "input_checks_failed": failed_checks, "summary": line}
         try:
-            totals = os.path.join(args.output, RUNNING_TOTALS)
-            if in_process and "://" not in args.output and os.path.exists(totals):
+            totals = os.path.join(args.write_dir, RUNNING_TOTALS)
+            if in_process and "://" not in args.write_dir and os.path.exists(totals):
                 # the closing record: the job's final counts. The records written as panes fired are
                 # snapshots of this process's counts at that moment; on the local runner the last pane
                 # may fire before a parallel branch (dead letters, late data) has counted its records
@@ -533,9 +551,9 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
                     fo.write(json.dumps({"at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
                                          "pane": "end", "window_start": None, "window_end": None, "system": None,
                                          "counts": dict(sorted(counts.items()))}) + "\n")
-            with FileSystems.create(FileSystems.join(args.output, "summary.json")) as fo:
+            with FileSystems.create(FileSystems.join(args.write_dir, "summary.json")) as fo:
                 fo.write(json.dumps(summary, indent=2).encode("utf-8"))
-            publish(args.output, OUTPUTS, {"state": str(state), "accounting_problems": problems,
+            publish(args.output_run, OUTPUTS, {"state": str(state), "accounting_problems": problems,
                                            "input_checks_failed": failed_checks})
         except Exception as e:  # noqa: BLE001 (the output's file system: disk full, permission)
             print(f"error: cannot finish the output {args.output}: {one_line(e)}", file=sys.stderr)

@@ -6,7 +6,8 @@ Documented in docs/cli.md ("`streameval batch`") and docs/metrics.md ("Input che
 * 1 (:data:`EXIT_FAILED`): the job failed (runner, environment) or its record counts do not add up;
   ``reconcile``: the tables disagree, or no row was compared;
 * 2 (:data:`EXIT_USAGE`): bad options, or inputs or an output the command cannot start on (missing
-  or malformed files, a bad glob, an ``--output`` that cannot be created);
+  or malformed files, a bad glob, an ``--output`` that cannot be created, that overlaps an input or
+  that another job holds: :mod:`streameval.io.outdir`);
 * 3 (:data:`EXIT_INPUT_CHECK`): the job ran and its outputs are complete, but its input failed a
   check (:class:`streameval.beam.accounting.InputChecks`);
 * 4 (:data:`EXIT_ALERT`): the job ran, its outputs are complete and its input passed the checks,

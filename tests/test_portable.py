@@ -347,11 +347,12 @@ def test_an_input_the_workers_cannot_open_fails_the_job(portable_runner, launch,
     assert not (out / "manifest.json").exists()
 
 
-def test_rerun_replaces_every_output_and_a_failed_run_leaves_no_manifest(
+def test_rerun_replaces_every_output_and_a_failed_run_leaves_the_previous_one(
         portable_runner, bootstrap_compare, small_ref, monkeypatch, capsys):
     """A rerun with fewer inputs over the directory of the bootstrap / comparison job: every output
     is the new job's (the same as a fresh directory's), the comparisons are gone. Then a run over it
-    whose pipeline raises: exit 1 and no manifest."""
+    whose pipeline raises: exit 1, and the previous run's outputs and manifest as they were
+    (issue 36: outputs are replaced only when a run publishes)."""
     out = "bootstrap-compare/portable"
     before = read_output(Path(out))
     assert before["manifest"] and before["comparisons.jsonl"]
@@ -367,7 +368,7 @@ def test_rerun_replaces_every_output_and_a_failed_run_leaves_no_manifest(
     code = batch.main([*SMALL, "--output", out, "--quiet"])
     err = capsys.readouterr().err
     assert code == 1 and "error: the job failed" in err and "a stage of the pipeline raised" in err, err[-2000:]
-    assert not (Path(out) / "manifest.json").exists()
+    assert read_output(Path(out)) == got
 
 
 # --------------------------------------------------------------------------------------------

@@ -677,11 +677,12 @@ def test_dead_letters_name_the_file_of_the_record(tmp_path):
     assert letters((tmp_path / "stream").glob("dead_letters-*.jsonl")) == expected
 
 
-def test_stream_rerun_replaces_the_panes_and_a_failed_run_leaves_no_manifest(tmp_path, monkeypatch, capsys):
+def test_stream_rerun_replaces_the_panes_and_a_failed_run_leaves_the_previous_one(tmp_path, monkeypatch, capsys):
     """Issue 20, item 5: a rerun of the streaming job into its output directory left the first run's
     pane files beside the new ones (windows of the old input stayed), with nothing to tell a complete
-    directory from a killed run's. The job now clears its outputs first and writes manifest.json last
-    (the batch job's mechanism); a failed run leaves no manifest and no temporary files."""
+    directory from a killed run's. The job now replaces its outputs and writes manifest.json last
+    (the batch job's mechanism). Issue 36: a --replay run that fails leaves the previous run's panes
+    and manifest as they were, and nothing of its own (no staging folder, no temporary files)."""
     from pipelines import stream as stream_cli
     from streameval.beam import sinks
 
@@ -707,14 +708,15 @@ def test_stream_rerun_replaces_the_panes_and_a_failed_run_leaves_no_manifest(tmp
     manifest = json.loads((out / "manifest.json").read_text())
     listed = sorted(f["path"].rsplit("/", 1)[-1] for f in manifest["outputs"]["metrics-*"])
     assert listed == panes(out) and manifest["complete"] is True
-    # a run that fails: no manifest (the directory reads as incomplete), no temporary files
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    # a run that fails: the previous run's outputs stay, byte for byte; nothing of the failed run is left
     monkeypatch.setattr(stream_cli, "ReplayAvro", _failing_replay(stream_cli.ReplayAvro))
     monkeypatch.setattr(stream_cli, "ReplayColumns", _failing_replay(stream_cli.ReplayColumns))
     capsys.readouterr()
     assert run(day1, out) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the job failed" in err[0], err
-    assert not sinks.is_complete(str(out)) and not list(out.glob("beam-temp-*"))
+    assert sinks.is_complete(str(out)) and {f.name: f.read_bytes() for f in out.iterdir()} == before
 
 
 def _failing_replay(replay):

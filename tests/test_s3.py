@@ -303,24 +303,61 @@ def test_missing_object_after_matching_fails_the_job(tmp_path, s3_server, monkey
     assert out_prefix + "manifest.json" not in s3_server.keys(out_prefix)
 
 
-def test_prepare_output_on_s3_removes_what_a_failed_run_left(s3_server, monkeypatch):
-    """A rerun over an S3 output removes the previous outputs, the manifest and the temporary objects of
-    Beam's sinks that a failed run left (keys under beam-temp-*/: an object store has no directories),
-    and nothing else."""
+def test_a_run_on_s3_writes_its_own_folder_and_publishes_it_with_the_manifest(s3_server, monkeypatch):
+    """Issue 36, item 2: an object store has no locks. Each run writes into its own folder
+    ``runs/<run id>/`` and the manifest, one object written when the run ends, publishes it: a reader
+    (read_metrics) sees the previous run's rows while a new run writes, never a mix. A run that does
+    not publish (it failed) removes its folder and leaves the previous run as it was; one that
+    publishes removes the previous run's folder, the files of the layout before run folders and the
+    temporary objects Beam's sinks left (keys under beam-temp-*/), and nothing else."""
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from streameval import read_metrics
     from streameval.beam import sinks
 
     monkeypatch.setattr(FileSystems, "_pipeline_options", FileSystems._pipeline_options)  # restored after
     FileSystems.set_options(PipelineOptions(s3_server.beam_args))
     prefix = s3_server.prefix("rerun") + "out/"
-    for key in ("beam-temp-metrics-0a1b/3c4d.jsonl", "beam-temp-dead_letters-0a1b/5e6f.avro", "metrics.jsonl",
-                "dead_letters-00000-of-00002.jsonl", "dead_letters-00001-of-00002.jsonl", "manifest.json",
-                "summary.json", "notes.txt"):
+    url = s3_server.url(prefix.rstrip("/"))
+    legacy = ("beam-temp-metrics-0a1b/3c4d.jsonl", "beam-temp-dead_letters-0a1b/5e6f.avro", "metrics.jsonl",
+              "dead_letters-00000-of-00002.jsonl", "dead_letters-00001-of-00002.jsonl", "manifest.json", "summary.json")
+    for key in (*legacy, "notes.txt"):
         s3_server.put(prefix + key, b"x\n")
-    sinks.prepare_output(s3_server.url(prefix.rstrip("/")), batch.OUTPUT_FILES)
-    assert s3_server.keys(prefix) == [prefix + "notes.txt"]
+
+    def row(value):
+        return {"window_start": None, "window_end": None, "slice": "all", "system": "A", "metric": "map",
+                "value": value, "num_queries": 2}
+
+    def write(run, value):
+        s3_server.put(run.write_dir[len(s3_server.url()):] + "/metrics.jsonl", (json.dumps(row(value)) + "\n").encode())
+
+    def values():
+        return [r["value"] for r in read_metrics(url)]
+
+    first = sinks.start_output(url, batch.OUTPUT_FILES)
+    write(first, 0.25)
+    sinks.publish(first, ["metrics.jsonl"])
+    sinks.close_output(first)
+    folder = f"runs/{first.run_id}"
+    assert json.loads(s3_server.read(prefix + "manifest.json"))["folder"] == folder
+    assert s3_server.keys(prefix) == sorted([prefix + "manifest.json", prefix + "notes.txt",
+                                             f"{prefix}{folder}/metrics.jsonl"])
+    assert values() == [0.25]
+
+    failed = sinks.start_output(url, batch.OUTPUT_FILES)
+    write(failed, 0.5)
+    assert values() == [0.25]  # written, not published: not seen
+    sinks.close_output(failed)  # the run failed: its folder goes, the first run stays
+    assert values() == [0.25] and not s3_server.keys(f"{prefix}runs/{failed.run_id}/")
+
+    third = sinks.start_output(url, batch.OUTPUT_FILES)
+    write(third, 0.75)
+    sinks.publish(third, ["metrics.jsonl"])
+    sinks.close_output(third)
+    assert values() == [0.75]
+    assert s3_server.keys(prefix) == sorted([prefix + "manifest.json", prefix + "notes.txt",
+                                             f"{prefix}runs/{third.run_id}/metrics.jsonl"])
 
 
 # --------------------------------------------------------------------------------------------

@@ -87,10 +87,11 @@ def test_shard_counts_and_output_shards_change_no_number(messy, extra):
     assert [os.path.basename(f["path"]) for f in manifest["outputs"]["metrics.jsonl"]] == ["metrics.jsonl"]
 
 
-def test_rerun_replaces_outputs_and_a_failed_run_leaves_no_manifest(messy, monkeypatch, capsys):
+def test_rerun_replaces_outputs_and_a_failed_run_leaves_the_previous_one(messy, monkeypatch, capsys):
     """A rerun with fewer inputs over the same directory leaves none of the first run's rows or shard
-    files; a run whose input the environment does not deliver exits 1 naming the file, writes no
-    manifest and no dead letter for it."""
+    files; a run whose input the environment does not deliver exits 1 naming the file and leaves the
+    previous run's outputs as they were (manifest, summary, rows), with no dead letter for the file
+    and nothing of its own (issue 36: outputs are replaced only when a run publishes)."""
     d, args = messy
     out = d / "rerun"
     assert batch.main([*args, "--output", str(out), "--quiet", "--output-shards", "2"]) == 0
@@ -112,9 +113,12 @@ def test_rerun_replaces_outputs_and_a_failed_run_leaves_no_manifest(messy, monke
     err = capsys.readouterr().err
     assert f"cannot read input file {gone}" in err and "FileNotFoundError" in err
     assert len(err.strip().splitlines()) == 1
-    assert not sinks.is_complete(str(out))
-    assert not (out / "summary.json").exists()
+    assert sinks.is_complete(str(out))  # the previous run's outputs, whole
+    assert json.loads((out / "summary.json").read_text())["impression_files"] == [args[1]]
+    assert _lines(out, "metrics.jsonl") == _lines(again, "metrics.jsonl")
+    assert _lines(out, "dead_letters.jsonl") == _lines(again, "dead_letters.jsonl")
     assert not glob.glob(str(out / "beam-temp-*"))  # the failed run removed its temporary files
+    assert not glob.glob(str(out / (sinks.STAGING_PREFIX + "*"))) and not (out / ".streameval.lock").exists()
     (out / "beam-temp-metrics-0123").mkdir(exist_ok=True)  # as a killed run's sink leaves it
     (out / "beam-temp-metrics-0123" / "part").write_text("x")
     monkeypatch.setattr(batch, "expand_inputs", real)

@@ -295,10 +295,11 @@ def test_parquet_and_csv_on_s3(s3_server, beam_s3_clients_shared, monkeypatch, t
     names = {k.rsplit("/", 1)[-1] for k in s3_server.keys(prefix + "out/")}
     assert {"metrics.parquet", "metrics.csv", "dead_letters.parquet", "metrics.jsonl", "manifest.json"} <= names
     assert "metrics.avro" not in names
-    remote_csv = s3_server.read(prefix + "out/metrics.csv").splitlines()
+    manifest = json.loads(s3_server.read(prefix + "out/manifest.json"))
+    assert manifest["folder"].startswith("runs/")  # the run's own folder, which the manifest publishes
+    remote_csv = s3_server.read(prefix + "out/" + manifest["folder"] + "/metrics.csv").splitlines()
     local_csv = (tmp_path / "local" / "metrics.csv").read_bytes().splitlines()
     assert remote_csv[0] == local_csv[0] and sorted(remote_csv) == sorted(local_csv) and len(local_csv) > 1
-    manifest = json.loads(s3_server.read(prefix + "out/manifest.json"))
     assert "metrics.avro" not in manifest["outputs"] and manifest["outputs"]["metrics.parquet"]
     monkeypatch.setattr(FileSystems, "_pipeline_options", FileSystems._pipeline_options)  # restored after
     FileSystems.set_options(PipelineOptions(s3_server.beam_args))

@@ -1,12 +1,19 @@
-"""Outputs shared by the jobs: Avro and JSON-lines files on any Beam file system, and the completion
-manifest that tells a finished output directory from one a killed job left behind.
+"""Outputs shared by the jobs: Avro and JSON-lines files on any Beam file system, the completion
+manifest that tells a finished output directory from one a killed job left behind, and a run's hold
+on its output folder.
 
-A job calls :func:`prepare_output` before it runs (it removes the manifest, then the files of the
-previous run's outputs, so a rerun over the same directory replaces them cleanly and a reader never
-takes a half-written directory for a complete one), adds its writers (:func:`write_records`,
-:func:`write_jsonl`) to the pipeline, and calls :func:`publish` after the pipeline finished: it
-matches each output's files through ``FileSystems`` (the launcher reads no output's content) and
-writes ``manifest.json`` last. Readers check :func:`is_complete`.
+A job calls :func:`start_output` once its inputs are checked and before it builds the pipeline: it
+refuses an ``--output`` that overlaps an input, takes the folder's lock (local folders;
+:mod:`streameval.io.outdir`) and gives the run a folder of its own to write into (``write_dir``:
+a hidden staging folder in a local ``--output``, ``runs/<run id>/`` in a remote one). The job adds
+its writers (:func:`write_records`, :func:`write_jsonl`) on ``write_dir``, writes ``summary.json``
+there when the pipeline finished, and calls :func:`publish`: it matches each output's files through
+``FileSystems`` (the launcher reads no output's content), replaces the previous run's outputs with
+them (local: moved into ``--output``) and writes ``manifest.json`` last (remote: the manifest,
+naming the run's folder, is the one write that publishes it). :func:`close_output`, called in every
+case, removes what a run that did not publish wrote and releases the lock: the previous run's
+outputs stay whole and readable until a new run publishes. Readers check :func:`is_complete`. The
+streaming job's live panes (``live``) are written into a local ``--output`` in place.
 
 Beam's S3 writer cannot write an empty object (a multipart upload with no parts), so on remote file
 systems a JSON-lines output with no records writes no file; the manifest lists it with no files.
@@ -16,21 +23,27 @@ Layer 3 (Beam): imports :mod:`streameval.io`; nothing from ``pipelines``.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
 import re
 import shutil
+import time
+import uuid
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from ..io import avro
+from ..io import avro, outdir
+from ..io.outdir import OutputLock
+from .arguments import make_output_dir
 from . import s3_clients  # noqa: F401 (installs one boto3 client per process for Beam's S3 file system)
 
-__all__ = ["MANIFEST", "FORMATS", "DEFAULT_FORMATS", "parse_formats", "prepare_output", "write_records", "write_jsonl",
-           "write_parquet", "write_csv", "bigquery_available", "bigquery_sink", "write_bigquery", "publish", "is_complete", "read_jsonl", "read_metric_rows",
-           "output_files", "remove_temporary"]
+__all__ = ["MANIFEST", "RUNS", "STAGING_PREFIX", "FORMATS", "DEFAULT_FORMATS", "parse_formats", "OutputRun",
+           "start_output", "close_output", "write_records", "write_jsonl", "write_parquet", "write_csv",
+           "bigquery_available", "bigquery_sink", "write_bigquery", "publish", "is_complete", "read_jsonl",
+           "read_metric_rows", "output_files"]
 
 #: the completion marker: written last, after every output is in place
 MANIFEST = "manifest.json"
@@ -70,36 +83,129 @@ def output_files(out_dir: str, name: str, listing: dict | None = None) -> list[s
     return sorted(listing[n][0] for n in _output_names(listing, name))
 
 
-def prepare_output(out_dir: str, names) -> str:
-    """Make ``out_dir`` (a local one as an absolute path, returned) and remove what a previous run
-    left in it: first the manifest (so the directory no longer passes for complete), then the files
-    of the outputs ``names`` and ``summary.json``, and the temporary directories of Beam's sinks that
-    a failed run left."""
+#: remote outputs: each run's folder under ``--output`` (``runs/<run id>/``), named by the manifest
+RUNS = "runs"
+#: local outputs: the folder a run writes into (``.streameval-run-<run id>/`` in ``--output``) before it publishes
+STAGING_PREFIX = ".streameval-run-"
+
+
+@dataclasses.dataclass
+class OutputRun:
+    """One run's hold on an ``--output`` folder (:func:`start_output`).
+
+    ``mode``: ``"staged"`` (a local folder: the pipeline writes into ``write_dir``, a hidden folder
+    in ``output``, and :func:`publish` moves the files into ``output``, replacing the previous
+    run's, then writes the manifest), ``"live"`` (a local folder written in place, the streaming
+    job's live panes: the previous run's outputs are removed when the run starts) or ``"folder"``
+    (a remote folder, which has no locks: the run writes into its own folder ``runs/<run id>/`` and
+    :func:`publish` writes the manifest that names it, in one write; the previous run's folder is
+    removed after). ``lock``: the folder's lock (local folders)."""
+
+    output: str
+    write_dir: str
+    run_id: str
+    mode: str
+    names: tuple = ()
+    lock: OutputLock | None = None
+    published: bool = False
+    closed: bool = False
+
+    @property
+    def result_dir(self) -> str:
+        """Where the outputs are once published: ``output``, or the run's own folder (remote)."""
+        return self.write_dir if self.mode == "folder" else self.output
+
+    @property
+    def notice(self) -> str | None:
+        """The one line to print when the lock of a job that died was taken over."""
+        return self.lock.notice if self.lock is not None else None
+
+
+def _new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+
+
+def start_output(out_dir: str, names, inputs=(), live: bool = False, command: str = "") -> OutputRun:
+    """Take the output folder ``out_dir`` for one run, before the pipeline is built.
+
+    1. Refuse an ``out_dir`` that overlaps an input (``inputs``: ``(option, patterns, files)``;
+       :func:`streameval.io.outdir.check_overlap` raises ``OutputOverlapError``), before anything is
+       touched.
+    2. A local folder: make it and take its lock (``OutputInUseError`` when another job holds it);
+       remove what killed runs left (their staging folders, Beam's temporary folders); then with
+       ``live`` remove the previous run's outputs (manifest first), else make this run's staging
+       folder. A remote folder: this run's folder ``runs/<run id>/``.
+
+    ``names`` are the outputs a run of this job may write (:func:`output_files`' names), removed
+    when a new run publishes (or, ``live``, when it starts). Returns the :class:`OutputRun`; call
+    :func:`publish` when the job finished and :func:`close_output` in every case."""
+    outdir.check_overlap(out_dir, inputs)
+    names = tuple(dict.fromkeys([*names, "summary.json"]))
+    run_id = _new_run_id()
     if _remote(out_dir):
+        out_dir = out_dir.rstrip("/")
         if not FileSystems.exists(out_dir):
-            FileSystems.mkdirs(out_dir)
-    else:
-        out_dir = os.path.abspath(out_dir)
-        os.makedirs(out_dir, exist_ok=True)
+            make_output_dir(out_dir)
+        return OutputRun(out_dir, FileSystems.join(out_dir, RUNS, run_id), run_id, "folder", names)
+    out_dir = os.path.abspath(out_dir)
+    make_output_dir(out_dir)  # ValueError naming it: a file in the way, no permission
+    lock = outdir.OutputLock(out_dir, command).acquire()
+    try:
+        for d in glob.glob(os.path.join(glob.escape(out_dir), STAGING_PREFIX + "*")):  # a killed run's
+            shutil.rmtree(d, ignore_errors=True)
+        _remove_beam_temp(out_dir)
+        if live:
+            _clear(out_dir, names)
+            return OutputRun(out_dir, out_dir, run_id, "live", names, lock)
+        staging = os.path.join(out_dir, STAGING_PREFIX + run_id)
+        os.mkdir(staging)
+        return OutputRun(out_dir, staging, run_id, "staged", names, lock)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _clear(out_dir: str, names) -> None:
+    """Remove the manifest of ``out_dir`` (so it no longer passes for complete), then the files of the
+    outputs ``names``."""
     marker = FileSystems.join(out_dir, MANIFEST)
     if FileSystems.exists(marker):
         FileSystems.delete([marker])
     listing = _listing(out_dir)
-    old = sorted({f for name in {*names, "summary.json"} for f in output_files(out_dir, name, listing)})
+    old = sorted({f for name in names for f in output_files(out_dir, name, listing)})
     if old:
         FileSystems.delete(old)
-    _remove_beam_temp(out_dir)
-    return out_dir
 
 
-def remove_temporary(out_dir: str) -> None:
-    """After a failed run: remove the temporary files Beam's sinks left in ``out_dir`` (the outputs
-    already published stay, without a manifest, so a reader sees an incomplete directory). Errors of
-    the file system are ignored: the next run clears them too (:func:`prepare_output`)."""
+def close_output(run: OutputRun | None) -> None:
+    """End the run's hold on its output folder: a run that did not publish (it failed or was refused)
+    removes what it wrote (its staging or run folder; live, Beam's temporary files), leaving the
+    previous run's outputs as they were; then the lock is released. Idempotent; errors of the file
+    system on this path are ignored."""
+    if run is None or run.closed:
+        return
+    run.closed = True
     try:
-        _remove_beam_temp(out_dir)
-    except Exception:  # noqa: BLE001 (best effort on the failure path)
+        if not run.published:
+            if run.mode == "staged":
+                shutil.rmtree(run.write_dir, ignore_errors=True)
+            elif run.mode == "folder":
+                _delete_tree(run.write_dir)
+            else:
+                _remove_beam_temp(run.write_dir)
+    except Exception:  # noqa: BLE001 (best effort on the failure path; the next run clears it)
         pass
+    finally:
+        if run.lock is not None:
+            run.lock.release()
+
+
+def _delete_tree(prefix: str) -> None:
+    """Delete every file under ``prefix`` (a remote folder: keys ``prefix/...``; Beam's ``**`` matches
+    across ``/``)."""
+    found = [m.path for m in FileSystems.match([FileSystems.join(prefix, "**")])[0].metadata_list]
+    if found:
+        FileSystems.delete(found)
 
 
 def _remove_beam_temp(out_dir: str) -> None:
@@ -112,7 +218,7 @@ def _remove_beam_temp(out_dir: str) -> None:
         if found:
             FileSystems.delete(found)
         return
-    for d in glob.glob(os.path.join(out_dir, "beam-temp-*")):
+    for d in glob.glob(os.path.join(glob.escape(out_dir), "beam-temp-*")):
         if os.path.isdir(d):
             shutil.rmtree(d)
         else:
@@ -234,16 +340,78 @@ def write_bigquery(pcoll, table: str, schema_name: str = "metric_result", label:
             | f"{label}BigQuery" >> sink)
 
 
-def publish(out_dir: str, names, extra: dict | None = None) -> dict:
-    """Write ``manifest.json`` into ``out_dir``: each output of ``names`` with its files and their
-    sizes in bytes, plus ``extra``. Call it after the pipeline finished and ``summary.json`` is
-    written; returns the manifest."""
-    listing = _listing(out_dir)  # paths and sizes of every file, one listing
+def publish(run: OutputRun, names, extra: dict | None = None) -> dict:
+    """Publish the run's outputs ``names`` (call it after the pipeline finished and ``summary.json``
+    is written into ``run.write_dir``); returns the manifest: each output with its files and their
+    sizes in bytes, ``run_id``, ``folder`` (the run's folder relative to ``run.output``, ``""`` when
+    the files are in it) and ``extra``.
+
+    * ``staged`` (local; the folder's lock is held): the previous run's manifest is removed, then its
+      outputs, the new files are moved (renamed) into ``run.output`` and the manifest is written
+      last (a temporary file renamed into place). A run that fails before never touches the
+      previous run's outputs.
+    * ``live`` (local): the files are in place; the manifest is written.
+    * ``folder`` (remote): the manifest naming the run's folder ``runs/<run id>/`` is written in one
+      write, the moment the new outputs replace the previous run's for every reader; then the
+      previous run's folder (or the top-level files of an output written before run folders) is
+      removed (best effort: a reader of the old manifest gets an error naming a missing file, never
+      a mix).
+    """
+    extra = {"run_id": run.run_id, "folder": "", **(extra or {})}
+    names = list(names)
+    if run.mode == "folder":
+        return _publish_folder(run, names, extra)
+    if run.mode == "staged":
+        # every file the run wrote (its outputs, summary.json), not Beam's temporary ones nor hidden ones
+        moving = sorted(n for n in _listing(run.write_dir) if not n.startswith((".", "beam-temp-"))
+                        and os.path.isfile(os.path.join(run.write_dir, n)))
+        _clear(run.output, run.names)
+        for n in moving:
+            os.replace(os.path.join(run.write_dir, n), os.path.join(run.output, n))
+    manifest = _manifest(run.output, names, extra)
+    data = json.dumps(manifest, indent=2).encode("utf-8")
+    tmp = os.path.join(run.output, f".{MANIFEST}.{run.run_id}.tmp")
+    with open(tmp, "wb") as fo:
+        fo.write(data)
+        fo.flush()
+        os.fsync(fo.fileno())
+    os.replace(tmp, os.path.join(run.output, MANIFEST))
+    run.published = True
+    if run.mode == "staged":
+        shutil.rmtree(run.write_dir, ignore_errors=True)
+    return manifest
+
+
+def _manifest(folder: str, names, extra: dict) -> dict:
+    listing = _listing(folder)  # paths and sizes of every file, one listing
     outputs = {name: [{"path": listing[n][0], "bytes": listing[n][1]} for n in _output_names(listing, name)]
                for name in names}
-    manifest = {"complete": True, "outputs": outputs, **(extra or {})}
-    with FileSystems.create(FileSystems.join(out_dir, MANIFEST)) as fo:
+    return {"complete": True, "outputs": outputs, **extra}
+
+
+def _publish_folder(run: OutputRun, names, extra: dict) -> dict:
+    marker = FileSystems.join(run.output, MANIFEST)
+    previous = None
+    try:
+        with FileSystems.open(marker) as fo:
+            previous = json.loads(fo.read().decode("utf-8"))
+    except Exception:  # noqa: BLE001 (none, or not readable: nothing of it is removed)
+        previous = None
+    manifest = _manifest(run.write_dir, names, {**extra, "folder": f"{RUNS}/{run.run_id}"})
+    with FileSystems.create(marker) as fo:  # one object: readers see the old manifest or the new one
         fo.write(json.dumps(manifest, indent=2).encode("utf-8"))
+    run.published = True
+    try:  # what the previous manifest named (its run folder) and files of the layout before run folders
+        old = previous.get("folder") if isinstance(previous, dict) else None
+        if isinstance(old, str) and old.startswith(f"{RUNS}/") and old != manifest["folder"]:
+            _delete_tree(FileSystems.join(run.output, old))
+        listing = _listing(run.output)
+        top = sorted({f for name in run.names for f in output_files(run.output, name, listing)})
+        if top:
+            FileSystems.delete(top)
+        _remove_beam_temp(run.output)
+    except Exception:  # noqa: BLE001 (published already; the next run removes what is left)
+        pass
     return manifest
 
 

@@ -9,7 +9,10 @@ window, system and pane, ``metrics-<window>-<system>-pane<index>-<pane>[-final].
 Both write ``manifest.json`` last, listing every output file with its size; a directory without it
 is a job that was killed or failed half way (or is no job's output) and is refused. The manifest is
 the table's list of files: a file it lists that is missing, or whose size changed since, is an
-error; a file it does not list (a stray pane of another run) is not read.
+error; a file it does not list (a stray pane of another run) is not read. On a remote file system
+each run writes into its own folder ``runs/<run id>/`` and the manifest, written in one piece when
+the run ends, names it (``folder``): the files read are that run's, never a mix of two. The manifest
+is read again after the files: when a new run published meanwhile, the rows are read again.
 
 Rows are dicts with the fields of ``schemas/metric_result.avsc`` (:data:`METRIC_FIELDS`): window
 bounds as int microseconds since the Unix epoch, UTC (None for the global window), ``value`` a float
@@ -109,6 +112,10 @@ def _is_file(path: str) -> bool:
 
 
 def _manifest(directory: str) -> dict:
+    return _parse_manifest(directory, _manifest_bytes(directory))
+
+
+def _manifest_bytes(directory: str) -> bytes:
     marker = _join(directory, MANIFEST)
     if _remote(directory):
         try:
@@ -122,8 +129,13 @@ def _manifest(directory: str) -> dict:
     if not exists:
         raise MetricsTableError(f"{directory}: no {MANIFEST}: the job did not finish (killed or failed half way) "
                                 "or this is not a job's output directory; its files are not read as a table")
+    return _read_bytes(marker)
+
+
+def _parse_manifest(directory: str, data: bytes) -> dict:
+    marker = _join(directory, MANIFEST)
     try:
-        manifest = json.loads(_read_bytes(marker).decode("utf-8"))
+        manifest = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise MetricsTableError(f"{marker}: not a manifest (not JSON: {e})") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("outputs"), dict):
@@ -133,13 +145,15 @@ def _manifest(directory: str) -> dict:
     return manifest
 
 
-def metric_files(path) -> list[str]:
+def metric_files(path, manifest: dict | None = None) -> list[str]:
     """The files that hold the metric rows of the output directory ``path`` (a local directory or a
     remote prefix, e.g. ``s3://bucket/out``), in the manifest's order (by name): the batch job's
     ``metrics.parquet`` when it wrote one (``--formats ...,parquet``), else ``metrics.jsonl`` (or
     their shards), or the streaming job's ``metrics-*.jsonl`` pane files; the ``.avro`` twins only
     when the job wrote no JSON lines. Paths are ``path`` joined with the names
-    the manifest lists (the directory may have been moved or copied since).
+    the manifest lists (the directory may have been moved or copied since), in the run's folder
+    the manifest names (``folder``: ``runs/<run id>`` on remote file systems, where each run writes
+    into its own folder and the manifest publishes it). ``manifest``: the manifest already read.
 
     Raises :class:`MetricsTableError` when ``path`` has no ``manifest.json`` (a killed or failed
     job), the manifest lists no metric output, or a listed file is missing or its size differs from
@@ -147,8 +161,13 @@ def metric_files(path) -> list[str]:
     directory = os.fspath(path)
     if not _remote(directory):
         directory = os.path.abspath(directory)
-    manifest = _manifest(directory)
+    manifest = _manifest(directory) if manifest is None else manifest
     outputs = manifest["outputs"]
+    folder = manifest.get("folder") or ""
+    if not isinstance(folder, str) or folder.startswith("/") or ".." in folder.split("/"):
+        raise MetricsTableError(f"{_join(directory, MANIFEST)}: not a manifest (folder {folder!r})")
+    if folder:  # the run's own folder (remote outputs)
+        directory = _join(directory, folder) if _remote(directory) else os.path.join(directory, *folder.split("/"))
 
     def names(key):
         """{file name: bytes} of the files the manifest lists for output ``key``."""
@@ -300,6 +319,36 @@ def _frame(rows):
     return df
 
 
+#: reads of a directory whose manifest changed while its files were read (a new run published) before giving up
+READ_ATTEMPTS = 3
+
+
+def _directory_rows(path: str) -> list[dict]:
+    """The rows of the files the manifest of ``path`` lists, all of one run: the manifest is read
+    again after the files, and when a new run published meanwhile (another manifest) the files are
+    read again (:data:`READ_ATTEMPTS` times at most)."""
+    directory = path if _remote(path) else os.path.abspath(path)
+    for _ in range(READ_ATTEMPTS):
+        data = _manifest_bytes(directory)
+        try:
+            rows = []
+            for f in metric_files(path, _parse_manifest(directory, data)):
+                rows.extend(_file_rows(f))
+            error = None
+        except MetricsTableError as e:  # a file replaced or removed by a run that published meanwhile?
+            rows, error = None, e
+        try:
+            same = _manifest_bytes(directory) == data
+        except MetricsTableError:
+            same = False
+        if same:
+            if error is not None:
+                raise error
+            return rows
+    raise MetricsTableError(f"{directory}: a new run published while its rows were read, {READ_ATTEMPTS} times: "
+                            "read it again when no job writes it")
+
+
 def read_metrics(path, final_only: bool = False, as_frame: bool = False):
     """The metric rows of a finished job's output ``path``: a batch or a streaming job's
     ``--output`` directory (local, or a prefix on a Beam file system: ``s3://``, ``gs://``; remote
@@ -325,9 +374,7 @@ def read_metrics(path, final_only: bool = False, as_frame: bool = False):
     if _is_file(path):
         rows = _file_rows(path)
     else:
-        rows = []
-        for f in metric_files(path):
-            rows.extend(_file_rows(f))
+        rows = _directory_rows(path)
     if final_only:
         rows = final_panes(rows)
     return _frame(rows) if as_frame else rows
