@@ -94,26 +94,39 @@ def rank_order(query_codes, scores, item_codes, positions=None, *, order: str = 
 
 def _packed_rank_order(q, s, d, pos):
     """:func:`rank_order`'s permutation by one stable argsort of one int64 key, when the keys fit in
-    63 bits: query code, then (if given) float32 score descending as its 32-bit order-preserving
-    integer image (-0.0 as 0.0, so equal scores tie as in the float comparison), then (if given)
-    position ascending, then item code descending. None when they do not fit (float64 scores, NaN,
-    negative codes, non-integral or negative positions, large codes): the caller sorts by ``np.lexsort``,
-    which gives the same permutation (both sorts are stable)."""
+    63 bits: query code, then (if given) the score descending as the 32-bit order-preserving integer
+    image of its float32 value (-0.0 as 0.0, so equal scores tie as in the float comparison), then
+    (if given) position ascending, then item code descending. float64 scores: rounding a double to
+    float32 is monotone, so a strict order of the float32 values is the doubles' order; only where
+    one query's doubles differ but round to one float32 (scores closer than float32 resolves) is the
+    order refined, those rows alone sorted again by the doubles (:func:`_refine_doubles`). None when
+    the keys do not fit (NaN, negative codes, non-integral or negative positions, large codes): the
+    caller sorts by ``np.lexsort``, which gives the same permutation (both sorts are stable)."""
     n = len(q)
     if n == 0 or q.dtype.kind not in "iu" or d.dtype.kind not in "iu":
         return None
     keys = [q.astype(np.int64, copy=False)]
+    s64 = s32 = None
     if s is not None:
-        if s.dtype != np.float32 or np.isnan(s).any():
+        if s.dtype == np.float64:
+            s64 = s
+            with np.errstate(over="ignore"):  # beyond float32's range: +-inf, still in order
+                s32 = s.astype(np.float32)
+        elif s.dtype == np.float32:
+            s32 = s
+        else:
             return None
-        b = (s + np.float32(0.0)).view(np.int32).astype(np.int64)
+        if np.isnan(s32).any():
+            return None
+        b = (s32 + np.float32(0.0)).view(np.int32).astype(np.int64)
         keys.append((2**32 - 1) - np.where(b < 0, -1 - b, b + 2**31))  # descending
     if pos is not None:
         if not (pos >= 0).all() or not (pos == np.floor(pos)).all() or pos.max() >= 2**40:
             return None
         keys.append(pos.astype(np.int64))
     d = d.astype(np.int64, copy=False)
-    keys.append(d.max() - d)  # descending
+    dk = d.max() - d  # descending
+    keys.append(dk)
     if q.min() < 0 or d.min() < 0:
         return None
     bits = [int(k.max()).bit_length() for k in keys]
@@ -123,7 +136,38 @@ def _packed_rank_order(q, s, d, pos):
     for k, b in zip(keys[1:], bits[1:]):
         key <<= b
         key |= k
-    return np.argsort(key, kind="stable")
+    perm = np.argsort(key, kind="stable")
+    if s64 is not None:
+        # the bits below (query, float32 image): position and item
+        _refine_doubles(perm, key, sum(bits[2:]), s64, pos, dk)
+    return perm
+
+
+def _refine_doubles(perm, key, low_bits, s64, pos, dk) -> None:
+    """In place: ``perm`` sorted by (query, float32 image of the score, ...) becomes sorted by the
+    doubles. Slots of one query whose scores round to one float32 are contiguous; where such a run
+    holds different doubles, its rows are sorted again by (double descending, position, item
+    descending) within the run's slots."""
+    prefix = key[perm]
+    prefix >>= low_bits  # (query, float32 image)
+    same = prefix[1:] == prefix[:-1]
+    del prefix
+    if not same.any():
+        return
+    ss = s64[perm]
+    bad = same & (ss[1:] != ss[:-1])
+    del ss
+    if not bad.any():
+        return
+    run = np.empty(len(perm), dtype=np.int64)  # run of (query, float32 image) of each slot
+    run[0] = 0
+    np.cumsum(~same, out=run[1:])
+    flagged = np.zeros(int(run[-1]) + 1, dtype=bool)
+    flagged[run[1:][bad]] = True
+    slots = np.flatnonzero(flagged[run])
+    rows = perm[slots]
+    sort_keys = [dk[rows]] + ([] if pos is None else [pos[rows]]) + [-s64[rows], run[slots]]
+    perm[slots] = rows[np.lexsort(sort_keys)]
 
 
 @dataclass
