@@ -15,14 +15,18 @@ from .kernel import RankedLists
 from .names import MAX_CUTOFF as MAX_RANK
 
 __all__ = ["Prepared", "prepare", "factorize", "rank_order", "ranking_scores", "ORDERS", "TIE_BREAKS",
-           "SCORE_PRECISIONS"]
+           "SCORE_PRECISIONS", "DEFAULT_SCORE_PRECISION"]
 
 ORDERS = ("score", "position")
 TIE_BREAKS = ("docno", "position")
-SCORE_PRECISIONS = ("float32", "float64")
+SCORE_PRECISIONS = ("float64", "float32")
+#: how every entry point compares scores unless told otherwise (the library, ``trec-eval``, both
+#: jobs): as doubles, as trec_eval 10 does (trec_format.h ``double sim``, parsed with ``atof``).
+#: ``"float32"`` is trec_eval 9's (and pytrec_eval's) C ``float``: scores equal in single precision tie.
+DEFAULT_SCORE_PRECISION = "float64"
 
 
-def check_ranking_options(*, depth=None, score_precision="float32", tie_break="docno", order="score",
+def check_ranking_options(*, depth=None, score_precision=DEFAULT_SCORE_PRECISION, tie_break="docno", order="score",
                           complete=False) -> None:
     """Checks the ranking options every engine takes, naming the argument: ``depth`` None or a
     positive int (trec_eval ``-M``), ``score_precision`` in :data:`SCORE_PRECISIONS`, ``tie_break``
@@ -44,11 +48,11 @@ def check_ranking_options(*, depth=None, score_precision="float32", tie_break="d
         raise TypeError(f"complete must be a bool, got {complete!r}")
 
 
-def ranking_scores(scores, score_precision: str = "float32") -> np.ndarray:
-    """Scores as the ranking compares them. trec_eval keeps a run's score in a C ``float``
-    (``TEXT_RESULTS.sim`` in trec_format.h), so two scores equal in single precision tie and fall
-    to the docno tie-break: ``"float32"`` (default) reproduces that; ``"float64"`` compares the
-    scores as given."""
+def ranking_scores(scores, score_precision: str = DEFAULT_SCORE_PRECISION) -> np.ndarray:
+    """Scores as the ranking compares them. ``"float64"`` (default): as given, as trec_eval 10
+    compares them (``double sim`` in trec_format.h). ``"float32"``: rounded to single precision, as
+    trec_eval 9 and pytrec_eval keep a run's score (a C ``float``), so two scores equal in single
+    precision tie and fall to the docno tie-break (beyond float32's range: +-inf)."""
     if score_precision not in SCORE_PRECISIONS:
         raise ValueError(f"score_precision must be one of {SCORE_PRECISIONS}, got {score_precision!r}")
     s = np.asarray(scores, dtype=np.float64)
@@ -59,7 +63,7 @@ def ranking_scores(scores, score_precision: str = "float32") -> np.ndarray:
 
 
 def rank_order(query_codes, scores, item_codes, positions=None, *, order: str = "score",
-               tie_break: str = "docno", score_precision: str = "float32") -> np.ndarray:
+               tie_break: str = "docno", score_precision: str = DEFAULT_SCORE_PRECISION) -> np.ndarray:
     """The permutation that lays items out query by query, each query in rank order.
 
     ``order="score"``: score descending, ties broken by ``tie_break``: ``"docno"`` (item code
@@ -281,7 +285,7 @@ def prepare(
     tie_break: str = "docno",
     run_position=None,
     order: str = "score",
-    score_precision: str = "float32",
+    score_precision: str = DEFAULT_SCORE_PRECISION,
     fast_path: bool = True,
 ) -> Prepared:
     """Join a run to its qrels and lay out each query's ranked grades.
