@@ -4,8 +4,10 @@ in-memory runs are. Same result as the general path, bit for bit (a property tes
 
 How: query ids are coded by run-length blocks (O(N), no sort of the run); integer docnos are used as
 they are (strings are factorised); each query becomes one row of a padded 2-D array and is sorted on
-its own (``argsort(axis=1)`` on short rows is far faster than one global sort); score ties are
-resolved by docno on the few rows that have any; the join with the qrels uses needles already sorted
+its own (``argsort(axis=1)`` on short rows is far faster than one global sort), by the scores
+rounded to float32; ties there are resolved, on the few rows that have any, by the doubles (the
+default, trec_eval 10's comparison; the rounding is monotone, so the other rows are in the doubles'
+order already) and by docno; the join with the qrels uses needles already sorted
 by (query, docno), so ``searchsorted`` walks memory in order.
 
 Memory: the run is laid out a chunk of whole queries at a time (about :data:`CHUNK_ROWS` rows),
@@ -360,7 +362,7 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
         rows = slice(lo, lo + nc)
     else:
         rows = np.arange(nc) + np.repeat(cs - (np.cumsum(cl) - cl), cl)
-    with np.errstate(over="ignore"):  # float32 scores beyond its range: +-inf, as in trec_eval
+    with np.errstate(over="ignore"):  # beyond float32's range: +-inf (trec_eval 9's; ties for the doubles)
         neg = np.asarray(score[rows], dtype=np.float64).astype(np.float32)
     np.negative(neg, out=neg)
     d = run_codes(rows)
@@ -387,8 +389,8 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
         raise ValueError(f"run ranks docno {str(docno_of(Ds[r, c]))!r} twice for query {str(qvocab[cq[r]])!r}")
     del Ds, dupmask
 
-    # rank order: score descending (the padding, NaN, sorts last and ties nothing); ties (rare)
-    # by docno descending on the rows that have them. Run files usually list each query's documents
+    # rank order: score descending (the padding, NaN, sorts last and ties nothing), first as float32;
+    # ties there (rare) by the doubles (``doubles``) and by docno descending, on the rows that have them. Run files usually list each query's documents
     # by score already: then nothing is sorted (NaN padding compares False: never out of order).
     if bool((S[:, 1:] < S[:, :-1]).any()):
         perm = np.argsort(S, axis=1)
@@ -401,10 +403,25 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
     if len(rows_t):
         if perm is None:
             perm = np.broadcast_to(np.arange(Lc), S.shape).copy()
-        St = _doubles_of(rows_t, cl, Lc, rows, score) if doubles else S[rows_t]
-        sub = np.lexsort((-D[rows_t].ravel(), St.ravel(), np.repeat(np.arange(len(rows_t)), Lc)))
+        if doubles:  # those rows by their doubles; the rows with a tie there, by docno too
+            St = _doubles_of(rows_t, cl, Lc, rows, score)
+            if bool((St[:, 1:] < St[:, :-1]).any()):
+                pt = np.argsort(St, axis=1)
+                Sts = np.take_along_axis(St, pt, axis=1)
+                perm[rows_t] = pt
+                del pt
+            else:
+                perm[rows_t] = np.arange(Lc)
+                Sts = St
+            tied = (Sts[:, 1:] == Sts[:, :-1]).any(axis=1)
+            del Sts
+            rows_t, St = rows_t[tied], St[tied]
+        else:
+            St = S[rows_t]
+        if len(rows_t):
+            sub = np.lexsort((-D[rows_t].ravel(), St.ravel(), np.repeat(np.arange(len(rows_t)), Lc)))
+            perm[rows_t] = (sub % Lc).reshape(len(rows_t), Lc)
         del St
-        perm[rows_t] = (sub % Lc).reshape(len(rows_t), Lc)
     del S
     width = Lc if depth is None else min(Lc, depth)
     if perm is None:

@@ -113,9 +113,10 @@ def _packed_rank_order(q, s, d, pos):
     s64 = s32 = None
     if s is not None:
         if s.dtype == np.float64:
-            s64 = s
             with np.errstate(over="ignore"):  # beyond float32's range: +-inf, still in order
                 s32 = s.astype(np.float32)
+            if not bool((s32 == s).all()):  # (all exact in float32: the float32 order is the doubles')
+                s64 = s
         elif s.dtype == np.float32:
             s32 = s
         else:
@@ -143,15 +144,17 @@ def _packed_rank_order(q, s, d, pos):
     perm = np.argsort(key, kind="stable")
     if s64 is not None:
         # the bits below (query, float32 image): position and item
-        _refine_doubles(perm, key, sum(bits[2:]), s64, pos, dk)
+        _refine_doubles(perm, key, sum(bits[2:]), s64)
     return perm
 
 
-def _refine_doubles(perm, key, low_bits, s64, pos, dk) -> None:
-    """In place: ``perm`` sorted by (query, float32 image of the score, ...) becomes sorted by the
-    doubles. Slots of one query whose scores round to one float32 are contiguous; where such a run
-    holds different doubles, its rows are sorted again by (double descending, position, item
-    descending) within the run's slots."""
+def _refine_doubles(perm, key, low_bits, s64) -> None:
+    """In place: ``perm`` sorted by (query, float32 image of the score, position, item) becomes
+    sorted by (query, double, position, item). Slots of one query whose scores round to one float32
+    are contiguous (a run); where a run holds different doubles, its slots are sorted again by the
+    double descending, stably (equal doubles keep their (position, item) order): one stable argsort
+    of (run, the double's distance below the run's largest) when that fits in 63 bits, as it does
+    unless the doubles of a run lie far apart (near 0, beyond float32's range), else ``np.lexsort``."""
     prefix = key[perm]
     prefix >>= low_bits  # (query, float32 image)
     same = prefix[1:] == prefix[:-1]
@@ -166,12 +169,28 @@ def _refine_doubles(perm, key, low_bits, s64, pos, dk) -> None:
     run = np.empty(len(perm), dtype=np.int64)  # run of (query, float32 image) of each slot
     run[0] = 0
     np.cumsum(~same, out=run[1:])
+    del same
     flagged = np.zeros(int(run[-1]) + 1, dtype=bool)
     flagged[run[1:][bad]] = True
     slots = np.flatnonzero(flagged[run])
     rows = perm[slots]
-    sort_keys = [dk[rows]] + ([] if pos is None else [pos[rows]]) + [-s64[rows], run[slots]]
-    perm[slots] = rows[np.lexsort(sort_keys)]
+    r = run[slots]
+    del run, flagged
+    r -= r[0]
+    # the doubles' order-preserving int64 image (-0.0 as 0.0, as the float comparison ties them)
+    b = (s64[rows] + 0.0).view(np.int64)
+    img = np.where(b < 0, b ^ np.int64(2**63 - 1), b)
+    starts = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
+    top = np.maximum.reduceat(img, starts)
+    span = top - np.minimum.reduceat(img, starts)  # (a span past 2**63 wraps negative: refused below)
+    if int(r[-1]) < 2**30 and bool(((span >= 0) & (span < 2**32)).all()):
+        k = np.repeat(top, np.diff(np.append(starts, len(r))))
+        k -= img  # distance below the run's largest: descending
+        k |= r << 32
+        order = np.argsort(k, kind="stable")
+    else:
+        order = np.lexsort((-s64[rows], r))
+    perm[slots] = rows[order]
 
 
 @dataclass
