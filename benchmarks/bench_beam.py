@@ -115,6 +115,7 @@ def _stages(paths, jpath, decoder: str) -> None:
     from streameval.beam import columnar_clean, columnar_read, columnar_score
     from streameval.metrics.kernel import MetricOptions
     from streameval.metrics.names import parse_metrics
+    from streameval.metrics.prepare import DEFAULT_SCORE_PRECISION
 
     times: dict = {}
 
@@ -172,8 +173,8 @@ def _stages(paths, jpath, decoder: str) -> None:
     resolved = timed("3 unpickle, resolve judgments", lambda: grouped(
         main_outputs(x for kv in judg.items() for x in resolve.work(kv))))
     resolved = round_trip(resolved)
-    score = columnar_score._ScoreShard(parse_metrics(["all_trec"]), MetricOptions(), "score", "docno", "float32", None,
-                                       None, [("device",)])
+    score = columnar_score._ScoreShard(parse_metrics(["all_trec"]), MetricOptions(), "score", "docno",
+                                       DEFAULT_SCORE_PRECISION, None, None, [("device",)])
     timed("3 unpickle, ranking, metrics, means", lambda: [
         main_outputs(score.work((k, vs), resolved.get(k, []))) for k, vs in reqs.items()])
     total = sum(times.values())

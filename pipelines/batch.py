@@ -71,7 +71,7 @@ from streameval.io.outdir import OutputInUseError, OutputOverlapError
 from streameval.io.records import parse_time_range, to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.kernel import MetricOptions
-from streameval.metrics.prepare import check_ranking_options
+from streameval.metrics.prepare import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS, check_ranking_options
 from pipelines.batch_table import format_comparisons, format_table, report_line, sort_rows
 from streameval.metrics.online import parse_online_metric
 
@@ -136,8 +136,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="rank the served items by score (default) or by logged position")
     p.add_argument("--tie-break", choices=("docno", "position"), default="docno",
                    help="score ties broken by item id descending (trec_eval, default) or by position")
-    p.add_argument("--score-precision", choices=("float32", "float64"), default="float32",
-                   help="compare scores in single precision as trec_eval stores them (default) or as given")
+    p.add_argument("--score-precision", choices=SCORE_PRECISIONS, default=DEFAULT_SCORE_PRECISION,
+                   help="compare scores as doubles, as trec_eval 10 does (float64, default), or rounded to "
+                        "single precision, as trec_eval 9 and pytrec_eval store them (float32)")
     p.add_argument("--depth", type=int, default=None, help="score the top DEPTH items per request (trec_eval -M)")
     add_record_rule_arguments(p)
     p.add_argument("--complete", action="store_true",

@@ -21,6 +21,7 @@ from streameval.beam.keys import check_window_limit
 from streameval.beam.streaming import WindowSpec
 from streameval.beam.streaming.live import KINDS
 from streameval.beam.streaming.sources import KAFKA_TIMESTAMP_POLICIES
+from streameval.metrics.prepare import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
 
 __all__ = ["build_arg_parser", "window_spec"]
 
@@ -106,7 +107,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     add_hist_arguments(m)
     m.add_argument("--order", choices=("score", "position"), default="score")
     m.add_argument("--tie-break", choices=("docno", "position"), default="docno")
-    m.add_argument("--score-precision", choices=("float32", "float64"), default="float32")
+    m.add_argument("--score-precision", choices=SCORE_PRECISIONS, default=DEFAULT_SCORE_PRECISION,
+                   help="compare scores as doubles, as trec_eval 10 does (float64, default), or rounded to "
+                        "single precision, as trec_eval 9 and pytrec_eval store them (float32)")
     m.add_argument("--depth", type=int, default=None)
     m.add_argument("--no-ctr", action="store_true", help="do not compute click metrics")
     add_record_rule_arguments(m)

@@ -22,7 +22,7 @@ import numpy as np
 
 from .metrics.kernel import MetricOptions, compute
 from .metrics.names import MetricSpec, metric_name_list, parse_metrics
-from .metrics.prepare import Prepared, prepare, refuse_nul
+from .metrics.prepare import DEFAULT_SCORE_PRECISION, Prepared, prepare, refuse_nul
 from .metrics.prepare import judged_only as judged_only_lists
 from .metrics.trec_measures import WITHOUT_RESULTS, without_results
 
@@ -161,7 +161,7 @@ def resolve_qrels(jq, jd, jg, times, policy: str = "error"):
 
 def score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str = "linear",
                   ideal: str = "judgments", err_max_grade: float = 4, complete: bool = False,
-                  depth: int | None = None, tie_break: str = "docno", score_precision: str = "float32",
+                  depth: int | None = None, tie_break: str = "docno", score_precision: str = DEFAULT_SCORE_PRECISION,
                   judgment_conflicts: str = "error", judged_only: bool = False, num_docs_in_coll: int = 0,
                   warn: bool = True) -> tuple[list[MetricSpec], Prepared, np.ndarray]:
     """Per-query scores: (specs, prepared lists, scores of shape (len(specs), n_queries)).
@@ -279,7 +279,7 @@ PER_QUERY = (False, True, "dict", "pandas")
 def evaluate(qrels, run, metrics, *, per_query: bool | str = False, relevance_level: float = 1,
              gain: str = "linear", ideal: str = "judgments", err_max_grade: float = 4,
              complete: bool = False, depth: int | None = None, tie_break: str = "docno",
-             score_precision: str = "float32", judgment_conflicts: str = "error") -> Evaluation:
+             score_precision: str = DEFAULT_SCORE_PRECISION, judgment_conflicts: str = "error") -> Evaluation:
     """Score ``run`` against ``qrels`` on ``metrics`` (names as users write them: ``"ndcg@10"``,
     ``"map"``, ``"mrr@10"``, ``"P_5"``; a single name or a list).
 
@@ -293,8 +293,9 @@ def evaluate(qrels, run, metrics, *, per_query: bool | str = False, relevance_le
     a dict of dicts in every install; ``"pandas"``: a DataFrame), ``relevance_level`` (``-l``),
     ``gain`` (``"linear"`` | ``"exponential"``), ``ideal`` (``"judgments"`` | ``"served"``),
     ``err_max_grade``, ``complete`` (``-c``: judged queries without results score 0), ``depth``
-    (``-M``), ``tie_break`` (``"docno"``), ``score_precision`` (``"float32"``: scores compared in
-    single precision as trec_eval stores them; ``"float64"``), ``judgment_conflicts`` (``"error"``: a
+    (``-M``), ``tie_break`` (``"docno"``), ``score_precision`` (``"float64"``: scores compared as
+    doubles, as trec_eval 10 does; ``"float32"``: in single precision, as trec_eval 9 and pytrec_eval
+    store them), ``judgment_conflicts`` (``"error"``: a
     (query, document) judged twice raises, as in trec_eval; ``"latest"``: the later judgment by the
     DataFrame's ``timestamp`` column or by row order; ``"max"``: the larger grade; :func:`resolve_qrels`).
 

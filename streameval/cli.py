@@ -34,6 +34,8 @@ def _trec_sort_key(spec):
 
 
 def _trec_eval_parser() -> argparse.ArgumentParser:
+    from .metrics.prepare import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
+
     p = argparse.ArgumentParser(
         prog="streameval trec-eval",
         description="Evaluate a TREC run against TREC qrels and print trec_eval's output format "
@@ -84,6 +86,9 @@ def _trec_eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--gain", choices=("linear", "exponential"), default="linear",
                    help="ndcg/dcg gain: linear (trec_eval, gain = grade) or exponential (2^grade - 1)")
     p.add_argument("--err-max-grade", type=float, default=4, help="ERR's maximum grade (default 4)")
+    p.add_argument("--score-precision", choices=SCORE_PRECISIONS, default=DEFAULT_SCORE_PRECISION,
+                   help="compare scores as doubles, as trec_eval 10 does (float64, default), or rounded to "
+                        "single precision, as trec_eval 9 and pytrec_eval store them (float32)")
     return p
 
 
@@ -379,7 +384,8 @@ def _trec_eval_run(args, out, stdin_path) -> int:
         def score(run, qrels, specs=specs):
             return score_queries(qrels, run, specs, relevance_level=args.level, gain=args.gain,
                                  err_max_grade=args.err_max_grade, complete=args.complete, depth=args.depth,
-                                 judged_only=args.judged_only, num_docs_in_coll=args.num_docs, warn=False)
+                                 judged_only=args.judged_only, num_docs_in_coll=args.num_docs,
+                                 score_precision=args.score_precision, warn=False)
 
         try:
             try:

@@ -130,7 +130,7 @@ def _conflict_free(letters):
          "--depth", "4", "--avro-decoder", "fastavro"]),
     (3, ["--workers", "2", "--judgment-conflicts", "max", "--order", "position", "--window", "2h", "--slices", "campaign",
          "--gain", "exponential", "--relevance-level", "2", "--metrics", "ndcg@10,map,recip_rank,Rprec"]),
-    (4, ["--threads", "1", "--tie-break", "position", "--score-precision", "float64", "--ideal", "served", "--no-ctr",
+    (4, ["--threads", "1", "--tie-break", "position", "--score-precision", "float32", "--ideal", "served", "--no-ctr",
          "--metrics", "ndcg,map,P@5,success@3"]),
     # every metric with a cutoff and ideal="served": the per-record engine must not prune the served items
     (6, ["--ideal", "served", "--no-ctr", "--metrics", "ndcg@1,P@1,ndcg@2"]),

@@ -59,9 +59,14 @@ def assert_same_lists(fast, slow):
 @settings(max_examples=200, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), str_ids=st.booleans(), float_grades=st.booleans(),
        depth=st.sampled_from([None, 1, 5, 1000]), complete=st.booleans(),
-       precision=st.sampled_from(["float32", "float64"]))
-def test_fast_path_equals_general(seed, str_ids, float_grades, depth, complete, precision):
+       precision=st.sampled_from(["float32", "float64"]), presorted=st.booleans())
+def test_fast_path_equals_general(seed, str_ids, float_grades, depth, complete, precision, presorted):
     args = _collection(seed, str_ids, float_grades)
+    if presorted:  # each query's rows by score descending, as run files list them
+        rq, rd, rs = args[:3]
+        block = np.cumsum(np.concatenate(([True], rq[1:] != rq[:-1]))) if len(rq) else rq
+        order = np.lexsort((-rs, block))
+        args = (rq[order], rd[order], rs[order], *args[3:])
     both = fast_and_general(args, dict(depth=depth, complete=complete, score_precision=precision))
     if both is None:
         return
@@ -84,15 +89,19 @@ def test_duplicates_refused_on_both_paths():
 def test_rank_order_packed_key_equals_lexsort(seed, wide):
     """rank_order's one-key sort (codes, float32 score image and positions packed in an int64) gives
     np.lexsort's permutation: -0.0 ties 0.0, infinities and subnormals order as floats, near-ties
-    apart in float64 tie in float32; keys too wide to pack fall back to lexsort."""
+    apart in float64 tie in float32; keys too wide to pack fall back to lexsort. float64: the
+    float32 order refined by the doubles where they round to one float32, close (0.75 (1 + k 2**-30))
+    or far apart (tiny doubles that are all 0 in float32, huge ones all inf)."""
     from streameval.metrics.prepare import rank_order, ranking_scores
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(0, 300))
     q = rng.integers(0, 2**40 if wide else 7, n)
     d = rng.integers(0, int(rng.integers(1, 60)), n)
-    edge = np.array([0.0, -0.0, 1.5, -2.0, 1e-40, -1e-40, np.inf, -np.inf, 3.0, 3.0 + 1e-9, -3.0, -3.0 - 1e-9])
-    s = rng.choice(edge, n) if seed % 2 else rng.normal(size=n)
+    edge = np.array([0.0, -0.0, 1.5, -2.0, 1e-40, -1e-40, np.inf, -np.inf, 3.0, 3.0 + 1e-9, -3.0, -3.0 - 1e-9,
+                     1e-300, 2e-300, -1e-300, 5e-324, 1e300, 2e300, -1e300, *(0.75 * (1 + np.arange(4) * 2.0**-30))])
+    s = (rng.choice(edge, n) if seed % 3 == 1 else 0.75 * (1 + rng.integers(0, 6, n) * 2.0**-30) if seed % 3 == 2
+         else rng.normal(size=n))
     pos = rng.integers(1, 30, n).astype(float)
     for order, tie_break in (("score", "docno"), ("score", "position"), ("position", "docno")):
         for precision in ("float32", "float64"):

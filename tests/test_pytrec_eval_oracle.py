@@ -1,4 +1,6 @@
 """Randomised runs and qrels against pytrec_eval (trec_eval's C code): per query, to 1e-9.
+pytrec_eval is trec_eval 9, which keeps a run's score as a C ``float``: it is compared with
+``score_precision="float32"`` (the default, ``"float64"``, is trec_eval 10's doubles).
 
 The generator makes score ties (scores rounded to one decimal), queries judged but not retrieved,
 queries retrieved but not judged, judged-but-unretrieved documents, unjudged retrieved documents,
@@ -43,7 +45,8 @@ def test_agrees_with_pytrec_eval(seed, level):
     rng = np.random.default_rng(seed)
     qrels, run = random_collection(rng)
     expected = pytrec_eval.RelevanceEvaluator(qrels, TREC_MEASURES, relevance_level=level).evaluate(run)
-    specs, prep, values = score_queries(qrels, run, OURS, relevance_level=level, warn=False)
+    specs, prep, values = score_queries(qrels, run, OURS, relevance_level=level, warn=False,
+                                        score_precision="float32")
     assert sorted(expected) == [str(q) for q in prep.qids]
     assert len(expected) > 20
     for j, qid in enumerate(prep.qids):
@@ -52,13 +55,15 @@ def test_agrees_with_pytrec_eval(seed, level):
             assert values[i, j] == pytest.approx(want, abs=1e-9, rel=0), (qid, s.name)
 
 
-def test_scores_equal_in_single_precision_tie_like_trec_eval():
-    """trec_eval keeps scores as C floats: 0.91047674 and 0.91047677 tie and the docno decides."""
+def test_scores_equal_in_single_precision_tie_like_trec_eval_9():
+    """trec_eval 9 (pytrec_eval) keeps scores as C floats: 0.91047674 and 0.91047677 tie and the
+    docno decides, with score_precision="float32"; the default compares them as doubles (trec_eval
+    10: tests/test_score_precision.py)."""
     qrels = {"q": {"d1": 1, "d2": 0}}
     run = {"q": {"d1": 0.91047677, "d2": 0.91047674, "d3": 0.5}}
     want = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(run)["q"]["recip_rank"]
     assert want == 0.5  # d2 > d1 by docno wins the float32 tie
-    specs, _, v = score_queries(qrels, run, ["recip_rank"], warn=False)
+    specs, _, v = score_queries(qrels, run, ["recip_rank"], warn=False, score_precision="float32")
     assert v[0, 0] == want
-    specs, _, v = score_queries(qrels, run, ["recip_rank"], warn=False, score_precision="float64")
+    specs, _, v = score_queries(qrels, run, ["recip_rank"], warn=False)
     assert v[0, 0] == 1.0

@@ -463,7 +463,9 @@ def test_two_runs_with_one_tag_are_not_blended(tmp_path, capsys):
         assert cli.main(["convert", "trec-run", run, str(tmp_path / f"{name}.avro")]) == 0
         assert cli.main(["convert", "trec-run", run, str(tmp_path / f"{name}-own.avro"), "--system", name]) == 0
     capsys.readouterr()
-    common = ["--judgments", str(tmp_path / "judg.avro"), "--metrics", "ndcg_cut_10", "--no-ctr", "--quiet"]
+    # (pytrec_eval is trec_eval 9: scores as C floats)
+    common = ["--judgments", str(tmp_path / "judg.avro"), "--metrics", "ndcg_cut_10", "--no-ctr", "--quiet",
+              "--score-precision", "float32"]
     code = batch.main(["--impressions", str(tmp_path / "bm25.avro"), "--impressions", str(tmp_path / "rm3.avro"),
                        *common, "--output", str(tmp_path / "blended")])
     err = capsys.readouterr().err.strip().splitlines()
@@ -501,7 +503,7 @@ def test_ids_order_as_text_whatever_the_container():
          pd.DataFrame({"q_id": q, "doc_id": [2, 10, 3], "score": [1.0, 1.0, 0.5]})),
     ]
     for qrels, run in forms:
-        assert se.evaluate(qrels, run, "recip_rank").value() == want
+        assert se.evaluate(qrels, run, "recip_rank", score_precision="float32").value() == want
 
 
 @pytest.mark.parametrize("kwargs,error,name", [

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..metrics import registry
 from ..metrics.kernel import RankedLists
-from ..metrics.prepare import judgment_histogram, rank_order
+from ..metrics.prepare import DEFAULT_SCORE_PRECISION, judgment_histogram, rank_order
 
 __all__ = ["RankingOps", "keep_for"]
 
@@ -78,7 +78,7 @@ class RankingOps:
     """
 
     def __init__(self, order: str = "score", tie_break: str = "docno", keep: int | None = None,
-                 depth: int | None = None, score_precision: str = "float32"):
+                 depth: int | None = None, score_precision: str = DEFAULT_SCORE_PRECISION):
         self.order = order
         self.tie_break = tie_break
         self.score_precision = score_precision

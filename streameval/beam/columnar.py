@@ -48,6 +48,7 @@ from ..io import cleaning
 from ..metrics import stats
 from ..metrics.kernel import MetricOptions
 from ..metrics.names import parse_metrics
+from ..metrics.prepare import DEFAULT_SCORE_PRECISION
 from .columnar_clean import _CleanShard
 from .columnar_columns import (AVRO_BYTES_PER_IMPRESSION, IMPRESSION_FIELDS, JUDGMENT_FIELDS, SHARD_IMPRESSIONS, SHARDS,
                                auto_shards, columns_records, freeze, impression_columns, impression_columns_arrow,
@@ -155,7 +156,7 @@ class ColumnarMetrics(beam.PTransform):
 
     def __init__(self, impression_paths, judgment_paths, metrics=(), *, ctr=True, window=None, slices=(),
                  relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
-                 tie_break="docno", depth=None, score_precision="float32", judgment_conflicts="latest",
+                 tie_break="docno", depth=None, score_precision=DEFAULT_SCORE_PRECISION, judgment_conflicts="latest",
                  grade_range=None, ci_level=stats.DEFAULT_LEVEL, shards=SHARDS, progress_total=None, decoder=None, in_process=False,
                  threads=1, time_range=None, allowed_lateness=0, online=(), labels="clicks", unjudged="exclude",
                  hist_bins=1000,

@@ -32,6 +32,7 @@ from ..io.counters import NAMESPACE  # noqa: F401 (re-exported: its former home)
 from ..metrics.kernel import MetricOptions, compute, usable_grade_limit
 from ..metrics import stats
 from ..metrics.names import parse_metrics
+from ..metrics.prepare import DEFAULT_SCORE_PRECISION
 from .combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn
 from .keys import (  # noqa: F401 (re-exported: the window and slice keys' former home)
     MAX_WINDOWS_PER_RECORD,
@@ -559,7 +560,7 @@ class ScoreRankings(beam.PTransform):
 
     def __init__(self, judgments, metrics, window=None, slices=(), relevance_level=1, gain="linear",
                  ideal="judgments", err_max_grade=4, order="score", tie_break="docno", depth=None,
-                 complete=False, score_precision="float32", ci="t", ci_level=stats.DEFAULT_LEVEL,
+                 complete=False, score_precision=DEFAULT_SCORE_PRECISION, ci="t", ci_level=stats.DEFAULT_LEVEL,
                  replicates=200, ci_seed=0, every=None, max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None):
         super().__init__(label)
         if ci not in ("t", "bootstrap"):

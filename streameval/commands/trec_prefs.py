@@ -92,14 +92,17 @@ def _long_cutoff(text, raw):
     return int(v)
 
 
-def _runs_by_query(run):
-    """{qid: (docnos, scores)} of a :class:`~streameval.io.trec.TrecRun`."""
+def _runs_by_query(run, score_precision):
+    """{qid: (docnos, scores)} of a :class:`~streameval.io.trec.TrecRun`, the scores as the ranking
+    compares them (``score_precision``: :func:`~streameval.metrics.prepare.ranking_scores`)."""
     import numpy as np
+
+    from ..metrics.prepare import ranking_scores
 
     qid = run.qid.astype(str) if run.qid.dtype.kind == "S" else run.qid
     docno = run.docno.astype(str) if run.docno.dtype.kind == "S" else run.docno
     order = np.argsort(qid, kind="stable")
-    q, d, s = qid[order], docno[order], np.asarray(run.score, dtype=np.float64)[order]
+    q, d, s = qid[order], docno[order], ranking_scores(run.score, score_precision).astype(np.float64)[order]
     cuts = np.flatnonzero(q[1:] != q[:-1]) + 1
     out = {}
     for a, b in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(q)].tolist()):
@@ -187,7 +190,7 @@ def run_trec_eval_rel_format(args, out, debug_query=None) -> int:
         run = trec.read_run(args.run, check=True)
         if len(run) == 0:
             raise trec.InputFormatError(args.run, None, "empty run file (no result lines)")
-        by_query = _runs_by_query(run)
+        by_query = _runs_by_query(run, args.score_precision)
         rows = []  # (qid, [(name, value, is_count)])
         notes: set = set()
         for qid, judgments in rel.items():

@@ -4,8 +4,10 @@ in-memory runs are. Same result as the general path, bit for bit (a property tes
 
 How: query ids are coded by run-length blocks (O(N), no sort of the run); integer docnos are used as
 they are (strings are factorised); each query becomes one row of a padded 2-D array and is sorted on
-its own (``argsort(axis=1)`` on short rows is far faster than one global sort); score ties are
-resolved by docno on the few rows that have any; the join with the qrels uses needles already sorted
+its own (``argsort(axis=1)`` on short rows is far faster than one global sort), by the scores
+rounded to float32; ties there are resolved, on the few rows that have any, by the doubles (the
+default, trec_eval 10's comparison; the rounding is monotone, so the other rows are in the doubles'
+order already) and by docno; the join with the qrels uses needles already sorted
 by (query, docno), so ``searchsorted`` walks memory in order.
 
 Memory: the run is laid out a chunk of whole queries at a time (about :data:`CHUNK_ROWS` rows),
@@ -322,7 +324,7 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     offsets = np.zeros(len(evaluated) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     grades = np.empty(int(offsets[-1]), dtype=np.float64)
-    dtype = np.float32 if score_precision == "float32" else np.float64
+    doubles = score_precision != "float32"  # float64: ties in float32 resolved by the doubles
     # chunks of whole blocks of about CHUNK_ROWS rows bound the temporaries (~60 bytes a row)
     ends = np.cumsum(lens)
     cuts = np.unique(np.searchsorted(ends, np.arange(CHUNK_ROWS, n_kept, CHUNK_ROWS), side="right"))
@@ -330,7 +332,7 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     # the chunks write disjoint parts of ``grades``: on two threads (numpy releases the GIL in its
     # sorts and loops), the judgment histogram alongside; an error is the first chunk's, in order
     tasks = [(_chunk, (slice(b0, b1), lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_codes,
-                       nd, jkey_s, jgrade_s, dtype, depth, qvocab, docno_of))
+                       nd, jkey_s, jgrade_s, doubles, depth, qvocab, docno_of))
              for b0, b1 in zip(bounds[:-1], bounds[1:])]
     tasks.append((lambda: judgment_histogram(eval_pos[jqc], jgrade_s, len(evaluated)), ()))
     joff, hvals, hcounts = _run_tasks(tasks)[-1]
@@ -343,9 +345,14 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
 
 
 def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_codes, nd, jkey_s, jgrade_s,
-           dtype, depth, qvocab, docno_of):
+           doubles, depth, qvocab, docno_of):
     """Lay out the run blocks ``sel`` (consecutive kept blocks) and write their grades, in rank
-    order, into ``grades`` at their queries' ``offsets``."""
+    order, into ``grades`` at their queries' ``offsets``.
+
+    Each row is sorted by its scores rounded to float32 (half the memory of doubles; the rounding is
+    monotone, so a strict order there is the doubles' order); the rows with a tie there are sorted
+    again by (score, docno), with ``doubles`` the scores as doubles (trec_eval 10), else the float32
+    values (trec_eval 9)."""
     cl, cs, cq = lens[sel], bstart[sel], qrow[sel]
     nbc = len(cl)
     Lc = int(cl.max())
@@ -355,8 +362,8 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
         rows = slice(lo, lo + nc)
     else:
         rows = np.arange(nc) + np.repeat(cs - (np.cumsum(cl) - cl), cl)
-    with np.errstate(over="ignore"):  # float32 scores beyond its range: +-inf, as in trec_eval
-        neg = np.asarray(score[rows], dtype=np.float64).astype(dtype)
+    with np.errstate(over="ignore"):  # beyond float32's range: +-inf (trec_eval 9's; ties for the doubles)
+        neg = np.asarray(score[rows], dtype=np.float64).astype(np.float32)
     np.negative(neg, out=neg)
     d = run_codes(rows)
     if nc == nbc * Lc:  # every query of the chunk has Lc rows (a run cut at a fixed depth): reshapes
@@ -365,7 +372,7 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
     else:
         # flat position of each row in the padded array: block b starts at b*Lc
         flat = np.arange(nc) + np.repeat(np.arange(nbc) * Lc - (np.cumsum(cl) - cl), cl)
-        S = np.full(nbc * Lc, np.nan, dtype=dtype)
+        S = np.full(nbc * Lc, np.nan, dtype=np.float32)
         S[flat] = neg
         S = S.reshape(nbc, Lc)
         D = np.full(nbc * Lc, -1, dtype=np.int64)
@@ -382,8 +389,8 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
         raise ValueError(f"run ranks docno {str(docno_of(Ds[r, c]))!r} twice for query {str(qvocab[cq[r]])!r}")
     del Ds, dupmask
 
-    # rank order: score descending (the padding, NaN, sorts last and ties nothing); ties (rare)
-    # by docno descending on the rows that have them. Run files usually list each query's documents
+    # rank order: score descending (the padding, NaN, sorts last and ties nothing), first as float32;
+    # ties there (rare) by the doubles (``doubles``) and by docno descending, on the rows that have them. Run files usually list each query's documents
     # by score already: then nothing is sorted (NaN padding compares False: never out of order).
     if bool((S[:, 1:] < S[:, :-1]).any()):
         perm = np.argsort(S, axis=1)
@@ -396,8 +403,25 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
     if len(rows_t):
         if perm is None:
             perm = np.broadcast_to(np.arange(Lc), S.shape).copy()
-        sub = np.lexsort((-D[rows_t].ravel(), S[rows_t].ravel(), np.repeat(np.arange(len(rows_t)), Lc)))
-        perm[rows_t] = (sub % Lc).reshape(len(rows_t), Lc)
+        if doubles:  # those rows by their doubles; the rows with a tie there, by docno too
+            St = _doubles_of(rows_t, cl, Lc, rows, score)
+            if bool((St[:, 1:] < St[:, :-1]).any()):
+                pt = np.argsort(St, axis=1)
+                Sts = np.take_along_axis(St, pt, axis=1)
+                perm[rows_t] = pt
+                del pt
+            else:
+                perm[rows_t] = np.arange(Lc)
+                Sts = St
+            tied = (Sts[:, 1:] == Sts[:, :-1]).any(axis=1)
+            del Sts
+            rows_t, St = rows_t[tied], St[tied]
+        else:
+            St = S[rows_t]
+        if len(rows_t):
+            sub = np.lexsort((-D[rows_t].ravel(), St.ravel(), np.repeat(np.arange(len(rows_t)), Lc)))
+            perm[rows_t] = (sub % Lc).reshape(len(rows_t), Lc)
+        del St
     del S
     width = Lc if depth is None else min(Lc, depth)
     if perm is None:
@@ -439,3 +463,19 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
         grades[start:start + n_out] = g
     else:
         grades[np.repeat(offsets[cp] - (np.cumsum(ccut) - ccut), ccut) + np.arange(n_out)] = g
+
+
+def _doubles_of(rows_t, cl, Lc, rows, score) -> np.ndarray:
+    """The negated scores as doubles of the padded rows ``rows_t`` of a chunk (``cl``: the rows'
+    lengths, ``Lc`` the padded width, ``rows`` the chunk's run rows, a slice or indices), NaN in the
+    padding: the float64 counterpart of those rows of the float32 array ``_chunk`` sorts."""
+    start = (np.cumsum(cl) - cl)[rows_t]  # first row of each, within the chunk
+    n = cl[rows_t]
+    col = np.arange(Lc)
+    valid = col[None, :] < n[:, None]
+    local = (start[:, None] + col[None, :])[valid]
+    at = local + rows.start if isinstance(rows, slice) else rows[local]
+    out = np.full((len(rows_t), Lc), np.nan)
+    out[valid] = np.asarray(score[at], dtype=np.float64)
+    np.negative(out, out=out)
+    return out

@@ -15,14 +15,18 @@ from .kernel import RankedLists
 from .names import MAX_CUTOFF as MAX_RANK
 
 __all__ = ["Prepared", "prepare", "factorize", "rank_order", "ranking_scores", "ORDERS", "TIE_BREAKS",
-           "SCORE_PRECISIONS"]
+           "SCORE_PRECISIONS", "DEFAULT_SCORE_PRECISION"]
 
 ORDERS = ("score", "position")
 TIE_BREAKS = ("docno", "position")
-SCORE_PRECISIONS = ("float32", "float64")
+SCORE_PRECISIONS = ("float64", "float32")
+#: how every entry point compares scores unless told otherwise (the library, ``trec-eval``, both
+#: jobs): as doubles, as trec_eval 10 does (trec_format.h ``double sim``, parsed with ``atof``).
+#: ``"float32"`` is trec_eval 9's (and pytrec_eval's) C ``float``: scores equal in single precision tie.
+DEFAULT_SCORE_PRECISION = "float64"
 
 
-def check_ranking_options(*, depth=None, score_precision="float32", tie_break="docno", order="score",
+def check_ranking_options(*, depth=None, score_precision=DEFAULT_SCORE_PRECISION, tie_break="docno", order="score",
                           complete=False) -> None:
     """Checks the ranking options every engine takes, naming the argument: ``depth`` None or a
     positive int (trec_eval ``-M``), ``score_precision`` in :data:`SCORE_PRECISIONS`, ``tie_break``
@@ -44,11 +48,11 @@ def check_ranking_options(*, depth=None, score_precision="float32", tie_break="d
         raise TypeError(f"complete must be a bool, got {complete!r}")
 
 
-def ranking_scores(scores, score_precision: str = "float32") -> np.ndarray:
-    """Scores as the ranking compares them. trec_eval keeps a run's score in a C ``float``
-    (``TEXT_RESULTS.sim`` in trec_format.h), so two scores equal in single precision tie and fall
-    to the docno tie-break: ``"float32"`` (default) reproduces that; ``"float64"`` compares the
-    scores as given."""
+def ranking_scores(scores, score_precision: str = DEFAULT_SCORE_PRECISION) -> np.ndarray:
+    """Scores as the ranking compares them. ``"float64"`` (default): as given, as trec_eval 10
+    compares them (``double sim`` in trec_format.h). ``"float32"``: rounded to single precision, as
+    trec_eval 9 and pytrec_eval keep a run's score (a C ``float``), so two scores equal in single
+    precision tie and fall to the docno tie-break (beyond float32's range: +-inf)."""
     if score_precision not in SCORE_PRECISIONS:
         raise ValueError(f"score_precision must be one of {SCORE_PRECISIONS}, got {score_precision!r}")
     s = np.asarray(scores, dtype=np.float64)
@@ -59,7 +63,7 @@ def ranking_scores(scores, score_precision: str = "float32") -> np.ndarray:
 
 
 def rank_order(query_codes, scores, item_codes, positions=None, *, order: str = "score",
-               tie_break: str = "docno", score_precision: str = "float32") -> np.ndarray:
+               tie_break: str = "docno", score_precision: str = DEFAULT_SCORE_PRECISION) -> np.ndarray:
     """The permutation that lays items out query by query, each query in rank order.
 
     ``order="score"``: score descending, ties broken by ``tie_break``: ``"docno"`` (item code
@@ -94,26 +98,40 @@ def rank_order(query_codes, scores, item_codes, positions=None, *, order: str = 
 
 def _packed_rank_order(q, s, d, pos):
     """:func:`rank_order`'s permutation by one stable argsort of one int64 key, when the keys fit in
-    63 bits: query code, then (if given) float32 score descending as its 32-bit order-preserving
-    integer image (-0.0 as 0.0, so equal scores tie as in the float comparison), then (if given)
-    position ascending, then item code descending. None when they do not fit (float64 scores, NaN,
-    negative codes, non-integral or negative positions, large codes): the caller sorts by ``np.lexsort``,
-    which gives the same permutation (both sorts are stable)."""
+    63 bits: query code, then (if given) the score descending as the 32-bit order-preserving integer
+    image of its float32 value (-0.0 as 0.0, so equal scores tie as in the float comparison), then
+    (if given) position ascending, then item code descending. float64 scores: rounding a double to
+    float32 is monotone, so a strict order of the float32 values is the doubles' order; only where
+    one query's doubles differ but round to one float32 (scores closer than float32 resolves) is the
+    order refined, those rows alone sorted again by the doubles (:func:`_refine_doubles`). None when
+    the keys do not fit (NaN, negative codes, non-integral or negative positions, large codes): the
+    caller sorts by ``np.lexsort``, which gives the same permutation (both sorts are stable)."""
     n = len(q)
     if n == 0 or q.dtype.kind not in "iu" or d.dtype.kind not in "iu":
         return None
     keys = [q.astype(np.int64, copy=False)]
+    s64 = s32 = None
     if s is not None:
-        if s.dtype != np.float32 or np.isnan(s).any():
+        if s.dtype == np.float64:
+            with np.errstate(over="ignore"):  # beyond float32's range: +-inf, still in order
+                s32 = s.astype(np.float32)
+            if not bool((s32 == s).all()):  # (all exact in float32: the float32 order is the doubles')
+                s64 = s
+        elif s.dtype == np.float32:
+            s32 = s
+        else:
             return None
-        b = (s + np.float32(0.0)).view(np.int32).astype(np.int64)
+        if np.isnan(s32).any():
+            return None
+        b = (s32 + np.float32(0.0)).view(np.int32).astype(np.int64)
         keys.append((2**32 - 1) - np.where(b < 0, -1 - b, b + 2**31))  # descending
     if pos is not None:
         if not (pos >= 0).all() or not (pos == np.floor(pos)).all() or pos.max() >= 2**40:
             return None
         keys.append(pos.astype(np.int64))
     d = d.astype(np.int64, copy=False)
-    keys.append(d.max() - d)  # descending
+    dk = d.max() - d  # descending
+    keys.append(dk)
     if q.min() < 0 or d.min() < 0:
         return None
     bits = [int(k.max()).bit_length() for k in keys]
@@ -123,7 +141,56 @@ def _packed_rank_order(q, s, d, pos):
     for k, b in zip(keys[1:], bits[1:]):
         key <<= b
         key |= k
-    return np.argsort(key, kind="stable")
+    perm = np.argsort(key, kind="stable")
+    if s64 is not None:
+        # the bits below (query, float32 image): position and item
+        _refine_doubles(perm, key, sum(bits[2:]), s64)
+    return perm
+
+
+def _refine_doubles(perm, key, low_bits, s64) -> None:
+    """In place: ``perm`` sorted by (query, float32 image of the score, position, item) becomes
+    sorted by (query, double, position, item). Slots of one query whose scores round to one float32
+    are contiguous (a run); where a run holds different doubles, its slots are sorted again by the
+    double descending, stably (equal doubles keep their (position, item) order): one stable argsort
+    of (run, the double's distance below the run's largest) when that fits in 63 bits, as it does
+    unless the doubles of a run lie far apart (near 0, beyond float32's range), else ``np.lexsort``."""
+    prefix = key[perm]
+    prefix >>= low_bits  # (query, float32 image)
+    same = prefix[1:] == prefix[:-1]
+    del prefix
+    if not same.any():
+        return
+    ss = s64[perm]
+    bad = same & (ss[1:] != ss[:-1])
+    del ss
+    if not bad.any():
+        return
+    run = np.empty(len(perm), dtype=np.int64)  # run of (query, float32 image) of each slot
+    run[0] = 0
+    np.cumsum(~same, out=run[1:])
+    del same
+    flagged = np.zeros(int(run[-1]) + 1, dtype=bool)
+    flagged[run[1:][bad]] = True
+    slots = np.flatnonzero(flagged[run])
+    rows = perm[slots]
+    r = run[slots]
+    del run, flagged
+    r -= r[0]
+    # the doubles' order-preserving int64 image (-0.0 as 0.0, as the float comparison ties them)
+    b = (s64[rows] + 0.0).view(np.int64)
+    img = np.where(b < 0, b ^ np.int64(2**63 - 1), b)
+    starts = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
+    top = np.maximum.reduceat(img, starts)
+    span = top - np.minimum.reduceat(img, starts)  # (a span past 2**63 wraps negative: refused below)
+    if int(r[-1]) < 2**30 and bool(((span >= 0) & (span < 2**32)).all()):
+        k = np.repeat(top, np.diff(np.append(starts, len(r))))
+        k -= img  # distance below the run's largest: descending
+        k |= r << 32
+        order = np.argsort(k, kind="stable")
+    else:
+        order = np.lexsort((-s64[rows], r))
+    perm[slots] = rows[order]
 
 
 @dataclass
@@ -237,7 +304,7 @@ def prepare(
     tie_break: str = "docno",
     run_position=None,
     order: str = "score",
-    score_precision: str = "float32",
+    score_precision: str = DEFAULT_SCORE_PRECISION,
     fast_path: bool = True,
 ) -> Prepared:
     """Join a run to its qrels and lay out each query's ranked grades.

@@ -70,6 +70,7 @@ from ..columnar_read import _ReadImpressionColumns, _ReadJudgmentColumns, defaul
 from ..columnar_score import _ResolveShard, _ScoreShard
 from ..threads import _collect
 from ...io.counters import NAMESPACE
+from ...metrics.prepare import DEFAULT_SCORE_PRECISION
 from .aggregate import _AggregateFn, _PaneState
 from .window_aggregate import _WindowAggregate
 from .common import _fmt_us, _late_record, _tally, _when
@@ -591,7 +592,7 @@ class ColumnarStreamMetrics(StreamMetrics):
     :meth:`accounting`)."""
 
     def __init__(self, judgment_paths=None, metrics=None, window="1h", *, order="score", tie_break="docno",
-                 score_precision="float32", depth=None, request_shards=16, decoder=None, ci="t",
+                 score_precision=DEFAULT_SCORE_PRECISION, depth=None, request_shards=16, decoder=None, ci="t",
                  replicates=DEFAULT_REPLICATES, ci_seed=0, hist_bins=1000, hist_range=(0.0, 1.0), in_process=None,
                  **kw):
         from ..online import split_metric_names

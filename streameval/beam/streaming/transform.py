@@ -24,6 +24,7 @@ from apache_beam import typehints
 from ...io import cleaning
 from ...io import counters as cn
 from ...metrics import stats
+from ...metrics.prepare import DEFAULT_SCORE_PRECISION
 from ..keys import MAX_WINDOWS_PER_RECORD
 from ..transforms import ScoreRankings, judgment_grade_range, parse_slices
 from .aggregate import _AggregateFn
@@ -123,7 +124,7 @@ class StreamMetrics(beam.PTransform):
     def __init__(self, judgments=None, metrics=None, window="1h", slices=(), clicks=None,
                  early_every=None, early_count=None, allowed_lateness=0, attribution_delay="30m",
                  relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
-                 tie_break="docno", depth=None, score_precision="float32", ctr=True, request_shards=16,
+                 tie_break="docno", depth=None, score_precision=DEFAULT_SCORE_PRECISION, ctr=True, request_shards=16,
                  retention=None, clock=None, source="stream", judgment_conflicts="latest", grade_range=None,
                  time_range=None, ci_level=stats.DEFAULT_LEVEL, intervals="fixed",
                  max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None):
