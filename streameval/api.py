@@ -83,7 +83,11 @@ def _ids(values) -> np.ndarray:
     if isinstance(values, (list, tuple)) or (isinstance(values, np.ndarray) and values.dtype.kind == "O"):
         refuse_nul(values)  # before numpy drops trailing NULs
     arr = np.asarray(values)
-    return arr if arr.dtype.kind in "Uiu" else arr.astype(str)
+    if arr.dtype.kind in "Uiu":
+        return arr
+    if isinstance(values, (list, tuple)):  # each id's own text: [2, 1e3] is "2", "1000.0" (not "2.0")
+        arr = np.asarray(values, dtype=object)
+    return arr.astype(str)
 
 
 def _columns(obj, kind: str):
