@@ -5,6 +5,8 @@
     python benchmarks/run.py --quick       # small sizes: a smoke run of every step (~1 minute)
     python benchmarks/run.py --repeat 3    # best of 3 timings of streameval and the references
     python benchmarks/run.py --beam        # also benchmarks/bench_beam.py, bench_stream_memory.py
+    python benchmarks/run.py --check       # the regression gate (CI, ~2 minutes; benchmarks/_check.py)
+    python benchmarks/run.py --check --write-docs  # ... and rewrite docs/benchmarks.md's marked section
 
 Comparisons (sizes of the full run; --quick divides them):
 
@@ -99,6 +101,11 @@ def child(argv) -> None:
         else:
             keys = sorted(next(iter(res.values())))
             _emit({k: sum(r[k] for r in res.values()) / len(res) for k in keys})
+        return
+    if what.startswith("check-"):  # the regression gate's tasks (benchmarks/_check.py)
+        import _check
+
+        _check.child(what, rest, _emit, _peak_bytes)
         return
     if what == "cli-breakdown":  # before numpy is imported, so that its import time counts
         _emit(cli_breakdown(rest[0], rest[1]))
@@ -352,7 +359,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run of every step)")
     ap.add_argument("--install", action="store_true", help="pip install the `bench` extra first")
     ap.add_argument("--install-torch", action="store_true", help="also pip install torch and torchmetrics (large)")
-    ap.add_argument("--repeat", type=int, default=1,
+    ap.add_argument("--repeat", type=int, default=None,
                     help="timed runs of streameval and of each reference (pytrec_eval, scikit-learn, pandas); the "
                          "best is reported (ranx, ir_measures, torchmetrics run once: minutes each)")
     ap.add_argument("--only", default="ranking,files,auc,gauc,scaling",
@@ -363,6 +370,15 @@ def main() -> int:
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "streameval-bench"),
                     help="where the data files are made (kept between runs; default %(default)s)")
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
+    ap.add_argument("--check", action="store_true",
+                    help="the regression gate (benchmarks/_check.py; ~2 minutes): ratios against references measured "
+                         "in the same run, median of --repeat (default 3) runs; exit status 1 when one is worse "
+                         "than twice its target")
+    ap.add_argument("--with-replay", action="store_true",
+                    help="--check also times the stream's --replay on the batch job's log (reported, never failing; "
+                         "20-60 s today)")
+    ap.add_argument("--write-docs", action="store_true",
+                    help="with --check: rewrite the marked section of docs/benchmarks.md from this run")
     ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -370,6 +386,11 @@ def main() -> int:
         return 0
     if args.install or args.install_torch:
         install(args.install_torch)
+    if args.write_docs and not args.check:
+        ap.error("--write-docs goes with --check")
+    if args.check:
+        return check(args)
+    args.repeat = args.repeat or 1
     size = SIZES["quick" if args.quick else "full"]
     only = set(args.only.split(","))
     peers = [p for p in args.peers.split(",") if p]
@@ -402,6 +423,29 @@ def main() -> int:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
     return 0
+
+
+def check(args) -> int:
+    """``--check``: the regression gate (benchmarks/_check.py)."""
+    sys.path.insert(0, HERE)
+    import _check
+
+    before = load_avg()
+    log(f"load average before: {before} (2 cores)")
+    try:
+        crit, facts = _check.run_check(sys.modules[__name__], args.workdir, args.repeat or 3,
+                                       replay=args.with_replay)
+    except Failed as e:
+        log(f"FAILED: {e}")
+        return 1
+    after = load_avg()
+    _check.print_check(crit, facts, before, after)
+    if args.write_docs:
+        cmd = "python benchmarks/run.py --check" + (f" --repeat {args.repeat}" if args.repeat else "") + \
+              (" --with-replay" if args.with_replay else "") + " --write-docs"
+        _check.write_docs(crit, facts, cmd, before, after)
+        log(f"wrote the marked section of {_check.DOCS}")
+    return 1 if any(c.failed for c in crit) else 0
 
 
 def ranking_and_files(wd, size, peers, only, repeat, rows, notes, out) -> None:

@@ -75,12 +75,19 @@ def _values(v, kind):
 
 
 def _ids(values) -> np.ndarray:
-    """Query or document ids as text (``str(id)``), whatever the container: ids order as strings
-    (trec_eval's strcmp), so ``10`` sorts before ``2`` from a dict, a DataFrame or a numpy array."""
+    """Query or document ids that order as their text (``str(id)``), whatever the container: ids
+    order as strings (trec_eval's strcmp), so ``10`` sorts before ``2`` from a dict, a DataFrame or a
+    numpy array. Integer ids stay integers (``metrics.prepare`` orders them as their decimal text
+    by arithmetic keys, :class:`~streameval.metrics.prepare.TextKeys`: no row is turned into text);
+    any other kind of id (floats, objects, booleans) becomes its text."""
     if isinstance(values, (list, tuple)) or (isinstance(values, np.ndarray) and values.dtype.kind == "O"):
         refuse_nul(values)  # before numpy drops trailing NULs
     arr = np.asarray(values)
-    return arr if arr.dtype.kind == "U" else arr.astype(str)
+    if arr.dtype.kind in "Uiu":
+        return arr
+    if isinstance(values, (list, tuple)):  # each id's own text: [2, 1e3] is "2", "1000.0" (not "2.0")
+        arr = np.asarray(values, dtype=object)
+    return arr.astype(str)
 
 
 def _columns(obj, kind: str):

@@ -2,13 +2,14 @@
 query's rows contiguous (any query order, any row order inside a query), as TREC run files and most
 in-memory runs are. Same result as the general path, bit for bit (a property test checks it).
 
-How: query ids are coded by run-length blocks (O(N), no sort of the run); integer docnos are used as
-they are (strings are factorised); each query becomes one row of a padded 2-D array and is sorted on
-its own (``argsort(axis=1)`` on short rows is far faster than one global sort), by the scores
-rounded to float32; ties there are resolved, on the few rows that have any, by the doubles (the
-default, trec_eval 10's comparison; the rounding is monotone, so the other rows are in the doubles'
-order already) and by docno; the join with the qrels uses needles already sorted
-by (query, docno), so ``searchsorted`` walks memory in order.
+How: query ids are coded by run-length blocks (O(N), no sort of the run); integer docnos are coded
+by keys that order as their text (``prepare.TextKeys``: arithmetic, a chunk at a time, no sort;
+strings are factorised); each query becomes one row of a padded 2-D array and is sorted on its own
+(``argsort(axis=1)`` on short rows is far faster than one global sort), by the scores rounded to
+float32; ties there are resolved, on the few rows that have any, by the doubles (the default,
+trec_eval 10's comparison; the rounding is monotone, so the other rows are in the doubles' order
+already) and by docno; the join with the qrels uses needles already sorted by (query, docno), so
+``searchsorted`` walks memory in order.
 
 Memory: the run is laid out a chunk of whole queries at a time (about :data:`CHUNK_ROWS` rows),
 straight into the output, so the temporaries are bounded by a chunk, not the collection.
@@ -218,7 +219,7 @@ class _Codes:
 
 
 def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_precision, as_key_array,
-                    factorize, judgment_histogram, prepared_cls):
+                    factorize, judgment_histogram, prepared_cls, text_keys):
     """See the module docstring. Arguments as :func:`prepare` (already validated), plus the
     helpers it shares (to keep one definition of each step)."""
     runs = getattr(rq, "blocks", None)  # ids given as runs of equal ids (trec._RunLengths)
@@ -227,6 +228,12 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     if len(rbv) and len(jq) and rbv.dtype.kind != jq.dtype.kind:
         rbv, jq = rbv.astype(str), jq.astype(str)
     jbv, jbl, _ = _blocks(jq)
+    # integer query ids order as their text: coded by their text keys (only the blocks' ids)
+    qkeys = text_keys(rbv, jbv) if (rbv if len(rbv) else jbv).dtype.kind in "iu" else None
+    if qkeys is not None:
+        rbv, jbv = qkeys.keys(rbv), qkeys.keys(jbv)
+    elif (rbv if len(rbv) else jbv).dtype.kind in "iu":  # too long for keys: as text
+        rbv, jbv = rbv.astype(str), jbv.astype(str)
     qvocab = _unique(np.concatenate((rbv, jbv)))
     rbc = np.searchsorted(qvocab, rbv).astype(np.int64)  # query code of each run block
     if len(_unique(rbc)) != len(rbc):
@@ -234,24 +241,24 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     jbc = np.searchsorted(qvocab, jbv).astype(np.int64)
     jqc = np.repeat(jbc, jbl)
     nq = max(len(qvocab), 1)
+    if qkeys is not None:
+        qvocab = qkeys.ids(qvocab)  # the ids, in text order
 
-    # -- docno codes: integers as they are, strings factorised
+    # -- docno codes: integers by their text keys (made where they are used), strings factorised
     rd, jd = as_key_array(rd), as_key_array(jd)
-    if rd.dtype.kind in "iu" and jd.dtype.kind in "iu" and (len(rd) or len(jd)):
-        both = [a for a in (rd, jd) if len(a)]
-        dmin = min(int(a.min()) for a in both)
-        dmax = max(int(a.max()) for a in both)
-        nd = dmax - dmin + 1
+    dkeys = text_keys(rd, jd) if rd.dtype.kind in "iu" and jd.dtype.kind in "iu" and (len(rd) or len(jd)) \
+        else None
+    if dkeys is not None:
+        nd = dkeys.limit
         if nq * nd >= _MAX_KEY:
             return None
-        jdc = jd.astype(np.int64)
-        jdc -= dmin
+        jdc = dkeys.keys(jd)
 
         def run_codes(rows):  # the run's codes are made a chunk at a time
-            return rd[rows].astype(np.int64) - dmin
+            return dkeys.keys(rd[rows])
 
         def docno_of(code):
-            return code + dmin
+            return dkeys.ids([code])[0]
     else:
         lazy = _ascii_codes(rd, jd, lazy=True) if rd.dtype.kind == jd.dtype.kind and rd.dtype.kind in "US" else None
         if lazy is not None and nq * lazy[0].nd < _MAX_KEY:

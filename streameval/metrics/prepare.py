@@ -8,14 +8,15 @@ docno descending in plain byte order (``strcmp``); the run's rank column is igno
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from .kernel import RankedLists
 from .names import MAX_CUTOFF as MAX_RANK
 
-__all__ = ["Prepared", "prepare", "factorize", "rank_order", "ranking_scores", "ORDERS", "TIE_BREAKS",
-           "SCORE_PRECISIONS", "DEFAULT_SCORE_PRECISION"]
+__all__ = ["Prepared", "prepare", "factorize", "rank_order", "ranking_scores", "text_keys", "TextKeys", "ORDERS",
+           "TIE_BREAKS", "SCORE_PRECISIONS", "DEFAULT_SCORE_PRECISION"]
 
 ORDERS = ("score", "position")
 TIE_BREAKS = ("docno", "position")
@@ -223,6 +224,67 @@ def refuse_nul(a) -> None:
         raise ValueError(f"ids must not contain NUL characters, got {bad!r}")
 
 
+_POW10 = 10 ** np.arange(19, dtype=np.int64)
+
+
+class TextKeys(NamedTuple):
+    """Integer keys of integer ids that order as the ids' decimal text (``str(id)``: trec_eval's
+    ``strcmp``), made by arithmetic, without converting any id to text: ``"10" < "2"``,
+    ``"-1" < "-10" < "-2" < "0"`` (``-`` sorts before the digits).
+
+    An id of ``k`` digits (of magnitude ``m``) is its digits padded on the right to ``width``
+    (``m * 10**(width - k)``), then its length: ``padded * (width + 1) + k`` (a prefix first, as
+    ``strcmp``: ``"1" < "10"``). Negative ids take the keys below :attr:`span` (ordered by their
+    magnitude's text), the others the keys from it. Every key is in ``[0, limit)``; :meth:`ids`
+    gives the ids back."""
+
+    width: int  # the most digits of any id
+    negative: bool  # whether any id is negative
+
+    @property
+    def span(self) -> int:
+        return 10**self.width * (self.width + 1)
+
+    @property
+    def limit(self) -> int:
+        return self.span * (2 if self.negative else 1)
+
+    def keys(self, ids) -> np.ndarray:
+        a = np.asarray(ids).astype(np.int64, copy=False)
+        w = self.width
+        m = np.abs(a) if self.negative else a
+        k = np.searchsorted(_POW10[1:w], m, side="right") + 1  # digits (0..9: 1)
+        key = _POW10[w - k]
+        key *= m
+        key *= w + 1
+        key += k
+        if self.negative:
+            key += np.where(a < 0, 0, self.span)
+        return key
+
+    def ids(self, keys) -> np.ndarray:
+        key = np.asarray(keys, dtype=np.int64)
+        w = self.width
+        neg = key < self.span if self.negative else np.zeros(len(key), bool)
+        if self.negative:
+            key = np.where(neg, key, key - self.span)
+        m = (key // (w + 1)) // _POW10[w - key % (w + 1)]
+        return np.where(neg, -m, m)
+
+
+def text_keys(*arrays) -> TextKeys | None:
+    """The :class:`TextKeys` of integer id arrays (all of them keyed alike, so keys compare across
+    the arrays), from their smallest and largest id; None when an id has 18 or more digits (the
+    keys would not fit in 62 bits: convert those ids to text)."""
+    lo, hi = 0, 0
+    for a in arrays:
+        if len(a):
+            lo, hi = min(lo, int(a.min())), max(hi, int(a.max()))
+    if lo < -(10**17) or hi >= 10**17:
+        return None
+    return TextKeys(width=len(str(max(-lo, hi))), negative=lo < 0)
+
+
 def _as_key_array(a) -> np.ndarray:
     if isinstance(a, (list, tuple)) or (isinstance(a, np.ndarray) and a.dtype.kind == "O"):
         refuse_nul(a)
@@ -239,19 +301,28 @@ def _as_key_array(a) -> np.ndarray:
 def factorize(*arrays):
     """Encode several arrays of keys over one shared vocabulary.
 
-    Returns (vocabulary sorted ascending, [codes per input array]). Strings sort in code-point order,
-    which for ASCII and UTF-8 ids is trec_eval's ``strcmp`` order; integer ids sort numerically.
+    Returns (vocabulary sorted ascending, [codes per input array]). Ids sort as text: strings in
+    code-point order, which for ASCII and UTF-8 ids is trec_eval's ``strcmp`` order, integer ids as
+    their decimal text (``10`` before ``2``: :class:`TextKeys`; the vocabulary holds the integers).
     """
     arrays = [_as_key_array(a) for a in arrays]
     kinds = {a.dtype.kind for a in arrays if len(a)}
-    if len(kinds) > 1:
+    if kinds and kinds <= set("iu"):
+        tk = text_keys(*arrays)
+        if tk is not None:
+            keys = [tk.keys(a) if len(a) else np.zeros(0, np.int64) for a in arrays]
+            s = _sorted_unique(np.concatenate(keys))
+            return tk.ids(s), [np.searchsorted(s, k).astype(np.int64) for k in keys]
+    if len(kinds) > 1 or kinds & set("iu"):  # mixed kinds, or integers too long for keys: as text
         arrays = [a.astype(str) for a in arrays]
-    allk = np.concatenate(arrays) if arrays else np.zeros(0)
-    # sort-based unique: numpy 2's hash-based np.unique is several times slower on ids
-    s = np.sort(allk, kind="stable" if allk.dtype.kind in "US" else None)
-    if len(s):
-        s = s[np.concatenate(([True], s[1:] != s[:-1]))]
+    s = _sorted_unique(np.concatenate(arrays) if arrays else np.zeros(0))
     return s, [np.searchsorted(s, a).astype(np.int64) for a in arrays]
+
+
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` by a sort: numpy 2's hash-based np.unique is several times slower on ids."""
+    s = np.sort(a, kind="stable" if a.dtype.kind in "US" else None)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
 
 def judgment_histogram(qpos: np.ndarray, grades: np.ndarray, n_queries: int):
@@ -345,7 +416,8 @@ def prepare(
 
         fast = prepare_grouped(run_qid, run_docno, run_score, qrels_qid, qrels_docno, qrels_grade, depth=depth,
                                complete=complete, score_precision=score_precision, as_key_array=_as_key_array,
-                               factorize=factorize, judgment_histogram=judgment_histogram, prepared_cls=Prepared)
+                               factorize=factorize, judgment_histogram=judgment_histogram, prepared_cls=Prepared,
+                               text_keys=text_keys)
         if fast is not None:
             return fast
 
