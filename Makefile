@@ -1,8 +1,8 @@
 # Two entry points, both self-contained on a fresh machine with Python 3.11:
 #   make demo   creates .venv, installs streameval with its report extra (matplotlib, tqdm), runs the batch
 #               job on the bundled sample and writes the HTML report of its output (out/demo/report)
-#   make test   creates .venv, installs streameval with its test and bench extras, runs the test suite and
-#               the regression gate benchmarks/run.py --check
+#   make test   creates .venv, installs streameval with its test and bench extras, runs the test suite,
+#               benchmarks/run.py --quick (a smoke run of every benchmark) and the regression gate --check
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -38,11 +38,14 @@ demo: $(VENV)/.installed-report
 # the suite runs on TEST_WORKERS processes (pytest-xdist; most tests wait on Beam and subprocesses)
 TEST_WORKERS ?= 2
 
-# after the suite, the regression gate (benchmarks/run.py --check, ~2 minutes): evaluate(), trec-eval and
-# the batch job against references measured in the same run (pytrec_eval); it fails when a ratio is worse
-# than twice its target, or when an engine's numbers disagree with pytrec_eval's
+# after the suite, a smoke run of every benchmark (small sizes; it checks each peer's numbers against
+# streameval's before timing, and fails on a disagreement or a peer's changed API) so that it cannot rot,
+# then the regression gate (benchmarks/run.py --check, ~2 minutes): evaluate(), trec-eval and the batch
+# job against references measured in the same run (pytrec_eval); it fails when a ratio is worse than
+# twice its target, or when an engine's numbers disagree with pytrec_eval's
 test: $(VENV)/.installed-bench
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python benchmarks/run.py --quick
 	$(BIN)/python benchmarks/run.py --check
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python

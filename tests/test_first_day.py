@@ -173,8 +173,8 @@ def test_report_without_matplotlib_names_the_extra(tmp_path, capsys, monkeypatch
 # benchmarks: they run today, and CI runs them
 
 def test_make_test_runs_the_benchmark_gate():
-    """make test runs the regression gate (benchmarks/run.py --check, issue 38 item 5) after the suite;
-    the peers' APIs are checked by the tests below (ranx) and the oracle tests."""
+    """make test runs, after the suite, the smoke run of every benchmark (benchmarks/run.py --quick: each
+    peer's numbers and API against streameval's) and the regression gate (--check, issue 38 item 5)."""
     import shutil
     import subprocess
 
@@ -185,6 +185,7 @@ def test_make_test_runs_the_benchmark_gate():
     dry = subprocess.run(["make", "--dry-run", "--always-make", "test"], cwd=REPO, capture_output=True, text=True,
                          check=True).stdout
     assert 'pip install --quiet -e ".[test,bench]"' in dry  # ranx: the peer that broke
+    assert "benchmarks/run.py --quick" in dry
     assert "benchmarks/run.py --check" in dry
 
 
