@@ -316,7 +316,8 @@ def test_fnapi_multi_processing_equals_in_process(sample_columnar):
 @pytest.mark.parametrize("engine,kind", [("columnar", "judgments"), ("records", "impressions")])
 def test_an_input_the_workers_cannot_open_fails_the_job(portable_runner, launch, monkeypatch, capsys, engine, kind):
     """The launcher matches the file, then it is gone before the workers open it: the job fails
-    (exit 1) naming the file, and the output directory has no manifest (the previous one removed)."""
+    (exit 1) naming the file, and the output directory still holds the previous run's manifest, with
+    nothing of the failed run published (issue 36: outputs are replaced only when a run publishes)."""
     src = SAMPLE / "judgments" / "letor_test_labels.avro" if kind == "judgments" \
         else SAMPLE / "impressions" / "letor_feature206.avro"
     victim = launch / f"vanishing-{engine}.avro"
@@ -344,7 +345,8 @@ def test_an_input_the_workers_cannot_open_fails_the_job(portable_runner, launch,
     assert code == 1, err[-2000:]
     assert f"error: the job failed: cannot read input file {victim}" in err, err[-2000:]
     assert portable_runner.pool.workers_started() > started
-    assert not (out / "manifest.json").exists()
+    assert (out / "manifest.json").read_text() == '{"complete": true}'
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["manifest.json"]
 
 
 def test_rerun_replaces_every_output_and_a_failed_run_leaves_the_previous_one(
