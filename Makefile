@@ -3,11 +3,13 @@
 #               job on the bundled sample and writes the HTML report of its output (out/demo/report)
 #   make test   creates .venv, installs streameval with its test and bench extras, runs the test suite and
 #               benchmarks/run.py --quick
+#   make engines      fetches the engines (Flink's jars, Prism) into ~/.cache/streameval
+#   make test-engines the engine tier (tests/test_engines.py: Prism and a local Flink cluster)
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-engines engines bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +43,17 @@ TEST_WORKERS ?= 2
 # after the suite, a smoke run of every benchmark (small sizes; it checks each peer's numbers against
 # streameval's before timing, and fails on a disagreement or a peer's changed API) so that it cannot rot
 test: $(VENV)/.installed-bench
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not engines"
 	$(BIN)/python benchmarks/run.py --quick
+
+# the engines' parts (docs/deploy.md); a part that cannot be had is named with its reason, and the
+# tests that need it skip (no Java or Go) or fail (the tool is there but the part is not)
+engines: $(VENV)/.installed
+	$(BIN)/streameval cluster fetch || echo "streameval cluster fetch: some parts could not be had (above)"
+
+# the engine tier: one process (its clusters are session fixtures), about 3 minutes on 2 cores
+test-engines: $(VENV)/.installed-test engines
+	$(BIN)/python -m pytest -q -m engines tests/test_engines.py
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"

@@ -1,9 +1,10 @@
 """``streameval cluster``: fetch the engines, start a local Flink cluster or Prism, stop it.
 
-    streameval cluster fetch [--retry]
+    streameval cluster fetch [flink] [prism] [--retry]
     streameval cluster up flink --state-dir DIR [--taskmanagers N] [--slots S] [--job-server-jar JAR]
     streameval cluster up prism --state-dir DIR
     streameval cluster status --state-dir DIR
+    streameval cluster args --state-dir DIR     (the runner_args as one shell line)
     streameval cluster down --state-dir DIR
 
 ``up`` starts every process on 127.0.0.1 with ports the kernel found free, each the leader of a
@@ -46,6 +47,8 @@ STOP_GRACE = 20.0
 STATE_FILE = "cluster.json"
 HOST = "127.0.0.1"
 ENGINES = ("flink", "prism")
+#: the cached parts (streameval.commands.engines) each engine needs
+PARTS = {"flink": ("flink", "job_server", "expansion_service"), "prism": ("prism",)}
 _POOL_LINE = "Started worker pool servicer at port: "
 
 
@@ -489,6 +492,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="action", required=True)
     f = sub.add_parser("fetch", help="fetch Flink's jars, Beam's Flink job server and Prism into the cache "
                                      "($STREAMEVAL_CACHE, else ~/.cache/streameval)")
+    f.add_argument("engines", nargs="*", metavar="ENGINE",
+                   help="flink and/or prism (default both): flink needs Flink's jars and Beam's Flink job server "
+                        "(and the Java expansion service), prism the Prism binary")
     f.add_argument("--retry", action="store_true", help="ask again for parts a previous fetch could not have")
     u = sub.add_parser("up", help="start a local cluster; prints its runner_args as JSON")
     u.add_argument("engine", help="flink or prism")
@@ -501,6 +507,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="Flink: start no job server; runner_args then name FlinkRunner with --flink_master "
                         "(the SDK starts a job server itself: add --flink_job_server_jar)")
     for name, text in (("status", "the cluster's processes and whether each is alive"),
+                       ("args", "the cluster's runner_args as one shell-quoted line, for $(...)"),
                        ("down", "stop every process of the cluster by its PID")):
         s = sub.add_parser(name, help=text)
         s.add_argument("--state-dir", required=True)
@@ -518,7 +525,13 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.action == "fetch":
-            parts = engines.fetch(retry=args.retry)
+            bad = [e for e in args.engines if e not in ENGINES]
+            if bad:
+                print(f"streameval cluster fetch: unknown engine {bad[0]!r}{_closest(bad[0], ENGINES)}; "
+                      f"choose from {', '.join(ENGINES)}", file=sys.stderr)
+                return EXIT_USAGE
+            wanted = tuple(p for e in (args.engines or ENGINES) for p in PARTS[e])
+            parts = {n: p for n, p in engines.fetch(retry=args.retry, only=wanted).items() if n in wanted}
             print(json.dumps({"cache": str(engines.cache_dir()), "beam": engines.beam_version(),
                               "parts": {n: asdict(p) for n, p in parts.items()}}, indent=1))
             for p in parts.values():
@@ -535,6 +548,11 @@ def main(argv=None) -> int:
                 return EXIT_USAGE
             print(json.dumps(report(up(args.engine, args.state_dir, args))))
             return EXIT_OK
+        if args.action == "args":
+            import shlex
+
+            print(shlex.join(load(args.state_dir).runner_args))
+            return EXIT_OK
         if args.action == "status":
             s = status(args.state_dir)
             print(json.dumps(s))
@@ -546,4 +564,4 @@ def main(argv=None) -> int:
         return EXIT_OK
     except ClusterError as e:
         print(f"streameval cluster {args.action}: {one_line(e)}", file=sys.stderr)
-        return EXIT_USAGE if args.action in ("status", "down") and "no cluster in" in str(e) else EXIT_FAILED
+        return EXIT_USAGE if args.action in ("status", "args", "down") and "no cluster in" in str(e) else EXIT_FAILED
