@@ -229,6 +229,19 @@ def test_unknown_engine_is_a_usage_error(tmp_path):
         "streameval cluster up: unknown engine 'flinc' (did you mean flink?); choose one of flink, prism"]
 
 
+def test_up_with_parts_missing_from_the_cache_starts_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("STREAMEVAL_CACHE", str(tmp_path / "empty-cache"))
+    done = _cli("up", "flink", "--state-dir", str(tmp_path / "state"), timeout=60)
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("streameval cluster up: flink is not in the cache (")
+    assert "job_server is not in the cache (" in line and "--no-job-server" in line
+    assert not (tmp_path / "state" / "cluster.json").exists()
+    done = _cli("up", "prism", "--state-dir", str(tmp_path / "state"), timeout=60)
+    assert done.returncode == 1 and "prism is not in the cache (" in done.stderr
+    assert not (tmp_path / "state" / "cluster.json").exists()
+
+
 def test_down_without_a_cluster_is_a_usage_error(tmp_path):
     done = _cli("down", "--state-dir", str(tmp_path), timeout=60)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1

@@ -225,6 +225,9 @@ def missing(names, root: Path | None = None) -> list[str]:
     for name in names:
         if where[name].exists():
             continue
-        why = known[name].reason if name in known and not known[name].ok else "not fetched yet"
-        lines.append(f"{name} ({where[name]}): {why}; run `streameval cluster fetch`")
+        if name in known and not known[name].ok:
+            lines.append(f"{name} is not in the cache ({where[name]}): `streameval cluster fetch` could not have "
+                         f"it: {known[name].reason}")
+        else:
+            lines.append(f"{name} is not in the cache ({where[name]}): run `streameval cluster fetch`")
     return lines
