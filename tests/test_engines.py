@@ -190,6 +190,52 @@ def test_prism_up_status_down_leaves_no_process(tmp_path):
     assert done.returncode == 2 and "no cluster in" in done.stderr
 
 
+def test_prism_killed_under_the_batch_job_fails_it_in_one_line(tmp_path, launch, capsys):
+    """SIGKILL to Prism (the job server) once the job's first SDK worker has started: the job exits 1
+    with one line naming the lost service, nothing is published under --output (no manifest, no
+    metric rows), and ``cluster down`` still stops the rest."""
+    import signal
+    import threading
+    import time
+
+    from pipelines import batch
+
+    from .conftest import fail_after
+
+    _need("prism", "go")
+    state = tmp_path / "state"
+    info = _up("prism", state)
+    try:
+        pool_log = Path(info["logs"]) / "worker_pool-1.log"
+        started = pool_log.read_text(errors="replace").count("Starting worker with command")
+        killed = threading.Event()
+
+        def kill_when_running():
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                if pool_log.read_text(errors="replace").count("Starting worker with command") > started:
+                    os.kill(info["processes"]["prism"], signal.SIGKILL)
+                    killed.set()
+                    return
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_when_running, daemon=True)
+        killer.start()
+        out = tmp_path / "out"
+        capsys.readouterr()
+        with fail_after(400, "the batch job on a killed Prism"):
+            code = batch.main([*SAMPLE_COLUMNAR, "--output", str(out), "--quiet", *info["runner_args"]])
+        killer.join(5)
+        assert killed.is_set(), "no SDK worker started: Prism was not killed under the job"
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 1
+        # one line: no traceback of Beam's message-reading thread before it
+        assert len(err) == 1 and err[0].startswith("error: the job failed: the runner's service stopped answering ("), err
+        assert not (out / "manifest.json").exists() and not list(out.glob("metrics*"))
+    finally:
+        _down(state, info)
+
+
 # ------------------------------------------------------------------------------------------------
 # Flink
 

@@ -163,6 +163,8 @@ def _fetch_prism(root: Path, version: str) -> Part:
     if done.returncode != 0 or not binary.exists():
         return Part("prism", version, False,
                     reason=f"go install {PRISM_PACKAGE}@v{version} failed: {_tail(done.stderr or done.stdout)}")
+    # the binary is all we run: the module and build caches (1.5 GB) go
+    shutil.rmtree(go, ignore_errors=True)
     return Part("prism", version, True, str(binary))
 
 
