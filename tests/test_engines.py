@@ -177,6 +177,28 @@ def test_batch_on_prism_equals_local(prism, launch, name):
     assert "Starting worker with command" in pool_log.read_text(errors="replace")
 
 
+def test_stream_replay_on_prism_equals_local(prism, launch):
+    """``streameval stream --replay`` with the cluster's runner_args (Prism runs the replay's
+    TestStream; the per-event engine, as the job notes) against the local streaming runner (the
+    columnar engine): the same pane files, each with the same rows."""
+    from pipelines import stream
+
+    from .conftest import fail_after
+
+    argv = ["--replay", "--impressions", "sample/impressions/letor_*.avro", "--judgments",
+            "sample/judgments/letor_test_labels.avro", "--window", "1d", "--metrics", "ndcg@10,map,P@5", "--quiet"]
+    with fail_after(600, "the stream job on Prism"):
+        assert stream.main([*argv, "--output", "stream/prism", *prism["runner_args"]]) == 0
+    assert stream.main([*argv, "--output", "stream/local"]) == 0
+
+    def panes(out):
+        return {p.name: sorted(p.read_text().splitlines()) for p in Path(out).glob("metrics-*.jsonl")}
+
+    got, ref = panes("stream/prism"), panes("stream/local")
+    assert ref and all(ref.values()) and got == ref
+    assert all(name.endswith("-final.jsonl") for name in ref)
+
+
 def test_prism_up_status_down_leaves_no_process(tmp_path):
     _need("prism", "go")
     info = _up("prism", tmp_path / "state")
