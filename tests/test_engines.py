@@ -212,10 +212,17 @@ def test_prism_up_status_down_leaves_no_process(tmp_path):
     assert done.returncode == 2 and "no cluster in" in done.stderr
 
 
-def test_prism_killed_under_the_batch_job_fails_it_in_one_line(tmp_path, launch, capsys):
-    """SIGKILL to Prism (the job server) once the job's first SDK worker has started: the job exits 1
-    with one line naming the lost service, nothing is published under --output (no manifest, no
-    metric rows), and ``cluster down`` still stops the rest."""
+@pytest.mark.parametrize("victim,reason", [
+    ("prism", "the runner's service stopped answering (UNAVAILABLE: "),
+    ("worker_pool-1", "Pipeline job-"),
+])
+def test_a_process_killed_under_the_batch_job_on_prism_fails_it(tmp_path, launch, capsys, victim, reason):
+    """SIGKILL to Prism (the job server) or to the worker pool's process group (the pool and its SDK
+    workers) once the job's first SDK worker has started: the job exits 1 with one ``error:`` line
+    (Prism: the lost service's gRPC status, was ``the job failed: >``; the pool: Prism's reason,
+    ``SDK worker disconnected`` or, a minute later, a new worker's missing control connection), nothing is published under --output (no manifest, no metric
+    rows), and ``cluster down`` still stops the rest. Prism does not retry a bundle whose worker
+    died, so no run finishes after such a fault."""
     import signal
     import threading
     import time
@@ -236,7 +243,8 @@ def test_prism_killed_under_the_batch_job_fails_it_in_one_line(tmp_path, launch,
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
                 if pool_log.read_text(errors="replace").count("Starting worker with command") > started:
-                    os.kill(info["processes"]["prism"], signal.SIGKILL)
+                    time.sleep(1)
+                    os.killpg(info["processes"][victim], signal.SIGKILL)  # each leads its own group
                     killed.set()
                     return
                 time.sleep(0.05)
@@ -245,14 +253,20 @@ def test_prism_killed_under_the_batch_job_fails_it_in_one_line(tmp_path, launch,
         killer.start()
         out = tmp_path / "out"
         capsys.readouterr()
-        with fail_after(400, "the batch job on a killed Prism"):
+        with fail_after(400, f"the batch job on Prism with {victim} killed"):
             code = batch.main([*SAMPLE_COLUMNAR, "--output", str(out), "--quiet", *info["runner_args"]])
         killer.join(5)
-        assert killed.is_set(), "no SDK worker started: Prism was not killed under the job"
+        assert killed.is_set(), f"no SDK worker started: {victim} was not killed under the job"
         err = capsys.readouterr().err.strip().splitlines()
+        errors = [line for line in err if line.startswith("error:")]
         assert code == 1
-        # one line: no traceback of Beam's message-reading thread before it
-        assert len(err) == 1 and err[0].startswith("error: the job failed: the runner's service stopped answering ("), err
+        assert len(errors) == 1 and errors[0].startswith(f"error: the job failed: {reason}"), err
+        assert not any(line.startswith(("Traceback", "Exception in thread")) for line in err), err
+        if victim == "prism":
+            assert err == errors  # nothing but the one line
+        else:  # Prism's reason: the worker's connection lost, or never made by a replacement
+            assert "failed in state FAILED: " in errors[0]
+            assert "SDK worker disconnected" in errors[0] or "didn't get control connection" in errors[0]
         assert not (out / "manifest.json").exists() and not list(out.glob("metrics*"))
     finally:
         _down(state, info)
