@@ -324,6 +324,31 @@ def test_up_with_parts_missing_from_the_cache_starts_nothing(tmp_path, monkeypat
     assert not (tmp_path / "state" / "cluster.json").exists()
 
 
+def test_stop_kills_what_a_dead_leader_left_in_its_group(tmp_path):
+    """A process group whose leader died (a worker pool SIGKILLed alone) still holds its children
+    (SDK workers): stopping it by the leader's PID kills them too; a PID that is no longer ours
+    (another start time) is left alone."""
+    import signal
+    import time
+
+    proc = cluster._spawn("leader", ["sh", "-c", "sleep 300 & echo $! > child.pid; wait"], tmp_path, dict(os.environ),
+                          tmp_path / "cwd")
+    pid_file = tmp_path / "cwd" / "child.pid"
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    os.kill(proc.pid, signal.SIGKILL)
+    os.waitpid(proc.pid, 0)
+    assert not cluster.alive(proc) and cluster._start_ticks(child) is not None
+    assert cluster._ours(proc)
+    cluster._stop(proc, grace=5)
+    assert cluster._start_ticks(child) is None and not cluster._ours(proc)
+    stranger = cluster.Proc(os.getpid(), (cluster._start_ticks(os.getpid()) or 0) + 1, [], "")
+    assert not cluster._ours(stranger)
+    cluster._stop(stranger, grace=1)  # not ours: no signal (this process is still here)
+
+
 def test_down_without_a_cluster_is_a_usage_error(tmp_path):
     done = _cli("down", "--state-dir", str(tmp_path), timeout=60)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1

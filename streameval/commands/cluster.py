@@ -180,25 +180,33 @@ def _wait(name: str, proc: Proc, ready, timeout: float = START_TIMEOUT):
         time.sleep(0.25)
 
 
+def _ours(proc: Proc) -> bool:
+    """The process group ``proc`` leads still holds a process we started: the leader itself (same
+    PID and start time), or, the leader gone, members of its group (its SDK workers). Linux does not
+    give a PID that is still some group's ID to a new process, so such a group is still ours."""
+    ticks = _start_ticks(proc.pid)
+    if ticks is not None:
+        return ticks == proc.start_ticks
+    return _group_alive(proc.pid)
+
+
 def _stop(proc: Proc, grace: float = STOP_GRACE) -> None:
-    """SIGTERM to the process group the PID leads, SIGKILL to it after ``grace`` if it lingers;
-    nothing when the PID is no longer the process we started."""
-    if not alive(proc):
+    """SIGTERM to the process group the PID leads, SIGKILL to what is left of it after ``grace``;
+    nothing when neither the PID nor its group is still what we started (:func:`_ours`)."""
+    if not _ours(proc):
         return
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while alive(proc) and time.monotonic() < deadline:
         _reap(proc.pid)
         time.sleep(0.2)
-    if alive(proc):
-        with contextlib.suppress(ProcessLookupError):
+    # the leader lingering, or its children (SDK workers) left behind by a leader that exited
+    if _ours(proc):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-    # children of the group (SDK workers) left behind by a leader that exited on SIGTERM
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
     deadline = time.monotonic() + grace
-    while alive(proc) and time.monotonic() < deadline:
+    while _ours(proc) and time.monotonic() < deadline:
         _reap(proc.pid)
         time.sleep(0.1)
 
@@ -472,8 +480,7 @@ def down(state_dir) -> list[str]:
     c = load(state_dir)
     for p in reversed(list(c.processes.values())):
         _stop(p)
-    left = [n for n, p in c.processes.items() if alive(p) or (p.start_ticks >= 0 and _group_alive(p.pid)
-                                                                and _start_ticks(p.pid) == p.start_ticks)]
+    left = [n for n, p in c.processes.items() if _ours(p)]
     if not left:
         _state_path(state_dir).unlink(missing_ok=True)
     return left
