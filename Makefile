@@ -1,13 +1,16 @@
 # Two entry points, both self-contained on a fresh machine with Python 3.11:
 #   make demo   creates .venv, installs streameval with its report extra (matplotlib, tqdm), runs the batch
 #               job on the bundled sample and writes the HTML report of its output (out/demo/report)
-#   make test   creates .venv, installs streameval with its test and bench extras, runs the test suite,
-#               benchmarks/run.py --quick (a smoke run of every benchmark) and the regression gate --check
+#   make test   creates .venv, installs streameval with its test and bench extras, fetches the engines
+#               (make engines), runs the test suite, the engine tier, benchmarks/run.py --quick (a smoke
+#               run of every benchmark) and the regression gate --check
+#   make engines      fetches the engines (Flink's jars, Prism) into ~/.cache/streameval
+#   make test-engines the engine tier alone (tests/test_engines.py: Prism and a local Flink cluster)
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-engines engines bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,10 +46,21 @@ TEST_WORKERS ?= 2
 # then the regression gate (benchmarks/run.py --check, ~2 minutes): evaluate(), trec-eval and the batch
 # job against references measured in the same run (pytrec_eval); it fails when a ratio is worse than
 # twice its target, or when an engine's numbers disagree with pytrec_eval's
-test: $(VENV)/.installed-bench
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+# (make engines first: the README's Prism example runs in the suite; the engine tier after the suite)
+test: $(VENV)/.installed-bench engines
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not engines"
+	$(BIN)/python -m pytest -q -m engines tests/test_engines.py
 	$(BIN)/python benchmarks/run.py --quick
 	$(BIN)/python benchmarks/run.py --check
+
+# the engines' parts (docs/deploy.md); a part that cannot be had is named with its reason, and the
+# tests that need it skip (no Java or Go) or fail (the tool is there but the part is not)
+engines: $(VENV)/.installed
+	$(BIN)/streameval cluster fetch || echo "streameval cluster fetch: some parts could not be had (above)"
+
+# the engine tier: one process (its clusters are session fixtures), about 3 minutes on 2 cores
+test-engines: $(VENV)/.installed-test engines
+	$(BIN)/python -m pytest -q -m engines tests/test_engines.py
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"

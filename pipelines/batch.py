@@ -60,6 +60,7 @@ from streameval.beam.sinks import (DEFAULT_FORMATS, bigquery_available, bigquery
                                    publish, read_jsonl, read_metric_rows, start_output, write_bigquery, write_jsonl,
                                    write_records)
 from streameval.beam.sources import (UNREADABLE, UNREADABLE_PARQUET, ReadAvro, expand_inputs, failure_reason,
+                                     runner_thread_errors_reported_once,
                                      input_bytes, is_unreadable_letter, set_file_system_options)
 from streameval.beam.table_inputs import add_table_arguments, count_parquet_rows, parquet_paths, table_options
 from streameval.beam.online import LABEL_SOURCES, UNJUDGED_POLICIES, OnlineMetrics, split_metric_names
@@ -599,7 +600,8 @@ def _main(argv, held: list) -> int:
                                  interval=getattr(args, "progress_interval", 5.0), enable=not args.quiet).start()
     with (tuning.no_numpy_hugepages() if local else contextlib.nullcontext()), \
             (tuning.one_blas_thread() if local else contextlib.nullcontext()), \
-            (tuning.for_children() if local else contextlib.nullcontext()):
+            (tuning.for_children() if local else contextlib.nullcontext()), \
+            runner_thread_errors_reported_once():
         try:
             result = p.run()
             state = result.wait_until_finish()

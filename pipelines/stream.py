@@ -66,7 +66,8 @@ from streameval.beam.sinks import close_output, publish, start_output
 from streameval.exits import EXIT_ALERT, EXIT_OK, one_line
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
-from streameval.beam.sources import expand_inputs, failure_reason, set_file_system_options
+from streameval.beam.sources import (expand_inputs, failure_reason, runner_thread_errors_reported_once,
+                                     set_file_system_options)
 from streameval.beam.accounting import check_inputs, exit_status, format_accounting, input_checks_from_args, job_counters
 from streameval.beam.online import split_metric_names
 from streameval.beam.streaming.coarse import ColumnarStreamMetrics, ReplayColumns
@@ -491,9 +492,10 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
                                  written=lambda: progress.counts().get("stream_rows", 0),
                                  interval=args.progress_interval, enable=not args.quiet).start()
     try:
-        result = p.run()
-        in_process = _on_local_runner(args)
-        state = result.wait_until_finish() if in_process else wait_reporting(result, args.report_every)
+        with runner_thread_errors_reported_once():
+            result = p.run()
+            in_process = _on_local_runner(args)
+            state = result.wait_until_finish() if in_process else wait_reporting(result, args.report_every)
     except Exception as e:  # noqa: BLE001 - the runner's error, reported in one line
         line.enable = False
         line.stop()

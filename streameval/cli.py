@@ -679,6 +679,8 @@ COMMANDS = {
     "report": ("streameval.commands.report", "main", False, "PNG plots and an HTML page from metric rows"),
     "alerts-to-prometheus": ("streameval.commands.alerts_to_prometheus", "main", False,
                              "TOML alert rules as Prometheus alerting rules over the exported gauges"),
+    "cluster": ("streameval.commands.cluster", "main", False,
+                "fetch the engines; start, inspect or stop a local Flink cluster or Prism (streameval cluster -h)"),
 }
 
 

@@ -182,6 +182,29 @@ def test_input_errors_pickle_and_read_back_from_runner_text():
     assert sources.failure_reason(ValueError("line one\nthe last line")) == "the last line"
 
 
+def test_a_lost_runner_service_is_named_in_one_line():
+    """A gRPC call to a runner's service that is gone (here: a port nothing listens on) raises an
+    error whose str is a multi-line repr ending in '>'; the reason names its status instead (the
+    job said 'the job failed: >' when Prism was killed under it)."""
+    import socket
+
+    import grpc
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    call = channel.unary_unary("/beam.JobService/GetState")
+    with pytest.raises(grpc.RpcError) as caught:
+        call(b"", timeout=5)
+    channel.close()
+    assert str(caught.value).strip().endswith(">")
+    reason = sources.failure_reason(caught.value)
+    assert "\n" not in reason
+    assert reason.startswith("the runner's service stopped answering (UNAVAILABLE: ")
+    assert sources.failure_reason(grpc.FutureTimeoutError()).startswith("the job service did not answer")
+
+
 def test_reported_workers():
     from apache_beam.options.pipeline_options import PipelineOptions
 

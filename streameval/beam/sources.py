@@ -41,7 +41,7 @@ from ..io import counters as cn
 from ..io.counters import NAMESPACE  # noqa: F401 (re-exported: its former home)
 from .threads import counter
 
-__all__ = ["UNREADABLE", "InputUnavailableError", "failure_reason", "expand_inputs", "input_bytes", "set_file_system_options", "is_remote",
+__all__ = ["UNREADABLE", "InputUnavailableError", "failure_reason", "runner_thread_errors_reported_once", "expand_inputs", "input_bytes", "set_file_system_options", "is_remote",
            "local_copy", "unreadable_letter", "read_avro_blocks", "read_parquet_blocks", "is_unreadable_letter",
            "ReadAvro", "COPY_CHUNK", "UNREADABLE_PARQUET"]
 
@@ -80,9 +80,61 @@ def failure_reason(error: BaseException) -> str:
     found = _UNAVAILABLE.search(text)
     if found:
         return found.group(0).strip()
+    rpc = _rpc_status(error)
+    if rpc:  # a gRPC call of the runner's services failed: its str is a multi-line repr ending in '>'
+        return f"the runner's service stopped answering ({rpc}): a job server, Prism or its workers were lost"
+    if type(error).__name__ == "FutureTimeoutError":  # grpc's, raised bare by the portable runner
+        return ("the job service did not answer (FutureTimeoutError after Beam's --job_server_timeout, default "
+                "300 s): is the job server or Prism at --job_endpoint running?")
     lines = [l.strip() for l in str(error).splitlines() if l.strip() and not l.startswith(" ")]
     last = lines[-1] if lines else type(error).__name__
     return last if len(last) <= 500 else last[:497] + "..."
+
+
+#: Beam's portable runner reads the job's messages in a thread of this name; when the job service is
+#: lost, that thread dies with the gRPC error, which ``wait_until_finish`` raises again in the caller
+RUNNER_MESSAGE_THREAD = "wait_until_finish_read"
+
+
+@contextlib.contextmanager
+def runner_thread_errors_reported_once():
+    """While the job runs: a gRPC error that kills Beam's message-reading thread
+    (:data:`RUNNER_MESSAGE_THREAD`) is not printed as that thread's traceback, since the launcher
+    reports the same failure in one line (:func:`failure_reason`). Python's ``threading.excepthook``
+    (public API), restored after; every other thread's exception goes to the previous hook."""
+    import threading
+
+    previous = threading.excepthook
+
+    def hook(args):
+        if getattr(args.thread, "name", "") == RUNNER_MESSAGE_THREAD and _rpc_status(args.exc_value):
+            return
+        previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        for t in threading.enumerate():  # a reader dying with the job's failure reports it through the hook
+            if t.name == RUNNER_MESSAGE_THREAD and t is not threading.current_thread():
+                t.join(timeout=5)
+        if threading.excepthook is hook:
+            threading.excepthook = previous
+
+
+def _rpc_status(error: BaseException) -> str:
+    """``CODE: details`` of a gRPC error (``grpc.RpcError`` and its call objects have ``code()`` and
+    ``details()``), else ``""``."""
+    code, details = getattr(error, "code", None), getattr(error, "details", None)
+    if not (callable(code) and callable(details)):
+        return ""
+    try:
+        c, d = code(), details()
+    except Exception:  # noqa: BLE001 (an object that only looks like one)
+        return ""
+    if c is None:
+        return ""
+    return f"{getattr(c, 'name', c)}: {' '.join(str(d or '').split())}".rstrip(": ")
 
 
 def is_remote(path: str) -> bool:

@@ -1,0 +1,574 @@
+"""``streameval cluster``: fetch the engines, start a local Flink cluster or Prism, stop it.
+
+    streameval cluster fetch [flink] [prism] [--retry]
+    streameval cluster up flink --state-dir DIR [--taskmanagers N] [--slots S] [--job-server-jar JAR]
+    streameval cluster up prism --state-dir DIR
+    streameval cluster status --state-dir DIR
+    streameval cluster args --state-dir DIR     (the runner_args as one shell line)
+    streameval cluster down --state-dir DIR
+
+``up`` starts every process on 127.0.0.1 with ports the kernel found free, each the leader of a
+process group of its own (its output in ``DIR/logs/NAME.log``), waits until the cluster accepts
+jobs, writes ``DIR/cluster.json`` and prints one JSON object: ``runner_args`` (the options to append
+to ``streameval batch`` or ``streameval stream``), ``processes`` (name to PID), ``web_ui``, ``logs``.
+A process that does not come up stops the others and exits 1 with one line naming it and its log.
+
+The Python SDK workers run in one EXTERNAL worker pool (``worker_pool_main``) per cluster, shared by
+every TaskManager (docs/deploy.md says why: one machine has one ``localhost``, and the pool starts
+each worker as a process of its own). ``down`` signals each process group by the PID recorded at
+``up`` (SIGTERM, then SIGKILL after a grace period), and only if that PID is still the process
+``up`` started (its start time in /proc matches); never by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE, one_line
+from . import engines
+
+__all__ = ["main", "up", "down", "status", "ClusterError"]
+
+#: seconds a process gets to answer (a JVM or Beam's imports on a busy 2-core machine)
+START_TIMEOUT = 120.0
+#: seconds between SIGTERM and SIGKILL at ``down``
+STOP_GRACE = 20.0
+STATE_FILE = "cluster.json"
+HOST = "127.0.0.1"
+ENGINES = ("flink", "prism")
+#: the cached parts (streameval.commands.engines) each engine needs
+PARTS = {"flink": ("flink", "job_server", "expansion_service"), "prism": ("prism",)}
+_POOL_LINE = "Started worker pool servicer at port: "
+
+
+class ClusterError(RuntimeError):
+    """A cluster that could not be started, read or stopped (one line for the user)."""
+
+
+@dataclass
+class Proc:
+    """A process we started: its PID, its start time (clock ticks after boot, /proc/PID/stat
+    field 22: a PID the kernel reused for another process has another), command and log."""
+
+    pid: int
+    start_ticks: int
+    argv: list
+    log: str
+
+
+@dataclass
+class Cluster:
+    engine: str
+    state_dir: str
+    runner_args: list = field(default_factory=list)
+    processes: dict = field(default_factory=dict)  # name -> Proc (as a dict in cluster.json)
+    web_ui: str = ""
+    logs: str = ""
+    ports: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------
+# processes
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) is in parentheses and may hold spaces: split after its last ')'
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] == "Z":  # a zombie has exited
+        return None
+    return int(fields[19])
+
+
+def alive(proc: Proc) -> bool:
+    """The process ``up`` started is still running (same PID and start time, not a zombie)."""
+    return _start_ticks(proc.pid) == proc.start_ticks
+
+
+def _free_port() -> int:
+    """A TCP port no socket is bound to now (the kernel's choice for port 0). A process started on
+    it is checked to be the one listening there (:func:`_listens`)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _listening_inodes(port: int) -> set[int]:
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                found.add(int(cols[9]))
+    return found
+
+
+def _group_socket_inodes(pgid: int) -> set[int]:
+    """Socket inodes held by the processes of process group ``pgid``."""
+    found = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(d.name)) != pgid:
+                continue
+            fds = list((d / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    found.add(int(target[8:-1]))
+    return found
+
+
+def _listens(proc: Proc, port: int) -> bool:
+    """Only the process (group) ``proc`` listens on ``port``."""
+    listeners = _listening_inodes(port)
+    return bool(listeners) and listeners <= _group_socket_inodes(proc.pid)
+
+
+def _spawn(name: str, argv: list, logs: Path, env: dict, cwd: Path) -> Proc:
+    cwd.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{name}.log"
+    with open(log, "ab") as out:
+        p = subprocess.Popen([str(a) for a in argv], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+    ticks = _start_ticks(p.pid)
+    return Proc(p.pid, ticks if ticks is not None else -1, [str(a) for a in argv], str(log))
+
+
+def _log_tail(proc: Proc, lines: int = 5) -> str:
+    try:
+        text = Path(proc.log).read_text(errors="replace")
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text.splitlines()[-lines:] if line.strip())
+
+
+def _wait(name: str, proc: Proc, ready, timeout: float = START_TIMEOUT):
+    """Poll ``ready()`` until it returns a true value (returned), the process dies or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not alive(proc):
+            raise ClusterError(f"{name} exited while starting (log {proc.log}: {_log_tail(proc)[-400:]})")
+        with contextlib.suppress(OSError, ValueError):
+            got = ready()
+            if got:
+                return got
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{name} did not answer within {timeout:.0f} s (log {proc.log})")
+        time.sleep(0.25)
+
+
+def _ours(proc: Proc) -> bool:
+    """The process group ``proc`` leads still holds a process we started: the leader itself (same
+    PID and start time), or, the leader gone, members of its group (its SDK workers). Linux does not
+    give a PID that is still some group's ID to a new process, so such a group is still ours."""
+    ticks = _start_ticks(proc.pid)
+    if ticks is not None:
+        return ticks == proc.start_ticks
+    return _group_alive(proc.pid)
+
+
+def _stop(proc: Proc, grace: float = STOP_GRACE) -> None:
+    """SIGTERM to the process group the PID leads, SIGKILL to what is left of it after ``grace``;
+    nothing when neither the PID nor its group is still what we started (:func:`_ours`)."""
+    if not _ours(proc):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while alive(proc) and time.monotonic() < deadline:
+        _reap(proc.pid)
+        time.sleep(0.2)
+    # the leader lingering, or its children (SDK workers) left behind by a leader that exited
+    if _ours(proc):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + grace
+    while _ours(proc) and time.monotonic() < deadline:
+        _reap(proc.pid)
+        time.sleep(0.1)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a group whose members are all zombies counts as gone
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(d.name)) == pgid and _start_ticks(int(d.name)) is not None:
+                    return True
+    return False
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    # the worker pool starts each SDK worker with `python` from PATH: this interpreter's comes first
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _http_json(url: str):
+    with urllib.request.urlopen(url, timeout=3) as r:
+        return json.loads(r.read().decode())
+
+
+def _grpc_ready(endpoint: str) -> bool:
+    """Something accepts TCP connections at ``endpoint`` (HOST:PORT)."""
+    host, port = endpoint.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=2):
+        return True
+
+
+# ------------------------------------------------------------------------------------------------
+# the pieces
+
+
+def _start_pool(c: Cluster, logs: Path, state: Path, name: str = "worker_pool-1") -> str:
+    """An EXTERNAL SDK worker pool on a port of its choosing; returns HOST:PORT."""
+    argv = [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", "--service_port", "0"]
+    proc = _spawn(name, argv, logs, _env(), state / "workers")
+    c.processes[name] = proc
+
+    def port():
+        text = Path(proc.log).read_text(errors="replace")
+        i = text.rfind(_POOL_LINE)
+        if i < 0:
+            return 0
+        p = int(text[i + len(_POOL_LINE):].split()[0].rsplit(":", 1)[1])
+        return p if _listens(proc, p) and _grpc_ready(f"{HOST}:{p}") else 0
+
+    p = _wait(name, proc, port)
+    c.ports[name] = p
+    return f"{HOST}:{p}"
+
+
+def _up_prism(c: Cluster, logs: Path, state: Path, args) -> None:
+    binary = engines.prism_binary()
+    lacking = engines.missing(["prism"])
+    if lacking:
+        raise ClusterError(lacking[0])
+    pool = _start_pool(c, logs, state)
+    web = _free_port()
+    # Prism listens on every address (its flags choose ports only); the job port is the kernel's choice
+    argv = [binary, "--job_port", "0", "--web_port", web, "--serve_http=true", "--log_kind", "text",
+            "--log_level", "info", "--idle_shutdown_timeout", "-1s"]
+    proc = _spawn("prism", argv, logs, _env(), state / "prism")
+    c.processes["prism"] = proc
+
+    def port():
+        text = Path(proc.log).read_text(errors="replace")
+        i = text.rfind("Serving JobManagement")
+        if i < 0:
+            return 0
+        line = text[i:].splitlines()[0]
+        p = int(line.rsplit(":", 1)[1].strip().strip('"').split()[0].strip('"'))
+        return p if _listens(proc, p) and _grpc_ready(f"{HOST}:{p}") else 0
+
+    job_port = _wait("prism", proc, port)
+    c.ports.update(job=job_port, web=web)
+    c.web_ui = f"http://{HOST}:{web}"
+    c.runner_args = ["--runner", "PortableRunner", "--job_endpoint", f"{HOST}:{job_port}",
+                     "--environment_type", "EXTERNAL", "--environment_config", pool]
+
+
+_LOG4J = """\
+rootLogger.level = INFO
+rootLogger.appenderRef.console.ref = ConsoleAppender
+appender.console.name = ConsoleAppender
+appender.console.type = CONSOLE
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yyyy-MM-dd HH:mm:ss,SSS} %-5p %-60c %x - %m%n
+logger.netty.name = org.jboss.netty.channel.DefaultChannelPipeline
+logger.netty.level = OFF
+"""
+
+
+def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int) -> None:
+    conf.mkdir(parents=True, exist_ok=True)
+    tmp = state / "flink-tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    settings = {
+        "jobmanager.rpc.address": HOST, "jobmanager.rpc.port": rpc, "jobmanager.bind-host": HOST,
+        "jobmanager.memory.process.size": "1024m",
+        "taskmanager.bind-host": HOST, "taskmanager.host": HOST, "taskmanager.numberOfTaskSlots": slots,
+        "taskmanager.memory.process.size": "1536m",
+        "rest.address": HOST, "rest.bind-address": HOST, "rest.port": rest,
+        "blob.server.port": "0", "taskmanager.rpc.port": "0", "taskmanager.data.port": "0",
+        "parallelism.default": 1, "io.tmp.dirs": str(tmp),
+        # a lost TaskManager restarts the job's tasks (docs/deploy.md)
+        "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": 3,
+        "restart-strategy.fixed-delay.delay": "5 s",
+        "heartbeat.timeout": 20000,
+    }
+    (conf / "config.yaml").write_text("".join(f"{k}: {v}\n" for k, v in settings.items()))
+    (conf / "log4j-console.properties").write_text(_LOG4J)
+
+
+def _bash_java_utils(home: Path, conf: Path, what: str) -> tuple[list[str], list[str]]:
+    """Flink's BashJavaUtils (what Flink's scripts run): the JVM flags and ``-D`` options of a
+    TaskManager (GET_TM_RESOURCE_PARAMS) or JobManager (GET_JM_RESOURCE_PARAMS)."""
+    cp = f"{home / 'bin' / 'bash-java-utils.jar'}{os.pathsep}{home / 'lib'}/*"
+    done = subprocess.run(["java", "-cp", cp, "org.apache.flink.runtime.util.bash.BashJavaUtils", what,
+                           "--configDir", str(conf)], capture_output=True, text=True, timeout=120)
+    results = [line.split("BASH_JAVA_UTILS_EXEC_RESULT:", 1)[1] for line in done.stdout.splitlines()
+               if "BASH_JAVA_UTILS_EXEC_RESULT:" in line]
+    if done.returncode != 0 or not results:
+        raise ClusterError(f"Flink's BashJavaUtils {what} failed: {one_line(done.stderr or done.stdout)[-300:]}")
+    jvm = results[0].split()
+    dyn = results[1].split() if len(results) > 1 else []
+    return jvm, dyn
+
+
+def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
+    lacking = engines.missing(["flink"])
+    jar = Path(args.job_server_jar) if args.job_server_jar else engines.job_server_jar()
+    if not args.no_job_server and not jar.exists():
+        if args.job_server_jar:
+            raise ClusterError(f"--job-server-jar {jar}: no such file")
+        lacking += engines.missing(["job_server"])
+        lacking.append("or pass --job-server-jar JAR (Beam's Flink job server for Flink "
+                       f"{engines.FLINK_MINOR}), or --no-job-server to start Flink and the worker pool only")
+    if lacking:
+        raise ClusterError("; ".join(lacking))
+    home = engines.flink_home()
+    conf = state / "flink-conf"
+    rpc, rest = _free_port(), _free_port()
+    _flink_config(conf, state, rpc, rest, args.slots)
+    classpath = f"{home / 'lib'}/*"
+    log4j = f"-Dlog4j.configurationFile=file:{conf / 'log4j-console.properties'}"
+    env = _env()
+    jm_jvm, jm_dyn = _bash_java_utils(home, conf, "GET_JM_RESOURCE_PARAMS")
+    jm = _spawn("jobmanager", ["java", *jm_jvm, log4j, "-cp", classpath,
+                               "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint",
+                               "--configDir", conf, *jm_dyn], logs, env, state / "jobmanager")
+    c.processes["jobmanager"] = jm
+    c.web_ui = f"http://{HOST}:{rest}"
+    c.ports.update(rpc=rpc, rest=rest)
+    _wait("jobmanager", jm, lambda: _listens(jm, rest) and _http_json(f"{c.web_ui}/overview"))
+    tm_jvm, tm_dyn = _bash_java_utils(home, conf, "GET_TM_RESOURCE_PARAMS")
+    for i in range(1, args.taskmanagers + 1):
+        name = f"taskmanager-{i}"
+        c.processes[name] = _spawn(name, ["java", *tm_jvm, log4j, "-cp", classpath,
+                                          "org.apache.flink.runtime.taskexecutor.TaskManagerRunner",
+                                          "--configDir", conf, *tm_dyn,
+                                          "-D", f"taskmanager.resource-id={name}"], logs, env, state / name)
+
+    def registered():
+        for i in range(1, args.taskmanagers + 1):
+            if not alive(c.processes[f"taskmanager-{i}"]):
+                raise ClusterError(f"taskmanager-{i} exited while starting (log {c.processes[f'taskmanager-{i}'].log})")
+        o = _http_json(f"{c.web_ui}/overview")
+        return o.get("taskmanagers") == args.taskmanagers and o.get("slots-total") == args.taskmanagers * args.slots
+
+    _wait("the taskmanagers", jm, registered)
+    pool = _start_pool(c, logs, state)
+    flink = ["--flink_master", f"{HOST}:{rest}", "--flink_version", engines.FLINK_MINOR,
+             "--environment_type", "EXTERNAL", "--environment_config", pool]
+    if args.no_job_server:
+        c.runner_args = ["--runner", "FlinkRunner", *flink]
+        return
+    job_port, artifact_port, expansion_port = _free_port(), _free_port(), _free_port()
+    js = _spawn("job_server", ["java", "-jar", jar, "--flink-master", f"{HOST}:{rest}", "--job-host", HOST,
+                               "--job-port", job_port, "--artifact-port", artifact_port,
+                               "--expansion-port", expansion_port, "--flink-conf-dir", conf],
+                logs, env, state / "job_server")
+    c.processes["job_server"] = js
+    _wait("job_server", js, lambda: _listens(js, job_port) and _grpc_ready(f"{HOST}:{job_port}"))
+    c.ports.update(job=job_port)
+    c.runner_args = ["--runner", "PortableRunner", "--job_endpoint", f"{HOST}:{job_port}",
+                     "--environment_type", "EXTERNAL", "--environment_config", pool]
+
+
+# ------------------------------------------------------------------------------------------------
+# state
+
+
+def _state_path(state_dir) -> Path:
+    return Path(state_dir) / STATE_FILE
+
+
+def load(state_dir) -> Cluster:
+    try:
+        raw = json.loads(_state_path(state_dir).read_text())
+    except FileNotFoundError:
+        raise ClusterError(f"no cluster in {state_dir} ({STATE_FILE} not found)") from None
+    except (OSError, ValueError) as e:
+        raise ClusterError(f"{_state_path(state_dir)}: {one_line(e)}") from None
+    c = Cluster(**raw)
+    c.processes = {n: Proc(**p) for n, p in c.processes.items()}
+    return c
+
+
+def _save(c: Cluster) -> None:
+    path = _state_path(c.state_dir)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(c), indent=1) + "\n")
+    tmp.replace(path)
+
+
+def report(c: Cluster, liveness: bool = False) -> dict:
+    """What ``up`` and ``status`` print."""
+    out = {"engine": c.engine, "runner_args": c.runner_args,
+           "processes": {n: p.pid for n, p in c.processes.items()}, "web_ui": c.web_ui, "logs": c.logs}
+    if liveness:
+        out["alive"] = {n: alive(p) for n, p in c.processes.items()}
+        out["running"] = all(out["alive"].values()) and bool(out["alive"])
+    return out
+
+
+def up(engine: str, state_dir, args) -> Cluster:
+    """Start the cluster (see the module docstring); on any failure stop what was started."""
+    state = Path(state_dir).resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(ClusterError):
+        old = load(state)
+        if any(alive(p) for p in old.processes.values()):
+            raise ClusterError(f"{state} already has a running cluster ({', '.join(old.processes)}): "
+                               "`streameval cluster down --state-dir` it first")
+    logs = state / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    c = Cluster(engine, str(state), logs=str(logs))
+    try:
+        (_up_flink if engine == "flink" else _up_prism)(c, logs, state, args)
+    except BaseException:
+        for p in reversed(list(c.processes.values())):
+            _stop(p, grace=5)
+        c.processes = {}
+        raise
+    finally:
+        if c.processes:
+            _save(c)
+    return c
+
+
+def down(state_dir) -> list[str]:
+    """Stop every process of the cluster in ``state_dir`` by its PID; the names still running after
+    (none, normally)."""
+    c = load(state_dir)
+    for p in reversed(list(c.processes.values())):
+        _stop(p)
+    left = [n for n, p in c.processes.items() if _ours(p)]
+    if not left:
+        _state_path(state_dir).unlink(missing_ok=True)
+    return left
+
+
+def status(state_dir) -> dict:
+    return report(load(state_dir), liveness=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="streameval cluster", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="action", required=True)
+    f = sub.add_parser("fetch", help="fetch Flink's jars, Beam's Flink job server and Prism into the cache "
+                                     "($STREAMEVAL_CACHE, else ~/.cache/streameval)")
+    f.add_argument("engines", nargs="*", metavar="ENGINE",
+                   help="flink and/or prism (default both): flink needs Flink's jars and Beam's Flink job server "
+                        "(and the Java expansion service), prism the Prism binary")
+    f.add_argument("--retry", action="store_true", help="ask again for parts a previous fetch could not have")
+    u = sub.add_parser("up", help="start a local cluster; prints its runner_args as JSON")
+    u.add_argument("engine", help="flink or prism")
+    u.add_argument("--state-dir", required=True, help="folder for the cluster's state, config and logs")
+    u.add_argument("--taskmanagers", type=int, default=2, help="Flink TaskManagers (default 2)")
+    u.add_argument("--slots", type=int, default=2, help="task slots per TaskManager (default 2)")
+    u.add_argument("--job-server-jar", default=None,
+                   help="Beam's Flink job server jar (default: the one `cluster fetch` cached)")
+    u.add_argument("--no-job-server", action="store_true",
+                   help="Flink: start no job server; runner_args then name FlinkRunner with --flink_master "
+                        "(the SDK starts a job server itself: add --flink_job_server_jar)")
+    for name, text in (("status", "the cluster's processes and whether each is alive"),
+                       ("args", "the cluster's runner_args as one shell-quoted line, for $(...)"),
+                       ("down", "stop every process of the cluster by its PID")):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("--state-dir", required=True)
+    return p
+
+
+def _closest(word: str, choices) -> str:
+    import difflib
+
+    near = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {near[0]}?)" if near else ""
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.action == "fetch":
+            bad = [e for e in args.engines if e not in ENGINES]
+            if bad:
+                print(f"streameval cluster fetch: unknown engine {bad[0]!r}{_closest(bad[0], ENGINES)}; "
+                      f"choose from {', '.join(ENGINES)}", file=sys.stderr)
+                return EXIT_USAGE
+            wanted = tuple(p for e in (args.engines or ENGINES) for p in PARTS[e])
+            parts = {n: p for n, p in engines.fetch(retry=args.retry, only=wanted).items() if n in wanted}
+            print(json.dumps({"cache": str(engines.cache_dir()), "beam": engines.beam_version(),
+                              "parts": {n: asdict(p) for n, p in parts.items()}}, indent=1))
+            for p in parts.values():
+                if not p.ok:
+                    print(f"streameval cluster fetch: {p.name} {p.version}: {p.reason}", file=sys.stderr)
+            return EXIT_OK if all(p.ok for p in parts.values()) else EXIT_FAILED
+        if args.action == "up":
+            if args.engine not in ENGINES:
+                print(f"streameval cluster up: unknown engine {args.engine!r}{_closest(args.engine, ENGINES)}; "
+                      f"choose one of {', '.join(ENGINES)}", file=sys.stderr)
+                return EXIT_USAGE
+            if args.taskmanagers < 1 or args.slots < 1:
+                print("streameval cluster up: --taskmanagers and --slots must be at least 1", file=sys.stderr)
+                return EXIT_USAGE
+            print(json.dumps(report(up(args.engine, args.state_dir, args))))
+            return EXIT_OK
+        if args.action == "args":
+            import shlex
+
+            print(shlex.join(load(args.state_dir).runner_args))
+            return EXIT_OK
+        if args.action == "status":
+            s = status(args.state_dir)
+            print(json.dumps(s))
+            return EXIT_OK if s["running"] else EXIT_FAILED
+        left = down(args.state_dir)
+        if left:
+            print(f"streameval cluster down: still running: {', '.join(left)}", file=sys.stderr)
+            return EXIT_FAILED
+        return EXIT_OK
+    except ClusterError as e:
+        print(f"streameval cluster {args.action}: {one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE if args.action in ("status", "args", "down") and "no cluster in" in str(e) else EXIT_FAILED

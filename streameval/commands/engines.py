@@ -1,0 +1,235 @@
+"""The engines' parts, fetched once into a cache (``streameval cluster fetch``).
+
+Everything comes from a package registry through its own client, never at run time:
+
+* **Flink** 1.20.x: the jars of Flink's distribution from PyPI's ``apache-flink-libraries`` source
+  archive (``pip download --no-deps``; only its ``deps/lib`` and ``deps/bin/bash-java-utils.jar``
+  are kept; PyFlink itself pins an older Beam and is never installed);
+* **Beam's Flink job server** ``org.apache.beam:beam-runners-flink-1.20-job-server`` and the Java
+  expansion service, from Maven Central (``mvn dependency:get``), at the installed Beam's version;
+* **Prism** at the installed Beam's version: ``go install
+  github.com/apache/beam/sdks/v2/go/cmd/prism@v<version>`` with GOPATH, GOMODCACHE and GOCACHE in
+  the cache (the Go module proxy).
+
+The cache is ``$STREAMEVAL_CACHE``, else ``~/.cache/streameval``. Each part lands in a folder of its
+own version and is marked complete only once whole, so a second call finds it and returns in
+seconds. A part that cannot be had is recorded in ``fetch.json`` with the reason (and tried again
+only with ``--retry``); the engines that need it then refuse to start, saying which part is missing.
+This module imports no Beam (it asks the installed distribution's metadata for Beam's version).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+
+__all__ = ["FLINK_VERSION", "FLINK_MINOR", "Part", "cache_dir", "beam_version", "flink_home", "prism_binary",
+           "job_server_jar", "expansion_service_jar", "fetch", "status", "missing"]
+
+#: the Flink release whose jars we run (Beam 2.72-2.77's Python SDK accepts --flink_version 1.17-1.20)
+FLINK_VERSION = "1.20.3"
+FLINK_MINOR = FLINK_VERSION.rsplit(".", 1)[0]
+PRISM_PACKAGE = "github.com/apache/beam/sdks/v2/go/cmd/prism"
+_COMPLETE = ".complete"
+
+
+@dataclass
+class Part:
+    """One fetched part: ``ok`` with its ``path``, or not with the ``reason``."""
+
+    name: str
+    version: str
+    ok: bool
+    path: str = ""
+    reason: str = ""
+    seconds: float = 0.0
+
+
+def cache_dir() -> Path:
+    """``$STREAMEVAL_CACHE``, else ``~/.cache/streameval``."""
+    env = os.environ.get("STREAMEVAL_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "streameval"
+
+
+def beam_version() -> str:
+    """The installed apache-beam's version (its distribution metadata; Beam is not imported)."""
+    return metadata.version("apache-beam")
+
+
+def flink_home(root: Path | None = None) -> Path:
+    """Where Flink's jars are: ``lib/*.jar`` and ``bin/bash-java-utils.jar``."""
+    return (root or cache_dir()) / "flink" / FLINK_VERSION
+
+
+def prism_binary(root: Path | None = None, version: str | None = None) -> Path:
+    return (root or cache_dir()) / "prism" / (version or beam_version()) / "prism"
+
+
+def _maven_jar(artifact: str, root: Path | None, version: str | None) -> Path:
+    version = version or beam_version()
+    return (root or cache_dir()) / "beam" / version / f"{artifact}-{version}.jar"
+
+
+def job_server_jar(root: Path | None = None, version: str | None = None) -> Path:
+    return _maven_jar(f"beam-runners-flink-{FLINK_MINOR}-job-server", root, version)
+
+
+def expansion_service_jar(root: Path | None = None, version: str | None = None) -> Path:
+    return _maven_jar("beam-sdks-java-io-expansion-service", root, version)
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:] if line.strip())
+
+
+def _fetch_flink(root: Path) -> Part:
+    home = flink_home(root)
+    if (home / _COMPLETE).exists():
+        return Part("flink", FLINK_VERSION, True, str(home))
+    if not shutil.which("java"):
+        return Part("flink", FLINK_VERSION, False, reason="no java on PATH (Flink needs Java 11 or 17)")
+    with tempfile.TemporaryDirectory(dir=root, prefix="flink-download-") as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+               f"apache-flink-libraries=={FLINK_VERSION}", "-d", tmp]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        archives = list(Path(tmp).glob("apache-flink-libraries-*.tar.gz"))
+        if done.returncode != 0 or not archives:
+            return Part("flink", FLINK_VERSION, False,
+                        reason=f"pip download apache-flink-libraries=={FLINK_VERSION} failed: "
+                               f"{_tail(done.stderr or done.stdout)}")
+        staging = Path(tmp) / "home"
+        with tarfile.open(archives[0]) as tar:
+            for member in tar:
+                parts = Path(member.name).parts
+                # apache-flink-libraries-X/deps/lib/... and deps/bin/bash-java-utils.jar only
+                if len(parts) < 4 or parts[1] != "deps" or not member.isfile():
+                    continue
+                rel = Path(*parts[2:])
+                if not (parts[2] == "lib" or rel == Path("bin", "bash-java-utils.jar")):
+                    continue
+                target = staging / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with tar.extractfile(member) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+        if not list((staging / "lib").glob("flink-dist*.jar")):
+            return Part("flink", FLINK_VERSION, False, reason="the archive has no deps/lib/flink-dist*.jar")
+        if home.exists():
+            shutil.rmtree(home)
+        home.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(home)
+    (home / _COMPLETE).touch()
+    return Part("flink", FLINK_VERSION, True, str(home))
+
+
+def _fetch_maven(name: str, jar: Path, coordinates: str) -> Part:
+    version = coordinates.rsplit(":", 1)[1]
+    if jar.exists():
+        return Part(name, version, True, str(jar))
+    if not shutil.which("mvn"):
+        return Part(name, version, False, reason="no mvn on PATH (Maven fetches Beam's Java artifacts)")
+    jar.parent.mkdir(parents=True, exist_ok=True)
+    # -U: a previous refusal cached in ~/.m2 is asked again (only on a cold or --retry call)
+    cmd = ["mvn", "-B", "-U", "dependency:get", "-Dtransitive=false", f"-Dartifact={coordinates}",
+           f"-Ddest={jar}"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0 or not jar.exists():
+        with_reason = [line for line in done.stdout.splitlines() if "Could not" in line or "not found" in line
+                       or "Couldn't download" in line]
+        why = _tail(with_reason[0] if with_reason else done.stdout, 1)
+        why = why.split("Couldn't download artifact: ", 1)[-1]
+        return Part(name, version, False, reason=f"Maven could not resolve {coordinates}: {why[:300]}")
+    return Part(name, version, True, str(jar))
+
+
+def _fetch_prism(root: Path, version: str) -> Part:
+    binary = prism_binary(root, version)
+    if binary.exists():
+        return Part("prism", version, True, str(binary))
+    if not shutil.which("go"):
+        return Part("prism", version, False, reason="no go on PATH (Prism is built with go install)")
+    go = root / "go"
+    env = dict(os.environ, GOPATH=str(go), GOMODCACHE=str(go / "mod"), GOCACHE=str(go / "cache"),
+               GOBIN=str(binary.parent), GOFLAGS="-modcacherw", GOTOOLCHAIN="local", CGO_ENABLED="0")
+    done = subprocess.run(["go", "install", f"{PRISM_PACKAGE}@v{version}"], capture_output=True, text=True, env=env)
+    if done.returncode != 0 or not binary.exists():
+        return Part("prism", version, False,
+                    reason=f"go install {PRISM_PACKAGE}@v{version} failed: {_tail(done.stderr or done.stdout)}")
+    # the binary is all we run: the module and build caches (1.5 GB) go
+    shutil.rmtree(go, ignore_errors=True)
+    return Part("prism", version, True, str(binary))
+
+
+def _record_path(root: Path) -> Path:
+    return root / "fetch.json"
+
+
+def status(root: Path | None = None) -> dict[str, Part]:
+    """The parts as the last fetch left them (``fetch.json``), by name."""
+    try:
+        raw = json.loads(_record_path(root or cache_dir()).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {name: Part(**p) for name, p in raw.get("parts", {}).items()}
+
+
+def fetch(root: Path | None = None, retry: bool = False, only: tuple[str, ...] = ()) -> dict[str, Part]:
+    """Fetch what is missing (see the module docstring) and record the outcome; a part recorded as
+    unavailable for this version is asked again only with ``retry``. ``only``: these parts' names."""
+    root = root or cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    version = beam_version()
+    before = status(root)
+    jobs = {
+        "flink": lambda: _fetch_flink(root),
+        "job_server": lambda: _fetch_maven("job_server", job_server_jar(root, version),
+                                           f"org.apache.beam:beam-runners-flink-{FLINK_MINOR}-job-server:{version}"),
+        "expansion_service": lambda: _fetch_maven("expansion_service", expansion_service_jar(root, version),
+                                                  f"org.apache.beam:beam-sdks-java-io-expansion-service:{version}"),
+        "prism": lambda: _fetch_prism(root, version),
+    }
+    parts = {}
+    for name, job in jobs.items():
+        if only and name not in only:
+            if name in before:
+                parts[name] = before[name]
+            continue
+        old = before.get(name)
+        expected = {"flink": FLINK_VERSION}.get(name, version)
+        if old is not None and not old.ok and old.version == expected and not retry:
+            parts[name] = old  # refused before: not asked again on a warm call
+            continue
+        start = time.monotonic()
+        part = job()
+        part.seconds = round(time.monotonic() - start, 2)
+        parts[name] = part
+    _record_path(root).write_text(json.dumps(
+        {"beam": version, "flink": FLINK_VERSION, "parts": {n: asdict(p) for n, p in parts.items()}}, indent=1) + "\n")
+    return parts
+
+
+def missing(names, root: Path | None = None) -> list[str]:
+    """One line for each of ``names`` that is not in the cache: what is missing and why."""
+    root = root or cache_dir()
+    version = beam_version()
+    where = {"flink": flink_home(root) / _COMPLETE, "prism": prism_binary(root, version),
+             "job_server": job_server_jar(root, version), "expansion_service": expansion_service_jar(root, version)}
+    known = status(root)
+    lines = []
+    for name in names:
+        if where[name].exists():
+            continue
+        if name in known and not known[name].ok:
+            lines.append(f"{name} is not in the cache ({where[name]}): `streameval cluster fetch` could not have "
+                         f"it: {known[name].reason}")
+        else:
+            lines.append(f"{name} is not in the cache ({where[name]}): run `streameval cluster fetch`")
+    return lines

@@ -1,0 +1,355 @@
+"""The engine tier: real engines started by ``streameval cluster up`` (Prism, a local Flink cluster),
+the batch job on them against the same job on the local runner (FnApiRunner in this process), and
+``cluster down`` leaving no process.
+
+Reference: the in-process FnApiRunner run of the same arguments (itself checked against evaluate(),
+trec_eval, pytrec_eval and hand calculations elsewhere). Equal means what tests/test_portable.py's
+``assert_same`` says: the metric rows (JSON lines and Avro, as sorted lists, floats to the bit), the
+dead letters, the unjudged requests, the damaged files, the comparisons, the accounting and the
+counters.
+
+The parts come from ``streameval cluster fetch`` (.ci/run calls it first). A test skips only where
+the tool that builds or runs its engine is missing (``go`` for Prism, ``java`` for Flink), or, for
+the batch job on Flink, where Beam's Flink job server jar could not be had (the skip says the
+reason ``fetch`` recorded); with the tool present and the part missing, the fixture fetches it and
+fails if it still cannot. Run with ``pytest -m engines tests/test_engines.py`` (``make test-engines``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from streameval.commands import cluster, engines
+from streameval.io import avro
+
+from .test_columnar import _messy_logs
+from .test_portable import BOOTSTRAP_COMPARE, MESSY_COLUMNAR, SAMPLE_COLUMNAR, assert_same, run_job
+
+pytestmark = [
+    pytest.mark.engines,
+    pytest.mark.filterwarnings("ignore:.*judged queries have no results:UserWarning"),
+    pytest.mark.filterwarnings("ignore:.*run queries have no judgments:UserWarning"),
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data" / "sample"
+#: seconds `cluster up` may take (JVMs and Beam's imports on a loaded 2-core machine)
+UP_TIMEOUT = 400
+
+
+def _cli(*argv, timeout=UP_TIMEOUT) -> subprocess.CompletedProcess:
+    """``streameval cluster ...`` as a user runs it: another process, this interpreter."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "streameval.cli", "cluster", *argv], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def _need(part: str, tool: str) -> None:
+    """Skip when ``tool`` is not installed; else fetch ``part`` if the cache lacks it, and fail if
+    it still cannot be had."""
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed: the {part} engine cannot be built or run here")
+    if engines.missing([part]):
+        engines.fetch(only=(part,), retry=True)
+    lacking = engines.missing([part])
+    if lacking:
+        pytest.fail(f"{tool} is installed but {lacking[0]}", pytrace=False)
+
+
+def _gone(pids) -> list[int]:
+    """The PIDs (and members of their process groups) still running: none when all are gone."""
+    left = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            pgid = os.getpgid(int(d.name))
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and (int(d.name) in pids or pgid in pids):
+            left.append(int(d.name))
+    return left
+
+
+def _up(engine: str, state: Path, *extra) -> dict:
+    done = _cli("up", engine, "--state-dir", str(state), *extra)
+    assert done.returncode == 0, f"cluster up {engine}: exit {done.returncode}: {done.stderr[-2000:]}"
+    info = json.loads(done.stdout)
+    assert set(info) == {"engine", "runner_args", "processes", "web_ui", "logs"}
+    return info
+
+
+def _down(state: Path, info: dict) -> None:
+    done = _cli("down", "--state-dir", str(state), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert _gone(set(info["processes"].values())) == []
+
+
+@pytest.fixture(scope="session")
+def prism(tmp_path_factory):
+    _need("prism", "go")
+    state = tmp_path_factory.mktemp("prism-cluster")
+    info = _up("prism", state)
+    try:
+        yield info
+    finally:
+        _down(state, info)
+
+
+@pytest.fixture(scope="session")
+def flink(tmp_path_factory):
+    """A local Flink cluster: 2 TaskManagers with 2 slots each; with Beam's Flink job server when
+    its jar is in the cache, else without (``--no-job-server``; the batch job on Flink skips)."""
+    _need("flink", "java")
+    state = tmp_path_factory.mktemp("flink-cluster")
+    has_job_server = not engines.missing(["job_server"])
+    info = _up("flink", state, "--taskmanagers", "2", "--slots", "2",
+               *(() if has_job_server else ("--no-job-server",)))
+    info["has_job_server"] = has_job_server
+    try:
+        yield info
+    finally:
+        _down(state, info)
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory):
+    """The launcher's working directory: a copy of the sample and the messy logs, one file cut short."""
+    d = tmp_path_factory.mktemp("engines-launch")
+    for sub in ("impressions", "judgments"):
+        shutil.copytree(SAMPLE / sub, d / "sample" / sub)
+    imp_files, judg = _messy_logs(11)
+    for i, recs in enumerate(imp_files):
+        avro.write_records(d / "messy" / f"imps-{i}.avro", "impression", recs)
+    avro.write_records(d / "messy" / "judg.avro", "judgment", judg)
+    extra = [dict(r, event_id="x" + r["event_id"], request_id="x" + r["request_id"]) for r in imp_files[0]]
+    whole = d / "whole.avro"
+    avro.write_records(whole, "impression", extra, sync_interval=2000)
+    data = whole.read_bytes()
+    (d / "messy" / "imps-cut.avro").write_bytes(data[: len(data) * 2 // 3])
+    whole.unlink()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(d)
+        yield d
+
+
+JOBS = {"sample-columnar": (SAMPLE_COLUMNAR, 0), "messy-columnar": (MESSY_COLUMNAR, 3),
+        "bootstrap-compare": (BOOTSTRAP_COMPARE, 0)}
+
+
+def _pair(name: str, engine: str, runner_args, runner_name: str):
+    argv, expect = JOBS[name]
+    code, got = run_job(argv, f"{name}/{engine}", runner_args)
+    assert code == expect, f"{name} on {engine}: exit {code}"
+    assert got["summary"]["runner"] == runner_name and got["manifest"]["complete"]
+    code, ref = run_job(argv, f"{name}/local")
+    assert code == expect and ref["metrics.jsonl"]
+    assert got["outputs"] == ref["outputs"]
+    return got, ref
+
+
+# ------------------------------------------------------------------------------------------------
+# Prism
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_batch_on_prism_equals_local(prism, launch, name):
+    got, ref = _pair(name, "prism", prism["runner_args"], "PortableRunner")
+    assert_same(got, ref)
+    metrics = {json.loads(r)["metric"] for r in ref["metrics.jsonl"]}
+    if name == "messy-columnar":  # online metrics and every kind of dead letter, a damaged file
+        assert {"auc", "gauc[user,impressions]", "clicks@10", "rr_first_click"} <= metrics
+        assert [json.loads(x)["source"] for x in got["unreadable_files.jsonl"]] == \
+            [str(launch / "messy" / "imps-cut.avro")]
+    if name == "bootstrap-compare":
+        assert len(ref["comparisons.jsonl"]) == 3
+    # the job ran in the pool's worker processes, not here
+    pool_log = Path(prism["logs"]) / "worker_pool-1.log"
+    assert "Starting worker with command" in pool_log.read_text(errors="replace")
+
+
+def test_stream_replay_on_prism_equals_local(prism, launch):
+    """``streameval stream --replay`` with the cluster's runner_args (Prism runs the replay's
+    TestStream; the per-event engine, as the job notes) against the local streaming runner (the
+    columnar engine): the same pane files, each with the same rows."""
+    from pipelines import stream
+
+    from .conftest import fail_after
+
+    argv = ["--replay", "--impressions", "sample/impressions/letor_*.avro", "--judgments",
+            "sample/judgments/letor_test_labels.avro", "--window", "1d", "--metrics", "ndcg@10,map,P@5", "--quiet"]
+    with fail_after(600, "the stream job on Prism"):
+        assert stream.main([*argv, "--output", "stream/prism", *prism["runner_args"]]) == 0
+    assert stream.main([*argv, "--output", "stream/local"]) == 0
+
+    def panes(out):
+        return {p.name: sorted(p.read_text().splitlines()) for p in Path(out).glob("metrics-*.jsonl")}
+
+    got, ref = panes("stream/prism"), panes("stream/local")
+    assert ref and all(ref.values()) and got == ref
+    assert all(name.endswith("-final.jsonl") for name in ref)
+
+
+def test_prism_up_status_down_leaves_no_process(tmp_path):
+    _need("prism", "go")
+    info = _up("prism", tmp_path / "state")
+    assert set(info["processes"]) == {"prism", "worker_pool-1"}
+    with urllib.request.urlopen(info["web_ui"], timeout=10) as r:
+        assert r.status == 200
+    done = _cli("status", "--state-dir", str(tmp_path / "state"))
+    assert done.returncode == 0 and json.loads(done.stdout)["running"] is True
+    _down(tmp_path / "state", info)
+    done = _cli("status", "--state-dir", str(tmp_path / "state"))
+    assert done.returncode == 2 and "no cluster in" in done.stderr
+
+
+@pytest.mark.parametrize("victim,reason", [
+    ("prism", "the runner's service stopped answering (UNAVAILABLE: "),
+    ("worker_pool-1", "Pipeline job-"),
+])
+def test_a_process_killed_under_the_batch_job_on_prism_fails_it(tmp_path, launch, capsys, victim, reason):
+    """SIGKILL to Prism (the job server) or to the worker pool's process group (the pool and its SDK
+    workers) once the job's first SDK worker has started: the job exits 1 with one ``error:`` line
+    (Prism: the lost service's gRPC status, was ``the job failed: >``; the pool: Prism's reason,
+    ``SDK worker disconnected`` or, a minute later, a new worker's missing control connection), nothing is published under --output (no manifest, no metric
+    rows), and ``cluster down`` still stops the rest. Prism does not retry a bundle whose worker
+    died, so no run finishes after such a fault."""
+    import signal
+    import threading
+    import time
+
+    from pipelines import batch
+
+    from .conftest import fail_after
+
+    _need("prism", "go")
+    state = tmp_path / "state"
+    info = _up("prism", state)
+    try:
+        pool_log = Path(info["logs"]) / "worker_pool-1.log"
+        started = pool_log.read_text(errors="replace").count("Starting worker with command")
+        killed = threading.Event()
+
+        def kill_when_running():
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                if pool_log.read_text(errors="replace").count("Starting worker with command") > started:
+                    time.sleep(1)
+                    os.killpg(info["processes"][victim], signal.SIGKILL)  # each leads its own group
+                    killed.set()
+                    return
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_when_running, daemon=True)
+        killer.start()
+        out = tmp_path / "out"
+        capsys.readouterr()
+        with fail_after(400, f"the batch job on Prism with {victim} killed"):
+            code = batch.main([*SAMPLE_COLUMNAR, "--output", str(out), "--quiet", *info["runner_args"]])
+        killer.join(5)
+        assert killed.is_set(), f"no SDK worker started: {victim} was not killed under the job"
+        err = capsys.readouterr().err.strip().splitlines()
+        errors = [line for line in err if line.startswith("error:")]
+        assert code == 1
+        assert len(errors) == 1 and errors[0].startswith(f"error: the job failed: {reason}"), err
+        assert not any(line.startswith(("Traceback", "Exception in thread")) for line in err), err
+        if victim == "prism":
+            assert err == errors  # nothing but the one line
+        else:  # Prism's reason: the worker's connection lost, or never made by a replacement
+            assert "failed in state FAILED: " in errors[0]
+            assert "SDK worker disconnected" in errors[0] or "didn't get control connection" in errors[0]
+        assert not (out / "manifest.json").exists() and not list(out.glob("metrics*"))
+    finally:
+        _down(state, info)
+
+
+# ------------------------------------------------------------------------------------------------
+# Flink
+
+
+def test_flink_cluster_runs_its_taskmanagers(flink):
+    with urllib.request.urlopen(f"{flink['web_ui']}/overview", timeout=10) as r:
+        overview = json.loads(r.read())
+    assert overview["taskmanagers"] == 2 and overview["slots-total"] == 4
+    assert overview["flink-version"] == engines.FLINK_VERSION
+    names = {"jobmanager", "taskmanager-1", "taskmanager-2", "worker_pool-1"}
+    assert names <= set(flink["processes"])
+    assert ("job_server" in flink["processes"]) == flink["has_job_server"]
+    assert all(cluster._start_ticks(pid) is not None for pid in flink["processes"].values())
+    master = flink["runner_args"][flink["runner_args"].index("--flink_master") + 1] \
+        if "--flink_master" in flink["runner_args"] else None
+    assert master is None or f"http://{master}" == flink["web_ui"]
+
+
+@pytest.mark.parametrize("name", ["sample-columnar"])
+def test_batch_on_flink_equals_local(flink, launch, name):
+    if not flink["has_job_server"]:
+        why = engines.status().get("job_server")
+        pytest.skip("Beam's Flink job server jar is not in the cache: "
+                    f"{why.reason if why and why.reason else 'not fetched'}")
+    got, ref = _pair(name, "flink", flink["runner_args"], "PortableRunner")
+    assert_same(got, ref)
+
+
+# ------------------------------------------------------------------------------------------------
+# the command line's refusals (no engine needed)
+
+
+def test_unknown_engine_is_a_usage_error(tmp_path):
+    done = _cli("up", "flinc", "--state-dir", str(tmp_path), timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "streameval cluster up: unknown engine 'flinc' (did you mean flink?); choose one of flink, prism"]
+
+
+def test_up_with_parts_missing_from_the_cache_starts_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("STREAMEVAL_CACHE", str(tmp_path / "empty-cache"))
+    done = _cli("up", "flink", "--state-dir", str(tmp_path / "state"), timeout=60)
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("streameval cluster up: flink is not in the cache (")
+    assert "job_server is not in the cache (" in line and "--no-job-server" in line
+    assert not (tmp_path / "state" / "cluster.json").exists()
+    done = _cli("up", "prism", "--state-dir", str(tmp_path / "state"), timeout=60)
+    assert done.returncode == 1 and "prism is not in the cache (" in done.stderr
+    assert not (tmp_path / "state" / "cluster.json").exists()
+
+
+def test_stop_kills_what_a_dead_leader_left_in_its_group(tmp_path):
+    """A process group whose leader died (a worker pool SIGKILLed alone) still holds its children
+    (SDK workers): stopping it by the leader's PID kills them too; a PID that is no longer ours
+    (another start time) is left alone."""
+    import signal
+    import time
+
+    proc = cluster._spawn("leader", ["sh", "-c", "sleep 300 & echo $! > child.pid; wait"], tmp_path, dict(os.environ),
+                          tmp_path / "cwd")
+    pid_file = tmp_path / "cwd" / "child.pid"
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    os.kill(proc.pid, signal.SIGKILL)
+    os.waitpid(proc.pid, 0)
+    assert not cluster.alive(proc) and cluster._start_ticks(child) is not None
+    assert cluster._ours(proc)
+    cluster._stop(proc, grace=5)
+    assert cluster._start_ticks(child) is None and not cluster._ours(proc)
+    stranger = cluster.Proc(os.getpid(), (cluster._start_ticks(os.getpid()) or 0) + 1, [], "")
+    assert not cluster._ours(stranger)
+    cluster._stop(stranger, grace=1)  # not ours: no signal (this process is still here)
+
+
+def test_down_without_a_cluster_is_a_usage_error(tmp_path):
+    done = _cli("down", "--state-dir", str(tmp_path), timeout=60)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "no cluster in" in done.stderr
