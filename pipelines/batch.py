@@ -56,7 +56,7 @@ from streameval.beam.transforms import (
     parse_lateness,
     parse_window,
 )
-from streameval.beam.sinks import (DEFAULT_FORMATS, bigquery_available, bigquery_sink, close_output, parse_formats,
+from streameval.beam.sinks import (DEFAULT_FORMATS, bigquery_available, bigquery_sink, holding_outputs, parse_formats,
                                    publish, read_jsonl, read_metric_rows, start_output, write_bigquery, write_jsonl,
                                    write_records)
 from streameval.beam.sources import (UNREADABLE, UNREADABLE_PARQUET, ReadAvro, expand_inputs, failure_reason,
@@ -476,12 +476,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
 
 
 def main(argv=None) -> int:
-    held: list = []  # the run's hold on its --output folder (sinks.start_output), let go on every path
-    try:
-        return _main(argv, held)
-    finally:
-        for run in held:
-            close_output(run)
+    return holding_outputs(_main, argv)  # the run's hold on its --output folder, let go on every path
 
 
 def _main(argv, held: list) -> int:

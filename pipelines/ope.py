@@ -51,7 +51,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from streameval.beam.accounting import job_counters
 from streameval.beam.arguments import make_pipeline
 from streameval.exits import one_line
-from streameval.beam.sinks import close_output, publish, read_metric_rows, start_output, write_records
+from streameval.beam.sinks import holding_outputs, publish, read_metric_rows, start_output, write_records
 from streameval.beam.sources import ReadAvro
 from streameval.beam.online import OffPolicyCtr
 from streameval.beam.transforms import CleanImpressions, ClickMetrics, ValidateImpressions
@@ -247,12 +247,7 @@ OUTPUTS = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_letters.j
 
 
 def main(argv=None) -> int:
-    held: list = []  # the run's hold on its --output folder (sinks.start_output), let go on every path
-    try:
-        return _main(argv, held)
-    finally:
-        for run in held:
-            close_output(run)
+    return holding_outputs(_main, argv)  # the run's hold on its --output folder, let go on every path
 
 
 def _main(argv, held: list) -> int:

@@ -62,7 +62,7 @@ from streameval.beam.arguments import (
     parse_err_max_grade,
     split_metrics,
 )
-from streameval.beam.sinks import close_output, publish, start_output
+from streameval.beam.sinks import holding_outputs, publish, start_output
 from streameval.exits import EXIT_ALERT, EXIT_OK, one_line
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
@@ -348,12 +348,7 @@ def wait_reporting(result, every: float, out=None, sleep=time.sleep):
 
 
 def main(argv=None) -> int:
-    held: list = []  # the run's hold on its --output folder (sinks.start_output), let go on every path
-    try:
-        return _main(argv, held)
-    finally:
-        for run in held:
-            close_output(run)
+    return holding_outputs(_main, argv)  # the run's hold on its --output folder, let go on every path
 
 
 def _main(argv, held: list) -> int:

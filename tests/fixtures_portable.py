@@ -40,6 +40,8 @@ from pathlib import Path
 
 import pytest
 
+from streameval.commands.cluster import listening_inodes
+
 __all__ = ["Service", "PortableRunner", "start_job_service", "start_worker_pool", "stop_service", "worker_pool",
            "portable_runner"]
 
@@ -115,21 +117,6 @@ def _env(pythonpath=None) -> dict:
     return env
 
 
-def _listening_inodes(port: int) -> set[int]:
-    """Socket inodes listening on TCP ``port`` (any address, IPv4 and IPv6), from /proc/net."""
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                found.add(int(cols[9]))
-    return found
-
-
 def _socket_inodes(pid: int) -> set[int]:
     found = set()
     fd_dir = Path(f"/proc/{pid}/fd")
@@ -180,7 +167,7 @@ def _wait_ready(service: Service, find_port, timeout: float = START_TIMEOUT) -> 
         channel.close()
     if service.proc.poll() is not None:
         _fail(service, f"the process exited with code {service.proc.returncode}")
-    listeners = _listening_inodes(service.port)
+    listeners = listening_inodes(service.port)
     ours = _socket_inodes(service.proc.pid)
     if listeners and not listeners & ours:
         _fail(service, f"port {service.port} is answered by another process")

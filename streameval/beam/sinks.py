@@ -177,6 +177,18 @@ def _clear(out_dir: str, names) -> None:
         FileSystems.delete(old)
 
 
+def holding_outputs(body, argv) -> int:
+    """Run a job's ``body(argv, held)`` and then end every hold in ``held``, the list the body appends
+    each :func:`start_output` run to (:func:`close_output`, on every path: success, error, exception).
+    Returns the body's exit status."""
+    held: list = []
+    try:
+        return body(argv, held)
+    finally:
+        for run in held:
+            close_output(run)
+
+
 def close_output(run: OutputRun | None) -> None:
     """End the run's hold on its output folder: a run that did not publish (it failed or was refused)
     removes what it wrote (its staging or run folder; live, Beam's temporary files), leaving the

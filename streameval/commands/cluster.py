@@ -107,7 +107,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _listening_inodes(port: int) -> set[int]:
+def listening_inodes(port: int) -> set[int]:
+    """Socket inodes listening on TCP ``port`` (any address, IPv4 and IPv6), from /proc/net."""
     found = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -143,7 +144,7 @@ def _group_socket_inodes(pgid: int) -> set[int]:
 
 def _listens(proc: Proc, port: int) -> bool:
     """Only the process (group) ``proc`` listens on ``port``."""
-    listeners = _listening_inodes(port)
+    listeners = listening_inodes(port)
     return bool(listeners) and listeners <= _group_socket_inodes(proc.pid)
 
 
