@@ -88,7 +88,7 @@ class Criterion:
 def child(what: str, rest: list, emit, peak_bytes) -> None:
     import _data
 
-    if what == "check-strings":  # the collection with string ids ("q<n>", "d<n>"), as .npy (U) files
+    if what == "gate-strings":  # the collection with string ids ("q<n>", "d<n>"), as .npy (U) files
         import numpy as np
 
         src, d = rest
@@ -102,7 +102,7 @@ def child(what: str, rest: list, emit, peak_bytes) -> None:
             _data.save(d, {k: text(k[1], a[k]) if k[1] in "qd" else a[k] for k in _data.RANKING})
             open(os.path.join(d, ".done"), "w").close()
         emit({"ok": True})
-    elif what == "check-evaluate":  # evaluate() on arrays or a DataFrame; loading and the DataFrame untimed
+    elif what == "gate-evaluate":  # evaluate() on arrays or a DataFrame; loading and the DataFrame untimed
         d, form = rest
         a = _data.load(d, _data.RANKING)
         import _engines as E
@@ -131,7 +131,7 @@ def child(what: str, rest: list, emit, peak_bytes) -> None:
         means = fn(arg)
         wall = time.perf_counter() - t0
         emit({"wall": wall, "peak": peak_bytes(), "means": means})
-    elif what == "check-logs":
+    elif what == "gate-logs":
         import bench_beam
 
         d, n = rest[0], int(rest[1])
@@ -180,14 +180,14 @@ def run_check(run_mod, workdir: str, repeat: int, replay: bool = False) -> tuple
     str_dir = os.path.join(workdir, f"ranking-{QUERIES}-s7-strings")
     log(f"check: the collection ({QUERIES:,} queries x 100 documents) in {workdir} ...")
     R.run_child("make-ranking", data_dir, QUERIES, 7)
-    R.run_child("check-strings", data_dir, str_dir)
+    R.run_child("gate-strings", data_dir, str_dir)
 
     # -- evaluate() against pytrec_eval from arrays
     forms = {"pytrec_eval": (data_dir, "pytrec_eval"), "integer ids": (data_dir, "arrays"),
              "string ids": (str_dir, "arrays"), "DataFrame, integer ids": (data_dir, "dataframe"),
              "DataFrame, string ids": (str_dir, "dataframe")}
     log(f"check: evaluate() and pytrec_eval from arrays, {repeat} runs each, interleaved ...")
-    runs = _median_runs(repeat, {k: (lambda d=d, f=f: R.run_child("check-evaluate", d, f)) for k, (d, f) in forms.items()})
+    runs = _median_runs(repeat, {k: (lambda d=d, f=f: R.run_child("gate-evaluate", d, f)) for k, (d, f) in forms.items()})
     ref = runs["pytrec_eval"]
     facts["timings"]["pytrec_eval from arrays"] = (_med(ref), _med(ref, "peak"))
     for k in forms:
@@ -232,7 +232,7 @@ def run_check(run_mod, workdir: str, repeat: int, replay: bool = False) -> tuple
 
     # -- the batch job at 1 M impressions against fastavro decoding the same files
     log(f"check: the batch job on {IMPRESSIONS:,} impressions ...")
-    logs = R.run_child("check-logs", os.path.join(workdir, f"logs-{IMPRESSIONS}"), IMPRESSIONS)
+    logs = R.run_child("gate-logs", os.path.join(workdir, f"logs-{IMPRESSIONS}"), IMPRESSIONS)
     out_dir = os.path.join(workdir, "batch-out")
 
     def batch_args(extra=()):

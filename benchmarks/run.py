@@ -102,7 +102,7 @@ def child(argv) -> None:
             keys = sorted(next(iter(res.values())))
             _emit({k: sum(r[k] for r in res.values()) / len(res) for k in keys})
         return
-    if what.startswith("check-"):  # the regression gate's tasks (benchmarks/_check.py)
+    if what.startswith("gate-"):  # the regression gate's tasks (benchmarks/_check.py)
         import _check
 
         _check.child(what, rest, _emit, _peak_bytes)
