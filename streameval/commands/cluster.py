@@ -355,7 +355,7 @@ def _bash_java_utils(home: Path, conf: Path, what: str) -> tuple[list[str], list
 
 def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
     lacking = engines.missing(["flink"])
-    jar = Path(args.job_server_jar) if args.job_server_jar else engines.job_server_jar()
+    jar = Path(args.job_server_jar) if args.job_server_jar else (engines.job_server_ready() or engines.job_server_jar())
     if not args.no_job_server and not jar.exists():
         if args.job_server_jar:
             raise ClusterError(f"--job-server-jar {jar}: no such file")
@@ -402,9 +402,16 @@ def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
         c.runner_args = ["--runner", "FlinkRunner", *flink]
         return
     job_port, artifact_port, expansion_port = _free_port(), _free_port(), _free_port()
-    js = _spawn("job_server", ["java", "-jar", jar, "--flink-master", f"{HOST}:{rest}", "--job-host", HOST,
+    if jar.is_dir():
+        # the unshaded runner's classpath (engines.job_server_classpath), logging through Flink's log4j jars
+        cp = os.pathsep.join([f"{jar}/*", *map(str, sorted((home / "lib").glob("log4j-*.jar")))])
+        main = [log4j, "-cp", cp, engines.JOB_SERVER_MAIN]
+    else:
+        main = ["-jar", jar]
+    js = _spawn("job_server", ["java", *main, "--flink-master", f"{HOST}:{rest}", "--job-host", HOST,
                                "--job-port", job_port, "--artifact-port", artifact_port,
-                               "--expansion-port", expansion_port, "--flink-conf-dir", conf],
+                               "--expansion-port", expansion_port, "--flink-conf-dir", conf,
+                               "--artifacts-dir", state / "job_server" / "artifacts"],
                 logs, env, state / "job_server")
     c.processes["job_server"] = js
     _wait("job_server", js, lambda: _listens(js, job_port) and _grpc_ready(f"{HOST}:{job_port}"))
@@ -510,7 +517,8 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--taskmanagers", type=int, default=2, help="Flink TaskManagers (default 2)")
     u.add_argument("--slots", type=int, default=2, help="task slots per TaskManager (default 2)")
     u.add_argument("--job-server-jar", default=None,
-                   help="Beam's Flink job server jar (default: the one `cluster fetch` cached)")
+                   help="Beam's Flink job server jar, or a folder of the unshaded runner's jars (its classpath) "
+                        "(default: the one `cluster fetch` cached)")
     u.add_argument("--no-job-server", action="store_true",
                    help="Flink: start no job server; runner_args then name FlinkRunner with --flink_master "
                         "(the SDK starts a job server itself: add --flink_job_server_jar)")

@@ -2,11 +2,14 @@
 
 Everything comes from a package registry through its own client, never at run time:
 
-* **Flink** 1.20.x: the jars of Flink's distribution from PyPI's ``apache-flink-libraries`` source
+* **Flink** 1.20.x (1.19.x under Beam before 2.72, whose Python SDK accepts 1.19 at most): the jars of Flink's distribution from PyPI's ``apache-flink-libraries`` source
   archive (``pip download --no-deps``; only its ``deps/lib`` and ``deps/bin/bash-java-utils.jar``
   are kept; PyFlink itself pins an older Beam and is never installed);
 * **Beam's Flink job server** ``org.apache.beam:beam-runners-flink-1.20-job-server`` and the Java
   expansion service, from Maven Central (``mvn dependency:get``), at the installed Beam's version;
+  when the shaded job server jar is not served, the unshaded runner ``beam-runners-flink-<minor>``
+  with its runtime classpath (``mvn dependency:copy-dependencies``; served at 2.62.0), whose
+  ``FlinkJobServerDriver`` is the same job server;
 * **Prism** at the installed Beam's version: ``go install
   github.com/apache/beam/sdks/v2/go/cmd/prism@v<version>`` with GOPATH, GOMODCACHE and GOCACHE in
   the cache (the Go module proxy).
@@ -33,11 +36,24 @@ from importlib import metadata
 from pathlib import Path
 
 __all__ = ["FLINK_VERSION", "FLINK_MINOR", "Part", "cache_dir", "beam_version", "flink_home", "prism_binary",
-           "job_server_jar", "expansion_service_jar", "fetch", "status", "missing"]
+           "job_server_jar", "job_server_classpath", "expansion_service_jar", "fetch", "status", "missing"]
 
-#: the Flink release whose jars we run (Beam 2.72-2.77's Python SDK accepts --flink_version 1.17-1.20)
-FLINK_VERSION = "1.20.3"
+
+def _flink_for_beam() -> str:
+    """The Flink release whose jars we run, for the installed Beam: Beam 2.72-2.77's Python SDK
+    accepts --flink_version 1.17-1.20, 2.62's 1.17-1.19 (the versions between were not checked)."""
+    try:
+        major, minor = (int(x) for x in metadata.version("apache-beam").split(".")[:2])
+    except (metadata.PackageNotFoundError, ValueError):
+        return "1.20.3"
+    return "1.19.3" if (major, minor) < (2, 72) else "1.20.3"
+
+
+#: the Flink release whose jars we run (:func:`_flink_for_beam`)
+FLINK_VERSION = _flink_for_beam()
 FLINK_MINOR = FLINK_VERSION.rsplit(".", 1)[0]
+#: the job server's main class, in the unshaded runner's jar
+JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
 PRISM_PACKAGE = "github.com/apache/beam/sdks/v2/go/cmd/prism"
 _COMPLETE = ".complete"
 
@@ -81,6 +97,22 @@ def _maven_jar(artifact: str, root: Path | None, version: str | None) -> Path:
 
 def job_server_jar(root: Path | None = None, version: str | None = None) -> Path:
     return _maven_jar(f"beam-runners-flink-{FLINK_MINOR}-job-server", root, version)
+
+
+def job_server_classpath(root: Path | None = None, version: str | None = None) -> Path:
+    """The folder of the unshaded runner's jars (``beam-runners-flink-<minor>`` and its runtime
+    dependencies): the job server when no shaded jar is served (``java -cp 'DIR/*' JOB_SERVER_MAIN``)."""
+    version = version or beam_version()
+    return (root or cache_dir()) / "beam" / version / f"beam-runners-flink-{FLINK_MINOR}-classpath"
+
+
+def job_server_ready(root: Path | None = None, version: str | None = None) -> Path | None:
+    """The cached job server: the shaded jar, else the complete classpath folder, else None."""
+    jar = job_server_jar(root, version)
+    if jar.exists():
+        return jar
+    cp = job_server_classpath(root, version)
+    return cp if (cp / _COMPLETE).exists() else None
 
 
 def expansion_service_jar(root: Path | None = None, version: str | None = None) -> Path:
@@ -150,6 +182,47 @@ def _fetch_maven(name: str, jar: Path, coordinates: str) -> Part:
     return Part(name, version, True, str(jar))
 
 
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>streameval</groupId><artifactId>flink-job-server</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.beam</groupId><artifactId>{artifact}</artifactId><version>{version}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+
+def _fetch_job_server(root: Path, version: str) -> Part:
+    """The shaded job server jar; when Maven Central does not serve it, the unshaded runner's
+    runtime classpath (the same ``FlinkJobServerDriver``)."""
+    shaded = _fetch_maven("job_server", job_server_jar(root, version),
+                          f"org.apache.beam:beam-runners-flink-{FLINK_MINOR}-job-server:{version}")
+    if shaded.ok:
+        return shaded
+    folder = job_server_classpath(root, version)
+    if (folder / _COMPLETE).exists():
+        return Part("job_server", version, True, str(folder))
+    if not shutil.which("mvn"):
+        return shaded
+    artifact = f"beam-runners-flink-{FLINK_MINOR}"
+    with tempfile.TemporaryDirectory(dir=root, prefix="job-server-") as tmp:
+        (Path(tmp) / "pom.xml").write_text(_POM.format(artifact=artifact, version=version))
+        staging = Path(tmp) / "lib"
+        done = subprocess.run(["mvn", "-B", "-q", "dependency:copy-dependencies", f"-DoutputDirectory={staging}",
+                               "-DincludeScope=runtime"], cwd=tmp, capture_output=True, text=True)
+        if done.returncode != 0 or not list(staging.glob(f"{artifact}-{version}.jar")):
+            why = [line for line in done.stdout.splitlines() if "Could not" in line or "not found" in line]
+            return Part("job_server", version, False,
+                        reason=f"{shaded.reason}; and the unshaded org.apache.beam:{artifact}:{version}'s runtime "
+                               f"classpath could not be had: {_tail(why[0] if why else done.stdout, 1)[:300]}")
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(folder)
+    (folder / _COMPLETE).touch()
+    return Part("job_server", version, True, str(folder))
+
+
 def _fetch_prism(root: Path, version: str) -> Part:
     binary = prism_binary(root, version)
     if binary.exists():
@@ -190,8 +263,7 @@ def fetch(root: Path | None = None, retry: bool = False, only: tuple[str, ...] =
     before = status(root)
     jobs = {
         "flink": lambda: _fetch_flink(root),
-        "job_server": lambda: _fetch_maven("job_server", job_server_jar(root, version),
-                                           f"org.apache.beam:beam-runners-flink-{FLINK_MINOR}-job-server:{version}"),
+        "job_server": lambda: _fetch_job_server(root, version),
         "expansion_service": lambda: _fetch_maven("expansion_service", expansion_service_jar(root, version),
                                                   f"org.apache.beam:beam-sdks-java-io-expansion-service:{version}"),
         "prism": lambda: _fetch_prism(root, version),
@@ -225,7 +297,7 @@ def missing(names, root: Path | None = None) -> list[str]:
     known = status(root)
     lines = []
     for name in names:
-        if where[name].exists():
+        if where[name].exists() or (name == "job_server" and job_server_ready(root, version)):
             continue
         if name in known and not known[name].ok:
             lines.append(f"{name} is not in the cache ({where[name]}): `streameval cluster fetch` could not have "
