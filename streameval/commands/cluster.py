@@ -50,6 +50,8 @@ ENGINES = ("flink", "prism")
 #: the cached parts (streameval.commands.engines) each engine needs
 PARTS = {"flink": ("flink", "job_server", "expansion_service"), "prism": ("prism",)}
 _POOL_LINE = "Started worker pool servicer at port: "
+_POOL_MAIN = ("import logging; logging.basicConfig(level=logging.INFO); "
+              "from apache_beam.runners.worker import worker_pool_main; worker_pool_main.main()")
 
 
 class ClusterError(RuntimeError):
@@ -259,7 +261,10 @@ def _grpc_ready(endpoint: str) -> bool:
 
 def _start_pool(c: Cluster, logs: Path, state: Path, name: str = "worker_pool-1") -> str:
     """An EXTERNAL SDK worker pool on a port of its choosing; returns HOST:PORT."""
-    argv = [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", "--service_port", "0"]
+    # worker_pool_main logs its port at INFO but adds no log handler: under Beam 2.62 nothing else did
+    # and the line never reached the log (2.77's printed it), so one is configured first
+    # (worker_pool_main reads sys.argv[1:], the flags after -c's program)
+    argv = [sys.executable, "-c", _POOL_MAIN, "--service_port", "0"]
     proc = _spawn(name, argv, logs, _env(), state / "workers")
     c.processes[name] = proc
 
