@@ -330,7 +330,13 @@ def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int) -> N
         "jobmanager.rpc.address": HOST, "jobmanager.rpc.port": rpc, "jobmanager.bind-host": HOST,
         "jobmanager.memory.process.size": "1024m",
         "taskmanager.bind-host": HOST, "taskmanager.host": HOST, "taskmanager.numberOfTaskSlots": slots,
-        "taskmanager.memory.process.size": "1536m",
+        # the batch job on Flink deploys its ~20 tasks at once, each blocking result partition taking
+        # taskmanager.network.sort-shuffle.min-buffers (512) network buffers: neither the 3481 buffers
+        # (108 MB) of a 1.5 GB TaskManager nor 8192 (256 MB) were enough ("Insufficient number of
+        # network buffers: required 512"); 64 per partition, and 256 MB of network memory
+        "taskmanager.memory.process.size": "2048m",
+        "taskmanager.memory.network.min": "256m", "taskmanager.memory.network.max": "256m",
+        "taskmanager.network.sort-shuffle.min-buffers": 64,
         "rest.address": HOST, "rest.bind-address": HOST, "rest.port": rest,
         "blob.server.port": "0", "taskmanager.rpc.port": "0", "taskmanager.data.port": "0",
         "parallelism.default": 1, "io.tmp.dirs": str(tmp),
