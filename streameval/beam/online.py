@@ -689,6 +689,10 @@ class _OpeKeys(beam.DoFn):
                 rec, f"target policy gives no probability in [0, 1] for item {rec['item_id']!r} "
                      f"at position {rec['position']}"))
             return
+        if not math.isfinite(float(pe) / float(pb)):
+            yield pvalue.TaggedOutput("rejected", self._dead_letter(
+                rec, f"importance weight {pe!r} / propensity {pb!r} is not a finite number"))
+            return
         self.counted.inc()
         value = (1.0 if clicked else 0.0, float(pe), float(pb))
         for k in _keys(rec, self.window_micros, self.slice_specs):
