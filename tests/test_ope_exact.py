@@ -165,6 +165,8 @@ def test_ope_command_reports_zero_stderr_for_equal_weighted_rewards(tmp_path):
 
     recs = [{"event_id": str(i), "request_id": str(i), "query_id": "", "system_id": "L", "item_id": "a",
              "position": 1, "clicked": True, "timestamp": 0, "propensity": 1e-6, "attributes": {}} for i in range(2)]
+    # a subnormal propensity: 0.1 / 5e-324 is not a finite double; a dead letter, not a crash or an inf
+    recs.append(dict(recs[0], event_id="x", request_id="x", propensity=5e-324))
     logs = tmp_path / "logs.avro"
     avro.write_records(str(logs), "impression", recs)
     out = tmp_path / "out"
@@ -178,3 +180,7 @@ def test_ope_command_reports_zero_stderr_for_equal_weighted_rewards(tmp_path):
     assert rows["ips[random]"]["value"] == pytest.approx(1e5, rel=1e-15)
     assert rows["ips[random]"]["stderr"] == 0.0
     assert rows["snips[random]"]["stderr"] == 0.0
+    assert rows["ips[random]"]["num_queries"] == 2
+    with open(os.path.join(out, "dead_letters.jsonl"), encoding="utf-8") as f:
+        dead = [json.loads(line) for line in f]
+    assert len(dead) == 1 and "not a finite number" in dead[0]["reason"]
