@@ -354,7 +354,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                               tie_break=args.tie_break, depth=args.depth, complete=args.complete,
                               score_precision=args.score_precision, ci=args.ci, ci_level=args.ci_level,
                               replicates=args.replicates, ci_seed=args.ci_seed, every=every,
-                              max_windows_per_record=limit)
+                              max_windows_per_record=limit, ci_bounded=getattr(args, "ci_bounded", "logit"))
         row_parts.append(imps | "ScoreRankings" >> score)
         dead_parts.append(score.rejected)
         if getattr(args, "unjudged_file", True):
@@ -372,7 +372,8 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
         row_parts.append(imps | "OnlineMetrics" >> OnlineMetrics(
             online, window=window, slices=slices, labels=labels, judgments=judg,
             relevance_level=args.relevance_level, unjudged=args.unjudged, hist_bins=args.hist_bins,
-            hist_range=hist_range(args.hist_range), group_rows=args.group_rows, ci_level=args.ci_level))
+            hist_range=hist_range(args.hist_range), group_rows=args.group_rows, ci_level=args.ci_level,
+            ci_bounded=getattr(args, "ci_bounded", "logit")))
     rows = _skip_missing_slices(tuple(row_parts) | "AllRows" >> beam.Flatten(), args)
     dead = tuple(dead_parts) | "AllDeadLetters" >> beam.Flatten()
     _write_outputs(rows, dead, write_dir(args), output_shards(args), getattr(args, "alert_rules", None),
@@ -459,6 +460,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         threads=getattr(args, "work_threads", 1), time_range=parse_time_range(args.event_time_range),
         online=online, labels=online_labels(args), unjudged=args.unjudged, hist_bins=args.hist_bins, hist_range=hist_range(args.hist_range),
         group_rows=args.group_rows, ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed,
+        ci_bounded=getattr(args, "ci_bounded", "logit"),
         compare_baseline=args.compare_baseline if judgment_paths and ranking else None, complete=args.complete,
         hot_query_fraction=args.hot_query_fraction, input_format=fmt,
         impression_table=getattr(args, "impression_table", None), judgment_table=getattr(args, "judgment_table", None))

@@ -163,8 +163,11 @@ class ColumnarMetrics(beam.PTransform):
                  hist_range=(0.0, 1.0), group_rows=False, ci="t", replicates=DEFAULT_REPLICATES, ci_seed=0,
                  compare_baseline=None, complete=False, hot_query_fraction=None, input_format="auto",
                  impression_table=None, judgment_table=None, every=None,
-                 max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None):
+                 max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None, ci_bounded="logit"):
         super().__init__(label)
+        if ci_bounded not in stats.BOUNDED_METHODS:
+            raise ValueError(f"ci_bounded must be one of {stats.BOUNDED_METHODS}, got {ci_bounded!r}")
+        self.ci_bounded = ci_bounded
         self.input_format = input_format
         self.impression_table, self.judgment_table = impression_table, judgment_table
         from .columnar_hot import HOT_FRACTION
@@ -286,7 +289,7 @@ class ColumnarMetrics(beam.PTransform):
         if online:
             rows.extend(columnar_online.online_rows(cleaned, online, self.group_rows, self.ci_level,
                                                     resolved.judgments if self.judgment_paths else None,
-                                                    threads=self.threads))
+                                                    threads=self.threads, ci_bounded=self.ci_bounded))
         if self.ranking:
             requests, extra = cleaned.requests, []
             hot = self.hot_fraction > 0  # hot queries fanned out (columnar_hot)
@@ -346,7 +349,7 @@ class ColumnarMetrics(beam.PTransform):
             else:
                 rows.append(means
                             | "MergeMeans" >> beam.CombinePerKey(_MergeMeans(len(self.specs), totals))
-                            | "Rows" >> beam.FlatMap(_rows, names, self.ci_level))
+                            | "Rows" >> beam.FlatMap(_rows, names, self.ci_level, self.ci_bounded))
         self.dead_letters = tuple(dead) | "DeadLetters" >> beam.Flatten()
         if not rows:
             return pbegin | "NoRows" >> beam.Create([])
