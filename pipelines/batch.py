@@ -75,6 +75,7 @@ from streameval.metrics.kernel import MetricOptions
 from streameval.metrics.prepare import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS, check_ranking_options
 from pipelines.batch_table import format_comparisons, format_table, report_line, sort_rows
 from streameval.metrics.online import parse_online_metric
+from streameval.metrics.stats import parse_expected_split
 
 __all__ = ["main", "build_arg_parser", "build_pipeline", "ReadAvro", "format_table", "sort_rows", "split_metrics",
            "OUTPUT_FILES"]
@@ -160,6 +161,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     add_bootstrap_arguments(p, "interval of ranking metrics: Student t (default) or Poisson bootstrap percentile; "
                                "CTR rows always get a Wilson interval")
     p.add_argument("--ci-level", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
+    p.add_argument("--expected-split", default=None, metavar="SYSTEM=WEIGHT,...",
+                   help="the experiment's declared split of requests between systems, e.g. A=50,B=50: srm rows per "
+                        "window and slice (sample-ratio mismatch: chi-square p-value, statistic, each system's share)")
     p.add_argument("--compare-baseline", default=None, metavar="SYSTEM",
                    help="also compare SYSTEM with every other system on the same queries (paired, per window "
                         "and slice): comparisons.jsonl")
@@ -337,6 +341,15 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                                                                        allowed_lateness=args.allowed_lateness,
                                                                        max_windows_per_record=limit)
     row_parts, dead_parts = [], [read_imps.unreadable, imp_dead, clean_dead]
+    if getattr(args, "srm_split", None):
+        from streameval.beam.srm import request_units, srm_rows
+        from streameval.beam.transforms import slide_keys, sliding_windows
+
+        wm, slide = sliding_windows(window, every, limit)
+        units = request_units(imps, wm, slices)
+        if slide is not None:
+            units = units | "SrmSliding" >> beam.FlatMap(slide_keys, slide)
+        row_parts.append(srm_rows(units, args.srm_split))
     ranking, online = split_all_metrics(args.metrics)
     judg = None
     if judgment_paths:
@@ -460,7 +473,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         threads=getattr(args, "work_threads", 1), time_range=parse_time_range(args.event_time_range),
         online=online, labels=online_labels(args), unjudged=args.unjudged, hist_bins=args.hist_bins, hist_range=hist_range(args.hist_range),
         group_rows=args.group_rows, ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed,
-        ci_bounded=getattr(args, "ci_bounded", "logit"),
+        ci_bounded=getattr(args, "ci_bounded", "logit"), srm_split=getattr(args, "srm_split", None),
         compare_baseline=args.compare_baseline if judgment_paths and ranking else None, complete=args.complete,
         hot_query_fraction=args.hot_query_fraction, input_format=fmt,
         impression_table=getattr(args, "impression_table", None), judgment_table=getattr(args, "judgment_table", None))
@@ -513,6 +526,7 @@ def _main(argv, held: list) -> int:
             raise ValueError(f"--hot-query-fraction must be between 0 and 1 (0: no fan-out), got {args.hot_query_fraction}")
         if not 0 < args.ci_level < 1:
             raise ValueError("--ci-level must be in (0, 1)")
+        args.srm_split = parse_expected_split(args.expected_split) if args.expected_split is not None else None
         if not 0 < args.progress_interval <= 86400:  # also NaN
             raise ValueError(f"--progress-interval must be a number of seconds in (0, 86400], got {args.progress_interval}")
         check_bootstrap_arguments(args)  # --replicates, --ci-seed: one line, exit 2

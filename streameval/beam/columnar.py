@@ -163,8 +163,10 @@ class ColumnarMetrics(beam.PTransform):
                  hist_range=(0.0, 1.0), group_rows=False, ci="t", replicates=DEFAULT_REPLICATES, ci_seed=0,
                  compare_baseline=None, complete=False, hot_query_fraction=None, input_format="auto",
                  impression_table=None, judgment_table=None, every=None,
-                 max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None, ci_bounded="logit"):
+                 max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None, ci_bounded="logit", srm_split=None):
         super().__init__(label)
+        #: {system: share} of --expected-split: srm rows (streameval.beam.srm), or None
+        self.srm_split = dict(srm_split) if srm_split else None
         if ci_bounded not in stats.BOUNDED_METHODS:
             raise ValueError(f"ci_bounded must be one of {stats.BOUNDED_METHODS}, got {ci_bounded!r}")
         self.ci_bounded = ci_bounded
@@ -258,8 +260,8 @@ class ColumnarMetrics(beam.PTransform):
                    | "CleanRequests" >> beam.ParDo(_CleanShard(
                        "CleanImpressions", self.ranking, self.ctr, self.window_micros, self.slice_specs,
                        self.order, self.shards, self.in_process, self.threads, self.lateness_micros, online,
-                       self.complete, self.hot_fraction if self.ranking else 0.0))
-                   .with_outputs("dead_letters", "clicks", "systems", "hot_queries", *columnar_online.TAGS,
+                       self.complete, self.hot_fraction if self.ranking else 0.0, units=bool(self.srm_split)))
+                   .with_outputs("dead_letters", "clicks", "systems", "hot_queries", "units", *columnar_online.TAGS,
                                  main="requests"))
         dead = [read.dead_letters, cleaned.dead_letters]
         rows = []
@@ -271,6 +273,13 @@ class ColumnarMetrics(beam.PTransform):
             rows.append(clicks
                         | "MergeClicks" >> beam.CombinePerKey(_MergeClicks(overall=True))
                         | "ClickRows" >> beam.FlatMap(_click_rows, self.ci_level))
+        if self.srm_split:
+            from .srm import srm_rows
+
+            units = cleaned.units
+            if self.slide is not None:
+                units = units | "SlidingUnits" >> beam.FlatMap(slide_keys, self.slide)
+            rows.append(srm_rows(units, self.srm_split))
         if self.judgment_paths:  # read and checked also when no ranking metric uses them (accounting)
             jread = ReadJudgmentColumns(self.judgment_paths, self.shards, self.grade_range,
                                         decoder=self.decoder, hold=self.in_process, threads=self.threads,

@@ -51,6 +51,14 @@ Koomen, Pekelis and Walsh, "Peeking at A/B tests", KDD 2017):
 * :func:`msprt_pvalue` - ``p_n = min(1, min_{k <= n} 1 / Lambda_k)``, the running minimum over the
   looks: pass the previous look's ``p`` as ``p_prev`` (mergeable along panes: one float of state).
 
+Sample-ratio mismatch (an experiment's arms did not get the units its split declared):
+
+* :func:`srm_test` - Pearson's chi-square goodness-of-fit test of the units per arm against the
+  declared split (what :func:`scipy.stats.chisquare` computes with ``f_exp`` = the expected counts);
+  Kohavi, Tang and Xu, Trustworthy Online Controlled Experiments, 2020, chapter 21; Fabijan et al.,
+  "Diagnosing sample ratio mismatch in online controlled experiments", KDD 2019.
+* :func:`parse_expected_split` - ``"A=50,B=50"`` -> ``{"A": 0.5, "B": 0.5}``.
+
 Stable randomness: the weight of a query in replicate ``r`` is a function of the query's key, ``r``,
 a stream name and a user seed only, so the same query gets the same weights in the library, the
 batch job and the streaming job, on any worker, in any merge order:
@@ -81,6 +89,8 @@ __all__ = [
     "normal_interval",
     "logit_interval",
     "BOUNDED_METHODS",
+    "parse_expected_split",
+    "srm_test",
     "wilson_interval",
     "percentile_interval",
     "t_test",
@@ -162,6 +172,50 @@ def logit_interval(mean: float, n: int, stderr: float, level: float = DEFAULT_LE
     centre = math.log(mean) - math.log1p(-mean)
     half = q * stderr / (mean * (1.0 - mean))
     return (float(special.expit(centre - half)), float(special.expit(centre + half)))
+
+
+def parse_expected_split(text: str) -> dict:
+    """The declared split of an experiment, ``"SYSTEM=WEIGHT,..."`` (weights positive numbers, any
+    scale: ``A=50,B=50``, ``A=1,B=1`` and ``A=0.5,B=0.5`` are one split) -> ``{system: share}``, the
+    shares summing to 1. At least two systems, each once. Raises ValueError (one line) otherwise."""
+    out: dict = {}
+    for part in str(text).split(","):
+        name, eq, w = part.strip().rpartition("=")
+        name = name.strip()
+        if not eq or not name:
+            raise ValueError(f"--expected-split wants SYSTEM=WEIGHT,SYSTEM=WEIGHT,..., got {part.strip()!r} in {text!r}")
+        try:
+            weight = float(w)
+        except ValueError:
+            raise ValueError(f"--expected-split: the weight of {name!r} is not a number: {w.strip()!r}") from None
+        if not (math.isfinite(weight) and weight > 0):
+            raise ValueError(f"--expected-split: the weight of {name!r} must be a positive number, got {w.strip()!r}")
+        if name in out:
+            raise ValueError(f"--expected-split names {name!r} twice")
+        out[name] = weight
+    if len(out) < 2:
+        raise ValueError(f"--expected-split needs two systems or more, got {text!r}")
+    total = math.fsum(out.values())
+    return {k: v / total for k, v in out.items()}
+
+
+def srm_test(observed, shares) -> tuple[float, float]:
+    """``(chi2, p)``: Pearson's chi-square test of the counts ``observed`` (units per arm) against the
+    expected shares ``shares`` (same order, summing to 1): ``chi2 = sum (o - N s)^2 / (N s)``, ``N =
+    sum o``, ``p`` its upper tail with ``k - 1`` degrees of freedom (``scipy.special.chdtrc``; as
+    :func:`scipy.stats.chisquare` with ``f_exp = N s``). ``(NaN, NaN)`` when ``N = 0``."""
+    from scipy import special
+
+    o = np.asarray(observed, dtype=np.float64)
+    s = np.asarray(shares, dtype=np.float64)
+    if o.shape != s.shape or o.ndim != 1 or len(o) < 2:
+        raise ValueError("observed and shares must be vectors of one length, two or more")
+    n = float(o.sum())
+    if n <= 0:
+        return (math.nan, math.nan)
+    e = n * s
+    chi2 = float(np.sum((o - e) ** 2 / e))
+    return chi2, float(special.chdtrc(len(o) - 1, chi2))
 
 
 def normal_interval(mean: float, stderr: float, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
