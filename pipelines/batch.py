@@ -161,6 +161,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     add_bootstrap_arguments(p, "interval of ranking metrics: Student t (default) or Poisson bootstrap percentile; "
                                "CTR rows always get a Wilson interval")
     p.add_argument("--ci-level", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
+    p.add_argument("--cluster", choices=("none", "request", "user"), default="none",
+                   help="also ctr[cluster=C] rows: CTR with the standard error of clustered impressions (delta method "
+                        "over per-request or per-user sums), the number of clusters and the design effect (default none)")
     p.add_argument("--expected-split", default=None, metavar="SYSTEM=WEIGHT,...",
                    help="the experiment's declared split of requests between systems, e.g. A=50,B=50: srm rows per "
                         "window and slice (sample-ratio mismatch: chi-square p-value, statistic, each system's share)")
@@ -377,6 +380,13 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                 [s.name for s in score.specs], baseline=args.compare_baseline, replicates=args.replicates,
                 level=args.ci_level, seed=args.ci_seed)
             write_jsonl(comparisons, write_dir(args), "comparisons", "Comparisons", shards=output_shards(args))
+    if not args.no_ctr and getattr(args, "cluster", "none") != "none":
+        from streameval.beam.clusters import clustered_ctr_rows, records_cluster_keys
+        from streameval.beam.transforms import sliding_windows
+
+        wm, slide = sliding_windows(window, every, limit)
+        row_parts.append(clustered_ctr_rows(records_cluster_keys(imps, wm, slices, args.cluster), args.cluster,
+                                            args.ci_level, getattr(args, "ci_bounded", "logit"), slide))
     if not args.no_ctr:
         row_parts.append(imps | "ClickMetrics" >> ClickMetrics(window=window, slices=slices, ci_level=args.ci_level,
                                                                              every=every, max_windows_per_record=limit))
@@ -474,6 +484,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         online=online, labels=online_labels(args), unjudged=args.unjudged, hist_bins=args.hist_bins, hist_range=hist_range(args.hist_range),
         group_rows=args.group_rows, ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed,
         ci_bounded=getattr(args, "ci_bounded", "logit"), srm_split=getattr(args, "srm_split", None),
+        cluster=getattr(args, "cluster", "none"),
         compare_baseline=args.compare_baseline if judgment_paths and ranking else None, complete=args.complete,
         hot_query_fraction=args.hot_query_fraction, input_format=fmt,
         impression_table=getattr(args, "impression_table", None), judgment_table=getattr(args, "judgment_table", None))
@@ -527,6 +538,8 @@ def _main(argv, held: list) -> int:
         if not 0 < args.ci_level < 1:
             raise ValueError("--ci-level must be in (0, 1)")
         args.srm_split = parse_expected_split(args.expected_split) if args.expected_split is not None else None
+        if args.cluster != "none" and args.no_ctr:
+            raise ValueError(f"--cluster {args.cluster} gives clustered ctr rows: not with --no-ctr")
         if not 0 < args.progress_interval <= 86400:  # also NaN
             raise ValueError(f"--progress-interval must be a number of seconds in (0, 86400], got {args.progress_interval}")
         check_bootstrap_arguments(args)  # --replicates, --ci-seed: one line, exit 2

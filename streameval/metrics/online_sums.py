@@ -89,3 +89,25 @@ def ratio_and_se(w, y) -> tuple[float, float]:
         return (r, math.nan)
     d = y - r * w
     return (r, math.sqrt(math.fsum((d * d).tolist()) * n / (n - 1)) / abs(sw))
+
+
+# --------------------------------------------------------------------------------------------
+# a ratio over clusters (clustered standard error of CTR)
+
+def clustered_ratio_from_sums(g: int, sn, sy, snn, sny, syy) -> tuple[float, float]:
+    """``(R, stderr)`` of R = sum y / sum n over ``g`` clusters (a cluster: a request's or a user's
+    impressions n_c and clicks y_c) from the sums over clusters of n, y, n^2, n y and y^2 (ints, or
+    exact Fractions). The delta method over per-cluster sums (the ratio estimator's linearisation;
+    Deng, Lu and Litz, "Trustworthy analysis of online A/B tests", WSDM 2018, section 3):
+    se^2 = g / (g - 1) * sum_c (y_c - R n_c)^2 / (sum n)^2, with sum (y - R n)^2 = sum y^2 -
+    2 R sum n y + R^2 sum n^2 taken exactly. This is the cluster-robust (CR1) standard error of the
+    intercept of an OLS regression of the click on a constant (statsmodels' ``cov_type="cluster"``).
+    ``(NaN, NaN)`` when there is no impression; stderr NaN for one cluster."""
+    if g == 0 or not sn:
+        return (math.nan, math.nan)
+    sn, sy, snn, sny, syy = (Fraction(x) for x in (sn, sy, snn, sny, syy))
+    r = sy / sn
+    if g < 2:
+        return (float(r), math.nan)
+    ss = syy - 2 * r * sny + r * r * snn
+    return (float(r), math.sqrt(float(Fraction(g, g - 1) * max(ss, Fraction(0)) / (sn * sn))))
