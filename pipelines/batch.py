@@ -75,6 +75,7 @@ from streameval.metrics.kernel import MetricOptions
 from streameval.metrics.prepare import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS, check_ranking_options
 from pipelines.batch_table import format_comparisons, format_table, report_line, sort_rows
 from streameval.metrics.online import parse_online_metric
+from streameval.metrics.stats import parse_expected_split
 
 __all__ = ["main", "build_arg_parser", "build_pipeline", "ReadAvro", "format_table", "sort_rows", "split_metrics",
            "OUTPUT_FILES"]
@@ -160,6 +161,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
     add_bootstrap_arguments(p, "interval of ranking metrics: Student t (default) or Poisson bootstrap percentile; "
                                "CTR rows always get a Wilson interval")
     p.add_argument("--ci-level", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
+    p.add_argument("--cluster", choices=("none", "request", "user"), default="none",
+                   help="also ctr[cluster=C] rows: CTR with the standard error of clustered impressions (delta method "
+                        "over per-request or per-user sums), the number of clusters and the design effect (default none)")
+    p.add_argument("--expected-split", default=None, metavar="SYSTEM=WEIGHT,...",
+                   help="the experiment's declared split of requests between systems, e.g. A=50,B=50: srm rows per "
+                        "window and slice (sample-ratio mismatch: chi-square p-value, statistic, each system's share)")
     p.add_argument("--compare-baseline", default=None, metavar="SYSTEM",
                    help="also compare SYSTEM with every other system on the same queries (paired, per window "
                         "and slice): comparisons.jsonl")
@@ -337,6 +344,15 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                                                                        allowed_lateness=args.allowed_lateness,
                                                                        max_windows_per_record=limit)
     row_parts, dead_parts = [], [read_imps.unreadable, imp_dead, clean_dead]
+    if getattr(args, "srm_split", None):
+        from streameval.beam.srm import request_units, srm_rows
+        from streameval.beam.transforms import slide_keys, sliding_windows
+
+        wm, slide = sliding_windows(window, every, limit)
+        units = request_units(imps, wm, slices)
+        if slide is not None:
+            units = units | "SrmSliding" >> beam.FlatMap(slide_keys, slide)
+        row_parts.append(srm_rows(units, args.srm_split))
     ranking, online = split_all_metrics(args.metrics)
     judg = None
     if judgment_paths:
@@ -354,7 +370,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                               tie_break=args.tie_break, depth=args.depth, complete=args.complete,
                               score_precision=args.score_precision, ci=args.ci, ci_level=args.ci_level,
                               replicates=args.replicates, ci_seed=args.ci_seed, every=every,
-                              max_windows_per_record=limit)
+                              max_windows_per_record=limit, ci_bounded=getattr(args, "ci_bounded", "logit"))
         row_parts.append(imps | "ScoreRankings" >> score)
         dead_parts.append(score.rejected)
         if getattr(args, "unjudged_file", True):
@@ -364,6 +380,13 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
                 [s.name for s in score.specs], baseline=args.compare_baseline, replicates=args.replicates,
                 level=args.ci_level, seed=args.ci_seed)
             write_jsonl(comparisons, write_dir(args), "comparisons", "Comparisons", shards=output_shards(args))
+    if not args.no_ctr and getattr(args, "cluster", "none") != "none":
+        from streameval.beam.clusters import clustered_ctr_rows, records_cluster_keys
+        from streameval.beam.transforms import sliding_windows
+
+        wm, slide = sliding_windows(window, every, limit)
+        row_parts.append(clustered_ctr_rows(records_cluster_keys(imps, wm, slices, args.cluster), args.cluster,
+                                            args.ci_level, getattr(args, "ci_bounded", "logit"), slide))
     if not args.no_ctr:
         row_parts.append(imps | "ClickMetrics" >> ClickMetrics(window=window, slices=slices, ci_level=args.ci_level,
                                                                              every=every, max_windows_per_record=limit))
@@ -372,7 +395,8 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
         row_parts.append(imps | "OnlineMetrics" >> OnlineMetrics(
             online, window=window, slices=slices, labels=labels, judgments=judg,
             relevance_level=args.relevance_level, unjudged=args.unjudged, hist_bins=args.hist_bins,
-            hist_range=hist_range(args.hist_range), group_rows=args.group_rows, ci_level=args.ci_level))
+            hist_range=hist_range(args.hist_range), group_rows=args.group_rows, ci_level=args.ci_level,
+            ci_bounded=getattr(args, "ci_bounded", "logit")))
     rows = _skip_missing_slices(tuple(row_parts) | "AllRows" >> beam.Flatten(), args)
     dead = tuple(dead_parts) | "AllDeadLetters" >> beam.Flatten()
     _write_outputs(rows, dead, write_dir(args), output_shards(args), getattr(args, "alert_rules", None),
@@ -459,6 +483,8 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         threads=getattr(args, "work_threads", 1), time_range=parse_time_range(args.event_time_range),
         online=online, labels=online_labels(args), unjudged=args.unjudged, hist_bins=args.hist_bins, hist_range=hist_range(args.hist_range),
         group_rows=args.group_rows, ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed,
+        ci_bounded=getattr(args, "ci_bounded", "logit"), srm_split=getattr(args, "srm_split", None),
+        cluster=getattr(args, "cluster", "none"),
         compare_baseline=args.compare_baseline if judgment_paths and ranking else None, complete=args.complete,
         hot_query_fraction=args.hot_query_fraction, input_format=fmt,
         impression_table=getattr(args, "impression_table", None), judgment_table=getattr(args, "judgment_table", None))
@@ -511,6 +537,9 @@ def _main(argv, held: list) -> int:
             raise ValueError(f"--hot-query-fraction must be between 0 and 1 (0: no fan-out), got {args.hot_query_fraction}")
         if not 0 < args.ci_level < 1:
             raise ValueError("--ci-level must be in (0, 1)")
+        args.srm_split = parse_expected_split(args.expected_split) if args.expected_split is not None else None
+        if args.cluster != "none" and args.no_ctr:
+            raise ValueError(f"--cluster {args.cluster} gives clustered ctr rows: not with --no-ctr")
         if not 0 < args.progress_interval <= 86400:  # also NaN
             raise ValueError(f"--progress-interval must be a number of seconds in (0, 86400], got {args.progress_interval}")
         check_bootstrap_arguments(args)  # --replicates, --ci-seed: one line, exit 2

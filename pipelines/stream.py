@@ -248,7 +248,7 @@ def build_pipeline(p, args, paths):
         request_shards=(args.request_shards or COLUMNAR_SHARDS) if columnar else _request_shards(args), clock=replay_clock if args.replay or _live_watch(args) else None,
         source=_source_labels(args), judgment_conflicts=args.judgment_conflicts,
         grade_range=_grades(args.grades), time_range=parse_time_range(args.event_time_range),
-        ci_level=args.ci_level, intervals=args.intervals,
+        ci_level=args.ci_level, intervals=args.intervals, ci_bounded=getattr(args, "ci_bounded", "logit"),
         **(dict(ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed, hist_bins=args.hist_bins,
                 hist_range=hist_range(args.hist_range)) if columnar else {}))
     rows = srcs["impressions"] | "StreamMetrics" >> sm

@@ -19,6 +19,10 @@ A rule fires on an interval, never on a point value alone (docs/metrics.md, "Ale
   the window; fires when it is at most ``1 - level`` and the difference lies on the rule's side of
   the threshold; the record carries ``p_value`` and, as ``diff_low`` / ``diff_high``, the mSPRT
   confidence sequence of the difference at this look;
+* ``test = "srm"`` (``metric = "srm"``, ``p_below``): a sample-ratio mismatch, the batch job's ``srm``
+  row (``--expected-split``) whose chi-square p-value is below ``p_below`` (e.g. 0.001, the field's
+  usual threshold: Fabijan et al., KDD 2019); the row's value is already a test's p-value, so the rule
+  compares it, and the record carries it as ``p_value``;
 * ``min_n`` (default 2): rows with fewer queries (impressions, for CTR) never fire;
 * ``for_panes`` (default 1; the streaming job): the condition must hold on that many consecutive
   panes of a window before the alert fires (once per rule, window, slice and system). A batch row is
@@ -39,9 +43,10 @@ __all__ = ["Rule", "load_rules", "parse_rules", "evaluate", "evaluate_row", "cha
 
 #: the keys a rule may have (``name`` and ``metric`` are required, and one condition)
 RULE_KEYS = ("name", "metric", "slice", "system", "min_n", "below", "above", "baseline", "change_below",
-             "change_above", "level", "for_panes", "test", "tau")
-#: ``test``: the normal interval of the difference (default), or the always-valid mSPRT p-value
-TESTS = ("interval", "msprt")
+             "change_above", "level", "for_panes", "test", "tau", "p_below")
+#: ``test``: the normal interval of the difference (default), the always-valid mSPRT p-value, or
+#: a sample-ratio mismatch (the ``srm`` row's p-value below ``p_below``)
+TESTS = ("interval", "msprt", "srm")
 _UNITS = {"h": 3_600_000_000, "d": 86_400_000_000}
 ALERT_FIELDS = ("rule", "window_start", "window_end", "slice", "system", "metric", "value", "num_queries",
                 "ci_low", "ci_high", "baseline", "baseline_of", "diff_low", "diff_high", "condition", "pane",
@@ -68,6 +73,7 @@ class Rule:
     for_panes: int = 1
     test: str = "interval"
     tau: float | None = None
+    p_below: float | None = None
 
 
 def load_rules(path: str) -> list[Rule]:
@@ -152,6 +158,20 @@ def _rule(item) -> Rule:
             kw[key] = _number(item[key], key)
     threshold = "below" in kw or "above" in kw
     change = "change_below" in kw or "change_above" in kw
+    if item.get("test") == "srm" or "p_below" in item:
+        if item.get("test") != "srm":
+            raise ValueError("p_below is the sample-ratio mismatch rule's threshold: give it with test = 'srm'")
+        if kw["metric"] != "srm":
+            raise ValueError(f"test = 'srm' reads the srm rows (--expected-split): metric must be 'srm', got "
+                             f"{kw['metric']!r}")
+        if threshold or change or "baseline" in item or "tau" in item:
+            raise ValueError("test = 'srm' takes p_below only (not below/above, a baseline or tau)")
+        if "p_below" not in item:
+            raise ValueError("test = 'srm' needs p_below (the p-value under which the split is broken, e.g. 0.001)")
+        p = _number(item["p_below"], "p_below")
+        if not 0 < p < 1:
+            raise ValueError(f"p_below must be in (0, 1), got {p}")
+        return Rule(**kw, test="srm", p_below=p)
     if "baseline" in item:
         kw["baseline"] = _baseline(item["baseline"])
         if not change or threshold:
@@ -320,6 +340,12 @@ def evaluate_row(rule: Rule, row: dict, others: Iterable[dict], p_prev: float = 
     not. ``p_prev`` (``test = "msprt"`` rules): the running minimum of the always-valid p-value over
     the window's earlier panes (1: none, a batch row's single look)."""
     if not _eligible(rule, row):
+        return None
+    if rule.test == "srm":
+        p = row["value"]
+        if p < rule.p_below:
+            return _alert(rule, row, f"sample-ratio mismatch: chi-square p = {p:.3g} below {rule.p_below:g}",
+                          rule.p_below, "threshold", p_value=p)
         return None
     if rule.baseline is None:
         lo, hi = row.get("ci_low"), row.get("ci_high")

@@ -25,6 +25,8 @@ import numpy as np
 __all__ = [
     "partials_add",
     "partials_add_square",
+    "partials_add_product",
+    "product_terms",
     "partials_merge",
     "partials_value",
     "partials_compact",
@@ -63,6 +65,33 @@ def partials_add_square(partials: list, x: float) -> None:
     partials_add(partials, hi * hi)
     partials_add(partials, 2.0 * hi * lo)
     partials_add(partials, lo * lo)
+
+
+def partials_add_product(partials: list, x: float, y: float) -> None:
+    """Add ``x*y`` exactly (Dekker's product): with Veltkamp's splits x = xh + xl and
+    y = yh + yl, the four products xh*yh, xh*yl, xl*yh, xl*yl are exact doubles whose sum is x*y
+    (as :func:`partials_add_square`, barring underflow of the smallest term or overflow beyond
+    2**996)."""
+    for t in _product_pieces(x, y):
+        partials_add(partials, t)
+
+
+def _product_pieces(x, y) -> tuple:
+    c = _SPLIT * x
+    xh = c - (c - x)
+    xl = x - xh
+    c = _SPLIT * y
+    yh = c - (c - y)
+    yl = y - yh
+    return xh * yh, xh * yl, xl * yh, xl * yl
+
+
+def product_terms(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The four terms of :func:`partials_add_product` for each pair (elementwise, no fused
+    operations), one after the other: their exact sum is exactly ``sum(x * y)`` (the real products)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    return np.concatenate(_product_pieces(x, y))
 
 
 def partials_merge(into: list, other: list) -> None:

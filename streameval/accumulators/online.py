@@ -13,12 +13,12 @@ ops                state
 =================  ==========================================================================
 :class:`AucOps`    ``{score: [positives, negatives]}`` (one entry per distinct score: exact)
 :class:`HistAucOps` ``{bin: [positives, negatives]}`` (at most ``bins`` entries: bounded)
-:class:`GaucOps`   ``[groups_used, groups_excluded, [[sum w, sum w a, sum w^2, sum w^2 a,
-                   sum w^2 a^2] partials per weighting]]`` over groups' AUCs a
+:class:`GaucOps`   ``[groups_used, groups_excluded, [[sum w, sum y, sum w^2, sum w y,
+                   sum y^2] partials per weighting]]`` over groups' AUCs a, y = w a
 :class:`ClickRequestOps` ``[min_timestamp, attributes, {clicked item: position}, logged]`` of
                    one request (with ``dwell=True``: ``{clicked item: [position, dwell_ms
                    or -1]}``)
-:class:`OpeOps`    ``[n, [sum w, sum w^2, sum w r, sum w^2 r, sum w^2 r^2] partials]``
+:class:`OpeOps`    ``[n, [sum w, sum w^2, sum y, sum w y, sum y^2] partials]``, y = w r
 :class:`CalibrationOps` ``[MeanMoments state of (log loss term, Brier term, p), clicks,
                    sum of p over clicks (partials), [{bin: [n, clicks, sum p partials]} per ECE
                    bins]]``
@@ -36,7 +36,8 @@ from ..metrics import calibration as cal
 from ..metrics import interleaving as il
 from ..metrics import online as om
 from ..metrics import online_auc
-from .moments import MeanMoments, exact_sum_floats, partials_add, partials_merge
+from .moments import (MeanMoments, exact_sum_floats, partials_add, partials_add_product, partials_add_square,
+                      partials_merge, product_terms)
 
 __all__ = ["AucOps", "HistAucOps", "GaucOps", "ClickRequestOps", "InterleavingRequestOps", "OpeOps", "CountArrays", "exact_sum", "auc_result",
            "hist_auc_result", "gauc_group_sums", "CalibrationOps"]
@@ -335,7 +336,14 @@ class CountArrays:
 class GaucOps:
     """Weighted mean of group AUCs, for several weightings at once
     (:data:`~streameval.metrics.online.GAUC_WEIGHTINGS`). Add one group at a time (its AUC and
-    class counts, e.g. from :meth:`AucOps.summary`); single-class groups are counted as excluded."""
+    class counts, e.g. from :meth:`AucOps.summary`); single-class groups are counted as excluded.
+
+    Per weighting the state holds ``[sum w, sum y, sum w^2, sum w y, sum y^2]`` with y = w a (the
+    double ``w * a``), the squares and the product exact (:func:`~.moments.partials_add_square`,
+    :func:`~.moments.partials_add_product`): the linearised variance
+    ``sum (y - R w)^2 = sum y^2 - 2 R sum w y + R^2 sum w^2`` taken in rational arithmetic is then
+    exact (0 when every group has the same AUC), where sums of rounded products leave a residue of
+    the order of an ulp of ``sum y^2``."""
 
     def __init__(self, weightings=("impressions",)):
         self.weightings = tuple(weightings)
@@ -355,8 +363,12 @@ class GaucOps:
         for i, wname in enumerate(self.weightings):
             w = float(om.gauc_weights(n_pos, n_neg, wname))
             sums = state[2][i]
-            for j, x in enumerate((w, w * a, w * w, w * w * a, w * w * a * a)):
-                partials_add(sums[j], x)
+            y = w * a
+            partials_add(sums[0], w)
+            partials_add(sums[1], y)
+            partials_add_square(sums[2], w)
+            partials_add_product(sums[3], w, y)
+            partials_add_square(sums[4], y)
         return state
 
     def merge(self, states) -> list:
@@ -383,8 +395,8 @@ class GaucOps:
 def gauc_group_sums(auc, n_pos, n_neg, weightings) -> list:
     """The :class:`GaucOps` state of many groups at once (vectorised, exact): ``auc``, ``n_pos``,
     ``n_neg`` shape (g,) (a NaN AUC or a single class: the group is excluded). The sums are the exact
-    sums of the same float products :meth:`GaucOps.add_group` adds one group at a time, so the
-    state's value is the same to the last bit."""
+    sums of the same terms :meth:`GaucOps.add_group` adds one group at a time (the real squares and
+    products), so the state's value is the same to the last bit."""
     from .moments import exact_sum_floats
 
     auc = np.asarray(auc, dtype=np.float64)
@@ -395,9 +407,9 @@ def gauc_group_sums(auc, n_pos, n_neg, weightings) -> list:
     out = [int(ok.sum()), int((~ok).sum()), []]
     for wname in weightings:
         w = om.gauc_weights(n_pos[ok], n_neg[ok], wname)
-        ww = w * w
-        wwa = ww * a
-        out[2].append([exact_sum_floats(x) if len(x) else [] for x in (w, w * a, ww, wwa, wwa * a)])
+        y = w * a
+        out[2].append([exact_sum_floats(x) if len(x) else []
+                       for x in (w, y, product_terms(w, w), product_terms(w, y), product_terms(y, y))])
     return out
 
 
@@ -512,8 +524,15 @@ class InterleavingRequestOps(ClickRequestOps):
 # off-policy estimates
 
 class OpeOps:
-    """Sums for IPS and SNIPS: ``[n, [sum w, sum w^2, sum w r, sum w^2 r, sum w^2 r^2]]`` with
-    w = target probability / logging probability and r the reward (click)."""
+    """Sums for IPS and SNIPS: ``[n, [sum w, sum w^2, sum y, sum w y, sum y^2]]`` with
+    w = target probability / logging probability, r the reward (click) and y = w r the weighted
+    reward (the double ``w * r``, as numpy computes it). The squares and the product are added
+    exactly (:func:`~.moments.partials_add_square`, :func:`~.moments.partials_add_product`), so the
+    variance taken from the sums in rational arithmetic is the exact second moment about the mean
+    (the M2 of Chan et al.'s (n, mean, M2) update, here with no rounding at all) and IPS's and
+    SNIPS's standard errors are the exact sample statistics of the (w, y) pairs, correctly rounded,
+    whatever the merge order. (Sums of rounded squares, as before, left a residue of the order of
+    an ulp of sum y^2: two equal weighted rewards of 1e5 had a standard error of 0.00095, not 0.)"""
 
     @staticmethod
     def create() -> list:
@@ -531,9 +550,16 @@ class OpeOps:
         if not math.isfinite(r):
             raise ValueError(f"reward {reward!r} is not finite")
         w = pe / pb
+        y = w * r
+        if not math.isfinite(y) or not math.isfinite(w):
+            raise ValueError(f"importance weight {pe!r} / {pb!r} times reward {r!r} is not a finite number")
         state[0] += 1
-        for j, x in enumerate((w, w * w, w * r, w * w * r, w * w * r * r)):
-            partials_add(state[1][j], x)
+        sums = state[1]
+        partials_add(sums[0], w)
+        partials_add_square(sums[1], w)
+        partials_add(sums[2], y)
+        partials_add_product(sums[3], w, y)
+        partials_add_square(sums[4], y)
         return state
 
     @staticmethod

@@ -164,6 +164,10 @@ def add_bootstrap_arguments(group, ci_help: str) -> None:
     group.add_argument("--ci", choices=("t", "bootstrap"), default="t", help=ci_help)
     group.add_argument("--replicates", type=int, default=200, help="bootstrap replicates (default 200)")
     group.add_argument("--ci-seed", type=int, default=0, help="keys the hash of the bootstrap weights (default 0)")
+    group.add_argument("--ci-bounded", choices=("logit", "t"), default="logit",
+                       help="a metric bounded in [0, 1] (ndcg, map, auc, ...) whose t interval leaves [0, 1]: the "
+                            "logit-transformed interval, inside the range (default; ci_method logit), or the t "
+                            "interval as it is")
 
 
 def check_bootstrap_arguments(args) -> None:

@@ -163,8 +163,20 @@ class ColumnarMetrics(beam.PTransform):
                  hist_range=(0.0, 1.0), group_rows=False, ci="t", replicates=DEFAULT_REPLICATES, ci_seed=0,
                  compare_baseline=None, complete=False, hot_query_fraction=None, input_format="auto",
                  impression_table=None, judgment_table=None, every=None,
-                 max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None):
+                 max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None, ci_bounded="logit", srm_split=None,
+                 cluster="none"):
         super().__init__(label)
+        from .clusters import CLUSTERS
+
+        if cluster not in CLUSTERS:
+            raise ValueError(f"cluster must be one of {CLUSTERS}, got {cluster!r}")
+        #: --cluster: ctr[cluster=...] rows (streameval.beam.clusters) unless "none" (needs ctr)
+        self.cluster = cluster
+        #: {system: share} of --expected-split: srm rows (streameval.beam.srm), or None
+        self.srm_split = dict(srm_split) if srm_split else None
+        if ci_bounded not in stats.BOUNDED_METHODS:
+            raise ValueError(f"ci_bounded must be one of {stats.BOUNDED_METHODS}, got {ci_bounded!r}")
+        self.ci_bounded = ci_bounded
         self.input_format = input_format
         self.impression_table, self.judgment_table = impression_table, judgment_table
         from .columnar_hot import HOT_FRACTION
@@ -255,8 +267,10 @@ class ColumnarMetrics(beam.PTransform):
                    | "CleanRequests" >> beam.ParDo(_CleanShard(
                        "CleanImpressions", self.ranking, self.ctr, self.window_micros, self.slice_specs,
                        self.order, self.shards, self.in_process, self.threads, self.lateness_micros, online,
-                       self.complete, self.hot_fraction if self.ranking else 0.0))
-                   .with_outputs("dead_letters", "clicks", "systems", "hot_queries", *columnar_online.TAGS,
+                       self.complete, self.hot_fraction if self.ranking else 0.0, units=bool(self.srm_split),
+                       cluster=self.cluster if self.ctr else "none"))
+                   .with_outputs("dead_letters", "clicks", "systems", "hot_queries", "units", "cluster_clicks",
+                                 *columnar_online.TAGS,
                                  main="requests"))
         dead = [read.dead_letters, cleaned.dead_letters]
         rows = []
@@ -268,6 +282,18 @@ class ColumnarMetrics(beam.PTransform):
             rows.append(clicks
                         | "MergeClicks" >> beam.CombinePerKey(_MergeClicks(overall=True))
                         | "ClickRows" >> beam.FlatMap(_click_rows, self.ci_level))
+            if self.cluster != "none":
+                from .clusters import clustered_ctr_rows
+
+                rows.append(clustered_ctr_rows(cleaned.cluster_clicks, self.cluster, self.ci_level, self.ci_bounded,
+                                               self.slide))
+        if self.srm_split:
+            from .srm import srm_rows
+
+            units = cleaned.units
+            if self.slide is not None:
+                units = units | "SlidingUnits" >> beam.FlatMap(slide_keys, self.slide)
+            rows.append(srm_rows(units, self.srm_split))
         if self.judgment_paths:  # read and checked also when no ranking metric uses them (accounting)
             jread = ReadJudgmentColumns(self.judgment_paths, self.shards, self.grade_range,
                                         decoder=self.decoder, hold=self.in_process, threads=self.threads,
@@ -286,7 +312,7 @@ class ColumnarMetrics(beam.PTransform):
         if online:
             rows.extend(columnar_online.online_rows(cleaned, online, self.group_rows, self.ci_level,
                                                     resolved.judgments if self.judgment_paths else None,
-                                                    threads=self.threads))
+                                                    threads=self.threads, ci_bounded=self.ci_bounded))
         if self.ranking:
             requests, extra = cleaned.requests, []
             hot = self.hot_fraction > 0  # hot queries fanned out (columnar_hot)
@@ -346,7 +372,7 @@ class ColumnarMetrics(beam.PTransform):
             else:
                 rows.append(means
                             | "MergeMeans" >> beam.CombinePerKey(_MergeMeans(len(self.specs), totals))
-                            | "Rows" >> beam.FlatMap(_rows, names, self.ci_level))
+                            | "Rows" >> beam.FlatMap(_rows, names, self.ci_level, self.ci_bounded))
         self.dead_letters = tuple(dead) | "DeadLetters" >> beam.Flatten()
         if not rows:
             return pbegin | "NoRows" >> beam.Create([])

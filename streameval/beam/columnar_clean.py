@@ -93,12 +93,14 @@ def _first_min(values: pa.Array, starts: np.ndarray, ends: np.ndarray) -> pa.Arr
 class _CleanShard(ThreadedDoFn):
     def __init__(self, source: str, ranking: bool, ctr: bool, window_micros, slice_specs, order: str, shards: int,
                  hold: bool = False, threads: int = 1, lateness_micros: int = 0, online=None, systems: bool = False,
-                 hot_fraction: float = 0.0, hot_min: int | None = None):
+                 hot_fraction: float = 0.0, hot_min: int | None = None, units: bool = False, cluster: str = "none"):
         #: hot queries' fan-out (columnar_hot.fan_out): their share of the shard's requests above which
         #: they are split over sub-elements (0: never), and the fewest requests that make one hot
         self.hot_fraction = float(hot_fraction)
         self.hot_min = hot_min
         self.online = online  # a columnar_online.OnlineColumns, or None
+        self.units = units  # requests per (window, slice, system), tag "units" (srm rows)
+        self.cluster = cluster  # "request" / "user": clicks per (window, slice, system, cluster), tag "cluster_clicks"
         self.systems = systems  # emit each chunk's systems (tag "systems"): complete=True needs them all
         self.lateness_micros = int(lateness_micros)
         self.late = counter(NAMESPACE, cn.LATE_IMPRESSION)
@@ -162,6 +164,8 @@ class _CleanShard(ThreadedDoFn):
             return
         if self.ctr:
             yield from self._clicks(chunk)
+        if self.units:
+            yield from self._units(chunk)
         if self.online:
             yield from self.online.states(chunk)
         if self.ranking:
@@ -202,6 +206,8 @@ class _CleanShard(ThreadedDoFn):
         pos = c["position"]
         clicked = c["clicked"].astype(np.int64)
         npos = int(pos.max()) + 1
+        if self.cluster != "none":
+            yield from self._cluster_clicks(c, wcode, wkeys, scode, svals, clicked)
         for lcode, lvals in _labels(c["attributes"], c["n"], self.slice_specs):
             key = ((wcode * len(lvals) + lcode) * len(svals) + scode) * npos + pos
             uk, inv = _unique_codes(key)
@@ -219,6 +225,53 @@ class _CleanShard(ThreadedDoFn):
                 states.setdefault((*wkeys[wi], lvals[li], svals[si]), {})[pi] = [ni, ci]
             for key, st in states.items():
                 yield pvalue.TaggedOutput("clicks", (key, st))
+
+    def _cluster_clicks(self, c, wcode, wkeys, scode, svals, clicked):
+        """``((ws, we, slice, system, cluster id), (impressions, clicks))`` (tag ``"cluster_clicks"``)
+        per cluster of :func:`streameval.beam.clusters.cluster_id` (a request; a user, or the request
+        when the impression has no user)."""
+        by_request = pc.binary_join_element_wise("request:", c["request_id"], "")
+        if self.cluster == "user":
+            ids = pc.if_else(pc.is_null(c["user_id"]), by_request, pc.binary_join_element_wise("user:", c["user_id"], ""))
+        else:
+            ids = by_request
+        ccode, cvals = _factorize(ids)
+        nc = len(cvals)
+        for lcode, lvals in _labels(c["attributes"], c["n"], self.slice_specs):
+            key = ((wcode * len(lvals) + lcode) * len(svals) + scode) * nc + ccode
+            uk, inv = _unique_codes(key)
+            imps = np.bincount(inv).tolist()
+            clicks = np.bincount(inv, weights=clicked).astype(np.int64).tolist()
+            cl = (uk % nc).tolist()
+            rest = uk // nc
+            s = (rest % len(svals)).tolist()
+            rest //= len(svals)
+            lab = (rest % len(lvals)).tolist()
+            w = (rest // len(lvals)).tolist()
+            for wi, li, si, ci, n, y in zip(w, lab, s, cl, imps, clicks):
+                yield pvalue.TaggedOutput("cluster_clicks", ((*wkeys[wi], lvals[li], svals[si], cvals[ci]), (n, y)))
+
+    def _units(self, chunk):
+        """``((window_start, window_end, slice, system), requests)`` (tag ``"units"``): each request
+        once, in the window of its earliest impression and the slices of its attributes (the
+        smallest value of each, as :meth:`_requests` gives them)."""
+        req, _ = _pair_codes(chunk["system_id"], chunk["request_id"])
+        rows, _, starts, ends = _grouped(chunk, req, ("timestamp", "attributes", "system_id"))
+        nreq = len(starts)
+        min_ts = np.minimum.reduceat(rows["timestamp"], starts)
+        attrs = {a: _first_min(rows["attributes"][a], starts, ends) for a in self.attr_keys if a in rows["attributes"]}
+        wcode, wkeys = _windows(min_ts, self.window_micros)
+        scode, svals = _factorize(_pick(rows["system_id"], starts))
+        for lcode, lvals in _labels(attrs, nreq, self.slice_specs):
+            key = (wcode * len(lvals) + lcode) * len(svals) + scode
+            uk, inv = _unique_codes(key)
+            counts = np.bincount(inv).tolist()
+            s = (uk % len(svals)).tolist()
+            rest = uk // len(svals)
+            lab = (rest % len(lvals)).tolist()
+            w = (rest // len(lvals)).tolist()
+            for wi, li, si, n in zip(w, lab, s, counts):
+                yield pvalue.TaggedOutput("units", ((*wkeys[wi], lvals[li], svals[si]), n))
 
     def _requests(self, chunk, req):
         rows, _, starts, ends = _grouped(chunk, req, ("query_id", "timestamp", "attributes", "score", "item_id",

@@ -500,7 +500,7 @@ class CountsCombineFn(beam.CombineFn):
 
 
 def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: float, judgments=None,
-                threads: int = 1) -> list:
+                threads: int = 1, ci_bounded: str = "logit") -> list:
     """The metric rows (PCollections) of the clean stage's tagged ``outputs``; with labels from
     judgments, ``judgments`` is the engine's resolved judgments by query shard. ``threads``: the GAUC
     shards worked on at once (:class:`GaucShard`)."""
@@ -548,7 +548,7 @@ def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: floa
         parts.append(outputs[TAG_INTERLEAVING]
                      | "MergeInterleaving" >> beam.CombinePerKey(_MergeMeans(3, totals=[True] * 3))
                      | "InterleavingRows" >> beam.FlatMap(interleaving_rows, ci_level))
-    return [p | f"OnlineIntervals{i}" >> beam.Map(with_interval, ci_level) for i, p in enumerate(parts)]
+    return [p | f"OnlineIntervals{i}" >> beam.Map(with_interval, ci_level, ci_bounded) for i, p in enumerate(parts)]
 
 
 def _request_rows(kv, names):

@@ -394,14 +394,16 @@ def gauc_rows(kv, group, weightings):
     yield metric_row(ws, we, label, system, f"gauc[{group}]:excluded_groups", excluded, n_used + excluded, None)
 
 
-def with_interval(row: dict, level: float) -> dict:
+def with_interval(row: dict, level: float, bounded: str = "logit") -> dict:
     """Fill a row's confidence interval from its value, count and standard error
-    (:func:`streameval.metrics.stats.row_interval`: Wilson for CTR, t otherwise); rows without a
-    standard error (bounds, counts of excluded groups) keep none."""
+    (:func:`streameval.metrics.stats.row_interval`: Wilson for CTR, t otherwise, ``bounded`` for a
+    metric in [0, 1] whose t interval leaves it); rows without a standard error (bounds, counts of
+    excluded groups) keep none."""
     from ..metrics import stats
 
     if row.get("ci_low") is None:
-        row = dict(row, **stats.row_interval(row["metric"], row["value"], row["num_queries"], row["stderr"], level))
+        row = dict(row, **stats.row_interval(row["metric"], row["value"], row["num_queries"], row["stderr"], level,
+                                             bounded=bounded))
     return row
 
 
@@ -457,9 +459,10 @@ class OnlineMetrics(beam.PTransform):
 
     def __init__(self, metrics, window=None, slices=(), labels="clicks", judgments=None, relevance_level=1,
                  unjudged="exclude", hist_bins=1000, hist_range=(0.0, 1.0), group_rows=False, ci_level=0.95,
-                 label=None):
+                 label=None, ci_bounded="logit"):
         super().__init__(label)
         self.ci_level = ci_level
+        self.ci_bounded = ci_bounded
         self.specs = om.parse_online_metrics(metrics)
         if not self.specs:
             raise ValueError("no metrics given")
@@ -653,7 +656,7 @@ class OnlineMetrics(beam.PTransform):
         if any(s.family == "interleaving" for s in specs):
             parts.append(self._interleaving_rows(impressions, wm))
         return (tuple(parts) | "OnlineRows" >> beam.Flatten()
-                | "OnlineIntervals" >> beam.Map(with_interval, self.ci_level))
+                | "OnlineIntervals" >> beam.Map(with_interval, self.ci_level, self.ci_bounded))
 
 
 # --------------------------------------------------------------------------------------------
@@ -688,6 +691,10 @@ class _OpeKeys(beam.DoFn):
             yield pvalue.TaggedOutput("rejected", self._dead_letter(
                 rec, f"target policy gives no probability in [0, 1] for item {rec['item_id']!r} "
                      f"at position {rec['position']}"))
+            return
+        if not math.isfinite(float(pe) / float(pb)):
+            yield pvalue.TaggedOutput("rejected", self._dead_letter(
+                rec, f"importance weight {pe!r} / propensity {pb!r} is not a finite number"))
             return
         self.counted.inc()
         value = (1.0 if clicked else 0.0, float(pe), float(pb))

@@ -267,6 +267,11 @@ def rule_expressions(rule, pane: str = "latest") -> list[tuple[str, str, str]]:
     if rule.slice is not None:
         labels["slice"] = ("=", rule.slice)
     out = []
+    if rule.test == "srm":  # the srm row's value is a p-value
+        mine = labels | _system(rule)
+        return [("srm", f"{_selector('value', mine)} < {_num(rule.p_below)} and "
+                        f"{_selector('num_queries', mine)} >= {rule.min_n}",
+                 f"sample-ratio mismatch: p-value below {rule.p_below:g}")]
     if rule.baseline is None:
         mine = labels | _system(rule)
         enough = f"{_selector('num_queries', mine)} >= {rule.min_n}"

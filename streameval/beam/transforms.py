@@ -509,11 +509,11 @@ def score_values(specs, options: MetricOptions, adhoc, rankings, judgments) -> n
     return out
 
 
-def _rows(element, names, level):
+def _rows(element, names, level, bounded="logit"):
     (ws, we, label, system), results = element
     for name, (value, n, se) in zip(names, results):
         yield metric_row(ws, we, label, system, name, value, n, se,
-                         **stats.row_interval(name, value, n, se, level))
+                         **stats.row_interval(name, value, n, se, level, bounded=bounded))
 
 
 def _bootstrap_rows(element, names):
@@ -561,11 +561,15 @@ class ScoreRankings(beam.PTransform):
     def __init__(self, judgments, metrics, window=None, slices=(), relevance_level=1, gain="linear",
                  ideal="judgments", err_max_grade=4, order="score", tie_break="docno", depth=None,
                  complete=False, score_precision=DEFAULT_SCORE_PRECISION, ci="t", ci_level=stats.DEFAULT_LEVEL,
-                 replicates=200, ci_seed=0, every=None, max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None):
+                 replicates=200, ci_seed=0, every=None, max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None,
+                 ci_bounded="logit"):
         super().__init__(label)
         if ci not in ("t", "bootstrap"):
             raise ValueError("ci must be 't' or 'bootstrap'")
+        if ci_bounded not in stats.BOUNDED_METHODS:
+            raise ValueError(f"ci_bounded must be one of {stats.BOUNDED_METHODS}, got {ci_bounded!r}")
         self.ci = ci
+        self.ci_bounded = ci_bounded
         self.ci_level = float(ci_level)
         self.replicates = int(replicates)
         self.ci_seed = int(ci_seed)
@@ -631,7 +635,7 @@ class ScoreRankings(beam.PTransform):
             self.scores
             | "DropQueryIds" >> beam.Map(lambda kv: (kv[0], kv[1][1]))
             | "Means" >> beam.CombinePerKey(MeanCombineFn(len(self.specs), totals))
-            | "Rows" >> beam.FlatMap(_rows, names, self.ci_level)
+            | "Rows" >> beam.FlatMap(_rows, names, self.ci_level, self.ci_bounded)
         )
 
 

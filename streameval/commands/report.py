@@ -19,8 +19,9 @@ calibration. The global-window rows are drawn when there are any; else the windo
 
 Intervals: a row's own ``ci_low``/``ci_high`` when it has them; otherwise the report computes one
 with :func:`streameval.metrics.stats.row_interval` (Wilson for CTR, Student t from ``stderr`` and
-``num_queries`` otherwise) at ``--confidence``, marked with ``*`` in the tables. Streaming rows with
-several panes for one window: the final pane (else the highest ``pane_index``) is shown.
+``num_queries`` otherwise, logit for a metric in [0, 1] whose t interval leaves it) at
+``--confidence``, marked with ``*`` in the tables. Streaming rows with several panes for one window:
+the final pane (else the highest ``pane_index``) is shown.
 Does not import Beam (but Beam's ``FileSystems`` for a remote output directory).
 """
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from .online_names import DEFAULT_GAUC_WEIGHTING, GAUC_WEIGHTINGS
-from .online_sums import ratio_from_sums
+from .online_sums import ratio_and_se
 
 # --------------------------------------------------------------------------------------------
 # AUC
@@ -424,12 +424,11 @@ def gauc_weights(n_pos, n_neg, weighting: str = DEFAULT_GAUC_WEIGHTING) -> np.nd
 def gauc(groups, scores, labels, weighting: str = DEFAULT_GAUC_WEIGHTING) -> tuple[float, int, int, float]:
     """``(gauc, groups_used, groups_excluded, stderr)``: the weighted mean of the groups' AUCs
     over the groups with both classes (the others are excluded and counted). Standard error of
-    the ratio estimator (see :func:`ratio_from_sums`). NaN with 0 groups when none qualifies."""
+    the ratio estimator (see :func:`ratio_from_sums`; residuals in a second pass, :func:`ratio_and_se`).
+    NaN with 0 groups when none qualifies."""
     _, auc, n_pos, n_neg = group_auc(groups, scores, labels)
     ok = ~np.isnan(auc)
     w = gauc_weights(n_pos[ok], n_neg[ok], weighting)
     a = auc[ok]
-    sums = [math.fsum(w.tolist()), math.fsum((w * a).tolist()), math.fsum((w * w).tolist()),
-            math.fsum((w * w * a).tolist()), math.fsum((w * w * a * a).tolist())]
-    value, se = ratio_from_sums(int(ok.sum()), *sums)
+    value, se = ratio_and_se(w, w * a)
     return value, int(ok.sum()), int((~ok).sum()), se

@@ -9,24 +9,31 @@ from fractions import Fraction
 
 import numpy as np
 
-from .online_sums import _num, mean_from_sums, ratio_from_sums
+from .online_sums import _num, mean_and_se, mean_from_sums, ratio_and_se, ratio_from_sums
 
 # --------------------------------------------------------------------------------------------
 # off-policy estimates of the CTR (reward: click) of a target policy from logged propensities
 
-def ope_sums(rewards, target_prob, logging_prob) -> tuple[int, list[float]]:
-    """``(n, [sum w, sum w^2, sum w r, sum w^2 r, sum w^2 r^2])`` with importance weights
-    w = target_prob / logging_prob (each array shape (n,)). Raises ValueError when a logging
-    probability is not in (0, 1] or a target probability not in [0, 1]."""
-    r = np.asarray(rewards, dtype=np.float64)
-    pe = np.asarray(target_prob, dtype=np.float64)
-    pb = np.asarray(logging_prob, dtype=np.float64)
+def _check(r, pe, pb) -> None:
     if not (r.shape == pe.shape == pb.shape):
         raise ValueError("rewards, target_prob and logging_prob must have the same shape")
     if not ((pb > 0) & (pb <= 1)).all():
         raise ValueError("logging probabilities (propensities) must be in (0, 1]")
     if not ((pe >= 0) & (pe <= 1)).all():
         raise ValueError("target probabilities must be in [0, 1]")
+
+
+def ope_sums(rewards, target_prob, logging_prob) -> tuple[int, list[float]]:
+    """``(n, [sum w, sum w^2, sum w r, sum w^2 r, sum w^2 r^2])`` with importance weights
+    w = target_prob / logging_prob (each array shape (n,)). Raises ValueError when a logging
+    probability is not in (0, 1] or a target probability not in [0, 1]. The sums are of the
+    rounded products (floats): :func:`ips` and :func:`snips` take their standard errors from the
+    values instead, and the job's state (:class:`~streameval.accumulators.online.OpeOps`) keeps
+    exact sums."""
+    r = np.asarray(rewards, dtype=np.float64)
+    pe = np.asarray(target_prob, dtype=np.float64)
+    pb = np.asarray(logging_prob, dtype=np.float64)
+    _check(r, pe, pb)
     w = pe / pb
     terms = [w, w * w, w * r, w * w * r, w * w * r * r]
     return len(r), [math.fsum(t.tolist()) for t in terms]
@@ -55,16 +62,28 @@ def ess_from_sums(n: int, sw, sw2, *_rest) -> tuple[float, float]:
     return (float(sw / n) if isinstance(sw, Fraction) else sw / n, float(sw * sw / sw2))
 
 
+def _weighted(rewards, target_prob, logging_prob) -> tuple[np.ndarray, np.ndarray]:
+    """``(w, w r)`` as :func:`ope_sums` checks and forms them."""
+    r = np.asarray(rewards, dtype=np.float64)
+    pe = np.asarray(target_prob, dtype=np.float64)
+    pb = np.asarray(logging_prob, dtype=np.float64)
+    _check(r, pe, pb)
+    w = pe / pb
+    return w, w * r
+
+
 def ips(rewards, target_prob, logging_prob) -> tuple[float, float]:
-    """``(IPS estimate, stderr)`` from arrays (see :func:`ips_from_sums`)."""
-    n, sums = ope_sums(rewards, target_prob, logging_prob)
-    return ips_from_sums(n, *sums)
+    """``(IPS estimate, stderr)`` from arrays (see :func:`ips_from_sums`), the standard error from
+    the deviations of the weighted rewards from their mean (:func:`mean_and_se`)."""
+    _, y = _weighted(rewards, target_prob, logging_prob)
+    return mean_and_se(y)
 
 
 def snips(rewards, target_prob, logging_prob) -> tuple[float, float]:
-    """``(SNIPS estimate, stderr)`` from arrays (see :func:`snips_from_sums`)."""
-    n, sums = ope_sums(rewards, target_prob, logging_prob)
-    return snips_from_sums(n, *sums)
+    """``(SNIPS estimate, stderr)`` from arrays (see :func:`snips_from_sums`), the standard error
+    from the residuals y - R w (:func:`ratio_and_se`)."""
+    w, y = _weighted(rewards, target_prob, logging_prob)
+    return ratio_and_se(w, y)
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,8 +6,14 @@ Intervals (``level`` is the confidence level, default 0.95):
 * :func:`t_interval` - Student t on the per-query scores: ``mean -/+ t_{n-1,(1+level)/2} * stderr``.
 * :func:`wilson_interval` - Wilson score interval of a binomial proportion (CTR rows).
 * :func:`normal_interval` - ``mean -/+ z_{(1+level)/2} * stderr`` (the Wald interval for a proportion).
-* :func:`row_interval` - the interval fields of a metric_result row (Wilson for CTR, t otherwise;
-  with ``kind="anytime"`` the confidence sequences below).
+* :func:`logit_interval` - the t interval of ``logit(mean)`` (delta method: standard error
+  ``stderr / (mean (1 - mean))``) mapped back by the logistic function: inside (0, 1) always. The
+  logit-transformed interval of a proportion or a bounded mean of Stata's ``proportion`` (its
+  default) and R survey's ``svyciprop(method = "logit")`` (Korn and Graubard, Analysis of Health
+  Surveys, 1999, 5.2), and of an AUC (Pepe, The Statistical Evaluation of Medical Tests, 2003, 5.2.3).
+* :func:`row_interval` - the interval fields of a metric_result row (Wilson for CTR, t otherwise,
+  logit for a metric bounded in [0, 1] whose t interval leaves it; with ``kind="anytime"`` the
+  confidence sequences below).
 
 Confidence sequences (anytime-valid: with probability ``level`` they hold at every look at once, so
 someone who watches every early pane and stops at the first exclusion keeps the error rate):
@@ -45,6 +51,14 @@ Koomen, Pekelis and Walsh, "Peeking at A/B tests", KDD 2017):
 * :func:`msprt_pvalue` - ``p_n = min(1, min_{k <= n} 1 / Lambda_k)``, the running minimum over the
   looks: pass the previous look's ``p`` as ``p_prev`` (mergeable along panes: one float of state).
 
+Sample-ratio mismatch (an experiment's arms did not get the units its split declared):
+
+* :func:`srm_test` - Pearson's chi-square goodness-of-fit test of the units per arm against the
+  declared split (what :func:`scipy.stats.chisquare` computes with ``f_exp`` = the expected counts);
+  Kohavi, Tang and Xu, Trustworthy Online Controlled Experiments, 2020, chapter 21; Fabijan et al.,
+  "Diagnosing sample ratio mismatch in online controlled experiments", KDD 2019.
+* :func:`parse_expected_split` - ``"A=50,B=50"`` -> ``{"A": 0.5, "B": 0.5}``.
+
 Stable randomness: the weight of a query in replicate ``r`` is a function of the query's key, ``r``,
 a stream name and a user seed only, so the same query gets the same weights in the library, the
 batch job and the streaming job, on any worker, in any merge order:
@@ -73,6 +87,10 @@ __all__ = [
     "DEFAULT_LEVEL",
     "t_interval",
     "normal_interval",
+    "logit_interval",
+    "BOUNDED_METHODS",
+    "parse_expected_split",
+    "srm_test",
     "wilson_interval",
     "percentile_interval",
     "t_test",
@@ -136,6 +154,68 @@ def t_interval(mean: float, n: int, stderr: float, level: float = DEFAULT_LEVEL)
         return (math.nan, math.nan)
     half = float(special.stdtrit(n - 1, (1.0 + level) / 2.0)) * stderr
     return (mean - half, mean + half)
+
+
+def logit_interval(mean: float, n: int, stderr: float, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
+    """Logit-transformed t interval of a mean of values in [0, 1]:
+    ``expit(logit(mean) -/+ t.ppf((1 + level) / 2, n - 1) * stderr / (mean (1 - mean)))``, the
+    standard error of ``logit(mean)`` by the delta method. Always inside (0, 1), asymmetric near the
+    ends. ``(NaN, NaN)`` when ``n < 2``, the mean is not in (0, 1) or the stderr is not finite and
+    positive (Korn and Graubard 1999; Stata's ``proportion``, R survey's ``svyciprop(method =
+    "logit")``, which takes the degrees of freedom of the design as here ``n - 1``)."""
+    from scipy import special
+
+    level = _check_level(level)
+    if n is None or n < 2 or not _finite(mean) or not _finite(stderr) or not 0.0 < mean < 1.0 or stderr <= 0:
+        return (math.nan, math.nan)
+    q = float(special.stdtrit(n - 1, (1.0 + level) / 2.0))
+    centre = math.log(mean) - math.log1p(-mean)
+    half = q * stderr / (mean * (1.0 - mean))
+    return (float(special.expit(centre - half)), float(special.expit(centre + half)))
+
+
+def parse_expected_split(text: str) -> dict:
+    """The declared split of an experiment, ``"SYSTEM=WEIGHT,..."`` (weights positive numbers, any
+    scale: ``A=50,B=50``, ``A=1,B=1`` and ``A=0.5,B=0.5`` are one split) -> ``{system: share}``, the
+    shares summing to 1. At least two systems, each once. Raises ValueError (one line) otherwise."""
+    out: dict = {}
+    for part in str(text).split(","):
+        name, eq, w = part.strip().rpartition("=")
+        name = name.strip()
+        if not eq or not name:
+            raise ValueError(f"--expected-split wants SYSTEM=WEIGHT,SYSTEM=WEIGHT,..., got {part.strip()!r} in {text!r}")
+        try:
+            weight = float(w)
+        except ValueError:
+            raise ValueError(f"--expected-split: the weight of {name!r} is not a number: {w.strip()!r}") from None
+        if not (math.isfinite(weight) and weight > 0):
+            raise ValueError(f"--expected-split: the weight of {name!r} must be a positive number, got {w.strip()!r}")
+        if name in out:
+            raise ValueError(f"--expected-split names {name!r} twice")
+        out[name] = weight
+    if len(out) < 2:
+        raise ValueError(f"--expected-split needs two systems or more, got {text!r}")
+    total = math.fsum(out.values())
+    return {k: v / total for k, v in out.items()}
+
+
+def srm_test(observed, shares) -> tuple[float, float]:
+    """``(chi2, p)``: Pearson's chi-square test of the counts ``observed`` (units per arm) against the
+    expected shares ``shares`` (same order, summing to 1): ``chi2 = sum (o - N s)^2 / (N s)``, ``N =
+    sum o``, ``p`` its upper tail with ``k - 1`` degrees of freedom (``scipy.special.chdtrc``; as
+    :func:`scipy.stats.chisquare` with ``f_exp = N s``). ``(NaN, NaN)`` when ``N = 0``."""
+    from scipy import special
+
+    o = np.asarray(observed, dtype=np.float64)
+    s = np.asarray(shares, dtype=np.float64)
+    if o.shape != s.shape or o.ndim != 1 or len(o) < 2:
+        raise ValueError("observed and shares must be vectors of one length, two or more")
+    n = float(o.sum())
+    if n <= 0:
+        return (math.nan, math.nan)
+    e = n * s
+    chi2 = float(np.sum((o - e) ** 2 / e))
+    return chi2, float(special.chdtrc(len(o) - 1, chi2))
 
 
 def normal_interval(mean: float, stderr: float, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
@@ -447,6 +527,9 @@ def is_binomial_metric(metric: str) -> bool:
 CS_TARGET_N = 1000
 #: ``row_interval``'s kinds: fixed-sample intervals, or confidence sequences valid at every look
 INTERVAL_KINDS = ("fixed", "anytime")
+#: ``row_interval``'s methods for a metric bounded in [0, 1] whose t interval leaves [0, 1]:
+#: ``logit`` (:func:`logit_interval`, the default) or ``t`` (the t interval as it is)
+BOUNDED_METHODS = ("logit", "t")
 
 
 def normal_mixture_cs(mean, n, stderr, level: float = DEFAULT_LEVEL, target_n: float = CS_TARGET_N):
@@ -499,15 +582,23 @@ def beta_binomial_cs(successes: int, trials: int, level: float = DEFAULT_LEVEL, 
     return lo, hi
 
 
-def row_interval(metric: str, value, num_queries, stderr, level: float = DEFAULT_LEVEL, kind: str = "fixed") -> dict:
+def row_interval(metric: str, value, num_queries, stderr, level: float = DEFAULT_LEVEL, kind: str = "fixed",
+                 bounded: str = "logit") -> dict:
     """The ``ci_low``, ``ci_high``, ``ci_level``, ``ci_method`` fields of a metric_result row from
     its value, count and standard error: Wilson for a click-through rate (clicks recovered as
     ``round(value * num_queries)``), Student t otherwise; all None when no interval can be made
     (no value, fewer than two queries, no standard error, e.g. the num_* totals). ``kind="anytime"``:
     the confidence sequences instead, valid at every pane at once (``cs-beta-binomial`` for CTR,
-    :func:`beta_binomial_cs`; ``cs-normal-mixture`` otherwise, :func:`normal_mixture_cs`)."""
+    :func:`beta_binomial_cs`; ``cs-normal-mixture`` otherwise, :func:`normal_mixture_cs`).
+
+    ``bounded`` (:data:`BOUNDED_METHODS`): for a metric whose values lie in [0, 1]
+    (:func:`~streameval.metrics.bounds.is_unit_metric`: nDCG, AP, AUC, ...) with a value in (0, 1)
+    whose t interval reaches below 0 or above 1, ``"logit"`` gives :func:`logit_interval` instead
+    (``ci_method`` ``"logit"``), ``"t"`` keeps the t interval."""
     if kind not in INTERVAL_KINDS:
         raise ValueError(f"kind must be one of {INTERVAL_KINDS}, got {kind!r}")
+    if bounded not in BOUNDED_METHODS:
+        raise ValueError(f"bounded must be one of {BOUNDED_METHODS}, got {bounded!r}")
     none = {"ci_low": None, "ci_high": None, "ci_level": None, "ci_method": None}
     if value is None or num_queries is None or not math.isfinite(value) or num_queries < 1:
         return none
@@ -525,6 +616,12 @@ def row_interval(metric: str, value, num_queries, stderr, level: float = DEFAULT
     else:
         lo, hi = t_interval(value, num_queries, stderr, level)
         method = "t"
+        if bounded == "logit" and (lo < 0.0 or hi > 1.0) and 0.0 < value < 1.0:
+            from .bounds import is_unit_metric
+
+            if is_unit_metric(metric):
+                lo, hi = logit_interval(value, num_queries, stderr, level)
+                method = "logit"
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return none
     return {"ci_low": lo, "ci_high": hi, "ci_level": float(level), "ci_method": method}

@@ -286,7 +286,8 @@ class _AggregateBase:
             for metric, value, n, se, *ci in current[label]:
                 # the batch job's interval of the same numbers (Wilson for CTR, t otherwise), or the
                 # interval the row comes with (bootstrap, online metrics: see coarse_online)
-                iv = ci[0] if ci else stats.row_interval(metric, value, n, se, self.cfg.ci_level, self.cfg.intervals)
+                iv = ci[0] if ci else stats.row_interval(metric, value, n, se, self.cfg.ci_level, self.cfg.intervals,
+                                                         bounded=self.cfg.bounded)
                 rows.append(metric_row(start, end, out_label, system, metric, value, n, se, **extra, **iv))
         for label, metrics in sorted(emitted.items()):  # emptied since: an empty row replaces it
             have = {m for m, *_ in current.get(label, [])}

@@ -559,7 +559,7 @@ class _PartialAggregate(_WindowAggregate):
         out = self._ctr_rows(ctr, self._rank_rows(rank))
         if onl:
             start, end = self.cfg.spec.bounds(j)
-            self.online.rows(onl, start, end, None, self.cfg.ci_level, out)
+            self.online.rows(onl, start, end, None, self.cfg.ci_level, out, bounded=self.cfg.bounded)
         return out
 
     def _rank_rows(self, merged_rank):

@@ -120,7 +120,7 @@ class StreamOnline:
         return isinstance(o, pvalue.TaggedOutput) and o.tag in STREAM_TAGS
 
     # -- rows ----------------------------------------------------------------------------------
-    def rows(self, by_tag: dict, start, end, system, level: float, out: dict) -> dict:
+    def rows(self, by_tag: dict, start, end, system, level: float, out: dict, bounded: str = "logit") -> dict:
         """Add the rows of one window's merged states ``{tag: {label: state}}`` to ``out``
         (``{label: [(metric, value, num_queries, stderr, ci fields)]}``): the batch job's rows and
         intervals (:mod:`streameval.beam.columnar_online`)."""
@@ -129,7 +129,7 @@ class StreamOnline:
             for label, state in sorted(by_tag.get(tag, {}).items()):
                 key = (start, end, label, system)
                 for row in self._tag_rows(c, tag, key, state, level):
-                    row = with_interval(row, level)
+                    row = with_interval(row, level, bounded)
                     ci = {f: row[f] for f in CI_FIELDS}
                     out.setdefault(label, []).append((row["metric"], row["value"], row["num_queries"],
                                                       row["stderr"], ci))

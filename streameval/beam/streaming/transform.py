@@ -127,10 +127,12 @@ class StreamMetrics(beam.PTransform):
                  tie_break="docno", depth=None, score_precision=DEFAULT_SCORE_PRECISION, ctr=True, request_shards=16,
                  retention=None, clock=None, source="stream", judgment_conflicts="latest", grade_range=None,
                  time_range=None, ci_level=stats.DEFAULT_LEVEL, intervals="fixed",
-                 max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None):
+                 max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None, ci_bounded="logit"):
         super().__init__(label)
         if intervals not in stats.INTERVAL_KINDS:
             raise ValueError(f"intervals must be one of {stats.INTERVAL_KINDS}, got {intervals!r}")
+        if ci_bounded not in stats.BOUNDED_METHODS:
+            raise ValueError(f"ci_bounded must be one of {stats.BOUNDED_METHODS}, got {ci_bounded!r}")
         if judgment_conflicts not in cleaning.JUDGMENT_POLICIES:
             raise ValueError(f"judgment_conflicts must be one of {cleaning.JUDGMENT_POLICIES}, "
                              f"got {judgment_conflicts!r}")
@@ -167,7 +169,7 @@ class StreamMetrics(beam.PTransform):
             shards=int(request_shards), clock=clock,
             cleanup=spec.period if spec.windowed else spec.size,
             run=uuid.uuid4().hex, policy=judgment_conflicts, ci_level=stats.check_level(ci_level),
-            intervals=intervals, click_events=clicks is not None)
+            intervals=intervals, click_events=clicks is not None, bounded=ci_bounded)
         # the dead-letter source of records that come without their file (see prepare.file_records)
         self.sources = {k: str(source.get(k, "stream") if isinstance(source, dict) else source)
                         for k in ("impressions", "judgments", "clicks")}

@@ -167,6 +167,7 @@ class _Config:
     ci_level: float = 0.95
     intervals: str = "fixed"
     click_events: bool = False
+    bounded: str = "logit"
 
     """The settings of one :class:`~streameval.beam.streaming.StreamMetrics`, shared by its stages.
 
@@ -179,7 +180,9 @@ class _Config:
     states of requests; ``clock``: processing-time source (None: wall time); ``run``: the id
     under which counts are tallied; ``policy``: the
     judgment conflict policy; ``ci_level``: the level of the rows' intervals; ``intervals``:
-    ``"fixed"`` (t / Wilson) or ``"anytime"`` (confidence sequences); ``click_events``: whether
+    ``"fixed"`` (t / Wilson) or ``"anytime"`` (confidence sequences); ``bounded``: ``"logit"`` or
+    ``"t"``, the fixed interval of a metric in [0, 1] whose t interval leaves it
+    (:func:`~streameval.metrics.stats.row_interval`); ``click_events``: whether
     clicks come as separate events (then an impression's null ``clicked`` is "not clicked unless
     a click matches": :func:`streameval.io.records.impression_clicked`).
     """
