@@ -89,5 +89,6 @@ def test_names(name, expected):
 
 @pytest.mark.parametrize("bad", ["foo", "P", "ndcg@x", "bpref@5", "", "ndcg@0", "map@"])
 def test_bad_names_list_accepted_forms(bad):
-    with pytest.raises(MetricNameError, match="Accepted|cutoff"):
+    # issue 42: the closest accepted names, not every form
+    with pytest.raises(MetricNameError, match="closest accepted names|cutoff|e\\.g\\. ndcg@10"):
         parse_metric(bad)

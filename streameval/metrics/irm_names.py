@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["parse", "looks_like"]
+__all__ = ["parse", "looks_like", "NAMES"]
 
 # ir_measures name (lower case) -> (canonical ir_measures name, family or None, parameters accepted,
 # cutoff: "required" / "optional" / "none")
@@ -78,6 +78,8 @@ _MEASURES = {
     "err": ("ERR", "err", set(), "required"),
     "rbp": ("RBP", "rbp", {"p"}, "none"),
 }
+#: ir_measures' measure names as it spells them (the closest names of an unknown one draw on them)
+NAMES = tuple(dict.fromkeys(v[0] for v in _MEASURES.values()))
 # ir_measures names whose spelling only ir_measures uses (parsed here even without parentheses)
 _OWN_CASED = {"NumRet", "NumRelRet", "NumRel", "NumQ", "SetP", "SetRelP", "SetR", "SetAP", "SetF", "IPrec",
               "Judged", "RBP"}
@@ -137,13 +139,17 @@ def parse(raw: str):
     name = raw.strip()
     m = _FORM.match(name)
     if not m:
-        raise _error(f"metric {name!r}: not an ir_measures name (Name(param=value, ...)@cutoff). {_ACCEPTED}")
+        from .names import unknown_name_error
+
+        raise unknown_name_error(name)
     low = m.group("name").lower()
     if low not in _MEASURES:
         if low in _OTHER:
             raise _error(f"metric {name!r}: ir_measures' {m.group('name')} needs a provider other than trec_eval "
-                         f"semantics; not implemented. {_ACCEPTED}")
-        raise _error(f"metric {name!r}: unknown ir_measures measure {m.group('name')!r}. {_ACCEPTED}")
+                         f"semantics; not implemented")
+        from .names import unknown_name_error
+
+        raise unknown_name_error(name, head=f"metric {name!r}: unknown ir_measures measure {m.group('name')!r}")
     canon, family, allowed, cut = _MEASURES[low]
     params = {}
     text = (m.group("params") or "").strip()

@@ -37,10 +37,13 @@ trec_eval's parameter lists expand to several specs: ``P.5,10`` gives ``P@5`` an
 
 from __future__ import annotations
 
+import contextvars
+import difflib
 import re
 from dataclasses import dataclass
 
 from . import diversity, irm_names, registry, trec_names
+from . import diversity as _diversity
 
 __all__ = [
     "MetricSpec",
@@ -54,6 +57,11 @@ __all__ = [
     "OFFICIAL_TREC",
     "check_arithmetic",
     "is_diversity",
+    "closest",
+    "closest_text",
+    "ranking_vocabulary",
+    "ranking_identity",
+    "unknown_name_error",
 ]
 
 #: the largest cutoff and depth (positions are Avro ints in the logs; trec_eval's ranks are C ints)
@@ -64,7 +72,11 @@ TREC_SUCCESS_CUTOFFS = registry.SUCCESS_CUTOFFS
 
 
 class MetricNameError(ValueError):
-    """An unknown or malformed metric name."""
+    """An unknown or malformed metric name. ``unknown`` is True when the name is no accepted name
+    at all (the message then names the closest accepted ones), False for a known measure written
+    with a bad cutoff or parameter."""
+
+    unknown = False
 
 
 @dataclass(frozen=True, order=True)
@@ -158,6 +170,95 @@ _ERR_DEFAULT_K = registry.family("err").default_k
 _FORM = re.compile(r"^(?P<base>[A-Za-z][A-Za-z_\-]*?)(?:(?:@|_|\.)(?P<params>[0-9][0-9,.]*))?$")
 
 
+# -- the closest accepted names, for the one-line error of an unknown name -------------------------------
+
+# True while candidate names are tried (their own errors then name no closest names: no recursion)
+_SUGGESTING: contextvars.ContextVar[bool] = contextvars.ContextVar("_SUGGESTING", default=False)
+# a name's base and its tail (cutoff, parameters) kept when the base is replaced: ndgc|@10, ndgc_cut|_10,
+# P|.5,10, nDGC|(dcg='log2')@10, gauc|[user], rbp|.p=0.9
+_TAIL = re.compile(r"^(?P<base>.*?)(?P<tail>(?:[@(\[].*|[_.][0-9].*|[_.]p=.*)?)$", re.S)
+
+
+def closest(raw, vocabulary, identity, n: int = 3) -> list[str]:
+    """The ``n`` accepted names closest to ``raw`` (difflib's ratio, case ignored): each base name of
+    ``vocabulary`` with ``raw``'s cutoff or parameters (``ndgc@10`` -> ``ndcg@10``) or alone.
+    ``identity(name)`` is the measure a candidate names (hashable) or None when it is not accepted;
+    two spellings of one measure are offered once."""
+    text = str(raw).strip()
+    m = _TAIL.match(text)
+    head, tail = (m.group("base"), m.group("tail")) if text else ("", "")
+    with_tail: dict[str, list[str]] = {}  # lower case -> its spellings, the vocabulary's order
+    alone: dict[str, list[str]] = {}
+    for base in vocabulary:
+        for c, into in (((base + tail, with_tail), (base, alone)) if tail else ((base, alone),)):
+            if c not in into.setdefault(c.lower(), []):
+                into[c.lower()].append(c)
+    token = _SUGGESTING.set(True)
+    try:
+        out, seen = [], set()
+        # the name with its cutoff or parameters first, then the base names alone (a tail only one
+        # measure takes, nDCGG(dcg='exp-log2')@10, leaves the others)
+        for word, cands in ((text, {**with_tail, **alone}), (head, alone)):
+            for low in difflib.get_close_matches(word.lower(), list(cands), n=12 * n, cutoff=0.0):
+                for c in cands[low]:  # the first spelling accepted (judged is refused, Judged accepted)
+                    key = identity(c)
+                    if key is not None:
+                        break
+                if key is None or key in seen:
+                    continue
+                seen.add(key)
+                out.append(c)
+                if len(out) == n:
+                    return out
+        return out
+    finally:
+        _SUGGESTING.reset(token)
+
+
+def ranking_vocabulary(diversity: bool = False) -> tuple[str, ...]:
+    """The base names of the ranking measures: the registry's families and our aliases, trec_eval's
+    families, ir_measures' measures, ``all_trec`` and ``official`` (and the diversity measures)."""
+    out = [f.name for f in registry.REGISTRY if f.parsed and not f.subtopics]
+    out += [a for f in _OURS for a in f.aliases]
+    out += sorted(trec_names.FAMILIES) + list(irm_names.NAMES) + ["all_trec", "official"]
+    if diversity:
+        out += list(_diversity.MEASURES)
+    return tuple(dict.fromkeys(out))
+
+
+def ranking_identity(name: str, diversity: bool = False):
+    """The measures a ranking name gives (a hashable key, spellings aside) or None if it is refused."""
+    try:
+        specs = parse_metric(name, diversity=diversity)
+    except MetricNameError:
+        return None
+    return tuple((s.family, s.k, s.param, s.opts) for s in specs)
+
+
+def closest_text(raw, vocabulary, identity) -> str:
+    """``"; closest accepted names: a, b, c (every name: docs/metrics.md)"``, the tail of an unknown
+    name's error (:func:`closest`); empty while candidates are being tried."""
+    if _SUGGESTING.get():
+        return ""
+    picks = closest(raw, vocabulary, identity)
+    return f"; closest accepted names: {', '.join(picks)} (every name: docs/metrics.md)" if picks else ""
+
+
+def _closest_text(raw, diversity: bool = False) -> str:
+    vocabulary = ranking_vocabulary(diversity)
+    if "(" in str(raw):  # written the ir_measures way: its spellings first (RR(rel=2), not rr(rel=2))
+        vocabulary = tuple(dict.fromkeys(irm_names.NAMES + vocabulary))
+    return closest_text(raw, vocabulary, lambda c: ranking_identity(c, diversity))
+
+
+def unknown_name_error(raw, *, diversity: bool = False, head: str = "") -> MetricNameError:
+    """The one-line error of a name that is no accepted ranking measure (``head``, default
+    ``unknown metric 'NAME'``), naming the three closest."""
+    e = MetricNameError(f"{head or f'unknown metric {str(raw).strip()!r}'}{_closest_text(raw, diversity)}")
+    e.unknown = True
+    return e
+
+
 def _refuse_dwell(raw) -> None:
     """A dwell metric (``mean_dwell``, ``sat_click_rate[t=T]``, ...) is not a ranking metric: refused
     in one line naming where it is computed (ranking evaluation reaches it here)."""
@@ -178,12 +279,12 @@ def _specs_for(family: str, ks: list[int | None], raw: str) -> list[MetricSpec]:
     for k in ks:
         if k is None:
             if family in _NEEDS_K:
-                raise MetricNameError(f"metric {raw!r} needs a cutoff, e.g. {family}@10. Accepted: {ACCEPTED}")
+                raise MetricNameError(f"metric {raw!r} needs a cutoff, e.g. {family}@10")
             if family == "err":
                 k = _ERR_DEFAULT_K
         else:
             if family in _NO_K:
-                raise MetricNameError(f"metric {raw!r} takes no cutoff. Accepted: {ACCEPTED}")
+                raise MetricNameError(f"metric {raw!r} takes no cutoff (write {_DISPLAY[family]})")
             if k < 1:
                 raise MetricNameError(f"metric {raw!r}: cutoff must be a positive integer")
         out.append(MetricSpec(family, k))
@@ -193,7 +294,7 @@ def _specs_for(family: str, ks: list[int | None], raw: str) -> list[MetricSpec]:
 def _parse_one(raw: str, accept_diversity: bool = False) -> list[MetricSpec]:
     name = raw.strip()
     if not name:
-        raise MetricNameError(f"empty metric name. Accepted: {ACCEPTED}")
+        raise MetricNameError("empty metric name, e.g. ndcg@10 (every name: docs/metrics.md)")
     low = name.lower()
     if diversity.is_diversity_name(name):
         if accept_diversity:
@@ -227,11 +328,11 @@ def _parse_one(raw: str, accept_diversity: bool = False) -> list[MetricSpec]:
     _refuse_dwell(raw)
     m = _FORM.match(name)
     if not m:
-        raise MetricNameError(f"unknown metric {raw!r}. Accepted: {ACCEPTED}")
+        raise unknown_name_error(raw, diversity=accept_diversity)
     base = m.group("base").lower().rstrip("_-")
     params = m.group("params")
     if base not in _ALIASES:
-        raise MetricNameError(f"unknown metric {raw!r}. Accepted: {ACCEPTED}")
+        raise unknown_name_error(raw, diversity=accept_diversity)
     family = _ALIASES[base]
     if params is None:
         return _specs_for(family, [None], raw)
@@ -243,7 +344,7 @@ def _parse_one(raw: str, accept_diversity: bool = False) -> list[MetricSpec]:
         try:
             value = float(part)
         except ValueError:
-            raise MetricNameError(f"metric {raw!r}: cutoff {part!r} is not a number. Accepted: {ACCEPTED}") from None
+            raise MetricNameError(f"metric {raw!r}: cutoff {part!r} is not a number") from None
         if not 1 <= value < MAX_CUTOFF + 1:  # NaN fails too
             raise MetricNameError(f"metric {raw!r}: cutoff {part!r} must be between 1 and {MAX_CUTOFF}")
         if value != int(value):
@@ -251,7 +352,7 @@ def _parse_one(raw: str, accept_diversity: bool = False) -> list[MetricSpec]:
             value = int(value)
         ks.append(int(value))
     if not ks:
-        raise MetricNameError(f"metric {raw!r}: empty cutoff list. Accepted: {ACCEPTED}")
+        raise MetricNameError(f"metric {raw!r}: empty cutoff list")
     return _specs_for(family, ks, raw)
 
 
@@ -262,7 +363,8 @@ def parse_metric(name: str, *, diversity: bool = False) -> list[MetricSpec]:
     consumer that scores them, the batch job): a spec whose family is the measure
     (``"alpha-nDCG"``, one of the registry's ``subtopics`` families) and whose label is the name
     as written; otherwise they are refused in one line.
-    Raises :class:`MetricNameError` (a ``ValueError``) listing the accepted forms.
+    Raises :class:`MetricNameError` (a ``ValueError``) in one line, naming the three closest accepted
+    names for an unknown one.
     """
     if not isinstance(name, str):
         raise MetricNameError(f"metric names are strings, got {type(name).__name__}")
@@ -303,7 +405,7 @@ def parse_metrics(names, *, arithmetic: str | None = None, diversity: bool = Fal
         for s in specs:
             seen.setdefault(s, None)
     if not seen:
-        raise MetricNameError(f"no metrics requested. Accepted: {ACCEPTED}")
+        raise MetricNameError("no metrics requested, e.g. ['ndcg@10', 'map'] (every name: docs/metrics.md)")
     out = list(seen)
     if arithmetic:
         check_arithmetic(out, arithmetic)

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from .dwell import DWELL_FAMILIES, seconds_text, threshold_ms
-from .names import MetricNameError
+from .names import MetricNameError, closest_text, ranking_identity, ranking_vocabulary
 
 # --------------------------------------------------------------------------------------------
 # names
@@ -106,7 +106,7 @@ _ACCEPTED = ("auc, auc_hist, gauc, gauc[GROUP] or gauc[GROUP,WEIGHTING] (GROUP u
 def parse_online_metric(name: str) -> OnlineSpec:
     """Parse one online metric name (forms in :data:`_ACCEPTED`; case-insensitive).
 
-    Raises :class:`~streameval.metrics.names.MetricNameError` listing the accepted forms."""
+    Raises :class:`~streameval.metrics.names.MetricNameError` naming the three closest accepted names."""
     text = str(name).strip()
     low = text.lower().replace(" ", "")
     if low in ("auc", "roc_auc", "auc_exact"):
@@ -119,7 +119,7 @@ def parse_online_metric(name: str) -> OnlineSpec:
         weighting = _WEIGHT_ALIASES.get(m.group(2) or DEFAULT_GAUC_WEIGHTING)
         if group is None or weighting is None:
             raise MetricNameError(f"bad GAUC name {name!r}: group one of {sorted(GAUC_GROUPS)}, weighting one "
-                                  f"of {list(GAUC_WEIGHTINGS)}; accepted: {_ACCEPTED}")
+                                  f"of {list(GAUC_WEIGHTINGS)}")
         return OnlineSpec("gauc", group=group, weighting=weighting)
     if low == "ctr":
         return OnlineSpec("ctr")
@@ -155,7 +155,29 @@ def parse_online_metric(name: str) -> OnlineSpec:
     m = re.fullmatch(r"ece(?:\[(.*)\])?", low)
     if m:
         return OnlineSpec("ece", k=_ece_bins(name, m.group(1)))
-    raise MetricNameError(f"unknown online metric {name!r}; accepted: {_ACCEPTED}")
+    raise unknown_online_error(name)
+
+
+#: the base names of the online metrics (the closest names of an unknown one draw on them)
+ONLINE_VOCABULARY = ("auc", "auc_hist", "gauc", "ctr",
+                     "clicks", "rr_first_click", "rr_first_click[clicked]", "abandonment", "logloss", "brier",
+                     "calibration", "ece", "interleaving", *DWELL_FAMILIES)
+
+
+def online_identity(name):
+    """The online metric a name gives (its :class:`OnlineSpec`), or None if it is refused."""
+    try:
+        return parse_online_metric(name)
+    except MetricNameError:
+        return None
+
+
+def unknown_online_error(name) -> MetricNameError:
+    """The one-line error of a name that is no online metric, naming the three closest."""
+    e = MetricNameError(f"unknown online metric {str(name).strip()!r}"
+                        f"{closest_text(name, ONLINE_VOCABULARY, online_identity)}")
+    e.unknown = True
+    return e
 
 
 def _ece_bins(name, params) -> int:
@@ -211,3 +233,16 @@ def is_online_metric(name: str) -> bool:
     except MetricNameError:
         return False
     return True
+
+
+def unknown_metric_error(name, diversity: bool = False) -> MetricNameError:
+    """The one-line error of a name that is neither a ranking nor an online metric (the jobs'
+    ``--metrics``), naming the three closest of both kinds."""
+
+    def identity(c):
+        return ranking_identity(c, diversity) or online_identity(c)
+
+    e = MetricNameError(f"unknown metric {str(name).strip()!r}"
+                        f"{closest_text(name, ranking_vocabulary(diversity) + ONLINE_VOCABULARY, identity)}")
+    e.unknown = True
+    return e

@@ -356,8 +356,8 @@ TREC_PRINT_ORDER = _print_order()
 
 
 def accepted() -> str:
-    """The accepted forms of every parsed family, ``" | "``-joined, for the name parser's errors
-    (ir_measures' spellings are added by :mod:`~streameval.metrics.names`)."""
+    """The accepted forms of every parsed family, ``" | "``-joined (:data:`streameval.metrics.names.ACCEPTED`,
+    with ir_measures' spellings; since issue 42 the errors name the three closest names instead)."""
     ours = [f.forms for f in REGISTRY if f.parsed and f.forms and not f.trec_kind]
     trec = [f.forms for f in REGISTRY if f.parsed and f.forms and f.trec_kind]
     return " | ".join(ours + ["all_trec official", " ".join(trec)])
