@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .metrics.kernel import MetricOptions, compute
-from .metrics.names import MetricSpec, metric_name_list, parse_metrics
+from .metrics.names import MetricSpec, as_name, metric_name_list, parse_metrics
+from .metrics.online_names import canonical_metric
 from .metrics.prepare import DEFAULT_SCORE_PRECISION, Prepared, prepare, refuse_nul
 from .metrics.prepare import judged_only as judged_only_lists
 from .metrics.trec_measures import WITHOUT_RESULTS, without_results
@@ -243,12 +244,14 @@ class Evaluation:
     num_queries: int = 0
 
     def __getitem__(self, name):
-        if name in self.means:
+        if isinstance(name, str) and name in self.means:
             return self.means[name]
         specs = parse_metrics(name)  # MetricNameError (a KeyError would hide a typo's suggestion)
-        if len(specs) == 1 and specs[0].name in self.means:
-            return self.means[specs[0].name]
-        raise KeyError(f"{name!r} was not evaluated; have {list(self.means)}")
+        if len(specs) == 1:  # any spelling of an evaluated measure (ev["ndcg_cut_10"] for "nDCG@10")
+            for key in self.means:
+                if canonical_metric(key) == specs[0].canonical:
+                    return self.means[key]
+        raise KeyError(f"{as_name(name)!r} was not evaluated; have {list(self.means)}")
 
     def __iter__(self):
         return iter(self.means)

@@ -125,7 +125,7 @@ OPTIONS = {
     "default": ([], {**AUTO_ERR}, []),
     "rel2": (["--relevance-level", "2"], {"relevance_level": 2, **AUTO_ERR}, ["P@5", "map", "bpref", "infAP", "set_F"]),
     "exponential": (["--gain", "exponential", "--err-max-grade", "5"], {"gain": "exponential", "err_max_grade": 5},
-                    ["ndcg@10", "dcg", "err@20"]),
+                    ["ndcg@10", "dcg", "err"]),  # err: the row of "err" as written (err@20)
     "served": (["--ideal", "served"], {"ideal": "served", **AUTO_ERR}, ["ndcg@10", "ndcg"]),
     "rel2-exp-served": (["--relevance-level", "2", "--gain", "exponential", "--ideal", "served"],
                         {"relevance_level": 2, "gain": "exponential", "ideal": "served", **AUTO_ERR}, ["P@5", "ndcg@10"]),

@@ -82,7 +82,7 @@ def test_rbp_hits_by_hand(which):
     qrels, run = COLLECTIONS[which]
     ours = evaluate(qrels, run, ["RBP(p=0.8)", "RBP", "hits@5", "hits@10", "success@10"],
                     per_query=True).per_query
-    assert parse_metrics("hit@10")[0].name == "success@10"  # hit@k / hit_rate@k stay success@k
+    assert parse_metrics("hit@10")[0].canonical == "success@10"  # hit@k / hit_rate@k stay success@k
     for qid, docs in run.items():
         order = sorted(docs, key=lambda d: -docs[d])
         grades = [qrels[qid].get(d) for d in order]

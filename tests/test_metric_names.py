@@ -73,3 +73,144 @@ def test_cli_batch_unknown_ranking_or_online_name(tmp_path, capsys):
         assert f"unknown metric {typed!r}" in err
         picks = _picks(err)
         assert len(picks) == 3 and picks[0] == first
+
+
+# --------------------------------------------------------------------------------------------
+# names echoed as written; every reader takes any spelling (item 2)
+
+import json  # noqa: E402
+
+import ir_measures  # noqa: E402
+
+from streameval import alerts  # noqa: E402
+from streameval.beam.transforms import metric_row  # noqa: E402
+from streameval.commands import reconcile, report  # noqa: E402
+from streameval.io import avro  # noqa: E402
+from streameval.io.tables import read_metrics  # noqa: E402
+
+QRELS = {"q1": {"a": 2, "b": 0, "c": 1, "d": 2}, "q2": {"x": 1, "y": 0}, "q3": {"m": 1, "n": 2}}
+RUN = {"q1": {"a": 0.3, "b": 0.9, "c": 0.5, "d": 0.1}, "q2": {"x": 1.0, "y": 2.0, "z": 0.5},
+       "q3": {"m": 0.2, "n": 0.4, "o": 0.9}}
+
+
+def test_library_keys_are_the_names_as_written():
+    """nDCG@10 was keyed ndcg@10 and AP map while P(rel=2)@5 kept its spelling; now each as written,
+    values equal to ir_measures' own."""
+    written = ["nDCG@10", "AP", "P(rel=2)@5", "ndcg_cut_5", "RR"]
+    ev = se.evaluate(QRELS, RUN, written)
+    assert list(ev.means) == written
+    ref = ir_measures.calc_aggregate([ir_measures.nDCG @ 10, ir_measures.AP, ir_measures.P(rel=2) @ 5,
+                                      ir_measures.nDCG @ 5, ir_measures.RR], QRELS, RUN)
+    assert ev["nDCG@10"] == pytest.approx(ref[ir_measures.nDCG @ 10], abs=1e-12)
+    assert ev["AP"] == pytest.approx(ref[ir_measures.AP], abs=1e-12)
+    assert ev["P(rel=2)@5"] == pytest.approx(ref[ir_measures.P(rel=2) @ 5], abs=1e-12)
+    assert ev["ndcg_cut_5"] == pytest.approx(ref[ir_measures.nDCG @ 5], abs=1e-12)
+    # any spelling reads a value: ev["ndcg@10"], ev["map"], ev["recip_rank"]
+    assert ev["ndcg@10"] == ev["nDCG@10"] and ev["map"] == ev["AP"] and ev["recip_rank"] == ev["RR"]
+    assert ev["nDCG@5"] == ev["ndcg_cut_5"]
+
+
+def test_ir_measures_objects_wherever_a_name_is():
+    measures = [ir_measures.nDCG @ 10, ir_measures.AP, ir_measures.P(rel=2) @ 5, ir_measures.R @ 3]
+    ev = se.evaluate(QRELS, RUN, measures)
+    ref = ir_measures.calc_aggregate(measures, QRELS, RUN)
+    assert list(ev.means) == [str(m) for m in measures]
+    for m in measures:
+        assert ev[m] == pytest.approx(ref[m], abs=1e-12)
+    one = se.evaluate(QRELS, RUN, ir_measures.nDCG @ 10)
+    assert one.value() == pytest.approx(ref[ir_measures.nDCG @ 10], abs=1e-12)
+    assert [s.canonical for s in se.parse_metrics([ir_measures.nDCG @ 10, ir_measures.AP])] == ["ndcg@10", "map"]
+
+
+def test_ranx_metric_strings():
+    """ranx's names (ranx 0.3.21 metrics: precision, recall, mrr, map, ndcg, hit_rate, r-precision)
+    give ir_measures' values for the same measures on distinct scores."""
+    irm = ir_measures
+    pairs = {"precision@3": irm.P @ 3, "recall@3": irm.R @ 3, "mrr": irm.RR, "map@2": irm.AP @ 2, "ndcg@3": irm.nDCG @ 3,
+             "hit_rate@1": irm.Success @ 1, "r-precision": irm.Rprec, "map": irm.AP, "ndcg": irm.nDCG}
+    ev = se.evaluate(QRELS, RUN, list(pairs))
+    ref = irm.calc_aggregate(list(pairs.values()), QRELS, RUN)
+    assert list(ev.means) == list(pairs)
+    for name, measure in pairs.items():
+        assert ev[name] == pytest.approx(ref[measure], abs=1e-12), name
+
+
+def _rows(metric, value=0.9, system="A"):
+    return [metric_row(None, None, "all", system, metric, value, 100, 0.01, ci_low=value - 0.02, ci_high=value + 0.02,
+                       ci_level=0.95, ci_method="t")]
+
+
+def _write_jsonl(path, rows, drop_canonical=False):
+    with open(path, "w") as f:
+        for r in rows:
+            r = dict(r)
+            if drop_canonical:  # a file of schema version 1: no metric_canonical, the canonical name
+                r.pop("metric_canonical")
+            f.write(json.dumps(r) + "\n")
+    return str(path)
+
+
+def test_rows_carry_the_spelling_and_the_canonical_name():
+    row = _rows("nDCG@10")[0]
+    assert row["metric"] == "nDCG@10" and row["metric_canonical"] == "ndcg@10"
+    assert _rows("AP")[0]["metric_canonical"] == "map"
+    assert _rows("gauc")[0]["metric_canonical"] == "gauc[user,impressions]"
+
+
+def test_readers_take_any_spelling(tmp_path):
+    new = _write_jsonl(tmp_path / "new.jsonl", _rows("nDCG@10", 0.9))
+    old = _write_jsonl(tmp_path / "old.jsonl", _rows("ndcg@10", 0.7), drop_canonical=True)
+    avro_old = tmp_path / "old.avro"  # the version 1 schema's rows read through the version 2 schema
+    avro.write_records(avro_old, "metric_result", [{k: v for k, v in r.items() if k != "metric_canonical"}
+                                                   for r in _rows("ndcg@10", 0.7)])
+    for spelling in ("ndcg_cut_10", "NDCG@10", "ndcg@10", ir_measures.nDCG @ 10):
+        assert [r["value"] for r in read_metrics(new, metrics=spelling)] == [0.9]
+        assert [r["value"] for r in read_metrics(old, metrics=spelling)] == [0.7]
+        assert [r["value"] for r in read_metrics(str(avro_old), metrics=spelling)] == [0.7]
+    assert read_metrics(old)[0]["metric_canonical"] == "ndcg@10"
+    # reconcile matches the old file's ndcg@10 with the new file's nDCG@10 (0.7 against 0.9)
+    cmp = reconcile.compare(reconcile.read_table(old), reconcile.read_table(new), metrics=["ndcg_cut_10"])
+    assert cmp.matched == 1 and not cmp.only_a and not cmp.only_b
+    assert [(d["a"], d["b"]) for d in cmp.differences] == [(0.7, 0.9)]
+
+
+def test_report_metrics_in_another_spelling(tmp_path):
+    pytest.importorskip("matplotlib")
+    new = _write_jsonl(tmp_path / "new.jsonl", _rows("nDCG@10", 0.9))
+    assert report.main([new, "--metrics", "ndcg_cut_10", "--out", str(tmp_path / "r")]) == 0
+    assert "nDCG@10" in (tmp_path / "r" / "report.html").read_text()
+
+
+def test_alert_rule_in_another_spelling(tmp_path):
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nname = "high"\nmetric = "ndcg_cut_10"\nabove = 0.5\n')
+    fired = alerts.evaluate(alerts.load_rules(str(rules)), _rows("nDCG@10", 0.9))
+    assert [(a["rule"], a["metric"]) for a in fired] == [("high", "nDCG@10")]
+
+
+def test_batch_rows_keep_the_spelling(tmp_path, capsys):
+    """The batch job's rows: the metric as written, its canonical name, the value ir_measures gives;
+    report --metrics in another spelling finds them (before: ndcg_cut_10's rows were ndcg@10, and
+    report --metrics ndcg_cut_10 found none)."""
+    imps, judg = [], []
+    for q, docs in RUN.items():
+        order = sorted(docs, key=lambda d: -docs[d])
+        for pos, d in enumerate(order, 1):
+            imps.append({"event_id": f"{q}-{d}", "request_id": f"r-{q}", "query_id": q, "user_id": None,
+                         "system_id": "A", "item_id": d, "position": pos, "score": docs[d], "clicked": False,
+                         "timestamp": 1_700_000_000_000_000, "propensity": None, "attributes": {}})
+    for q, docs in QRELS.items():
+        judg += [{"query_id": q, "item_id": d, "grade": g, "timestamp": 0, "source": ""} for d, g in docs.items()]
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    out = tmp_path / "out"
+    assert batch.main(["--impressions", str(tmp_path / "imps.avro"), "--judgments", str(tmp_path / "judg.avro"),
+                       "--metrics", "ndcg_cut_10,AP", "--output", str(out), "--quiet"]) == 0
+    rows = {r["metric"]: r for r in read_metrics(str(out)) if r["slice"] == "all"}
+    ref = ir_measures.calc_aggregate([ir_measures.nDCG @ 10, ir_measures.AP], QRELS, RUN)
+    assert rows["ndcg_cut_10"]["metric_canonical"] == "ndcg@10" and rows["AP"]["metric_canonical"] == "map"
+    assert rows["ndcg_cut_10"]["value"] == pytest.approx(ref[ir_measures.nDCG @ 10], abs=1e-12)
+    assert rows["AP"]["value"] == pytest.approx(ref[ir_measures.AP], abs=1e-12)
+    capsys.readouterr()
+    assert report.main([str(out), "--metrics", "nDCG@10,map", "--out", str(tmp_path / "r")]) == 0
+    assert "2 PNG plots" in capsys.readouterr().out

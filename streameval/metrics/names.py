@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextvars
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from . import diversity, irm_names, registry, trec_names
 from . import diversity as _diversity
@@ -62,6 +62,7 @@ __all__ = [
     "ranking_vocabulary",
     "ranking_identity",
     "unknown_name_error",
+    "as_name",
 ]
 
 #: the largest cutoff and depth (positions are Avro ints in the logs; trec_eval's ranks are C ints)
@@ -96,21 +97,38 @@ class MetricSpec:
     #: an ir_measures name as the user wrote it, the row name ("": the canonical name); two labels
     #: of one measure (``RBP``, ``RBP(p=0.8)``) are two rows
     label: str = ""
+    #: any other name as the user wrote it when it is not the canonical one (``nDCG@10``, ``AP``,
+    #: ``ndcg_cut_10``; issue 42), the row name; not part of the measure's identity: two spellings of
+    #: one measure are one spec (the first spelling names it)
+    written: str = field(default="", compare=False)
 
     @property
     def name(self) -> str:
-        """Name used in result rows, e.g. ``ndcg@10``, ``P@5``, ``map``; an ir_measures name as
-        written (``AP(rel=2)@100``)."""
-        if self.label:
+        """Name used in result rows: the name as the user wrote it (``nDCG@10``, ``AP``,
+        ``AP(rel=2)@100``), or the :attr:`canonical` name of a spec not parsed from one name
+        (``P.5,10``'s two specs are ``P@5`` and ``P@10``)."""
+        return self.label or self.written or self.canonical
+
+    @property
+    def canonical(self) -> str:
+        """The measure's canonical name, whatever its spelling: ``ndcg@10`` for ``nDCG@10``,
+        ``ndcg_cut_10`` and ``NDCG@10``, ``map`` for ``AP``, ``P(rel=2)@5`` for ``P(rel=2)@5`` and
+        ``p(rel=2)@5``; the rows' ``metric_canonical``. A diversity measure's is its name."""
+        if self.label and registry.BY_NAME.get(self.family) is not None and registry.BY_NAME[self.family].subtopics:
             return self.label
         if self.family in trec_names.FAMILIES:
-            return trec_names.trec_name(self)
-        if self.family == "recip_rank" and self.k is not None:
-            return f"mrr@{self.k}"
-        if self.family == "ndcg" and self.param:
-            return f"ndcg_{self.param}"
-        base = _DISPLAY[self.family]
-        return base if self.k is None else f"{base}@{self.k}"
+            base = trec_names.trec_name(self)
+        elif self.family == "recip_rank" and self.k is not None:
+            base = f"mrr@{self.k}"
+        elif self.family == "ndcg" and self.param:
+            base = f"ndcg_{self.param}"
+        else:
+            base = _DISPLAY[self.family] if self.k is None else f"{_DISPLAY[self.family]}@{self.k}"
+        if not self.opts:
+            return base
+        opts = "(" + self.opts.replace(";", ",") + ")"
+        head, at, k = base.partition("@")
+        return f"{head}{opts}{at}{k}"
 
     @property
     def trec_name(self) -> str | None:
@@ -356,6 +374,16 @@ def _parse_one(raw: str, accept_diversity: bool = False) -> list[MetricSpec]:
     return _specs_for(family, ks, raw)
 
 
+def as_name(name):
+    """``name`` itself, or the name of an ir_measures Measure object (``ir_measures.nDCG@10`` ->
+    ``"nDCG@10"``, ``ir_measures.P(rel=2)@5`` -> ``"P(rel=2)@5"``: its own ``str``)."""
+    if isinstance(name, str):
+        return name
+    if type(name).__module__.startswith("ir_measures") and hasattr(name, "NAME") and hasattr(name, "params"):
+        return str(name)
+    return name
+
+
 def parse_metric(name: str, *, diversity: bool = False) -> list[MetricSpec]:
     """Parse one user-written metric name into one or more specs.
 
@@ -366,9 +394,14 @@ def parse_metric(name: str, *, diversity: bool = False) -> list[MetricSpec]:
     Raises :class:`MetricNameError` (a ``ValueError``) in one line, naming the three closest accepted
     names for an unknown one.
     """
+    name = as_name(name)
     if not isinstance(name, str):
-        raise MetricNameError(f"metric names are strings, got {type(name).__name__}")
-    return _parse_one(name, diversity)
+        raise MetricNameError(f"metric names are strings or ir_measures measures, got {type(name).__name__}")
+    specs = _parse_one(name, diversity)
+    written = name.strip()
+    if len(specs) == 1 and not specs[0].label and written != specs[0].canonical:
+        return [replace(specs[0], written=written)]  # the row keeps the name as written (issue 42)
+    return specs
 
 
 def is_diversity(spec) -> bool:
@@ -380,6 +413,7 @@ def is_diversity(spec) -> bool:
 def metric_name_list(names) -> list:
     """``names`` (a name, a :class:`MetricSpec` or an iterable of them) as a list. Raises ``TypeError``
     saying what is accepted for ``None`` (metrics not given), bytes or a value that is not iterable."""
+    names = as_name(names)
     if isinstance(names, (str, MetricSpec)):
         return [names]
     if names is None or isinstance(names, (bytes, bytearray)) or not hasattr(names, "__iter__"):

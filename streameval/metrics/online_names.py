@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
 from .dwell import DWELL_FAMILIES, seconds_text, threshold_ms
-from .names import MetricNameError, closest_text, ranking_identity, ranking_vocabulary
+from .names import MetricNameError, closest_text, parse_metric, ranking_identity, ranking_vocabulary
 
 # --------------------------------------------------------------------------------------------
 # names
@@ -246,3 +247,33 @@ def unknown_metric_error(name, diversity: bool = False) -> MetricNameError:
                         f"{closest_text(name, ranking_vocabulary(diversity) + ONLINE_VOCABULARY, identity)}")
     e.unknown = True
     return e
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical(text: str) -> str:
+    try:
+        return parse_online_metric(text).name
+    except MetricNameError:
+        pass
+    try:
+        specs = parse_metric(text, diversity=True)
+    except MetricNameError:
+        return text
+    return specs[0].canonical if len(specs) == 1 else text
+
+
+def canonical_metric(name) -> str:
+    """The canonical name of a metric written in any spelling (issue 42): a ranking measure's
+    :attr:`~streameval.metrics.names.MetricSpec.canonical` (``nDCG@10``, ``ndcg_cut_10`` ->
+    ``ndcg@10``; ``AP`` -> ``map``), an online metric's :attr:`OnlineSpec.name` (``GAUC`` ->
+    ``gauc[user,impressions]``); any other name (an off-policy estimate's, a list ``P.5,10``) as
+    given, stripped. ir_measures Measure objects are read as their names. The rows' ``metric_canonical``
+    and what every reader of metric rows matches names on."""
+    from .names import as_name
+
+    return _canonical(str(as_name(name)).strip())
+
+
+def same_metric(a, b) -> bool:
+    """True when ``a`` and ``b`` name the same metric in any spelling (:func:`canonical_metric`)."""
+    return a == b or canonical_metric(a) == canonical_metric(b)
