@@ -126,7 +126,8 @@ def test_ranx_metric_strings():
     """ranx's names (ranx 0.3.21 metrics: precision, recall, mrr, map, ndcg, hit_rate, r-precision)
     give ir_measures' values for the same measures on distinct scores."""
     irm = ir_measures
-    pairs = {"precision@3": irm.P @ 3, "recall@3": irm.R @ 3, "mrr": irm.RR, "map@2": irm.AP @ 2, "ndcg@3": irm.nDCG @ 3,
+    pairs = {"precision@3": irm.P @ 3, "recall@3": irm.R @ 3, "mrr": irm.RR, "map@2": irm.AP @ 2,
+             "ndcg@3": irm.nDCG @ 3,
              "hit_rate@1": irm.Success @ 1, "r-precision": irm.Rprec, "map": irm.AP, "ndcg": irm.nDCG}
     ev = se.evaluate(QRELS, RUN, list(pairs))
     ref = irm.calc_aggregate(list(pairs.values()), QRELS, RUN)
@@ -214,3 +215,66 @@ def test_batch_rows_keep_the_spelling(tmp_path, capsys):
     capsys.readouterr()
     assert report.main([str(out), "--metrics", "nDCG@10,map", "--out", str(tmp_path / "r")]) == 0
     assert "2 PNG plots" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# DataFrames in ir_measures', ranx's, TREC's and pyterrier's columns; a one-measure result as a float (item 3)
+
+import pandas as pd  # noqa: E402
+
+
+def _frame(d, cols):
+    return pd.DataFrame([(q, doc, v) for q, docs in d.items() for doc, v in docs.items()], columns=cols)
+
+
+# names as strings here (Measure objects are item 2's): each with ir_measures' measure, the reference
+MEASURES = {"ndcg@3": ir_measures.nDCG @ 3, "map": ir_measures.AP, "P@2": ir_measures.P @ 2}
+
+
+def _check(ev):
+    ref = ir_measures.calc_aggregate(list(MEASURES.values()), QRELS, RUN)
+    for name, m in MEASURES.items():
+        assert ev[name] == pytest.approx(ref[m], abs=1e-12), name
+
+
+@pytest.mark.parametrize("qcols,rcols", [
+    (["query_id", "doc_id", "relevance"], ["query_id", "doc_id", "score"]),  # ir_measures
+    (["q_id", "doc_id", "score"], ["q_id", "doc_id", "score"]),  # ranx (Qrels.from_df / Run.from_df defaults)
+    (["qid", "docno", "rel"], ["qid", "docno", "score"]),  # TREC (was: AttributeError ... no attribute 'grade')
+    (["qid", "docno", "label"], ["qid", "docno", "score"]),  # pyterrier
+])
+def test_dataframe_columns(qcols, rcols):
+    _check(se.evaluate(_frame(QRELS, qcols), _frame(RUN, rcols), list(MEASURES)))
+
+
+def test_dataframe_column_map():
+    qrels = _frame(QRELS, ["topic", "pid", "judgment"])
+    run = _frame(RUN, ["topic", "pid", "sim"]).assign(rank=1)
+    columns = {"query_id": "topic", "doc_id": "pid", "relevance": "judgment", "score": "sim"}
+    ev = se.evaluate(qrels, run, list(MEASURES), columns=columns)
+    _check(ev)
+    # a map of some roles only: the others are found by their usual names
+    ev2 = se.evaluate(_frame(QRELS, ["qid", "docno", "judgment"]), _frame(RUN, ["qid", "docno", "score"]),
+                      list(MEASURES), columns={"relevance": "judgment"})
+    assert ev2.means == ev.means
+    with pytest.raises(ValueError, match="unknown role 'grade'; roles: query_id, doc_id, relevance, score"):
+        se.evaluate(qrels, run, list(MEASURES), columns={"grade": "judgment"})
+    with pytest.raises(ValueError, match="qrels DataFrame has no column 'nope'"):
+        se.evaluate(qrels, run, list(MEASURES), columns={**columns, "relevance": "nope"})
+    with pytest.raises(ValueError, match=r"run DataFrame has no score column .*columns=\{'score': \.\.\.\}"):
+        se.evaluate(qrels, run, list(MEASURES),
+                    columns={"query_id": "topic", "doc_id": "pid", "relevance": "judgment"})
+
+
+def test_one_measure_result_is_a_float():
+    ev = se.evaluate(QRELS, RUN, "map")
+    want = ir_measures.calc_aggregate([ir_measures.AP], QRELS, RUN)[ir_measures.AP]
+    assert float(ev) == pytest.approx(want, abs=1e-12)
+    assert (ev > want - 0.01) and (ev < want + 0.01) and (ev >= float(ev)) and (ev <= float(ev))
+    assert ev == float(ev) and not (ev == float(ev) + 1) and f"{ev:.4f}" == f"{want:.4f}"
+    assert round(ev, 3) == round(want, 3)
+    several = se.evaluate(QRELS, RUN, ["map", "P@2"])
+    for use in (float, lambda e: e > 0.5):
+        with pytest.raises(ValueError, match="exactly one metric"):
+            use(several)
+    assert several == se.evaluate(QRELS, RUN, ["map", "P@2"]) and several != 0.5
