@@ -278,3 +278,76 @@ def test_one_measure_result_is_a_float():
         with pytest.raises(ValueError, match="exactly one metric"):
             use(several)
     assert several == se.evaluate(QRELS, RUN, ["map", "P@2"]) and several != 0.5
+
+
+# --------------------------------------------------------------------------------------------
+# ranx's names that were refused (item 4): f1, f1@k, dcg_burges@k, ndcg_burges@k, rbp.95, the -lN suffix
+
+import math  # noqa: E402
+import os  # noqa: E402
+
+# one query: grades a=2, b=0, c=1, d=3 (not ranked); ranked b, a, c, e (e unjudged)
+HQ = {"q": {"a": 2, "b": 0, "c": 1, "d": 3}}
+HR = {"q": {"b": 0.9, "a": 0.5, "c": 0.3, "e": 0.1}}
+L3 = math.log2(3)
+BY_HAND = {
+    # ranx/metrics/f1.py: P = h / k (k: the ranked items without a cutoff), R = h / R, 2PR / (P + R)
+    "f1": 2 * (2 / 4) * (2 / 3) / (2 / 4 + 2 / 3),  # h = 2 (a, c), 4 ranked, R = 3 (a, c, d)
+    "f1@2": 2 * (1 / 2) * (1 / 3) / (1 / 2 + 1 / 3),  # top 2: b, a
+    "f1@2-l2": 2 * (1 / 2) * (1 / 2) / (1 / 2 + 1 / 2),  # relevant from grade 2: a, d
+    # ranx/metrics/rank_biased_precision.py: (1 - p) sum of grade * p^(rank - 1), grades as they are
+    "rbp.8": 0.2 * (2 * 0.8 + 1 * 0.8 ** 2),
+    "rbp.8-l2": 0.2 * (2 * 0.8),
+    "rbp.95": 0.05 * (2 * 0.95 + 1 * 0.95 ** 2),
+    # ranx/metrics/ndcg.py: -l2 drops the judgments below 2 (c gains 0, the ideal is d, a)
+    "ndcg@3-l2": (2 / L3) / (3 + 2 / L3),
+    "dcg@3-l2": 2 / L3,
+    # *_burges: gain 2^g - 1
+    "dcg_burges@3": 3 / L3 + 1 / 2,
+    "ndcg_burges@3": (3 / L3 + 1 / 2) / (7 + 3 / L3 + 1 / 2),
+    "precision@3-l2": 1 / 3,
+    "mrr-l2": 1 / 2,
+}
+
+
+def test_ranx_names_by_hand():
+    ev = se.evaluate(HQ, HR, list(BY_HAND))
+    assert list(ev.means) == list(BY_HAND)  # rows named as written
+    for name, want in BY_HAND.items():
+        assert ev[name] == pytest.approx(want, rel=1e-12, abs=1e-15), name
+    assert [s.canonical for s in se.parse_metrics(["precision@5-l2", "ndcg_burges@10", "ndcg@10-l2"])] == \
+        ["P(rel=2)@5", "ndcg(gain=exponential)@10", "ndcg(floor=2)@10"]
+    # the same measure as ir_measures' spelling: one value
+    ev2 = se.evaluate(HQ, HR, ["precision@3-l2", "P(rel=2)@3"])
+    assert ev2["precision@3-l2"] == ev2["P(rel=2)@3"] == 1 / 3
+    with pytest.raises(MetricNameError, match="-l2 does not apply to err@10"):
+        parse_metric("err@10-l2")
+
+
+@pytest.mark.skipif(not os.environ.get("STREAMEVAL_RANX"), reason="ranx compiles with numba (about 40 s): "
+                    "STREAMEVAL_RANX=1 runs it")
+def test_ranx_names_equal_ranx():
+    """Each name equal per query to ranx 0.3.21's own value on a random collection (distinct scores:
+    ties do not decide). ranx's qrels hold the positive judgments (it reads 0 as not judged)."""
+    ranx = pytest.importorskip("ranx")
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    qrels, run = {}, {}
+    for i in range(30):
+        docs = [f"d{j}" for j in range(25)]
+        qrels[f"q{i}"] = {d: int(rng.integers(0, 4)) for d in rng.choice(docs, 12, replace=False)}
+        qrels[f"q{i}"].setdefault("d0", 1)
+        scores = rng.permutation(200)[:20] / 7.0
+        run[f"q{i}"] = {d: float(s) for d, s in zip(rng.choice(docs, 20, replace=False), scores)}
+    names = ["f1", "f1@10", "f1@3", "dcg_burges@10", "ndcg_burges@10", "ndcg_burges", "rbp.95", "rbp.8", "rbp.5",
+             "ndcg@10-l2", "ndcg-l3", "dcg@5-l2", "precision@5-l2", "recall@10-l2", "mrr-l2", "map@10-l2", "map-l3",
+             "hits@5-l2", "hit_rate@3-l2", "r-precision-l2", "f1@10-l2", "rbp.8-l2", "ndcg_burges@10-l2"]
+    positive = {q: {d: g for d, g in docs.items() if g > 0} for q, docs in qrels.items()}
+    rq = ranx.Qrels(positive)
+    got = se.evaluate(qrels, run, names, per_query=True).per_query
+    for name in names:
+        want = ranx.evaluate(rq, ranx.Run(run), name, return_mean=False)
+        assert want.sum() > 0, name
+        for i, q in enumerate(rq.keys()):  # ranx's order of queries
+            assert got[q][name] == pytest.approx(want[i], rel=1e-12, abs=1e-14), (name, q)

@@ -51,7 +51,7 @@ def test_every_old_name_parses_as_before(name):
 def test_old_names_cover_every_family():
     seen = {spec[0] for v in OLD.values() if isinstance(v, list) for spec in v}
     parsed = {f.name for f in registry.REGISTRY if f.parsed}
-    assert parsed == seen
+    assert parsed - {"f1"} == seen  # f1: ranx's, added after the refactor (issue 42)
 
 
 def test_docs_table_in_sync():

@@ -68,6 +68,8 @@ class MetricOptions:
         does a grade above :data:`MAX_EXPONENTIAL_GRADE` with the exponential gain.
     num_docs_in_coll: the number of documents in the collection (trec_eval ``-N``, default 0 as
         trec_eval's); only ``utility``'s fourth coefficient (non-relevant documents not ranked) uses it.
+    gain_floor: grades below it gain 0 in DCG, nDCG and their ideal (default 0: every positive grade
+        gains); ranx's ``ndcg@10-l2`` (its relevance level drops the judgments below it).
     """
 
     relevance_level: float = 1
@@ -75,6 +77,7 @@ class MetricOptions:
     ideal: str = "judgments"
     err_max_grade: float = 4
     num_docs_in_coll: int = 0
+    gain_floor: float = 0
 
     def __post_init__(self):
         if self.gain not in GAINS:
@@ -106,6 +109,10 @@ def options_for(spec: MetricSpec, options: "MetricOptions") -> "MetricOptions":
             changes["relevance_level"] = float(value)
         elif key == "gain":
             changes["gain"] = value
+        elif key == "floor":
+            changes["gain_floor"] = float(value)
+        elif key == "ranx":  # a definition switch the family's function reads (ranx's rbp.95)
+            pass
         else:
             raise ValueError(f"{spec.name}: unknown option {part!r}")
     return replace(options, **changes)
@@ -280,7 +287,7 @@ class _Batch:
 
     def gain(self, grades):
         with np.errstate(invalid="ignore"):
-            pos = grades > 0
+            pos = (grades > 0) & (grades >= self.opts.gain_floor)
             if self.opts.gain == "exponential" and np.any(grades > MAX_EXPONENTIAL_GRADE):
                 raise ValueError(f"gain='exponential': grade {np.nanmax(grades):g} is above "
                                  f"{MAX_EXPONENTIAL_GRADE}, the largest whose gain 2**grade - 1 fits a double")
@@ -406,6 +413,17 @@ def _hits(b: _Batch, k):
     return b.count_top("cum_rel", b.rel, k)
 
 
+def _f1(b: _Batch, k):
+    """ranx's f1 / f1@k (ranx/metrics/f1.py, 0.3.21): the harmonic mean of precision (relevant in the
+    top k / k; without a cutoff, / the ranked items) and recall (/ num_rel), 2 h / (k + R) for h > 0
+    relevant items in the top k; 0 when h or R is 0."""
+    h = b.count_top("cum_rel", b.rel, k)
+    denom = (b.lengths if k is None else float(k)) + b.num_rel
+    out = np.zeros(b.n)
+    np.divide(2.0 * h, denom, out=out, where=(h > 0) & (b.num_rel > 0))
+    return out
+
+
 def _num_q(b: _Batch, k):
     """ir_measures' NumQ: 1 per query (its total is the number of queries)."""
     return np.ones(b.n)
@@ -498,6 +516,7 @@ _FUNCS = {
     "recall": _recall,
     "success": _success,
     "hits": _hits,
+    "f1": _f1,
     "num_q": _num_q,
     "judged": _judged,
     "recip_rank": _recip_rank,

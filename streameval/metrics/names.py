@@ -292,6 +292,60 @@ def _refuse_dwell(raw) -> None:
                               f"evaluation does not")
 
 
+# -- ranx's own spellings (ranx 0.3.21, ranx/meta/evaluate.py extract_metric_and_params) -------------------
+
+_RANX_LEVEL = re.compile(r"^(?P<base>.+?)-l(?P<level>[0-9]+)$")
+_RANX_BURGES = re.compile(r"^(?P<base>n?dcg)_burges(?:@(?P<k>[0-9]+))?$", re.I)
+# ranx spells it in lower case (ir_measures' RBP@10 stays refused: its RBP takes no cutoff)
+_RANX_RBP = re.compile(r"^rbp[.@](?P<digits>[0-9]+)$")
+_RANX_F1 = re.compile(r"^f1(?:[@_.](?P<k>[0-9]+))?$", re.I)  # a digit in the name: not _FORM's
+
+
+def _with_opt(spec: MetricSpec, opt: str) -> MetricSpec:
+    return replace(spec, opts=";".join(o for o in (spec.opts, opt) if o))
+
+
+def _ranx_form(name: str) -> list[MetricSpec] | None:
+    """ranx's names that are not ours: ``f1`` / ``f1@k`` (its digit is no cutoff), ``dcg_burges@k`` / ``ndcg_burges@k`` (gain 2**grade - 1, as
+    ``nDCG(dcg='exp-log2')``), ``rbp.95`` (persistence 0.95; ranx's gain, the grade of a judgment at
+    or above the relevance level, not divided by the largest grade as trec_eval's rbp). None for
+    another name."""
+    m = _RANX_BURGES.match(name)
+    if m:
+        base = m.group("base").lower() + (f"@{m.group('k')}" if m.group("k") else "")
+        return [_with_opt(s, "gain=exponential") for s in _parse_one(base)]
+    m = _RANX_F1.match(name)
+    if m:
+        return _specs_for("f1", [int(m.group("k")) if m.group("k") else None], name)
+    m = _RANX_RBP.match(name)
+    if m:
+        p = float("0." + m.group("digits"))
+        if not 0 < p < 1:
+            raise MetricNameError(f"metric {name!r}: RBP's persistence must be in (0, 1)")
+        return [_with_opt(s, "ranx") for s in trec_names.parse(f"rbp.p={p!r}")]
+    return None
+
+
+def _ranx_level(raw: str, specs: list[MetricSpec], level: int) -> list[MetricSpec]:
+    """ranx's ``-lN`` suffix: judgments below N are not relevant (its ``rel_lvl``): the relevance level
+    of a binary measure (``rel=N``), and for DCG and nDCG the gain floor (grades below N gain 0, in
+    the ideal too); ranx's rbp counts the grades from N."""
+    out = []
+    for s in specs:
+        fam = registry.BY_NAME.get(s.family)
+        if any(o.startswith(("rel=", "floor=")) for o in s.opts.split(";")):
+            raise MetricNameError(f"metric {raw!r}: a relevance level given twice")
+        if s.family in ("dcg", "ndcg"):
+            out.append(_with_opt(s, f"floor={float(level):g}"))
+        elif (s.family == "rbp" and "ranx" in s.opts.split(";")) or \
+                (fam is not None and any(p.name == "rel" for p in fam.params)):
+            out.append(_with_opt(s, f"rel={float(level):g}"))
+        else:
+            raise MetricNameError(f"metric {raw!r}: ranx's relevance-level suffix -l{level} does not apply to "
+                                  f"{s.canonical} (it takes no relevance level)")
+    return out
+
+
 def _specs_for(family: str, ks: list[int | None], raw: str) -> list[MetricSpec]:
     out = []
     for k in ks:
@@ -321,6 +375,12 @@ def _parse_one(raw: str, accept_diversity: bool = False) -> list[MetricSpec]:
         raise MetricNameError(f"metric {raw!r} is a diversity measure (subtopic judgments): streameval.evaluate() "
                               "with diversity qrels, `streameval ndeval` and `streameval batch` compute it; this "
                               "command does not")
+    level = _RANX_LEVEL.match(name)
+    if level:  # ranx's relevance-level suffix: ndcg@10-l2, precision@5-l2
+        return _ranx_level(raw, _parse_one(level.group("base"), accept_diversity), int(level.group("level")))
+    ranx = _ranx_form(name)
+    if ranx is not None:
+        return ranx
     irm = irm_names.parse(name)
     if irm is not None:
         return [irm]

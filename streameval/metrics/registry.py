@@ -140,6 +140,10 @@ REGISTRY: tuple[Family, ...] = (
            rows=(("`hits@k`", "(none)", "number of relevant items in the top k (a mean over queries; before "
                   "issue 17 `hits@k` was read as success@k)", "ranx 0.3.21 `ranx/metrics/hits.py` (relevant: "
                   "grade >= `rel_lvl` = 1; here the relevance level)"),)),
+    Family("f1", ("f1",), "f1 f1@k", OPTIONAL, params=(_REL,), print_order=29.7, state=TOP_K, kernel=_K + "_f1",
+           rows=(("`f1`, `f1@k`", "(none)", "harmonic mean of precision (relevant in the top k / k; without k, / "
+                  "the ranked items) and recall (/ R): 2 h / (k + R), h the relevant items in the top k; 0 when h "
+                  "or R is 0", "ranx 0.3.21 `ranx/metrics/f1.py`"),)),
     Family("recip_rank", ("recip_rank", "mrr", "rr"), "recip_rank mrr rr mrr@k rr@k", OPTIONAL, params=(_REL,),
            trec_name="recip_rank", print_order=9, trec_sets=("official", "all_trec"), state=TOP_K,
            kernel=_K + "_recip_rank", irm=("RR",),
