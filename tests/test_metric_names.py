@@ -351,3 +351,39 @@ def test_ranx_names_equal_ranx():
         assert want.sum() > 0, name
         for i, q in enumerate(rq.keys()):  # ranx's order of queries
             assert got[q][name] == pytest.approx(want[i], rel=1e-12, abs=1e-14), (name, q)
+
+
+# ir_measures' refused ones that are simple (item 4): judged_only=True, IPrec@x, RBP(rel=r)
+
+JQ = {"q1": {"a": 2, "b": 0, "c": 1, "d": 2, "e": 1}, "q2": {"x": 1, "y": 0, "w": 1}, "q3": {"m": 1, "n": 2}}
+JR = {"q1": {"u": 0.95, "a": 0.3, "b": 0.9, "c": 0.5, "d": 0.1, "v": 0.4},  # u, v, o, z unjudged
+      "q2": {"x": 1.0, "y": 2.0, "z": 3.5, "w": 0.2}, "q3": {"m": 0.2, "n": 0.4, "o": 0.9}}
+
+
+def test_ir_measures_judged_only_and_iprec_at():
+    """judged_only=True (trec_eval -J for that measure: its unjudged ranked documents removed first)
+    and IPrec@x (ir_measures' spelling of IPrec(recall=x)) equal ir_measures' own values per query
+    (recall levels x R not at .5: trec_eval 9's and 10's rounding agree)."""
+    irm = ir_measures
+    measures = [irm.nDCG(judged_only=True) @ 10, irm.P(judged_only=True) @ 2, irm.AP(judged_only=True),
+                irm.RR(judged_only=True), irm.IPrec @ 0.5, irm.IPrec @ 0.25]
+    got = se.evaluate(JQ, JR, [str(m) for m in measures], per_query=True).per_query
+    want = {(r.query_id, str(r.measure)): r.value for r in irm.iter_calc(measures, JQ, JR)}
+    assert len(want) == 3 * len(measures)
+    for (q, name), value in want.items():
+        assert got[q][name] == pytest.approx(value, abs=1e-12), (q, name)
+    # and judged_only changes something here: u (unjudged) is ranked first in q1
+    plain = se.evaluate(JQ, JR, ["P@2"], per_query=True).per_query
+    assert plain["q1"]["P@2"] != got["q1"]["P(judged_only=True)@2"]
+    with pytest.raises(MetricNameError, match="recall level 10.0 must be between 0 and 1"):
+        parse_metric("IPrec@10")
+
+
+def test_ir_measures_binary_rbp_by_hand():
+    """RBP(rel=r): cwl_eval's binary RBP, as ir_measures' cwl_eval provider asks it (gain 1 for a grade
+    at or above r, else 0; (1 - p) sum of gain p^(rank - 1)); cwl_eval is not installed here: by hand."""
+    ev = se.evaluate(HQ, HR, ["RBP(rel=1)", "RBP(rel=2, p=0.5)", "RBP(p=0.8)"])
+    assert ev["RBP(rel=1)"] == pytest.approx(0.2 * (0.8 + 0.8 ** 2), rel=1e-12)  # a (rank 2), c (rank 3)
+    assert ev["RBP(rel=2, p=0.5)"] == pytest.approx(0.5 * 0.5, rel=1e-12)  # a only
+    # trec_eval's graded rbp (RBP without rel) is another measure: grades / the largest (3)
+    assert ev["RBP(p=0.8)"] == pytest.approx(0.2 * (2 / 3 * 0.8 + 1 / 3 * 0.8 ** 2), rel=1e-12)

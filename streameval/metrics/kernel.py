@@ -111,7 +111,7 @@ def options_for(spec: MetricSpec, options: "MetricOptions") -> "MetricOptions":
             changes["gain"] = value
         elif key == "floor":
             changes["gain_floor"] = float(value)
-        elif key == "ranx":  # a definition switch the family's function reads (ranx's rbp.95)
+        elif key in ("ranx", "binary", "judged"):  # read by the family's function / by _compute
             pass
         else:
             raise ValueError(f"{spec.name}: unknown option {part!r}")
@@ -573,6 +573,21 @@ def compute(lists: RankedLists, specs: list[MetricSpec], options: MetricOptions 
     return out
 
 
+def _judged_lists(lists: RankedLists) -> RankedLists:
+    """``lists`` without their unjudged ranked items (NaN or negative grade), the judged ones keeping
+    their order: trec_eval ``-J`` for one measure (as :func:`streameval.metrics.prepare.judged_only`
+    does for a whole evaluation)."""
+    off = np.asarray(lists.offsets, dtype=np.int64)
+    grades = np.asarray(lists.grades, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        keep = grades >= 0  # False for NaN
+    owner = np.repeat(np.arange(len(off) - 1), np.diff(off))
+    new_off = np.zeros(len(off), dtype=np.int64)
+    np.cumsum(np.bincount(owner[keep], minlength=len(off) - 1), out=new_off[1:])
+    return RankedLists(new_off, grades[keep], lists.judged_offsets, lists.judged_values, lists.judged_counts,
+                       lists.judged_index)
+
+
 def _compute(lists: RankedLists, specs: list[MetricSpec], opts: MetricOptions) -> np.ndarray:
     # one batch per set of effective options (the specs' own overrides, :func:`options_for`): the
     # common case, no overrides, is one pass
@@ -580,9 +595,10 @@ def _compute(lists: RankedLists, specs: list[MetricSpec], opts: MetricOptions) -
     out = None
     for i, spec in enumerate(specs):
         eff = options_for(spec, opts)
-        if eff not in batches:
-            batches[eff] = _Batch(lists, eff)
-        b = batches[eff]
+        judged = "judged" in spec.opts.split(";")  # ir_measures' judged_only=True (trec_eval -J)
+        if (eff, judged) not in batches:
+            batches[(eff, judged)] = _Batch(_judged_lists(lists) if judged else lists, eff)
+        b = batches[(eff, judged)]
         if out is None:
             out = np.empty((len(specs), b.n), dtype=np.float64)
         fn = _FUNCS.get(spec.family) if not (spec.family == "ndcg" and spec.param) else None
