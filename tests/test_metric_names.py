@@ -387,3 +387,19 @@ def test_ir_measures_binary_rbp_by_hand():
     assert ev["RBP(rel=2, p=0.5)"] == pytest.approx(0.5 * 0.5, rel=1e-12)  # a only
     # trec_eval's graded rbp (RBP without rel) is another measure: grades / the largest (3)
     assert ev["RBP(p=0.8)"] == pytest.approx(0.2 * (2 / 3 * 0.8 + 1 / 3 * 0.8 ** 2), rel=1e-12)
+
+
+def test_ir_measures_ndcg_gains():
+    """nDCG(gains={grade: gain}): the qrels' grades mapped before scoring (a grade not named keeps its
+    value), alone and with judged_only=True, equal to ir_measures' own values per query."""
+    irm = ir_measures
+    measures = [irm.nDCG(gains={0: 0, 1: 1, 2: 3}) @ 10, irm.nDCG(gains={1: 5, 2: 1}),
+                irm.nDCG(gains={0: 1, 1: 0, 2: 2}) @ 3, irm.nDCG(gains={2: 3}, judged_only=True) @ 10]
+    got = se.evaluate(JQ, JR, measures, per_query=True).per_query
+    want = list(irm.iter_calc(measures, JQ, JR))
+    assert len(want) == 3 * len(measures)
+    for r in want:
+        assert got[r.query_id][str(r.measure)] == pytest.approx(r.value, abs=1e-12), (r.query_id, str(r.measure))
+    # written as a string too, and the gains change the value here
+    ev = se.evaluate(JQ, JR, ["nDCG(gains={0: 0, 1: 1, 2: 3})@10", "nDCG@10"])
+    assert ev["nDCG(gains={0: 0, 1: 1, 2: 3})@10"] == ev[measures[0]] != ev["nDCG@10"]

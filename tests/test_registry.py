@@ -31,8 +31,8 @@ def _error_head(message: str) -> str:
     return re.sub(r" takes no cutoff \(write \w+\)$", " takes no cutoff", head)
 
 
-#: names whose parse issue 42 changed on purpose: ir_measures' RBP(rel=r) (cwl_eval's binary RBP) and
-#: IPrec@x (its recall level) are accepted; RBP takes rel
+#: names whose parse issue 42 changed on purpose: ir_measures' RBP(rel=r) (cwl_eval's binary RBP),
+#: IPrec@x (its recall level) and nDCG(gains=...) are accepted; RBP takes rel
 CHANGED = {
     "IPrec@10": {"error": "metric 'IPrec@10': IPrec's recall level 10.0 must be between 0 and 1"},
     "RBP(beta=0.5)": {"error": "metric 'RBP(beta=0.5)': RBP takes no parameter 'beta' (parameters: p, rel)"},
@@ -44,6 +44,7 @@ CHANGED = {
     "RBP(rel=1)": [["rbp", None, "p=0.8", "binary;rel=1", "RBP(rel=1)", "RBP(rel=1)", None, "mean"]],
     "RBP(rel=2)": [["rbp", None, "p=0.8", "binary;rel=2", "RBP(rel=2)", "RBP(rel=2)", None, "mean"]],
     "RBP(rel=2)@10": {"error": "metric 'RBP(rel=2)@10': RBP takes no cutoff"},
+    "nDCG(gains={0:1})": [["ndcg", None, "", "gains=0.0:1.0", "nDCG(gains={0:1})", "nDCG(gains={0:1})", None, "mean"]],
 }
 
 

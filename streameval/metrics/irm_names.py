@@ -34,13 +34,13 @@ ir_measures                 streameval
                             grade >= r, else 0, over the first 1000 ranks
 ``judged_only=True``        (any measure) trec_eval ``-J`` for that measure: its unjudged ranked
                             documents removed before scoring
+``nDCG(gains={g: x, ...})`` the qrels' grades mapped before scoring (a grade not named: itself)
 ==========================  ==================================================================
 
 ``rel``, ``dcg`` (and RBP's ``p``) apply to that measure only and override the global options
 (``relevance_level``, ``gain``) of :class:`~streameval.metrics.kernel.MetricOptions`. The result row
 keeps the name as written (``AP(rel=2)@100``). Not available (a :class:`MetricNameError` naming the
-measure): ``nDCG(gains=...)`` and the measures only other providers compute (SDCG, NERR*, BPM, INST,
-INSQ, Accuracy, Compat...). The diversity
+measure): the measures only other providers compute (SDCG, NERR*, BPM, INST, INSQ, Accuracy, Compat...). The diversity
 measures (alpha_nDCG, ERR_IA, NRBP, P_IA, AP_IA, StRecall...) need subtopic qrels:
 :mod:`streameval.metrics.diversity` parses them and :func:`streameval.evaluate` computes them; the
 commands that read ad hoc qrels refuse them (:func:`streameval.metrics.names.parse_metric`).
@@ -132,6 +132,23 @@ def _value(raw, key, text):
     return v
 
 
+def _gain_map(raw, body: str) -> dict:
+    """``{grade: gain}`` of ``nDCG(gains={0: 0, 1: 1, 2: 3})`` (numbers only)."""
+    out = {}
+    for part in body.split(","):
+        if not part.strip():
+            continue
+        key, colon, value = part.partition(":")
+        try:
+            g, v = float(key.strip().strip("'\"")), float(value.strip())
+        except ValueError:
+            raise _error(f"metric {raw!r}: gains maps numbers to numbers, got {part.strip()!r}") from None
+        if not colon or g != g or v != v or abs(v) == float("inf"):
+            raise _error(f"metric {raw!r}: gains maps numbers to finite numbers, got {part.strip()!r}")
+        out[g] = v
+    return out
+
+
 def parse(raw: str):
     """The one :class:`~streameval.metrics.names.MetricSpec` an ir_measures name gives (its row name
     the name as written), or None when ``raw`` is not written the ir_measures way (:func:`looks_like`).
@@ -158,8 +175,14 @@ def parse(raw: str):
     params = {}
     judged_only = False
     text = (m.group("params") or "").strip()
+    gains = None
     if canon == "nDCG" and re.search(r"\bgains\s*=", text):
-        raise _error(f"metric {name!r}: nDCG(gains=...) (custom gain maps) is not implemented")
+        gm = re.search(r"\bgains\s*=\s*\{(?P<body>[^{}]*)\}\s*(?:,|$)", text)
+        if not gm:
+            raise _error(f"metric {name!r}: gains is a dict of grade: gain, e.g. nDCG(gains={{0: 0, 1: 1, 2: 3}})")
+        # a grade mapped to itself changes nothing (ir_measures leaves it out of the measure's name)
+        gains = {g: v for g, v in _gain_map(name, gm.group("body")).items() if g != v}
+        text = (text[:gm.start()] + text[gm.end():]).strip().strip(",")
     for part in text.split(",") if text else ():
         key, eq, value = part.partition("=")
         key = key.strip()
@@ -232,4 +255,6 @@ def parse(raw: str):
         param = f"p={p!r}"
     if judged_only:  # trec_eval -J for this measure: its unjudged ranked documents removed first
         opts.append("judged")
+    if gains:  # ir_measures' nDCG(gains=...): the qrels' grades mapped before scoring (a grade not named: itself)
+        opts.append("gains=" + ",".join(f"{g!r}:{v!r}" for g, v in sorted(gains.items())))
     return MetricSpec(family, k, param, ";".join(opts), label=name)

@@ -111,7 +111,7 @@ def options_for(spec: MetricSpec, options: "MetricOptions") -> "MetricOptions":
             changes["gain"] = value
         elif key == "floor":
             changes["gain_floor"] = float(value)
-        elif key in ("ranx", "binary", "judged"):  # read by the family's function / by _compute
+        elif key in ("ranx", "binary", "judged", "gains"):  # read by the family's function / by _compute
             pass
         else:
             raise ValueError(f"{spec.name}: unknown option {part!r}")
@@ -588,6 +588,34 @@ def _judged_lists(lists: RankedLists) -> RankedLists:
                        lists.judged_index)
 
 
+def _mapped_lists(lists: RankedLists, gains: str) -> RankedLists:
+    """``lists`` with their grades mapped by ir_measures' ``nDCG(gains={grade: gain})`` (``gains``:
+    ``"0.0:0.0,2.0:3.0"``; a grade not named keeps its value), in the ranked items and in each
+    query's judgment histogram (values merged and kept in descending order), as ir_measures maps the
+    qrels before trec_eval scores them."""
+    table = {float(g): float(v) for g, _, v in (p.partition(":") for p in gains.split(","))}
+
+    def mapped(values):
+        v = np.asarray(values, dtype=np.float64).copy()
+        for g, gain in table.items():
+            v[np.asarray(values, dtype=np.float64) == g] = gain
+        return v
+
+    joff = np.asarray(lists.judged_offsets, dtype=np.int64)
+    hv, hc = mapped(lists.judged_values), np.asarray(lists.judged_counts, dtype=np.int64)
+    new_off, vals, counts = [0], [], []
+    for h in range(len(joff) - 1):
+        merged: dict = {}
+        for v, c in zip(hv[joff[h]:joff[h + 1]].tolist(), hc[joff[h]:joff[h + 1]].tolist()):
+            merged[v] = merged.get(v, 0) + c
+        for v in sorted(merged, reverse=True):
+            vals.append(v)
+            counts.append(merged[v])
+        new_off.append(len(vals))
+    return RankedLists(lists.offsets, mapped(lists.grades), np.asarray(new_off, dtype=np.int64),
+                       np.asarray(vals, dtype=np.float64), np.asarray(counts, dtype=np.int64), lists.judged_index)
+
+
 def _compute(lists: RankedLists, specs: list[MetricSpec], opts: MetricOptions) -> np.ndarray:
     # one batch per set of effective options (the specs' own overrides, :func:`options_for`): the
     # common case, no overrides, is one pass
@@ -595,10 +623,13 @@ def _compute(lists: RankedLists, specs: list[MetricSpec], opts: MetricOptions) -
     out = None
     for i, spec in enumerate(specs):
         eff = options_for(spec, opts)
-        judged = "judged" in spec.opts.split(";")  # ir_measures' judged_only=True (trec_eval -J)
-        if (eff, judged) not in batches:
-            batches[(eff, judged)] = _Batch(_judged_lists(lists) if judged else lists, eff)
-        b = batches[(eff, judged)]
+        parts = spec.opts.split(";")
+        judged = "judged" in parts  # ir_measures' judged_only=True (trec_eval -J)
+        gains = next((p[6:] for p in parts if p.startswith("gains=")), "")  # ir_measures' nDCG(gains=...)
+        if (eff, judged, gains) not in batches:
+            own = _judged_lists(lists) if judged else lists
+            batches[(eff, judged, gains)] = _Batch(_mapped_lists(own, gains) if gains else own, eff)
+        b = batches[(eff, judged, gains)]
         if out is None:
             out = np.empty((len(specs), b.n), dtype=np.float64)
         fn = _FUNCS.get(spec.family) if not (spec.family == "ndcg" and spec.param) else None
