@@ -26,6 +26,7 @@ def _picks(message: str) -> list[str]:
     ("ndgc@10", "ndcg@10"), ("ndgc_cut_10", "ndcg_cut_10"), ("nDGC@10", "ndcg@10"), ("mapp", "map"),
     ("precison@5", "precision@5"), ("recal@100", "recall@100"), ("iprec_at_recal.0.5", "iprec_at_recall.0.5"),
     ("bpre", "bpref"), ("RR(rell=2)", None), ("nDCGG(dcg='exp-log2')@10", "nDCG(dcg='exp-log2')@10"),
+    ("precison@5-l2", "precision@5-l2"), ("ndcg_burgess@10", "ndcg_burges@10"),
 ])
 def test_library_unknown_name_names_three_closest(typed, expected):
     if expected is None:  # a known measure with an unknown parameter: its own one-line message

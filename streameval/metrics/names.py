@@ -238,7 +238,7 @@ def ranking_vocabulary(diversity: bool = False) -> tuple[str, ...]:
     families, ir_measures' measures, ``all_trec`` and ``official`` (and the diversity measures)."""
     out = [f.name for f in registry.REGISTRY if f.parsed and not f.subtopics]
     out += [a for f in _OURS for a in f.aliases]
-    out += sorted(trec_names.FAMILIES) + list(irm_names.NAMES) + ["all_trec", "official"]
+    out += sorted(trec_names.FAMILIES) + list(irm_names.NAMES) + ["all_trec", "official", "dcg_burges", "ndcg_burges"]
     if diversity:
         out += list(_diversity.MEASURES)
     return tuple(dict.fromkeys(out))
@@ -377,7 +377,13 @@ def _parse_one(raw: str, accept_diversity: bool = False) -> list[MetricSpec]:
                               "command does not")
     level = _RANX_LEVEL.match(name)
     if level:  # ranx's relevance-level suffix: ndcg@10-l2, precision@5-l2
-        return _ranx_level(raw, _parse_one(level.group("base"), accept_diversity), int(level.group("level")))
+        try:
+            base = _parse_one(level.group("base"), accept_diversity)
+        except MetricNameError as e:
+            if e.unknown:  # the whole name and its closest, suffix kept
+                raise unknown_name_error(raw, diversity=accept_diversity) from None
+            raise
+        return _ranx_level(raw, base, int(level.group("level")))
     ranx = _ranx_form(name)
     if ranx is not None:
         return ranx
