@@ -306,7 +306,8 @@ def _with_opt(spec: MetricSpec, opt: str) -> MetricSpec:
 
 
 def _ranx_form(name: str) -> list[MetricSpec] | None:
-    """ranx's names that are not ours: ``f1`` / ``f1@k`` (its digit is no cutoff), ``dcg_burges@k`` / ``ndcg_burges@k`` (gain 2**grade - 1, as
+    """ranx's names that are not ours: ``f1`` / ``f1@k`` (its digit is no cutoff), ``dcg_burges@k`` /
+    ``ndcg_burges@k`` (gain 2**grade - 1, as
     ``nDCG(dcg='exp-log2')``), ``rbp.95`` (persistence 0.95; ranx's gain, the grade of a judgment at
     or above the relevance level, not divided by the largest grade as trec_eval's rbp). None for
     another name."""
