@@ -38,6 +38,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
+from .metrics.online_names import same_metric
+
 __all__ = ["Rule", "load_rules", "parse_rules", "evaluate", "evaluate_row", "change_pvalue", "format_alert",
            "ALERT_FIELDS", "RULE_KEYS", "TESTS"]
 
@@ -236,7 +238,7 @@ def _alert(rule, row, condition, baseline=None, baseline_of=None, diff=None, p_v
 
 
 def _matches(rule, row) -> bool:
-    return (row["metric"] == rule.metric and (rule.slice is None or row["slice"] == rule.slice)
+    return (same_metric(row["metric"], rule.metric) and (rule.slice is None or row["slice"] == rule.slice)
             and (rule.system is None or row["system"] == rule.system))
 
 

@@ -7,13 +7,15 @@ and ``relevance`` (qrels) or ``score`` (run) attributes (ir_measures ``Qrel`` / 
 namedtuples, ir_datasets' ``qrels_iter()`` / ``scoreddocs_iter()``), or pandas DataFrames (columns
 ``q_id``/``query_id``/``qid``, ``doc_id``/``docno``/``item_id``, and ``score`` or
 ``rel``/``grade``/``relevance``/``label``/``score`` for qrels: ranx's default columns are ``q_id``,
-``doc_id``, ``score`` for both). Neither ranx, ir_measures nor pandas is imported here: their objects
+``doc_id``, ``score`` for both; pyterrier's ``qid, docno, label``; ``evaluate(columns=...)`` names any
+other). Neither ranx, ir_measures nor pandas is imported here: their objects
 are recognised by their attributes.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import warnings
 from dataclasses import dataclass
@@ -21,25 +23,57 @@ from dataclasses import dataclass
 import numpy as np
 
 from .metrics.kernel import MetricOptions, compute
-from .metrics.names import MetricSpec, metric_name_list, parse_metrics
+from .metrics.names import MetricSpec, as_name, metric_name_list, parse_metrics
+from .metrics.online_names import canonical_metric
 from .metrics.prepare import DEFAULT_SCORE_PRECISION, Prepared, prepare, refuse_nul
 from .metrics.prepare import judged_only as judged_only_lists
 from .metrics.trec_measures import WITHOUT_RESULTS, without_results
 
 __all__ = ["evaluate", "Evaluation", "score_queries", "aggregate"]
 
+# the column names a DataFrame may use: ir_measures' (query_id, doc_id, relevance, score), ranx's
+# (q_id, doc_id, score), TREC's and pyterrier's (qid, docno, rel / label, score), ours (item_id, grade)
 _Q_COLS = ("q_id", "query_id", "qid")
 _D_COLS = ("doc_id", "docno", "item_id", "doc")
 _S_COLS = ("score",)
 _G_COLS = ("rel", "grade", "relevance", "label", "score")  # score last: ranx's Qrels.from_df default
+#: the keys of evaluate(columns=...): the role of a column, named as ir_measures names it
+COLUMN_ROLES = ("query_id", "doc_id", "relevance", "score")
 
 
-def _pick(df, names, what, kind):
+def _pick(df, names, what, kind, given=None):
+    if given is not None:
+        if given in df.columns:
+            return df[given].to_numpy()
+        raise ValueError(f"{kind} DataFrame has no column {given!r} (columns={{...: {given!r}}}); "
+                         f"has {list(df.columns)}")
     for n in names:
         if n in df.columns:
             return df[n].to_numpy()
-    raise ValueError(f"{kind} DataFrame has no {what} column (expected one of {', '.join(names)}); "
-                     f"has {list(df.columns)}")
+    raise ValueError(f"{kind} DataFrame has no {what} column (expected one of {', '.join(names)}, or name it "
+                     f"with columns={{{_ROLE_OF[what]!r}: ...}}); has {list(df.columns)}")
+
+
+_ROLE_OF = {"query id": "query_id", "document id": "doc_id", "grade": "relevance", "score": "score"}
+
+
+def _check_columns(columns) -> dict:
+    """evaluate(columns=...) checked: a dict from roles (:data:`COLUMN_ROLES`) to column names."""
+    if columns is None:
+        return {}
+    if not isinstance(columns, dict):
+        raise TypeError(f"columns is a dict from roles ({', '.join(COLUMN_ROLES)}) to column names, "
+                        f"got {type(columns).__name__}")
+    bad = [k for k in columns if k not in COLUMN_ROLES]
+    if bad:
+        raise ValueError(f"columns: unknown role {bad[0]!r}; roles: {', '.join(COLUMN_ROLES)}")
+    return dict(columns)
+
+
+def _is_frame(obj) -> bool:
+    """A pandas (or pandas-like) DataFrame: before the TrecRun test, since a frame with qid and docno
+    columns has them as attributes too."""
+    return hasattr(obj, "columns") and hasattr(obj, "to_numpy") and hasattr(obj, "__getitem__")
 
 
 def _is_record(x) -> bool:
@@ -90,8 +124,18 @@ def _ids(values) -> np.ndarray:
     return arr.astype(str)
 
 
-def _columns(obj, kind: str):
-    """(qid, docno, value) arrays from any accepted input; kind is 'run' or 'qrels'."""
+def _columns(obj, kind: str, columns: dict | None = None):
+    """(qid, docno, value) arrays from any accepted input; kind is 'run' or 'qrels'; ``columns``: a
+    DataFrame's column names by role (:data:`COLUMN_ROLES`)."""
+    if _is_frame(obj):
+        columns = columns or {}
+        q = _ids(_pick(obj, _Q_COLS, "query id", kind, columns.get("query_id")))
+        d = _ids(_pick(obj, _D_COLS, "document id", kind, columns.get("doc_id")))
+        if kind == "run":
+            v = _pick(obj, _S_COLS, "score", kind, columns.get("score"))
+        else:
+            v = _pick(obj, _G_COLS, "grade", kind, columns.get("relevance"))
+        return q, d, _values(v, kind)
     if isinstance(obj, (str, os.PathLike)):
         from .io import trec
 
@@ -115,11 +159,6 @@ def _columns(obj, kind: str):
                 d.append(str(doc))
                 v.append(val)
         return _ids(q), _ids(d), _values(v, kind)
-    if hasattr(obj, "columns") and hasattr(obj, "to_numpy"):  # pandas DataFrame
-        q = _ids(_pick(obj, _Q_COLS, "query id", kind))
-        d = _ids(_pick(obj, _D_COLS, "document id", kind))
-        v = _pick(obj, _S_COLS if kind == "run" else _G_COLS, "score" if kind == "run" else "grade", kind)
-        return q, d, _values(v, kind)
     if _is_record(obj):  # one ir_measures Qrel / ScoredDoc
         return _records([obj], kind)
     if isinstance(obj, tuple) and len(obj) == 3 and not any(_is_record(x) for x in obj):
@@ -170,7 +209,7 @@ def score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str 
                   ideal: str = "judgments", err_max_grade: float = 4, complete: bool = False,
                   depth: int | None = None, tie_break: str = "docno", score_precision: str = DEFAULT_SCORE_PRECISION,
                   judgment_conflicts: str = "error", judged_only: bool = False, num_docs_in_coll: int = 0,
-                  warn: bool = True) -> tuple[list[MetricSpec], Prepared, np.ndarray]:
+                  warn: bool = True, columns: dict | None = None) -> tuple[list[MetricSpec], Prepared, np.ndarray]:
     """Per-query scores: (specs, prepared lists, scores of shape (len(specs), n_queries)).
 
     Options are those of :func:`evaluate`, and trec_eval's: ``judged_only`` (``-J``: unjudged
@@ -181,8 +220,9 @@ def score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str 
     specs = parse_metrics(metrics)
     opts = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal, err_max_grade=err_max_grade,
                          num_docs_in_coll=num_docs_in_coll)
-    rq, rd, rs = _columns(run, "run")
-    jq, jd, jg = _columns(qrels, "qrels")
+    columns = _check_columns(columns)
+    rq, rd, rs = _columns(run, "run", columns)
+    jq, jd, jg = _columns(qrels, "qrels", columns)
     if judgment_conflicts != "error":
         jq, jd, jg = resolve_qrels(jq, jd, jg, _qrels_times(qrels, len(jq)), judgment_conflicts)
     elif judgment_conflicts not in QRELS_CONFLICTS:
@@ -243,12 +283,14 @@ class Evaluation:
     num_queries: int = 0
 
     def __getitem__(self, name):
-        if name in self.means:
+        if isinstance(name, str) and name in self.means:
             return self.means[name]
         specs = parse_metrics(name)  # MetricNameError (a KeyError would hide a typo's suggestion)
-        if len(specs) == 1 and specs[0].name in self.means:
-            return self.means[specs[0].name]
-        raise KeyError(f"{name!r} was not evaluated; have {list(self.means)}")
+        if len(specs) == 1:  # any spelling of an evaluated measure (ev["ndcg_cut_10"] for "nDCG@10")
+            for key in self.means:
+                if canonical_metric(key) == specs[0].canonical:
+                    return self.means[key]
+        raise KeyError(f"{as_name(name)!r} was not evaluated; have {list(self.means)}")
 
     def __iter__(self):
         return iter(self.means)
@@ -256,12 +298,54 @@ class Evaluation:
     def __len__(self):
         return len(self.means)
 
+    # a one-measure result behaves as its float (issue 42): float(ev), ev > 0.5, f"{ev:.3f}", round(ev, 3);
+    # with several measures each raises the ValueError of value()
+    def __float__(self) -> float:
+        return float(self.value())
+
+    def __lt__(self, other):
+        return self.value() < other
+
+    def __le__(self, other):
+        return self.value() <= other
+
+    def __gt__(self, other):
+        return self.value() > other
+
+    def __ge__(self, other):
+        return self.value() >= other
+
+    def __eq__(self, other):
+        if isinstance(other, Evaluation):
+            return (self.means, self.num_queries) == (other.means, other.num_queries) and \
+                _same_table(self.per_query, other.per_query)
+        if isinstance(other, numbers.Real):
+            return len(self.means) == 1 and self.value() == other
+        return NotImplemented
+
+    __hash__ = None
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value(), spec) if len(self.means) == 1 else format(str(self), spec)
+
+    def __round__(self, ndigits=None):
+        return round(self.value(), ndigits)
+
     def value(self) -> float:
         """The summary value of the one metric evaluated; ValueError when there are several."""
         if len(self.means) != 1:
             raise ValueError(f"value() needs exactly one metric, this evaluation has {len(self.means)} "
                              f"({', '.join(self.means)}): read ev[name] or ev.means")
         return next(iter(self.means.values()))
+
+
+def _same_table(a, b) -> bool:
+    """Two per-query tables equal (dicts, DataFrames: ``equals``, or None)."""
+    if hasattr(a, "equals") and hasattr(b, "equals"):
+        return bool(a.equals(b))
+    if hasattr(a, "equals") or hasattr(b, "equals"):
+        return False
+    return a == b
 
 
 def _diversity_names(metrics) -> list:
@@ -286,7 +370,8 @@ PER_QUERY = (False, True, "dict", "pandas")
 def evaluate(qrels, run, metrics, *, per_query: bool | str = False, relevance_level: float = 1,
              gain: str = "linear", ideal: str = "judgments", err_max_grade: float = 4,
              complete: bool = False, depth: int | None = None, tie_break: str = "docno",
-             score_precision: str = DEFAULT_SCORE_PRECISION, judgment_conflicts: str = "error") -> Evaluation:
+             score_precision: str = DEFAULT_SCORE_PRECISION, judgment_conflicts: str = "error",
+             columns: dict | None = None) -> Evaluation:
     """Score ``run`` against ``qrels`` on ``metrics`` (names as users write them: ``"ndcg@10"``,
     ``"map"``, ``"mrr@10"``, ``"P_5"``; a single name or a list).
 
@@ -304,7 +389,11 @@ def evaluate(qrels, run, metrics, *, per_query: bool | str = False, relevance_le
     doubles, as trec_eval 10 does; ``"float32"``: in single precision, as trec_eval 9 and pytrec_eval
     store them), ``judgment_conflicts`` (``"error"``: a
     (query, document) judged twice raises, as in trec_eval; ``"latest"``: the later judgment by the
-    DataFrame's ``timestamp`` column or by row order; ``"max"``: the larger grade; :func:`resolve_qrels`).
+    DataFrame's ``timestamp`` column or by row order; ``"max"``: the larger grade; :func:`resolve_qrels`),
+    ``columns`` (a DataFrame's column names by role, for both inputs: ``{"query_id": "topic", "doc_id":
+    "pid", "relevance": "judgment", "score": "sim"}``, any subset; without it the columns are found by
+    ir_measures' names ``query_id, doc_id, relevance, score``, ranx's ``q_id, doc_id, score``, TREC's
+    and pyterrier's ``qid, docno, rel`` / ``label``, or ``item_id``, ``grade``).
 
     Diversity measures (``alpha_nDCG@20``, ``ERR_IA@20``, ``NRBP``, ``P_IA@10``, ``AP_IA``,
     ``S_recall@20``; :mod:`streameval.metrics.diversity`) take diversity qrels (a subtopic per
@@ -332,7 +421,8 @@ def evaluate(qrels, run, metrics, *, per_query: bool | str = False, relevance_le
         from .api_diversity import evaluate_diversity
 
         given = {"gain": (gain, "linear"), "ideal": (ideal, "judgments"), "err_max_grade": (err_max_grade, 4),
-                 "tie_break": (tie_break, "docno"), "judgment_conflicts": (judgment_conflicts, "error")}
+                 "tie_break": (tie_break, "docno"), "judgment_conflicts": (judgment_conflicts, "error"),
+                 "columns": (columns, None)}
         bad = [k for k, (v, default) in given.items() if v != default]
         if bad:
             raise ValueError(f"{', '.join(bad)}: not options of the diversity measures ({', '.join(diversity)}); "
@@ -342,7 +432,7 @@ def evaluate(qrels, run, metrics, *, per_query: bool | str = False, relevance_le
     specs, prep, values = score_queries(qrels, run, metrics, relevance_level=relevance_level, gain=gain,
                                         ideal=ideal, err_max_grade=err_max_grade, complete=complete,
                                         depth=depth, tie_break=tie_break, score_precision=score_precision,
-                                        judgment_conflicts=judgment_conflicts)
+                                        judgment_conflicts=judgment_conflicts, columns=columns)
     means = {s.name: aggregate(values[i], s) for i, s in enumerate(specs)}
     table = None
     if per_query:

@@ -123,7 +123,8 @@ def test_same_result_type_for_one_or_several_metrics():
     one, listed, several = (streameval.evaluate(qrels, run, m) for m in ("map", ["map"], ["map", "P_5"]))
     assert all(type(ev) is Evaluation for ev in (one, listed, several))
     assert one.means == listed.means and one.value() == listed.value() == several["map"]
-    assert several["P_5"] == several["P@5"] == several.means["P@5"] and list(several) == ["map", "P@5"]
+    # issue 42: the name as written is the key; any spelling reads it
+    assert several["P_5"] == several["P@5"] == several.means["P_5"] and list(several) == ["map", "P_5"]
     with pytest.raises(ValueError, match="exactly one metric"):
         several.value()
     with pytest.raises(KeyError, match="not evaluated"):

@@ -247,9 +247,9 @@ def test_compare_command_small(tmp_path, capsys):
                        "--json"])
     assert rc == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["metric"] for r in rows] == ["ndcg@5", "P@3"]
-    res = api.evaluate(str(paths["qrels"]), str(paths["a.run"]), ["ndcg@5", "P@3"], per_query="pandas")
-    res_b = api.evaluate(str(paths["qrels"]), str(paths["b.run"]), ["ndcg@5", "P@3"], per_query="pandas")
+    assert [r["metric"] for r in rows] == ["ndcg@5", "P_3"]  # as written (issue 42)
+    res = api.evaluate(str(paths["qrels"]), str(paths["a.run"]), ["ndcg@5", "P_3"], per_query="pandas")
+    res_b = api.evaluate(str(paths["qrels"]), str(paths["b.run"]), ["ndcg@5", "P_3"], per_query="pandas")
     for r in rows:
         a = res.per_query[r["metric"]].to_numpy()
         b = res_b.per_query[r["metric"]].to_numpy()
@@ -347,7 +347,7 @@ def test_compare_command_adjust_and_tukey(tmp_path, capsys):
 
     from .test_multiple import _sm
 
-    names, metrics = ["a", "b", "c", "d"], ["ndcg@5", "P@3"]
+    names, metrics = ["a", "b", "c", "d"], ["ndcg@5", "P_3"]  # rows name P_3 as written (issue 42)
     qrels, paths = write_runs(tmp_path, np.random.default_rng(5), names)
     files = [str(qrels), *map(str, paths)]
     fast = ["--replicates", "20", "--flips", "100"]  # not under test here (12 queries: exact sign flips)

@@ -278,7 +278,7 @@ def test_trec_eval_err_keeps_gdeval_g_max(tmp_path, capsys):
     (tmp_path / "qrels").write_text("q 0 d1 1\nq 0 d2 1\nq 0 d3 0\n")
     (tmp_path / "run").write_text("q Q0 d1 1 3 r\nq Q0 d2 2 2 r\nq Q0 d3 3 1 r\n")
     assert cli.main(["trec-eval", "-m", "ERR@5", str(tmp_path / "qrels"), str(tmp_path / "run")]) in (0, None)
-    assert capsys.readouterr().out.split() == ["err@5", "all", "0.0918"]
+    assert capsys.readouterr().out.split() == ["ERR@5", "all", "0.0918"]  # the name as written (issue 42)
     assert cli.main(["trec-eval", "--err-max-grade", "1", "-m", "err@5", str(tmp_path / "qrels"),
                      str(tmp_path / "run")]) in (0, None)
     assert capsys.readouterr().out.split() == ["err@5", "all", "0.6250"]

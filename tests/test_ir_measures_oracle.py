@@ -82,7 +82,7 @@ def test_rbp_hits_by_hand(which):
     qrels, run = COLLECTIONS[which]
     ours = evaluate(qrels, run, ["RBP(p=0.8)", "RBP", "hits@5", "hits@10", "success@10"],
                     per_query=True).per_query
-    assert parse_metrics("hit@10")[0].name == "success@10"  # hit@k / hit_rate@k stay success@k
+    assert parse_metrics("hit@10")[0].canonical == "success@10"  # hit@k / hit_rate@k stay success@k
     for qid, docs in run.items():
         order = sorted(docs, key=lambda d: -docs[d])
         grades = [qrels[qid].get(d) for d in order]
@@ -125,9 +125,10 @@ def test_per_measure_options_override_globals_for_that_measure_only():
     ("alpha_nDCG@10", "is a diversity measure (subtopic judgments)"),
     ("Foo(rel=1)", "unknown ir_measures measure 'Foo'"),
     ("P(rel=2)", "needs a cutoff"),
-    ("nDCG(gains={0:1,1:2})@10", "gains"),
-    ("P(judged_only=True)@5", "judged_only"),
-    ("RBP(rel=1, p=0.5)", "binary RBP"),
+    ("nDCG(gains={0:x})@10", "gains maps numbers to numbers"),
+    # judged_only=True and RBP(rel=r) are computed since issue 42 (tests/test_metric_names.py)
+    ("P(judged_only=2)@5", "judged_only is True or False"),
+    ("RBP(rel=1, p=0.5)@10", "RBP takes no cutoff"),
     ("NumQ@5", "takes no cutoff"),
     ("AP(rel=two)", "not a number"),
 ])

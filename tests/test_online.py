@@ -123,8 +123,8 @@ def test_names():
             om.parse_online_metric(bad)
     ranking, online = split_metric_names("ndcg@10,P.5,10,gauc[query,clicks],auc,ctr")
     assert ranking == ["ndcg@10", "P.5,10"] and online == ["gauc[query,clicks]", "auc", "ctr"]
-    with pytest.raises(MetricNameError, match="online metrics"):
-        split_metric_names(["nope"])
+    with pytest.raises(MetricNameError, match="unknown metric 'aucc'; closest accepted names: auc, "):
+        split_metric_names(["aucc"])  # issue 42: the closest names of both kinds
 
 
 # --------------------------------------------------------------------------------------------

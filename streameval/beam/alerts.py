@@ -13,6 +13,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 from .. import alerts as alert_rules
 from ..io.counters import ALERTS_FIRED, NAMESPACE
+from ..metrics.online_names import canonical_metric
 
 __all__ = ["EvaluateAlerts", "StreamAlerts", "ALERTS_FIRED"]
 
@@ -27,7 +28,7 @@ class _Evaluate(beam.DoFn):
 
     def process(self, element):
         (metric, _), rows = element
-        out = alert_rules.evaluate([r for r in self.rules if r.metric == metric], list(rows))
+        out = alert_rules.evaluate([r for r in self.rules if canonical_metric(r.metric) == metric], list(rows))
         self.fired.inc(len(out))
         yield from out
 
@@ -47,10 +48,10 @@ class EvaluateAlerts(_WithRules):
     (:class:`streameval.alerts.Rule`, e.g. from :func:`streameval.alerts.load_rules`)."""
 
     def expand(self, rows):
-        metrics = {r.metric for r in self.rules}
+        metrics = {canonical_metric(r.metric) for r in self.rules}  # a rule's metric in any spelling
         return (rows
-                | "RuleMetrics" >> beam.Filter(lambda r: r["metric"] in metrics)
-                | "ByMetricSlice" >> beam.Map(lambda r: ((r["metric"], r["slice"]), r))
+                | "RuleMetrics" >> beam.Filter(lambda r: canonical_metric(r["metric"]) in metrics)
+                | "ByMetricSlice" >> beam.Map(lambda r: ((canonical_metric(r["metric"]), r["slice"]), r))
                 | "Group" >> beam.GroupByKey()
                 | "Evaluate" >> beam.ParDo(_Evaluate(self.rules)))
 
@@ -82,7 +83,7 @@ class _StreamAlertsFn(beam.DoFn):
         rows[(system, ws)] = row
         others = list(rows.values())
         for rule in self.rules:
-            if rule.metric != metric:
+            if canonical_metric(rule.metric) != metric:
                 continue
             key = (rule.name, system, ws)
             count = holds.get(key, 0)
@@ -125,12 +126,12 @@ class StreamAlerts(_WithRules):
     slice), like :class:`EvaluateAlerts`."""
 
     def expand(self, panes):
-        metrics = {r.metric for r in self.rules}
+        metrics = {canonical_metric(r.metric) for r in self.rules}  # a rule's metric in any spelling
 
         def rows_of(element):
             for r in (element if isinstance(element, list) else [element]):
-                if r["metric"] in metrics:
-                    yield (r["metric"], r["slice"]), r
+                if canonical_metric(r["metric"]) in metrics:
+                    yield (canonical_metric(r["metric"]), r["slice"]), r
 
         return (panes
                 | "RuleRows" >> beam.FlatMap(rows_of)

@@ -283,7 +283,8 @@ def split_metric_names(names, diversity: bool = False) -> tuple[list[str], list[
     parameter lists such as ``P.5,10`` stay together) into (ranking metrics for ScoreRankings, online metrics for
     OnlineMetrics). A name is online when :func:`~streameval.metrics.online.parse_online_metric`
     accepts it, else it must be a ranking metric (:func:`~streameval.metrics.names.parse_metrics`).
-    Raises MetricNameError naming both lists of accepted forms for an unknown name. ``diversity``:
+    Raises MetricNameError naming the three closest accepted names (ranking or online) for an unknown
+    name. ``diversity``:
     the diversity measures are ranking metrics (the batch job scores them); else refused in one line."""
     if isinstance(names, str):
         names = _join_parameter_lists(online_names._split_names(names))
@@ -297,7 +298,9 @@ def split_metric_names(names, diversity: bool = False) -> tuple[list[str], list[
         try:
             parse_metrics([n], diversity=diversity)
         except MetricNameError as e:
-            raise MetricNameError(f"{e}; online metrics: {online_names._ACCEPTED}") from None
+            if e.unknown:  # the closest names of both kinds
+                raise online_names.unknown_metric_error(n, diversity) from None
+            raise
         ranking.append(n)
     return ranking, online
 

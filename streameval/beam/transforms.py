@@ -32,6 +32,7 @@ from ..io.counters import NAMESPACE  # noqa: F401 (re-exported: its former home)
 from ..metrics.kernel import MetricOptions, compute, usable_grade_limit
 from ..metrics import stats
 from ..metrics.names import parse_metrics
+from ..metrics.online_names import canonical_metric
 from ..metrics.prepare import DEFAULT_SCORE_PRECISION
 from .combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn
 from .keys import (  # noqa: F401 (re-exported: the window and slice keys' former home)
@@ -86,7 +87,7 @@ def _nan_to_none(x):
 
 # every field of schemas/metric_result.avsc, so that all rows have one shape (None: not computed)
 ROW_FIELDS = ("window_start", "window_end", "slice", "system", "metric", "value", "num_queries", "stderr",
-              "ci_low", "ci_high", "ci_level", "ci_method", "pane", "pane_index", "is_final")
+              "ci_low", "ci_high", "ci_level", "ci_method", "pane", "pane_index", "is_final", "metric_canonical")
 
 
 def metric_row(window_start, window_end, slice_label, system, metric, value, num_queries, stderr,
@@ -94,7 +95,8 @@ def metric_row(window_start, window_end, slice_label, system, metric, value, num
     """A metric_result record; fields not given (intervals, panes) are None."""
     row = dict.fromkeys(ROW_FIELDS)
     row.update(window_start=window_start, window_end=window_end, slice=slice_label, system=system,
-               metric=metric, value=float(value), num_queries=int(num_queries), stderr=_nan_to_none(stderr))
+               metric=metric, value=float(value), num_queries=int(num_queries), stderr=_nan_to_none(stderr),
+               metric_canonical=canonical_metric(metric))
     unknown = set(extra) - set(ROW_FIELDS)
     if unknown:
         raise TypeError(f"not metric_result fields: {sorted(unknown)}")

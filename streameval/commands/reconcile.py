@@ -7,7 +7,9 @@ pane files are one table, of which the final panes are compared; a directory wit
 ``manifest.json``, a killed job's, is refused) or a CSV exported from
 a dashboard with columns ``window_start, window_end, slice, system, metric, value`` (optional
 ``num_queries``, ``stderr``; windows as ISO-8601 text, integer microseconds, or empty / ``global``
-for the global window). Rows are matched on (window_start, window_end, slice, system, metric).
+for the global window). Rows are matched on (window_start, window_end, slice, system, metric), the
+metric in any spelling (its canonical name, ``metric_canonical``: ``nDCG@10`` matches ``ndcg@10`` and
+``ndcg_cut_10``; the keys reported carry the canonical name).
 
 Reported: rows whose values differ beyond the tolerance (``|a - b| > max(abs_tol, rel_tol *
 max(|a|, |b|))``; NaN equals NaN only), rows whose ``num_queries`` differ when both tables have it
@@ -40,6 +42,7 @@ from datetime import datetime, timezone
 from ..beam.arguments import split_names
 from ..exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ..io import results
+from ..metrics.online_names import canonical_metric
 
 __all__ = ["main", "read_table", "compare", "correlate", "Comparison"]
 
@@ -121,6 +124,7 @@ def _normalise(rec: dict, where: str) -> dict:
         "slice": str(rec["slice"]),
         "system": str(rec["system"]),
         "metric": str(rec["metric"]),
+        "metric_canonical": str(rec.get("metric_canonical") or canonical_metric(str(rec["metric"]))),
         "value": _float(rec.get("value"), where, "value"),
         "num_queries": _count(rec.get("num_queries"), where),
         "stderr": _float(rec.get("stderr"), where, "stderr"),
@@ -192,7 +196,8 @@ def read_table(path: str) -> dict:
     try:
         for rec, where in source:
             row = _normalise(rec, where)
-            key = tuple(row[f] for f in KEY_FIELDS)
+            # rows match on the metric in any spelling (nDCG@10 and ndcg_cut_10: issue 42)
+            key = (*(row[f] for f in KEY_FIELDS[:4]), row["metric_canonical"])
             old = table.get(key)
             if old is None:
                 table[key] = row
@@ -301,7 +306,7 @@ def compare(a: dict, b: dict, abs_tol: float = 1e-9, rel_tol: float = 1e-9, coun
     Raises ``ValueError`` for a tolerance that is negative or not finite."""
     check_tolerances(abs_tol, rel_tol)
     if metrics:
-        wanted = set(metrics)
+        wanted = {canonical_metric(m) for m in metrics}  # the tables' keys hold canonical names
         a = {k: v for k, v in a.items() if k[4] in wanted}
         b = {k: v for k, v in b.items() if k[4] in wanted}
     common = sorted(set(a) & set(b), key=_sort_key)
@@ -338,8 +343,8 @@ def correlate(a: dict, b: dict, metric_x: str, metric_y: str) -> dict:
                 return vals, name
         return {}, None
 
-    xs, src_x = series(metric_x, a, b, ("A", "B"))
-    ys, src_y = series(metric_y, b, a, ("B", "A"))
+    xs, src_x = series(canonical_metric(metric_x), a, b, ("A", "B"))
+    ys, src_y = series(canonical_metric(metric_y), b, a, ("B", "A"))
     keys = sorted((k for k in set(xs) & set(ys)
                    if xs[k] is not None and ys[k] is not None and math.isfinite(xs[k]) and math.isfinite(ys[k])),
                   key=lambda k: _sort_key((*k, "")))

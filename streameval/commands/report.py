@@ -40,6 +40,7 @@ from datetime import datetime, timedelta, timezone
 
 from ..beam.arguments import split_names
 from ..exits import EXIT_USAGE, one_line
+from ..metrics.online_names import canonical_metric
 
 __all__ = ["main", "read_rows", "prepare_rows", "write_report", "build_arg_parser"]
 
@@ -424,10 +425,11 @@ def write_report(rows, out_dir: str, title: str = "streameval report", level: fl
 
     rows = prepare_rows(rows, level)
     if metrics:
-        wanted = set(metrics)
+        # any spelling of a metric finds its rows (ndcg_cut_10 those of nDCG@10; issue 42)
+        wanted = {canonical_metric(m) for m in metrics}
         # ece[bins=B] brings its reliability rows
         ece = {m[9:-1] for m in wanted if m.startswith("ece[bins=") and m.endswith("]")}
-        rows = [r for r in rows if r["metric"] in wanted
+        rows = [r for r in rows if (r.get("metric_canonical") or canonical_metric(r["metric"])) in wanted
                 or (_BIN_ROW.fullmatch(r["metric"]) and _BIN_ROW.fullmatch(r["metric"]).group(1) in ece)]
     if not rows:
         raise ValueError("no metric rows to report")

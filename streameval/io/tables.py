@@ -23,7 +23,8 @@ the window; ``is_final``), batch rows have them None.
 Layer 4 (I/O): imports the standard library, fastavro (through :mod:`.avro`), pyarrow for a
 Parquet output and, for remote paths
 only, Beam's ``FileSystems`` (``apache_beam.io.filesystems``, not :mod:`streameval.beam`); pandas
-only for ``as_frame=True``.
+only for ``as_frame=True``; the metric names of :mod:`streameval.metrics.online_names` (any
+spelling of a metric matches its rows).
 """
 
 from __future__ import annotations
@@ -32,16 +33,18 @@ import json
 import os
 import tempfile
 
+from ..metrics.online_names import canonical_metric
 from .results import parse_float_fields
 
 __all__ = ["MANIFEST", "METRIC_FIELDS", "KEY_FIELDS", "MetricsTableError", "read_metrics", "final_panes",
+           "select_metrics",
            "metric_files"]
 
 #: the completion marker the jobs write last (``streameval.beam.sinks.MANIFEST``)
 MANIFEST = "manifest.json"
 #: the fields of a metric row, in the order of ``schemas/metric_result.avsc``
 METRIC_FIELDS = ("window_start", "window_end", "slice", "system", "metric", "value", "num_queries", "stderr",
-                 "ci_low", "ci_high", "ci_level", "ci_method", "pane", "pane_index", "is_final")
+                 "ci_low", "ci_high", "ci_level", "ci_method", "pane", "pane_index", "is_final", "metric_canonical")
 #: the fields that name one value of the table (one row per key and pane)
 KEY_FIELDS = ("window_start", "window_end", "slice", "system", "metric")
 _REQUIRED = ("slice", "system", "metric", "value", "num_queries")
@@ -212,6 +215,8 @@ def _check(rec, where: str) -> dict:
         raise MetricsTableError(f"{where}: not a metric row (lacks {', '.join(missing)})")
     for k in METRIC_FIELDS:
         rec.setdefault(k, None)
+    if rec["metric_canonical"] is None and rec["metric"] is not None:  # a row of schema version 1
+        rec["metric_canonical"] = canonical_metric(rec["metric"])
     return rec
 
 
@@ -349,7 +354,7 @@ def _directory_rows(path: str) -> list[dict]:
                             "read it again when no job writes it")
 
 
-def read_metrics(path, final_only: bool = False, as_frame: bool = False):
+def read_metrics(path, final_only: bool = False, as_frame: bool = False, metrics=None):
     """The metric rows of a finished job's output ``path``: a batch or a streaming job's
     ``--output`` directory (local, or a prefix on a Beam file system: ``s3://``, ``gs://``; remote
     paths are read through ``FileSystems``, so its options must be set as for the jobs), read
@@ -362,7 +367,10 @@ def read_metrics(path, final_only: bool = False, as_frame: bool = False):
     pane index). ``final_only``: only the last pane of each window, slice, system and metric
     (:func:`final_panes`), what a reconciliation compares with the batch job. ``as_frame``: a pandas
     DataFrame with those columns instead (window bounds, ``num_queries``, ``pane_index`` as
-    nullable ``Int64``, ``is_final`` as nullable ``boolean``).
+    nullable ``Int64``, ``is_final`` as nullable ``boolean``). ``metrics``: only the rows of these
+    metrics (a name or a list; any spelling, ``nDCG@10`` finds ``ndcg_cut_10``'s rows, and
+    ir_measures Measure objects), matched on ``metric_canonical`` (filled in for the rows of files
+    written before it, schema version 1).
 
     Raises :class:`MetricsTableError` (a ``ValueError``, one line) for a directory without manifest
     (a job killed or failed half way), a listed file missing or changed, a row that is not a metric
@@ -375,7 +383,19 @@ def read_metrics(path, final_only: bool = False, as_frame: bool = False):
         rows = _file_rows(path)
     else:
         rows = _directory_rows(path)
+    if metrics is not None:
+        rows = select_metrics(rows, metrics)
     if final_only:
         rows = final_panes(rows)
     return _frame(rows) if as_frame else rows
+
+
+def select_metrics(rows, metrics) -> list[dict]:
+    """The rows of ``metrics`` (a name or names in any spelling, :func:`~streameval.metrics.
+    online_names.canonical_metric`), matched on the rows' ``metric_canonical`` (computed from
+    ``metric`` where a row lacks it)."""
+    if isinstance(metrics, str) or not hasattr(metrics, "__iter__"):
+        metrics = [metrics]
+    wanted = {canonical_metric(m) for m in metrics}
+    return [r for r in rows if (r.get("metric_canonical") or canonical_metric(r["metric"])) in wanted]
 

@@ -25,18 +25,22 @@ ir_measures                 streameval
 ``SetR(rel=r)``             ``set_recall``;  ``SetAP(rel=r)``: ``set_map``
 ``SetF(rel=r, beta=b)``     ``set_F`` with parameter b
 ``Success(rel=r)@k``        ``success@k``
-``IPrec(recall=x)``         ``iprec_at_recall`` at x
+``IPrec(recall=x)``, IPrec@x ``iprec_at_recall`` at x (0 <= x <= 1)
 ``Judged[@k]``              judged items (in the qrels) in the top k / min(k, ranked items)
 ``ERR@k``                   ``err@k`` (2**g - 1) / 2**err_max_grade, as gdeval with grades <= 4
 ``RBP(p=x)``                trec_eval ``rbp`` (graded, gains divided by the query's top grade);
                             ir_measures' default p is 0.8
+``RBP(p=x, rel=r)``         cwl_eval's binary RBP (ir_measures' cwl_eval provider): gain 1 for a
+                            grade >= r, else 0, over the first 1000 ranks
+``judged_only=True``        (any measure) trec_eval ``-J`` for that measure: its unjudged ranked
+                            documents removed before scoring
+``nDCG(gains={g: x, ...})`` the qrels' grades mapped before scoring (a grade not named: itself)
 ==========================  ==================================================================
 
 ``rel``, ``dcg`` (and RBP's ``p``) apply to that measure only and override the global options
 (``relevance_level``, ``gain``) of :class:`~streameval.metrics.kernel.MetricOptions`. The result row
 keeps the name as written (``AP(rel=2)@100``). Not available (a :class:`MetricNameError` naming the
-measure): ``judged_only=True``, ``nDCG(gains=...)``, ``RBP(rel=...)`` (cwl_eval's binary RBP) and the
-measures only other providers compute (SDCG, NERR*, BPM, INST, INSQ, Accuracy, Compat...). The diversity
+measure): the measures only other providers compute (SDCG, NERR*, BPM, INST, INSQ, Accuracy, Compat...). The diversity
 measures (alpha_nDCG, ERR_IA, NRBP, P_IA, AP_IA, StRecall...) need subtopic qrels:
 :mod:`streameval.metrics.diversity` parses them and :func:`streameval.evaluate` computes them; the
 commands that read ad hoc qrels refuse them (:func:`streameval.metrics.names.parse_metric`).
@@ -46,7 +50,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["parse", "looks_like"]
+__all__ = ["parse", "looks_like", "NAMES"]
 
 # ir_measures name (lower case) -> (canonical ir_measures name, family or None, parameters accepted,
 # cutoff: "required" / "optional" / "none")
@@ -76,8 +80,10 @@ _MEASURES = {
     "iprec": ("IPrec", "iprec_at_recall", {"recall"}, "none"),
     "judged": ("Judged", "judged", set(), "optional"),
     "err": ("ERR", "err", set(), "required"),
-    "rbp": ("RBP", "rbp", {"p"}, "none"),
+    "rbp": ("RBP", "rbp", {"p", "rel"}, "none"),
 }
+#: ir_measures' measure names as it spells them (the closest names of an unknown one draw on them)
+NAMES = tuple(dict.fromkeys(v[0] for v in _MEASURES.values()))
 # ir_measures names whose spelling only ir_measures uses (parsed here even without parentheses)
 _OWN_CASED = {"NumRet", "NumRelRet", "NumRel", "NumQ", "SetP", "SetRelP", "SetR", "SetAP", "SetF", "IPrec",
               "Judged", "RBP"}
@@ -126,6 +132,23 @@ def _value(raw, key, text):
     return v
 
 
+def _gain_map(raw, body: str) -> dict:
+    """``{grade: gain}`` of ``nDCG(gains={0: 0, 1: 1, 2: 3})`` (numbers only)."""
+    out = {}
+    for part in body.split(","):
+        if not part.strip():
+            continue
+        key, colon, value = part.partition(":")
+        try:
+            g, v = float(key.strip().strip("'\"")), float(value.strip())
+        except ValueError:
+            raise _error(f"metric {raw!r}: gains maps numbers to numbers, got {part.strip()!r}") from None
+        if not colon or g != g or v != v or abs(v) == float("inf"):
+            raise _error(f"metric {raw!r}: gains maps numbers to finite numbers, got {part.strip()!r}")
+        out[g] = v
+    return out
+
+
 def parse(raw: str):
     """The one :class:`~streameval.metrics.names.MetricSpec` an ir_measures name gives (its row name
     the name as written), or None when ``raw`` is not written the ir_measures way (:func:`looks_like`).
@@ -137,18 +160,29 @@ def parse(raw: str):
     name = raw.strip()
     m = _FORM.match(name)
     if not m:
-        raise _error(f"metric {name!r}: not an ir_measures name (Name(param=value, ...)@cutoff). {_ACCEPTED}")
+        from .names import unknown_name_error
+
+        raise unknown_name_error(name)
     low = m.group("name").lower()
     if low not in _MEASURES:
         if low in _OTHER:
             raise _error(f"metric {name!r}: ir_measures' {m.group('name')} needs a provider other than trec_eval "
-                         f"semantics; not implemented. {_ACCEPTED}")
-        raise _error(f"metric {name!r}: unknown ir_measures measure {m.group('name')!r}. {_ACCEPTED}")
+                         f"semantics; not implemented")
+        from .names import unknown_name_error
+
+        raise unknown_name_error(name, head=f"metric {name!r}: unknown ir_measures measure {m.group('name')!r}")
     canon, family, allowed, cut = _MEASURES[low]
     params = {}
+    judged_only = False
     text = (m.group("params") or "").strip()
+    gains = None
     if canon == "nDCG" and re.search(r"\bgains\s*=", text):
-        raise _error(f"metric {name!r}: nDCG(gains=...) (custom gain maps) is not implemented")
+        gm = re.search(r"\bgains\s*=\s*\{(?P<body>[^{}]*)\}\s*(?:,|$)", text)
+        if not gm:
+            raise _error(f"metric {name!r}: gains is a dict of grade: gain, e.g. nDCG(gains={{0: 0, 1: 1, 2: 3}})")
+        # a grade mapped to itself changes nothing (ir_measures leaves it out of the measure's name)
+        gains = {g: v for g, v in _gain_map(name, gm.group("body")).items() if g != v}
+        text = (text[:gm.start()] + text[gm.end():]).strip().strip(",")
     for part in text.split(",") if text else ():
         key, eq, value = part.partition("=")
         key = key.strip()
@@ -156,24 +190,25 @@ def parse(raw: str):
             raise _error(f"metric {name!r}: parameters are name=value pairs, e.g. {canon}(rel=2)")
         v = _value(name, key, value)
         if key == "judged_only":
-            if v is True:
-                raise _error(f"metric {name!r}: judged_only=True (trec_eval -J) is not implemented")
+            if not isinstance(v, bool):
+                raise _error(f"metric {name!r}: judged_only is True or False")
+            if v:
+                judged_only = True
             continue
         if key == "cutoff":
             key = "@"
         if key != "@" and key not in allowed:
             if canon == "nDCG" and key == "gains":
                 raise _error(f"metric {name!r}: nDCG(gains=...) (custom gain maps) is not implemented")
-            if canon == "RBP" and key == "rel":
-                raise _error(f"metric {name!r}: binary RBP(rel=...) (cwl_eval) is not implemented; "
-                             "RBP(p=x) is trec_eval's graded rbp")
             ok = ", ".join(sorted(allowed)) or "none"
             raise _error(f"metric {name!r}: {canon} takes no parameter {key!r} (parameters: {ok})")
         if key in params:
             raise _error(f"metric {name!r}: parameter {key!r} given twice")
         params[key] = v
     k = params.pop("@", None)
-    if m.group("k") is not None:
+    if canon == "IPrec" and m.group("k") is not None and "recall" not in params:
+        params["recall"] = _value(name, "@", m.group("k"))  # ir_measures' IPrec@0.5: the recall level
+    elif m.group("k") is not None:
         if k is not None:
             raise _error(f"metric {name!r}: cutoff given twice")
         k = _value(name, "@", m.group("k"))
@@ -194,6 +229,8 @@ def parse(raw: str):
             raise _error(f"metric {name!r}: rel must be a number")
         if family == "num_ret":
             family = "num_rel_ret"
+        if canon == "RBP":  # cwl_eval's binary RBP: gain 1 at or above rel, else 0
+            opts.append("binary")
         opts.append(f"rel={rel:g}")
     if "dcg" in params:
         dcg = params.pop("dcg")
@@ -205,7 +242,10 @@ def parse(raw: str):
     if "beta" in params:
         param = repr(float(params.pop("beta")))
     if "recall" in params:
-        param = repr(float(params.pop("recall")))
+        recall = params.pop("recall")
+        if isinstance(recall, (bool, str)) or not 0 <= recall <= 1:
+            raise _error(f"metric {name!r}: IPrec's recall level {recall!r} must be between 0 and 1")
+        param = repr(float(recall))
     elif family == "iprec_at_recall":
         raise _error(f"metric {name!r}: IPrec needs a recall level, e.g. IPrec(recall=0.5)")
     if family == "rbp":
@@ -213,4 +253,8 @@ def parse(raw: str):
         if not 0 < p < 1:
             raise _error(f"metric {name!r}: RBP's persistence p must be in (0, 1)")
         param = f"p={p!r}"
+    if judged_only:  # trec_eval -J for this measure: its unjudged ranked documents removed first
+        opts.append("judged")
+    if gains:  # ir_measures' nDCG(gains=...): the qrels' grades mapped before scoring (a grade not named: itself)
+        opts.append("gains=" + ",".join(f"{g!r}:{v!r}" for g, v in sorted(gains.items())))
     return MetricSpec(family, k, param, ";".join(opts), label=name)

@@ -68,6 +68,8 @@ class MetricOptions:
         does a grade above :data:`MAX_EXPONENTIAL_GRADE` with the exponential gain.
     num_docs_in_coll: the number of documents in the collection (trec_eval ``-N``, default 0 as
         trec_eval's); only ``utility``'s fourth coefficient (non-relevant documents not ranked) uses it.
+    gain_floor: grades below it gain 0 in DCG, nDCG and their ideal (default 0: every positive grade
+        gains); ranx's ``ndcg@10-l2`` (its relevance level drops the judgments below it).
     """
 
     relevance_level: float = 1
@@ -75,6 +77,7 @@ class MetricOptions:
     ideal: str = "judgments"
     err_max_grade: float = 4
     num_docs_in_coll: int = 0
+    gain_floor: float = 0
 
     def __post_init__(self):
         if self.gain not in GAINS:
@@ -106,6 +109,10 @@ def options_for(spec: MetricSpec, options: "MetricOptions") -> "MetricOptions":
             changes["relevance_level"] = float(value)
         elif key == "gain":
             changes["gain"] = value
+        elif key == "floor":
+            changes["gain_floor"] = float(value)
+        elif key in ("ranx", "binary", "judged", "gains"):  # read by the family's function / by _compute
+            pass
         else:
             raise ValueError(f"{spec.name}: unknown option {part!r}")
     return replace(options, **changes)
@@ -280,7 +287,7 @@ class _Batch:
 
     def gain(self, grades):
         with np.errstate(invalid="ignore"):
-            pos = grades > 0
+            pos = (grades > 0) & (grades >= self.opts.gain_floor)
             if self.opts.gain == "exponential" and np.any(grades > MAX_EXPONENTIAL_GRADE):
                 raise ValueError(f"gain='exponential': grade {np.nanmax(grades):g} is above "
                                  f"{MAX_EXPONENTIAL_GRADE}, the largest whose gain 2**grade - 1 fits a double")
@@ -406,6 +413,17 @@ def _hits(b: _Batch, k):
     return b.count_top("cum_rel", b.rel, k)
 
 
+def _f1(b: _Batch, k):
+    """ranx's f1 / f1@k (ranx/metrics/f1.py, 0.3.21): the harmonic mean of precision (relevant in the
+    top k / k; without a cutoff, / the ranked items) and recall (/ num_rel), 2 h / (k + R) for h > 0
+    relevant items in the top k; 0 when h or R is 0."""
+    h = b.count_top("cum_rel", b.rel, k)
+    denom = (b.lengths if k is None else float(k)) + b.num_rel
+    out = np.zeros(b.n)
+    np.divide(2.0 * h, denom, out=out, where=(h > 0) & (b.num_rel > 0))
+    return out
+
+
 def _num_q(b: _Batch, k):
     """ir_measures' NumQ: 1 per query (its total is the number of queries)."""
     return np.ones(b.n)
@@ -498,6 +516,7 @@ _FUNCS = {
     "recall": _recall,
     "success": _success,
     "hits": _hits,
+    "f1": _f1,
     "num_q": _num_q,
     "judged": _judged,
     "recip_rank": _recip_rank,
@@ -554,6 +573,49 @@ def compute(lists: RankedLists, specs: list[MetricSpec], options: MetricOptions 
     return out
 
 
+def _judged_lists(lists: RankedLists) -> RankedLists:
+    """``lists`` without their unjudged ranked items (NaN or negative grade), the judged ones keeping
+    their order: trec_eval ``-J`` for one measure (as :func:`streameval.metrics.prepare.judged_only`
+    does for a whole evaluation)."""
+    off = np.asarray(lists.offsets, dtype=np.int64)
+    grades = np.asarray(lists.grades, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        keep = grades >= 0  # False for NaN
+    owner = np.repeat(np.arange(len(off) - 1), np.diff(off))
+    new_off = np.zeros(len(off), dtype=np.int64)
+    np.cumsum(np.bincount(owner[keep], minlength=len(off) - 1), out=new_off[1:])
+    return RankedLists(new_off, grades[keep], lists.judged_offsets, lists.judged_values, lists.judged_counts,
+                       lists.judged_index)
+
+
+def _mapped_lists(lists: RankedLists, gains: str) -> RankedLists:
+    """``lists`` with their grades mapped by ir_measures' ``nDCG(gains={grade: gain})`` (``gains``:
+    ``"0.0:0.0,2.0:3.0"``; a grade not named keeps its value), in the ranked items and in each
+    query's judgment histogram (values merged and kept in descending order), as ir_measures maps the
+    qrels before trec_eval scores them."""
+    table = {float(g): float(v) for g, _, v in (p.partition(":") for p in gains.split(","))}
+
+    def mapped(values):
+        v = np.asarray(values, dtype=np.float64).copy()
+        for g, gain in table.items():
+            v[np.asarray(values, dtype=np.float64) == g] = gain
+        return v
+
+    joff = np.asarray(lists.judged_offsets, dtype=np.int64)
+    hv, hc = mapped(lists.judged_values), np.asarray(lists.judged_counts, dtype=np.int64)
+    new_off, vals, counts = [0], [], []
+    for h in range(len(joff) - 1):
+        merged: dict = {}
+        for v, c in zip(hv[joff[h]:joff[h + 1]].tolist(), hc[joff[h]:joff[h + 1]].tolist()):
+            merged[v] = merged.get(v, 0) + c
+        for v in sorted(merged, reverse=True):
+            vals.append(v)
+            counts.append(merged[v])
+        new_off.append(len(vals))
+    return RankedLists(lists.offsets, mapped(lists.grades), np.asarray(new_off, dtype=np.int64),
+                       np.asarray(vals, dtype=np.float64), np.asarray(counts, dtype=np.int64), lists.judged_index)
+
+
 def _compute(lists: RankedLists, specs: list[MetricSpec], opts: MetricOptions) -> np.ndarray:
     # one batch per set of effective options (the specs' own overrides, :func:`options_for`): the
     # common case, no overrides, is one pass
@@ -561,9 +623,13 @@ def _compute(lists: RankedLists, specs: list[MetricSpec], opts: MetricOptions) -
     out = None
     for i, spec in enumerate(specs):
         eff = options_for(spec, opts)
-        if eff not in batches:
-            batches[eff] = _Batch(lists, eff)
-        b = batches[eff]
+        parts = spec.opts.split(";")
+        judged = "judged" in parts  # ir_measures' judged_only=True (trec_eval -J)
+        gains = next((p[6:] for p in parts if p.startswith("gains=")), "")  # ir_measures' nDCG(gains=...)
+        if (eff, judged, gains) not in batches:
+            own = _judged_lists(lists) if judged else lists
+            batches[(eff, judged, gains)] = _Batch(_mapped_lists(own, gains) if gains else own, eff)
+        b = batches[(eff, judged, gains)]
         if out is None:
             out = np.empty((len(specs), b.n), dtype=np.float64)
         fn = _FUNCS.get(spec.family) if not (spec.family == "ndcg" and spec.param) else None

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
 from .dwell import DWELL_FAMILIES, seconds_text, threshold_ms
-from .names import MetricNameError
+from .names import MetricNameError, closest_text, parse_metric, ranking_identity, ranking_vocabulary
 
 # --------------------------------------------------------------------------------------------
 # names
@@ -106,7 +107,7 @@ _ACCEPTED = ("auc, auc_hist, gauc, gauc[GROUP] or gauc[GROUP,WEIGHTING] (GROUP u
 def parse_online_metric(name: str) -> OnlineSpec:
     """Parse one online metric name (forms in :data:`_ACCEPTED`; case-insensitive).
 
-    Raises :class:`~streameval.metrics.names.MetricNameError` listing the accepted forms."""
+    Raises :class:`~streameval.metrics.names.MetricNameError` naming the three closest accepted names."""
     text = str(name).strip()
     low = text.lower().replace(" ", "")
     if low in ("auc", "roc_auc", "auc_exact"):
@@ -119,7 +120,7 @@ def parse_online_metric(name: str) -> OnlineSpec:
         weighting = _WEIGHT_ALIASES.get(m.group(2) or DEFAULT_GAUC_WEIGHTING)
         if group is None or weighting is None:
             raise MetricNameError(f"bad GAUC name {name!r}: group one of {sorted(GAUC_GROUPS)}, weighting one "
-                                  f"of {list(GAUC_WEIGHTINGS)}; accepted: {_ACCEPTED}")
+                                  f"of {list(GAUC_WEIGHTINGS)}")
         return OnlineSpec("gauc", group=group, weighting=weighting)
     if low == "ctr":
         return OnlineSpec("ctr")
@@ -155,7 +156,29 @@ def parse_online_metric(name: str) -> OnlineSpec:
     m = re.fullmatch(r"ece(?:\[(.*)\])?", low)
     if m:
         return OnlineSpec("ece", k=_ece_bins(name, m.group(1)))
-    raise MetricNameError(f"unknown online metric {name!r}; accepted: {_ACCEPTED}")
+    raise unknown_online_error(name)
+
+
+#: the base names of the online metrics (the closest names of an unknown one draw on them)
+ONLINE_VOCABULARY = ("auc", "auc_hist", "gauc", "ctr",
+                     "clicks", "rr_first_click", "rr_first_click[clicked]", "abandonment", "logloss", "brier",
+                     "calibration", "ece", "interleaving", *DWELL_FAMILIES)
+
+
+def online_identity(name):
+    """The online metric a name gives (its :class:`OnlineSpec`), or None if it is refused."""
+    try:
+        return parse_online_metric(name)
+    except MetricNameError:
+        return None
+
+
+def unknown_online_error(name) -> MetricNameError:
+    """The one-line error of a name that is no online metric, naming the three closest."""
+    e = MetricNameError(f"unknown online metric {str(name).strip()!r}"
+                        f"{closest_text(name, ONLINE_VOCABULARY, online_identity)}")
+    e.unknown = True
+    return e
 
 
 def _ece_bins(name, params) -> int:
@@ -211,3 +234,46 @@ def is_online_metric(name: str) -> bool:
     except MetricNameError:
         return False
     return True
+
+
+def unknown_metric_error(name, diversity: bool = False) -> MetricNameError:
+    """The one-line error of a name that is neither a ranking nor an online metric (the jobs'
+    ``--metrics``), naming the three closest of both kinds."""
+
+    def identity(c):
+        return ranking_identity(c, diversity) or online_identity(c)
+
+    e = MetricNameError(f"unknown metric {str(name).strip()!r}"
+                        f"{closest_text(name, ranking_vocabulary(diversity) + ONLINE_VOCABULARY, identity)}")
+    e.unknown = True
+    return e
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical(text: str) -> str:
+    try:
+        return parse_online_metric(text).name
+    except MetricNameError:
+        pass
+    try:
+        specs = parse_metric(text, diversity=True)
+    except MetricNameError:
+        return text
+    return specs[0].canonical if len(specs) == 1 else text
+
+
+def canonical_metric(name) -> str:
+    """The canonical name of a metric written in any spelling (issue 42): a ranking measure's
+    :attr:`~streameval.metrics.names.MetricSpec.canonical` (``nDCG@10``, ``ndcg_cut_10`` ->
+    ``ndcg@10``; ``AP`` -> ``map``), an online metric's :attr:`OnlineSpec.name` (``GAUC`` ->
+    ``gauc[user,impressions]``); any other name (an off-policy estimate's, a list ``P.5,10``) as
+    given, stripped. ir_measures Measure objects are read as their names. The rows' ``metric_canonical``
+    and what every reader of metric rows matches names on."""
+    from .names import as_name
+
+    return _canonical(str(as_name(name)).strip())
+
+
+def same_metric(a, b) -> bool:
+    """True when ``a`` and ``b`` name the same metric in any spelling (:func:`canonical_metric`)."""
+    return a == b or canonical_metric(a) == canonical_metric(b)

@@ -140,6 +140,10 @@ REGISTRY: tuple[Family, ...] = (
            rows=(("`hits@k`", "(none)", "number of relevant items in the top k (a mean over queries; before "
                   "issue 17 `hits@k` was read as success@k)", "ranx 0.3.21 `ranx/metrics/hits.py` (relevant: "
                   "grade >= `rel_lvl` = 1; here the relevance level)"),)),
+    Family("f1", ("f1",), "f1 f1@k", OPTIONAL, params=(_REL,), print_order=29.7, state=TOP_K, kernel=_K + "_f1",
+           rows=(("`f1`, `f1@k`", "(none)", "harmonic mean of precision (relevant in the top k / k; without k, / "
+                  "the ranked items) and recall (/ R): 2 h / (k + R), h the relevant items in the top k; 0 when h "
+                  "or R is 0", "ranx 0.3.21 `ranx/metrics/f1.py`"),)),
     Family("recip_rank", ("recip_rank", "mrr", "rr"), "recip_rank mrr rr mrr@k rr@k", OPTIONAL, params=(_REL,),
            trec_name="recip_rank", print_order=9, trec_sets=("official", "all_trec"), state=TOP_K,
            kernel=_K + "_recip_rank", irm=("RR",),
@@ -356,8 +360,8 @@ TREC_PRINT_ORDER = _print_order()
 
 
 def accepted() -> str:
-    """The accepted forms of every parsed family, ``" | "``-joined, for the name parser's errors
-    (ir_measures' spellings are added by :mod:`~streameval.metrics.names`)."""
+    """The accepted forms of every parsed family, ``" | "``-joined (:data:`streameval.metrics.names.ACCEPTED`,
+    with ir_measures' spellings; since issue 42 the errors name the three closest names instead)."""
     ours = [f.forms for f in REGISTRY if f.parsed and f.forms and not f.trec_kind]
     trec = [f.forms for f in REGISTRY if f.parsed and f.forms and f.trec_kind]
     return " | ".join(ours + ["all_trec official", " ".join(trec)])

@@ -364,6 +364,19 @@ def _rbp(b, spec):
     level is not used."""
     p = trec_names.values(spec)[0]
     pw = _powers(b, p)
+    if "binary" in spec.opts.split(";"):
+        # ir_measures' RBP(rel=r) through cwl_eval (ir_measures/providers/cwl_eval.py, IrmQrelHandler):
+        # gain 1 for a grade at or above r, else 0, over the first 1000 ranks (cwl_eval's max_n)
+        with np.errstate(invalid="ignore"):
+            hit = (b.g >= b.opts.relevance_level) & (b.rank <= 1000)
+        return (1.0 - p) * b.segsum(np.where(hit, pw[b.rank - 1], 0.0))
+    if "ranx" in spec.opts.split(";"):
+        # ranx's rbp.95 (ranx/metrics/rank_biased_precision.py, 0.3.21): the gain is the grade itself
+        # for the judgments at or above its relevance level (rel_lvl, the -lN suffix; default 1), 0
+        # for the others; not divided by the largest grade
+        with np.errstate(invalid="ignore"):
+            gain = np.where(b.g >= b.opts.relevance_level, b.g, 0.0)
+        return (1.0 - p) * b.segsum(np.where(gain != 0, gain * pw[b.rank - 1], 0.0))
     has = np.diff(b.joff) > 0
     top = np.zeros(b.ng)
     top[has] = b.hv[b.joff[:-1][has]]  # histograms are in descending grade order
