@@ -92,8 +92,13 @@ def make_pipeline(options):
 
     s3_clients.install()
     s3_clients.add_to_options(options)
-    from apache_beam.options.pipeline_options import DirectOptions
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
+    standard = options.view_as(StandardOptions)
+    if standard.runner == "FnApiRunner" and not any(
+            r.rsplit(".", 1)[-1] == "FnApiRunner" for r in StandardOptions.ALL_KNOWN_RUNNERS):
+        # the jobs' default, a name Beam knows since 2.7x; before (2.62), only by its module path
+        standard.runner = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
     if options.view_as(DirectOptions).direct_running_mode == "multi_processing":
         # the local runner's worker processes start without the pipeline options: they inherit the
         # S3 endpoint and credentials through the environment instead
