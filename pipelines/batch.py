@@ -452,13 +452,13 @@ def shard_count(args, impression_paths, total=None) -> int:
     return auto_shards(total, 0 if total is not None else input_bytes(impression_paths))
 
 
-def decoders_used(result, engine: str, paths) -> dict:
+def decoders_used(result, engine: str, paths, options=None) -> dict:
     """{input file: the Avro decoder(s) that read it} (the columnar engine's counters of
     ``DECODER_NAMESPACE``; the per-record engine reads with fastavro)."""
     if engine != "columnar":
         return {p: "fastavro" for p in paths}
     out = {}
-    for name, n in job_counters(result, DECODER_NAMESPACE).items():
+    for name, n in job_counters(result, DECODER_NAMESPACE, options=options).items():
         if n:
             used, path = cn.decoder_parts(name)
             out[path] = used
@@ -637,7 +637,7 @@ def _main(argv, held: list) -> int:
         finally:
             release_held()
     try:
-        final = job_counters(result)
+        final = job_counters(result, options=options)
         line.read = lambda: final.get(cn.IMPRESSIONS_READ, 0) + final.get(cn.JUDGMENTS_READ, 0)
         line.written = lambda: final.get(cn.METRIC_ROWS_WRITTEN, 0)
     except Exception:  # noqa: BLE001 (a runner without counters: this process's counts stay)
@@ -648,7 +648,7 @@ def _main(argv, held: list) -> int:
     if str(state).rsplit(".", 1)[-1] != "DONE":
         print(f"error: the job ended in state {state}", file=sys.stderr)
         return 1
-    counters = job_counters(result)
+    counters = job_counters(result, options=options)
 
     # the launcher reads counters and small outputs only, through FileSystems (the workers may be elsewhere)
     rows, note = [], None
@@ -676,9 +676,9 @@ def _main(argv, held: list) -> int:
         "threads": getattr(args, "work_threads", 1),
         "engine": engine,
         "avro_decoder": (getattr(args, "avro_decoder", None) or default_decoder()) if engine == "columnar" else "fastavro",
-        "decoders": decoders_used(result, engine, impression_paths + judgment_paths),
+        "decoders": decoders_used(result, engine, impression_paths + judgment_paths, options),
         "shards": args.shards_used if engine == "columnar" else None,
-        "elements": job_distributions(result),
+        "elements": job_distributions(result, options=options),
         "impression_files": impression_paths,
         "judgment_files": judgment_paths,
         "metrics": names,

@@ -319,7 +319,8 @@ def _main(argv, held: list) -> int:
             name = f"{target_system or 'target'}-logged"
             notes.append(f"logged target: propensities of {len(target_recs)} target-log impressions, nearest time "
                          "per (slice, item, position)")
-        p = make_pipeline(PipelineOptions(["--runner", args.runner, *beam_args]))
+        options = PipelineOptions(["--runner", args.runner, *beam_args])
+        p = make_pipeline(options)
         run = None
         if args.output:  # the inputs are read: refuse an output that overlaps them, lock it, give the run its folder
             run = start_output(args.output, OUTPUTS, inputs=[("--logs", args.logs, log_paths),
@@ -360,7 +361,7 @@ def _main(argv, held: list) -> int:
         result = p.run()
         result.wait_until_finish()
         wall = time.perf_counter() - start
-        counters = job_counters(result)
+        counters = job_counters(result, options=options)
         out_rows = read_metric_rows(os.path.join(out_dir, "metrics.jsonl"))
         if run is not None:  # the previous run's outputs are replaced now, not before
             publish(run, OUTPUTS, {"state": "DONE"})

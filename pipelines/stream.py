@@ -326,7 +326,7 @@ def check_outputs(counts: dict, local: dict, replayed: dict | None) -> list[str]
     return problems
 
 
-def wait_reporting(result, every: float, out=None, sleep=time.sleep):
+def wait_reporting(result, every: float, out=None, sleep=time.sleep, options=None):
     """Waits for a job on another runner (an unbounded one may never end), printing the running
     totals of its Beam counters (:func:`~streameval.beam.streaming.console.running_totals_line`)
     every ``every`` seconds; returns the final state."""
@@ -336,7 +336,7 @@ def wait_reporting(result, every: float, out=None, sleep=time.sleep):
     while not PipelineState.is_terminal(result.state):
         sleep(every)
         try:
-            counters = job_counters(result)
+            counters = job_counters(result, options=options)
         except Exception as e:  # noqa: BLE001 - a runner that cannot report metrics while running
             counters, note = {}, f" (metrics unavailable: {type(e).__name__})"
         else:
@@ -490,7 +490,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         with runner_thread_errors_reported_once():
             result = p.run()
             in_process = _on_local_runner(args)
-            state = result.wait_until_finish() if in_process else wait_reporting(result, args.report_every)
+            state = result.wait_until_finish() if in_process else wait_reporting(result, args.report_every, options=p.options)
     except Exception as e:  # noqa: BLE001 - the runner's error, reported in one line
         line.enable = False
         line.stop()
@@ -507,7 +507,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         print(f"error: the job failed: {failure_reason(live.watcher.error)}", file=sys.stderr)
         return 1
     wall = time.perf_counter() - start
-    counters = job_counters(result)
+    counters = job_counters(result, options=p.options)
     if not _on_local_runner(args):  # the workers' counts: the job's counters
         line.read = lambda: sum(v for k, v in counters.items() if k.endswith(cn.READ_SUFFIX))
     line.stop()

@@ -31,7 +31,7 @@ from streameval.commands import cluster, engines
 from streameval.io import avro
 
 from .test_columnar import _messy_logs
-from .test_portable import BOOTSTRAP_COMPARE, MESSY_COLUMNAR, SAMPLE_COLUMNAR, assert_same, run_job
+from .test_portable import BOOTSTRAP_COMPARE, MESSY_COLUMNAR, SAMPLE_COLUMNAR, assert_same, read_output, run_job
 
 pytestmark = [
     pytest.mark.engines,
@@ -309,14 +309,115 @@ def test_flink_cluster_runs_its_taskmanagers(flink):
     assert master is None or f"http://{master}" == flink["web_ui"]
 
 
-@pytest.mark.parametrize("name", ["sample-columnar"])
-def test_batch_on_flink_equals_local(flink, launch, name):
-    if not flink["has_job_server"]:
+def _need_job_server(has: bool) -> None:
+    if not has:
         why = engines.status().get("job_server")
         pytest.skip("Beam's Flink job server jar is not in the cache: "
                     f"{why.reason if why and why.reason else 'not fetched'}")
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_batch_on_flink_equals_local(flink, launch, name):
+    """The batch job through Beam's Flink job server on the local Flink cluster (its tasks on the
+    TaskManagers, our Python code in the worker pool's SDK workers): every output, the accounting and
+    the counters equal to the local runner's (the counters summed over every report of the job
+    service: a transform after a flatten reports once per fused stage on Flink)."""
+    _need_job_server(flink["has_job_server"])
     got, ref = _pair(name, "flink", flink["runner_args"], "PortableRunner")
     assert_same(got, ref)
+    if name == "messy-columnar":
+        assert [json.loads(x)["source"] for x in got["unreadable_files.jsonl"]] == \
+            [str(launch / "messy" / "imps-cut.avro")]
+    if name == "bootstrap-compare":
+        assert len(ref["comparisons.jsonl"]) == 3
+    pool_log = Path(flink["logs"]) / "worker_pool-1.log"
+    assert "Starting worker with command" in pool_log.read_text(errors="replace")
+
+
+def _flink_job_running_on(web_ui: str) -> set:
+    """The resource ids of the TaskManagers running a subtask of the cluster's running job (empty
+    while none runs)."""
+    with urllib.request.urlopen(f"{web_ui}/jobs/overview", timeout=10) as r:
+        jobs = [j for j in json.loads(r.read())["jobs"] if j["state"] == "RUNNING"]
+    where = set()
+    for job in jobs:
+        with urllib.request.urlopen(f"{web_ui}/jobs/{job['jid']}", timeout=10) as r:
+            vertices = json.loads(r.read())["vertices"]
+        for v in vertices:
+            with urllib.request.urlopen(f"{web_ui}/jobs/{job['jid']}/vertices/{v['id']}", timeout=10) as r:
+                for sub in json.loads(r.read())["subtasks"]:
+                    if sub.get("status") == "RUNNING" and sub.get("taskmanager-id"):
+                        where.add(sub["taskmanager-id"])
+    return where
+
+
+@pytest.mark.parametrize("victim", ["taskmanager", "job_server"])
+def test_a_process_killed_under_the_batch_job_on_flink(tmp_path, launch, capsys, victim):
+    """SIGKILL, once the job's tasks run, to the TaskManager running them, or to Beam's job server.
+
+    A TaskManager: Flink's restart strategy (fixed delay, 3 attempts) runs the tasks again on the
+    other TaskManager and the job finishes with every output, the accounting and the counters equal
+    to the fault-free local run (Flink keeps the counters of the finished attempts only). The job
+    server: the launcher loses the job's service and exits 1 with one ``error:`` line; nothing is
+    published under --output."""
+    import signal
+    import threading
+    import time
+
+    from pipelines import batch
+
+    from .conftest import fail_after
+
+    _need("flink", "java")
+    _need_job_server(not engines.missing(["job_server"]))
+    state = tmp_path / "state"
+    info = _up("flink", state, "--taskmanagers", "2", "--slots", "2")
+    try:
+        killed: list = []
+
+        def kill_when_running():
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                try:
+                    where = _flink_job_running_on(info["web_ui"])
+                except OSError:
+                    where = set()
+                if where:
+                    name = sorted(where)[0] if victim == "taskmanager" else "job_server"
+                    time.sleep(1)
+                    os.killpg(info["processes"][name], signal.SIGKILL)  # each leads its own group
+                    killed.append(name)
+                    return
+                time.sleep(0.1)
+
+        killer = threading.Thread(target=kill_when_running, daemon=True)
+        killer.start()
+        out = tmp_path / "out"
+        capsys.readouterr()
+        with fail_after(600, f"the batch job on Flink with the {victim} killed"):
+            code = batch.main([*SAMPLE_COLUMNAR, "--output", str(out), "--quiet", *info["runner_args"]])
+        killer.join(5)
+        assert killed, f"no task of the job ran: the {victim} was not killed under the job"
+        err = capsys.readouterr().err.strip().splitlines()
+        if victim == "taskmanager":
+            assert code == 0, err[-20:]
+            with urllib.request.urlopen(f"{info['web_ui']}/jobs/overview", timeout=10) as r:
+                jobs = json.loads(r.read())["jobs"]
+            assert [j["state"] for j in jobs] == ["FINISHED"]
+            with urllib.request.urlopen(f"{info['web_ui']}/jobs/{jobs[0]['jid']}/exceptions", timeout=10) as r:
+                history = json.loads(r.read()).get("exceptionHistory", {}).get("entries", [])
+            assert history, "Flink recorded no failure: the TaskManager died after the job's tasks"
+            got = read_output(out)
+            code, ref = run_job(SAMPLE_COLUMNAR, str(tmp_path / "local"))
+            assert code == 0
+            assert_same(got, ref)
+        else:
+            errors = [line for line in err if line.startswith("error:")]
+            assert code == 1 and len(errors) == 1, err
+            assert errors[0].startswith("error: the job failed: the runner's service stopped answering"), errors
+            assert not (out / "manifest.json").exists() and not list(out.glob("metrics*"))
+    finally:
+        _down(state, info)
 
 
 # ------------------------------------------------------------------------------------------------

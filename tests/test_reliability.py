@@ -317,8 +317,8 @@ def test_counts_that_do_not_add_up_fail_the_job(clean, tmp_path, monkeypatch, ca
     imps, judg, _, _ = clean
     real = batch.job_counters
 
-    def lossy(result, *namespace):
-        c = real(result, *namespace)
+    def lossy(result, *namespace, **kw):
+        c = real(result, *namespace, **kw)
         if not namespace:  # the record counters (not the decoders' namespace)
             c["impressions_read"] += 1  # a record read but found nowhere
         return c

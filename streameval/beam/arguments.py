@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import uuid
 
 __all__ = ["DEFAULT_METRICS", "split_metrics", "split_names", "join_parameter_lists", "parse_slice_args",
            "split_window_arg", "batch_window_spec", "add_window_limit_argument", "sliding_window_spec",
@@ -92,8 +93,19 @@ def make_pipeline(options):
 
     s3_clients.install()
     s3_clients.add_to_options(options)
-    from apache_beam.options.pipeline_options import DirectOptions
+    from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PortableOptions,
+                                                      StandardOptions)
 
+    standard = options.view_as(StandardOptions)
+    if standard.runner == "FnApiRunner" and not any(
+            r.rsplit(".", 1)[-1] == "FnApiRunner" for r in StandardOptions.ALL_KNOWN_RUNNERS):
+        # the jobs' default, a name Beam knows since 2.7x; before (2.62), only by its module path
+        standard.runner = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
+    portable, cloud = options.view_as(PortableOptions), options.view_as(GoogleCloudOptions)
+    if portable.job_endpoint and portable.job_endpoint != "embed" and not cloud.job_name:
+        # a name of its own among the job service's jobs: the job's counters are read from every
+        # report the service holds (streameval.beam.accounting.job_counters)
+        cloud.job_name = f"streameval-{uuid.uuid4().hex[:16]}"
     if options.view_as(DirectOptions).direct_running_mode == "multi_processing":
         # the local runner's worker processes start without the pipeline options: they inherit the
         # S3 endpoint and credentials through the environment instead

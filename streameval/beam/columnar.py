@@ -69,6 +69,22 @@ __all__ = ["SHARDS", "DECODER_NAMESPACE", "SHARD_IMPRESSIONS", "auto_shards", "U
            "AVRO_BYTES_PER_IMPRESSION", "DECODERS", "IMPRESSION_FIELDS", "JUDGMENT_FIELDS", "default_decoder",
            "freeze", "thaw", "release_held", "impression_columns_arrow", "judgment_columns_arrow", "mean_states"]
 
+#: key-value elements: the one coder every input of a Flatten before a GroupByKey shares
+_KV = typing.Tuple[typing.Any, typing.Any]
+
+
+def _identity(x):
+    return x
+
+
+def _as_kv():
+    """A step typing its input as key-value pairs (no work: fused into the producer). Every input
+    of a Flatten then has the Flatten's output coder: Prism 2.62 rewrites an input's coder into the
+    output's under the same coder id, which breaks every other collection sharing that id
+    ("unknown coder urn key: beam:coder:pickled_python:v1")."""
+    return beam.Map(_identity).with_output_types(_KV)
+
+
 # --------------------------------------------------------------------------------------------
 # stage 4: merge the partial states
 
@@ -306,7 +322,11 @@ class ColumnarMetrics(beam.PTransform):
                         | "GroupJudgments" >> beam.GroupByKey()
                         | "ResolveJudgments" >> beam.ParDo(_ResolveShard(self.policy, "ResolveJudgments",
                                                                          self.in_process, self.threads))
-                        .with_output_types(typing.Tuple[int, typing.Tuple[int, typing.Any]])  # a KV, for the multimap
+                        # a KV, for the multimap; out of process the frozen value is (rows, bytes): standard
+                        # coders only, which a runner decodes itself to build the multimap (Prism 2.62
+                        # refuses a pickled Python coder there: "unknown coder urn key")
+                        .with_output_types(typing.Tuple[int, typing.Tuple[int, typing.Any if self.in_process
+                                                                          else bytes]])
                         .with_outputs("dead_letters", main="judgments"))
             dead.append(resolved.dead_letters)
         if online:
@@ -317,12 +337,15 @@ class ColumnarMetrics(beam.PTransform):
             requests, extra = cleaned.requests, []
             hot = self.hot_fraction > 0  # hot queries fanned out (columnar_hot)
             if self.complete:  # every query shard is scored, also one without requests; the job's systems
-                markers = pbegin | "ShardMarkers" >> beam.Create([(s, None) for s in range(self.shards)])
-                requests = (requests, markers) | "RequestsAndMarkers" >> beam.Flatten()
-                systems = cleaned.systems | "DistinctSystems" >> beam.Distinct()
+                markers = pbegin | "ShardMarkers" >> beam.Create([(s, None) for s in range(self.shards)]) \
+                    .with_output_types(_KV)
+                requests = (requests | "RequestsAsKV" >> _as_kv(), markers) | "RequestsAndMarkers" >> beam.Flatten()
+                # side inputs of strings: standard coders (Prism 2.62 fails to build the scoring stage
+                # when a second side input of pickled Python values sits beside the multimap)
+                systems = cleaned.systems | "DistinctSystems" >> beam.Distinct().with_output_types(str)
                 extra = [beam.pvalue.AsList(systems)]
             if hot:
-                hot_set = cleaned.hot_queries | "DistinctHotQueries" >> beam.Distinct()
+                hot_set = cleaned.hot_queries | "DistinctHotQueries" >> beam.Distinct().with_output_types(str)
                 extra.append(beam.pvalue.AsList(hot_set))
                 fn_class = _HotCompletingScoreShard if self.complete else _HotScoreShard
             else:
@@ -342,16 +365,17 @@ class ColumnarMetrics(beam.PTransform):
             if hot:  # per hot query: counted once, completed (columnar_hot.HotQueries)
                 from .columnar_hot import HotQueries
 
-                hot_markers = hot_set | "HotQueryMarkers" >> beam.Map(lambda q: (q, None))
+                hot_markers = hot_set | "HotQueryMarkers" >> beam.Map(lambda q: (q, None)).with_output_types(_KV)
                 side = [beam.pvalue.AsMultiMap(resolved.judgments), beam.pvalue.AsList(systems)] \
                     if self.complete else []
-                hot_out = ((scored.hot, hot_markers)
+                hot_out = ((scored.hot | "HotAsKV" >> _as_kv(), hot_markers)
                            | "HotSummaries" >> beam.Flatten()
                            | "GroupHotQueries" >> beam.GroupByKey()
                            | "HotQueries" >> beam.ParDo(HotQueries(
                                self.specs, self.options, shard_fn.mm, self.shards, self.ci == "bootstrap",
                                self.complete), *side))
-                means = (means, hot_out) | "MeansAndHot" >> beam.Flatten()
+                means = ((means | "MeansAsKV" >> _as_kv(), hot_out | "HotOutAsKV" >> _as_kv())
+                         | "MeansAndHot" >> beam.Flatten())
             names = [s.name for s in self.specs]
             if self.slide is not None:  # a shard's sub-window states, in each sliding window holding them
                 means = means | "SlidingMeans" >> beam.FlatMap(slide_keys, self.slide)

@@ -667,7 +667,11 @@ def _runs_in_order(a, shard: np.ndarray):
     lengths = np.diff(np.append(seg, n))
     by_shard = _group_bounds(shard[seg])[0]
     ends = np.cumsum(lengths[by_shard]).astype(np.int32)
-    return pa.RunEndEncodedArray.from_arrays(pa.array(ends, type=pa.int32()), _pick(a, seg[by_shard]))
+    values = _pick(a, seg[by_shard])
+    # from_buffers, not from_arrays: pyarrow 16's from_arrays refuses an Arrow array of run ends
+    # ("TypeError: an integer is required", under Beam 2.62's pyarrow<17); n is the logical length
+    return pa.RunEndEncodedArray.from_buffers(pa.run_end_encoded(pa.int32(), values.type), n, [None], 0, 0,
+                                              [pa.array(ends, type=pa.int32()), values])
 
 
 def _group_bounds(codes: np.ndarray):

@@ -47,7 +47,7 @@ import pyarrow as pa
 from apache_beam import pvalue
 from apache_beam.coders import FastPrimitivesCoder
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.portability.api import beam_interactive_api_pb2_grpc
+from apache_beam.portability.api import beam_interactive_api_pb2_grpc, beam_runner_api_pb2_grpc
 from apache_beam.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
@@ -339,7 +339,12 @@ def _to_proto(event, coder, unit: dict):
     return ev(processing_time_event=ev.AdvanceProcessingTime(advance_duration=event.advance_by.micros // unit["advance"]))
 
 
-class _Service(beam_interactive_api_pb2_grpc.TestStreamServiceServicer):
+#: the TestStream service's gRPC module: beam_interactive_api's since Beam 2.7x, beam_runner_api's before (2.62)
+_TEST_STREAM_GRPC = (beam_interactive_api_pb2_grpc
+                     if hasattr(beam_interactive_api_pb2_grpc, "TestStreamServiceServicer") else beam_runner_api_pb2_grpc)
+
+
+class _Service(_TEST_STREAM_GRPC.TestStreamServiceServicer):
     """A TestStreamService on 127.0.0.1 serving one stream of a :class:`FileWatcher`."""
 
     def __init__(self, watcher: FileWatcher, coder):
@@ -347,7 +352,7 @@ class _Service(beam_interactive_api_pb2_grpc.TestStreamServiceServicer):
         self.coder = coder
         self.unit = _decoded_micros()
         self.server = grpc.server(ThreadPoolExecutor(max_workers=2))
-        beam_interactive_api_pb2_grpc.add_TestStreamServiceServicer_to_server(self, self.server)
+        _TEST_STREAM_GRPC.add_TestStreamServiceServicer_to_server(self, self.server)
         port = self.server.add_insecure_port("127.0.0.1:0")
         self.endpoint = f"127.0.0.1:{port}"
         self.server.start()
