@@ -38,6 +38,8 @@ JOBS = {
     "online and ranking": [*IMPS, *JUDG, "--labels", "clicks", "--metrics", "ndcg@5,auc,gauc[user,impressions],clicks@10"],
     "bootstrap and comparisons": [*IMPS, *JUDG, "--metrics", "ndcg@10,map", "--ci", "bootstrap", "--replicates", "20",
                                   "--compare-baseline", "feature206"],
+    "srm and clustered ctr": [*IMPS, *JUDG, "--metrics", "ndcg@10", "--expected-split",
+                              "feature206=1,feature253=1", "--cluster", "request"],
     "records engine": [*IMPS, *JUDG, "--metrics", "ndcg@10,map", "--engine", "records"],
 }
 
