@@ -196,7 +196,10 @@ def start_job_service(log_dir: Path, cwd: Path) -> Service:
 def start_worker_pool(log_dir: Path, cwd: Path, name: str = "worker_pool", pythonpath=None) -> Service:
     """An EXTERNAL SDK worker pool (``worker_pool_main``) whose workers run in ``cwd``; with
     ``pythonpath``, their PYTHONPATH is exactly that (e.g. an installed wheel)."""
-    argv = [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", "--service_port", "0"]
+    # logging configured first: Beam 2.62's worker_pool_main adds no handler, so its port line
+    # would not reach the log
+    argv = [sys.executable, "-c", "import logging; logging.basicConfig(level=logging.INFO); "
+            "from apache_beam.runners.worker import worker_pool_main; worker_pool_main.main()", "--service_port", "0"]
     service = _start(name, argv, Path(cwd), log_dir, _env(pythonpath))
     service.extra["pythonpath"] = pythonpath
 

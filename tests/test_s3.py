@@ -458,7 +458,10 @@ def booted_pool(tmp_path_factory):
     env = dict(os.environ, PYTHONUNBUFFERED="1", STREAMEVAL_TEST_CLIENT_LOG=str(client_log),
                PYTHONPATH=os.pathsep.join(filter(None, [str(d / "site"), os.environ.get("PYTHONPATH")])))
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+        # logging configured first: Beam 2.62's worker_pool_main adds no handler, so its port line
+        # would not reach the log
+        proc = subprocess.Popen([sys.executable, "-c", "import logging; logging.basicConfig(level=logging.INFO); "
+                                 "from apache_beam.runners.worker import worker_pool_main; worker_pool_main.main()",
                                  "--service_port", "0", "--container_executable", str(boot)],
                                 cwd=d, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

@@ -33,7 +33,7 @@ class _Work(ThreadedDoFn):
 
 def _run(threads, n=60, fail_on=None):
     """Counters of a job of ``n`` elements; its outputs are asserted in the job."""
-    p = beam.Pipeline(options=PipelineOptions(["--runner", "FnApiRunner"]))
+    p = beam.Pipeline(options=PipelineOptions(["--runner", "apache_beam.runners.portability.fn_api_runner.FnApiRunner"]))
     outs = (p | beam.Create(list(range(n))) | beam.Reshuffle()
             | beam.ParDo(_Work(threads, fail_on)).with_outputs("threes", main="main"))
     # every output arrives, once, and the work ran on pool threads exactly when threads > 1
