@@ -408,10 +408,11 @@ def test_workers_run_the_installed_wheel(portable_runner, launch, small_ref, tmp
 
     with worker_pool(portable_runner.log_dir, work / "workers", name="wheel_worker_pool", pythonpath=site) as pool:
         args = portable_runner.args_with(pool)
-        # where the workers import the project from (a lambda: pickled by value, this module is not
-        # importable on the workers)
+        # where the workers import the project from (a lambda pickled by value with cloudpickle, Beam
+        # 2.77's default: this module is not importable on the workers, and Beam 2.62's default,
+        # dill, pickles a module's function by reference)
         where = work / "where" / "modules"
-        p = beam.Pipeline(options=PipelineOptions(args))
+        p = beam.Pipeline(options=PipelineOptions([*args, "--pickle_library", "cloudpickle"]))
         (p
          | beam.Create(["streameval", "streameval.beam.sources", "pipelines.batch"])
          | beam.Map(lambda name: json.dumps([name, importlib.import_module(name).__file__]))
