@@ -344,6 +344,11 @@ def wait_reporting(result, every: float, out=None, sleep=time.sleep, options=Non
         out.write(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {result.state}: "
                   f"{running_totals_line(counters)}{note}\n")
         out.flush()
+    if result.state == PipelineState.DONE:
+        # finished: Beam 2.62's wait_until_finish on a finished portable job waits for its message
+        # stream until the call's deadline (DEADLINE_EXCEEDED after 60 s on Prism); a failed job's
+        # error still comes from wait_until_finish
+        return result.state
     return result.wait_until_finish()
 
 

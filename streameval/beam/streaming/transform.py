@@ -200,7 +200,15 @@ class StreamMetrics(beam.PTransform):
             to_queries.append(jud.queries)
             if gate:
                 pieces.append(jud.gate)
-        merged = tuple(pieces) | "AllPieces" >> beam.Flatten() if len(pieces) > 1 else pieces[0]
+        def flattened(pcs, key_type, label):
+            # every input typed as the output: Prism 2.62 rewrites a Flatten input's differing coder id
+            # into the output's wherever it is used (Beam's shared pickled coder then became a key-value
+            # coder of itself, and Prism overflowed its stack decoding it)
+            if len(pcs) == 1:
+                return pcs[0]
+            return keyed(tuple(keyed(pc, key_type) for pc in pcs) | label >> beam.Flatten(), key_type)
+
+        merged = flattened(pieces, int if gate else (str if cfg.shards == 0 else int), "AllPieces")
         if gate:
             gated = keyed(merged, int) | "Gate" >> beam.ParDo(
                 _GateFn(cfg.spec, cfg.lateness, cfg.shards, cfg.run)).with_outputs("queries", main="shards")
@@ -209,10 +217,10 @@ class StreamMetrics(beam.PTransform):
         reqs = keyed(merged, str if cfg.shards == 0 else int) | "Requests" >> beam.ParDo(_RequestsFn(cfg)).with_outputs("queries", main="systems")
         to_systems = [reqs.systems]
         if cfg.ranking:
-            q_in = tuple(to_queries + [reqs.queries]) | "ToQueries" >> beam.Flatten()
+            q_in = flattened(to_queries + [reqs.queries], str, "ToQueries")
             to_systems.append(keyed(q_in, str) | "Queries" >> beam.ParDo(_QueriesFn(cfg)))
         agg_fn = _AggregateFn(_WindowAggregate(cfg) if gate else _SessionAggregate(cfg))
-        agg_in = tuple(to_systems) | "ToSystems" >> beam.Flatten() if len(to_systems) > 1 else to_systems[0]
+        agg_in = flattened(to_systems, str, "ToSystems")
         agg = keyed(agg_in, str) | "Aggregate" >> beam.ParDo(agg_fn).with_outputs("panes", "side", main="rows")
         self.panes = agg.panes
         self.side = agg.side
