@@ -195,4 +195,12 @@ def test_example_runs(block: Block, workdir: Path):
         script.write_text(block.code, encoding="utf-8")
         _run([sys.executable, str(script)], workdir, f"{block.where} (python)")
     else:
-        _run(["bash", "-euo", "pipefail", "-c", block.script()], workdir, f"{block.where} (shell)")
+        # a cluster the example starts is stopped also when a later step fails (by its recorded PIDs)
+        states = re.findall(r"streameval cluster up \S+.*?--state-dir (\S+)", block.code)
+        try:
+            _run(["bash", "-euo", "pipefail", "-c", block.script()], workdir, f"{block.where} (shell)")
+        finally:
+            for state in states:
+                if (workdir / state / "cluster.json").exists():
+                    subprocess.run([sys.executable, "-m", "streameval.cli", "cluster", "down", "--state-dir", state],
+                                   cwd=workdir, capture_output=True, timeout=120)
