@@ -154,12 +154,18 @@ def _fetch_flink(root: Path) -> Part:
                     shutil.copyfileobj(src, dst)
         if not list((staging / "lib").glob("flink-dist*.jar")):
             return Part("flink", FLINK_VERSION, False, reason="the archive has no deps/lib/flink-dist*.jar")
-        if home.exists():
-            shutil.rmtree(home)
-        home.parent.mkdir(parents=True, exist_ok=True)
-        staging.rename(home)
-    (home / _COMPLETE).touch()
+        _put_in_place(staging, home)
     return Part("flink", FLINK_VERSION, True, str(home))
+
+
+def _put_in_place(staging: Path, target: Path) -> None:
+    """Replace ``target`` by the whole ``staging`` folder and mark it complete (a part is found in the
+    cache only once whole)."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging.rename(target)
+    (target / _COMPLETE).touch()
 
 
 def _fetch_maven(name: str, jar: Path, coordinates: str) -> Part:
@@ -215,11 +221,7 @@ def _fetch_job_server(root: Path, version: str) -> Part:
             return Part("job_server", version, False,
                         reason=f"{shaded.reason}; and the unshaded org.apache.beam:{artifact}:{version}'s runtime "
                                f"classpath could not be had: {_tail(why[0] if why else done.stdout, 1)[:300]}")
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staging.rename(folder)
-    (folder / _COMPLETE).touch()
+        _put_in_place(staging, folder)
     return Part("job_server", version, True, str(folder))
 
 
