@@ -340,9 +340,17 @@ def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int) -> N
         "rest.address": HOST, "rest.bind-address": HOST, "rest.port": rest,
         "blob.server.port": "0", "taskmanager.rpc.port": "0", "taskmanager.data.port": "0",
         "parallelism.default": 1, "io.tmp.dirs": str(tmp),
-        # a lost TaskManager restarts the job's tasks (docs/deploy.md)
-        "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": 3,
-        "restart-strategy.fixed-delay.delay": "5 s",
+        # a lost TaskManager restarts the job's tasks (docs/deploy.md). Not fixed-delay: there every
+        # failed task of a pipelined region counts as an attempt, and a TaskManager running four
+        # regions' tasks used 3 attempts up in 60 ms ("Recovery is suppressed by
+        # FixedDelayRestartBackoffTimeStrategy(maxNumberRestartAttempts=3"); the exponential-delay
+        # strategy counts the failures that arrive while the job is restarting as one (FLIP-364)
+        "restart-strategy.type": "exponential-delay",
+        "restart-strategy.exponential-delay.initial-backoff": "1 s",
+        "restart-strategy.exponential-delay.max-backoff": "20 s",
+        "restart-strategy.exponential-delay.backoff-multiplier": 2.0,
+        "restart-strategy.exponential-delay.attempts-before-reset-backoff": 3,
+        "restart-strategy.exponential-delay.jitter-factor": 0.0,
         "heartbeat.timeout": 20000,
     }
     (conf / "config.yaml").write_text("".join(f"{k}: {v}\n" for k, v in settings.items()))
