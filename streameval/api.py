@@ -26,7 +26,6 @@ from .metrics.kernel import MetricOptions, compute
 from .metrics.names import MetricSpec, as_name, metric_name_list, parse_metrics
 from .metrics.online_names import canonical_metric
 from .metrics.prepare import DEFAULT_SCORE_PRECISION, Prepared, prepare, refuse_nul
-from .io.arrow_text import arrow_strings, text_array
 from .metrics.prepare import judged_only as judged_only_lists
 from .metrics.trec_measures import WITHOUT_RESULTS, without_results
 
@@ -123,7 +122,9 @@ def _ids(values) -> np.ndarray:
     any other kind of id (floats, objects, booleans) becomes its text."""
     if _is_column(values) or (isinstance(values, np.ndarray) and values.dtype.kind == "O"):
         # text held as Arrow strings (pandas 3) or Python objects: numpy str from Arrow's bytes when
-        # ASCII, with no Python object per row
+        # ASCII, with no Python object per row (pyarrow imported here: not at start-up of trec-eval)
+        from .io.arrow_text import arrow_strings, text_array
+
         a = arrow_strings(values)
         t = text_array(a) if a is not None else None
         if t is not None:
