@@ -42,14 +42,15 @@ COLUMN_ROLES = ("query_id", "doc_id", "relevance", "score")
 
 
 def _pick(df, names, what, kind, given=None):
+    """The column of ``df`` that plays role ``what`` (a pandas Series, as the frame holds it)."""
     if given is not None:
         if given in df.columns:
-            return df[given].to_numpy()
+            return df[given]
         raise ValueError(f"{kind} DataFrame has no column {given!r} (columns={{...: {given!r}}}); "
                          f"has {list(df.columns)}")
     for n in names:
         if n in df.columns:
-            return df[n].to_numpy()
+            return df[n]
     raise ValueError(f"{kind} DataFrame has no {what} column (expected one of {', '.join(names)}, or name it "
                      f"with columns={{{_ROLE_OF[what]!r}: ...}}); has {list(df.columns)}")
 
@@ -74,6 +75,11 @@ def _is_frame(obj) -> bool:
     """A pandas (or pandas-like) DataFrame: before the TrecRun test, since a frame with qid and docno
     columns has them as attributes too."""
     return hasattr(obj, "columns") and hasattr(obj, "to_numpy") and hasattr(obj, "__getitem__")
+
+
+def _is_column(x) -> bool:
+    """A pandas (or pandas-like) Series."""
+    return hasattr(x, "to_numpy") and hasattr(x, "dtype") and not isinstance(x, np.ndarray)
 
 
 def _is_record(x) -> bool:
@@ -114,6 +120,17 @@ def _ids(values) -> np.ndarray:
     numpy array. Integer ids stay integers (``metrics.prepare`` orders them as their decimal text
     by arithmetic keys, :class:`~streameval.metrics.prepare.TextKeys`: no row is turned into text);
     any other kind of id (floats, objects, booleans) becomes its text."""
+    if _is_column(values) or (isinstance(values, np.ndarray) and values.dtype.kind == "O"):
+        # text held as Arrow strings (pandas 3) or Python objects: numpy str from Arrow's bytes when
+        # ASCII, with no Python object per row (pyarrow imported here: not at start-up of trec-eval)
+        from .io.arrow_text import arrow_strings, text_array
+
+        a = arrow_strings(values)
+        t = text_array(a) if a is not None else None
+        if t is not None:
+            return t
+        if _is_column(values):
+            values = values.to_numpy()
     if isinstance(values, (list, tuple)) or (isinstance(values, np.ndarray) and values.dtype.kind == "O"):
         refuse_nul(values)  # before numpy drops trailing NULs
     arr = np.asarray(values)
@@ -135,7 +152,7 @@ def _columns(obj, kind: str, columns: dict | None = None):
             v = _pick(obj, _S_COLS, "score", kind, columns.get("score"))
         else:
             v = _pick(obj, _G_COLS, "grade", kind, columns.get("relevance"))
-        return q, d, _values(v, kind)
+        return q, d, _values(v.to_numpy(), kind)
     if isinstance(obj, (str, os.PathLike)):
         from .io import trec
 

@@ -150,3 +150,41 @@ def test_prepare_orders_integer_docnos_as_text(trec_eval_bin, tmp_path, fast_pat
     for j, q in enumerate(prep.qids):
         for i, s in enumerate(specs):
             assert round(float(values[i, j]), 4) == pytest.approx(ref[str(q)][s.name], abs=1e-12), (q, s.name)
+
+
+TEXT_IDS = (["2", "10", "01", "1e3", "-1", "q_b"], ["2", "10", "1000.0", "01", "-1", "1.5", "1", "-10", "b", "B", "0", "d_9"])
+UNICODE_IDS = (["2", "é", "10", "z"], ["2", "10", "é1", "e", "ü", "0", "Z", "ß"])  # non-ASCII: the row-by-row path
+
+
+@pytest.mark.parametrize("ids", [TEXT_IDS, UNICODE_IDS], ids=["ascii", "non-ascii"])
+@pytest.mark.parametrize("dtype", ["str", object, "string[pyarrow]", "large_string[pyarrow]"])
+def test_dataframe_text_columns_order_as_text(trec_eval_bin, tmp_path, ids, dtype):
+    """Text id columns of a DataFrame, as pandas 3 holds them (Arrow strings: ``str``, ``string[pyarrow]``,
+    ``large_string[pyarrow]``) or as Python objects: read from Arrow's bytes when ASCII, row by row
+    otherwise; per-query values and the queries' order as trec_eval 10 on the same data in files."""
+    if dtype == "large_string[pyarrow]":
+        import pyarrow as pa
+
+        dtype = pd.ArrowDtype(pa.large_string())
+    run, qrels = _collection(3, *ids)
+    ref = _trec_eval(trec_eval_bin, tmp_path, run, qrels)
+
+    def frame(rows, value):
+        q, d, v = (list(c) for c in zip(*rows))
+        return pd.DataFrame({"q_id": pd.Series(q, dtype=dtype), "doc_id": pd.Series(d, dtype=dtype), value: v})
+
+    got = se.evaluate(frame(qrels, "rel"), frame(run, "score"), MEASURES, per_query=True).per_query
+    assert list(got) == sorted(ref)  # code-point order: UTF-8 byte order, trec_eval's strcmp
+    for q, row in ref.items():
+        for m, v in row.items():
+            assert round(got[q][m], 4) == pytest.approx(v, abs=1e-12), (q, m)
+
+
+@pytest.mark.parametrize("dtype", ["str", object])
+def test_dataframe_text_id_with_nul_is_refused(dtype):
+    """A NUL inside an id (numpy would drop a trailing one: "d1\\x00" read as "d1") is a ValueError."""
+    run = pd.DataFrame({"q_id": pd.Series(["1", "1"], dtype=dtype), "doc_id": pd.Series(["d1", "d1\x00"], dtype=dtype),
+                        "score": [1.0, 2.0]})
+    qrels = pd.DataFrame({"q_id": ["1"], "doc_id": ["d1"], "rel": [1]})
+    with pytest.raises(ValueError, match="NUL"):
+        se.evaluate(qrels, run, ["map"])

@@ -280,13 +280,13 @@ def unknown_name_error(raw, *, diversity: bool = False, head: str = "") -> Metri
 def _refuse_dwell(raw) -> None:
     """A dwell metric (``mean_dwell``, ``sat_click_rate[t=T]``, ...) is not a ranking metric: refused
     in one line naming where it is computed (ranking evaluation reaches it here)."""
-    from .online_names import parse_online_metric  # the online names import this module
+    from .online_names import match_online_metric  # the online names import this module
 
     try:
-        spec = parse_online_metric(raw)
+        spec = match_online_metric(raw)
     except MetricNameError:
         return
-    if spec.dwell:
+    if spec is not None and spec.dwell:
         raise MetricNameError(f"{spec.name} is an online dwell metric (the impressions' dwell_ms), not a ranking "
                               f"metric: the batch and streaming jobs compute it (--metrics {spec.name}); ranking "
                               f"evaluation does not")

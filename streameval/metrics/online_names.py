@@ -108,6 +108,17 @@ def parse_online_metric(name: str) -> OnlineSpec:
     """Parse one online metric name (forms in :data:`_ACCEPTED`; case-insensitive).
 
     Raises :class:`~streameval.metrics.names.MetricNameError` naming the three closest accepted names."""
+    spec = match_online_metric(name)
+    if spec is None:
+        raise unknown_online_error(name)
+    return spec
+
+
+def match_online_metric(name: str) -> OnlineSpec | None:
+    """The online metric a name gives, or None when it is no online metric's name (no search for the
+    closest names: cheap for callers that only ask). Raises
+    :class:`~streameval.metrics.names.MetricNameError` for an online metric's name with bad parameters
+    (``gauc[nobody]``)."""
     text = str(name).strip()
     low = text.lower().replace(" ", "")
     if low in ("auc", "roc_auc", "auc_exact"):
@@ -156,7 +167,7 @@ def parse_online_metric(name: str) -> OnlineSpec:
     m = re.fullmatch(r"ece(?:\[(.*)\])?", low)
     if m:
         return OnlineSpec("ece", k=_ece_bins(name, m.group(1)))
-    raise unknown_online_error(name)
+    return None
 
 
 #: the base names of the online metrics (the closest names of an unknown one draw on them)
