@@ -353,7 +353,7 @@ def _flink_job_running_on(web_ui: str) -> set:
     return where
 
 
-@pytest.mark.parametrize("victim", ["taskmanager", "job_server"])
+@pytest.mark.parametrize("victim", ["taskmanager", "job_server", "worker_pool"])
 def test_a_process_killed_under_the_batch_job_on_flink(tmp_path, launch, capsys, victim):
     """SIGKILL, once the job's tasks run, to the TaskManager running them, or to Beam's job server.
 
@@ -361,7 +361,10 @@ def test_a_process_killed_under_the_batch_job_on_flink(tmp_path, launch, capsys,
     exponential-delay restart strategy: a fixed-delay one counted each failed region as an attempt
     and gave up within 60 ms) and the job finishes with every output equal to the fault-free local
     run, Flink's exception history holding the lost TaskManager. The job server: the launcher loses
-    the job's service and exits 1 with one ``error:`` line; nothing is published under --output."""
+    the job's service and exits 1 with one ``error:`` line; nothing is published under --output.
+    The worker pool (the one every TaskManager reaches: docs/deploy.md): Flink restarts the tasks,
+    which cannot reach a pool any more, until its restart strategy gives up; the launcher exits 1
+    with one ``error:`` line (the refused connection) and nothing is published."""
     import signal
     import threading
     import time
@@ -385,7 +388,7 @@ def test_a_process_killed_under_the_batch_job_on_flink(tmp_path, launch, capsys,
                 except OSError:
                     where = set()
                 if where:
-                    name = sorted(where)[0] if victim == "taskmanager" else "job_server"
+                    name = {"taskmanager": sorted(where)[0], "worker_pool": "worker_pool-1"}.get(victim, victim)
                     time.sleep(1)
                     os.killpg(info["processes"][name], signal.SIGKILL)  # each leads its own group
                     killed.append(name)
@@ -415,6 +418,17 @@ def test_a_process_killed_under_the_batch_job_on_flink(tmp_path, launch, capsys,
             code, ref = run_job(SAMPLE_COLUMNAR, str(tmp_path / "local"))
             assert code == 0
             assert_same(got, ref)
+        elif victim == "worker_pool":
+            assert code == 1 and len(errors) == 1, err
+            assert errors[0].startswith("error: the job failed: ") and "Connection refused" in errors[0], errors
+            assert not any(line.startswith("Traceback") for line in err), err
+            assert not (out / "manifest.json").exists() and not list(out.glob("metrics*"))
+            with urllib.request.urlopen(f"{info['web_ui']}/jobs/overview", timeout=10) as r:
+                jobs = json.loads(r.read())["jobs"]
+            assert [j["state"] for j in jobs] == ["FAILED"]
+            with urllib.request.urlopen(f"{info['web_ui']}/jobs/{jobs[0]['jid']}/exceptions", timeout=10) as r:
+                history = json.loads(r.read()).get("exceptionHistory", {}).get("entries", [])
+            assert len(history) >= 2, history  # Flink tried again before it gave up
         else:
             assert code == 1 and len(errors) == 1, err
             assert errors[0].startswith("error: the job failed: the runner's service stopped answering"), errors
