@@ -48,8 +48,8 @@ TEST_WORKERS ?= 2
 # twice its target, or when an engine's numbers disagree with pytrec_eval's
 # (make engines first: the README's Prism example runs in the suite; the engine tier after the suite)
 test: $(VENV)/.installed-bench engines
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not engines"
-	$(BIN)/python -m pytest -q -m engines tests/test_engines.py
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not engines" --durations=25
+	$(BIN)/python -m pytest -q -m engines tests/test_engines.py --durations=10
 	$(BIN)/python benchmarks/run.py --quick
 	$(BIN)/python benchmarks/run.py --check
 
@@ -60,7 +60,7 @@ engines: $(VENV)/.installed
 
 # the engine tier: one process (its clusters are session fixtures), about 3 minutes on 2 cores
 test-engines: $(VENV)/.installed-test engines
-	$(BIN)/python -m pytest -q -m engines tests/test_engines.py
+	$(BIN)/python -m pytest -q -m engines tests/test_engines.py --durations=10
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
