@@ -58,7 +58,8 @@ test: $(VENV)/.installed-bench engines
 engines: $(VENV)/.installed
 	$(BIN)/streameval cluster fetch || echo "streameval cluster fetch: some parts could not be had (above)"
 
-# the engine tier: one process (its clusters are session fixtures), about 3 minutes on 2 cores
+# the engine tier: one process (its clusters are session fixtures; the fault tests start their own), about
+# 10-12 minutes on 2 cores (571 s before the Flink recovery and worker-pool fault tests)
 test-engines: $(VENV)/.installed-test engines
 	$(BIN)/python -m pytest -q -m engines tests/test_engines.py --durations=10
 
