@@ -20,11 +20,10 @@ padding would more than double the memory); the caller then takes the general pa
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from .kernel import RankedLists
+from .parallel import run_tasks as _run_tasks
 
 __all__ = ["prepare_grouped"]
 
@@ -38,22 +37,6 @@ def _unique(a: np.ndarray) -> np.ndarray:
     """``np.unique(a)`` by a sort (numpy 2's hash-based unique is several times slower on ids)."""
     s = np.sort(a)
     return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
-
-
-#: threads for the independent chunks of the work (numpy releases the GIL in its loops)
-WORKERS = min(2, os.cpu_count() or 1)
-
-
-def _run_tasks(tasks):
-    """``[fn(*args) for fn, args in tasks]``, on :data:`WORKERS` threads; the first task's error
-    (in order) is raised."""
-    if WORKERS < 2 or len(tasks) < 2:
-        return [fn(*args) for fn, args in tasks]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(WORKERS) as pool:
-        futures = [pool.submit(fn, *args) for fn, args in tasks]
-        return [f.result() for f in futures]
 
 
 def _differs(a: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .names import MetricSpec
+from .parallel import run_tasks
 
 __all__ = ["RankedLists", "MetricOptions", "compute", "GAINS", "IDEALS", "options_for"]
 
@@ -554,7 +555,8 @@ def compute(lists: RankedLists, specs: list[MetricSpec], options: MetricOptions 
     cuts = np.searchsorted(off, np.arange(CHUNK_ITEMS, n_items, CHUNK_ITEMS), side="right") - 1
     bounds = [0, *sorted({int(c) for c in cuts if 0 < c < n}), n]
     out = np.empty((len(specs), n), dtype=np.float64)
-    for a, b in zip(bounds[:-1], bounds[1:]):
+
+    def chunk(a, b):
         lo, hi = off[a], off[b]
         if gidx is None:
             jlo, jhi = joff[a], joff[b]
@@ -566,10 +568,13 @@ def compute(lists: RankedLists, specs: list[MetricSpec], options: MetricOptions 
             np.cumsum(lens, out=pjoff[1:])
             at = np.repeat(joff[used] - pjoff[:-1], lens) + np.arange(pjoff[-1], dtype=np.int64)
             part = RankedLists(off[a:b + 1] - lo, grades[lo:hi], pjoff, hv[at], hc[at], local.reshape(-1))
-        try:
-            out[:, a:b] = _compute(part, specs, opts)
-        except ValueError:
-            return _compute(lists, specs, opts)  # the whole batch's error, as without chunks
+        out[:, a:b] = _compute(part, specs, opts)
+
+    # the chunks write disjoint columns of ``out``: on two threads
+    try:
+        run_tasks([(chunk, (a, b)) for a, b in zip(bounds[:-1], bounds[1:])])
+    except ValueError:
+        return _compute(lists, specs, opts)  # the whole batch's error, as without chunks
     return out
 
 
