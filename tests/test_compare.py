@@ -365,7 +365,7 @@ def test_compare_command_adjust_and_tukey(tmp_path, capsys):
     fast = ["--replicates", "20", "--flips", "100"]  # not under test here (12 queries: exact sign flips)
     per_query = {n: api.evaluate(str(qrels), str(p), metrics, per_query="pandas").per_query for n, p in zip(names, paths)}
     # --adjust: one family per metric, the comparisons of b, c, d with a
-    for method in ("holm", "bh"):
+    for method in ("holm", "bh", "bonferroni"):
         assert compare.main(files + ["-m", "ndcg@5", "-m", "P_3", "--json", "--adjust", method] + fast) == 0
         rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert len(rows) == 6 and all(r["adjust"] == method for r in rows)
@@ -409,8 +409,8 @@ def test_compare_command_adjust_and_tukey(tmp_path, capsys):
     assert "No correction for multiple comparisons." in text and "Tukey" not in text and "p (t, " not in text
     # bad input
     with pytest.raises(SystemExit):
-        compare.main(files + ["--adjust", "bonferroni"])
-    with pytest.raises(ValueError, match="adjust must be one of none, holm, bh"):
+        compare.main(files + ["--adjust", "sidak"])
+    with pytest.raises(ValueError, match="adjust must be one of none, holm, bh, bonferroni"):
         compare.compare_runs(str(qrels), str(paths[0]), [str(paths[1])], ["P@3"], adjust="fdr")
     for line, n in (("5 Q0 d1 1 1 one", 1), ("99 Q0 d1 1 1 one", 0)):  # Tukey needs two queries every run scored
         (tmp_path / "one.run").write_text(line + "\n")

@@ -58,7 +58,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--adjust", choices=ADJUST_METHODS, default="none",
                    help="adjust the p-values of the t and randomization tests for multiple comparisons, per metric "
                         "over the comparisons of every B with A: holm (Holm 1979, family-wise error rate), bh "
-                        "(Benjamini-Hochberg 1995, false discovery rate); adds the columns p (t, METHOD) and "
+                        "(Benjamini-Hochberg 1995, false discovery rate), bonferroni (family-wise, single step); adds the columns p (t, METHOD) and "
                         "p (perm, METHOD), the JSON fields p_t_adj and p_perm_adj (default none: raw p-values only)")
     p.add_argument("--tukey", action="store_true",
                    help="also print Tukey's HSD (Tukey 1949) of all pairs of runs per metric: mean difference, "
@@ -285,7 +285,8 @@ def _adjust_note(method: str, m: int) -> str:
     if method == "none":
         return "No correction for multiple comparisons."
     what = {"holm": "Holm's step-down method (family-wise error rate)",
-            "bh": "the Benjamini-Hochberg method (false discovery rate)"}[method]
+            "bh": "the Benjamini-Hochberg method (false discovery rate)",
+            "bonferroni": "Bonferroni's method (family-wise error rate)"}[method]
     return (f"p (t, {method}) and p (perm, {method}): the p-values adjusted by {what}, per metric over its {m} "
             f"comparison{'s' if m != 1 else ''} with A.")
 
