@@ -574,3 +574,32 @@ def test_columnar_comparisons_with_several_slice_specifications(tmp_path, seed, 
     got = _run(tmp_path, f"s{seed}", imp_files, judg, extra)
     assert got["records"]["comparisons.jsonl"], "the reference compared nothing"
     assert got["columnar"]["comparisons.jsonl"] == got["records"]["comparisons.jsonl"]
+
+
+def test_compare_command_all_pairs(tmp_path, capsys):
+    """--all-pairs (issue 42 item 4): every pair of runs, the later minus the earlier, on the queries
+    both scored; --adjust's family is every pair of a metric. p-values from scipy and statsmodels."""
+    from .test_multiple import _sm
+
+    names = ["a", "b", "c", "d"]
+    qrels, paths = write_runs(tmp_path, np.random.default_rng(8), names)
+    files = [str(qrels), *map(str, paths)]
+    per_query = {n: api.evaluate(str(qrels), str(p), "ndcg@5", per_query="pandas").per_query["ndcg@5"]
+                 for n, p in zip(names, paths)}
+    assert compare.main(files + ["-m", "ndcg@5", "--all-pairs", "--adjust", "bonferroni", "--json",
+                                 "--replicates", "20", "--flips", "100"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["system_a"], r["system_b"]) for r in rows] == list(itertools.combinations(names, 2))
+    raw = []
+    for r in rows:
+        a, b = per_query[r["system_a"]], per_query[r["system_b"]]
+        shared = a.index.intersection(b.index)
+        assert r["num_queries"] == len(shared) == (11 if "d" in (r["system_a"], r["system_b"]) else 12)
+        assert r["diff"] == pytest.approx(float((b[shared] - a[shared]).mean()), abs=1e-15)
+        raw.append(sst.ttest_rel(b[shared].to_numpy(), a[shared].to_numpy()).pvalue)
+    assert [r["p_t"] for r in rows] == pytest.approx(raw, rel=1e-9)
+    assert [r["p_t_adj"] for r in rows] == pytest.approx(list(_sm(np.array(raw), "bonferroni")), rel=1e-12)
+    assert compare.main(files + ["-m", "ndcg@5", "--all-pairs", "--adjust", "holm", "--replicates", "20",
+                                 "--flips", "100"]) == 0
+    text = capsys.readouterr().out
+    assert "A = b, B = c: 12 paired queries" in text and "over its 6 comparisons (all pairs)." in text
