@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["compare", "Comparison", "TESTS", "CORRECTIONS", "TIE_TOLERANCE"]
+__all__ = ["compare", "Comparison", "scores_by_query", "TESTS", "CORRECTIONS", "TIE_TOLERANCE"]
 
 #: the tests :func:`compare` runs, with the aliases ranx users write
 TESTS = {"t": "t", "student": "t", "paired_t": "t", "fisher": "fisher", "randomization": "fisher",
@@ -239,7 +239,6 @@ def compare(qrels, runs, metrics, *, test: str = "t", correction: str | None = "
     baseline (naming the closest accepted values), fewer than two runs, or with Tukey fewer than two
     queries every run scored; MetricNameError for unknown metric names."""
     from .accumulators import bootstrap
-    from .api import score_queries
     from .metrics import multiple
     from .metrics.names import parse_metrics
     from .metrics.stats import check_level
@@ -269,10 +268,7 @@ def compare(qrels, runs, metrics, *, test: str = "t", correction: str | None = "
 
     scored, means, counts = [], {}, {}
     for name, run in zip(names, objs):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            _, prep, values = score_queries(qrels, run, specs, **options)
-        per = {str(q): values[:, j] for j, q in enumerate(prep.qids)}
+        per, values = scores_by_query(qrels, run, specs, **options)
         scored.append(per)
         counts[name] = len(per)
         means[name] = {m: (math.fsum(values[i][np.isfinite(values[i])].tolist()) / int(np.isfinite(values[i]).sum())
@@ -323,6 +319,18 @@ def compare(qrels, runs, metrics, *, test: str = "t", correction: str | None = "
     return Comparison(rows=rows, runs=names, metrics=mnames, means=means, test=kind,
                       correction="tukey" if kind == "tukey" else corr, alpha=float(alpha), baseline=baseline,
                       num_queries=counts)
+
+
+def scores_by_query(qrels, run, specs, **options) -> tuple[dict, np.ndarray]:
+    """``({query id: scores of specs}, scores (len(specs), n_queries))``: one run's per-query scores
+    (:func:`~streameval.api.score_queries`, its warnings silenced: the pairs report their queries),
+    what :func:`compare` and ``streameval compare`` test."""
+    from .api import score_queries
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, prep, values = score_queries(qrels, run, specs, **options)
+    return {str(q): values[:, j] for j, q in enumerate(prep.qids)}, values
 
 
 def _base_row(metric, name_a, name_b, kind, a, b, shared, m) -> dict:

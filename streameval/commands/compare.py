@@ -22,7 +22,6 @@ import json
 import math
 import os
 import sys
-import warnings
 
 from ..exits import EXIT_USAGE, one_line
 from ..metrics.multiple import ADJUST_METHODS
@@ -102,7 +101,7 @@ def compare_runs(qrels, run_a, runs_b, metrics, *, names=None, level: float = 0.
     ``"tukey_queries"``, the number of queries all systems scored. ValueError for an unknown
     ``adjust``, or with ``tukey`` when fewer than two queries are shared by all systems."""
     from ..accumulators import bootstrap
-    from ..api import score_queries
+    from ..api_compare import scores_by_query
     from ..metrics import multiple
     from ..metrics.names import parse_metrics
 
@@ -114,13 +113,7 @@ def compare_runs(qrels, run_a, runs_b, metrics, *, names=None, level: float = 0.
           "flips": bootstrap.DEFAULT_FLIPS if flips is None else flips,
           "exact_max": bootstrap.DEFAULT_EXACT_MAX if exact_max is None else exact_max, "seed": seed}
 
-    def per_query(run):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            _, prep, values = score_queries(qrels, run, specs, **options)
-        return {str(q): values[:, j] for j, q in enumerate(prep.qids)}
-
-    scored = [per_query(run) for run in (run_a, *runs_b)]
+    scored = [scores_by_query(qrels, run, specs, **options)[0] for run in (run_a, *runs_b)]
     rows, info = [], {"pairs": []}
     pairs = ([(i, j) for i in range(len(scored)) for j in range(i + 1, len(scored))] if all_pairs
              else [(0, j) for j in range(1, len(scored))])
