@@ -365,7 +365,7 @@ def test_compare_command_adjust_and_tukey(tmp_path, capsys):
     fast = ["--replicates", "20", "--flips", "100"]  # not under test here (12 queries: exact sign flips)
     per_query = {n: api.evaluate(str(qrels), str(p), metrics, per_query="pandas").per_query for n, p in zip(names, paths)}
     # --adjust: one family per metric, the comparisons of b, c, d with a
-    for method in ("holm", "bh"):
+    for method in ("holm", "bh", "bonferroni"):
         assert compare.main(files + ["-m", "ndcg@5", "-m", "P_3", "--json", "--adjust", method] + fast) == 0
         rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert len(rows) == 6 and all(r["adjust"] == method for r in rows)
@@ -409,8 +409,8 @@ def test_compare_command_adjust_and_tukey(tmp_path, capsys):
     assert "No correction for multiple comparisons." in text and "Tukey" not in text and "p (t, " not in text
     # bad input
     with pytest.raises(SystemExit):
-        compare.main(files + ["--adjust", "bonferroni"])
-    with pytest.raises(ValueError, match="adjust must be one of none, holm, bh"):
+        compare.main(files + ["--adjust", "sidak"])
+    with pytest.raises(ValueError, match="adjust must be one of none, holm, bh, bonferroni"):
         compare.compare_runs(str(qrels), str(paths[0]), [str(paths[1])], ["P@3"], adjust="fdr")
     for line, n in (("5 Q0 d1 1 1 one", 1), ("99 Q0 d1 1 1 one", 0)):  # Tukey needs two queries every run scored
         (tmp_path / "one.run").write_text(line + "\n")
@@ -574,3 +574,32 @@ def test_columnar_comparisons_with_several_slice_specifications(tmp_path, seed, 
     got = _run(tmp_path, f"s{seed}", imp_files, judg, extra)
     assert got["records"]["comparisons.jsonl"], "the reference compared nothing"
     assert got["columnar"]["comparisons.jsonl"] == got["records"]["comparisons.jsonl"]
+
+
+def test_compare_command_all_pairs(tmp_path, capsys):
+    """--all-pairs (issue 42 item 4): every pair of runs, the later minus the earlier, on the queries
+    both scored; --adjust's family is every pair of a metric. p-values from scipy and statsmodels."""
+    from .test_multiple import _sm
+
+    names = ["a", "b", "c", "d"]
+    qrels, paths = write_runs(tmp_path, np.random.default_rng(8), names)
+    files = [str(qrels), *map(str, paths)]
+    per_query = {n: api.evaluate(str(qrels), str(p), "ndcg@5", per_query="pandas").per_query["ndcg@5"]
+                 for n, p in zip(names, paths)}
+    assert compare.main(files + ["-m", "ndcg@5", "--all-pairs", "--adjust", "bonferroni", "--json",
+                                 "--replicates", "20", "--flips", "100"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["system_a"], r["system_b"]) for r in rows] == list(itertools.combinations(names, 2))
+    raw = []
+    for r in rows:
+        a, b = per_query[r["system_a"]], per_query[r["system_b"]]
+        shared = a.index.intersection(b.index)
+        assert r["num_queries"] == len(shared) == (11 if "d" in (r["system_a"], r["system_b"]) else 12)
+        assert r["diff"] == pytest.approx(float((b[shared] - a[shared]).mean()), abs=1e-15)
+        raw.append(sst.ttest_rel(b[shared].to_numpy(), a[shared].to_numpy()).pvalue)
+    assert [r["p_t"] for r in rows] == pytest.approx(raw, rel=1e-9)
+    assert [r["p_t_adj"] for r in rows] == pytest.approx(list(_sm(np.array(raw), "bonferroni")), rel=1e-12)
+    assert compare.main(files + ["-m", "ndcg@5", "--all-pairs", "--adjust", "holm", "--replicates", "20",
+                                 "--flips", "100"]) == 0
+    text = capsys.readouterr().out
+    assert "A = b, B = c: 12 paired queries" in text and "over its 6 comparisons (all pairs)." in text

@@ -21,7 +21,7 @@ def _sm(p, method):
     collect = gc.collect
     gc.collect = lambda *args: 0
     try:
-        return multipletests(p, method={"holm": "holm", "bh": "fdr_bh"}[method])[1]
+        return multipletests(p, method={"holm": "holm", "bh": "fdr_bh", "bonferroni": "bonferroni"}[method])[1]
     finally:
         gc.collect = collect
 
@@ -36,7 +36,7 @@ FAMILIES = [
 ]
 
 
-@pytest.mark.parametrize("method", ["holm", "bh"])
+@pytest.mark.parametrize("method", ["holm", "bh", "bonferroni"])
 def test_adjusted_pvalues_match_statsmodels(method):
     rng = np.random.default_rng(11)
     families = FAMILIES + [rng.random(m) ** 3 for m in (2, 3, 7, 40)]
@@ -60,11 +60,13 @@ def test_adjusted_pvalues_by_hand():
     # BH: sorted 0.005 * 4/1, 0.01 * 4/2, 0.03 * 4/3, 0.04 * 4/4, then running minimum from the top
     assert multiple.benjamini_hochberg(p) == pytest.approx([0.02, 0.04, 0.04, 0.02], abs=1e-15)
     assert multiple.holm([0.6, 0.7]).tolist() == [1.0, 1.0]  # capped at 1
+    # Bonferroni: each times m = 5, capped at 1
+    assert multiple.bonferroni(p + [0.3]) == pytest.approx([0.05, 0.2, 0.15, 0.025, 1.0], abs=1e-15)
 
 
 def test_adjusted_pvalues_nan_shape_and_errors():
     p = np.array([[0.01, math.nan], [0.04, 0.03]])
-    for method in ("holm", "bh"):
+    for method in ("holm", "bh", "bonferroni"):
         got = multiple.adjust_pvalues(p, method)
         assert got.shape == (2, 2) and math.isnan(got[0, 1])
         # NaN is no test: the family is the three others (as R's p.adjust)
@@ -77,8 +79,8 @@ def test_adjusted_pvalues_nan_shape_and_errors():
         multiple.holm([0.2, 1.5])
     with pytest.raises(ValueError, match=r"must be in \[0, 1\]"):
         multiple.benjamini_hochberg([-0.1])
-    with pytest.raises(ValueError, match="one of none, holm, bh"):
-        multiple.adjust_pvalues([0.1], "bonferroni")
+    with pytest.raises(ValueError, match="one of none, holm, bh, bonferroni"):
+        multiple.adjust_pvalues([0.1], "sidak")
 
 
 def test_tukey_hsd_matches_statsmodels_and_scipy():

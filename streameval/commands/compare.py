@@ -9,7 +9,8 @@ fed with :func:`streameval.api.score_queries`' per-query scores, so they equal t
 Metric options are trec_eval's flags (``-l``, ``-c``, ``-M``). Does not import Beam.
 
 With more than one B: ``--adjust holm|bh`` adds p-values adjusted per metric over the comparisons
-with A (Holm's family-wise or Benjamini-Hochberg's false discovery rate adjustment), ``--tukey``
+with A (Holm's family-wise, Benjamini-Hochberg's false discovery rate or Bonferroni's adjustment),
+``--all-pairs`` compares every pair of runs instead of A with each other run, ``--tukey``
 adds Tukey's HSD of all pairs of runs per metric on the queries every run scored
 (:mod:`streameval.metrics.multiple`).
 """
@@ -21,7 +22,6 @@ import json
 import math
 import os
 import sys
-import warnings
 
 from ..exits import EXIT_USAGE, one_line
 from ..metrics.multiple import ADJUST_METHODS
@@ -58,13 +58,17 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--adjust", choices=ADJUST_METHODS, default="none",
                    help="adjust the p-values of the t and randomization tests for multiple comparisons, per metric "
                         "over the comparisons of every B with A: holm (Holm 1979, family-wise error rate), bh "
-                        "(Benjamini-Hochberg 1995, false discovery rate); adds the columns p (t, METHOD) and "
+                        "(Benjamini-Hochberg 1995, false discovery rate), bonferroni (family-wise, single step); adds the columns p (t, METHOD) and "
                         "p (perm, METHOD), the JSON fields p_t_adj and p_perm_adj (default none: raw p-values only)")
     p.add_argument("--tukey", action="store_true",
                    help="also print Tukey's HSD (Tukey 1949) of all pairs of runs per metric: mean difference, "
                         "family-wise adjusted p-value, simultaneous --confidence interval, reject; one-way, runs as "
                         "groups of per-query scores on the queries every run scored (as ranx); with --json, one "
                         "object per pair with \"test\": \"tukey_hsd\"")
+    p.add_argument("--all-pairs", action="store_true",
+                   help="compare every pair of runs (A-B1, A-B2, B1-B2, ...; difference: the later run minus the "
+                        "earlier) instead of A with each other run; --adjust's family is then every pair, per metric "
+                        "(the library: streameval.compare)")
     p.add_argument("--json", action="store_true", help="print one JSON object per comparison instead of a table")
     return p
 
@@ -77,11 +81,13 @@ def _name(path: str) -> str:
 
 def compare_runs(qrels, run_a, runs_b, metrics, *, names=None, level: float = 0.95, replicates=None,
                  flips=None, exact_max=None, seed: int = 0, adjust: str = "none", tukey: bool = False,
-                 **options) -> tuple[list[dict], dict]:
+                 all_pairs: bool = False, **options) -> tuple[list[dict], dict]:
     """Compare ``run_a`` with each of ``runs_b`` (anything :func:`streameval.api.score_queries`
     reads). Returns (rows, info): one row per (B, metric) with ``system_a, system_b, metric`` and
     the :meth:`PairedComparison.extract` fields; info has the query counts per pair.
     ``options`` go to :func:`~streameval.api.score_queries` (relevance_level, complete, depth ...).
+    ``all_pairs``: every pair ``(i, j)``, ``i < j``, of the runs ``[run_a, *runs_b]`` instead
+    (``system_a`` the earlier run; the adjustment's family is then every pair, per metric).
 
     ``adjust`` (``"none"``, ``"holm"``, ``"bh"``): unless none, each row also gets ``adjust`` (the
     method), ``p_t_adj`` and ``p_perm_adj``: ``p_t`` and ``p_perm`` adjusted over one family per
@@ -95,7 +101,7 @@ def compare_runs(qrels, run_a, runs_b, metrics, *, names=None, level: float = 0.
     ``"tukey_queries"``, the number of queries all systems scored. ValueError for an unknown
     ``adjust``, or with ``tukey`` when fewer than two queries are shared by all systems."""
     from ..accumulators import bootstrap
-    from ..api import score_queries
+    from ..api_compare import scores_by_query
     from ..metrics import multiple
     from ..metrics.names import parse_metrics
 
@@ -107,27 +113,21 @@ def compare_runs(qrels, run_a, runs_b, metrics, *, names=None, level: float = 0.
           "flips": bootstrap.DEFAULT_FLIPS if flips is None else flips,
           "exact_max": bootstrap.DEFAULT_EXACT_MAX if exact_max is None else exact_max, "seed": seed}
 
-    def per_query(run):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            _, prep, values = score_queries(qrels, run, specs, **options)
-        return {str(q): values[:, j] for j, q in enumerate(prep.qids)}
-
-    a = per_query(run_a)
-    scored = [a]
+    scored = [scores_by_query(qrels, run, specs, **options)[0] for run in (run_a, *runs_b)]
     rows, info = [], {"pairs": []}
-    for name_b, run_b in zip(names[1:], runs_b):
-        b = per_query(run_b)
-        scored.append(b)
+    pairs = ([(i, j) for i in range(len(scored)) for j in range(i + 1, len(scored))] if all_pairs
+             else [(0, j) for j in range(1, len(scored))])
+    for i, j in pairs:
+        a, b, name_a, name_b = scored[i], scored[j], names[i], names[j]
         shared = sorted(set(a) & set(b))
         pc = bootstrap.PairedComparison(len(specs), **kw)
         state = pc.create()
         for q in shared:
             pc.add(state, q, a[q], b[q])
-        info["pairs"].append({"system_a": names[0], "system_b": name_b, "queries": len(shared),
+        info["pairs"].append({"system_a": name_a, "system_b": name_b, "queries": len(shared),
                               "only_a": len(set(a) - set(b)), "only_b": len(set(b) - set(a))})
         for spec, res in zip(specs, pc.extract(state, level)):
-            rows.append({"system_a": names[0], "system_b": name_b, "metric": spec.name, **res})
+            rows.append({"system_a": name_a, "system_b": name_b, "metric": spec.name, **res})
     if adjust != "none":
         for spec in specs:
             family = [r for r in rows if r["metric"] == spec.name]
@@ -246,7 +246,7 @@ def main(argv=None) -> int:
             names = paths
         rows, info = compare_runs(qrels, runs[0], runs[1:], metrics, names=names, level=args.confidence,
                                   replicates=args.replicates, flips=args.flips, exact_max=args.exact_max,
-                                  seed=args.seed, adjust=args.adjust, tukey=args.tukey,
+                                  seed=args.seed, adjust=args.adjust, tukey=args.tukey, all_pairs=args.all_pairs,
                                   relevance_level=args.level, complete=args.complete,
                                   depth=args.depth, gain=args.gain, err_max_grade=args.err_max_grade)
     except (MetricNameError, ValueError, OSError) as e:
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
           f"{args.replicates} Poisson(1) replicates; p (t): paired t-test; p (perm): two-sided sign-flip "
           f"randomization test, exact up to {args.exact_max} queries, else {args.flips} random sign patterns "
           f"(p = (1 + hits) / (1 + {args.flips}); (min): no pattern reached the observed difference); weights "
-          f"and signs hashed from the query id (seed {args.seed}). " + _adjust_note(args.adjust, len(args.runs_b)))
+          f"and signs hashed from the query id (seed {args.seed}). " + _adjust_note(args.adjust, len(info["pairs"]), args.all_pairs))
     if args.tukey:
         print()
         print(f"Tukey HSD, all pairs of the {len(paths)} runs, on the {info['tukey_queries']} queries every run "
@@ -281,13 +281,14 @@ def main(argv=None) -> int:
     return 0
 
 
-def _adjust_note(method: str, m: int) -> str:
+def _adjust_note(method: str, m: int, all_pairs: bool = False) -> str:
     if method == "none":
         return "No correction for multiple comparisons."
     what = {"holm": "Holm's step-down method (family-wise error rate)",
-            "bh": "the Benjamini-Hochberg method (false discovery rate)"}[method]
+            "bh": "the Benjamini-Hochberg method (false discovery rate)",
+            "bonferroni": "Bonferroni's method (family-wise error rate)"}[method]
     return (f"p (t, {method}) and p (perm, {method}): the p-values adjusted by {what}, per metric over its {m} "
-            f"comparison{'s' if m != 1 else ''} with A.")
+            f"comparison{'s' if m != 1 else ''}" + (" (all pairs)." if all_pairs else " with A."))
 
 
 if __name__ == "__main__":  # pragma: no cover

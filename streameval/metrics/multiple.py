@@ -4,7 +4,9 @@ systems. Pure numpy / scipy, no state, no Beam.
 * :func:`holm` - Holm's step-down adjustment (Holm 1979), controls the family-wise error rate.
 * :func:`benjamini_hochberg` - the Benjamini-Hochberg step-up adjustment (Benjamini and Hochberg
   1995), controls the false discovery rate for independent or positively dependent tests.
-* :func:`adjust_pvalues` - either of them (or none) by name, :data:`ADJUST_METHODS`.
+* :func:`bonferroni` - Bonferroni's single-step adjustment, ``min(1, m p)``: the family-wise error
+  rate under any dependence, never smaller than Holm's.
+* :func:`adjust_pvalues` - any of them (or none) by name, :data:`ADJUST_METHODS`.
 * :func:`tukey_hsd` - Tukey's honestly significant difference test of all pairs of group means
   (Tukey 1949; Kramer 1956 for unequal group sizes), the one-way form of
   ``statsmodels.stats.multicomp.pairwise_tukeyhsd`` and ``scipy.stats.tukey_hsd``.
@@ -25,10 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ADJUST_METHODS", "holm", "benjamini_hochberg", "adjust_pvalues", "TukeyHSD", "tukey_hsd"]
+__all__ = ["ADJUST_METHODS", "holm", "benjamini_hochberg", "bonferroni", "adjust_pvalues", "TukeyHSD", "tukey_hsd"]
 
-#: the names :func:`adjust_pvalues` takes: no adjustment, Holm, Benjamini-Hochberg
-ADJUST_METHODS = ("none", "holm", "bh")
+#: the names :func:`adjust_pvalues` takes: no adjustment, Holm, Benjamini-Hochberg, Bonferroni
+ADJUST_METHODS = ("none", "holm", "bh", "bonferroni")
 
 
 def _pvalues(pvalues) -> tuple[np.ndarray, np.ndarray]:
@@ -84,12 +86,24 @@ def benjamini_hochberg(pvalues) -> np.ndarray:
     return p
 
 
+def bonferroni(pvalues) -> np.ndarray:
+    """Bonferroni-adjusted p-values: ``min(1, m p)`` for the ``m`` p-values that are not NaN (NaN
+    entries stay NaN and do not count in ``m``). Rejecting where ``adj <= alpha`` keeps the
+    family-wise error rate at ``alpha`` under any dependence; Holm's adjustment is never larger.
+    Same as ``multipletests(p, method="bonferroni")[1]``. ValueError when a value is outside [0, 1]."""
+    p, ok = _pvalues(pvalues)
+    p[ok] = np.minimum(p[ok] * int(ok.sum()), 1.0)
+    return p
+
+
 def adjust_pvalues(pvalues, method: str) -> np.ndarray:
     """``pvalues`` adjusted as one family by ``method``: ``"none"`` (a float64 copy), ``"holm"``
-    (:func:`holm`) or ``"bh"`` (:func:`benjamini_hochberg`). ValueError for another method or a
-    value outside [0, 1]."""
+    (:func:`holm`), ``"bh"`` (:func:`benjamini_hochberg`) or ``"bonferroni"`` (:func:`bonferroni`).
+    ValueError for another method or a value outside [0, 1]."""
     if method == "none":
         return _pvalues(pvalues)[0]
+    if method == "bonferroni":
+        return bonferroni(pvalues)
     if method == "holm":
         return holm(pvalues)
     if method == "bh":
