@@ -8,7 +8,8 @@ Writes ``metrics.avro`` (metric_result schema), ``metrics.jsonl``, ``dead_letter
 the metric rows as a table and the record counts taken from the pipeline's Beam counters.
 
 Runs on FnApiRunner by default (named explicitly: the default DirectRunner tries to download
-Prism). Arguments this parser does not know are passed to Beam's PipelineOptions, so
+Prism). Arguments this parser does not know are passed to Beam's PipelineOptions when Beam knows
+them (else refused, exit 2, with the closest names), so
 ``--runner FlinkRunner --flink_master ...``, ``--runner DataflowRunner --project ...`` or
 ``--direct_num_workers 4 --direct_running_mode multi_processing`` work as usual.
 """
@@ -36,7 +37,7 @@ from streameval.exits import EXIT_ALERT, EXIT_OK, EXIT_USAGE, one_line
 from streameval.beam.arguments import (DEFAULT_METRICS, GDEVAL_ERR_MAX_GRADE, add_bootstrap_arguments, add_hist_arguments,
                                        add_metric_option_arguments, add_record_rule_arguments, add_window_limit_argument, auto_err_max_grade, batch_window_spec,
                                        check_bootstrap_arguments, hist_range, make_pipeline, parse_err_max_grade,
-                                       split_metrics)
+                                       split_metrics, unknown_arguments_error)
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.columnar_hot import HOT_FRACTION, HOT_MIN_REQUESTS
@@ -96,7 +97,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="streameval batch",
         description="Batch ranking and click metrics over impression / judgment Avro logs (Apache Beam). "
-                    "Unknown arguments are passed to Beam's PipelineOptions.")
+                    "Other arguments go to Beam's PipelineOptions; one Beam does not know either is refused "
+                    "(docs/cli.md, \"Beam's pipeline options\").")
     p.add_argument("--impressions", required=True, action="append",
                    help="Avro (or Parquet, see --input-format) file(s) or glob of impressions (impression "
                         "schema); repeatable")
@@ -515,6 +517,10 @@ def _main(argv, held: list) -> int:
         print(f"streameval batch: {len(stray)} file arguments were not read ({stray[0]} ...): quote the "
               "glob (--impressions 'logs/*.avro') or repeat --impressions for each file", file=sys.stderr)
         return 2
+    unknown = unknown_arguments_error(parser, beam_args)  # Beam's options only: a typo is not dropped
+    if unknown:
+        print(f"error: {unknown}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         ranking, online = split_all_metrics(args.metrics)
         metric_specs = parse_metrics(ranking, arithmetic="the Beam jobs", diversity=True) if ranking else []

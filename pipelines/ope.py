@@ -27,7 +27,7 @@ Targets (the probability that the target shows the logged item at the logged pos
   logged time for the same (slice, item, position) (:class:`~streameval.metrics.online.LoggedPropensityTarget`):
   the time-varying deployed policy, valid for a context-free policy such as BTS.
 
-Runs Beam's FnApiRunner (``--runner`` and unknown arguments pass to Beam). Writes
+Runs Beam's FnApiRunner (``--runner`` and Beam's own options pass to Beam). Writes
 ``metrics.{avro,jsonl}``, ``dead_letters.{avro,jsonl}`` and, last, ``manifest.json`` when
 ``--output`` is given (the folder checked against the logs, locked, and its previous outputs replaced
 only when the run ends: :func:`streameval.beam.sinks.start_output`).
@@ -49,7 +49,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from streameval.beam.accounting import job_counters
-from streameval.beam.arguments import make_pipeline
+from streameval.beam.arguments import make_pipeline, unknown_arguments_error
 from streameval.exits import one_line
 from streameval.beam.sinks import holding_outputs, publish, read_metric_rows, start_output, write_records
 from streameval.beam.sources import ReadAvro
@@ -74,7 +74,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="streameval ope",
         description="IPS and SNIPS estimates of a target policy's CTR from logs with propensities, beside the "
-                    "CTR measured on the target's own logs. Unknown arguments are passed to Beam.")
+                    "CTR measured on the target's own logs. Other arguments go to Beam's PipelineOptions; one Beam "
+                    "does not know either is refused.")
     p.add_argument("--logs", action="extend", nargs="+", required=True,
                    help="logging policy's impressions: Avro files or Open Bandit CSVs (paths or quoted globs; "
                         "item_context.csv files are skipped); repeatable")
@@ -251,10 +252,15 @@ def main(argv=None) -> int:
 
 
 def _main(argv, held: list) -> int:
-    args, beam_args = build_arg_parser().parse_known_args(argv)
+    parser = build_arg_parser()
+    args, beam_args = parser.parse_known_args(argv)
     stray = [a for a in beam_args if not a.startswith("-") and os.path.exists(a)]
     if stray:
         print(f"error: unexpected paths {stray[:3]}: give every log file after --logs / --target-logs", file=sys.stderr)
+        return 2
+    unknown = unknown_arguments_error(parser, beam_args)  # Beam's options only: a typo is not dropped
+    if unknown:
+        print(f"error: {unknown}", file=sys.stderr)
         return 2
     slice_attr = None if args.slice.lower() == "none" else args.slice
     slices = [slice_attr] if slice_attr else []

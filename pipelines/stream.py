@@ -61,6 +61,7 @@ from streameval.beam.arguments import (
     make_pipeline,
     parse_err_max_grade,
     split_metrics,
+    unknown_arguments_error,
 )
 from streameval.beam.sinks import holding_outputs, publish, start_output
 from streameval.exits import EXIT_ALERT, EXIT_OK, one_line
@@ -359,6 +360,10 @@ def main(argv=None) -> int:
 def _main(argv, held: list) -> int:
     parser = build_arg_parser()
     args, beam_args = parser.parse_known_args(argv)
+    unknown = unknown_arguments_error(parser, beam_args)  # Beam's options only: a typo is not dropped
+    if unknown:
+        print(f"error: {unknown}", file=sys.stderr)
+        return 2
     try:
         set_file_system_options(PipelineOptions(beam_args))  # before any remote file is matched
         window_spec(args)

@@ -30,8 +30,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="streameval stream",
         description="Streaming ranking and click metrics over impression / judgment / click events, in "
-                    "event-time windows with early, on-time and late panes (Apache Beam). Unknown arguments "
-                    "are passed to Beam's PipelineOptions.")
+                    "event-time windows with early, on-time and late panes (Apache Beam). Other arguments "
+                    "go to Beam's PipelineOptions; one Beam does not know either is refused (docs/cli.md, "
+                    "\"Beam's pipeline options\").")
     src = p.add_argument_group("sources (one of --replay, --watch, Pub/Sub, Kafka)")
     src.add_argument("--impressions", action="append", default=[],
                      help="Avro file(s) or glob of impressions (--replay, --watch); repeatable")

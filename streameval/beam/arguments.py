@@ -412,3 +412,86 @@ def batch_window_spec(args, online=()):
         raise ValueError(f"--every (sliding windows) does not take {'online metrics' if online else '--compare-baseline'}"
                          " (their states are not sums over a sub-window's requests): use fixed windows")
     return spec
+
+
+#: where docs/cli.md lists the options the jobs pass to Beam (the runner's options)
+RUNNER_OPTIONS_DOC = 'docs/cli.md, "Beam\'s pipeline options"'
+
+
+class _BeamParser(Exception):
+    """Carries Beam's parser of every registered PipelineOptions class out of ``get_all_options``."""
+
+    def __init__(self, parser):
+        super().__init__("Beam's options parser")
+        self.parser = parser
+
+
+def _beam_options_parser():
+    """The argparse parser Beam builds from every registered ``PipelineOptions`` class, got through
+    ``get_all_options``'s public ``add_extra_args_fn`` hook (which receives that parser; leaving the
+    hook by an exception skips the parse, and its "Discarding unparseable args" warning)."""
+    import apache_beam  # noqa: F401  (registers every runner's options class)
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    def grab(parser):
+        raise _BeamParser(parser)
+
+    try:
+        PipelineOptions([]).get_all_options(add_extra_args_fn=grab)
+    except _BeamParser as got:
+        return got.parser
+    raise RuntimeError("Beam's PipelineOptions.get_all_options did not call add_extra_args_fn")
+
+
+def _option_names(parser) -> list[str]:
+    """The long option names of an argparse parser, read from its usage line (argparse has no
+    public list of its options)."""
+    return sorted(set(re.findall(r"(?<![\w-])--[A-Za-z][\w-]*", parser.format_usage())))
+
+
+def unknown_arguments_error(parser, rest, beam_names=None) -> str | None:
+    """One line for the arguments in ``rest`` (what the job's ``parser.parse_known_args`` left for
+    Beam) that Beam's pipeline options do not know either: each unknown option with the closest
+    names among the job's options and Beam's (difflib), or a stray value; None when Beam knows every
+    one. Beam's parser also checks the values of its own options (``--direct_num_workers two``).
+    ``beam_names`` (tests) stands in for Beam's option names."""
+    import contextlib
+    import difflib
+    import io
+
+    rest = list(rest)
+    if not rest:
+        return None
+    beam_parser = _beam_options_parser()
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            _, unknown = beam_parser.parse_known_args(rest)
+    except SystemExit:  # argparse refused the value of one of Beam's options
+        lines = [line for line in err.getvalue().splitlines() if line.strip()]
+        why = lines[-1].split("error: ", 1)[-1] if lines else "refused"
+        return f"Beam's pipeline options: {why}"
+    if not unknown:
+        return None
+    if beam_names is None:
+        beam_names = ["--" + name for name in vars(beam_parser.parse_known_args([])[0])]
+    candidates = sorted(set(_option_names(parser)) | set(beam_names))
+    problems, i = [], 0
+    while i < len(unknown):
+        a = unknown[i]
+        if a == "--":
+            problems.append("'--' (nothing may follow it)")
+            break
+        if a.startswith("-") and len(a) > 1:
+            name = a.split("=", 1)[0]
+            close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
+            hint = f" (closest: {', '.join(close)})" if close else ""
+            problems.append(f"unknown option {name}{hint}")
+            i += 1
+            if "=" not in a and i < len(unknown) and not unknown[i].startswith("-"):
+                i += 1  # its value
+            continue
+        problems.append(f"unexpected argument {a!r}")
+        i += 1
+    return (f"{'; '.join(problems)}; the job's options: {parser.prog} -h; Beam's pipeline options: "
+            f"{RUNNER_OPTIONS_DOC}")
