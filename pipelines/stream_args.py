@@ -1,5 +1,6 @@
 """The streaming job's command line (``streameval stream``): :func:`build_arg_parser` and the
-windows it names (:func:`window_spec`). The job itself, its checks and its pipeline:
+windows it names (:func:`window_spec`). Imports no Beam, so that ``--help`` and argument errors answer
+before Beam is imported (``streameval.cli`` parses with it first). The job itself, its checks and its pipeline:
 :mod:`pipelines.stream`."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import argparse
 from streameval.beam.accounting import add_input_check_arguments
 from streameval.beam.arguments import (
     DEFAULT_METRICS,
+    KAFKA_TIMESTAMP_POLICIES,
+    KINDS,
     add_bootstrap_arguments,
     add_hist_arguments,
     add_metric_option_arguments,
@@ -18,9 +21,6 @@ from streameval.beam.arguments import (
     split_window_arg,
 )
 from streameval.beam.keys import check_window_limit
-from streameval.beam.streaming import WindowSpec
-from streameval.beam.streaming.live import KINDS
-from streameval.beam.streaming.sources import KAFKA_TIMESTAMP_POLICIES
 from streameval.metrics.prepare import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
 
 __all__ = ["build_arg_parser", "window_spec"]
@@ -143,10 +143,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
 _split_window_arg = split_window_arg
 
 
-def window_spec(args) -> WindowSpec:
+def window_spec(args):
     """The job's windows from ``--window`` / ``--every`` / ``--sessions`` / ``--session-key`` (after
     :func:`_split_window_arg`, which rewrites ``args`` in place). Raises ValueError for a missing or
     mixed form, or a duration :func:`~streameval.beam.streaming.parse_duration` refuses."""
+    from streameval.beam.streaming import WindowSpec
+
     _split_window_arg(args)
     check_window_limit(args.max_windows_per_record, "--max-windows-per-record")
     if args.sessions:

@@ -683,6 +683,10 @@ COMMANDS = {
                 "fetch the engines; start, inspect or stop a local Flink cluster or Prism (streameval cluster -h)"),
 }
 
+#: the Beam jobs' command lines, in modules that import no Beam: parsed before the job's module (and
+#: so Beam, about 2.5 s) is imported, so that --help and argument errors answer at once
+PARSERS = {"batch": "pipelines.batch_args", "stream": "pipelines.stream_args", "ope": "pipelines.ope_args"}
+
 
 def main(argv=None) -> int:
     import importlib
@@ -690,6 +694,11 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in COMMANDS:
         module, func, beam, _ = COMMANDS[argv[0]]
+        if argv[0] in PARSERS:
+            try:  # the job parses the same arguments again, once Beam is imported
+                importlib.import_module(PARSERS[argv[0]]).build_arg_parser().parse_known_args(argv[1:])
+            except SystemExit as e:  # argparse: --help (0) or a usage error (2, its message printed)
+                return e.code if isinstance(e.code, int) else 2
         if beam:
             from .tuning import keep_freed_memory
 

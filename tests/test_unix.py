@@ -85,3 +85,37 @@ def test_batch_passes_beams_own_options_through(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "impressions: read 60 = accepted 60" in r.stdout
     assert "unparseable" not in r.stderr.lower() and "unknown option" not in r.stderr
+
+
+# ---- --help and argument errors before Beam is imported ----------------------------------------
+
+def _beam_imported_after(*args) -> tuple[subprocess.CompletedProcess, bool]:
+    """``streameval ARGS`` in a subprocess that says at its end whether ``apache_beam`` was imported."""
+    code = ("import atexit, sys; atexit.register(lambda: sys.stderr.write("
+            "'\\nBEAM-IMPORTED=%s\\n' % ('apache_beam' in sys.modules))); "
+            "from streameval.cli import main; sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    flag = r.stderr.strip().splitlines()[-1]
+    assert flag.startswith("BEAM-IMPORTED="), r.stderr
+    return r, flag == "BEAM-IMPORTED=True"
+
+
+@pytest.mark.parametrize("command", ["batch", "stream", "ope"])
+def test_help_does_not_import_beam(command):
+    """``batch --help`` took 12.5 s: Beam (and the job's transforms) were imported before parsing."""
+    r, beam = _beam_imported_after(command, "--help")
+    assert r.returncode == 0 and f"usage: streameval {command}" in r.stdout
+    assert not beam
+
+
+@pytest.mark.parametrize("command, args, message", [
+    ("batch", ["--output", "o"], "the following arguments are required: --impressions"),
+    ("batch", ["--impressions", "x", "--output", "o", "--engine", "colunmar"], "invalid choice: 'colunmar'"),
+    ("stream", ["--replay", "--impressions", "x", "--ci-level", "high"], "invalid float value: 'high'"),
+    ("ope", ["--logs", "x"], "the following arguments are required: --target"),
+])
+def test_argument_errors_do_not_import_beam(command, args, message):
+    r, beam = _beam_imported_after(command, *args)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert not beam

@@ -13,6 +13,32 @@ __all__ = ["DEFAULT_METRICS", "split_metrics", "split_names", "join_parameter_li
 
 DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
 
+# The choices and defaults the jobs' command lines name, here (no Beam import) so that a command line
+# is parsed, and --help answered, before Beam is imported; the modules that use them import them from here.
+#: shards of the requests and of the queries (the unit of work of the columnar engine's stages 2 and
+#: 3): the least of ``--shards auto``, and the count of the engine when none is given
+SHARDS = 16
+#: impressions per shard that ``--shards auto`` aims at (the largest element of stages 2 and 3 is
+#: about this many impressions, whatever the input's size)
+SHARD_IMPRESSIONS = 500_000
+#: --avro-decoder (streameval.beam.columnar_read)
+DECODERS = ("datafusion", "fastavro")
+#: --hot-query-fraction's default and the fewest requests of a query in one request shard that make it
+#: hot (smaller ones are cheap anyway; streameval.beam.columnar_hot)
+HOT_FRACTION = 0.01
+HOT_MIN_REQUESTS = 100
+#: --formats (streameval.beam.sinks)
+FORMATS = ("avro", "jsonl", "parquet", "csv")
+DEFAULT_FORMATS = ("avro", "jsonl")
+#: --labels and --unjudged of the online metrics (streameval.beam.online)
+LABEL_SOURCES = ("clicks", "judgments")
+UNJUDGED_POLICIES = ("exclude", "nonrelevant")
+#: the streaming job's kinds of input (streameval.beam.streaming.live)
+KINDS = ("impressions", "judgments", "clicks")
+#: --kafka-timestamp-policy: Beam's names (streameval.beam.streaming.sources)
+KAFKA_TIMESTAMP_POLICIES = {"create_time": "CreateTime", "log_append_time": "LogAppendTime",
+                            "processing_time": "ProcessingTime"}
+
 
 def split_names(text: str) -> list[str]:
     """Split a comma list of names at the commas outside brackets and parentheses (``gauc[user,clicks]``,
@@ -412,6 +438,28 @@ def batch_window_spec(args, online=()):
         raise ValueError(f"--every (sliding windows) does not take {'online metrics' if online else '--compare-baseline'}"
                          " (their states are not sums over a sub-window's requests): use fixed windows")
     return spec
+
+
+def add_table_arguments(p) -> None:
+    """The batch job's options of table inputs (see the module docstring)."""
+    from ..io import convert_table as ct
+    from ..io.parquet_blocks import INPUT_FORMATS
+
+    g = p.add_argument_group("Parquet inputs (columnar engine; docs/metrics.md, \"Parquet inputs\")")
+    g.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
+                   help="format of --impressions and --judgments files: auto (default: Parquet for .parquet and .pq "
+                        "names, else Avro), avro or parquet")
+    g.add_argument("--map", default=None, metavar="FIELD=COLUMN,...",
+                   help="Parquet inputs: the column of each schema field, as streameval convert table's --map (a "
+                        "field not named is read from the column of its own name); each kind takes the fields of "
+                        "its schema")
+    g.add_argument("--judgments-map", default=None, metavar="FIELD=COLUMN,...",
+                   help="Parquet judgments: their own mapping, instead of --map's judgment fields")
+    g.add_argument("--timestamp-unit", choices=ct.TIMESTAMP_UNITS, default=None,
+                   help="Parquet inputs: unit of integer timestamp columns (s, ms, us) or iso for text; timestamp "
+                        "columns are read as they are")
+    g.add_argument("--attributes", default=None, metavar="COLUMN,...",
+                   help="Parquet impressions: columns kept in the attributes map (for --slices)")
 
 
 #: where docs/cli.md lists the options the jobs pass to Beam (the runner's options)
