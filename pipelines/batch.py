@@ -70,7 +70,7 @@ from streameval.io.records import parse_time_range, to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.kernel import MetricOptions
 from streameval.metrics.prepare import check_ranking_options
-from pipelines.batch_args import ENGINES, build_arg_parser  # noqa: F401  (Beam-free: parsed first)
+from pipelines.batch_args import ENGINES, build_arg_parser, check_local_inputs  # noqa: F401  (Beam-free: parsed first)
 from pipelines.batch_table import format_comparisons, format_table, report_line, sort_rows
 from streameval.metrics.online import parse_online_metric
 from streameval.metrics.stats import parse_expected_split
@@ -377,6 +377,11 @@ def _main(argv, held: list) -> int:
     unknown = unknown_arguments_error(parser, beam_args)  # Beam's options only: a typo is not dropped
     if unknown:
         print(f"error: {unknown}", file=sys.stderr)
+        return EXIT_USAGE
+    try:  # local inputs: a glob that matches nothing, a CSV given as Avro (streameval.cli checks them first)
+        check_local_inputs(args)
+    except (ValueError, OSError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
     try:
         ranking, online = split_all_metrics(args.metrics)

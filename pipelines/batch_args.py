@@ -14,7 +14,7 @@ from streameval.beam.arguments import (DECODERS, DEFAULT_FORMATS, DEFAULT_METRIC
 from streameval.beam.keys import SLICE_MISSING
 from streameval.metrics.prepare import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
 
-__all__ = ["build_arg_parser", "ENGINES"]
+__all__ = ["build_arg_parser", "check_local_inputs", "ENGINES"]
 
 ENGINES = ("auto", "columnar", "records")
 
@@ -154,3 +154,17 @@ def build_arg_parser() -> argparse.ArgumentParser:
     add_input_check_arguments(p)
     add_table_arguments(p)
     return p
+
+
+def check_local_inputs(args) -> None:
+    """The local files of ``--impressions`` and ``--judgments`` exist, and none read as Avro is
+    plainly CSV, JSON or text (:func:`streameval.io.inputs.check_local_inputs`): checked before Beam
+    is imported. Raises FileNotFoundError or ValueError (one line, exit 2)."""
+    from streameval.io.inputs import check_local_inputs as check
+    from streameval.io.parquet_blocks import is_parquet
+
+    def parquet(path):
+        return is_parquet(path, args.input_format)
+
+    check("--impressions", args.impressions, "impression", parquet)
+    check("--judgments", args.judgments, "judgment", parquet)

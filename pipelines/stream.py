@@ -96,7 +96,7 @@ from streameval.metrics.diversity import is_diversity_name
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.online import parse_online_metric
 
-from pipelines.stream_args import build_arg_parser, window_spec
+from pipelines.stream_args import build_arg_parser, check_local_inputs, window_spec
 
 __all__ = ["main", "build_arg_parser"]  # the library's transforms: streameval.beam.streaming.sources, .sinks, .console
 
@@ -363,6 +363,11 @@ def _main(argv, held: list) -> int:
     unknown = unknown_arguments_error(parser, beam_args)  # Beam's options only: a typo is not dropped
     if unknown:
         print(f"error: {unknown}", file=sys.stderr)
+        return 2
+    try:  # --replay's local inputs: a glob that matches nothing, a CSV given as Avro (checked first by streameval.cli)
+        check_local_inputs(args)
+    except (ValueError, OSError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     try:
         set_file_system_options(PipelineOptions(beam_args))  # before any remote file is matched

@@ -23,7 +23,7 @@ from streameval.beam.arguments import (
 from streameval.beam.keys import check_window_limit
 from streameval.metrics.prepare import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
 
-__all__ = ["build_arg_parser", "window_spec"]
+__all__ = ["build_arg_parser", "window_spec", "check_local_inputs"]
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -158,3 +158,16 @@ def window_spec(args):
     if not args.window:
         raise ValueError("give --window SIZE (with --every PERIOD for sliding windows) or --sessions GAP")
     return sliding_window_spec(args) if args.every else WindowSpec.fixed(args.window)
+
+
+def check_local_inputs(args) -> None:
+    """With ``--replay``: the local files of ``--impressions``, ``--judgments`` and ``--clicks`` exist,
+    and none is plainly CSV, JSON, Parquet or text (:func:`streameval.io.inputs.check_local_inputs`):
+    checked before Beam is imported. ``--watch`` patterns may match nothing yet. Raises
+    FileNotFoundError or ValueError (one line, exit 2)."""
+    from streameval.io.inputs import check_local_inputs as check
+
+    if not args.replay:
+        return
+    for kind, schema in (("impressions", "impression"), ("judgments", "judgment"), ("clicks", None)):
+        check(f"--{kind}", getattr(args, kind), schema)

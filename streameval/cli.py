@@ -695,10 +695,17 @@ def main(argv=None) -> int:
     if argv and argv[0] in COMMANDS:
         module, func, beam, _ = COMMANDS[argv[0]]
         if argv[0] in PARSERS:
+            parsing = importlib.import_module(PARSERS[argv[0]])
             try:  # the job parses the same arguments again, once Beam is imported
-                importlib.import_module(PARSERS[argv[0]]).build_arg_parser().parse_known_args(argv[1:])
+                args, _ = parsing.build_arg_parser().parse_known_args(argv[1:])
             except SystemExit as e:  # argparse: --help (0) or a usage error (2, its message printed)
                 return e.code if isinstance(e.code, int) else 2
+            if hasattr(parsing, "check_local_inputs"):
+                try:  # a bad glob, a missing file, a CSV given as Avro: before Beam starts
+                    parsing.check_local_inputs(args)
+                except (ValueError, OSError) as e:
+                    print(f"error: {_one_line(e)}", file=sys.stderr)
+                    return 2
         if beam:
             from .tuning import keep_freed_memory
 

@@ -119,3 +119,47 @@ def test_argument_errors_do_not_import_beam(command, args, message):
     r, beam = _beam_imported_after(command, *args)
     assert r.returncode == 2 and message in r.stderr, r.stderr
     assert not beam
+
+
+# ---- inputs checked before Beam starts ----------------------------------------------------------
+
+def test_a_glob_that_matches_nothing_is_reported_before_beam(tmp_path):
+    """A bad glob was reported after 14.6 s (Beam imported, the pipeline built): now before Beam."""
+    r, beam = _beam_imported_after("batch", "--impressions", tmp_path / "logs" / "*.avro", "--output", tmp_path / "out")
+    assert r.returncode == 2, r.stderr
+    assert f"--impressions: no files match the pattern '{tmp_path / 'logs' / '*.avro'}'" in r.stderr
+    assert not beam and not (tmp_path / "out").exists()
+    r, beam = _beam_imported_after("stream", "--replay", "--window", "1d", "--impressions", tmp_path / "none.avro")
+    assert r.returncode == 2 and "--impressions: input file not found" in r.stderr and not beam, r.stderr
+
+
+def test_a_csv_given_as_avro_is_named_with_the_way_to_read_it(tmp_path):
+    """A CSV passed to batch was reported as a damaged Avro file (exit 3): now what it is, and
+    ``convert table`` / Parquet (exit 2), before Beam; a real Avro file beside it is not refused."""
+    imps = impressions(tmp_path / "imps.avro")
+    csv = tmp_path / "log.csv"
+    csv.write_text("request_id,item_id,position,clicked\nr1,d1,1,true\n")
+    r, beam = _beam_imported_after("batch", "--impressions", imps, "--impressions", csv, "--output", tmp_path / "out")
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip().splitlines()[0]
+    assert line.startswith(f"error: --impressions {csv}: a CSV file, not an Avro file"), line
+    assert f"streameval convert table {csv} --kind impressions" in line and "--input-format parquet" in line
+    assert not beam and not (tmp_path / "out").exists()
+    jsonl = tmp_path / "qrels.jsonl"
+    jsonl.write_text('{"query_id": "q0", "item_id": "d0", "grade": 1}\n')
+    r = streameval("batch", "--impressions", imps, "--judgments", jsonl, "--output", tmp_path / "out")
+    assert r.returncode == 2 and "a JSON file, not an Avro file" in r.stderr and "--kind judgments" in r.stderr
+
+
+def test_sniffing_leaves_damaged_avro_to_the_reader():
+    """Binary bytes, an empty file and Avro are not named as another format (the job's reader reports
+    a damaged Avro file as a dead letter); Parquet, JSON, CSV and text are."""
+    from streameval.io.inputs import sniff_format
+
+    assert sniff_format(b"Obj\x01rest") is None and sniff_format(b"") is None
+    assert sniff_format(bytes(range(256))) is None and sniff_format(b"\x89PNG\r\n\x1a\n") is None
+    assert sniff_format(b"PAR1\x15\x04") == "parquet"
+    assert sniff_format(b'  {"a": 1}\n') == "json" and sniff_format(b"[1, 2]") == "json"
+    assert sniff_format(b"\xef\xbb\xbfa;b\n1;2\n") == "csv" and sniff_format(b"a\tb\n") == "csv"
+    assert sniff_format(b"hello world\n") == "text"
+    assert sniff_format("a,\u00e9".encode()[:3]) == "csv"  # a sample cut inside a character is still text
