@@ -688,10 +688,26 @@ COMMANDS = {
 PARSERS = {"batch": "pipelines.batch_args", "stream": "pipelines.stream_args", "ope": "pipelines.ope_args"}
 
 
+def package_version() -> str:
+    """The installed package's version (its metadata), else this checkout's ``streameval.__version__``
+    (run from a clone without installing)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("streameval")
+    except metadata.PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
+
 def main(argv=None) -> int:
     import importlib
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["--version"], ["-V"]):
+        print(f"streameval {package_version()}")
+        return 0
     if argv and argv[0] in COMMANDS:
         module, func, beam, _ = COMMANDS[argv[0]]
         if argv[0] in PARSERS:
@@ -717,6 +733,7 @@ def main(argv=None) -> int:
             one_blas_thread_at_import()
         return getattr(importlib.import_module(module), func)(argv[1:])
     p = argparse.ArgumentParser(prog="streameval", description=__doc__.split("\n\n")[0])
+    p.add_argument("-V", "--version", action="store_true", help="print the package's version and exit")
     sub = p.add_subparsers(dest="command", required=True)
     for name, (_, _, _, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text)

@@ -163,3 +163,16 @@ def test_sniffing_leaves_damaged_avro_to_the_reader():
     assert sniff_format(b"\xef\xbb\xbfa;b\n1;2\n") == "csv" and sniff_format(b"a\tb\n") == "csv"
     assert sniff_format(b"hello world\n") == "text"
     assert sniff_format("a,\u00e9".encode()[:3]) == "csv"  # a sample cut inside a character is still text
+
+
+# ---- --version ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_prints_the_package_version(flag):
+    """``streameval --version`` was a usage error (exit 2): now the version pyproject.toml declares."""
+    import tomllib
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    r = streameval(flag)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"streameval {declared}\n"
