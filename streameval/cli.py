@@ -702,6 +702,26 @@ def package_version() -> str:
 
 
 def main(argv=None) -> int:
+    """Run ``streameval ARGV``; returns the exit status. A reader that stops reading the output
+    (``streameval trec-eval ... | head -1``) ends the command quietly with status 141 (128 + SIGPIPE,
+    what the shell reports for a program SIGPIPE ended): Python's recipe (docs of ``signal``, "Note on
+    SIGPIPE"): standard output flushed inside the ``try``, then pointed at ``os.devnull`` so that the
+    flush at exit raises nothing more."""
+    import os
+
+    from .exits import EXIT_BROKEN_PIPE
+
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # a broken pipe shows here, inside the try, not at the interpreter's exit
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    return status
+
+
+def _main(argv) -> int:
     import importlib
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -4,6 +4,7 @@ Beam starts. Each test runs the command in a subprocess, as a user would."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -176,3 +177,45 @@ def test_version_prints_the_package_version(flag):
     r = streameval(flag)
     assert r.returncode == 0, r.stderr
     assert r.stdout == f"streameval {declared}\n"
+
+
+# ---- broken pipes -------------------------------------------------------------------------------
+
+def _with_reader_gone(*args) -> subprocess.CompletedProcess:
+    """``streameval ARGS | head -0``: standard output a pipe whose reader has already gone, so the
+    command's first write of its output meets a broken pipe (whatever the output's size)."""
+    code = "import sys; from streameval.cli import main; sys.exit(main())"
+    p = subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    p.stdout.close()
+    err = p.stderr.read()
+    p.wait(timeout=300)
+    return subprocess.CompletedProcess(p.args, p.returncode, None, err)
+
+
+@pytest.fixture
+def trec_files(tmp_path):
+    run_a, run_b, qrels = tmp_path / "a.run", tmp_path / "b.run", tmp_path / "qrels"
+    run_a.write_text("".join(f"q{q} Q0 d{k} {k} {10 - k} A\n" for q in range(30) for k in range(10)))
+    run_b.write_text("".join(f"q{q} Q0 d{k} {k} {k} B\n" for q in range(30) for k in range(10)))
+    qrels.write_text("".join(f"q{q} 0 d{k} {int(k < 3)}\n" for q in range(30) for k in range(10)))
+    return qrels, run_a, run_b
+
+
+def _metric_table(path: Path, value: float) -> Path:
+    path.write_text("".join(json.dumps({"metric": "ctr", "slice": f"s=v{i}", "system": "A", "value": value,
+                                        "num_queries": 10, "window_start": None, "window_end": None}) + "\n"
+                            for i in range(50)))
+    return path
+
+
+@pytest.mark.parametrize("command", ["trec-eval", "compare", "reconcile"])
+def test_a_reader_that_goes_away_ends_the_command_quietly(command, trec_files, tmp_path):
+    """``trec-eval ... | head``, ``compare | head``, ``reconcile | head`` ended in a BrokenPipeError
+    traceback, exit 1: now no traceback and 141, the shell's status of a program SIGPIPE ended."""
+    qrels, run_a, run_b = trec_files
+    args = {"trec-eval": ["-q", qrels, run_a], "compare": [qrels, run_a, run_b],
+            "reconcile": [_metric_table(tmp_path / "a.jsonl", 0.1), _metric_table(tmp_path / "b.jsonl", 0.2),
+                          "--max-rows", "0"]}[command]
+    r = _with_reader_gone(command, *args)
+    assert r.stderr == "" and r.returncode == 141, r.stderr
