@@ -61,7 +61,7 @@ from streameval.beam.sources import (UNREADABLE, UNREADABLE_PARQUET, ReadAvro, e
                                      input_bytes, is_unreadable_letter, set_file_system_options)
 from streameval.beam.table_inputs import count_parquet_rows, parquet_paths, table_options
 from streameval.beam.online import OnlineMetrics, split_metric_names
-from streameval import progress, tuning
+from streameval import interrupts, progress, tuning
 from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
 from streameval.io import counters as cn
@@ -497,9 +497,12 @@ def _main(argv, held: list) -> int:
         try:
             result = p.run()
             state = result.wait_until_finish()
-        except Exception as e:  # noqa: BLE001 (the runner reports a failed job as an exception)
+        except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 (the runner reports a failed job as an exception)
             line.enable = False
             line.stop()
+            stop = interrupts.received()  # Ctrl-C or SIGTERM, which the runner may have wrapped
+            if stop is not None or isinstance(e, KeyboardInterrupt):
+                raise stop or e  # streameval.cli says so in one line; close_output removes the run's folder
             print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
             return 1  # close_output removes the run's folder: the previous run's outputs stay
         finally:

@@ -89,7 +89,7 @@ from streameval.beam.streaming import (
     replay_clock,
     stream_counts,
 )
-from streameval import progress
+from streameval import interrupts, progress
 from streameval.io import counters as cn
 from streameval.io.records import parse_time_range
 from streameval.metrics.diversity import is_diversity_name
@@ -506,9 +506,12 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
             result = p.run()
             in_process = _on_local_runner(args)
             state = result.wait_until_finish() if in_process else wait_reporting(result, args.report_every, options=p.options)
-    except Exception as e:  # noqa: BLE001 - the runner's error, reported in one line
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - the runner's error, reported in one line
         line.enable = False
         line.stop()
+        stop = interrupts.received()  # Ctrl-C or SIGTERM (not --watch's), which the runner may have wrapped
+        if stop is not None or isinstance(e, KeyboardInterrupt):
+            raise stop or e  # streameval.cli says so in one line; close_output removes what the run wrote
         print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
         return 1  # close_output removes what the run wrote (--replay: its folder; the previous run's outputs stay)
     finally:

@@ -645,9 +645,12 @@ def _write(avro, path, name, records) -> int:
 
 class _BeamNoise:
     """Drops two messages Beam logs on every local run that say nothing about the user's job:
-    the GCP client libraries being absent, and a sink replacing the previous run's output file."""
+    the GCP client libraries being absent, and a sink replacing the previous run's output file; and
+    the traceback Beam logs when Ctrl-C or SIGTERM stops a bundle (:mod:`streameval.interrupts`)."""
 
     def filter(self, record) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
+            return False  # Ctrl-C or SIGTERM inside a bundle: the command says so in one line
         msg = record.getMessage()
         return not (msg.startswith("apitools not found") or msg.startswith("Deleting 1 existing files"))
 
@@ -709,8 +712,12 @@ def main(argv=None) -> int:
     flush at exit raises nothing more."""
     import os
 
+    from . import interrupts
     from .exits import EXIT_BROKEN_PIPE
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    name = "streameval " + argv[0] if argv and argv[0] in COMMANDS else "streameval"
+    previous = interrupts.install()
     try:
         status = _main(argv)
         sys.stdout.flush()  # a broken pipe shows here, inside the try, not at the interpreter's exit
@@ -718,13 +725,19 @@ def main(argv=None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the jobs' cleanup ran on the way out
+        stop = e if isinstance(e, interrupts.Interrupted) else interrupts.Interrupted(2)
+        print(f"{name}: stopped by {stop.name}: nothing of this run was published (an output folder "
+              "keeps its previous run's outputs)", file=sys.stderr)
+        return 128 + stop.signum
+    finally:
+        interrupts.restore(previous)
     return status
 
 
 def _main(argv) -> int:
     import importlib
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["--version"], ["-V"]):
         print(f"streameval {package_version()}")
         return 0

@@ -219,3 +219,70 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(command, trec_files, t
                           "--max-rows", "0"]}[command]
     r = _with_reader_gone(command, *args)
     assert r.stderr == "" and r.returncode == 141, r.stderr
+
+
+# ---- signals ------------------------------------------------------------------------------------
+
+def _beam_temp(out: Path) -> list[str]:
+    """Beam's temporary folders anywhere under ``out`` (also in the run's hidden staging folder)."""
+    return [os.path.join(d, n) for d, dirs, _ in os.walk(out) for n in dirs if n.startswith("beam-temp-")]
+
+
+def _batch_stopped_by(sig, imps: Path, out: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Start ``streameval batch`` on ``imps``, wait until its pipeline runs (Beam's file sinks made
+    their ``beam-temp-*`` folders in the output), freeze it there (SIGSTOP), send ``sig`` and let it
+    go on (SIGCONT): the signal arrives while the job runs, however fast the machine. Returns the
+    finished process and the temporary folders seen while it ran."""
+    import signal
+    import time
+
+    code = "import sys; from streameval.cli import main; sys.exit(main())"
+    args = [a for _ in range(20) for a in ("--impressions", str(imps))]
+    p = subprocess.Popen([sys.executable, "-c", code, "batch", *args, "--window", "1d", "--output", str(out),
+                          "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        seen, deadline = [], time.monotonic() + 240
+        while not seen and p.poll() is None and time.monotonic() < deadline:
+            seen = _beam_temp(out)
+            time.sleep(0.005)
+        assert seen, "the job ended (or did not start) before its sinks made their temporary folders"
+        p.send_signal(signal.SIGSTOP)
+        p.send_signal(sig)
+        p.send_signal(signal.SIGCONT)
+        stdout, stderr = p.communicate(timeout=240)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr), seen
+
+
+def test_ctrl_c_on_batch_is_one_line_and_130(tmp_path):
+    """Ctrl-C printed Beam's traceback: now one line, exit 130 (128 + SIGINT)."""
+    import signal
+
+    r, _ = _batch_stopped_by(signal.SIGINT, impressions(tmp_path / "imps.avro", 100), tmp_path / "out")
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "streameval batch: stopped by SIGINT: nothing of this run was published (an output folder keeps its "
+        "previous run's outputs)"], r.stderr
+
+
+def test_sigterm_leaves_no_beam_temp_and_keeps_the_previous_run(tmp_path):
+    """SIGTERM left the run's staging folder with Beam's ``beam-temp-*`` folders (and the lock) in the
+    output: now they are removed on the way out, and the previous run's published outputs stay as
+    they were; exit 143 (128 + SIGTERM), one line."""
+    import signal
+
+    imps, out = impressions(tmp_path / "imps.avro", 100), tmp_path / "out"
+    first = streameval("batch", "--impressions", imps, "--output", out, "--quiet")
+    assert first.returncode == 0, first.stderr
+    published = {f.name: f.read_bytes() for f in out.iterdir() if f.is_file() and not f.name.startswith(".")}
+    assert "manifest.json" in published and "metrics.jsonl" in published
+    r, seen = _batch_stopped_by(signal.SIGTERM, imps, out)
+    assert seen and r.returncode == 143, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "stopped by SIGTERM" in r.stderr, r.stderr
+    assert _beam_temp(out) == []
+    assert sorted(os.listdir(out)) == sorted(published)  # no staging folder, no lock file
+    assert {name: (out / name).read_bytes() for name in published} == published
