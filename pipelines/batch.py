@@ -378,11 +378,6 @@ def _main(argv, held: list) -> int:
     if unknown:
         print(f"error: {unknown}", file=sys.stderr)
         return EXIT_USAGE
-    try:  # local inputs: a glob that matches nothing, a CSV given as Avro (streameval.cli checks them first)
-        check_local_inputs(args)
-    except (ValueError, OSError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return EXIT_USAGE
     try:
         ranking, online = split_all_metrics(args.metrics)
         metric_specs = parse_metrics(ranking, arithmetic="the Beam jobs", diversity=True) if ranking else []
@@ -422,6 +417,7 @@ def _main(argv, held: list) -> int:
         if workers > 1:
             beam_args = [*beam_args, "--direct_num_workers", str(workers), "--direct_running_mode",
                          "multi_processing"]
+        check_local_inputs(args)  # a CSV given as Avro, a glob that matches nothing (streameval.cli: before Beam)
         options = PipelineOptions(["--runner", args.runner, *beam_args])
         p = make_pipeline(options)  # checks the runner's name
         set_file_system_options(options)  # before any remote file is matched (credentials, endpoint)

@@ -49,6 +49,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from streameval.beam.accounting import job_counters
 from streameval.beam.arguments import make_pipeline, unknown_arguments_error
+from streameval import interrupts
 from streameval.exits import one_line
 from streameval.beam.sinks import holding_outputs, publish, read_metric_rows, start_output, write_records
 from streameval.beam.sources import ReadAvro
@@ -332,8 +333,14 @@ def _main(argv, held: list) -> int:
         rows = tuple(parts) | "Rows" >> beam.Flatten()
         write_records(rows, out_dir, "metrics", "metric_result", "Metrics")
         write_records(tuple(deads) | "Dead" >> beam.Flatten(), out_dir, "dead_letters", "dead_letter", "Dead")
-        result = p.run()
-        result.wait_until_finish()
+        try:
+            result = p.run()
+            result.wait_until_finish()
+        except Exception:
+            stop = interrupts.received()  # Ctrl-C or SIGTERM, which the runner wrapped: streameval.cli says so
+            if stop is not None:
+                raise stop from None
+            raise
         wall = time.perf_counter() - start
         counters = job_counters(result, options=options)
         out_rows = read_metric_rows(os.path.join(out_dir, "metrics.jsonl"))

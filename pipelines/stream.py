@@ -364,11 +364,6 @@ def _main(argv, held: list) -> int:
     if unknown:
         print(f"error: {unknown}", file=sys.stderr)
         return 2
-    try:  # --replay's local inputs: a glob that matches nothing, a CSV given as Avro (checked first by streameval.cli)
-        check_local_inputs(args)
-    except (ValueError, OSError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
     try:
         set_file_system_options(PipelineOptions(beam_args))  # before any remote file is matched
         window_spec(args)
@@ -411,6 +406,7 @@ def _main(argv, held: list) -> int:
         if args.replay:
             if not args.impressions:
                 raise ValueError("--replay needs --impressions")
+            check_local_inputs(args)  # a CSV given as Avro, a glob that matches nothing (streameval.cli: before Beam)
             paths = {k: expand_inputs(getattr(args, k)) if getattr(args, k) else [] for k in KINDS}
         elif args.watch:
             paths = {k: list(getattr(args, k)) for k in KINDS}

@@ -727,8 +727,11 @@ def main(argv=None) -> int:
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the jobs' cleanup ran on the way out
         stop = e if isinstance(e, interrupts.Interrupted) else interrupts.Interrupted(2)
-        print(f"{name}: stopped by {stop.name}: nothing of this run was published (an output folder "
-              "keeps its previous run's outputs)", file=sys.stderr)
+        # the jobs that publish a run's outputs only when it ends (stream's live sources publish panes)
+        staged = argv[:1] in (["batch"], ["ope"]) or (argv[:1] == ["stream"] and "--replay" in argv)
+        note = (": nothing of this run was published (an output folder keeps its previous run's outputs)"
+                if staged else "")
+        print(f"{name}: stopped by {stop.name}{note}", file=sys.stderr)
         return 128 + stop.signum
     finally:
         interrupts.restore(previous)
