@@ -10,9 +10,11 @@ file) is left to the job's reader, which reports a damaged Avro file as a dead l
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 
-from .avro import expand_paths
+from . import avro
 
 __all__ = ["check_local_inputs", "sniff_format", "AVRO_MAGIC"]
 
@@ -65,6 +67,18 @@ def _refusal(option: str, path: str, kind: str, schema: str | None, reads_parque
     return f"{option} {path}: {what}, not an Avro file" + (f": {', or '.join(how)}" if how else "")
 
 
+@contextlib.contextmanager
+def _no_warnings(logger: str):
+    """The records of ``logger`` dropped while the block runs."""
+    log = logging.getLogger(logger)
+    drop = logging.Filter("-")  # matches no logger's name: every record of ``log`` is dropped
+    log.addFilter(drop)
+    try:
+        yield
+    finally:
+        log.removeFilter(drop)
+
+
 def check_local_inputs(option: str, patterns, schema: str | None, parquet=None) -> list[str]:
     """The local files of ``patterns`` (the values of ``option``, e.g. ``--impressions``; remote ones
     skipped), in order. Raises ``FileNotFoundError`` for a glob that matches nothing or a file that
@@ -77,7 +91,8 @@ def check_local_inputs(option: str, patterns, schema: str | None, parquet=None) 
         if "://" in str(pattern):
             continue
         try:
-            paths = expand_paths(pattern)
+            with _no_warnings(avro.__name__):  # the job's own expansion warns (links matched twice), once
+                paths = avro.expand_paths(pattern)
         except FileNotFoundError as e:
             raise FileNotFoundError(f"{option}: {e}") from None
         for path in paths:
