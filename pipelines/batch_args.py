@@ -12,7 +12,7 @@ from streameval.beam.arguments import (DECODERS, DEFAULT_FORMATS, DEFAULT_METRIC
                                        add_bootstrap_arguments, add_hist_arguments, add_metric_option_arguments,
                                        add_record_rule_arguments, add_table_arguments, add_window_limit_argument)
 from streameval.beam.keys import SLICE_MISSING
-from streameval.metrics.prepare import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
+from streameval.metrics.choices import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
 
 __all__ = ["build_arg_parser", "check_local_inputs", "ENGINES"]
 

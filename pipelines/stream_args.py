@@ -21,7 +21,7 @@ from streameval.beam.arguments import (
     split_window_arg,
 )
 from streameval.beam.keys import check_window_limit
-from streameval.metrics.prepare import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
+from streameval.metrics.choices import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
 
 __all__ = ["build_arg_parser", "window_spec", "check_local_inputs"]
 

@@ -223,18 +223,17 @@ def add_metric_option_arguments(group, err_help: str | None = None) -> None:
     ``--err-max-grade`` (the batch and streaming jobs: a number or ``auto``, resolved by the job with
     :func:`parse_err_max_grade` / :func:`auto_err_max_grade` before :func:`metric_options` reads them back;
     ``err_help``: the job's own help text for it)."""
-    from ..metrics.kernel import GAINS, IDEALS, MetricOptions
+    from ..metrics.choices import DEFAULT_GAIN, DEFAULT_IDEAL, DEFAULT_RELEVANCE_LEVEL, GAINS, IDEALS
 
-    d = MetricOptions()
-    group.add_argument("--relevance-level", type=float, default=d.relevance_level,
+    group.add_argument("--relevance-level", type=float, default=DEFAULT_RELEVANCE_LEVEL,
                        help="grade at or above which an item is relevant (trec_eval -l; "
-                            f"default {d.relevance_level:g})")
-    group.add_argument("--gain", choices=GAINS, default=d.gain,
+                            f"default {DEFAULT_RELEVANCE_LEVEL:g})")
+    group.add_argument("--gain", choices=GAINS, default=DEFAULT_GAIN,
                        help="ndcg/dcg gain: linear (trec_eval, gain = grade) or exponential (2^grade - 1); "
-                            f"default {d.gain}")
-    group.add_argument("--ideal", choices=IDEALS, default=d.ideal,
+                            f"default {DEFAULT_GAIN}")
+    group.add_argument("--ideal", choices=IDEALS, default=DEFAULT_IDEAL,
                        help="ideal DCG from every judgment of the query (trec_eval) or from the served items; "
-                            f"default {d.ideal}")
+                            f"default {DEFAULT_IDEAL}")
     group.add_argument("--err-max-grade", default="auto",
                        help=err_help or "g_max of ERR, a number, or auto (default): the largest grade among the "
                             "judgments, at least 1 (see parse_err_max_grade / auto_err_max_grade)")
@@ -442,8 +441,7 @@ def batch_window_spec(args, online=()):
 
 def add_table_arguments(p) -> None:
     """The batch job's options of table inputs (see the module docstring)."""
-    from ..io import convert_table as ct
-    from ..io.parquet_blocks import INPUT_FORMATS
+    from ..io.choices import INPUT_FORMATS, TIMESTAMP_UNITS
 
     g = p.add_argument_group("Parquet inputs (columnar engine; docs/metrics.md, \"Parquet inputs\")")
     g.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
@@ -455,7 +453,7 @@ def add_table_arguments(p) -> None:
                         "its schema")
     g.add_argument("--judgments-map", default=None, metavar="FIELD=COLUMN,...",
                    help="Parquet judgments: their own mapping, instead of --map's judgment fields")
-    g.add_argument("--timestamp-unit", choices=ct.TIMESTAMP_UNITS, default=None,
+    g.add_argument("--timestamp-unit", choices=TIMESTAMP_UNITS, default=None,
                    help="Parquet inputs: unit of integer timestamp columns (s, ms, us) or iso for text; timestamp "
                         "columns are read as they are")
     g.add_argument("--attributes", default=None, metavar="COLUMN,...",
@@ -532,7 +530,7 @@ def unknown_arguments_error(parser, rest, beam_names=None) -> str | None:
             break
         if a.startswith("-") and len(a) > 1:
             name = a.split("=", 1)[0]
-            close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
+            close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.7)
             hint = f" (closest: {', '.join(close)})" if close else ""
             problems.append(f"unknown option {name}{hint}")
             i += 1
