@@ -27,7 +27,7 @@ Targets (the probability that the target shows the logged item at the logged pos
   logged time for the same (slice, item, position) (:class:`~streameval.metrics.online.LoggedPropensityTarget`):
   the time-varying deployed policy, valid for a context-free policy such as BTS.
 
-Runs Beam's FnApiRunner (``--runner`` and unknown arguments pass to Beam). Writes
+Runs Beam's FnApiRunner (``--runner`` and Beam's own options pass to Beam). Writes
 ``metrics.{avro,jsonl}``, ``dead_letters.{avro,jsonl}`` and, last, ``manifest.json`` when
 ``--output`` is given (the folder checked against the logs, locked, and its previous outputs replaced
 only when the run ends: :func:`streameval.beam.sinks.start_output`).
@@ -35,7 +35,6 @@ only when the run ends: :func:`streameval.beam.sinks.start_output`).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import glob
 import math
@@ -49,7 +48,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from streameval.beam.accounting import job_counters
-from streameval.beam.arguments import make_pipeline
+from streameval.beam.arguments import make_pipeline, unknown_arguments_error
+from streameval import interrupts
 from streameval.exits import one_line
 from streameval.beam.sinks import holding_outputs, publish, read_metric_rows, start_output, write_records
 from streameval.beam.sources import ReadAvro
@@ -58,6 +58,7 @@ from streameval.beam.transforms import CleanImpressions, ClickMetrics, ValidateI
 from streameval.io import avro, convert
 from streameval.io import counters as cn
 from streameval.io.outdir import OutputInUseError, OutputOverlapError
+from pipelines.ope_args import TARGETS, build_arg_parser  # noqa: F401  (Beam-free: parsed first)
 from streameval.metrics.online import (
     LoggedPropensityTarget,
     TableTarget,
@@ -66,37 +67,6 @@ from streameval.metrics.online import (
 )
 
 __all__ = ["main", "build_arg_parser", "read_bts_prior", "default_bts_prior_path", "TARGETS"]
-
-TARGETS = ("random", "bts", "logged")
-
-
-def build_arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="streameval ope",
-        description="IPS and SNIPS estimates of a target policy's CTR from logs with propensities, beside the "
-                    "CTR measured on the target's own logs. Unknown arguments are passed to Beam.")
-    p.add_argument("--logs", action="extend", nargs="+", required=True,
-                   help="logging policy's impressions: Avro files or Open Bandit CSVs (paths or quoted globs; "
-                        "item_context.csv files are skipped); repeatable")
-    p.add_argument("--target", choices=TARGETS, required=True,
-                   help="random (uniform), bts (Thompson sampling with obp's production prior, Monte Carlo), "
-                        "logged (the target logs' own propensities at the nearest time)")
-    p.add_argument("--target-logs", action="extend", nargs="+", default=None,
-                   help="the target policy's own logs (paths or quoted globs; repeatable): its measured CTR is "
-                        "printed beside the estimates; needed by --target logged")
-    p.add_argument("--slice", default="campaign", help="attribute to slice by (default campaign; 'none': no slices)")
-    p.add_argument("--n-items", default=None,
-                   help="catalogue size per slice for --target random, e.g. all=80,men=34,women=46 or 80")
-    p.add_argument("--bts-prior", default=None,
-                   help="obp's prior_bts.yaml (default: the file of the installed obp package)")
-    p.add_argument("--n-sim", type=int, default=100_000, help="Monte Carlo slates for --target bts (default 100000)")
-    p.add_argument("--seed", type=int, default=12345, help="Monte Carlo seed (default 12345)")
-    p.add_argument("--len-list", type=int, default=3, help="slate length for --target bts (default 3, OBD)")
-    p.add_argument("--system", default=None, help="system id of CSV logs (default: the policy folder name)")
-    p.add_argument("--output", default=None, help="directory for metrics.{avro,jsonl} and dead_letters.{avro,jsonl}")
-    p.add_argument("--runner", default="FnApiRunner", help="Beam runner (default FnApiRunner)")
-    return p
-
 
 # --------------------------------------------------------------------------------------------
 # inputs
@@ -251,10 +221,15 @@ def main(argv=None) -> int:
 
 
 def _main(argv, held: list) -> int:
-    args, beam_args = build_arg_parser().parse_known_args(argv)
+    parser = build_arg_parser()
+    args, beam_args = parser.parse_known_args(argv)
     stray = [a for a in beam_args if not a.startswith("-") and os.path.exists(a)]
     if stray:
         print(f"error: unexpected paths {stray[:3]}: give every log file after --logs / --target-logs", file=sys.stderr)
+        return 2
+    unknown = unknown_arguments_error(parser, beam_args)  # Beam's options only: a typo is not dropped
+    if unknown:
+        print(f"error: {unknown}", file=sys.stderr)
         return 2
     slice_attr = None if args.slice.lower() == "none" else args.slice
     slices = [slice_attr] if slice_attr else []
@@ -358,8 +333,14 @@ def _main(argv, held: list) -> int:
         rows = tuple(parts) | "Rows" >> beam.Flatten()
         write_records(rows, out_dir, "metrics", "metric_result", "Metrics")
         write_records(tuple(deads) | "Dead" >> beam.Flatten(), out_dir, "dead_letters", "dead_letter", "Dead")
-        result = p.run()
-        result.wait_until_finish()
+        try:
+            result = p.run()
+            result.wait_until_finish()
+        except Exception:
+            stop = interrupts.received()  # Ctrl-C or SIGTERM, which the runner wrapped: streameval.cli says so
+            if stop is not None:
+                raise stop from None
+            raise
         wall = time.perf_counter() - start
         counters = job_counters(result, options=options)
         out_rows = read_metric_rows(os.path.join(out_dir, "metrics.jsonl"))

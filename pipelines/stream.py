@@ -61,6 +61,7 @@ from streameval.beam.arguments import (
     make_pipeline,
     parse_err_max_grade,
     split_metrics,
+    unknown_arguments_error,
 )
 from streameval.beam.sinks import holding_outputs, publish, start_output
 from streameval.exits import EXIT_ALERT, EXIT_OK, one_line
@@ -88,14 +89,14 @@ from streameval.beam.streaming import (
     replay_clock,
     stream_counts,
 )
-from streameval import progress
+from streameval import interrupts, progress
 from streameval.io import counters as cn
 from streameval.io.records import parse_time_range
 from streameval.metrics.diversity import is_diversity_name
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.online import parse_online_metric
 
-from pipelines.stream_args import build_arg_parser, window_spec
+from pipelines.stream_args import build_arg_parser, check_local_inputs, window_spec
 
 __all__ = ["main", "build_arg_parser"]  # the library's transforms: streameval.beam.streaming.sources, .sinks, .console
 
@@ -359,6 +360,10 @@ def main(argv=None) -> int:
 def _main(argv, held: list) -> int:
     parser = build_arg_parser()
     args, beam_args = parser.parse_known_args(argv)
+    unknown = unknown_arguments_error(parser, beam_args)  # Beam's options only: a typo is not dropped
+    if unknown:
+        print(f"error: {unknown}", file=sys.stderr)
+        return 2
     try:
         set_file_system_options(PipelineOptions(beam_args))  # before any remote file is matched
         window_spec(args)
@@ -401,6 +406,7 @@ def _main(argv, held: list) -> int:
         if args.replay:
             if not args.impressions:
                 raise ValueError("--replay needs --impressions")
+            check_local_inputs(args)  # a CSV given as Avro, a glob that matches nothing (streameval.cli: before Beam)
             paths = {k: expand_inputs(getattr(args, k)) if getattr(args, k) else [] for k in KINDS}
         elif args.watch:
             paths = {k: list(getattr(args, k)) for k in KINDS}
@@ -496,9 +502,12 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
             result = p.run()
             in_process = _on_local_runner(args)
             state = result.wait_until_finish() if in_process else wait_reporting(result, args.report_every, options=p.options)
-    except Exception as e:  # noqa: BLE001 - the runner's error, reported in one line
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - the runner's error, reported in one line
         line.enable = False
         line.stop()
+        stop = interrupts.received()  # Ctrl-C or SIGTERM (not --watch's), which the runner may have wrapped
+        if stop is not None or isinstance(e, KeyboardInterrupt):
+            raise stop or e  # streameval.cli says so in one line; close_output removes what the run wrote
         print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
         return 1  # close_output removes what the run wrote (--replay: its folder; the previous run's outputs stay)
     finally:

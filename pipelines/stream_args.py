@@ -1,5 +1,6 @@
 """The streaming job's command line (``streameval stream``): :func:`build_arg_parser` and the
-windows it names (:func:`window_spec`). The job itself, its checks and its pipeline:
+windows it names (:func:`window_spec`). Imports no Beam, so that ``--help`` and argument errors answer
+before Beam is imported (``streameval.cli`` parses with it first). The job itself, its checks and its pipeline:
 :mod:`pipelines.stream`."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import argparse
 from streameval.beam.accounting import add_input_check_arguments
 from streameval.beam.arguments import (
     DEFAULT_METRICS,
+    KAFKA_TIMESTAMP_POLICIES,
+    KINDS,
     add_bootstrap_arguments,
     add_hist_arguments,
     add_metric_option_arguments,
@@ -18,20 +21,18 @@ from streameval.beam.arguments import (
     split_window_arg,
 )
 from streameval.beam.keys import check_window_limit
-from streameval.beam.streaming import WindowSpec
-from streameval.beam.streaming.live import KINDS
-from streameval.beam.streaming.sources import KAFKA_TIMESTAMP_POLICIES
-from streameval.metrics.prepare import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
+from streameval.metrics.choices import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
 
-__all__ = ["build_arg_parser", "window_spec"]
+__all__ = ["build_arg_parser", "window_spec", "check_local_inputs"]
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="streameval stream",
         description="Streaming ranking and click metrics over impression / judgment / click events, in "
-                    "event-time windows with early, on-time and late panes (Apache Beam). Unknown arguments "
-                    "are passed to Beam's PipelineOptions.")
+                    "event-time windows with early, on-time and late panes (Apache Beam). Other arguments "
+                    "go to Beam's PipelineOptions; one Beam does not know either is refused (docs/cli.md, "
+                    "\"Beam's pipeline options\").")
     src = p.add_argument_group("sources (one of --replay, --watch, Pub/Sub, Kafka)")
     src.add_argument("--impressions", action="append", default=[],
                      help="Avro file(s) or glob of impressions (--replay, --watch); repeatable")
@@ -142,10 +143,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
 _split_window_arg = split_window_arg
 
 
-def window_spec(args) -> WindowSpec:
+def window_spec(args):
     """The job's windows from ``--window`` / ``--every`` / ``--sessions`` / ``--session-key`` (after
     :func:`_split_window_arg`, which rewrites ``args`` in place). Raises ValueError for a missing or
     mixed form, or a duration :func:`~streameval.beam.streaming.parse_duration` refuses."""
+    from streameval.beam.streaming import WindowSpec
+
     _split_window_arg(args)
     check_window_limit(args.max_windows_per_record, "--max-windows-per-record")
     if args.sessions:
@@ -155,3 +158,16 @@ def window_spec(args) -> WindowSpec:
     if not args.window:
         raise ValueError("give --window SIZE (with --every PERIOD for sliding windows) or --sessions GAP")
     return sliding_window_spec(args) if args.every else WindowSpec.fixed(args.window)
+
+
+def check_local_inputs(args) -> None:
+    """With ``--replay``: the local files of ``--impressions``, ``--judgments`` and ``--clicks`` exist,
+    and none is plainly CSV, JSON, Parquet or text (:func:`streameval.io.inputs.check_local_inputs`):
+    checked before Beam is imported. ``--watch`` patterns may match nothing yet. Raises
+    FileNotFoundError or ValueError (one line, exit 2)."""
+    from streameval.io.inputs import check_local_inputs as check
+
+    if not args.replay:
+        return
+    for kind, schema in (("impressions", "impression"), ("judgments", "judgment"), ("clicks", None)):
+        check(f"--{kind}", getattr(args, kind), schema)

@@ -645,9 +645,12 @@ def _write(avro, path, name, records) -> int:
 
 class _BeamNoise:
     """Drops two messages Beam logs on every local run that say nothing about the user's job:
-    the GCP client libraries being absent, and a sink replacing the previous run's output file."""
+    the GCP client libraries being absent, and a sink replacing the previous run's output file; and
+    the traceback Beam logs when Ctrl-C or SIGTERM stops a bundle (:mod:`streameval.interrupts`)."""
 
     def filter(self, record) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
+            return False  # Ctrl-C or SIGTERM inside a bundle: the command says so in one line
         msg = record.getMessage()
         return not (msg.startswith("apitools not found") or msg.startswith("Deleting 1 existing files"))
 
@@ -683,13 +686,78 @@ COMMANDS = {
                 "fetch the engines; start, inspect or stop a local Flink cluster or Prism (streameval cluster -h)"),
 }
 
+#: the Beam jobs' command lines, in modules that import no Beam: parsed before the job's module (and
+#: so Beam, about 2.5 s) is imported, so that --help and argument errors answer at once
+PARSERS = {"batch": "pipelines.batch_args", "stream": "pipelines.stream_args", "ope": "pipelines.ope_args"}
+
+
+def package_version() -> str:
+    """The installed package's version (its metadata), else this checkout's ``streameval.__version__``
+    (run from a clone without installing)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("streameval")
+    except metadata.PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
 
 def main(argv=None) -> int:
-    import importlib
+    """Run ``streameval ARGV``; returns the exit status. A reader that stops reading the output
+    (``streameval trec-eval ... | head -1``) ends the command quietly with status 141 (128 + SIGPIPE,
+    what the shell reports for a program SIGPIPE ended): Python's recipe (docs of ``signal``, "Note on
+    SIGPIPE"): standard output flushed inside the ``try``, then pointed at ``os.devnull`` so that the
+    flush at exit raises nothing more."""
+    import os
+
+    from . import interrupts
+    from .exits import EXIT_BROKEN_PIPE
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    name = "streameval " + argv[0] if argv and argv[0] in COMMANDS else "streameval"
+    previous = interrupts.install()
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # a broken pipe shows here, inside the try, not at the interpreter's exit
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the jobs' cleanup ran on the way out
+        stop = e if isinstance(e, interrupts.Interrupted) else interrupts.Interrupted(2)
+        # the jobs that publish a run's outputs only when it ends (stream's live sources publish panes)
+        staged = argv[:1] in (["batch"], ["ope"]) or (argv[:1] == ["stream"] and "--replay" in argv)
+        note = (": nothing of this run was published (an output folder keeps its previous run's outputs)"
+                if staged else "")
+        print(f"{name}: stopped by {stop.name}{note}", file=sys.stderr)
+        return 128 + stop.signum
+    finally:
+        interrupts.restore(previous)
+    return status
+
+
+def _main(argv) -> int:
+    import importlib
+
+    if argv[:1] in (["--version"], ["-V"]):
+        print(f"streameval {package_version()}")
+        return 0
     if argv and argv[0] in COMMANDS:
         module, func, beam, _ = COMMANDS[argv[0]]
+        if argv[0] in PARSERS:
+            parsing = importlib.import_module(PARSERS[argv[0]])
+            try:  # the job parses the same arguments again, once Beam is imported
+                args, _ = parsing.build_arg_parser().parse_known_args(argv[1:])
+            except SystemExit as e:  # argparse: --help (0) or a usage error (2, its message printed)
+                return e.code if isinstance(e.code, int) else 2
+            if hasattr(parsing, "check_local_inputs"):
+                try:  # a bad glob, a missing file, a CSV given as Avro: before Beam starts
+                    parsing.check_local_inputs(args)
+                except (ValueError, OSError) as e:
+                    print(f"error: {_one_line(e)}", file=sys.stderr)
+                    return 2
         if beam:
             from .tuning import keep_freed_memory
 
@@ -701,6 +769,7 @@ def main(argv=None) -> int:
             one_blas_thread_at_import()
         return getattr(importlib.import_module(module), func)(argv[1:])
     p = argparse.ArgumentParser(prog="streameval", description=__doc__.split("\n\n")[0])
+    p.add_argument("-V", "--version", action="store_true", help="print the package's version and exit")
     sub = p.add_subparsers(dest="command", required=True)
     for name, (_, _, _, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text)

@@ -11,20 +11,29 @@ Documented in docs/cli.md ("`streameval batch`") and docs/metrics.md ("Input che
 * 3 (:data:`EXIT_INPUT_CHECK`): the job ran and its outputs are complete, but its input failed a
   check (:class:`streameval.beam.accounting.InputChecks`);
 * 4 (:data:`EXIT_ALERT`): the job ran, its outputs are complete and its input passed the checks,
-  and an alert rule fired (``--alerts``; :mod:`streameval.alerts`).
+  and an alert rule fired (``--alerts``; :mod:`streameval.alerts`);
+* 130 (:data:`EXIT_INTERRUPTED`) and 143 (:data:`EXIT_TERMINATED`): stopped by Ctrl-C (SIGINT) or
+  SIGTERM (128 + the signal's number, the shell's convention), with one line on stderr; a job's
+  output folder keeps its previous run's outputs (nothing of the stopped run is published);
+* 141 (:data:`EXIT_BROKEN_PIPE`): the reader of standard output went away (``... | head -1``): the
+  command stops quietly (128 + SIGPIPE's number, what the shell reports for a program SIGPIPE ended).
 
 Errors go to stderr as one line (:func:`one_line`), never as a traceback.
 """
 
 from __future__ import annotations
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INPUT_CHECK", "EXIT_ALERT", "one_line"]
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INPUT_CHECK", "EXIT_ALERT", "EXIT_INTERRUPTED",
+           "EXIT_TERMINATED", "EXIT_BROKEN_PIPE", "one_line"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INPUT_CHECK = 3
 EXIT_ALERT = 4
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+EXIT_BROKEN_PIPE = 141
 
 
 def one_line(err) -> str:

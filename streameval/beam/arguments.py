@@ -13,6 +13,32 @@ __all__ = ["DEFAULT_METRICS", "split_metrics", "split_names", "join_parameter_li
 
 DEFAULT_METRICS = "ndcg@10,map,mrr@10,P@10,recall@100"
 
+# The choices and defaults the jobs' command lines name, here (no Beam import) so that a command line
+# is parsed, and --help answered, before Beam is imported; the modules that use them import them from here.
+#: shards of the requests and of the queries (the unit of work of the columnar engine's stages 2 and
+#: 3): the least of ``--shards auto``, and the count of the engine when none is given
+SHARDS = 16
+#: impressions per shard that ``--shards auto`` aims at (the largest element of stages 2 and 3 is
+#: about this many impressions, whatever the input's size)
+SHARD_IMPRESSIONS = 500_000
+#: --avro-decoder (streameval.beam.columnar_read)
+DECODERS = ("datafusion", "fastavro")
+#: --hot-query-fraction's default and the fewest requests of a query in one request shard that make it
+#: hot (smaller ones are cheap anyway; streameval.beam.columnar_hot)
+HOT_FRACTION = 0.01
+HOT_MIN_REQUESTS = 100
+#: --formats (streameval.beam.sinks)
+FORMATS = ("avro", "jsonl", "parquet", "csv")
+DEFAULT_FORMATS = ("avro", "jsonl")
+#: --labels and --unjudged of the online metrics (streameval.beam.online)
+LABEL_SOURCES = ("clicks", "judgments")
+UNJUDGED_POLICIES = ("exclude", "nonrelevant")
+#: the streaming job's kinds of input (streameval.beam.streaming.live)
+KINDS = ("impressions", "judgments", "clicks")
+#: --kafka-timestamp-policy: Beam's names (streameval.beam.streaming.sources)
+KAFKA_TIMESTAMP_POLICIES = {"create_time": "CreateTime", "log_append_time": "LogAppendTime",
+                            "processing_time": "ProcessingTime"}
+
 
 def split_names(text: str) -> list[str]:
     """Split a comma list of names at the commas outside brackets and parentheses (``gauc[user,clicks]``,
@@ -197,18 +223,17 @@ def add_metric_option_arguments(group, err_help: str | None = None) -> None:
     ``--err-max-grade`` (the batch and streaming jobs: a number or ``auto``, resolved by the job with
     :func:`parse_err_max_grade` / :func:`auto_err_max_grade` before :func:`metric_options` reads them back;
     ``err_help``: the job's own help text for it)."""
-    from ..metrics.kernel import GAINS, IDEALS, MetricOptions
+    from ..metrics.choices import DEFAULT_GAIN, DEFAULT_IDEAL, DEFAULT_RELEVANCE_LEVEL, GAINS, IDEALS
 
-    d = MetricOptions()
-    group.add_argument("--relevance-level", type=float, default=d.relevance_level,
+    group.add_argument("--relevance-level", type=float, default=DEFAULT_RELEVANCE_LEVEL,
                        help="grade at or above which an item is relevant (trec_eval -l; "
-                            f"default {d.relevance_level:g})")
-    group.add_argument("--gain", choices=GAINS, default=d.gain,
+                            f"default {DEFAULT_RELEVANCE_LEVEL:g})")
+    group.add_argument("--gain", choices=GAINS, default=DEFAULT_GAIN,
                        help="ndcg/dcg gain: linear (trec_eval, gain = grade) or exponential (2^grade - 1); "
-                            f"default {d.gain}")
-    group.add_argument("--ideal", choices=IDEALS, default=d.ideal,
+                            f"default {DEFAULT_GAIN}")
+    group.add_argument("--ideal", choices=IDEALS, default=DEFAULT_IDEAL,
                        help="ideal DCG from every judgment of the query (trec_eval) or from the served items; "
-                            f"default {d.ideal}")
+                            f"default {DEFAULT_IDEAL}")
     group.add_argument("--err-max-grade", default="auto",
                        help=err_help or "g_max of ERR, a number, or auto (default): the largest grade among the "
                             "judgments, at least 1 (see parse_err_max_grade / auto_err_max_grade)")
@@ -412,3 +437,107 @@ def batch_window_spec(args, online=()):
         raise ValueError(f"--every (sliding windows) does not take {'online metrics' if online else '--compare-baseline'}"
                          " (their states are not sums over a sub-window's requests): use fixed windows")
     return spec
+
+
+def add_table_arguments(p) -> None:
+    """The batch job's options of table inputs (see the module docstring)."""
+    from ..io.choices import INPUT_FORMATS, TIMESTAMP_UNITS
+
+    g = p.add_argument_group("Parquet inputs (columnar engine; docs/metrics.md, \"Parquet inputs\")")
+    g.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
+                   help="format of --impressions and --judgments files: auto (default: Parquet for .parquet and .pq "
+                        "names, else Avro), avro or parquet")
+    g.add_argument("--map", default=None, metavar="FIELD=COLUMN,...",
+                   help="Parquet inputs: the column of each schema field, as streameval convert table's --map (a "
+                        "field not named is read from the column of its own name); each kind takes the fields of "
+                        "its schema")
+    g.add_argument("--judgments-map", default=None, metavar="FIELD=COLUMN,...",
+                   help="Parquet judgments: their own mapping, instead of --map's judgment fields")
+    g.add_argument("--timestamp-unit", choices=TIMESTAMP_UNITS, default=None,
+                   help="Parquet inputs: unit of integer timestamp columns (s, ms, us) or iso for text; timestamp "
+                        "columns are read as they are")
+    g.add_argument("--attributes", default=None, metavar="COLUMN,...",
+                   help="Parquet impressions: columns kept in the attributes map (for --slices)")
+
+
+#: where docs/cli.md lists the options the jobs pass to Beam (the runner's options)
+RUNNER_OPTIONS_DOC = 'docs/cli.md, "Beam\'s pipeline options"'
+
+
+class _BeamParser(Exception):
+    """Carries Beam's parser of every registered PipelineOptions class out of ``get_all_options``."""
+
+    def __init__(self, parser):
+        super().__init__("Beam's options parser")
+        self.parser = parser
+
+
+def _beam_options_parser():
+    """The argparse parser Beam builds from every registered ``PipelineOptions`` class, got through
+    ``get_all_options``'s public ``add_extra_args_fn`` hook (which receives that parser; leaving the
+    hook by an exception skips the parse, and its "Discarding unparseable args" warning)."""
+    import apache_beam  # noqa: F401  (registers every runner's options class)
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    def grab(parser):
+        raise _BeamParser(parser)
+
+    try:
+        PipelineOptions([]).get_all_options(add_extra_args_fn=grab)
+    except _BeamParser as got:
+        return got.parser
+    raise RuntimeError("Beam's PipelineOptions.get_all_options did not call add_extra_args_fn")
+
+
+def _option_names(parser) -> list[str]:
+    """The long option names of an argparse parser, read from its usage line (argparse has no
+    public list of its options)."""
+    return sorted(set(re.findall(r"(?<![\w-])--[A-Za-z][\w-]*", parser.format_usage())))
+
+
+def unknown_arguments_error(parser, rest, beam_names=None) -> str | None:
+    """One line for the arguments in ``rest`` (what the job's ``parser.parse_known_args`` left for
+    Beam) that Beam's pipeline options do not know either: each unknown option with the closest
+    names among the job's options and Beam's (difflib), or a stray value; None when Beam knows every
+    one. Beam's parser also checks the values of its own options (``--direct_num_workers two``).
+    ``beam_names`` (tests) stands in for Beam's option names."""
+    import contextlib
+    import difflib
+    import io
+
+    rest = list(rest)
+    if not rest:
+        return None
+    beam_parser = _beam_options_parser()
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            _, unknown = beam_parser.parse_known_args(rest)
+    except SystemExit:  # argparse refused the value of one of Beam's options
+        lines = [line for line in err.getvalue().splitlines() if line.strip()]
+        why = lines[-1].split("error: ", 1)[-1] if lines else "refused"
+        return f"Beam's pipeline options: {why}"
+    if not unknown:
+        return None
+    if beam_names is None:
+        beam_names = ["--" + name for name in vars(beam_parser.parse_known_args([])[0])]
+    candidates = sorted(set(_option_names(parser)) | set(beam_names))
+    problems, i = [], 0
+    while i < len(unknown):
+        a = unknown[i]
+        if a == "--":
+            problems.append("'--' (nothing may follow it)")
+            break
+        if a.startswith("-") and len(a) > 1:
+            name = a.split("=", 1)[0]
+            close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.7)
+            hint = f" (closest: {', '.join(close)})" if close else ""
+            problems.append(f"unknown option {name}{hint}")
+            i += 1
+            if "=" not in a and i < len(unknown) and not unknown[i].startswith("-"):
+                i += 1  # its value
+            continue
+        problems.append(f"unexpected argument {a!r}")
+        i += 1
+    return (f"{'; '.join(problems)}; the job's options: {parser.prog} -h; Beam's pipeline options: "
+            f"{RUNNER_OPTIONS_DOC}")

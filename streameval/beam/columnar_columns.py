@@ -15,12 +15,8 @@ import pyarrow.compute as pc
 
 from ..io import dwell as dwell_io
 
-#: shards of the requests and of the queries (the unit of work of stages 2 and 3): the least of
-#: ``--shards auto``, and the count of the engine when none is given
-SHARDS = 16
-#: impressions per shard that ``--shards auto`` aims at (the largest element of stages 2 and 3 is
-#: about this many impressions, whatever the input's size)
-SHARD_IMPRESSIONS = 500_000
+#: SHARDS, SHARD_IMPRESSIONS: --shards' least and its aim (streameval.beam.arguments, Beam-free)
+from .arguments import SHARD_IMPRESSIONS, SHARDS  # noqa: E402,F401
 #: Avro bytes per impression assumed when the input's records cannot be counted from block headers
 #: (remote files): about the smallest seen (the bundled sample, deflate), so shards err on the small side
 AVRO_BYTES_PER_IMPRESSION = 20

@@ -56,9 +56,8 @@ __all__ = ["HOT_FRACTION", "HOT_MIN_REQUESTS", "fan_out", "element_key", "elemen
            "HotQueries"]
 
 #: ``--hot-query-fraction``'s default: a query with more than this share of a request shard's requests
-HOT_FRACTION = 0.01
-#: the fewest requests of a query in one request shard that make it hot (smaller ones are cheap anyway)
-HOT_MIN_REQUESTS = 100
+#: is hot; and the fewest requests of a query in one request shard that make it hot
+from .arguments import HOT_FRACTION, HOT_MIN_REQUESTS  # noqa: E402,F401  (the command line's, Beam-free)
 
 
 def fan_out(query, request_id, shards: int, fraction: float, min_requests: int = HOT_MIN_REQUESTS):

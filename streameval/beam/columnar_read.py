@@ -25,7 +25,7 @@ from .transforms import reason_key
 
 #: decoders of local Avro files: Apache DataFusion to Arrow columns (:mod:`streameval.io.arrow_avro`;
 #: fastavro for any file or rest of a file it does not take) or fastavro's dicts only
-DECODERS = ("datafusion", "fastavro")
+from .arguments import DECODERS  # noqa: E402  (the command line's choices, Beam-free)
 # DECODER_NAMESPACE (streameval.io.counters): the counters ``<decoders>:<path>`` (1 per input file): the
 # decoders that gave the file's records (apart from the records' counters: how a file was read is not what it holds)
 

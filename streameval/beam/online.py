@@ -88,8 +88,7 @@ __all__ = [
     "UNJUDGED_POLICIES",
 ]
 
-LABEL_SOURCES = ("clicks", "judgments")
-UNJUDGED_POLICIES = ("exclude", "nonrelevant")
+from .arguments import LABEL_SOURCES, UNJUDGED_POLICIES  # noqa: E402,F401  (the command line's, Beam-free)
 
 
 # --------------------------------------------------------------------------------------------

@@ -256,8 +256,7 @@ def write_jsonl(pcoll, out_dir: str, stem: str, label: str, lines: bool = False,
 
 
 #: the file formats of the jobs' record outputs (``--formats``)
-FORMATS = ("avro", "jsonl", "parquet", "csv")
-DEFAULT_FORMATS = ("avro", "jsonl")
+from .arguments import DEFAULT_FORMATS, FORMATS  # noqa: E402,F401  (the command line's, Beam-free)
 
 
 def parse_formats(text: str) -> tuple[str, ...]:

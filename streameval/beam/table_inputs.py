@@ -12,29 +12,11 @@ from __future__ import annotations
 from apache_beam.io.filesystems import FileSystems
 
 from ..io import convert_table as ct
-from ..io.parquet_blocks import INPUT_FORMATS, TableOptions, is_parquet
+from ..io.parquet_blocks import TableOptions, is_parquet
+from .arguments import add_table_arguments  # noqa: F401  (Beam-free: parsed before Beam is imported)
 from .sources import is_remote
 
 __all__ = ["add_table_arguments", "table_options", "parquet_paths", "count_parquet_rows"]
-
-
-def add_table_arguments(p) -> None:
-    """The batch job's options of table inputs (see the module docstring)."""
-    g = p.add_argument_group("Parquet inputs (columnar engine; docs/metrics.md, \"Parquet inputs\")")
-    g.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
-                   help="format of --impressions and --judgments files: auto (default: Parquet for .parquet and .pq "
-                        "names, else Avro), avro or parquet")
-    g.add_argument("--map", default=None, metavar="FIELD=COLUMN,...",
-                   help="Parquet inputs: the column of each schema field, as streameval convert table's --map (a "
-                        "field not named is read from the column of its own name); each kind takes the fields of "
-                        "its schema")
-    g.add_argument("--judgments-map", default=None, metavar="FIELD=COLUMN,...",
-                   help="Parquet judgments: their own mapping, instead of --map's judgment fields")
-    g.add_argument("--timestamp-unit", choices=ct.TIMESTAMP_UNITS, default=None,
-                   help="Parquet inputs: unit of integer timestamp columns (s, ms, us) or iso for text; timestamp "
-                        "columns are read as they are")
-    g.add_argument("--attributes", default=None, metavar="COLUMN,...",
-                   help="Parquet impressions: columns kept in the attributes map (for --slices)")
 
 
 def parquet_paths(paths, input_format: str = "auto") -> list:

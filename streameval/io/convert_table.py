@@ -57,7 +57,7 @@ __all__ = ["FORMATS", "TIMESTAMP_UNITS", "KINDS", "MAX_JSON_DEPTH", "TableConver
            "convert_table"]
 
 FORMATS = ("jsonl", "csv", "parquet")
-TIMESTAMP_UNITS = ("s", "ms", "us", "iso")
+from .choices import TIMESTAMP_UNITS  # noqa: E402  (no pyarrow: the command lines' choices)
 #: --kind -> schema name
 KINDS = {"impressions": "impression", "judgments": "judgment"}
 _EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet",

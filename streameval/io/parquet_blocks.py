@@ -37,7 +37,7 @@ __all__ = ["EXTENSIONS", "INPUT_FORMATS", "UNREADABLE_PARQUET", "ParquetInputErr
 
 #: extensions read as Parquet with ``--input-format auto``
 EXTENSIONS = (".parquet", ".pq")
-INPUT_FORMATS = ("auto", "avro", "parquet")
+from .choices import INPUT_FORMATS  # noqa: E402  (no pyarrow: the command lines' choices)
 #: the reason prefix of the dead letter of a damaged Parquet file
 UNREADABLE_PARQUET = "unreadable Parquet file"
 #: rows per block at most (a row group is cut into blocks of this size)

@@ -29,10 +29,9 @@ from .parallel import run_tasks
 
 __all__ = ["RankedLists", "MetricOptions", "compute", "GAINS", "IDEALS", "options_for"]
 
-GAINS = ("linear", "exponential")
+from .choices import DEFAULT_GAIN, DEFAULT_IDEAL, DEFAULT_RELEVANCE_LEVEL, GAINS, IDEALS  # noqa: E402
 #: ranked items scored per chunk by :func:`compute` (whole queries; bounds its temporaries)
 CHUNK_ITEMS = 1 << 19
-IDEALS = ("judgments", "served")
 
 
 #: the largest grade the exponential gain 2**grade - 1 can use (2**1024 overflows a double)
@@ -73,9 +72,9 @@ class MetricOptions:
         gains); ranx's ``ndcg@10-l2`` (its relevance level drops the judgments below it).
     """
 
-    relevance_level: float = 1
-    gain: str = "linear"
-    ideal: str = "judgments"
+    relevance_level: float = DEFAULT_RELEVANCE_LEVEL
+    gain: str = DEFAULT_GAIN
+    ideal: str = DEFAULT_IDEAL
     err_max_grade: float = 4
     num_docs_in_coll: int = 0
     gain_floor: float = 0

@@ -20,11 +20,9 @@ __all__ = ["Prepared", "prepare", "factorize", "rank_order", "ranking_scores", "
 
 ORDERS = ("score", "position")
 TIE_BREAKS = ("docno", "position")
-SCORE_PRECISIONS = ("float64", "float32")
-#: how every entry point compares scores unless told otherwise (the library, ``trec-eval``, both
-#: jobs): as doubles, as trec_eval 10 does (trec_format.h ``double sim``, parsed with ``atof``).
-#: ``"float32"`` is trec_eval 9's (and pytrec_eval's) C ``float``: scores equal in single precision tie.
-DEFAULT_SCORE_PRECISION = "float64"
+#: SCORE_PRECISIONS and DEFAULT_SCORE_PRECISION (scores compared as doubles unless told otherwise):
+#: streameval.metrics.choices, numpy-free for the command lines
+from .choices import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS  # noqa: E402
 
 
 def check_ranking_options(*, depth=None, score_precision=DEFAULT_SCORE_PRECISION, tie_break="docno", order="score",

@@ -60,7 +60,7 @@ from .windows import parse_duration
 
 _LOG = logging.getLogger(__name__)
 
-KINDS = ("impressions", "judgments", "clicks")
+from ..arguments import KINDS  # noqa: E402  (the command line's, Beam-free)
 _READ_ORDER = {"judgments": 0, "impressions": 1, "clicks": 2}  # the kinds of a poll's files, in reading order
 LOG_LENGTH = 100_000  # entries kept of the watcher's logs (files read, watermarks sent)
 SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": None}

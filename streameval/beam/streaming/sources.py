@@ -151,8 +151,7 @@ class ReadPubSubEvents(beam.PTransform):
                 | "Decode" >> beam.Map(_json_event))
 
 
-KAFKA_TIMESTAMP_POLICIES = {"create_time": "CreateTime", "log_append_time": "LogAppendTime",
-                            "processing_time": "ProcessingTime"}
+from ..arguments import KAFKA_TIMESTAMP_POLICIES  # noqa: E402  (the command line's, Beam-free)
 
 
 class ReadKafkaEvents(beam.PTransform):

@@ -1,0 +1,40 @@
+"""The off-policy job's command line (``streameval ope``): :func:`build_arg_parser`, which imports no
+Beam, so that ``--help`` and argument errors answer before Beam is imported (``streameval.cli``
+parses with it first). The job itself: :mod:`pipelines.ope`."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["build_arg_parser", "TARGETS"]
+
+TARGETS = ("random", "bts", "logged")
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="streameval ope",
+        description="IPS and SNIPS estimates of a target policy's CTR from logs with propensities, beside the "
+                    "CTR measured on the target's own logs. Other arguments go to Beam's PipelineOptions; one Beam "
+                    "does not know either is refused.")
+    p.add_argument("--logs", action="extend", nargs="+", required=True,
+                   help="logging policy's impressions: Avro files or Open Bandit CSVs (paths or quoted globs; "
+                        "item_context.csv files are skipped); repeatable")
+    p.add_argument("--target", choices=TARGETS, required=True,
+                   help="random (uniform), bts (Thompson sampling with obp's production prior, Monte Carlo), "
+                        "logged (the target logs' own propensities at the nearest time)")
+    p.add_argument("--target-logs", action="extend", nargs="+", default=None,
+                   help="the target policy's own logs (paths or quoted globs; repeatable): its measured CTR is "
+                        "printed beside the estimates; needed by --target logged")
+    p.add_argument("--slice", default="campaign", help="attribute to slice by (default campaign; 'none': no slices)")
+    p.add_argument("--n-items", default=None,
+                   help="catalogue size per slice for --target random, e.g. all=80,men=34,women=46 or 80")
+    p.add_argument("--bts-prior", default=None,
+                   help="obp's prior_bts.yaml (default: the file of the installed obp package)")
+    p.add_argument("--n-sim", type=int, default=100_000, help="Monte Carlo slates for --target bts (default 100000)")
+    p.add_argument("--seed", type=int, default=12345, help="Monte Carlo seed (default 12345)")
+    p.add_argument("--len-list", type=int, default=3, help="slate length for --target bts (default 3, OBD)")
+    p.add_argument("--system", default=None, help="system id of CSV logs (default: the policy folder name)")
+    p.add_argument("--output", default=None, help="directory for metrics.{avro,jsonl} and dead_letters.{avro,jsonl}")
+    p.add_argument("--runner", default="FnApiRunner", help="Beam runner (default FnApiRunner)")
+    return p

@@ -1,0 +1,61 @@
+"""Ctrl-C (SIGINT) and SIGTERM as one exception in the main thread, and a record of which came.
+
+``streameval`` (:func:`streameval.cli.main`) installs :func:`install` for the command's run: either
+signal raises :class:`Interrupted` (a ``KeyboardInterrupt``) where the main thread is, so every
+``finally`` on the way out runs (a job's output folder loses this run's staging folder, Beam's
+``beam-temp-*`` folders and its lock: :func:`streameval.beam.sinks.close_output`), and the command
+ends with one line and status 128 + the signal's number. Beam's runners catch an exception raised
+inside a bundle and raise their own: a job asks :func:`received` to tell a stop from a failure."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+__all__ = ["Interrupted", "install", "received", "restore"]
+
+_RECEIVED: list[int] = []
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM: ``signum`` says which."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = int(signum)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+def _raise(signum, frame):
+    _RECEIVED.append(signum)
+    raise Interrupted(signum)
+
+
+def install() -> dict:
+    """Make SIGINT and SIGTERM raise :class:`Interrupted` in the main thread; returns the previous
+    handlers for :func:`restore`. A signal that is ignored (``nohup``, a supervisor) stays ignored;
+    off the main thread nothing is installed."""
+    _RECEIVED.clear()
+    previous = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if handler == signal.SIG_IGN:
+            continue
+        previous[signum] = handler
+        signal.signal(signum, _raise)
+    return previous
+
+
+def restore(previous: dict) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+def received() -> Interrupted | None:
+    """The first SIGINT or SIGTERM received since :func:`install`, as the exception to raise; None."""
+    return Interrupted(_RECEIVED[0]) if _RECEIVED else None

@@ -1,0 +1,288 @@
+"""The ``streameval`` command as a Unix tool (issue 41, items 1 and 4): unknown options refused,
+``--version``, broken pipes, signals, help and argument errors without Beam, inputs checked before
+Beam starts. Each test runs the command in a subprocess, as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def streameval(*args, timeout=300, **kw) -> subprocess.CompletedProcess:
+    """``streameval ARGS`` in a subprocess (this checkout's package), its output as text."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    code = "import sys; from streameval.cli import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=kw.pop("cwd", None), **kw)
+
+
+def impressions(path: Path, n_requests: int = 20) -> Path:
+    """A small impression log: ``n_requests`` requests of 3 items, a click on the first of each."""
+    from streameval.io import avro
+
+    records = [{"event_id": f"e{r}-{k}", "request_id": f"r{r}", "query_id": f"q{r % 5}", "user_id": None,
+                "system_id": "A", "item_id": f"d{k}", "position": k + 1, "score": float(3 - k),
+                "clicked": k == 0, "timestamp": 1_600_000_000_000_000 + r * 1_000_000, "propensity": None,
+                "attributes": {}, "dwell_ms": None} for r in range(n_requests) for k in range(3)]
+    avro.write_records(str(path), "impression", records)
+    return path
+
+
+# ---- unknown options --------------------------------------------------------------------------
+
+def test_batch_refuses_a_misspelt_option_naming_the_closest(tmp_path):
+    """``--allowed-latness 1h`` ran with Beam's "Discarding unparseable args" warning, the option
+    ignored, exit 0: now one line naming the job's option it resembles, exit 2, nothing written."""
+    imps = impressions(tmp_path / "imps.avro")
+    r = streameval("batch", "--impressions", imps, "--window", "1d", "--allowed-latness", "1h",
+                   "--output", tmp_path / "out")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "unknown option --allowed-latness" in lines[0] and "--allowed-lateness" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_stream_refuses_an_option_it_does_not_have(tmp_path):
+    """``stream --formats parquet``: the streaming job has no --formats, and Beam has no such option."""
+    imps = impressions(tmp_path / "imps.avro")
+    r = streameval("stream", "--replay", "--impressions", imps, "--window", "1d", "--formats", "parquet",
+                   "--output", tmp_path / "out")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown option --formats" in lines[0], r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_beam_option_misspelt_is_refused_with_beams_name(tmp_path):
+    """A Beam option with dashes for underscores names Beam's spelling; a value Beam's own parser
+    refuses is reported in one line too."""
+    imps = impressions(tmp_path / "imps.avro")
+    r = streameval("batch", "--impressions", imps, "--direct-num-workers", "2", "--output", tmp_path / "out")
+    assert r.returncode == 2 and "--direct_num_workers" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = streameval("batch", "--impressions", imps, "--direct_num_workers", "two", "--output", tmp_path / "out")
+    assert r.returncode == 2 and "invalid int value: 'two'" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_ope_refuses_an_unknown_option(tmp_path):
+    imps = impressions(tmp_path / "imps.avro")
+    r = streameval("ope", "--logs", imps, "--target", "random", "--n-itmes", "3", "--output", tmp_path / "out")
+    assert r.returncode == 2 and "unknown option --n-itmes" in r.stderr and "--n-items" in r.stderr, r.stderr
+
+
+def test_batch_passes_beams_own_options_through(tmp_path):
+    """An option Beam knows still reaches it, and the job runs: the counts of the log it was given."""
+    imps = impressions(tmp_path / "imps.avro")
+    r = streameval("batch", "--impressions", imps, "--output", tmp_path / "out", "--quiet",
+                   "--experiments", "no_such_experiment_is_harmless", "--max_cache_memory_usage_mb", "10")
+    assert r.returncode == 0, r.stderr
+    assert "impressions: read 60 = accepted 60" in r.stdout
+    assert "unparseable" not in r.stderr.lower() and "unknown option" not in r.stderr
+
+
+# ---- --help and argument errors before Beam is imported ----------------------------------------
+
+def _beam_imported_after(*args) -> tuple[subprocess.CompletedProcess, bool]:
+    """``streameval ARGS`` in a subprocess that says at its end whether ``apache_beam`` was imported."""
+    code = ("import atexit, sys; atexit.register(lambda: sys.stderr.write("
+            "'\\nBEAM-IMPORTED=%s\\n' % ('apache_beam' in sys.modules))); "
+            "from streameval.cli import main; sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    flag = r.stderr.strip().splitlines()[-1]
+    assert flag.startswith("BEAM-IMPORTED="), r.stderr
+    return r, flag == "BEAM-IMPORTED=True"
+
+
+@pytest.mark.parametrize("command", ["batch", "stream", "ope"])
+def test_help_does_not_import_beam(command):
+    """``batch --help`` took 12.5 s: Beam (and the job's transforms) were imported before parsing."""
+    r, beam = _beam_imported_after(command, "--help")
+    assert r.returncode == 0 and f"usage: streameval {command}" in r.stdout
+    assert not beam
+
+
+@pytest.mark.parametrize("command, args, message", [
+    ("batch", ["--output", "o"], "the following arguments are required: --impressions"),
+    ("batch", ["--impressions", "x", "--output", "o", "--engine", "colunmar"], "invalid choice: 'colunmar'"),
+    ("stream", ["--replay", "--impressions", "x", "--ci-level", "high"], "invalid float value: 'high'"),
+    ("ope", ["--logs", "x"], "the following arguments are required: --target"),
+])
+def test_argument_errors_do_not_import_beam(command, args, message):
+    r, beam = _beam_imported_after(command, *args)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert not beam
+
+
+# ---- inputs checked before Beam starts ----------------------------------------------------------
+
+def test_a_glob_that_matches_nothing_is_reported_before_beam(tmp_path):
+    """A bad glob was reported after 14.6 s (Beam imported, the pipeline built): now before Beam."""
+    r, beam = _beam_imported_after("batch", "--impressions", tmp_path / "logs" / "*.avro", "--output", tmp_path / "out")
+    assert r.returncode == 2, r.stderr
+    assert f"--impressions: no files match the pattern '{tmp_path / 'logs' / '*.avro'}'" in r.stderr
+    assert not beam and not (tmp_path / "out").exists()
+    r, beam = _beam_imported_after("stream", "--replay", "--window", "1d", "--impressions", tmp_path / "none.avro")
+    assert r.returncode == 2 and "--impressions: input file not found" in r.stderr and not beam, r.stderr
+
+
+def test_a_csv_given_as_avro_is_named_with_the_way_to_read_it(tmp_path):
+    """A CSV passed to batch was reported as a damaged Avro file (exit 3): now what it is, and
+    ``convert table`` / Parquet (exit 2), before Beam; a real Avro file beside it is not refused."""
+    imps = impressions(tmp_path / "imps.avro")
+    csv = tmp_path / "log.csv"
+    csv.write_text("request_id,item_id,position,clicked\nr1,d1,1,true\n")
+    r, beam = _beam_imported_after("batch", "--impressions", imps, "--impressions", csv, "--output", tmp_path / "out")
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip().splitlines()[0]
+    assert line.startswith(f"error: --impressions {csv}: a CSV file, not an Avro file"), line
+    assert f"streameval convert table {csv} --kind impressions" in line and "--input-format parquet" in line
+    assert not beam and not (tmp_path / "out").exists()
+    jsonl = tmp_path / "qrels.jsonl"
+    jsonl.write_text('{"query_id": "q0", "item_id": "d0", "grade": 1}\n')
+    r = streameval("batch", "--impressions", imps, "--judgments", jsonl, "--output", tmp_path / "out")
+    assert r.returncode == 2 and "a JSON file, not an Avro file" in r.stderr and "--kind judgments" in r.stderr
+
+
+def test_sniffing_leaves_damaged_avro_to_the_reader():
+    """Binary bytes, an empty file and Avro are not named as another format (the job's reader reports
+    a damaged Avro file as a dead letter); Parquet, JSON, CSV and text are."""
+    from streameval.io.inputs import sniff_format
+
+    assert sniff_format(b"Obj\x01rest") is None and sniff_format(b"") is None
+    assert sniff_format(bytes(range(256))) is None and sniff_format(b"\x89PNG\r\n\x1a\n") is None
+    assert sniff_format(b"PAR1\x15\x04") == "parquet"
+    assert sniff_format(b'  {"a": 1}\n') == "json" and sniff_format(b"[1, 2]") == "json"
+    assert sniff_format(b"\xef\xbb\xbfa;b\n1;2\n") == "csv" and sniff_format(b"a\tb\n") == "csv"
+    assert sniff_format(b"hello world\n") == "text"
+    assert sniff_format("a,\u00e9".encode()[:3]) == "csv"  # a sample cut inside a character is still text
+
+
+# ---- --version ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_prints_the_package_version(flag):
+    """``streameval --version`` was a usage error (exit 2): now the version pyproject.toml declares."""
+    import tomllib
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    r = streameval(flag)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"streameval {declared}\n"
+
+
+# ---- broken pipes -------------------------------------------------------------------------------
+
+def _with_reader_gone(*args) -> subprocess.CompletedProcess:
+    """``streameval ARGS | head -0``: standard output a pipe whose reader has already gone, so the
+    command's first write of its output meets a broken pipe (whatever the output's size)."""
+    code = "import sys; from streameval.cli import main; sys.exit(main())"
+    p = subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    p.stdout.close()
+    err = p.stderr.read()
+    p.wait(timeout=300)
+    return subprocess.CompletedProcess(p.args, p.returncode, None, err)
+
+
+@pytest.fixture
+def trec_files(tmp_path):
+    run_a, run_b, qrels = tmp_path / "a.run", tmp_path / "b.run", tmp_path / "qrels"
+    run_a.write_text("".join(f"q{q} Q0 d{k} {k} {10 - k} A\n" for q in range(30) for k in range(10)))
+    run_b.write_text("".join(f"q{q} Q0 d{k} {k} {k} B\n" for q in range(30) for k in range(10)))
+    qrels.write_text("".join(f"q{q} 0 d{k} {int(k < 3)}\n" for q in range(30) for k in range(10)))
+    return qrels, run_a, run_b
+
+
+def _metric_table(path: Path, value: float) -> Path:
+    path.write_text("".join(json.dumps({"metric": "ctr", "slice": f"s=v{i}", "system": "A", "value": value,
+                                        "num_queries": 10, "window_start": None, "window_end": None}) + "\n"
+                            for i in range(50)))
+    return path
+
+
+@pytest.mark.parametrize("command", ["trec-eval", "compare", "reconcile"])
+def test_a_reader_that_goes_away_ends_the_command_quietly(command, trec_files, tmp_path):
+    """``trec-eval ... | head``, ``compare | head``, ``reconcile | head`` ended in a BrokenPipeError
+    traceback, exit 1: now no traceback and 141, the shell's status of a program SIGPIPE ended."""
+    qrels, run_a, run_b = trec_files
+    args = {"trec-eval": ["-q", qrels, run_a], "compare": [qrels, run_a, run_b],
+            "reconcile": [_metric_table(tmp_path / "a.jsonl", 0.1), _metric_table(tmp_path / "b.jsonl", 0.2),
+                          "--max-rows", "0"]}[command]
+    r = _with_reader_gone(command, *args)
+    assert r.stderr == "" and r.returncode == 141, r.stderr
+
+
+# ---- signals ------------------------------------------------------------------------------------
+
+def _beam_temp(out: Path) -> list[str]:
+    """Beam's temporary folders anywhere under ``out`` (also in the run's hidden staging folder)."""
+    return [os.path.join(d, n) for d, dirs, _ in os.walk(out) for n in dirs if n.startswith("beam-temp-")]
+
+
+def _batch_stopped_by(sig, imps: Path, out: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Start ``streameval batch`` on ``imps``, wait until its pipeline runs (Beam's file sinks made
+    their ``beam-temp-*`` folders in the output), freeze it there (SIGSTOP), send ``sig`` and let it
+    go on (SIGCONT): the signal arrives while the job runs, however fast the machine. Returns the
+    finished process and the temporary folders seen while it ran."""
+    import signal
+    import time
+
+    code = "import sys; from streameval.cli import main; sys.exit(main())"
+    args = [a for _ in range(20) for a in ("--impressions", str(imps))]
+    p = subprocess.Popen([sys.executable, "-c", code, "batch", *args, "--window", "1d", "--output", str(out),
+                          "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        seen, deadline = [], time.monotonic() + 240
+        while not seen and p.poll() is None and time.monotonic() < deadline:
+            seen = _beam_temp(out)
+            time.sleep(0.005)
+        assert seen, "the job ended (or did not start) before its sinks made their temporary folders"
+        p.send_signal(signal.SIGSTOP)
+        p.send_signal(sig)
+        p.send_signal(signal.SIGCONT)
+        stdout, stderr = p.communicate(timeout=240)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr), seen
+
+
+def test_ctrl_c_on_batch_is_one_line_and_130(tmp_path):
+    """Ctrl-C printed Beam's traceback: now one line, exit 130 (128 + SIGINT)."""
+    import signal
+
+    r, _ = _batch_stopped_by(signal.SIGINT, impressions(tmp_path / "imps.avro", 100), tmp_path / "out")
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "streameval batch: stopped by SIGINT: nothing of this run was published (an output folder keeps its "
+        "previous run's outputs)"], r.stderr
+
+
+def test_sigterm_leaves_no_beam_temp_and_keeps_the_previous_run(tmp_path):
+    """SIGTERM left the run's staging folder with Beam's ``beam-temp-*`` folders (and the lock) in the
+    output: now they are removed on the way out, and the previous run's published outputs stay as
+    they were; exit 143 (128 + SIGTERM), one line."""
+    import signal
+
+    imps, out = impressions(tmp_path / "imps.avro", 100), tmp_path / "out"
+    first = streameval("batch", "--impressions", imps, "--output", out, "--quiet")
+    assert first.returncode == 0, first.stderr
+    published = {f.name: f.read_bytes() for f in out.iterdir() if f.is_file() and not f.name.startswith(".")}
+    assert "manifest.json" in published and "metrics.jsonl" in published
+    r, seen = _batch_stopped_by(signal.SIGTERM, imps, out)
+    assert seen and r.returncode == 143, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "stopped by SIGTERM" in r.stderr, r.stderr
+    assert _beam_temp(out) == []
+    assert sorted(os.listdir(out)) == sorted(published)  # no staging folder, no lock file
+    assert {name: (out / name).read_bytes() for name in published} == published
