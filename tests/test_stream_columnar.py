@@ -76,10 +76,12 @@ def _jsonl(directory, pattern):
 
 def _batch(tmp_path, impressions, extra=(), metrics="ndcg@10,map,P@5"):
     """The batch job on its per-record engine (the executable specification, which shares no code
-    with the columnar stages): its output directory."""
+    with the columnar stages): its output directory. The stream's default lateness (0) unless
+    ``extra`` names another (the batch job's own default keeps every record)."""
     bout = tmp_path / "batch"
     assert batch_cli.main(["--impressions", impressions, "--judgments", str(tmp_path / "judgments.avro"),
-                           "--metrics", metrics, "--window", "1h", "--slices", "device", *extra,
+                           "--metrics", metrics, "--window", "1h", "--slices", "device",
+                           "--allowed-lateness", "0", *extra,
                            "--runner", "FnApiRunner", "--engine", "records", "--output", str(bout)]) == 0
     return bout
 

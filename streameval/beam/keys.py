@@ -122,14 +122,28 @@ def slide_keys(element, slide):
         yield ((start, start + size, *rest), value)
 
 
-def parse_lateness(value) -> int:
-    """The allowed lateness in micros: 0, None or "" (none), seconds, or text as :func:`parse_window`
-    reads it (``"45m"``). Raises ValueError for anything else (``"none"``, ``"-1"``)."""
-    if value in (None, 0, "0", ""):
+#: the allowed lateness that keeps every record (the batch job's default: its whole input is on time)
+UNLIMITED = "unlimited"
+
+
+def parse_lateness(value, name: str = "allowed lateness") -> int | None:
+    """The allowed lateness in micros: None, ``"unlimited"`` or ``"inf"``: no limit (None; every
+    record of a request counts in the window of its earliest impression, nothing is late: the batch
+    job's default, as its whole input is on time); ``0``/``"0"``: late data from the window's end (the
+    stream's default); else a duration as :func:`parse_window` reads it (``"45m"``). Raises
+    ValueError for anything else (``"-1"``, ``"none"``, a number without a unit)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() in (UNLIMITED, "inf", "infinite"):
+        return None
+    if value in (0, "0") or (isinstance(value, str) and value.strip().lower() in ("0", "0s")):
         return 0
+    if isinstance(value, str) and value.strip().lower() == "none":
+        raise ValueError(f"{name} {value!r} is ambiguous: use {UNLIMITED} (keep every record) or 0 "
+                         "(late data from the window's end)")
     size = parse_window(value)
     if size is None:
-        raise ValueError(f"allowed lateness wants a duration such as 0, 45m or 1h, got {value!r}")
+        raise ValueError(f"{name} wants a duration such as 0, 45m or 1h, or {UNLIMITED}, got {value!r}")
     return int(round(size * 1_000_000))
 
 
