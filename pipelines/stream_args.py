@@ -18,7 +18,7 @@ from streameval.beam.arguments import (
     split_window_arg,
 )
 from streameval.beam.keys import check_window_limit
-from streameval.beam.streaming import WindowSpec
+from streameval.beam.streaming import WindowSpec, parse_duration
 from streameval.beam.streaming.live import KINDS
 from streameval.beam.streaming.sources import KAFKA_TIMESTAMP_POLICIES
 from streameval.metrics.prepare import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
@@ -151,7 +151,10 @@ def window_spec(args) -> WindowSpec:
     if args.sessions:
         if args.window or args.every:
             raise ValueError("--sessions excludes --window / --every")
+        parse_duration(args.sessions, "--sessions")  # the message names the option
         return WindowSpec.sessions(args.sessions, by=args.session_key)
     if not args.window:
         raise ValueError("give --window SIZE (with --every PERIOD for sliding windows) or --sessions GAP")
+    if not args.every:
+        parse_duration(args.window, "--window")
     return sliding_window_spec(args) if args.every else WindowSpec.fixed(args.window)

@@ -129,3 +129,56 @@ def test_allowed_lateness_values():
     for bad in ("none", "-1", "soon"):
         with pytest.raises(ValueError):
             parse_lateness(bad)
+
+
+# --------------------------------------------------------------------------------------------
+# issue 41, item 2: a duration without a unit is refused (``--window 1`` meant one second)
+
+UNITLESS = [
+    ("batch", ["--window", "1"], "--window"),
+    ("batch", ["--window", "3600"], "--window"),
+    ("batch", ["--window", "1h", "--every", "10"], "--every"),
+    ("batch", ["--window", "1/10m"], "--window"),
+    ("batch", ["--window", "1h", "--allowed-lateness", "5"], "--allowed-lateness"),
+    ("stream", ["--window", "1"], "--window"),
+    ("stream", ["--window", "1h/10"], "--every"),
+    ("stream", ["--window", "session:30"], "--sessions"),
+    ("stream", ["--sessions", "30"], "--sessions"),
+    ("stream", ["--window", "1h", "--allowed-lateness", "5"], "--allowed-lateness"),
+    ("stream", ["--window", "1h", "--watch-delay", "30"], "--watch-delay"),
+    ("stream", ["--window", "1h", "--replay-step", "60"], "--replay-step"),
+    ("stream", ["--window", "1h", "--early-every", "30"], "--early-every"),
+    ("stream", ["--window", "1h", "--retention", "2"], "--retention"),
+    ("stream", ["--window", "1h", "--attribution-delay", "30"], "--attribution-delay"),
+]
+
+
+@pytest.mark.parametrize("job, argv, option", UNITLESS)
+def test_a_duration_without_a_unit_is_refused_in_one_line(tmp_path, capsys, job, argv, option):
+    from pipelines import stream as stream_cli
+
+    imps = tmp_path / "imps.avro"
+    avro.write_records(str(imps), "impression", _log(n_requests=2)[0])
+    main = batch_cli.main if job == "batch" else stream_cli.main
+    extra = ["--replay"] if job == "stream" else []
+    assert main([*extra, "--impressions", str(imps), "--output", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{option} '" in err and "has no unit" in err
+    assert all(form in err for form in ("1s", "30m", "1h", "1d")), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_library_refuses_a_duration_without_a_unit():
+    from streameval.beam.columnar import ColumnarMetrics
+    from streameval.beam.keys import parse_window
+    from streameval.beam.streaming import WindowSpec, parse_duration
+    from streameval.beam.transforms import CleanImpressions, ClickMetrics
+
+    for make in (lambda: parse_window("1"), lambda: parse_duration("90", "delay"), lambda: WindowSpec.parse("1"),
+                 lambda: WindowSpec.parse("1h/10"), lambda: ColumnarMetrics(["x.avro"], [], window="3600"),
+                 lambda: CleanImpressions(window="1"), lambda: ClickMetrics(window="1d", every="10")):
+        with pytest.raises(ValueError, match="has no unit"):
+            make()
+    # units (and a Python number of seconds, the library's documented form) are accepted
+    assert parse_window("1s") == 1 and parse_window("1d") == 86400 and parse_window(3600) == 3600
+    assert parse_duration("0", allow_zero=True) == 0 and WindowSpec.parse("1h/10m").period == 600_000_000

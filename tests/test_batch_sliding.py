@@ -229,7 +229,7 @@ def test_sliding_rows_equal_the_streaming_job_final_panes(tmp_path, lateness):
     (["--window", "1h", "--every", "7m"], "must be a multiple of its period"),
     (["--window", "10m", "--every", "1h"], "must be a multiple of its period"),
     (["--window", "1h/10m", "--every", "5m"], "excludes --every"),
-    (["--window", "1h/xx"], "cannot parse window 'xx'"),
+    (["--window", "1h/xx"], "cannot parse --every 'xx'"),
     (["--every", "10m"], "needs --window SIZE"),
     (["--window", "session:30m"], "the streaming job's"),
     (["--window", "1h/10m", "--metrics", "map,auc"], "does not take online metrics"),

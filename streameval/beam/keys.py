@@ -46,10 +46,17 @@ def check_window_limit(limit, option: str = "max_windows_per_record") -> int:
     return limit
 
 
-def parse_window(window) -> float | None:
-    """Window size in seconds from ``None``/``"none"``, a number of seconds, or text such as
-    ``"3600s"``, ``"30m"``, ``"1h"``, ``"1d"``, ``"1w"`` (``"3600"`` = seconds). Raises ValueError
-    (also for more than :data:`MAX_DURATION_SECONDS`, 10000 years)."""
+#: the forms of a duration, for messages
+DURATION_FORMS = "1s, 90s, 30m, 1h, 1d or 1w"
+
+
+def parse_window(window, name: str = "window") -> float | None:
+    """Window size in seconds from ``None``/``"none"``, a Python number of seconds, or text with a
+    unit: ``"3600s"``, ``"30m"``, ``"1h"``, ``"1d"``, ``"1w"``. Text without a unit (``"1"``,
+    ``"3600"``) is refused: it meant seconds, and ``--window 1`` gave one-second windows where a day or
+    an hour was meant; only ``"0"`` (the same in every unit) stands alone. Raises ValueError, one
+    line naming ``name`` (the option, e.g. ``--allowed-lateness``) and the valid forms (also for more
+    than :data:`MAX_DURATION_SECONDS`, 10000 years)."""
     if window is None:
         return None
     if isinstance(window, (int, float)) and not isinstance(window, bool):
@@ -60,17 +67,21 @@ def parse_window(window) -> float | None:
             return None
         m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", text)
         if not m and ("/" in text or text.startswith(("session:", "sessions:"))):
-            raise ValueError(f"cannot parse window {window!r} here: this one takes a fixed size such as 1h or 1d "
+            raise ValueError(f"cannot parse {name} {window!r} here: this one takes a fixed size such as 1h or 1d "
                              f"(sliding windows: the size and every='10m'; session windows (session:30m) are the "
                              f"streaming job's: streameval stream, StreamMetrics)")
-        if not m or m.group(2) not in ("", *_UNITS):
-            raise ValueError(f"cannot parse window {window!r}: use e.g. 3600s, 30m, 1h, 1d or none")
-        size = float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1)
+        if m and not m.group(2):
+            raise ValueError(f"{name} {window!r} has no unit: write it with one, e.g. {DURATION_FORMS} "
+                             f"(s seconds, m minutes, h hours, d days, w weeks)")
+        if not m or m.group(2) not in _UNITS:
+            raise ValueError(f"cannot parse {name} {window!r}: use a number and a unit, e.g. {DURATION_FORMS}"
+                             + (", or none" if name == "window" else ""))
+        size = float(m.group(1)) * _UNITS[m.group(2)]
     if not size > 0 or not math.isfinite(size):
-        raise ValueError(f"window must be a positive duration, got {window!r}")
+        raise ValueError(f"{name} must be a positive duration, got {window!r}")
     if size > MAX_DURATION_SECONDS:
         raise ValueError(f"a duration must be at most 10000 years (the span of event times a job can window), "
-                         f"got {window!r}")
+                         f"got {name} {window!r}")
     return size
 
 
@@ -141,7 +152,7 @@ def parse_lateness(value, name: str = "allowed lateness") -> int | None:
     if isinstance(value, str) and value.strip().lower() == "none":
         raise ValueError(f"{name} {value!r} is ambiguous: use {UNLIMITED} (keep every record) or 0 "
                          "(late data from the window's end)")
-    size = parse_window(value)
+    size = parse_window(value, name)
     if size is None:
         raise ValueError(f"{name} wants a duration such as 0, 45m or 1h, or {UNLIMITED}, got {value!r}")
     return int(round(size * 1_000_000))
