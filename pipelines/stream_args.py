@@ -51,7 +51,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                      help="seconds between matches (default 1 on the local runner, 10 elsewhere)")
     src.add_argument("--watch-delay", default="0",
                      help="local runner: the watermark stays this far behind the latest impression or click "
-                          "time seen (default 0: a file older than everything seen before is late)")
+                          "time read (default 0). It moves only after a poll in which no file is still being "
+                          "copied, so files copied in any order are read before it passes them; a file arriving "
+                          "after a quiet poll with events older than the watermark is late")
     src.add_argument("--watch-idle-stop", type=float, default=None, metavar="SECONDS",
                      help="local runner: end the job (closing every window) after this long without a new "
                           "file (default: run until stopped)")
