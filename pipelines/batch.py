@@ -385,8 +385,8 @@ def _main(argv, held: list) -> int:
         _grades(args.grades)
         parse_time_range(args.event_time_range)
         sliding = batch_window_spec(args, online)  # --window 1h/10m as --window 1h --every 10m (the stream's rules)
-        parse_window(args.window)
-        parse_lateness(args.allowed_lateness)
+        parse_window(args.window, "--window")
+        parse_lateness(args.allowed_lateness, "--allowed-lateness")
         _slices_from_args(args.slices)
         if args.workers != "auto" and (not args.workers.isdigit() or int(args.workers) < 1):
             raise ValueError(f"--workers wants a positive number or auto, got {args.workers!r}")

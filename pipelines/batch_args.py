@@ -11,7 +11,7 @@ from streameval.beam.arguments import (DECODERS, DEFAULT_FORMATS, DEFAULT_METRIC
                                        LABEL_SOURCES, SHARD_IMPRESSIONS, SHARDS, UNJUDGED_POLICIES,
                                        add_bootstrap_arguments, add_hist_arguments, add_metric_option_arguments,
                                        add_record_rule_arguments, add_table_arguments, add_window_limit_argument)
-from streameval.beam.keys import SLICE_MISSING
+from streameval.beam.keys import SLICE_MISSING, UNLIMITED
 from streameval.metrics.choices import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
 
 __all__ = ["build_arg_parser", "check_local_inputs", "ENGINES"]
@@ -49,10 +49,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "holding its earliest impression, a click in those holding its impression; late data is "
                         "judged at the end of the first of them. Not with online metrics or --compare-baseline")
     add_window_limit_argument(p)
-    p.add_argument("--allowed-lateness", default="0",
-                   help="with --window: a request belongs to the window of its earliest impression, and its "
-                        "impressions at or after that window's end plus this lateness are late data (dead letters "
-                        "with source late:impression), as in the streaming job with the same option (default 0)")
+    p.add_argument("--allowed-lateness", default=UNLIMITED,
+                   help="with --window: a request belongs to the window of its earliest impression; by default "
+                        f"({UNLIMITED}) all its impressions count there: a batch job's whole input is on time. A "
+                        "duration (0, 30m, 1h) reproduces a stream's decision: the request's impressions at or after "
+                        "that window's end plus this lateness are late data (dead letters with source "
+                        "late:impression), as in the streaming job with the same option")
     p.add_argument("--slices", action="append", default=[],
                    help="comma-separated attributes to slice by, each on its own; join attributes with '+' "
                         "for a combination (campaign+device); repeatable")

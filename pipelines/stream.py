@@ -371,6 +371,8 @@ def _main(argv, held: list) -> int:
             raise ValueError("--replay and --watch exclude each other")
         parse_duration(args.allowed_lateness, "--allowed-lateness", allow_zero=True)
         parse_duration(args.attribution_delay, "--attribution-delay", allow_zero=True)
+        parse_duration(args.watch_delay, "--watch-delay", allow_zero=True)
+        parse_duration(args.replay_step, "--replay-step")
         if args.retention is not None:
             parse_duration(args.retention, "--retention")
         args.alert_rules = load_rules(args.alerts) if args.alerts else None

@@ -52,7 +52,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                      help="seconds between matches (default 1 on the local runner, 10 elsewhere)")
     src.add_argument("--watch-delay", default="0",
                      help="local runner: the watermark stays this far behind the latest impression or click "
-                          "time seen (default 0: a file older than everything seen before is late)")
+                          "time read (default 0). It moves only after a poll in which no file is still being "
+                          "copied, so files copied in any order are read before it passes them; a file arriving "
+                          "after a quiet poll with events older than the watermark is late")
     src.add_argument("--watch-idle-stop", type=float, default=None, metavar="SECONDS",
                      help="local runner: end the job (closing every window) after this long without a new "
                           "file (default: run until stopped)")
@@ -147,16 +149,19 @@ def window_spec(args):
     """The job's windows from ``--window`` / ``--every`` / ``--sessions`` / ``--session-key`` (after
     :func:`_split_window_arg`, which rewrites ``args`` in place). Raises ValueError for a missing or
     mixed form, or a duration :func:`~streameval.beam.streaming.parse_duration` refuses."""
-    from streameval.beam.streaming import WindowSpec
+    from streameval.beam.streaming import WindowSpec, parse_duration
 
     _split_window_arg(args)
     check_window_limit(args.max_windows_per_record, "--max-windows-per-record")
     if args.sessions:
         if args.window or args.every:
             raise ValueError("--sessions excludes --window / --every")
+        parse_duration(args.sessions, "--sessions")  # the message names the option
         return WindowSpec.sessions(args.sessions, by=args.session_key)
     if not args.window:
         raise ValueError("give --window SIZE (with --every PERIOD for sliding windows) or --sessions GAP")
+    if not args.every:
+        parse_duration(args.window, "--window")
     return sliding_window_spec(args) if args.every else WindowSpec.fixed(args.window)
 
 

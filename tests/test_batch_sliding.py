@@ -62,9 +62,10 @@ def _table(rows):
 
 
 @pytest.mark.parametrize("window, extra", [
-    (["--window", "1h", "--every", "20m"], []),
-    (["--window", "1h/20m"], ["--ci", "bootstrap", "--replicates", "40"]),
+    (["--window", "1h", "--every", "20m"], ["--allowed-lateness", "0"]),
+    (["--window", "1h/20m"], ["--ci", "bootstrap", "--replicates", "40", "--allowed-lateness", "0"]),
     (["--window", "30m/10m"], ["--allowed-lateness", "5m"]),
+    (["--window", "30m/10m"], []),  # the batch default: every record on time
 ])
 def test_columnar_engine_equals_the_per_record_engine(tmp_path, window, extra):
     files, judg = _log(seed=5, n_requests=400)
@@ -78,8 +79,9 @@ def test_columnar_engine_equals_the_per_record_engine(tmp_path, window, extra):
     # records are counted once: read = the input, however many windows each is scored in
     n_input = sum(map(len, files))
     assert c_sum["accounting"]["impression"]["read"] == n_input == c_sum["counters"]["impressions_read"]
-    # lateness 0: straddling requests lose their later items (the end of their first window); 5m: none
-    assert (c_sum["accounting"]["impression"]["late"] > 0) == ("--allowed-lateness" not in extra)
+    # lateness 0: straddling requests lose their later items (the end of their first window); 5m and
+    # the default (unlimited): none
+    assert (c_sum["accounting"]["impression"]["late"] > 0) == ("0" in extra)
     per = {"1h": 3, "1h/20m": 3, "30m/10m": 3}[window[1]]
     assert c_sum["windows_per_record"] == r_sum["windows_per_record"] == per
     # every window is SIZE long, starts on a multiple of PERIOD, and the windows overlap
@@ -227,7 +229,7 @@ def test_sliding_rows_equal_the_streaming_job_final_panes(tmp_path, lateness):
     (["--window", "1h", "--every", "7m"], "must be a multiple of its period"),
     (["--window", "10m", "--every", "1h"], "must be a multiple of its period"),
     (["--window", "1h/10m", "--every", "5m"], "excludes --every"),
-    (["--window", "1h/xx"], "cannot parse window 'xx'"),
+    (["--window", "1h/xx"], "cannot parse --every 'xx'"),
     (["--every", "10m"], "needs --window SIZE"),
     (["--window", "session:30m"], "the streaming job's"),
     (["--window", "1h/10m", "--metrics", "map,auc"], "does not take online metrics"),

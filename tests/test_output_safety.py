@@ -330,8 +330,10 @@ def test_a_failed_second_run_leaves_the_first_runs_outputs(inputs, tmp_path, mon
 
 def test_a_run_killed_mid_run_leaves_the_first_runs_outputs(inputs, tmp_path, capsys):
     """Run 2, a process, is killed (SIGKILL) while its pipeline writes (Beam's temporary files exist):
-    the folder still holds run 1 whole (byte for byte, its rows read back). Run 3 takes over the lock
-    run 2 left, saying so, and publishes its own rows; nothing of run 2 is left."""
+    the folder still holds run 1's outputs whole (byte for byte, its rows read back), and its
+    summary.json says what is true (issue 41, item 3: it said run 1's "DONE"): run 2 RUNNING, the
+    published outputs run 1's. Run 3 takes over the lock run 2 left, saying so, and publishes its own
+    rows; nothing of run 2 is left."""
     out = tmp_path / "o"
     assert batch.main(_args(inputs / "a.avro", inputs / "j.avro", out)) == 0
     before = _snapshot(out)
@@ -349,7 +351,11 @@ def test_a_run_killed_mid_run_leaves_the_first_runs_outputs(inputs, tmp_path, ca
             run2.kill()
         run2.wait()
     assert run2.returncode == -signal.SIGKILL
-    assert {k: v for k, v in _snapshot(out).items() if k != LOCK_FILE} == before
+    assert {k: v for k, v in _snapshot(out).items() if k not in (LOCK_FILE, "summary.json")} == \
+        {k: v for k, v in before.items() if k != "summary.json"}
+    running = json.loads((out / "summary.json").read_text())
+    assert running["state"] == "RUNNING" and running["pid"] == run2.pid
+    assert running["published_run_id"] == json.loads(before["manifest.json"])["run_id"]
     assert _values(out) == [pytest.approx(AP_A, abs=1e-12)]
 
     capsys.readouterr()

@@ -9,6 +9,7 @@ log with replays, conflicting events, items served twice, unscored items, unjudg
 conflicting judgments spread over several files."""
 
 import json
+import os
 import random
 
 import pytest
@@ -76,10 +77,12 @@ def _jsonl(directory, pattern):
 
 def _batch(tmp_path, impressions, extra=(), metrics="ndcg@10,map,P@5"):
     """The batch job on its per-record engine (the executable specification, which shares no code
-    with the columnar stages): its output directory."""
+    with the columnar stages): its output directory. The stream's default lateness (0) unless
+    ``extra`` names another (the batch job's own default keeps every record)."""
     bout = tmp_path / "batch"
     assert batch_cli.main(["--impressions", impressions, "--judgments", str(tmp_path / "judgments.avro"),
-                           "--metrics", metrics, "--window", "1h", "--slices", "device", *extra,
+                           "--metrics", metrics, "--window", "1h", "--slices", "device",
+                           "--allowed-lateness", "0", *extra,
                            "--runner", "FnApiRunner", "--engine", "records", "--output", str(bout)]) == 0
     return bout
 
@@ -136,7 +139,56 @@ def test_columnar_stream_equals_the_batch_job(tmp_path, capsys, shards):
     assert "per-event engine" not in printed.err
 
 
-def test_columnar_stream_late_data_and_late_panes(tmp_path):
+def _stream_in_steps(tmp_path, monkeypatch, files, judg, extra=(), metrics="ndcg@10,map,P@5"):
+    """As :func:`_stream`, with ``files[:-2]`` in the folder when the job starts and each of the last
+    two dropped (complete, by a rename) once the watermark moved past what was read before it: the
+    watermark waits while files are being copied, so a file is late only when it arrives after."""
+    import threading
+    import time
+
+    from streameval.beam.streaming import live
+
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    for i, recs in enumerate(files[:-2]):
+        avro.write_records(str(watch / f"part-{i:03d}.avro"), "impression", recs)
+    avro.write_records(str(tmp_path / "judgments.avro"), "judgment", judg)
+    made = []
+
+    class Recording(live.WatchFiles):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(stream_cli, "WatchFiles", Recording)
+
+    def wait(cond):
+        end = time.monotonic() + 120
+        while not cond() and time.monotonic() < end:
+            time.sleep(0.01)
+
+    def dropper():
+        wait(lambda: made and made[0].service is not None)
+        w = made[0].watcher
+        for i in (len(files) - 2, len(files) - 1):
+            top = max(r["timestamp"] for f in files[:i] for r in f) // 1000 * 1000
+            wait(lambda: (w.watermark_us or 0) >= top)
+            tmp = tmp_path / f".part-{i:03d}.avro"
+            avro.write_records(str(tmp), "impression", files[i])
+            os.replace(tmp, watch / f"part-{i:03d}.avro")
+
+    t = threading.Thread(target=dropper, daemon=True)
+    t.start()
+    out = tmp_path / "out"
+    args = ["--watch", "--impressions", str(watch / "*.avro"), "--judgments", str(tmp_path / "judgments.avro"),
+            "--metrics", metrics, "--window", "1h", "--slices", "device", "--watch-interval", "0.05",
+            "--watch-idle-stop", "1", "--quiet", "--output", str(out), *extra]
+    code = stream_cli.main(args)
+    t.join(timeout=10)
+    return code, out
+
+
+def test_columnar_stream_late_data_and_late_panes(tmp_path, monkeypatch):
     """A file older than the watermark: records whose window is final (its end plus the allowed
     lateness at or before the watermark) are late data, written with their reason and counted; those
     within the allowed lateness change their window in a late pane; the final panes equal the batch
@@ -147,7 +199,7 @@ def test_columnar_stream_late_data_and_late_panes(tmp_path):
     late_file = [dict(r, event_id=r["event_id"] + "/l", request_id=r["request_id"] + "/l") for r in early_hours]
     within = [dict(r, event_id=r["event_id"] + "/w", request_id=r["request_id"] + "/w") for r in files[-2]]
     files = files[:-1] + [late_file + within] + files[-1:]
-    code, out = _stream(tmp_path, files, judg, ["--engine", "columnar", "--allowed-lateness", "2h"])
+    code, out = _stream_in_steps(tmp_path, monkeypatch, files, judg, ["--engine", "columnar", "--allowed-lateness", "2h"])
     assert code == 0
     late = _jsonl(out, "late_data-*.jsonl")
     watermark_before = max(r["timestamp"] for f in files[:-2] for r in f)

@@ -301,13 +301,16 @@ def test_file_watcher_watermark_policy(tmp_path):
     assert got == [
         # poll 0 only notes the sizes; poll 1: the complete files, judgments first, then impressions, each in
         # name order, in chunks of two records, each element timestamped with its earliest event time
-        # (milliseconds), with the processing time sent so far, and, after each file, the watermark: the
-        # latest impression time minus the delay (the judgment's far-future time does not count)
+        # (milliseconds), with the processing time sent so far; no watermark yet: b.avro is being written
+        # (issue 41: a file copied after a newer one was late data)
         ("judgments", 1, 0.0, 10**15),
-        ("impressions", 2, 0.0, 10_000_000), ("impressions", 1, 0.0, 30_000_000), ("watermark", 45_000_000),
+        ("impressions", 2, 0.0, 10_000_000), ("impressions", 1, 0.0, 30_000_000),
         ("advance", second),
-        ("advance", second),  # poll 2: b.avro changed size since poll 1: it waits
-        ("impressions", 1, 2.0, 20_000_000), ("advance", second),  # poll 3: older than 45 s: no step back
+        ("advance", second),  # poll 2: b.avro changed size since poll 1: it waits, and so does the watermark
+        # poll 3: b.avro (20 s, older than a.avro's latest) is read before the watermark moves: no file is
+        # pending, so it goes to the latest impression time minus the delay (the judgment's far-future
+        # time does not count)
+        ("impressions", 1, 2.0, 20_000_000), ("watermark", 45_000_000), ("advance", second),
         ("advance", second), ("advance", second), ("advance", second),  # idle 3 s: every window closes
         ("watermark", live.END_OF_TIME_US)]
     assert w.records == {"impressions": 4, "judgments": 1, "clicks": 0}

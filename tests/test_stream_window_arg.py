@@ -45,7 +45,7 @@ def test_columnar_refusal_sees_the_short_form():
     (["--window", "session:30m", "--sessions", "10m"], "excludes --sessions"),
     (["--window", "session:30m/device"], "per 'user' or per 'request'"),
     (["--window", "1h/7m"], "must be a multiple of its period"),
-    (["--window", "1h/xx"], "cannot parse window 'xx'"),
+    (["--window", "1h/xx"], "cannot parse --every 'xx'"),  # the option named
 ])
 def test_bad_forms_are_one_line_errors(argv, message, capsys):
     assert stream.main(["--replay", "--impressions", "x.avro", *argv]) == 2

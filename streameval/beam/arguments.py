@@ -400,8 +400,10 @@ def sliding_window_spec(args):
     count in more than ``--max-windows-per-record`` windows: ValueError, one line naming the count
     (``--window 7d/1s puts each record in 604,800 windows; the limit is 1,000
     (--max-windows-per-record)``). Shared by the batch and streaming jobs."""
-    from .streaming.windows import WindowSpec
+    from .streaming.windows import WindowSpec, parse_duration
 
+    parse_duration(args.window, "--window")  # its message names the option (e.g. a size without a unit)
+    parse_duration(args.every, "--every")
     return WindowSpec.sliding(args.window, args.every, max_windows_per_record=args.max_windows_per_record,
                               what=f"--window {args.window}/{args.every}", option="--max-windows-per-record")
 
@@ -428,7 +430,7 @@ def batch_window_spec(args, online=()):
                          "has fixed (--window SIZE) and sliding (--window SIZE --every PERIOD) windows")
     if not getattr(args, "every", None):
         return None
-    if parse_window(args.window) is None:
+    if parse_window(args.window, "--window") is None:
         raise ValueError(f"--every {args.every} needs --window SIZE (sliding windows of SIZE starting every PERIOD)")
     spec = sliding_window_spec(args)
     if spec.kind != "sliding":

@@ -150,7 +150,9 @@ class ColumnarMetrics(beam.PTransform):
     letters (:func:`streameval.io.records.parse_time_range`; as ``ValidateImpressions``); those
     outside the years 1 to 9999 always are.
 
-    ``allowed_lateness`` (with a ``window``): a request's impressions at or after the end of its
+    ``allowed_lateness`` (with a ``window``): None or ``"unlimited"`` (default): every record is on
+    time (a batch job's whole input is), a request counts whole in the window of its earliest
+    impression; a duration (or 0): a request's impressions at or after the end of its
     earliest impression's window plus this lateness are late data (dead letters with source
     ``late:impression``), as in :class:`~streameval.beam.transforms.CleanImpressions` and the
     streaming job.
@@ -174,7 +176,7 @@ class ColumnarMetrics(beam.PTransform):
                  relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4, order="score",
                  tie_break="docno", depth=None, score_precision=DEFAULT_SCORE_PRECISION, judgment_conflicts="latest",
                  grade_range=None, ci_level=stats.DEFAULT_LEVEL, shards=SHARDS, progress_total=None, decoder=None, in_process=False,
-                 threads=1, time_range=None, allowed_lateness=0, online=(), labels="clicks", unjudged="exclude",
+                 threads=1, time_range=None, allowed_lateness=None, online=(), labels="clicks", unjudged="exclude",
                  hist_bins=1000,
                  hist_range=(0.0, 1.0), group_rows=False, ci="t", replicates=DEFAULT_REPLICATES, ci_seed=0,
                  compare_baseline=None, complete=False, hot_query_fraction=None, input_format="auto",

@@ -92,7 +92,7 @@ def _first_min(values: pa.Array, starts: np.ndarray, ends: np.ndarray) -> pa.Arr
 
 class _CleanShard(ThreadedDoFn):
     def __init__(self, source: str, ranking: bool, ctr: bool, window_micros, slice_specs, order: str, shards: int,
-                 hold: bool = False, threads: int = 1, lateness_micros: int = 0, online=None, systems: bool = False,
+                 hold: bool = False, threads: int = 1, lateness_micros: int | None = None, online=None, systems: bool = False,
                  hot_fraction: float = 0.0, hot_min: int | None = None, units: bool = False, cluster: str = "none"):
         #: hot queries' fan-out (columnar_hot.fan_out): their share of the shard's requests above which
         #: they are split over sub-elements (0: never), and the fewest requests that make one hot
@@ -102,7 +102,8 @@ class _CleanShard(ThreadedDoFn):
         self.units = units  # requests per (window, slice, system), tag "units" (srm rows)
         self.cluster = cluster  # "request" / "user": clicks per (window, slice, system, cluster), tag "cluster_clicks"
         self.systems = systems  # emit each chunk's systems (tag "systems"): complete=True needs them all
-        self.lateness_micros = int(lateness_micros)
+        #: late data from the end of a request's first window plus this (None: no limit, nothing late)
+        self.lateness_micros = None if lateness_micros is None else int(lateness_micros)
         self.late = counter(NAMESPACE, cn.LATE_IMPRESSION)
         self.hold = hold
         self.threads = int(threads)
@@ -130,7 +131,7 @@ class _CleanShard(ThreadedDoFn):
         if not chunk["n"]:
             return
         req, first = _pair_codes(chunk["system_id"], chunk["request_id"])
-        if self.window_micros is not None:  # late data first, the request rules on the rest (cleaning)
+        if self.window_micros is not None and self.lateness_micros is not None:  # late data first, the request rules on the rest (cleaning)
             chunk, late = self._after_close(chunk, req)
             if late:
                 yield from late

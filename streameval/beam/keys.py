@@ -46,10 +46,17 @@ def check_window_limit(limit, option: str = "max_windows_per_record") -> int:
     return limit
 
 
-def parse_window(window) -> float | None:
-    """Window size in seconds from ``None``/``"none"``, a number of seconds, or text such as
-    ``"3600s"``, ``"30m"``, ``"1h"``, ``"1d"``, ``"1w"`` (``"3600"`` = seconds). Raises ValueError
-    (also for more than :data:`MAX_DURATION_SECONDS`, 10000 years)."""
+#: the forms of a duration, for messages
+DURATION_FORMS = "1s, 90s, 30m, 1h, 1d or 1w"
+
+
+def parse_window(window, name: str = "window") -> float | None:
+    """Window size in seconds from ``None``/``"none"``, a Python number of seconds, or text with a
+    unit: ``"3600s"``, ``"30m"``, ``"1h"``, ``"1d"``, ``"1w"``. Text without a unit (``"1"``,
+    ``"3600"``) is refused: it meant seconds, and ``--window 1`` gave one-second windows where a day or
+    an hour was meant; only ``"0"`` (the same in every unit) stands alone. Raises ValueError, one
+    line naming ``name`` (the option, e.g. ``--allowed-lateness``) and the valid forms (also for more
+    than :data:`MAX_DURATION_SECONDS`, 10000 years)."""
     if window is None:
         return None
     if isinstance(window, (int, float)) and not isinstance(window, bool):
@@ -60,17 +67,21 @@ def parse_window(window) -> float | None:
             return None
         m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", text)
         if not m and ("/" in text or text.startswith(("session:", "sessions:"))):
-            raise ValueError(f"cannot parse window {window!r} here: this one takes a fixed size such as 1h or 1d "
+            raise ValueError(f"cannot parse {name} {window!r} here: this one takes a fixed size such as 1h or 1d "
                              f"(sliding windows: the size and every='10m'; session windows (session:30m) are the "
                              f"streaming job's: streameval stream, StreamMetrics)")
-        if not m or m.group(2) not in ("", *_UNITS):
-            raise ValueError(f"cannot parse window {window!r}: use e.g. 3600s, 30m, 1h, 1d or none")
-        size = float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1)
+        if m and not m.group(2):
+            raise ValueError(f"{name} {window!r} has no unit: write it with one, e.g. {DURATION_FORMS} "
+                             f"(s seconds, m minutes, h hours, d days, w weeks)")
+        if not m or m.group(2) not in _UNITS:
+            raise ValueError(f"cannot parse {name} {window!r}: use a number and a unit, e.g. {DURATION_FORMS}"
+                             + (", or none" if name == "window" else ""))
+        size = float(m.group(1)) * _UNITS[m.group(2)]
     if not size > 0 or not math.isfinite(size):
-        raise ValueError(f"window must be a positive duration, got {window!r}")
+        raise ValueError(f"{name} must be a positive duration, got {window!r}")
     if size > MAX_DURATION_SECONDS:
         raise ValueError(f"a duration must be at most 10000 years (the span of event times a job can window), "
-                         f"got {window!r}")
+                         f"got {name} {window!r}")
     return size
 
 
@@ -122,14 +133,28 @@ def slide_keys(element, slide):
         yield ((start, start + size, *rest), value)
 
 
-def parse_lateness(value) -> int:
-    """The allowed lateness in micros: 0, None or "" (none), seconds, or text as :func:`parse_window`
-    reads it (``"45m"``). Raises ValueError for anything else (``"none"``, ``"-1"``)."""
-    if value in (None, 0, "0", ""):
+#: the allowed lateness that keeps every record (the batch job's default: its whole input is on time)
+UNLIMITED = "unlimited"
+
+
+def parse_lateness(value, name: str = "allowed lateness") -> int | None:
+    """The allowed lateness in micros: None, ``"unlimited"`` or ``"inf"``: no limit (None; every
+    record of a request counts in the window of its earliest impression, nothing is late: the batch
+    job's default, as its whole input is on time); ``0``/``"0"``: late data from the window's end (the
+    stream's default); else a duration as :func:`parse_window` reads it (``"45m"``). Raises
+    ValueError for anything else (``"-1"``, ``"none"``, a number without a unit)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() in (UNLIMITED, "inf", "infinite"):
+        return None
+    if value in (0, "0") or (isinstance(value, str) and value.strip().lower() in ("0", "0s")):
         return 0
-    size = parse_window(value)
+    if isinstance(value, str) and value.strip().lower() == "none":
+        raise ValueError(f"{name} {value!r} is ambiguous: use {UNLIMITED} (keep every record) or 0 "
+                         "(late data from the window's end)")
+    size = parse_window(value, name)
     if size is None:
-        raise ValueError(f"allowed lateness wants a duration such as 0, 45m or 1h, got {value!r}")
+        raise ValueError(f"{name} wants a duration such as 0, 45m or 1h, or {UNLIMITED}, got {value!r}")
     return int(round(size * 1_000_000))
 
 

@@ -12,7 +12,9 @@ there when the pipeline finished, and calls :func:`publish`: it matches each out
 them (local: moved into ``--output``) and writes ``manifest.json`` last (remote: the manifest,
 naming the run's folder, is the one write that publishes it). :func:`close_output`, called in every
 case, removes what a run that did not publish wrote and releases the lock: the previous run's
-outputs stay whole and readable until a new run publishes. Readers check :func:`is_complete`. The
+outputs stay whole and readable until a new run publishes. A local run's ``summary.json`` says
+``"state": "RUNNING"`` (its run id, the published run's id) from its start, so a killed rerun does
+not look finished; a run that ends without publishing puts the previous summary back (live: FAILED). Readers check :func:`is_complete`. The
 streaming job's live panes (``live``) are written into a local ``--output`` in place.
 
 Beam's S3 writer cannot write an empty object (a multipart upload with no parts), so on remote file
@@ -109,6 +111,8 @@ class OutputRun:
     lock: OutputLock | None = None
     published: bool = False
     closed: bool = False
+    #: the published run's ``summary.json`` (bytes) that this run's RUNNING one replaced (staged), or None
+    previous_summary: bytes | None = None
 
     @property
     def result_dir(self) -> str:
@@ -156,13 +160,72 @@ def start_output(out_dir: str, names, inputs=(), live: bool = False, command: st
         _remove_beam_temp(out_dir)
         if live:
             _clear(out_dir, names)
+            _write_summary(out_dir, _running_summary(run_id, command, "live", None), run_id)
             return OutputRun(out_dir, out_dir, run_id, "live", names, lock)
         staging = os.path.join(out_dir, STAGING_PREFIX + run_id)
         os.mkdir(staging)
-        return OutputRun(out_dir, staging, run_id, "staged", names, lock)
+        run = OutputRun(out_dir, staging, run_id, "staged", names, lock)
+        # from its first step the folder's summary.json says a run is under way (a killed rerun left
+        # the previous run's "state": "DONE"); a run that ends without publishing puts it back
+        summary = os.path.join(out_dir, SUMMARY)
+        if os.path.isfile(summary):
+            with open(summary, "rb") as fo:
+                data = fo.read()
+            if _state(data) != "RUNNING":  # a killed run's RUNNING summary is not put back
+                run.previous_summary = data
+        _write_summary(out_dir, _running_summary(run_id, command, "staged", _published_run(out_dir)), run_id)
+        return run
     except BaseException:
         lock.release()
         raise
+
+
+#: the run's summary: RUNNING from the start of a local run (:func:`start_output`), the job's own when it ends
+SUMMARY = "summary.json"
+
+
+def _state(data: bytes):
+    """The ``"state"`` of a summary.json's bytes (None when it has none or is not JSON)."""
+    try:
+        return json.loads(data.decode("utf-8")).get("state")
+    except (ValueError, AttributeError):
+        return None
+
+
+def _published_run(out_dir: str) -> str | None:
+    """The run id of the manifest in ``out_dir`` (the outputs a reader gets), or None."""
+    try:
+        with open(os.path.join(out_dir, MANIFEST), "rb") as fo:
+            run_id = json.loads(fo.read().decode("utf-8")).get("run_id")
+        return run_id if isinstance(run_id, str) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _running_summary(run_id: str, command: str, mode: str, published: str | None) -> dict:
+    """The ``summary.json`` of a local run under way (replaced by the job's own when it publishes)."""
+    return {
+        "state": "RUNNING",
+        "run_id": run_id,
+        "command": command,
+        "pid": os.getpid(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "published_run_id": published,
+        "note": ("this run has not finished: its outputs are not here yet; "
+                 + (f"the outputs here are run {published}'s (manifest.json) until it publishes"
+                    if published else "manifest.json, written last, marks a finished run's outputs")
+                 if mode == "staged" else
+                 "this run has not finished: its files here are incomplete until manifest.json is written"),
+    }
+
+
+def _write_summary(out_dir: str, summary: dict | bytes, run_id: str) -> None:
+    """``out_dir/summary.json``, replaced in one rename (a reader sees the old file or the new one)."""
+    data = summary if isinstance(summary, bytes) else json.dumps(summary, indent=2).encode("utf-8")
+    tmp = os.path.join(out_dir, f".{SUMMARY}.{run_id}.tmp")
+    with open(tmp, "wb") as fo:
+        fo.write(data)
+    os.replace(tmp, os.path.join(out_dir, SUMMARY))
 
 
 def _clear(out_dir: str, names) -> None:
@@ -201,15 +264,39 @@ def close_output(run: OutputRun | None) -> None:
         if not run.published:
             if run.mode == "staged":
                 shutil.rmtree(run.write_dir, ignore_errors=True)
+                _end_running_summary(run)
             elif run.mode == "folder":
                 _delete_tree(run.write_dir)
             else:
                 _remove_beam_temp(run.write_dir)
+                _end_running_summary(run)
     except Exception:  # noqa: BLE001 (best effort on the failure path; the next run clears it)
         pass
     finally:
         if run.lock is not None:
             run.lock.release()
+
+
+def _end_running_summary(run: OutputRun) -> None:
+    """A local run that ends without publishing: its RUNNING ``summary.json`` gives way to what is
+    true. Staged: the published run's summary is put back (none: removed), the folder as the run
+    found it. Live (files written in place): ``"state": "FAILED"``, the files here incomplete."""
+    path = os.path.join(run.output, SUMMARY)
+    try:
+        with open(path, "rb") as fo:
+            mine = json.loads(fo.read().decode("utf-8")).get("run_id") == run.run_id
+    except (OSError, ValueError, AttributeError):
+        mine = False
+    if not mine:  # the job wrote its own (a live run that failed after its summary), or none is there
+        return
+    if run.mode == "live":
+        _write_summary(run.output, {"state": "FAILED", "run_id": run.run_id,
+                                    "note": "this run ended without finishing: its files here are incomplete "
+                                            "(no manifest.json)"}, run.run_id)
+    elif run.previous_summary is not None:
+        _write_summary(run.output, run.previous_summary, run.run_id)
+    else:
+        os.unlink(path)
 
 
 def _delete_tree(prefix: str) -> None:

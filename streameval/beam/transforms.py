@@ -176,10 +176,10 @@ def _category(reason: str) -> str:
 
 
 class _CleanRequestFn(beam.DoFn):
-    def __init__(self, source: str, window_micros=None, lateness_micros: int = 0):
+    def __init__(self, source: str, window_micros=None, lateness_micros: int | None = None):
         self.source = source
         self.window_micros = window_micros
-        self.lateness_micros = int(lateness_micros)
+        self.lateness_micros = None if lateness_micros is None else int(lateness_micros)  # None: no limit
         self.accepted = Metrics.counter(NAMESPACE, cn.IMPRESSIONS_ACCEPTED)
         self.duplicates = Metrics.counter(NAMESPACE, cn.DUPLICATE_IMPRESSION)
         self.late = Metrics.counter(NAMESPACE, cn.LATE_IMPRESSION)
@@ -188,7 +188,7 @@ class _CleanRequestFn(beam.DoFn):
         _, recs = element
         w, lat = self.window_micros, self.lateness_micros
         kept, late = cleaning.split_after_close(
-            list(recs), None if w is None else (lambda t0: cleaning.request_close(t0, w, lat)))
+            list(recs), None if w is None or lat is None else (lambda t0: cleaning.request_close(t0, w, lat)))
         kept, n_dup, rejected = cleaning.clean_request(kept)
         self.duplicates.inc(n_dup)
         self.accepted.inc(len(kept))
@@ -213,16 +213,17 @@ class CleanImpressions(beam.PTransform):
     online metrics so that a replayed impression changes no metric.
 
     With ``window`` (fixed windows, as the scoring transforms'): a request belongs to the window of
-    its earliest impression, and its impressions at or after that window's end plus
-    ``allowed_lateness`` (seconds or text such as ``"45m"``; default 0) are late data, as in the
-    streaming job: dead letters with source ``late:impression`` and the reason, counted
+    its earliest impression. By default (``allowed_lateness`` None or ``"unlimited"``) every record
+    is on time, as a batch job's whole input is: all of a request's impressions count in that window.
+    With ``allowed_lateness`` (seconds or text such as ``"45m"``, or 0) its impressions at or after
+    that window's end plus the lateness are late data, as in the streaming job with that lateness: dead letters with source ``late:impression`` and the reason, counted
     ``late:impression`` (:func:`streameval.io.cleaning.split_after_close`). With ``every`` (sliding
     windows, :func:`sliding_windows`) the window is the sub-window of the period: the end of the first
     sliding window holding the request, as in the streaming job.
     """
 
     def __init__(self, source: str = "CleanImpressions", label: str | None = None, window=None,
-                 allowed_lateness=0, every=None, max_windows_per_record=MAX_WINDOWS_PER_RECORD):
+                 allowed_lateness=None, every=None, max_windows_per_record=MAX_WINDOWS_PER_RECORD):
         super().__init__(label)
         self.source = str(source)
         self.window_micros = sliding_windows(window, every, max_windows_per_record)[0]

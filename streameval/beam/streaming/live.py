@@ -11,11 +11,15 @@ clicks, each in name order, and sends its records as coarse elements (lists of u
 records of one kind), then the new watermark.
 
 Watermark policy (documented in docs/metrics.md, "Streaming", "Event time and watermarks"): event
-time is each record's own ``timestamp`` (int microseconds). Files are read in name order (name them
-by time, as loggers do); after each file the watermark moves to ``max event time of the impressions
-and clicks seen - delay`` (never back): with ``delay = 0`` a file's records may be in any order, but
-a later file's records older than everything already seen are late. Judgments never move it (their time is when they were made, not
-when the traffic was). When no new file arrived for ``idle_stop``
+time is each record's own ``timestamp`` (int microseconds). A poll's complete files are read in name
+order; after them, and only when no matched file is pending (seen but not complete yet: new, or
+still growing), the watermark moves to ``max event time of the impressions and clicks read - delay``
+(never back). So files copied into the directory in any order (``cp`` of a backlog, newest first)
+are all read before the watermark passes their event times, whatever their names: a copy holds
+the watermark while it runs (a copier that pauses longer than a poll interval between two files
+lets it move; ``delay`` then bounds how far an older file may be behind). A file arriving after
+the watermark passed its events' windows (plus the allowed lateness) is late data, as in any stream.
+Judgments never move it (their time is when they were made, not when the traffic was). When no new file arrived (and none grew) for ``idle_stop``
 seconds the watcher closes every window (watermark to the end of time) and the job ends; without
 ``idle_stop`` it runs until stopped. Processing time (``replay_clock``, early panes) is the
 watcher's wall time since it started.
@@ -110,9 +114,10 @@ class FileWatcher:
     FileSystems) every ``interval`` seconds and yields ``TestStream`` events: one element per chunk of
     at most ``chunk`` records of one file (``(kind, records, processing seconds)``, timestamped with
     the chunk's earliest event time), ``("unreadable", dead letter, seconds)`` for a damaged file,
-    then the watermark and the processing time (see the module's policy). ``delay``: microseconds
-    the watermark stays behind the latest event time seen. ``idle_stop``: seconds without a new
-    file after which the watcher ends (None: never). ``clock``, ``sleep``: wall time (tests pass
+    then the watermark and the processing time (see the module's policy: it moves after a poll in
+    which no matched file is pending, :attr:`held_polls` counts the polls it was held). ``delay``:
+    microseconds the watermark stays behind the latest event time read. ``idle_stop``: seconds without a new
+    or growing file after which the watcher ends (None: never). ``clock``, ``sleep``: wall time (tests pass
     their own). Back pressure: with ``max_pending`` and ``received`` (a function giving the records
     the pipeline received so far), the watcher waits while more than ``max_pending`` records sent
     were not received, so what is in flight stays bounded whatever the backlog of files.
@@ -154,6 +159,8 @@ class FileWatcher:
         self._sizes: dict = {}  # path -> size at the last poll (not read yet)
         self._done: set = set()
         self._max_event: int | None = None
+        #: polls after which the watermark stayed where it was because a matched file was pending
+        self.held_polls = 0
         self.stopped = threading.Event()
 
     # ----------------------------------------------------------------------------------------
@@ -274,15 +281,20 @@ class FileWatcher:
                     yield from self._file_events(kind, path)
                     self._done.add(path)
                     self.files.append(path)
-                    if self._max_event is not None:  # after each file, so a backlog closes windows as it goes
-                        wm = ms_floor(self._max_event - self.delay)
-                        if self.watermark_us is None or wm > self.watermark_us:
-                            yield self._watermark(wm)
+                # the watermark moves after the poll's files were read, and only when no matched file is
+                # pending (new or still growing): files copied in any order (a newer one first, an older
+                # one still being written) are read before it passes their event times
+                if self._max_event is not None and not self._sizes:
+                    wm = ms_floor(self._max_event - self.delay)
+                    if self.watermark_us is None or wm > self.watermark_us:
+                        yield self._watermark(wm)
+                elif self._sizes:
+                    self.held_polls += 1
             except Exception as e:  # the environment does not deliver a file: stop, the job fails
                 self.error = e
                 _LOG.error("watching stopped: %s", e)
                 return
-            if ready:
+            if ready or self._sizes:  # a file still being written is activity too
                 last_new = self._clock()
             event = self._advance()  # also a heartbeat: the runner gives up on a silent service after 30 s
             if event is not None:

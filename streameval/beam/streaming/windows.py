@@ -21,16 +21,16 @@ from ..transforms import parse_window
 # durations and window specifications
 
 def parse_duration(value, name="duration", allow_zero=False) -> int:
-    """Microseconds from a number of seconds or text such as ``"90s"``, ``"30m"``, ``"1h"``,
-    ``"1d"`` (see :func:`~streameval.beam.transforms.parse_window`); ``0``/``"0"`` only when
-    ``allow_zero``."""
+    """Microseconds from a Python number of seconds or text with a unit such as ``"90s"``, ``"30m"``,
+    ``"1h"``, ``"1d"`` (see :func:`~streameval.beam.transforms.parse_window`: text without a unit is
+    refused, naming ``name``); ``0``/``"0"`` only when ``allow_zero``."""
     if value is None:
         if allow_zero:
             return 0
         raise ValueError(f"{name} is required")
     if allow_zero and (value == 0 or str(value).strip().lower() in ("0", "0s", "none", "")):
         return 0
-    size = parse_window(value)
+    size = parse_window(value, name)
     if size is None:
         raise ValueError(f"{name} must be a positive duration, got {value!r}")
     micros = int(round(size * 1_000_000))

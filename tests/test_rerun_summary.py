@@ -1,0 +1,113 @@
+"""Issue 41, item 3: a killed rerun looked finished. A rerun into the same ``--output`` SIGKILLed
+while running left the previous run's ``summary.json`` with ``"state": "DONE"``. From the rerun's
+first step, summary.json now says a run is under way (``"state": "RUNNING"``, its run id, and which
+run's outputs the manifest still publishes); a run that ends without publishing puts back what is
+true (the published run's summary, or ``FAILED`` where a live run wrote in place)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from streameval.beam import sinks
+from streameval.io import avro
+
+from .conftest import REPO
+
+BASE = 1_574_553_600_000_000
+
+
+def _log(path, n=400):
+    recs = [{"event_id": f"e{i}", "request_id": f"r{i // 4}", "query_id": f"q{(i // 4) % 7}", "user_id": None,
+             "system_id": "A", "item_id": f"d{i % 4}", "position": i % 4 + 1, "score": float(4 - i % 4),
+             "clicked": i % 5 == 0, "timestamp": BASE + i * 60_000_000, "propensity": None, "attributes": {}}
+            for i in range(n)]
+    avro.write_records(str(path), "impression", recs)
+
+
+def _run(args, env, **kw):
+    return subprocess.Popen([sys.executable, "-c", "import sys; from streameval.cli import main; sys.exit(main())",
+                             *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+
+
+def _summary(out):
+    try:
+        return json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.mark.parametrize("job", ["batch", "stream --replay", "stream --watch"])
+def test_a_rerun_killed_while_running_leaves_a_summary_that_says_so(tmp_path, job):
+    imps = tmp_path / "in" / "imps.avro"
+    imps.parent.mkdir()
+    _log(imps)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    common = ["--impressions", str(tmp_path / "in" / "*.avro"), "--window", "1h", "--output", str(out), "--quiet"]
+    words = job.split()
+    extra = ["--watch-interval", "0.1", "--watch-idle-stop", "2"] if "--watch" in words else []
+    first = _run([*words, *common, *extra], env)
+    assert first.wait(timeout=600) == 0, first.stderr.read()
+    done = _summary(out)
+    assert done["state"] == "DONE" and (out / "manifest.json").exists()
+    published = json.loads((out / "manifest.json").read_text())["run_id"]
+
+    # the rerun: SIGKILLed as soon as it holds the folder (its lock names it; its pipeline is being
+    # built or run), then a moment later
+    rerun = _run([*words, *common, *(["--watch-interval", "0.1"] if extra else [])], env)
+    try:
+        end = time.monotonic() + 300
+        while time.monotonic() < end and rerun.poll() is None:
+            try:
+                if json.loads((out / ".streameval.lock").read_text()).get("pid") == rerun.pid:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.02)
+        time.sleep(0.5)
+        assert rerun.poll() is None, "the rerun ended before it could be killed"
+        rerun.send_signal(signal.SIGKILL)
+        rerun.wait(timeout=30)
+    finally:
+        if rerun.poll() is None:
+            rerun.kill()
+    after = _summary(out)
+    assert after is not None and after["state"] == "RUNNING", after  # not the previous run's "DONE"
+    assert after["run_id"] != published and after["command"] == f"streameval {words[0]}"
+    assert after["pid"] == rerun.pid
+    if "--watch" in words:  # written in place: the previous outputs were removed when the rerun started
+        assert not (out / "manifest.json").exists()
+    else:  # staged: the published outputs stay the previous run's, and summary.json names that run
+        assert json.loads((out / "manifest.json").read_text())["run_id"] == published
+        assert after["published_run_id"] == published
+
+
+def test_a_run_that_ends_without_publishing_puts_back_what_is_true(tmp_path):
+    """No Beam: the folder's hold alone. Staged: the published run's summary.json comes back byte for
+    byte (or none, when there was none); live: FAILED."""
+    out = tmp_path / "out"
+    out.mkdir()
+    previous = b'{"state": "DONE", "run_id": "r1"}'
+    (out / "summary.json").write_bytes(previous)
+    (out / "manifest.json").write_text(json.dumps({"complete": True, "outputs": {}, "run_id": "r1"}))
+    run = sinks.start_output(str(out), ["metrics.jsonl"], command="streameval batch")
+    running = _summary(out)
+    assert running["state"] == "RUNNING" and running["run_id"] == run.run_id and running["published_run_id"] == "r1"
+    sinks.close_output(run)
+    assert (out / "summary.json").read_bytes() == previous
+
+    empty = tmp_path / "empty"
+    run = sinks.start_output(str(empty), ["metrics.jsonl"], command="streameval batch")
+    assert _summary(empty)["state"] == "RUNNING"
+    sinks.close_output(run)
+    assert not (empty / "summary.json").exists()
+
+    run = sinks.start_output(str(out), ["metrics-*"], live=True, command="streameval stream")
+    assert _summary(out)["state"] == "RUNNING" and not (out / "manifest.json").exists()
+    sinks.close_output(run)
+    assert _summary(out)["state"] == "FAILED" and _summary(out)["run_id"] == run.run_id
