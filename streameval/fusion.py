@@ -62,7 +62,7 @@ def fuse(runs, method: str = "rrf", norm: str | None = "min-max", *, params: dic
     ``method``: ``rrf`` (default; parameter ``k``, default 60), ``isr``, ``log_isr``, ``logn_isr``
     (``sigma``, 0.01), ``combsum``, ``combmnz``, ``combmax``, ``combmin``, ``combmed``, ``combanz``,
     ``combgmnz`` (``gamma``, required), ``wsum`` and ``wmnz`` (``weights``, one per run, required),
-    ``bordafuse``; ranx's spellings (``sum``, ``mnz``, ``comb_sum``, ...) are accepted too.
+    ``bordafuse``, ``w_bordafuse`` (``weights``), ``rbc`` (``phi``, required); ranx's spellings (``sum``, ``mnz``, ``comb_sum``, ...) are accepted too.
     ``norm``: ``min-max`` (ranx.fuse's default), ``min-max-inverted``, ``max``, ``sum``, ``zmuv``,
     ``rank``, ``borda``, or ``None`` / ``"none"``. Parameters go in ``params`` (as ranx) or as keyword
     arguments: ``fuse(runs, "rrf", k=10)``. ``columns``: DataFrames' column names by role, as in

@@ -13,7 +13,8 @@ A Python Library for Metasearch", CIKM 2022), with ranx's definitions:
   times the sum of the weights of the runs that returned the document);
 * ``bordafuse``: per run, with n candidates (documents any run returned for the query), the document
   at rank r gets n - r + 1 points and every candidate the run did not return (n - m + 1) / 2, m the
-  run's length; the points are summed.
+  run's length; the points are summed; ``w_bordafuse`` (weights): weighted by run;
+* ``rbc`` (phi): rank-biased centroids, the sum over runs of (1 - phi) phi^(r - 1) (Bailey et al. 2017).
 
 Normalisations, per run and query, applied before the method: ``min-max`` ((s - min) / (max - min)),
 ``min-max-inverted`` ((max - s) / (max - min), the run re-ranked), ``max`` (s / max), ``sum``
@@ -67,6 +68,8 @@ METHODS = {
     "wsum": Method({"weights": None}),
     "wmnz": Method({"weights": None}),
     "bordafuse": Method({}),
+    "w_bordafuse": Method({"weights": None}),
+    "rbc": Method({"phi": None}),
 }
 #: other spellings: ranx.fuse's method names (``sum``, ``mnz``, ...), its function names (``comb_sum``)
 METHOD_ALIASES = {
@@ -74,6 +77,7 @@ METHOD_ALIASES = {
     **{x: f"comb{x}" for x in ("sum", "mnz", "max", "min", "med", "anz", "gmnz")},
     **{f"comb_{x}": f"comb{x}" for x in ("sum", "mnz", "max", "min", "med", "anz", "gmnz")},
     "borda": "bordafuse", "borda_fuse": "bordafuse", "weighted_sum": "wsum", "logisr": "log_isr",
+    "weighted_bordafuse": "w_bordafuse", "wbordafuse": "w_bordafuse",
 }
 #: the normalisations by their canonical names (ranx's spellings)
 NORMS = ("min-max", "min-max-inverted", "max", "sum", "zmuv", "rank", "borda", "none")
@@ -134,8 +138,8 @@ def check_params(method: str, params: dict, n_runs: int) -> dict:
                 raise ValueError(f"{method}: {key} must be a number, got {value!r}") from None
             if not math.isfinite(value):
                 raise ValueError(f"{method}: {key} must be finite, got {value}")
-            if key == "sigma" and not 0 <= value <= 1:
-                raise ValueError(f"{method}: sigma must be in [0, 1] (as in ranx), got {value}")
+            if key in ("sigma", "phi") and not 0 <= value <= 1:
+                raise ValueError(f"{method}: {key} must be in [0, 1], got {value}")
             if key == "k" and value < 0:
                 raise ValueError(f"{method}: k must be at least 0, got {value}")
         out[key] = value
@@ -281,20 +285,23 @@ def _fuse(runs, method: str, params: dict, n_queries: int, n_docs: int):
             return pairs, np.minimum.reduceat(sv, starts)
         c = count.astype(np.int64)
         return pairs, (sv[starts + (c - 1) // 2] + sv[starts + c // 2]) / 2
-    if method == "bordafuse":
+    if method == "rbc":
+        return pairs, total((1 - params["phi"]) * params["phi"] ** (rank1 - 1))
+    if method in ("bordafuse", "w_bordafuse"):
+        # per run, every candidate's points (n - r + 1 where returned, (n - m + 1) / 2 elsewhere),
+        # weighted and added run after run, in ranx's order of operations
+        w = params["weights"] if method == "w_bordafuse" else None
         pq = pairs // n_docs
         n_cand = _per_query_counts(pq, n_queries)  # every pair is a candidate of its query
-        # (n - m_r + 1) / 2 for each run r and query, summed over the runs: what a candidate gets from
-        # runs that did not return it, once the returned documents' share is taken back below
-        unranked = np.zeros(n_queries)
-        share = []
-        for r in runs:
-            u = (n_cand - _per_query_counts(r.q, n_queries) + 1) / 2
-            unranked += u
-            share.append(u[r.q])
-        q_rows = keys // n_docs
-        points = n_cand[q_rows] - rank1 + 1 - np.concatenate(share)
-        return pairs, total(points) + unranked[pq]
+        out = np.zeros(n_pairs)
+        lo = 0
+        for i, r in enumerate(runs):
+            points = ((n_cand - _per_query_counts(r.q, n_queries) + 1) / 2)[pq]
+            rows = pk[lo:lo + len(r.q)]
+            points[rows] = n_cand[r.q] - rank1[lo:lo + len(r.q)] + 1
+            lo += len(r.q)
+            out += points if w is None else w[i] * points
+        return pairs, out
     raise AssertionError(method)
 
 
