@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 
-from .api import run_columns
-from .metrics.fusion import METHODS, NORMS, FusedColumns, FusionNameError, fuse_columns, method_name, norm_name
+from .api import qrels_columns, run_columns
+from .metrics.fusion import (METHODS, NORMS, TRAINED, FusedColumns, FusionNameError, fuse_columns, method_name,
+                             norm_name, train_columns)
 
-__all__ = ["fuse", "FusedRun", "FusionNameError", "METHODS", "NORMS"]
+__all__ = ["fuse", "train", "FusedRun", "FusionNameError", "METHODS", "NORMS", "TRAINED",
+           "method_name"]
 
 
 class FusedRun(dict):
@@ -62,7 +64,9 @@ def fuse(runs, method: str = "rrf", norm: str | None = "min-max", *, params: dic
     ``method``: ``rrf`` (default; parameter ``k``, default 60), ``isr``, ``log_isr``, ``logn_isr``
     (``sigma``, 0.01), ``combsum``, ``combmnz``, ``combmax``, ``combmin``, ``combmed``, ``combanz``,
     ``combgmnz`` (``gamma``, required), ``wsum`` and ``wmnz`` (``weights``, one per run, required),
-    ``bordafuse``, ``w_bordafuse`` (``weights``), ``rbc`` (``phi``, required); ranx's spellings (``sum``, ``mnz``, ``comb_sum``, ...) are accepted too.
+    ``bordafuse``, ``w_bordafuse`` (``weights``), ``rbc`` (``phi``, required), ``posfuse`` and
+    ``probfuse`` (``probs``, learnt by :func:`train`); ranx's spellings (``sum``, ``mnz``, ``comb_sum``,
+    ...) are accepted too.
     ``norm``: ``min-max`` (ranx.fuse's default), ``min-max-inverted``, ``max``, ``sum``, ``zmuv``,
     ``rank``, ``borda``, or ``None`` / ``"none"``. Parameters go in ``params`` (as ranx) or as keyword
     arguments: ``fuse(runs, "rrf", k=10)``. ``columns``: DataFrames' column names by role, as in
@@ -86,3 +90,18 @@ def fuse(runs, method: str = "rrf", norm: str | None = "min-max", *, params: dic
     m, n = method_name(method), norm_name(norm)  # names checked before any run is read
     arrays = [run_columns(r, columns) for r in runs]
     return FusedRun(fuse_columns(arrays, m, n, given), m, n)
+
+
+def train(qrels, runs, method: str, norm: str | None = "min-max", *, n_segments: int | None = None,
+          relevance_level: float = 1, columns: dict | None = None) -> dict:
+    """The parameters of ``posfuse`` or ``probfuse`` learnt from judgments, as ranx's
+    ``optimize_fusion(qrels, runs, norm, method="posfuse")`` / ``probfuse_train(qrels, runs,
+    n_segments)``: ``{"probs": [one array per run]}``, for ``fuse(other_runs, method, norm,
+    params=...)`` (the runs fused in the same order). ``qrels`` as :func:`streameval.evaluate` reads
+    them; ``n_segments`` (probfuse only, required); a judgment of at least ``relevance_level`` is
+    relevant; run queries without any judgment are left out (ranx requires the same queries)."""
+    if not isinstance(runs, (list, tuple)):
+        raise TypeError(f"runs is a list or tuple of runs, got {type(runs).__name__}")
+    m, n = method_name(method), norm_name(norm)
+    return train_columns(qrels_columns(qrels, columns), [run_columns(r, columns) for r in runs], m, n,
+                         n_segments=n_segments, relevance_level=relevance_level)

@@ -78,6 +78,34 @@ def test_normalisations_by_hand():
     _close(_q1("rrf", "min-max-inverted"), {"a": 1 / 63, "b": 2 / 62, "c": 1 / 61, "d": 1 / 61})
 
 
+def test_trained_methods_by_hand():
+    from streameval.fusion import train
+
+    qrels = {"q1": {"b": 1, "d": 2, "a": 0}, "q2": {"y": 1}}
+    # posfuse: A's ranks 1..3 hold relevant documents in 0 of 2, 2 of 2 and 0 of 1 queries; B's in 1 of 1
+    probs = train(qrels, [A, B], "posfuse")["probs"]
+    assert [p.tolist() for p in probs] == [[0, 1, 0], [1, 1]]
+    fused = se.fuse([A, B], "posfuse", probs=probs)
+    assert fused == {"q1": {"b": 2.0, "d": 1.0, "c": 0.0, "a": 0.0}, "q2": {"y": 1.0, "x": 0.0}}
+    # a run query without judgments is left out; a grade below relevance_level is not relevant
+    extra = {**A, "q9": {"b": 1.0}}
+    assert [p.tolist() for p in train(qrels, [extra, B], "posfuse")["probs"]] == [[0, 1, 0], [1, 1]]
+    assert [p.tolist() for p in train(qrels, [A, B], "posfuse", relevance_level=2)["probs"]] == [[0, 0, 0], [0, 1]]
+    # probfuse, 2 segments: A's q1 (3 documents, 2 a segment) [a b | c] shares .5 and 0, q2 [x | y] 0 and 1;
+    # B's q1 [b | d] 1 and 1
+    probs = train(qrels, [A, B], "probfuse", n_segments=2)["probs"]
+    assert [p.tolist() for p in probs] == [[0.25, 0.5], [1, 1]]
+    fused = se.fuse([A, B], "probfuse", params={"probs": probs})
+    _close(fused["q1"], {"a": 0.25, "b": 0.25 + 1, "c": 0.5 / 2, "d": 1 / 2})
+    _close(fused["q2"], {"x": 0.25, "y": 0.5 / 2})
+    with pytest.raises(ValueError, match="probfuse needs n_segments"):
+        train(qrels, [A, B], "probfuse")
+    with pytest.raises(FusionNameError, match="rrf learns nothing"):
+        train(qrels, [A, B], "rrf")
+    with pytest.raises(ValueError, match="posfuse needs the parameter probs"):
+        se.fuse([A, B], "posfuse")
+
+
 def test_order_ties_and_missing_queries():
     fused = se.fuse([A, B], "combsum")
     assert list(fused) == ["q1", "q2"]
@@ -155,6 +183,8 @@ def test_cli_round_trip(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and "closest: combsum" in err
     assert cli_main(["fuse", str(pa), str(pb), "--norm", "zmvu", "-o", str(out)]) == 2
     assert "closest: zmuv" in capsys.readouterr().err
+    assert cli_main(["fuse", str(pa), str(pb), "--method", "posfuse", "-o", str(out)]) == 2
+    assert "streameval.fusion.train" in capsys.readouterr().err
     assert cli_main(["fuse", str(pa), str(pb), "--param", "k", "-o", str(out)]) == 2
     assert "NAME=VALUE" in capsys.readouterr().err
     assert cli_main(["fuse", str(pa), str(tmp_path / "missing.run"), "-o", str(out)]) == 2
@@ -204,3 +234,36 @@ def test_equal_to_ranx(norm):
             scores = np.array(list(want[q].values()))
             if (np.abs(np.diff(scores)) > 1e-9 * np.abs(scores[1:])).all():  # no tie, to ranx's rounding
                 assert list(got[q]) == list(want[q]), (method, q)
+
+
+@pytest.mark.skipif(not os.environ.get("STREAMEVAL_RANX"), reason="ranx compiles with numba (about 40 s): "
+                    "STREAMEVAL_RANX=1 runs it")
+@pytest.mark.parametrize("norm", ["min-max", "zmuv", None])
+def test_trained_equal_to_ranx(norm):
+    """posfuse's and probfuse's learnt probabilities equal ranx's (optimize_fusion, probfuse_train on
+    the normalised runs), and so do the runs fused with them."""
+    ranx = pytest.importorskip("ranx")
+    from ranx.fusion import probfuse_train
+    from ranx.normalization import norm_switch
+
+    from streameval.fusion import train
+
+    runs = _random_runs()
+    rng = np.random.default_rng(5)
+    qrels = {q: {f"d{x}": int(rng.integers(0, 3)) for x in rng.choice(40, 10, replace=False)} for q in runs[0]}
+    ranx_qrels = ranx.Qrels({q: {d: g for d, g in j.items() if g > 0} or {"none": 1} for q, j in qrels.items()})
+    normed = [ranx.Run(r) if norm is None else norm_switch(norm)(ranx.Run(r)) for r in runs]
+    cases = {"posfuse": (ranx.optimize_fusion(ranx_qrels, [ranx.Run(r) for r in runs], norm=norm, method="posfuse"),
+                         train(qrels, runs, "posfuse", norm)),
+             "probfuse": ({"probs": probfuse_train(ranx_qrels, normed, 4)},
+                          train(qrels, runs, "probfuse", norm, n_segments=4))}
+    for method, (want_params, got_params) in cases.items():
+        for w, g in zip(want_params["probs"], got_params["probs"]):
+            assert g == pytest.approx(np.asarray(w), rel=1e-12), method
+        want = ranx.fuse([ranx.Run(r) for r in runs], norm=norm, method=method, params=want_params).to_dict()
+        got = se.fuse(runs, method, norm, params=got_params)
+        assert list(got) == list(want)
+        for q in want:
+            assert set(got[q]) == set(want[q])
+            for d, v in want[q].items():
+                assert got[q][d] == pytest.approx(v, rel=1e-9, abs=1e-12), (method, q, d)

@@ -52,9 +52,12 @@ def parse_params(items) -> dict:
 
 def main(argv=None) -> int:
     args = build_arg_parser().parse_args(argv)
-    from ..fusion import fuse
+    from ..fusion import TRAINED, fuse, method_name
 
     try:
+        if method_name(args.method) in TRAINED:
+            raise ValueError(f"{method_name(args.method)} learns its probabilities from judgments: train it in Python "
+                             "(streameval.fusion.train, docs/metrics.md 'Rank fusion'); the command does not train")
         fused = fuse(list(args.runs), args.method, args.norm, params=parse_params(args.param))
     except (ValueError, TypeError, OSError) as e:
         print(f"streameval fuse: {one_line(e)}", file=sys.stderr)

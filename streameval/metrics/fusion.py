@@ -14,7 +14,10 @@ A Python Library for Metasearch", CIKM 2022), with ranx's definitions:
 * ``bordafuse``: per run, with n candidates (documents any run returned for the query), the document
   at rank r gets n - r + 1 points and every candidate the run did not return (n - m + 1) / 2, m the
   run's length; the points are summed; ``w_bordafuse`` (weights): weighted by run;
-* ``rbc`` (phi): rank-biased centroids, the sum over runs of (1 - phi) phi^(r - 1) (Bailey et al. 2017).
+* ``rbc`` (phi): rank-biased centroids, the sum over runs of (1 - phi) phi^(r - 1) (Bailey et al. 2017);
+* ``posfuse`` (probs), ``probfuse`` (probs): the sum over runs of the probability, learnt from
+  judgments (:func:`train_columns`), that the document's rank (posfuse) holds a relevant document, or
+  that its segment does, over the segment's number (probfuse; Lillis et al. 2006).
 
 Normalisations, per run and query, applied before the method: ``min-max`` ((s - min) / (max - min)),
 ``min-max-inverted`` ((max - s) / (max - min), the run re-ranked), ``max`` (s / max), ``sum``
@@ -39,8 +42,8 @@ import numpy as np
 
 from .names import closest
 
-__all__ = ["METHODS", "NORMS", "FusionNameError", "FusedColumns", "fuse_columns", "method_name", "norm_name",
-           "check_params"]
+__all__ = ["METHODS", "NORMS", "TRAINED", "FusionNameError", "FusedColumns", "fuse_columns", "train_columns",
+           "method_name", "norm_name", "check_params"]
 
 
 class FusionNameError(ValueError):
@@ -70,7 +73,11 @@ METHODS = {
     "bordafuse": Method({}),
     "w_bordafuse": Method({"weights": None}),
     "rbc": Method({"phi": None}),
+    "posfuse": Method({"probs": None}),
+    "probfuse": Method({"probs": None}),
 }
+#: the methods whose parameters are learnt from judgments (:func:`train_columns`)
+TRAINED = ("posfuse", "probfuse")
 #: other spellings: ranx.fuse's method names (``sum``, ``mnz``, ...), its function names (``comb_sum``)
 METHOD_ALIASES = {
     **{f"comb{x}": f"comb{x}" for x in ("sum", "mnz", "max", "min", "med", "anz", "gmnz")},
@@ -131,6 +138,16 @@ def check_params(method: str, params: dict, n_runs: int) -> dict:
                 raise ValueError(f"{method}: {len(value)} weights for {n_runs} runs (one weight per run)")
             if not np.isfinite(value).all():
                 raise ValueError(f"{method}: weights must be finite, got {value.tolist()}")
+        elif key == "probs":
+            try:
+                value = [np.asarray(p, dtype=np.float64).reshape(-1) for p in value]
+            except (TypeError, ValueError):
+                raise ValueError(f"{method}: probs is one list of numbers per run (from streameval.fusion.train), "
+                                 f"got {value!r}") from None
+            if len(value) != n_runs:
+                raise ValueError(f"{method}: {len(value)} lists of probs for {n_runs} runs (one per run)")
+            if method == "probfuse" and any(len(p) == 0 for p in value):
+                raise ValueError(f"{method}: probs has an empty list (one probability per segment)")
         else:
             try:
                 value = float(value)
@@ -287,6 +304,19 @@ def _fuse(runs, method: str, params: dict, n_queries: int, n_docs: int):
         return pairs, (sv[starts + (c - 1) // 2] + sv[starts + c // 2]) / 2
     if method == "rbc":
         return pairs, total((1 - params["phi"]) * params["phi"] ** (rank1 - 1))
+    if method in ("posfuse", "probfuse"):
+        parts = []
+        for r, probs in zip(runs, params["probs"]):
+            rank = r.rank
+            if method == "posfuse":  # the probability of a relevant document at that rank (0 past them)
+                c = np.zeros(len(rank))
+                inside = rank < len(probs)
+                c[inside] = probs[rank[inside]]
+            else:  # the probability of the rank's segment over the segment's number
+                seg = _segments(r, len(probs))
+                c = probs[seg] / (seg + 1)
+            parts.append(c)
+        return pairs, total(np.concatenate(parts))
     if method in ("bordafuse", "w_bordafuse"):
         # per run, every candidate's points (n - r + 1 where returned, (n - m + 1) / 2 elsewhere),
         # weighted and added run after run, in ranx's order of operations
@@ -305,17 +335,72 @@ def _fuse(runs, method: str, params: dict, n_queries: int, n_docs: int):
     raise AssertionError(method)
 
 
-def fuse_columns(runs, method: str = "rrf", norm: str | None = "min-max", params: dict | None = None) -> FusedColumns:
-    """Fuse ``runs``, each a (qid, docno, score) triple of arrays, with ``method`` after ``norm``
-    (names as :func:`method_name` and :func:`norm_name` accept them) and ``params`` (:data:`METHODS`).
-    Raises FusionNameError for unknown names or parameters, ValueError for fewer than two runs, a
-    repeated (query, document) within a run, or a score that is not finite."""
+def _lookup_codes(ids: np.ndarray, values: np.ndarray):
+    """The codes of ``values`` in the sorted unique ``ids`` and which of them are there."""
+    if len(ids) == 0:
+        return np.zeros(len(values), dtype=np.int64), np.zeros(len(values), dtype=bool)
+    idx = np.minimum(np.searchsorted(ids, values), len(ids) - 1)
+    return idx.astype(np.int64), ids[idx] == values
+
+
+def _segments(run: _Ranked, n_segments: int) -> np.ndarray:
+    """probfuse's segment of each row: ceil(m / n_segments) ranks each, m the query's length."""
+    starts = _starts(run.q)
+    g = _group_index(starts, len(run.q))
+    m = np.diff(np.r_[starts, len(run.q)])[g]
+    return run.rank // -(-m // n_segments)
+
+
+def train_columns(qrels, runs, method: str, norm: str | None = "min-max", *, n_segments: int | None = None,
+                  relevance_level: float = 1) -> dict:
+    """The parameters of a trained method (:data:`TRAINED`) learnt from ``qrels`` ((qid, docno,
+    grade) arrays) and ``runs`` ((qid, docno, score) arrays each), normalised by ``norm`` as they will
+    be fused, as ranx's ``posfuse_train`` / ``probfuse_train``: ``{"probs": [one array per run]}``.
+    A document is relevant with a grade of at least ``relevance_level``; only the run queries with a
+    judgment count. ``posfuse``: per rank, the share of those queries whose document at that rank is
+    relevant (of the queries that have that rank); ``probfuse`` (``n_segments``): per segment, the mean
+    over the queries of the share of relevant documents in that segment of the query's ranking."""
     method = method_name(method)
-    norm = norm_name(norm)
-    runs = list(runs)
-    params = check_params(method, dict(params or {}), len(runs))
-    if len(runs) < 2:
-        raise ValueError(f"fusion needs at least two runs, got {len(runs)}")
+    if method not in TRAINED:
+        raise FusionNameError(f"{method} learns nothing (trained methods: {', '.join(TRAINED)})")
+    if method == "probfuse":
+        if n_segments is None or int(n_segments) != n_segments or n_segments < 1:
+            raise ValueError(f"probfuse needs n_segments, a whole number of at least 1, got {n_segments!r}")
+        n_segments = int(n_segments)
+    elif n_segments is not None:
+        raise ValueError("n_segments is probfuse's; posfuse learns one probability per rank")
+    uq, ud, ranked = _prepare(list(runs), norm_name(norm))
+    n_docs = max(len(ud), 1)
+    jq = np.asarray(qrels[0]).astype(str)
+    jd = np.asarray(qrels[1]).astype(str)
+    jg = np.asarray(qrels[2], dtype=np.float64)
+    qi, q_found = _lookup_codes(uq, jq)
+    di, d_found = _lookup_codes(ud, jd)
+    judged = np.zeros(len(uq), dtype=bool)
+    judged[qi[q_found]] = True
+    rel = q_found & d_found & (jg >= relevance_level)
+    relevant = np.unique(qi[rel] * n_docs + di[rel])
+    probs = []
+    for r in ranked:
+        keep = judged[r.q]
+        hit = np.isin(r.q * n_docs + r.d, relevant)[keep].astype(np.float64)
+        rank = r.rank[keep]
+        if method == "posfuse":
+            den = np.bincount(rank).astype(np.float64)
+            probs.append(np.bincount(rank, weights=hit) / np.maximum(den, 1) if len(rank) else np.zeros(0))
+            continue
+        kept = _Ranked(r.q[keep], r.d[keep], r.v[keep], rank)
+        seg = _segments(kept, n_segments)
+        cell = kept.q * n_segments + seg  # (query, segment): the share of relevant documents in it
+        cells, ci = np.unique(cell, return_inverse=True)
+        share = np.bincount(ci, weights=hit) / np.bincount(ci)
+        n_q = len(np.unique(kept.q))
+        probs.append(np.bincount(cells % n_segments, weights=share, minlength=n_segments) / max(n_q, 1))
+    return {"probs": probs}
+
+
+def _prepare(runs, norm: str):
+    """The runs as codes, ranked and normalised: (query ids, document ids, normalised runs)."""
     qs = [np.asarray(r[0]).astype(str) for r in runs]
     ds = [np.asarray(r[1]).astype(str) for r in runs]
     vs = [np.asarray(r[2], dtype=np.float64) for r in runs]
@@ -345,6 +430,22 @@ def fuse_columns(runs, method: str = "rrf", norm: str | None = "min-max", params
         ranked = _borda_norm(ranked, n_queries, n_docs)
     else:
         ranked = [_normalise(r, norm) for r in ranked]
+    return uq, ud, ranked
+
+
+def fuse_columns(runs, method: str = "rrf", norm: str | None = "min-max", params: dict | None = None) -> FusedColumns:
+    """Fuse ``runs``, each a (qid, docno, score) triple of arrays, with ``method`` after ``norm``
+    (names as :func:`method_name` and :func:`norm_name` accept them) and ``params`` (:data:`METHODS`).
+    Raises FusionNameError for unknown names or parameters, ValueError for fewer than two runs, a
+    repeated (query, document) within a run, or a score that is not finite."""
+    method = method_name(method)
+    norm = norm_name(norm)
+    runs = list(runs)
+    params = check_params(method, dict(params or {}), len(runs))
+    if len(runs) < 2:
+        raise ValueError(f"fusion needs at least two runs, got {len(runs)}")
+    uq, ud, ranked = _prepare(runs, norm)
+    n_queries, n_docs = len(uq), max(len(ud), 1)
     pairs, score = _fuse(ranked, method, params, n_queries, n_docs)
     out = _rank(pairs // n_docs, pairs % n_docs, score)
     return FusedColumns(uq[out.q], ud[out.d], out.v, out.rank + 1)
