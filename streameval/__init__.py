@@ -5,7 +5,8 @@ live in ``streameval.beam`` (imported only when used, so the library and ``strea
 start without Beam). ``streameval.compare(qrels, {"a": run_a, "b": run_b}, ["ndcg@10"])`` runs paired
 significance tests of several runs (:mod:`streameval.api_compare`). ``streameval.read_metrics(path)`` reads a finished batch or streaming job's
 output directory as one table of metric rows (:func:`streameval.io.tables.read_metrics`; imported
-when first used).
+when first used). ``streameval.fuse(runs, method="rrf")`` fuses runs as ranx's ``fuse``
+(:mod:`streameval.fusion`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from __future__ import annotations
 import importlib
 
 __version__ = "0.1.0"
-__all__ = ["evaluate", "Evaluation", "compare", "Comparison", "MetricOptions", "MetricSpec", "MetricNameError", "parse_metrics", "read_metrics"]
+__all__ = ["evaluate", "Evaluation", "compare", "Comparison", "MetricOptions", "MetricSpec", "MetricNameError",
+           "parse_metrics", "read_metrics", "fuse", "FusedRun"]
 
 # every public name is imported on first use (PEP 562): ``import streameval`` alone imports nothing
 # else, so the ``streameval`` command can set process-wide settings (BLAS threads) before numpy's
 # import, and read_metrics (the I/O layer: fastavro) costs nothing to those who do not use it
 _LAZY = {"evaluate": ".api", "Evaluation": ".api", "compare": ".api_compare", "Comparison": ".api_compare", "MetricOptions": ".metrics.kernel",
          "MetricSpec": ".metrics.names", "MetricNameError": ".metrics.names", "parse_metrics": ".metrics.names",
-         "read_metrics": ".io.tables"}
+         "read_metrics": ".io.tables", "fuse": ".fusion", "FusedRun": ".fusion"}
 
 
 def __getattr__(name):

@@ -29,7 +29,7 @@ from .metrics.prepare import DEFAULT_SCORE_PRECISION, Prepared, prepare, refuse_
 from .metrics.prepare import judged_only as judged_only_lists
 from .metrics.trec_measures import WITHOUT_RESULTS, without_results
 
-__all__ = ["evaluate", "Evaluation", "score_queries", "aggregate"]
+__all__ = ["evaluate", "Evaluation", "score_queries", "aggregate", "run_columns", "qrels_columns"]
 
 # the column names a DataFrame may use: ir_measures' (query_id, doc_id, relevance, score), ranx's
 # (q_id, doc_id, score), TREC's and pyterrier's (qid, docno, rel / label, score), ours (item_id, grade)
@@ -185,6 +185,21 @@ def _columns(obj, kind: str, columns: dict | None = None):
     raise TypeError(f"cannot read a {kind} from {type(obj).__name__}: expected a dict of dicts, a TREC file "
                     "path, a TrecRun/TrecQrels, a ranx Qrels/Run, ir_measures records, a (qid, docno, value) "
                     "tuple of arrays or a pandas DataFrame")
+
+
+def run_columns(run, columns: dict | None = None):
+    """``run`` (any input :func:`evaluate` accepts as a run: dicts of dicts, a TREC file path, a
+    ``TrecRun``, a ranx ``Run``, ir_measures / ir_datasets records, a DataFrame, a (qid, docno,
+    score) tuple of arrays) as (qid, docno, score) arrays; ``columns``: a DataFrame's column names
+    by role, as in :func:`evaluate`. Ids keep the types :func:`evaluate` keeps (integers stay
+    integers; ``np.asarray(qid).astype(str)`` gives their text)."""
+    return _columns(run, "run", _check_columns(columns))
+
+
+def qrels_columns(qrels, columns: dict | None = None):
+    """``qrels`` (any input :func:`evaluate` accepts as qrels) as (qid, docno, grade) arrays, as
+    :func:`run_columns` reads a run; repeated judgments are kept as given."""
+    return _columns(qrels, "qrels", _check_columns(columns))
 
 
 #: library policies for two judgments of one (query, document): see :func:`resolve_qrels`

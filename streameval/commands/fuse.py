@@ -1,0 +1,73 @@
+"""``streameval fuse RUN RUN... --method rrf [--norm min-max] [--param k=60] -o OUT``: rank fusion of
+TREC run files into one TREC run file (6 columns, run tag ``fused`` or ``--tag``), as ranx's ``fuse``
+(:func:`streameval.fusion.fuse`; docs/metrics.md, "Rank fusion"). Exit 2 with one line for an
+unknown method, normalisation or parameter (naming the closest), a missing or malformed run file or
+an output that cannot be written. Does not import Beam.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..exits import EXIT_OK, EXIT_USAGE, one_line
+
+__all__ = ["main", "build_arg_parser", "parse_params"]
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="streameval fuse",
+        description="Fuse TREC runs of the same queries into one TREC run (ranx's fusion methods and normalisations).")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="TREC run files (two or more; .gz read as gzip)")
+    p.add_argument("--method", default="rrf",
+                   help="rrf (default), isr, log_isr, logn_isr, combsum, combmnz, combmax, combmin, combmed, "
+                        "combanz, combgmnz, wsum, wmnz, bordafuse, w_bordafuse, rbc (ranx's names sum, mnz, ... too)")
+    p.add_argument("--norm", default="min-max",
+                   help="score normalisation before fusing: min-max (default, as ranx.fuse), min-max-inverted, "
+                        "max, sum, zmuv, rank, borda, none")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a method parameter, repeatable: k=60 (rrf), gamma=0.5 (combgmnz), sigma=0.01 (logn_isr), "
+                        "phi=0.8 (rbc), weights=0.7,0.3 (wsum, wmnz, w_bordafuse: one per run, in the order of "
+                        "the runs)")
+    p.add_argument("-o", "--output", required=True, help="the fused TREC run file to write (.gz: compressed)")
+    p.add_argument("--tag", default="fused", help="run tag of the output's 6th column (default fused)")
+    return p
+
+
+def parse_params(items) -> dict:
+    """``["k=60", "weights=0.7,0.3"]`` -> ``{"k": "60", "weights": ["0.7", "0.3"]}`` (values checked by
+    the method); ValueError for an item without ``=``."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--param {item!r}: expected NAME=VALUE, e.g. k=60 or weights=0.7,0.3")
+        name = name.strip()
+        if name in out:
+            raise ValueError(f"--param {name} given twice")
+        out[name] = [v.strip() for v in value.split(",")] if name == "weights" else value.strip()
+    return out
+
+
+def main(argv=None) -> int:
+    args = build_arg_parser().parse_args(argv)
+    from ..fusion import TRAINED, fuse, method_name
+
+    try:
+        if method_name(args.method) in TRAINED:
+            raise ValueError(f"{method_name(args.method)} learns its probabilities from judgments: train it in Python "
+                             "(streameval.fusion.train, docs/metrics.md 'Rank fusion'); the command does not train")
+        fused = fuse(list(args.runs), args.method, args.norm, params=parse_params(args.param))
+    except (ValueError, TypeError, OSError) as e:
+        print(f"streameval fuse: {one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        fused.write_trec(args.output, args.tag)
+    except (ValueError, OSError) as e:
+        print(f"streameval fuse: cannot write {args.output}: {one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    c = fused.columns
+    print(f"fused {len(args.runs)} runs ({fused.method}, norm {fused.norm}): {len(set(c.qid.tolist()))} queries, "
+          f"{len(c.qid)} documents -> {args.output}", file=sys.stderr)
+    return EXIT_OK
