@@ -1,0 +1,63 @@
+"""A filter that selects no row is an error, never an empty result (issue 41: ``reconcile A A
+--metrics ndgc@10`` compared 0 rows, an alert rule on ``ndgc@10`` fired on nothing).
+
+Every command that filters metric rows by metric, system or slice (``reconcile --metrics`` and
+``--correlate``, ``report --metrics``, the alert rules of ``batch --alerts`` / ``stream --alerts``)
+checks each name it was given against the values present in the rows, and refuses a name that
+matches none with one line naming the three closest values present (difflib's ratio, case ignored).
+Metric names match in any spelling (:func:`streameval.metrics.online_names.canonical_metric`).
+
+Layer 3 (I/O rules, no Beam): the standard library and the metric names.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Callable, Iterable
+
+from ..metrics.online_names import canonical_metric
+
+__all__ = ["NoMatchError", "closest_present", "no_match_error", "check_selects", "check_metrics"]
+
+
+class NoMatchError(ValueError):
+    """A filter (a metric, system or slice name) that selects no row; the message is one line and
+    names the closest values present."""
+
+
+def closest_present(raw, present: Iterable, n: int = 3) -> list[str]:
+    """The ``n`` values of ``present`` closest to ``raw`` (difflib's ratio on lower case; every
+    value is a candidate, so a table with at least ``n`` values always gives ``n``)."""
+    by_lower: dict[str, str] = {}
+    for p in sorted({str(p) for p in present if p is not None}):
+        by_lower.setdefault(p.lower(), p)
+    picks = difflib.get_close_matches(str(raw).strip().lower(), list(by_lower), n=n, cutoff=0.0)
+    return [by_lower[p] for p in picks]
+
+
+def no_match_error(what: str, raw, present: Iterable, where: str = "") -> NoMatchError:
+    """The error of ``what`` (``metric``, ``system``, ``slice``) ``raw`` that matches no row of
+    ``where`` (e.g. ``" of either table"``)."""
+    present = list(present)
+    picks = closest_present(raw, present)
+    tail = (f"; closest {what} names present: {', '.join(picks)}" if picks
+            else "; there are no rows")
+    return NoMatchError(f"{what} {str(raw).strip()!r} matches no row{where}{tail}")
+
+
+def check_selects(what: str, wanted: Iterable, present: Iterable, key: Callable | None = None,
+                  where: str = "", label: str = "") -> None:
+    """Raises :class:`NoMatchError` for the first of ``wanted`` whose ``key`` (default: itself) is
+    the ``key`` of none of ``present``; ``label`` prefixes the message (the option or the rule)."""
+    key = key or (lambda x: x)
+    present = [p for p in present if p is not None]
+    have = {key(p) for p in present}
+    for w in wanted:
+        if key(w) not in have:
+            e = no_match_error(what, w, present, where)
+            raise NoMatchError(f"{label}{e}") from None
+
+
+def check_metrics(wanted: Iterable, present: Iterable, where: str = "", label: str = "") -> None:
+    """:func:`check_selects` for metric names, matched in any spelling (their canonical names)."""
+    check_selects("metric", wanted, present, key=canonical_metric, where=where, label=label)
