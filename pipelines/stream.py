@@ -63,7 +63,7 @@ from streameval.beam.arguments import (
     split_metrics,
 )
 from streameval.beam.sinks import holding_outputs, publish, start_output
-from streameval.exits import EXIT_ALERT, EXIT_OK, one_line
+from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_OK, EXIT_USAGE, one_line
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.sources import (expand_inputs, failure_reason, runner_thread_errors_reported_once,
@@ -73,11 +73,11 @@ from streameval.beam.online import split_metric_names
 from streameval.beam.streaming.coarse import ColumnarStreamMetrics, ReplayColumns
 from streameval.beam.streaming.coarse_online import online_refusal
 from streameval.beam.streaming.live import KINDS, WatchFiles
-from streameval.beam.streaming.console import (LOCAL_COUNTS, LOCAL_UNREADABLE, PANE_LOG, PanesOut, SideOut, print_alert,
-                                               running_totals_line)
+from streameval.beam.streaming.console import (LOCAL_COUNTS, LOCAL_UNREADABLE, PANE_LOG, ROW_KEYS, PanesOut, SideOut,
+                                               print_alert, running_totals_line)
 from streameval.beam.streaming.sinks import WriteRecords, WriteWindowedFiles
 from streameval.beam.streaming.sources import ReadKafkaEvents, ReadPubSubEvents, ReplayAvro, WatchAvro
-from streameval.alerts import load_rules
+from streameval.alerts import check_rules_match, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, StreamAlerts
 from streameval.beam.prometheus import STORE as PROMETHEUS
 from streameval.beam.prometheus import serve
@@ -281,6 +281,32 @@ def build_pipeline(p, args, paths):
     return sm, rows, rep
 
 
+def _rules_without_rows(args, in_process: bool) -> str | None:
+    """The one-line error of the first alert rule that matched no row the job emitted (issue 41: a
+    rule on ``ndgc@10`` gave "0 fired", exit 0), or None. The rows: every pane's, as counted in
+    this process on the local runner (``ROW_KEYS``), else the output's (``--output``, read through its
+    manifest); on another runner without ``--output`` the rules are not checked."""
+    from streameval.io.selection import NoMatchError
+
+    if in_process:
+        rows = [{"metric": m, "system": sy, "slice": sl} for m, sy, sl in ROW_KEYS]
+    elif args.output:
+        from streameval.io.tables import MetricsTableError, read_metrics
+
+        try:
+            rows = read_metrics(args.output)
+        except (MetricsTableError, OSError) as e:
+            print(f"note: the alert rules were not checked against the output ({one_line(e)})")
+            return None
+    else:
+        return None
+    try:
+        check_rules_match(args.alert_rules, rows, where="the job's panes")
+    except NoMatchError as e:
+        return str(e)
+    return None
+
+
 def _export_pane(rows):
     """A pane's rows into the store the Prometheus endpoint serves (this process: the local runner)."""
     for r in rows if isinstance(rows, list) else [rows]:
@@ -451,6 +477,7 @@ def _main(argv, held: list) -> int:
     local.clear()
     unreadable.clear()
     PANE_LOG.clear()
+    ROW_KEYS.clear()
     try:
         sm, _, rep = build_pipeline(p, args, paths)
     except (ValueError, TypeError) as e:  # an option a transform refuses (each checks its own)
@@ -574,6 +601,11 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         # the local runner's counters cover a step's first bundle only: the alerts printed here
         fired = local_seen.get(cn.ALERTS_PRINTED, 0) if in_process else counters.get(ALERTS_FIRED, 0)
         print(f"alerts: {fired} fired" + (f" (alerts-*.jsonl in {args.output})" if args.output else ""))
+        typo = _rules_without_rows(args, in_process)
+        if typo:
+            print(f"error: --alerts {args.alerts}: {typo}", file=sys.stderr)
+            if status != EXIT_FAILED:
+                return EXIT_USAGE
         if status == EXIT_OK and fired:
             return EXIT_ALERT
     return status

@@ -17,7 +17,8 @@ from typing import Callable, Iterable
 
 from ..metrics.online_names import canonical_metric
 
-__all__ = ["NoMatchError", "closest_present", "no_match_error", "check_selects", "check_metrics"]
+__all__ = ["NoMatchError", "closest_present", "no_match_error", "check_selects", "check_metrics",
+           "names_without_rows"]
 
 
 class NoMatchError(ValueError):
@@ -61,3 +62,12 @@ def check_selects(what: str, wanted: Iterable, present: Iterable, key: Callable 
 def check_metrics(wanted: Iterable, present: Iterable, where: str = "", label: str = "") -> None:
     """:func:`check_selects` for metric names, matched in any spelling (their canonical names)."""
     check_selects("metric", wanted, present, key=canonical_metric, where=where, label=label)
+
+
+def names_without_rows(names: Iterable, rows: Iterable[dict]) -> list[str]:
+    """The metric ``names`` a job was asked for (as written) of which ``rows`` (a job's metric rows)
+    hold no row, in any spelling: e.g. ``gauc[user,impressions]`` on a log without user ids. The
+    jobs report them (``metrics_without_rows``) as a failed check (issue 41)."""
+    have = {r.get("metric_canonical") or canonical_metric(r["metric"]) for r in rows} | \
+        {canonical_metric(r["metric"]) for r in rows}
+    return [n for n in dict.fromkeys(names) if canonical_metric(n) not in have]
