@@ -41,7 +41,7 @@ from typing import Iterable
 from .metrics.online_names import same_metric
 
 __all__ = ["Rule", "load_rules", "parse_rules", "evaluate", "evaluate_row", "change_pvalue", "format_alert",
-           "check_rules_match", "ALERT_FIELDS", "RULE_KEYS", "TESTS"]
+           "check_rules_match", "unknown_measure", "ALERT_FIELDS", "RULE_KEYS", "TESTS"]
 
 #: the keys a rule may have (``name`` and ``metric`` are required, and one condition)
 RULE_KEYS = ("name", "metric", "slice", "system", "min_n", "below", "above", "baseline", "change_below",
@@ -410,6 +410,38 @@ def check_rules_match(rules: Iterable[Rule], rows: Iterable[dict], where: str = 
             check_selects("system", [rule.baseline[1]], [r["system"] for r in rows if same_metric(r["metric"], rule.metric)],
                           where=f" of metric {rule.metric} in {where} (baseline = 'system:{rule.baseline[1]}')",
                           label=label)
+
+
+#: the metric rows whose names are no measure name of :mod:`streameval.metrics`: the sample-ratio
+#: test's (``--expected-split``) and the off-policy estimates' (``streameval ope``)
+_OTHER_ROWS = ("srm",)
+_ESTIMATES = ("ips[", "snips[", "ope[")
+
+
+def unknown_measure(name: str):
+    """None when ``name`` is the name of a metric row some job writes (a ranking or online measure
+    in any spelling, ``srm``, an off-policy estimate ``ips[...]``, or a row derived from one:
+    ``ctr:clusters``, ``auc_hist:max_error``, ``srm:chi2``); else the one-line
+    :class:`~streameval.metrics.names.MetricNameError` naming the three closest measure names
+    (``alerts-to-prometheus`` refuses such a rule: it could never match a series); a reliability
+    diagram's ``calibration_bin[...]:observed`` rows are known too."""
+    from .metrics.online_names import is_online_metric, unknown_metric_error
+    from .metrics.names import MetricNameError, parse_metric
+
+    def known(n: str) -> bool:
+        if n in _OTHER_ROWS or (n.startswith(_ESTIMATES) and n.endswith("]")) or is_online_metric(n) \
+                or (n.startswith("calibration_bin[") and n.endswith(("]:predicted", "]:observed"))):
+            return True
+        try:
+            parse_metric(n, diversity=True)
+            return True
+        except MetricNameError:
+            pass
+        base, sep, tail = n.rpartition(":")
+        return bool(sep and base and tail.replace("_", "").isalnum() and known(base))
+
+    text = str(name).strip()
+    return None if known(text) else unknown_metric_error(text, diversity=True)
 
 
 def format_alert(a: dict) -> str:

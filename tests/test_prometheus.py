@@ -258,3 +258,23 @@ def test_alert_rules_as_prometheus_alerting_rules(tmp_path, capsys):
         assert cli(["alerts-to-prometheus", str(toml)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err and str(toml) in err, err
+
+
+def test_alerts_to_prometheus_refuses_a_metric_that_is_no_measure_name(tmp_path, capsys):
+    """Issue 41: ``alerts-to-prometheus`` wrote a rule on ``ndgc@10`` (a typo) that can never match
+    a series. A rule whose metric is no measure name is exit 2, one line naming the rule and the
+    closest measure names (ndcg@10 first: one transposition away); measure names in any spelling
+    and the rows derived from them are accepted."""
+    from streameval.cli import main as cli
+
+    toml = tmp_path / "rules.toml"
+    toml.write_text('[[rule]]\nname = "typo"\nmetric = "ndgc@10"\nbelow = 0.3\n')
+    capsys.readouterr()
+    assert cli(["alerts-to-prometheus", str(toml), "-o", str(tmp_path / "r.yml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "rule 'typo': unknown metric 'ndgc@10'" in err and str(toml) in err
+    assert "closest accepted names: ndcg@10, " in err and not (tmp_path / "r.yml").exists()
+    for good in ("nDCG@10", "ctr", "ctr@pos2", "gauc[user,impressions]", "srm:chi2", "ips[bts]", "ctr:clusters"):
+        toml.write_text(f'[[rule]]\nname = "ok"\nmetric = "{good}"\nbelow = 0.3\n')
+        assert cli(["alerts-to-prometheus", str(toml), "-o", str(tmp_path / "r.yml")]) == 0, good
+
