@@ -69,7 +69,8 @@ from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
 from streameval.io import counters as cn
 from streameval.io.outdir import OutputInUseError, OutputOverlapError
-from streameval.io.selection import NoMatchError, names_without_rows
+from streameval.io.selection import NoMatchError, names_without_rows, record_attributes, slice_attribute_error
+from streameval.beam.keys import attributes_without_values, parse_slices
 from streameval.io.records import parse_time_range, to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.kernel import MetricOptions
@@ -678,6 +679,11 @@ def _main(argv, held: list) -> int:
             except NoMatchError as e:
                 typos.append(f"--alerts {args.alerts}: {e}")
         without_rows = names_without_rows(names, rows)
+        # a --slices attribute no record has (every request in campain=(missing)) is a typo too
+        absent = attributes_without_values(parse_slices(_slices_from_args(args.slices)), {r["slice"] for r in rows})
+        if absent and any(r["slice"] == "all" for r in rows):  # (no row at all: the input checks say why)
+            have = record_attributes(impression_paths)
+            typos += [str(slice_attribute_error(a, have)) for a in absent]
     engine = "records" if args.engine == "records" else "columnar"
     summary = {
         "state": str(state),

@@ -281,12 +281,19 @@ def build_pipeline(p, args, paths):
     return sm, rows, rep
 
 
-def _rules_without_rows(args, in_process: bool) -> str | None:
-    """The one-line error of the first alert rule that matched no row the job emitted (issue 41: a
-    rule on ``ndgc@10`` gave "0 fired", exit 0), or None. The rows: every pane's, as counted in
-    this process on the local runner (``ROW_KEYS``), else the output's (``--output``, read through its
-    manifest); on another runner without ``--output`` the rules are not checked."""
-    from streameval.io.selection import NoMatchError
+def _typos(args, in_process: bool, paths) -> list[str]:
+    """One-line errors of what the command line named and the job's rows show to be a typo (issue
+    41): the first alert rule that matched no row (a rule on ``ndgc@10`` gave "0 fired", exit 0),
+    and each ``--slices`` attribute that no record had (every request in ``campain=(missing)``),
+    named with the closest attributes the first records of the inputs have. The rows: every pane's,
+    as seen in this process on the local runner (``ROW_KEYS``), else the output's (``--output``,
+    read through its manifest); on another runner without ``--output`` nothing is checked."""
+    from streameval.beam.keys import attributes_without_values, parse_slices
+    from streameval.io.selection import NoMatchError, record_attributes, slice_attribute_error
+
+    specs = parse_slices(_slices_from_args(args.slices))
+    if not args.alert_rules and not specs:
+        return []
 
     if in_process:
         rows = [{"metric": m, "system": sy, "slice": sl} for m, sy, sl in ROW_KEYS]
@@ -296,15 +303,25 @@ def _rules_without_rows(args, in_process: bool) -> str | None:
         try:
             rows = read_metrics(args.output)
         except (MetricsTableError, OSError) as e:
-            print(f"note: the alert rules were not checked against the output ({one_line(e)})")
-            return None
+            print(f"note: the alert rules and slices were not checked against the output ({one_line(e)})")
+            return []
     else:
-        return None
-    try:
-        check_rules_match(args.alert_rules, rows, where="the job's panes")
-    except NoMatchError as e:
-        return str(e)
-    return None
+        return []
+    out = []
+    if args.alert_rules:
+        try:
+            check_rules_match(args.alert_rules, rows, where="the job's panes")
+        except NoMatchError as e:
+            out.append(f"--alerts {args.alerts}: {e}")
+    absent = attributes_without_values(specs, {r["slice"] for r in rows})
+    if absent and any(r["slice"] == "all" for r in rows):  # (no row at all: nothing was read)
+        try:  # suggestions only: a watched folder or a bad glob names none
+            files = expand_inputs(paths["impressions"]) if paths.get("impressions") else []
+        except Exception:  # noqa: BLE001
+            files = []
+        have = record_attributes(files)
+        out += [str(slice_attribute_error(a, have)) for a in absent]
+    return out
 
 
 def _export_pane(rows):
@@ -601,11 +618,12 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         # the local runner's counters cover a step's first bundle only: the alerts printed here
         fired = local_seen.get(cn.ALERTS_PRINTED, 0) if in_process else counters.get(ALERTS_FIRED, 0)
         print(f"alerts: {fired} fired" + (f" (alerts-*.jsonl in {args.output})" if args.output else ""))
-        typo = _rules_without_rows(args, in_process)
-        if typo:
-            print(f"error: --alerts {args.alerts}: {typo}", file=sys.stderr)
-            if status != EXIT_FAILED:
-                return EXIT_USAGE
+    typos = _typos(args, in_process, paths)
+    for t in typos:
+        print(f"error: {t}", file=sys.stderr)
+    if typos and status != EXIT_FAILED:
+        return EXIT_USAGE
+    if args.alert_rules:
         if status == EXIT_OK and fired:
             return EXIT_ALERT
     return status

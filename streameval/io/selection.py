@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 from ..metrics.online_names import canonical_metric
 
 __all__ = ["NoMatchError", "closest_present", "no_match_error", "check_selects", "check_metrics",
-           "names_without_rows"]
+           "names_without_rows", "record_attributes", "slice_attribute_error"]
 
 
 class NoMatchError(ValueError):
@@ -71,3 +71,30 @@ def names_without_rows(names: Iterable, rows: Iterable[dict]) -> list[str]:
     have = {r.get("metric_canonical") or canonical_metric(r["metric"]) for r in rows} | \
         {canonical_metric(r["metric"]) for r in rows}
     return [n for n in dict.fromkeys(names) if canonical_metric(n) not in have]
+
+
+def record_attributes(paths: Iterable[str], limit: int = 50_000) -> set[str]:
+    """The attribute names (``attributes`` map keys) of the first ``limit`` impression records of
+    the Avro files ``paths`` (local), for the closest names of a slice attribute no record has; an
+    empty set when they cannot be read here (remote, Parquet, damaged)."""
+    from . import avro
+
+    out: set[str] = set()
+    try:
+        for i, rec in enumerate(avro.read_records([p for p in paths if "://" not in str(p)], "impression")):
+            out.update((rec.get("attributes") or {}).keys())
+            if i + 1 >= limit:
+                break
+    except Exception:  # noqa: BLE001 (suggestions only: an unreadable input names none)
+        pass
+    return out
+
+
+def slice_attribute_error(attribute: str, have: Iterable[str], sampled: bool = True) -> NoMatchError:
+    """The one-line error of a ``--slices`` attribute that no record has (every request in
+    ``attribute=(missing)``), naming the three closest attributes the records have (``have``)."""
+    picks = closest_present(attribute, have)
+    where = "the first records have" if sampled else "the records have"
+    tail = f"; closest attributes {where}: {', '.join(picks)}" if picks else "; the records have no attributes"
+    return NoMatchError(f"--slices: no record has the attribute {attribute!r} (every request is in "
+                        f"{attribute}=(missing)){tail}")
