@@ -63,7 +63,8 @@ from streameval.beam.arguments import (
     split_metrics,
 )
 from streameval.beam.sinks import holding_outputs, publish, start_output
-from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_OK, EXIT_USAGE, one_line
+from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, one_line
+from streameval.io.selection import names_without_rows
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.sources import (expand_inputs, failure_reason, runner_thread_errors_reported_once,
@@ -281,6 +282,23 @@ def build_pipeline(p, args, paths):
     return sm, rows, rep
 
 
+def _row_dicts(keys) -> list[dict]:
+    return [{"metric": m, "system": sy, "slice": sl} for m, sy, sl in keys]
+
+
+def _asked_metrics(args, ranking: bool) -> list[str]:
+    """The metric rows ``--metrics`` asks for, as the rows name them: the ranking measures (with
+    judgments), the online metrics, and ``ctr`` when named (and not ``--no-ctr``)."""
+    ranking_names, online_names = split_metric_names(args.metrics, diversity=True)
+    names = [s.name for s in parse_metrics(ranking_names, arithmetic="the Beam jobs", diversity=True)] \
+        if ranking and ranking_names else []
+    for n in online_names:
+        spec = parse_online_metric(n)
+        if spec.family != "ctr" or not args.no_ctr:
+            names.append(spec.name)
+    return names
+
+
 def _typos(args, in_process: bool, paths) -> list[str]:
     """One-line errors of what the command line named and the job's rows show to be a typo (issue
     41): the first alert rule that matched no row (a rule on ``ndgc@10`` gave "0 fired", exit 0),
@@ -296,7 +314,7 @@ def _typos(args, in_process: bool, paths) -> list[str]:
         return []
 
     if in_process:
-        rows = [{"metric": m, "system": sy, "slice": sl} for m, sy, sl in ROW_KEYS]
+        rows = _row_dicts(ROW_KEYS)
     elif args.output:
         from streameval.io.tables import MetricsTableError, read_metrics
 
@@ -575,6 +593,10 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         problems += check_outputs(counts, local_seen, checked)
     failed_checks = check_inputs(accounting, checks, judgments=sm.cfg.ranking,
                                  inputs=paths.get("impressions") or [])
+    # a metric asked for that produced no row (gauc[user,...] on a log without user ids) is a failed
+    # check (issue 41); known from the panes seen here on the local runner
+    without_rows = names_without_rows(_asked_metrics(args, sm.cfg.ranking), _row_dicts(ROW_KEYS)) \
+        if in_process else None
     line = _summary_line(counts, replayed, local_seen if in_process else {}, "read" if live else "replayed")
     print(line)
     print(format_accounting(accounting))
@@ -586,7 +608,8 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
                    "replayed": replayed, "counts": dict(sorted(counts.items())),
                    "counters": dict(sorted(counters.items())), "counted_here": dict(sorted(local_seen.items())),
                    "accounting": accounting, "accounting_problems": problems,
-                   "input_checks_failed": failed_checks, "summary": line}
+                   "input_checks_failed": failed_checks, "metrics_without_rows": without_rows,
+                   "summary": line}
         try:
             totals = os.path.join(args.write_dir, RUNNING_TOTALS)
             if in_process and "://" not in args.write_dir and os.path.exists(totals):
@@ -614,6 +637,13 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
             print(f"note: prometheus: {'no scrape collected' if got == 'none' else 'no scrape after the one that collected'}"
                   f" the final values within --prometheus-linger {args.prometheus_linger:g} s")
     status = exit_status(problems, failed_checks)
+    if without_rows:
+        print(f"error: {len(without_rows)} of the metrics asked for produced no row (no record had what "
+              f"{'it needs' if len(without_rows) == 1 else 'they need'}, e.g. a user id for gauc[user,...]; "
+              f"summary.json: metrics_without_rows; exit status {EXIT_INPUT_CHECK}): {', '.join(without_rows)}",
+              file=sys.stderr)
+        if status == EXIT_OK:
+            status = EXIT_INPUT_CHECK
     if args.alert_rules:
         # the local runner's counters cover a step's first bundle only: the alerts printed here
         fired = local_seen.get(cn.ALERTS_PRINTED, 0) if in_process else counters.get(ALERTS_FIRED, 0)

@@ -427,3 +427,24 @@ def test_a_metric_without_rows_is_a_failed_check(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["metrics_without_rows"] == ["gauc[user,impressions]"]
     assert any(r["metric"] == "ctr" for r, _ in results.iter_rows(out / "metrics.jsonl"))
+
+
+def test_the_stream_reports_a_metric_without_rows_as_a_failed_check(tmp_path, capsys):
+    """Issue 41 in the streaming job (which refuses gauc up front): ``auc`` on a log whose records
+    carry no score (built so) has nothing to rank, so it gives no row: one line on stderr,
+    summary.json's metrics_without_rows, exit 3; with the scores it has rows and the job exits 0."""
+    from pipelines import stream as stream_cli
+
+    imps, _ = _logs()
+    avro.write_records(tmp_path / "scored.avro", "impression", imps)
+    avro.write_records(tmp_path / "unscored.avro", "impression", [dict(r, score=None) for r in imps])
+    common = ["--replay", "--metrics", "auc,ctr", "--window", "1h", "--quiet"]
+    capsys.readouterr()
+    out = tmp_path / "out"
+    assert stream_cli.main([*common, "--impressions", str(tmp_path / "unscored.avro"), "--output", str(out)]) == 3
+    err = [line for line in capsys.readouterr().err.splitlines() if "produced no row" in line]
+    assert len(err) == 1 and err[0].endswith(": auc")
+    assert json.loads((out / "summary.json").read_text())["metrics_without_rows"] == ["auc"]
+    out2 = tmp_path / "out2"
+    assert stream_cli.main([*common, "--impressions", str(tmp_path / "scored.avro"), "--output", str(out2)]) == 0
+    assert json.loads((out2 / "summary.json").read_text())["metrics_without_rows"] == []
