@@ -69,7 +69,8 @@ from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
 from streameval.io import counters as cn
 from streameval.io.outdir import OutputInUseError, OutputOverlapError
-from streameval.io.selection import NoMatchError, names_without_rows, record_attributes, slice_attribute_error
+from streameval.io.selection import (NoMatchError, names_without_rows, record_attributes, slice_attribute_error,
+                                     without_rows_line)
 from streameval.beam.keys import attributes_without_values, parse_slices
 from streameval.io.records import parse_time_range, to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
@@ -755,10 +756,7 @@ def _main(argv, held: list) -> int:
     print(f"wrote {summary['num_rows']} metric rows to {args.output} in {wall:.1f} s ({on})")
     status = exit_status(problems, failed_checks)
     if without_rows:
-        print(f"error: {len(without_rows)} of the metrics asked for produced no row (no record had what "
-              f"{'it needs' if len(without_rows) == 1 else 'they need'}, e.g. a user id for gauc[user,...]; "
-              f"summary.json: metrics_without_rows; exit status {EXIT_INPUT_CHECK}): {', '.join(without_rows)}",
-              file=sys.stderr)
+        print(without_rows_line(without_rows, EXIT_INPUT_CHECK), file=sys.stderr)
         if status == EXIT_OK:
             status = EXIT_INPUT_CHECK
     fired = counters.get(ALERTS_FIRED, 0)

@@ -64,7 +64,7 @@ from streameval.beam.arguments import (
 )
 from streameval.beam.sinks import holding_outputs, publish, start_output
 from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, one_line
-from streameval.io.selection import names_without_rows
+from streameval.io.selection import names_without_rows, without_rows_line
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.sources import (expand_inputs, failure_reason, runner_thread_errors_reported_once,
@@ -638,10 +638,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
                   f" the final values within --prometheus-linger {args.prometheus_linger:g} s")
     status = exit_status(problems, failed_checks)
     if without_rows:
-        print(f"error: {len(without_rows)} of the metrics asked for produced no row (no record had what "
-              f"{'it needs' if len(without_rows) == 1 else 'they need'}, e.g. a user id for gauc[user,...]; "
-              f"summary.json: metrics_without_rows; exit status {EXIT_INPUT_CHECK}): {', '.join(without_rows)}",
-              file=sys.stderr)
+        print(without_rows_line(without_rows, EXIT_INPUT_CHECK), file=sys.stderr)
         if status == EXIT_OK:
             status = EXIT_INPUT_CHECK
     if args.alert_rules:

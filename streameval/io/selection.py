@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 from ..metrics.online_names import canonical_metric
 
 __all__ = ["NoMatchError", "closest_present", "no_match_error", "check_selects", "check_metrics",
-           "names_without_rows", "record_attributes", "slice_attribute_error"]
+           "names_without_rows", "without_rows_line", "record_attributes", "slice_attribute_error"]
 
 
 class NoMatchError(ValueError):
@@ -71,6 +71,14 @@ def names_without_rows(names: Iterable, rows: Iterable[dict]) -> list[str]:
     have = {r.get("metric_canonical") or canonical_metric(r["metric"]) for r in rows} | \
         {canonical_metric(r["metric"]) for r in rows}
     return [n for n in dict.fromkeys(names) if canonical_metric(n) not in have]
+
+
+def without_rows_line(names: list[str], status: int) -> str:
+    """The one line both jobs print on stderr for the metrics of :func:`names_without_rows` (``status``:
+    the exit status they give it, :data:`streameval.exits.EXIT_INPUT_CHECK`)."""
+    return (f"error: {len(names)} of the metrics asked for produced no row (no record had what "
+            f"{'it needs' if len(names) == 1 else 'they need'}, e.g. a user id for gauc[user,...]; "
+            f"summary.json: metrics_without_rows; exit status {status}): {', '.join(names)}")
 
 
 def record_attributes(paths: Iterable[str], limit: int = 50_000) -> set[str]:
