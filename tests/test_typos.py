@@ -59,3 +59,12 @@ def test_attributes_without_values_reads_escaped_labels():
     assert attributes_without_values(specs, labels) == ["campain", "dev=ice"]
     labels.append(",".join([slice_part("campaign", "men"), slice_part("dev=ice", "pc")]))
     assert attributes_without_values(specs, labels) == ["campain"]
+
+
+def test_names_without_rows_in_any_spelling_and_derived_rows():
+    """A metric has rows when a row names it in any spelling (nDCG@10 for ndcg@10) or when its rows
+    are derived ones (interleaving's ``interleaving:wins``); auc, of which no row is here, has none."""
+    from streameval.io.selection import names_without_rows
+
+    rows = [{"metric": "nDCG@10"}, {"metric": "interleaving:wins"}, {"metric": "ctr"}]
+    assert names_without_rows(["ndcg_cut_10", "interleaving", "auc", "ctr", "AP"], rows) == ["auc", "AP"]

@@ -68,8 +68,12 @@ def names_without_rows(names: Iterable, rows: Iterable[dict]) -> list[str]:
     """The metric ``names`` a job was asked for (as written) of which ``rows`` (a job's metric rows)
     hold no row, in any spelling: e.g. ``gauc[user,impressions]`` on a log without user ids. The
     jobs report them (``metrics_without_rows``) as a failed check (issue 41)."""
-    have = {r.get("metric_canonical") or canonical_metric(r["metric"]) for r in rows} | \
-        {canonical_metric(r["metric"]) for r in rows}
+    have = set()
+    for r in rows:
+        have.update((r.get("metric_canonical") or canonical_metric(r["metric"]), canonical_metric(r["metric"])))
+        base, sep, _ = str(r["metric"]).rpartition(":")
+        if sep and base:  # a metric whose rows are all derived ones: interleaving -> interleaving:wins, ...
+            have.add(canonical_metric(base))
     return [n for n in dict.fromkeys(names) if canonical_metric(n) not in have]
 
 
