@@ -29,10 +29,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from streameval.beam.accounting import (account, check_inputs, exit_status, format_accounting, input_checks_from_args,
                                         job_counters, job_distributions)
-from streameval.alerts import format_alert, load_rules
+from streameval.alerts import check_rules_match, format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
 from streameval.beam.prometheus import write_textfile
-from streameval.exits import EXIT_ALERT, EXIT_OK, EXIT_USAGE, one_line
+from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, one_line
 from streameval.beam.arguments import (GDEVAL_ERR_MAX_GRADE, auto_err_max_grade, batch_window_spec,
                                        check_bootstrap_arguments, hist_range, make_pipeline, parse_err_max_grade,
                                        split_metrics, unknown_arguments_error)
@@ -66,6 +66,9 @@ from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
 from streameval.io import counters as cn
 from streameval.io.outdir import OutputInUseError, OutputOverlapError
+from streameval.io.selection import (NoMatchError, names_without_rows, record_attributes, slice_attribute_error,
+                                     without_rows_line)
+from streameval.beam.keys import attributes_without_values, parse_slices
 from streameval.io.records import parse_time_range, to_json_text
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.kernel import MetricOptions
@@ -534,6 +537,21 @@ def _main(argv, held: list) -> int:
     failed_checks = check_inputs(accounting, checks, judgments=bool(judgment_paths), inputs=impression_paths)
     names = ([s.name for s in metric_specs] if judgment_paths else []) + \
         [parse_online_metric(m).name for m in online]
+    # issue 41: a rule that matches no row of the output is a typo (exit 2); a metric asked for
+    # that produced no row (gauc[user,...] on a log without user ids) is a failed check (exit 3)
+    typos, without_rows = [], []
+    if note is None:
+        if args.alert_rules:
+            try:
+                check_rules_match(args.alert_rules, rows)
+            except NoMatchError as e:
+                typos.append(f"--alerts {args.alerts}: {e}")
+        without_rows = names_without_rows(names, rows)
+        # a --slices attribute no record has (every request in campain=(missing)) is a typo too
+        absent = attributes_without_values(parse_slices(_slices_from_args(args.slices)), {r["slice"] for r in rows})
+        if absent and any(r["slice"] == "all" for r in rows):  # (no row at all: the input checks say why)
+            have = record_attributes(impression_paths)
+            typos += [str(slice_attribute_error(a, have)) for a in absent]
     engine = "records" if args.engine == "records" else "columnar"
     summary = {
         "state": str(state),
@@ -564,6 +582,8 @@ def _main(argv, held: list) -> int:
         "accounting": accounting,
         "accounting_problems": problems,
         "input_checks_failed": failed_checks,
+        "metrics_without_rows": without_rows,
+        "usage_errors": typos,
         "outputs": [FileSystems.join(run.result_dir, f) for f in outputs],
     }
     try:
@@ -602,6 +622,10 @@ def _main(argv, held: list) -> int:
     on = f"{args.runner}, {workers} worker processes" if workers > 1 else args.runner
     print(f"wrote {summary['num_rows']} metric rows to {args.output} in {wall:.1f} s ({on})")
     status = exit_status(problems, failed_checks)
+    if without_rows:
+        print(without_rows_line(without_rows, EXIT_INPUT_CHECK), file=sys.stderr)
+        if status == EXIT_OK:
+            status = EXIT_INPUT_CHECK
     fired = counters.get(ALERTS_FIRED, 0)
     if args.alert_rules:
         print(f"alerts: {fired} fired ({FileSystems.join(run.result_dir, 'alerts.jsonl')})")
@@ -614,6 +638,10 @@ def _main(argv, held: list) -> int:
             for a in sorted(fired_alerts,
                             key=lambda a: (a["rule"], a["metric"], a["slice"], a["system"], a["window_start"] or 0)):
                 print(format_alert(a))
+    for t in typos:
+        print(f"error: {t}", file=sys.stderr)
+    if typos and status != EXIT_FAILED:
+        return EXIT_USAGE
     if status == EXIT_OK and fired:
         return EXIT_ALERT
     return status

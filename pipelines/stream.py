@@ -64,7 +64,8 @@ from streameval.beam.arguments import (
     unknown_arguments_error,
 )
 from streameval.beam.sinks import holding_outputs, publish, start_output
-from streameval.exits import EXIT_ALERT, EXIT_OK, one_line
+from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, one_line
+from streameval.io.selection import names_without_rows, without_rows_line
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.beam.sources import (expand_inputs, failure_reason, runner_thread_errors_reported_once,
@@ -74,11 +75,11 @@ from streameval.beam.online import split_metric_names
 from streameval.beam.streaming.coarse import ColumnarStreamMetrics, ReplayColumns
 from streameval.beam.streaming.coarse_online import online_refusal
 from streameval.beam.streaming.live import KINDS, WatchFiles
-from streameval.beam.streaming.console import (LOCAL_COUNTS, LOCAL_UNREADABLE, PANE_LOG, PanesOut, SideOut, print_alert,
-                                               running_totals_line)
+from streameval.beam.streaming.console import (LOCAL_COUNTS, LOCAL_UNREADABLE, PANE_LOG, ROW_KEYS, PanesOut, SideOut,
+                                               print_alert, running_totals_line)
 from streameval.beam.streaming.sinks import WriteRecords, WriteWindowedFiles
 from streameval.beam.streaming.sources import ReadKafkaEvents, ReadPubSubEvents, ReplayAvro, WatchAvro
-from streameval.alerts import load_rules
+from streameval.alerts import check_rules_match, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, StreamAlerts
 from streameval.beam.prometheus import STORE as PROMETHEUS
 from streameval.beam.prometheus import serve
@@ -282,6 +283,66 @@ def build_pipeline(p, args, paths):
     return sm, rows, rep
 
 
+def _row_dicts(keys) -> list[dict]:
+    return [{"metric": m, "system": sy, "slice": sl} for m, sy, sl in keys]
+
+
+def _asked_metrics(args, ranking: bool) -> list[str]:
+    """The metric rows ``--metrics`` asks for, as the rows name them: the ranking measures (with
+    judgments), the online metrics, and ``ctr`` when named (and not ``--no-ctr``)."""
+    ranking_names, online_names = split_metric_names(args.metrics, diversity=True)
+    names = [s.name for s in parse_metrics(ranking_names, arithmetic="the Beam jobs", diversity=True)] \
+        if ranking and ranking_names else []
+    for n in online_names:
+        spec = parse_online_metric(n)
+        if spec.family != "ctr" or not args.no_ctr:
+            names.append(spec.name)
+    return names
+
+
+def _typos(args, in_process: bool, paths) -> list[str]:
+    """One-line errors of what the command line named and the job's rows show to be a typo (issue
+    41): the first alert rule that matched no row (a rule on ``ndgc@10`` gave "0 fired", exit 0),
+    and each ``--slices`` attribute that no record had (every request in ``campain=(missing)``),
+    named with the closest attributes the first records of the inputs have. The rows: every pane's,
+    as seen in this process on the local runner (``ROW_KEYS``), else the output's (``--output``,
+    read through its manifest); on another runner without ``--output`` nothing is checked."""
+    from streameval.beam.keys import attributes_without_values, parse_slices
+    from streameval.io.selection import NoMatchError, record_attributes, slice_attribute_error
+
+    specs = parse_slices(_slices_from_args(args.slices))
+    if not args.alert_rules and not specs:
+        return []
+
+    if in_process:
+        rows = _row_dicts(ROW_KEYS)
+    elif args.output:
+        from streameval.io.tables import MetricsTableError, read_metrics
+
+        try:
+            rows = read_metrics(args.output)
+        except (MetricsTableError, OSError) as e:
+            print(f"note: the alert rules and slices were not checked against the output ({one_line(e)})")
+            return []
+    else:
+        return []
+    out = []
+    if args.alert_rules:
+        try:
+            check_rules_match(args.alert_rules, rows, where="the job's panes")
+        except NoMatchError as e:
+            out.append(f"--alerts {args.alerts}: {e}")
+    absent = attributes_without_values(specs, {r["slice"] for r in rows})
+    if absent and any(r["slice"] == "all" for r in rows):  # (no row at all: nothing was read)
+        try:  # suggestions only: a watched folder or a bad glob names none
+            files = expand_inputs(paths["impressions"]) if paths.get("impressions") else []
+        except Exception:  # noqa: BLE001
+            files = []
+        have = record_attributes(files)
+        out += [str(slice_attribute_error(a, have)) for a in absent]
+    return out
+
+
 def _export_pane(rows):
     """A pane's rows into the store the Prometheus endpoint serves (this process: the local runner)."""
     for r in rows if isinstance(rows, list) else [rows]:
@@ -459,6 +520,7 @@ def _main(argv, held: list) -> int:
     local.clear()
     unreadable.clear()
     PANE_LOG.clear()
+    ROW_KEYS.clear()
     try:
         sm, _, rep = build_pipeline(p, args, paths)
     except (ValueError, TypeError) as e:  # an option a transform refuses (each checks its own)
@@ -542,6 +604,10 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         problems += check_outputs(counts, local_seen, checked)
     failed_checks = check_inputs(accounting, checks, judgments=sm.cfg.ranking,
                                  inputs=paths.get("impressions") or [])
+    # a metric asked for that produced no row (gauc[user,...] on a log without user ids) is a failed
+    # check (issue 41); known from the panes seen here on the local runner
+    without_rows = names_without_rows(_asked_metrics(args, sm.cfg.ranking), _row_dicts(ROW_KEYS)) \
+        if in_process else None
     line = _summary_line(counts, replayed, local_seen if in_process else {}, "read" if live else "replayed")
     print(line)
     print(format_accounting(accounting))
@@ -553,7 +619,8 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
                    "replayed": replayed, "counts": dict(sorted(counts.items())),
                    "counters": dict(sorted(counters.items())), "counted_here": dict(sorted(local_seen.items())),
                    "accounting": accounting, "accounting_problems": problems,
-                   "input_checks_failed": failed_checks, "summary": line}
+                   "input_checks_failed": failed_checks, "metrics_without_rows": without_rows,
+                   "summary": line}
         try:
             totals = os.path.join(args.write_dir, RUNNING_TOTALS)
             if in_process and "://" not in args.write_dir and os.path.exists(totals):
@@ -581,10 +648,20 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
             print(f"note: prometheus: {'no scrape collected' if got == 'none' else 'no scrape after the one that collected'}"
                   f" the final values within --prometheus-linger {args.prometheus_linger:g} s")
     status = exit_status(problems, failed_checks)
+    if without_rows:
+        print(without_rows_line(without_rows, EXIT_INPUT_CHECK), file=sys.stderr)
+        if status == EXIT_OK:
+            status = EXIT_INPUT_CHECK
     if args.alert_rules:
         # the local runner's counters cover a step's first bundle only: the alerts printed here
         fired = local_seen.get(cn.ALERTS_PRINTED, 0) if in_process else counters.get(ALERTS_FIRED, 0)
         print(f"alerts: {fired} fired" + (f" (alerts-*.jsonl in {args.output})" if args.output else ""))
+    typos = _typos(args, in_process, paths)
+    for t in typos:
+        print(f"error: {t}", file=sys.stderr)
+    if typos and status != EXIT_FAILED:
+        return EXIT_USAGE
+    if args.alert_rules:
         if status == EXIT_OK and fired:
             return EXIT_ALERT
     return status

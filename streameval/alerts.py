@@ -41,7 +41,7 @@ from typing import Iterable
 from .metrics.online_names import same_metric
 
 __all__ = ["Rule", "load_rules", "parse_rules", "evaluate", "evaluate_row", "change_pvalue", "format_alert",
-           "ALERT_FIELDS", "RULE_KEYS", "TESTS"]
+           "check_rules_match", "unknown_measure", "ALERT_FIELDS", "RULE_KEYS", "TESTS"]
 
 #: the keys a rule may have (``name`` and ``metric`` are required, and one condition)
 RULE_KEYS = ("name", "metric", "slice", "system", "min_n", "below", "above", "baseline", "change_below",
@@ -383,6 +383,65 @@ def evaluate(rules: Iterable[Rule], rows: Iterable[dict]) -> list[dict]:
             if alert:
                 out.append(alert)
     return out
+
+
+def check_rules_match(rules: Iterable[Rule], rows: Iterable[dict], where: str = "the job's metric rows") -> None:
+    """Raises :class:`streameval.io.selection.NoMatchError` (a ValueError, one line) for the first
+    rule that matches no row of ``rows`` (dicts with ``metric``, ``system``, ``slice``; a job's
+    output): its metric (any spelling) is no row's, or, among that metric's rows, its ``system``
+    is none's, or, among those, its ``slice`` is none's. The message names the rule and the three
+    closest values present (issue 41: a rule on ``ndgc@10`` gave "0 fired", exit 0)."""
+    from .io.selection import check_metrics, check_selects
+
+    rows = [r for r in rows if r.get("metric") is not None]
+    for rule in rules:
+        label = f"alert rule {rule.name!r}: "
+        check_metrics([rule.metric], [r["metric"] for r in rows], where=f" of {where}", label=label)
+        mine = [r for r in rows if same_metric(r["metric"], rule.metric)]
+        if rule.system is not None:
+            check_selects("system", [rule.system], [r["system"] for r in mine],
+                          where=f" of metric {rule.metric} in {where}", label=label)
+            mine = [r for r in mine if r["system"] == rule.system]
+        if rule.slice is not None:
+            check_selects("slice", [rule.slice], [r["slice"] for r in mine],
+                          where=f" of metric {rule.metric}" + (f", system {rule.system}," if rule.system else "")
+                                + f" in {where}", label=label)
+        if rule.baseline is not None and rule.baseline[0] == "system":
+            check_selects("system", [rule.baseline[1]], [r["system"] for r in rows if same_metric(r["metric"], rule.metric)],
+                          where=f" of metric {rule.metric} in {where} (baseline = 'system:{rule.baseline[1]}')",
+                          label=label)
+
+
+#: the metric rows whose names are no measure name of :mod:`streameval.metrics`: the sample-ratio
+#: test's (``--expected-split``) and the off-policy estimates' (``streameval ope``)
+_OTHER_ROWS = ("srm",)
+_ESTIMATES = ("ips[", "snips[", "ope[")
+
+
+def unknown_measure(name: str):
+    """None when ``name`` is the name of a metric row some job writes (a ranking or online measure
+    in any spelling, ``srm``, an off-policy estimate ``ips[...]``, or a row derived from one:
+    ``ctr:clusters``, ``auc_hist:max_error``, ``srm:chi2``); else the one-line
+    :class:`~streameval.metrics.names.MetricNameError` naming the three closest measure names
+    (``alerts-to-prometheus`` refuses such a rule: it could never match a series); a reliability
+    diagram's ``calibration_bin[...]:observed`` rows are known too."""
+    from .metrics.online_names import is_online_metric, unknown_metric_error
+    from .metrics.names import MetricNameError, parse_metric
+
+    def known(n: str) -> bool:
+        if n in _OTHER_ROWS or (n.startswith(_ESTIMATES) and n.endswith("]")) or is_online_metric(n) \
+                or (n.startswith("calibration_bin[") and n.endswith(("]:predicted", "]:observed"))):
+            return True
+        try:
+            parse_metric(n, diversity=True)
+            return True
+        except MetricNameError:
+            pass
+        base, sep, tail = n.rpartition(":")
+        return bool(sep and base and tail.replace("_", "").isalnum() and known(base))
+
+    text = str(name).strip()
+    return None if known(text) else unknown_metric_error(text, diversity=True)
 
 
 def format_alert(a: dict) -> str:

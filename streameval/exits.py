@@ -7,9 +7,12 @@ Documented in docs/cli.md ("`streameval batch`") and docs/metrics.md ("Input che
   ``reconcile``: the tables disagree, or no row was compared;
 * 2 (:data:`EXIT_USAGE`): bad options, or inputs or an output the command cannot start on (missing
   or malformed files, a bad glob, an ``--output`` that cannot be created, that overlaps an input or
-  that another job holds: :mod:`streameval.io.outdir`);
+  that another job holds: :mod:`streameval.io.outdir`); a filter that selects no row (``reconcile`` /
+  ``report --metrics``, an alert rule whose metric, system or slice matches no row of the job's
+  output: :mod:`streameval.io.selection`), named with the closest values present;
 * 3 (:data:`EXIT_INPUT_CHECK`): the job ran and its outputs are complete, but its input failed a
-  check (:class:`streameval.beam.accounting.InputChecks`);
+  check (:class:`streameval.beam.accounting.InputChecks`), or a metric it was asked for produced no
+  row (summary.json's ``metrics_without_rows``);
 * 4 (:data:`EXIT_ALERT`): the job ran, its outputs are complete and its input passed the checks,
   and an alert rule fired (``--alerts``; :mod:`streameval.alerts`);
 * 130 (:data:`EXIT_INTERRUPTED`) and 143 (:data:`EXIT_TERMINATED`): stopped by Ctrl-C (SIGINT) or

@@ -371,3 +371,80 @@ def test_the_beam_transforms_run_offset_and_msprt_rules(tmp_path):
                     | beam.Map(lambda a: (a["rule"], a["pane_index"], round(a["p_value"], 12))))
         p0 = alerts.change_pvalue(rs[1], panes[1][0], [prod])
         assert_that(streamed, equal_to([("m", 2, round(p0, 12))]), label="Stream")
+
+
+def test_a_rule_that_matches_no_row_is_exit_2_naming_the_closest_values(tmp_path, capsys):
+    """Issue 41: an alert rule on ``ndgc@10`` (a typo) gave "0 fired", exit 0. A rule whose metric,
+    system or slice matches no row of the job's output is exit 2 with one line naming the rule and
+    the closest values present (the log below has the metrics ndcg@5, map, ctr and ctr@pos1..5, the
+    systems A and B, the slice all), in the batch job and in the stream."""
+    from pipelines import stream as stream_cli
+
+    imps, judg = _logs()
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    common = ["--impressions", str(tmp_path / "imps.avro"), "--judgments", str(tmp_path / "judg.avro"),
+              "--metrics", "ndcg@5,map", "--window", "1h", "--quiet"]
+    cases = [('metric = "ndgc@5"\nbelow = 0.5', "metric 'ndgc@5' matches no row", ["ndcg@5"]),
+             ('metric = "ndcg@5"\nsystem = "C"\nbelow = 0.5', "system 'C' matches no row", "A, B"),
+             ('metric = "ndcg@5"\nslice = "campaign=men"\nbelow = 0.5', "slice 'campaign=men' matches no row", "all"),
+             ('metric = "ndcg@5"\nbaseline = "system:a"\nchange_below = -0.05', "system 'a' matches no row", "A, B")]
+    for i, (body, said, closest) in enumerate(cases):
+        (tmp_path / f"r{i}.toml").write_text(f'[[rule]]\nname = "typo"\n{body}\n')
+        capsys.readouterr()
+        assert batch.main([*common, "--alerts", str(tmp_path / f"r{i}.toml"), "--output", str(tmp_path / f"o{i}")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"alert rule 'typo': {said}" in err, err
+        picks = err.split("present: ")[1].split(", ")
+        assert (picks[0] == closest[0]) if isinstance(closest, list) else (sorted(picks) == closest.split(", ")), err
+    # the stream: the same typo, exit 2 after the replay
+    assert stream_cli.main(["--replay", *common, "--alerts", str(tmp_path / "r0.toml"),
+                            "--output", str(tmp_path / "s0")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "alert rule 'typo': metric 'ndgc@5' matches no row of the job's panes" in err
+    assert "present: ndcg@5, " in err
+    # a rule spelled right passes (any spelling of the metric: nDCG@5)
+    (tmp_path / "ok.toml").write_text('[[rule]]\nname = "ok"\nmetric = "nDCG@5"\nbelow = -1\n')
+    assert batch.main([*common, "--alerts", str(tmp_path / "ok.toml"), "--output", str(tmp_path / "ok")]) == 0
+
+
+def test_a_metric_without_rows_is_a_failed_check(tmp_path, capsys):
+    """Issue 41: ``gauc[user,impressions]`` on a log without user ids gave no row, exit 0. The log
+    below has no user id at all (built so), so gauc has no user to group by: the job says so on one
+    line, lists it in summary.json's metrics_without_rows and exits 3 (a failed check); ctr, which
+    every impression feeds, has its rows."""
+    from streameval.exits import EXIT_INPUT_CHECK
+
+    imps, _ = _logs()
+    assert all(r["user_id"] is None for r in imps)
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    capsys.readouterr()
+    out = tmp_path / "out"
+    assert batch.main(["--impressions", str(tmp_path / "imps.avro"), "--metrics", "gauc[user,impressions],ctr",
+                       "--quiet", "--output", str(out)]) == EXIT_INPUT_CHECK == 3
+    err = [line for line in capsys.readouterr().err.splitlines() if "produced no row" in line]
+    assert len(err) == 1 and err[0].endswith(": gauc[user,impressions]")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["metrics_without_rows"] == ["gauc[user,impressions]"]
+    assert any(r["metric"] == "ctr" for r, _ in results.iter_rows(out / "metrics.jsonl"))
+
+
+def test_the_stream_reports_a_metric_without_rows_as_a_failed_check(tmp_path, capsys):
+    """Issue 41 in the streaming job (which refuses gauc up front): ``auc`` on a log whose records
+    carry no score (built so) has nothing to rank, so it gives no row: one line on stderr,
+    summary.json's metrics_without_rows, exit 3; with the scores it has rows and the job exits 0."""
+    from pipelines import stream as stream_cli
+
+    imps, _ = _logs()
+    avro.write_records(tmp_path / "scored.avro", "impression", imps)
+    avro.write_records(tmp_path / "unscored.avro", "impression", [dict(r, score=None) for r in imps])
+    common = ["--replay", "--metrics", "auc,ctr", "--window", "1h", "--quiet"]
+    capsys.readouterr()
+    out = tmp_path / "out"
+    assert stream_cli.main([*common, "--impressions", str(tmp_path / "unscored.avro"), "--output", str(out)]) == 3
+    err = [line for line in capsys.readouterr().err.splitlines() if "produced no row" in line]
+    assert len(err) == 1 and err[0].endswith(": auc")
+    assert json.loads((out / "summary.json").read_text())["metrics_without_rows"] == ["auc"]
+    out2 = tmp_path / "out2"
+    assert stream_cli.main([*common, "--impressions", str(tmp_path / "scored.avro"), "--output", str(out2)]) == 0
+    assert json.loads((out2 / "summary.json").read_text())["metrics_without_rows"] == []

@@ -258,3 +258,84 @@ def test_alert_rules_as_prometheus_alerting_rules(tmp_path, capsys):
         assert cli(["alerts-to-prometheus", str(toml)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err and str(toml) in err, err
+
+
+def test_alerts_to_prometheus_refuses_a_metric_that_is_no_measure_name(tmp_path, capsys):
+    """Issue 41: ``alerts-to-prometheus`` wrote a rule on ``ndgc@10`` (a typo) that can never match
+    a series. A rule whose metric is no measure name is exit 2, one line naming the rule and the
+    closest measure names (ndcg@10 first: one transposition away); measure names in any spelling
+    and the rows derived from them are accepted."""
+    from streameval.cli import main as cli
+
+    toml = tmp_path / "rules.toml"
+    toml.write_text('[[rule]]\nname = "typo"\nmetric = "ndgc@10"\nbelow = 0.3\n')
+    capsys.readouterr()
+    assert cli(["alerts-to-prometheus", str(toml), "-o", str(tmp_path / "r.yml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "rule 'typo': unknown metric 'ndgc@10'" in err and str(toml) in err
+    assert "closest accepted names: ndcg@10, " in err and not (tmp_path / "r.yml").exists()
+    for good in ("nDCG@10", "ctr", "ctr@pos2", "gauc[user,impressions]", "srm:chi2", "ips[bts]", "ctr:clusters"):
+        toml.write_text(f'[[rule]]\nname = "ok"\nmetric = "{good}"\nbelow = 0.3\n')
+        assert cli(["alerts-to-prometheus", str(toml), "-o", str(tmp_path / "r.yml")]) == 0, good
+
+
+def _promtool_series(text: str) -> list[dict]:
+    """promtool's input series of an exposition text (a batch --prometheus-textfile): each sample
+    held for five minutes (``Inf`` written the way promtool's series notation reads it)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def num(v):
+        return ("Inf" if v > 0 else "-Inf") if math.isinf(v) else repr(v)
+
+    return [{"series": s.name + "{" + ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(s.labels.items())) + "}",
+             "values": " ".join([num(s.value)] * 6)}
+            for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def test_exported_system_baseline_rules_fire_on_a_batch_output_without_windows(tmp_path):
+    """Issue 41, item 8: a ``baseline = "system:A"`` rule exported by ``alerts-to-prometheus``
+    never fired on the textfile of a batch job without ``--window`` (one global window): the rule
+    joins the two systems on ``streameval_window_end_seconds``, which a global row did not have, so
+    the job raised 1 alert and promtool's rule test 0. Reference: Prometheus' own rule evaluation
+    (``promtool test rules``) on the job's textfile must raise exactly the alerts the job wrote."""
+    import yaml
+
+    from streameval.cli import main as cli
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian's prometheus package has it; .ci/run installs it)")
+    imps, judg = _logs()
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    toml = tmp_path / "rules.toml"
+    toml.write_text('[[rule]]\nname = "ndcg-vs-A"\nmetric = "ndcg@5"\nbaseline = "system:A"\nchange_below = -0.05\n'
+                    '[[rule]]\nname = "map-floor"\nmetric = "map"\nbelow = 0.9\n')
+    out, prom = tmp_path / "out", tmp_path / "streameval.prom"
+    assert batch.main(["--impressions", str(tmp_path / "imps.avro"), "--judgments", str(tmp_path / "judg.avro"),
+                       "--metrics", "ndcg@5,map", "--quiet", "--output", str(out), "--alerts", str(toml),
+                       "--prometheus-textfile", str(prom)]) == 4
+    fired = [json.loads(line) for line in open(out / "alerts.jsonl")]
+    by_rule = {name: [a for a in fired if a["rule"] == name] for name in ("ndcg-vs-A", "map-floor")}
+    assert len(by_rule["ndcg-vs-A"]) == 1 and by_rule["ndcg-vs-A"][0]["window_end"] is None  # global window
+    rules_yml = tmp_path / "rules.yml"
+    assert cli(["alerts-to-prometheus", str(toml), "-o", str(rules_yml), "--pane", "final"]) == 0
+    # promtool must give the same alerts: each with the rule's labels and the series' own
+    want = {name: [{"exp_labels": {"metric": a["metric"], "slice": a["slice"], "system": a["system"],
+                                   "pane": "final", "rule": name,
+                                   "condition": "change_below" if name == "ndcg-vs-A" else "below"}}
+                   for a in alerts] for name, alerts in by_rule.items()}
+    test = {"rule_files": [str(rules_yml)], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": _promtool_series(prom.read_text()),
+                       "alert_rule_test": [{"eval_time": "2m", "alertname": k, "exp_alerts": v}
+                                           for k, v in want.items()]}]}
+    # promtool compares the annotations too when a test gives them; these give labels only
+    doc = yaml.safe_load(rules_yml.read_text())
+    for group in doc["groups"]:
+        for r in group["rules"]:
+            r.pop("annotations", None)
+    rules_yml.write_text(yaml.safe_dump(doc))
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
+    run = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -255,14 +255,43 @@ def test_zero_rows_compared_is_a_failure(tmp_path, capsys):
     capsys.readouterr()
     assert run([tmp_path / "a.jsonl", tmp_path / "b.jsonl", "--allow-one-sided"])[0] == 1
     assert "A 1 rows, B 1 rows" in capsys.readouterr().err
-    # --metrics naming a metric neither table has
+    # --metrics naming a metric neither table has: a typo, exit 2 (issue 41; the test below)
     rc, _ = run([tmp_path / "a.jsonl", tmp_path / "a.jsonl", "--metrics", "map"])
-    assert rc == 1
-    assert capsys.readouterr().err == ("streameval reconcile: no rows were compared: no (window, slice, system, "
-                                       "metric) key of the metrics map is in both tables (A 1 rows, B 1 rows)\n")
+    assert rc == 2
+    assert capsys.readouterr().err == ("streameval reconcile: --metrics: metric 'map' matches no row of either table; "
+                                       "closest metric names present: ctr\n")
     # --correlate over no common key compares nothing either (over common keys it does: above)
     assert run([tmp_path / "a.jsonl", tmp_path / "b.jsonl", "--allow-one-sided", "--correlate", "ctr:ctr"])[0] == 1
     assert "nor does a --correlate pair have a (window, slice, system) key in common" in capsys.readouterr().err
     # one row in both: compared, and they agree
     assert run([tmp_path / "a.jsonl", tmp_path / "a.jsonl"])[0] == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_metric_filter_that_matches_nothing_is_refused(tmp_path, capsys):
+    """Issue 41: ``reconcile A A --metrics ndgc@10`` compared 0 rows. A --metrics or --correlate
+    name that is no row's metric in either table is exit 2 naming the three closest metrics the
+    tables have (by hand: ndgc@10 is one transposition from ndcg@10; P@10 and mrr@10 share its tail)."""
+    from streameval.exits import EXIT_USAGE
+
+    metrics = ["ndcg@10", "map", "mrr@10", "P@10", "err@10", "ctr"]
+    write_jsonl(tmp_path / "a.jsonl", [row(T0, m, 0.5) for m in metrics])
+    rc, text = run([tmp_path / "a.jsonl", tmp_path / "a.jsonl", "--metrics", "ndgc@10"])
+    err = capsys.readouterr().err
+    assert rc == EXIT_USAGE == 2 and "AGREE" not in text
+    assert err.startswith("streameval reconcile: --metrics: metric 'ndgc@10' matches no row of either table; "
+                          "closest metric names present: ndcg@10, ")
+    assert err.count("\n") == 1 and len(err.split("present: ")[1].split(", ")) == 3
+    # one typo among good names is still refused; any spelling of a present metric is accepted
+    assert run([tmp_path / "a.jsonl", tmp_path / "a.jsonl", "--metrics", "ndcg@10,mapp"])[0] == 2
+    assert "metric 'mapp' matches no row" in capsys.readouterr().err
+    assert run([tmp_path / "a.jsonl", tmp_path / "a.jsonl", "--metrics", "nDCG@10,ndcg_cut_10,AP"])[0] == 0
+    # a metric of one table only selects rows (one-sided), so it is no typo
+    write_jsonl(tmp_path / "b.jsonl", [row(T0, "ctr", 0.5)])
+    assert run([tmp_path / "a.jsonl", tmp_path / "b.jsonl", "--metrics", "map"])[0] == 1
+    capsys.readouterr()
+    # --correlate: each side must be some row's metric
+    rc, _ = run([tmp_path / "a.jsonl", tmp_path / "a.jsonl", "--correlate", "ndcg@10:crt"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("streameval reconcile: --correlate ndcg@10:crt: metric 'crt' matches no row "
+                                      "of either table; closest metric names present: ctr, ")

@@ -218,6 +218,22 @@ def test_report_command_errors(tmp_path, capsys):
     assert [p.name for p in (tmp_path / "o").glob("*.png")] == ["ndcg_10_global.png"]
 
 
+def test_report_refuses_a_metric_filter_that_matches_nothing(tmp_path, capsys):
+    """Issue 41: ``report --metrics ndgc@10`` said only "no metric rows to report". A --metrics
+    name that is no row's metric is exit 2 naming the three closest metrics present (the rows have
+    ctr, ndcg@10 and num_rel: all three, ndcg@10 first, the one a transposition away)."""
+    avro.write_records(tmp_path / "m.avro", "metric_result", constructed_rows())
+    capsys.readouterr()
+    assert report.main([str(tmp_path / "m.avro"), "--out", str(tmp_path / "o"), "--metrics", "ndgc@10"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("streameval report: --metrics: metric 'ndgc@10' matches no row of the inputs; "
+                          "closest metric names present: ndcg@10, ")
+    assert sorted(err.strip().split("present: ")[1].split(", ")) == ["ctr", "ndcg@10", "num_rel"]
+    # one typo among good names is refused too, before anything is written
+    assert report.main([str(tmp_path / "m.avro"), "--out", str(tmp_path / "o2"), "--metrics", "ctr,nmu_rel"]) == 2
+    assert "metric 'nmu_rel' matches no row" in capsys.readouterr().err and not (tmp_path / "o2").exists()
+
+
 def test_report_shows_windows_at_the_ends_of_time(tmp_path):
     """Issue 20, item 11: report died ("year 10000 is out of range") on a window after the year 9999,
     and a float conversion put 9999's last microsecond into the year 10000. The last representable

@@ -1,7 +1,7 @@
 """Window and slice keys of records, pure Python: durations (``parse_window``, ``parse_lateness``),
 fixed and sliding window bounds in microseconds (``window_bounds``, ``sliding_windows``, ``slide_keys``),
 slice specifications and labels (``parse_slices``, ``slice_labels``, ``slice_part``, ``label_has_missing``,
-``keep_slice_row``) and dead-letter reason keys (``reason_key``): shared by both engines of the batch job
+``keep_slice_row``, ``attributes_without_values``) and dead-letter reason keys (``reason_key``): shared by both engines of the batch job
 and the streaming job (split from :mod:`streameval.beam.transforms`, which re-exports them)."""
 
 from __future__ import annotations
@@ -235,6 +235,35 @@ def label_has_missing(label: str) -> bool:
             value_start = None
         i += 1
     return False
+
+
+def _label_parts(label: str) -> list[tuple[str, str]]:
+    """The (escaped attribute, escaped value) pairs of a slice label (:func:`slice_part` parts
+    joined by ``,``); ``all`` has none."""
+    out, i, n, start, eq = [], 0, len(label), 0, None
+    while i <= n:
+        c = label[i] if i < n else ","
+        if c == "\\":
+            i += 2
+            continue
+        if c == "=" and eq is None:
+            eq = i
+        elif c == ",":
+            if eq is not None:
+                out.append((label[start:eq], label[eq + 1:i]))
+            start, eq = i + 1, None
+        i += 1
+    return out
+
+
+def attributes_without_values(slice_specs, labels) -> list[str]:
+    """The attributes of ``slice_specs`` (:func:`parse_slices`) that no slice label of ``labels``
+    (a job's rows' ``slice``) has a value of: every request was in ``attr=(missing)`` (or, with
+    ``--slice-missing skip``, in no row), so no record had the attribute, e.g. a typo
+    (``--slices campain``; issue 41)."""
+    present = {name for label in labels for name, value in _label_parts(label or "") if value != MISSING}
+    names = dict.fromkeys(n for spec in slice_specs for n in spec)
+    return [n for n in names if _escape_slice_text(n, False) not in present]
 
 
 SLICE_MISSING = ("show", "skip")

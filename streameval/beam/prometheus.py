@@ -10,7 +10,9 @@ early pane of the open window, as it fires):
 * ``streameval_num_queries``: its count (queries, or impressions for CTR);
 * ``streameval_stderr``: its standard error (absent when the row has none);
 * ``streameval_ci_low`` / ``streameval_ci_high``: its interval (absent when the row has none);
-* ``streameval_window_end_seconds``: the end of the row's window (Unix seconds).
+* ``streameval_window_end_seconds``: the end of the row's window (Unix seconds; ``+Inf`` for the
+  global window of a batch job without ``--window``, so that ``baseline = "system:NAME"`` rules,
+  which pair the two systems' series on it, hold there too).
 
 A row updates its series only when its window is at least as late as the one the series holds, so
 a late pane of an old window never hides a newer window's value. Rows with a NaN value (a slice
@@ -84,8 +86,10 @@ class LatestValues:
         g = GaugeMetricFamily("streameval_window_end_seconds", "end of the row's window (Unix seconds)",
                               labels=LABELS)
         for key, row in sorted(rows.items()):
-            if row.get("window_end") is not None:
-                g.add_metric(list(key), row["window_end"] / 1e6)
+            # the global window (a batch job without --window) ends at +Inf: a system baseline rule
+            # joins the two systems' series on this gauge, and a row without it never fired (issue 41)
+            end = row.get("window_end")
+            g.add_metric(list(key), math.inf if end is None else end / 1e6)
         yield g
 
 

@@ -4,7 +4,8 @@ gauges that ``stream --prometheus-port`` serves and ``batch --prometheus-textfil
 (:func:`streameval.beam.prometheus.alerting_rules`). Check it with ``promtool check rules``.
 
 Threshold rules and ``baseline = "system:NAME"`` rules translate; a ``trailing:N`` or ``offset:``
-baseline, ``test = "msprt"`` or ``for_panes`` > 1 is refused with one line (exit status 2): the gauges hold the latest window only,
+baseline, ``test = "msprt"``, ``for_panes`` > 1 or a metric that is no measure name (a typo such as
+``ndgc@10``, named with the three closest measures) is refused with one line (exit status 2): the gauges hold the latest window only,
 and Prometheus' ``for`` counts time, not panes (``--for`` gives one to every rule). Does not import
 Beam.
 """
@@ -36,12 +37,16 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from ..alerts import load_rules
+    from ..alerts import load_rules, unknown_measure
     from ..beam.prometheus import alerting_rules
 
     args = build_arg_parser().parse_args(argv)
     try:
         rules = load_rules(args.rules)  # its errors name the file
+        for rule in rules:  # a metric no job writes rows of gives a rule that can never fire (issue 41)
+            err = unknown_measure(rule.metric)
+            if err is not None:
+                raise ValueError(f"alerts file {args.rules}: rule {rule.name!r}: {err}")
         try:
             text = alerting_rules(rules, pane=args.pane, for_=args.for_, group=args.group)
         except ValueError as e:

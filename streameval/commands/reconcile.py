@@ -23,9 +23,11 @@ the one with the largest ``pane_index``. Two rows with the same key and no pane 
 are an input error.
 
 Exit status (:mod:`streameval.exits`): 0 the tables agree, 1 they disagree (differences, one-sided
-rows, or a correlation below ``--min-correlation``) or no row was compared (both tables empty, no
-key in both, or ``--metrics`` naming none of their metrics, and no ``--correlate`` pair over a common
-key: zero rows compared is no agreement, one line on stderr says so), 2 bad input or arguments. Does not import Beam (but Beam's
+rows, or a correlation below ``--min-correlation``) or no row was compared (both tables empty or no
+key in both, and no ``--correlate`` pair over a common key: zero rows compared is no agreement, one
+line on stderr says so), 2 bad input or arguments: a ``--metrics`` or ``--correlate`` name that is the
+metric of no row of either table is refused naming the three closest metrics present
+(:mod:`streameval.io.selection`). Does not import Beam (but Beam's
 ``FileSystems`` for a remote output directory).
 """
 
@@ -42,6 +44,7 @@ from datetime import datetime, timezone
 from ..beam.arguments import split_names
 from ..exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ..io import results
+from ..io.selection import NoMatchError, check_metrics
 from ..metrics.online_names import canonical_metric
 
 __all__ = ["main", "read_table", "compare", "correlate", "Comparison"]
@@ -445,6 +448,17 @@ def main(argv=None, out=None) -> int:
         print(f"streameval reconcile: {e}", file=sys.stderr)
         return EXIT_USAGE
     metrics = split_names(args.metrics) if args.metrics else None
+    # a name that selects no row is a typo, never "0 rows compared" (issue 41): exit 2 naming the
+    # closest metrics of the tables (rows match on canonical names, as the keys hold them)
+    present = {k[4] for k in a} | {k[4] for k in b}
+    try:
+        if metrics:
+            check_metrics(metrics, present, where=" of either table", label="--metrics: ")
+        for x, y in pairs:
+            check_metrics([x, y], present, where=" of either table", label=f"--correlate {x}:{y}: ")
+    except NoMatchError as e:
+        print(f"streameval reconcile: {e}", file=sys.stderr)
+        return EXIT_USAGE
     cmp = compare(a, b, args.abs_tol, args.rel_tol, counts=not args.ignore_counts, metrics=metrics)
     cors = [correlate(a, b, x, y) for x, y in pairs]
     low_cor = []

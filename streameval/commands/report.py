@@ -40,6 +40,7 @@ from datetime import datetime, timedelta, timezone
 
 from ..beam.arguments import split_names
 from ..exits import EXIT_USAGE, one_line
+from ..io.selection import check_metrics
 from ..metrics.online_names import canonical_metric
 
 __all__ = ["main", "read_rows", "prepare_rows", "write_report", "build_arg_parser"]
@@ -425,6 +426,10 @@ def write_report(rows, out_dir: str, title: str = "streameval report", level: fl
 
     rows = prepare_rows(rows, level)
     if metrics:
+        # a name that selects no row is a typo: refused naming the closest metrics present (issue 41)
+        check_metrics(metrics, [r.get("metric_canonical") or r["metric"] for r in rows
+                                if not _BIN_ROW.fullmatch(r["metric"])],
+                      where=" of the inputs", label="--metrics: ")
         # any spelling of a metric finds its rows (ndcg_cut_10 those of nDCG@10; issue 42)
         wanted = {canonical_metric(m) for m in metrics}
         # ece[bins=B] brings its reliability rows

@@ -28,7 +28,7 @@ from .common import stream_counts
 from .sinks import _AppendJsonl, _iso
 
 __all__ = ["format_pane", "running_totals_line", "ConsoleTable", "PanesOut", "SideOut", "print_alert",
-           "LOCAL_COUNTS", "LOCAL_UNREADABLE", "PANE_LOG"]
+           "LOCAL_COUNTS", "LOCAL_UNREADABLE", "PANE_LOG", "ROW_KEYS"]
 
 
 def format_pane(rows, metric_names=()) -> str:
@@ -69,6 +69,9 @@ LOCAL_COUNTS: dict = {}
 # (monotonic time, pane, window end, is_final) of the latest panes as they reached the console step
 # (local runner; bounded: a live job runs for ever)
 PANE_LOG: deque = deque(maxlen=100_000)
+# the (metric, system, slice) of every row that reached the console step (local runner): what the
+# job's alert rules are checked against when it ends (a rule matching none is a typo: issue 41)
+ROW_KEYS: set = set()
 
 
 def _count(key, n=1):
@@ -97,6 +100,7 @@ class PanesOut(beam.DoFn):
         progress.add("stream_rows", len(rows))
         _count(cn.panes(r0["pane"]))
         PANE_LOG.append((time.monotonic(), r0["pane"], r0["window_end"], r0["is_final"]))
+        ROW_KEYS.update((r["metric"], r["system"], r["slice"]) for r in rows)
         if r0["is_final"]:
             _count(cn.PANES_FINAL)
         if not self.quiet:
