@@ -529,18 +529,25 @@ with beam.Pipeline(options=PipelineOptions(sys.argv[6:])) as p:
 """
 
 
-def test_beam_kafka_read_on_prism(kafka, prism, tmp_path):
-    """Beam's ReadFromKafka (the Java KafkaIO, expanded by the cached expansion service and run by the
-    Java SDK worker pool) on Prism, beside the Python transforms on the Python worker pool: the N
-    records produced, each once."""
-    lines = _records(60, "impressions")
-    _produce(kafka["bootstrap_servers"], "impressions", lines)
+@pytest.mark.parametrize("engine", ["prism", "flink"])
+def test_beam_kafka_read(kafka, engine, request, tmp_path):
+    """Beam's ReadFromKafka (the Java KafkaIO, expanded by the cached expansion service, its workers
+    started by the Java worker pool) on Prism, then on Flink through Beam's job server (a bounded
+    read: Flink's batch mode), beside the Python transforms on the Python worker pool: the N records
+    produced, each once. The second job on the same Java worker pool is the one Beam's thread-based
+    ExternalWorkerService never served."""
+    engine_info = request.getfixturevalue(engine)
+    if engine == "flink":
+        _need_job_server(engine_info["has_job_server"])
+    topic = f"impressions-{engine}"
+    lines = _records(60, topic)
+    _produce(kafka["bootstrap_servers"], topic, lines)
     script = tmp_path / "read_kafka.py"
     script.write_text(_READ_KAFKA)
     out = tmp_path / "read.txt"
-    done = subprocess.run([sys.executable, str(script), kafka["bootstrap_servers"], "impressions", str(len(lines)),
-                           kafka["expansion_service"], str(out), *prism["runner_args"]],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    done = subprocess.run([sys.executable, str(script), kafka["bootstrap_servers"], topic, str(len(lines)),
+                           kafka["expansion_service"], str(out), *engine_info["runner_args"]],
+                          capture_output=True, text=True, timeout=420, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(out.read_text().splitlines()) == sorted(lines)
 

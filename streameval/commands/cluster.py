@@ -272,12 +272,13 @@ def _grpc_ready(endpoint: str) -> bool:
 # the pieces
 
 
-def _start_pool(c: Cluster, logs: Path, state: Path, name: str = "worker_pool-1") -> str:
-    """An EXTERNAL SDK worker pool on a port of its choosing; returns HOST:PORT."""
+def _start_pool(c: Cluster, logs: Path, state: Path, name: str = "worker_pool-1", extra: tuple = ()) -> str:
+    """An EXTERNAL SDK worker pool on a port of its choosing; returns HOST:PORT. ``extra``: more
+    flags for ``worker_pool_main`` (``--container_executable``)."""
     # worker_pool_main logs its port at INFO but adds no log handler: under Beam 2.62 nothing else did
     # and the line never reached the log (2.77's printed it), so one is configured first
     # (worker_pool_main reads sys.argv[1:], the flags after -c's program)
-    argv = [sys.executable, "-c", _POOL_MAIN, "--service_port", "0"]
+    argv = [sys.executable, "-c", _POOL_MAIN, "--service_port", "0", *extra]
     proc = _spawn(name, argv, logs, _env(), state / "workers")
     c.processes[name] = proc
 
@@ -396,28 +397,53 @@ def _up_kafka(c: Cluster, logs: Path, state: Path, args) -> None:
         c.expansion_service = _start_kafka_io(c, logs, state, java)
 
 
+#: the boot program Beam's Python worker pool runs (``--container_executable``) for each Java worker:
+#: it asks the runner's provision service for the job's options and starts the Java SDK harness
+#: (``FnHarness``) as a JVM of its own, with the environment variables Beam's Java container sets
+_JAVA_BOOT = """#!{python}
+import argparse, os
+import grpc
+from google.protobuf import json_format
+from apache_beam.portability.api import beam_provision_api_pb2, beam_provision_api_pb2_grpc
+
+a = argparse.ArgumentParser()
+for name in ("id", "logging_endpoint", "artifact_endpoint", "provision_endpoint", "control_endpoint"):
+    a.add_argument("--" + name, default="")
+args = a.parse_args()
+with grpc.insecure_channel(args.provision_endpoint) as channel:
+    info = beam_provision_api_pb2_grpc.ProvisionServiceStub(channel).GetProvisionInfo(
+        beam_provision_api_pb2.GetProvisionInfoRequest(), metadata=[("worker_id", args.id)]).info
+control = info.control_endpoint.url or args.control_endpoint
+logging = info.logging_endpoint.url or args.logging_endpoint
+env = dict(os.environ, HARNESS_ID=args.id, PIPELINE_OPTIONS=json_format.MessageToJson(info.pipeline_options),
+           CONTROL_API_SERVICE_DESCRIPTOR='url: "%s"' % control, LOGGING_API_SERVICE_DESCRIPTOR='url: "%s"' % logging,
+           RUNNER_CAPABILITIES=" ".join(info.runner_capabilities))
+os.execvpe({java!r}, [{java!r}, "-Xmx{heap}", "-cp", {classpath!r}, "org.apache.beam.fn.harness.FnHarness"], env)
+"""
+
+
 def _start_kafka_io(c: Cluster, logs: Path, state: Path, java: str) -> str:
-    """Beam's Java expansion service with its Kafka IO, whose transforms run in a Java SDK worker pool
-    (``ExternalWorkerService``) started beside it (EXTERNAL environment: no Docker); returns the
-    expansion service's HOST:PORT. Both listen on every address (their port is all they take)."""
+    """Beam's Java expansion service with its Kafka IO, whose transforms run in an EXTERNAL environment
+    at a worker pool started beside it (no Docker); returns the expansion service's HOST:PORT.
+
+    The pool is Beam's Python ``worker_pool_main`` with a boot program (:data:`_JAVA_BOOT`) that starts
+    each Java worker as a JVM of its own. Beam's Java ``ExternalWorkerService`` (workers as threads of
+    one JVM) serves one job only: the first worker's shutdown stops an executor the next one needs
+    (``RejectedExecutionException`` from ``ExecutionStateSampler``; the second job waits for its
+    worker until the runner gives up). The expansion service listens on every address (it takes a port only)."""
     classpath = f"{engines.kafka_io_classpath()}/*"
-    pool_port, port = _free_port(), _free_port()
-    while port == pool_port:
-        port = _free_port()
-    environment = ["--defaultEnvironmentType=EXTERNAL", f"--defaultEnvironmentConfig={HOST}:{pool_port}"]
-    pool_options = {"options": {"defaultEnvironmentType": "EXTERNAL", "defaultEnvironmentConfig": f"{HOST}:{pool_port}"}}
-    env = dict(_env(), PIPELINE_OPTIONS=json.dumps(pool_options))
-    pool = _spawn("java_worker_pool", [java, f"-Xmx{KAFKA_HEAP}", "-cp", classpath,
-                                       "org.apache.beam.fn.harness.ExternalWorkerService"], logs, env,
-                  state / "java-workers")
-    c.processes["java_worker_pool"] = pool
+    boot = state / "java-boot"
+    boot.write_text(_JAVA_BOOT.format(python=sys.executable, java=java, heap=KAFKA_HEAP, classpath=classpath))
+    boot.chmod(0o755)
+    pool = _start_pool(c, logs, state, "java_worker_pool", ("--container_executable", boot))
+    port = _free_port()
     service = _spawn("expansion_service", [java, f"-Xmx{KAFKA_HEAP}", "-cp", classpath,
                                            "org.apache.beam.sdk.expansion.service.ExpansionService", port,
-                                           *environment], logs, _env(), state / "expansion")
+                                           "--defaultEnvironmentType=EXTERNAL",
+                                           f"--defaultEnvironmentConfig={pool}"], logs, _env(), state / "expansion")
     c.processes["expansion_service"] = service
-    _wait("java_worker_pool", pool, lambda: _listens(pool, pool_port) and _grpc_ready(f"{HOST}:{pool_port}"))
     _wait("expansion_service", service, lambda: _listens(service, port) and _grpc_ready(f"{HOST}:{port}"))
-    c.ports.update(java_worker_pool=pool_port, expansion_service=port)
+    c.ports["expansion_service"] = port
     return f"{HOST}:{port}"
 
 
