@@ -21,7 +21,7 @@ Everything comes from a package registry through its own client, never at run ti
   ``beam-sdks-java-io-kafka`` at the installed Beam's version, without Confluent's schema-registry
   artifacts (their repository, packages.confluent.io, is not Maven Central), with ``kafka-clients``,
   ``jamm`` (the Java SDK harness needs it and declares it ``provided``) and ``slf4j-simple``. It runs
-  both the expansion service and the Java SDK worker pool (``ExternalWorkerService``).
+  both the expansion service and each Java SDK worker (``FnHarness``, one JVM per worker).
 
 The cache is ``$STREAMEVAL_CACHE``, else ``~/.cache/streameval``. Each part lands in a folder of its
 own version and is marked complete only once whole, so a second call finds it and returns in
@@ -140,7 +140,7 @@ def kafka_classpath(root: Path | None = None) -> Path:
 
 def kafka_io_classpath(root: Path | None = None, version: str | None = None) -> Path:
     """The folder of Beam's expansion service, its Kafka IO and the Java SDK harness (their runtime
-    classpath): ``ExpansionService PORT`` and ``ExternalWorkerService`` both run from it."""
+    classpath): ``ExpansionService PORT`` and the Java workers (``FnHarness``) run from it."""
     return (root or cache_dir()) / "beam" / (version or beam_version()) / "kafka-io-classpath"
 
 
