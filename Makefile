@@ -10,7 +10,7 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-engines engines bench clean
+.PHONY: demo test test-engines test-kafka engines bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,7 @@ TEST_WORKERS ?= 2
 # (make engines first: the README's Prism example runs in the suite; the engine tier after the suite)
 test: $(VENV)/.installed-bench engines
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not engines" --durations=25
-	$(BIN)/python -m pytest -q -m engines tests/test_engines.py --durations=10
+	$(BIN)/python -m pytest -q -m "engines and not kafka" tests/test_engines.py --durations=10
 	$(BIN)/python benchmarks/run.py --quick
 	$(BIN)/python benchmarks/run.py --check
 
@@ -61,7 +61,12 @@ engines: $(VENV)/.installed
 # the engine tier: one process (its clusters are session fixtures; the fault tests start their own), about
 # 10-12 minutes on 2 cores (571 s before the Flink recovery and worker-pool fault tests)
 test-engines: $(VENV)/.installed-test engines
-	$(BIN)/python -m pytest -q -m engines tests/test_engines.py --durations=10
+	$(BIN)/python -m pytest -q -m "engines and not kafka" tests/test_engines.py --durations=10
+
+# the Kafka broker and Beam's Java Kafka IO on Prism and Flink (about 6 minutes on 2 cores; not in make
+# test: the engine tier's budget): docs/deploy.md, "Kafka"
+test-kafka: $(VENV)/.installed-test engines
+	$(BIN)/python -m pytest -q -m kafka tests/test_engines.py --durations=10
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"

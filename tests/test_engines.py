@@ -438,6 +438,123 @@ def test_a_process_killed_under_the_batch_job_on_flink(tmp_path, launch, capsys,
 
 
 # ------------------------------------------------------------------------------------------------
+# Kafka: a broker in KRaft mode, and Beam's Kafka IO through its Java expansion service
+#
+# Reference: the records the test itself produced (Kafka's own console producer), read back with
+# Kafka's own console consumer and with Beam's ReadFromKafka on Prism.
+
+KAFKA_KEYS = {"engine", "bootstrap_servers", "processes", "logs"}
+
+
+def _kafka_tool(main: str, *args, stdin: str | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    """One of Kafka's command-line tools (its Java class) from the cached classpath."""
+    cp = f"{engines.kafka_classpath()}/*"
+    return subprocess.run(["java", "-cp", cp, main, *args], input=stdin, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _records(n: int, topic: str) -> list[str]:
+    """``n`` impression events as JSON lines (the project's impression fields), distinct by event_id."""
+    return [json.dumps({"event_id": f"{topic}-{i}", "request_id": f"r{i // 5}", "query_id": f"q{i % 7}",
+                        "doc_id": f"d{i}", "position": i % 5 + 1, "timestamp": 1_700_000_000_000 + i,
+                        "system": "A"}, sort_keys=True) for i in range(n)]
+
+
+def _produce(bootstrap: str, topic: str, lines: list[str], partitions: int = 2) -> None:
+    done = _kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create",
+                       "--topic", topic, "--partitions", str(partitions), "--replication-factor", "1")
+    assert done.returncode == 0 and f"Created topic {topic}." in done.stdout, done.stderr[-2000:]
+    done = _kafka_tool("org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", bootstrap, "--topic", topic,
+                       stdin="".join(line + "\n" for line in lines))
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _up_kafka(state: Path, *extra) -> dict:
+    _need("kafka", "java")
+    done = _cli("up", "kafka", "--state-dir", str(state), *extra)
+    assert done.returncode == 0, f"cluster up kafka: exit {done.returncode}: {done.stderr[-2000:]}"
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """A Kafka broker with Beam's expansion service and a Java SDK worker pool beside it."""
+    _need("kafka_io", "java")
+    state = tmp_path_factory.mktemp("kafka-cluster")
+    info = _up_kafka(state, "--expansion-service")
+    assert set(info) == KAFKA_KEYS | {"expansion_service"}
+    assert set(info["processes"]) == {"kafka", "java_worker_pool", "expansion_service"}
+    try:
+        yield info
+    finally:
+        _down(state, info)
+
+
+@pytest.mark.kafka
+def test_kafka_up_produce_consume_status_down_leaves_no_process(tmp_path):
+    """``cluster up kafka``: one broker on 127.0.0.1 that takes a topic, records from Kafka's console
+    producer and gives them back to Kafka's console consumer; ``status`` and ``down`` by PID."""
+    state = tmp_path / "state"
+    info = _up_kafka(state)
+    try:
+        assert set(info) == KAFKA_KEYS and set(info["processes"]) == {"kafka"}
+        host, port = info["bootstrap_servers"].rsplit(":", 1)
+        assert host == "127.0.0.1" and cluster.listening_inodes(int(port))
+        lines = _records(40, "events")
+        _produce(info["bootstrap_servers"], "events", lines)
+        done = _kafka_tool("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
+                           info["bootstrap_servers"], "--topic", "events", "--from-beginning", "--max-messages",
+                           str(len(lines)), "--timeout-ms", "60000")
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert sorted(done.stdout.splitlines()) == sorted(lines)
+        done = _cli("status", "--state-dir", str(state))
+        assert done.returncode == 0 and json.loads(done.stdout)["alive"] == {"kafka": True}
+    finally:
+        _down(state, info)
+    done = _cli("status", "--state-dir", str(state))
+    assert done.returncode == 2 and "no cluster in" in done.stderr
+
+
+_READ_KAFKA = """
+import sys
+import apache_beam as beam
+from apache_beam.io.kafka import ReadFromKafka
+from apache_beam.options.pipeline_options import PipelineOptions
+
+bootstrap, topic, n, expansion, out = sys.argv[1:6]
+with beam.Pipeline(options=PipelineOptions(sys.argv[6:])) as p:
+    (p | ReadFromKafka(consumer_config={"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"},
+                       topics=[topic], max_num_records=int(n), expansion_service=expansion)
+       | beam.Map(lambda kv: kv[1].decode("utf-8"))
+       | beam.io.WriteToText(out, shard_name_template=""))
+"""
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("engine", ["prism", "flink"])
+def test_beam_kafka_read(kafka, engine, request, tmp_path):
+    """Beam's ReadFromKafka (the Java KafkaIO, expanded by the cached expansion service, its workers
+    started by the Java worker pool) on Prism, then on Flink through Beam's job server (a bounded
+    read: Flink's batch mode), beside the Python transforms on the Python worker pool: the N records
+    produced, each once. The second job on the same Java worker pool is the one Beam's thread-based
+    ExternalWorkerService never served."""
+    engine_info = request.getfixturevalue(engine)
+    if engine == "flink":
+        _need_job_server(engine_info["has_job_server"])
+    topic = f"impressions-{engine}"
+    lines = _records(60, topic)
+    _produce(kafka["bootstrap_servers"], topic, lines)
+    script = tmp_path / "read_kafka.py"
+    script.write_text(_READ_KAFKA)
+    out = tmp_path / "read.txt"
+    done = subprocess.run([sys.executable, str(script), kafka["bootstrap_servers"], topic, str(len(lines)),
+                           kafka["expansion_service"], str(out), *engine_info["runner_args"]],
+                          capture_output=True, text=True, timeout=420, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(out.read_text().splitlines()) == sorted(lines)
+
+
+# ------------------------------------------------------------------------------------------------
 # the command line's refusals (no engine needed)
 
 
@@ -445,7 +562,7 @@ def test_unknown_engine_is_a_usage_error(tmp_path):
     done = _cli("up", "flinc", "--state-dir", str(tmp_path), timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "streameval cluster up: unknown engine 'flinc' (did you mean flink?); choose one of flink, prism"]
+        "streameval cluster up: unknown engine 'flinc' (did you mean flink?); choose one of flink, prism, kafka"]
 
 
 def test_up_with_parts_missing_from_the_cache_starts_nothing(tmp_path, monkeypatch):

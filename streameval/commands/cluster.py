@@ -1,11 +1,17 @@
-"""``streameval cluster``: fetch the engines, start a local Flink cluster or Prism, stop it.
+"""``streameval cluster``: fetch the engines, start a local Flink cluster, Prism or a Kafka broker, stop it.
 
-    streameval cluster fetch [flink] [prism] [--retry]
+    streameval cluster fetch [flink] [prism] [kafka] [--retry]
     streameval cluster up flink --state-dir DIR [--taskmanagers N] [--slots S] [--job-server-jar JAR]
     streameval cluster up prism --state-dir DIR
+    streameval cluster up kafka --state-dir DIR [--expansion-service]
     streameval cluster status --state-dir DIR
     streameval cluster args --state-dir DIR     (the runner_args as one shell line)
     streameval cluster down --state-dir DIR
+
+``up kafka`` starts one Kafka broker in KRaft mode (broker and controller in one process, its storage
+formatted in ``DIR/kafka``) and prints ``bootstrap_servers`` instead of ``runner_args``; with
+``--expansion-service`` also Beam's Java expansion service and a Java SDK worker pool, the pair that
+``apache_beam.io.kafka.ReadFromKafka(..., expansion_service=...)`` needs (printed as ``expansion_service``).
 
 ``up`` starts every process on 127.0.0.1 with ports the kernel found free, each the leader of a
 process group of its own (its output in ``DIR/logs/NAME.log``), waits until the cluster accepts
@@ -26,6 +32,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,9 +53,13 @@ START_TIMEOUT = 120.0
 STOP_GRACE = 20.0
 STATE_FILE = "cluster.json"
 HOST = "127.0.0.1"
-ENGINES = ("flink", "prism")
+ENGINES = ("flink", "prism", "kafka")
 #: the cached parts (streameval.commands.engines) each engine needs
-PARTS = {"flink": ("flink", "job_server", "expansion_service"), "prism": ("prism",)}
+PARTS = {"flink": ("flink", "job_server", "expansion_service"), "prism": ("prism",), "kafka": ("kafka", "kafka_io")}
+#: the broker's heap (Kafka's own scripts give it 1 GB; a test broker needs far less)
+KAFKA_HEAP = "512m"
+#: the line Kafka logs once the broker and controller serve
+_KAFKA_STARTED = "Kafka Server started"
 _POOL_LINE = "Started worker pool servicer at port: "
 _POOL_MAIN = ("import logging; logging.basicConfig(level=logging.INFO); "
               "from apache_beam.runners.worker import worker_pool_main; worker_pool_main.main()")
@@ -78,6 +89,8 @@ class Cluster:
     web_ui: str = ""
     logs: str = ""
     ports: dict = field(default_factory=dict)
+    bootstrap_servers: str = ""  # kafka
+    expansion_service: str = ""  # kafka --expansion-service
 
 
 # ------------------------------------------------------------------------------------------------
@@ -259,12 +272,13 @@ def _grpc_ready(endpoint: str) -> bool:
 # the pieces
 
 
-def _start_pool(c: Cluster, logs: Path, state: Path, name: str = "worker_pool-1") -> str:
-    """An EXTERNAL SDK worker pool on a port of its choosing; returns HOST:PORT."""
+def _start_pool(c: Cluster, logs: Path, state: Path, name: str = "worker_pool-1", extra: tuple = ()) -> str:
+    """An EXTERNAL SDK worker pool on a port of its choosing; returns HOST:PORT. ``extra``: more
+    flags for ``worker_pool_main`` (``--container_executable``)."""
     # worker_pool_main logs its port at INFO but adds no log handler: under Beam 2.62 nothing else did
     # and the line never reached the log (2.77's printed it), so one is configured first
     # (worker_pool_main reads sys.argv[1:], the flags after -c's program)
-    argv = [sys.executable, "-c", _POOL_MAIN, "--service_port", "0"]
+    argv = [sys.executable, "-c", _POOL_MAIN, "--service_port", "0", *extra]
     proc = _spawn(name, argv, logs, _env(), state / "workers")
     c.processes[name] = proc
 
@@ -308,6 +322,129 @@ def _up_prism(c: Cluster, logs: Path, state: Path, args) -> None:
     c.web_ui = f"http://{HOST}:{web}"
     c.runner_args = ["--runner", "PortableRunner", "--job_endpoint", f"{HOST}:{job_port}",
                      "--environment_type", "EXTERNAL", "--environment_config", pool]
+
+
+def _kafka_properties(path: Path, data: Path, broker: int, controller: int) -> None:
+    """A one-node KRaft broker and controller on 127.0.0.1 (replication factors of 1 for its
+    internal topics; topics are created explicitly, never on first use)."""
+    settings = {
+        "process.roles": "broker,controller", "node.id": 1,
+        "controller.quorum.voters": f"1@{HOST}:{controller}",
+        "listeners": f"PLAINTEXT://{HOST}:{broker},CONTROLLER://{HOST}:{controller}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{broker}",
+        "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": data, "num.partitions": 1, "auto.create.topics.enable": "false",
+        "offsets.topic.replication.factor": 1, "transaction.state.log.replication.factor": 1,
+        "transaction.state.log.min.isr": 1, "share.coordinator.state.topic.replication.factor": 1,
+        "share.coordinator.state.topic.min.isr": 1, "group.initial.rebalance.delay.ms": 0,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+
+
+def _kafka_cluster_id(state: Path) -> str:
+    """The KRaft cluster ID (22 characters of URL-safe base64 of a random UUID, as
+    ``kafka-storage random-uuid``), made once per state folder and kept, so a second ``up`` on the
+    same folder finds its formatted storage and topics."""
+    import base64
+    import uuid
+
+    path = state / "kafka" / "cluster.id"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=") + "\n")
+    return path.read_text().strip()
+
+
+def _up_kafka(c: Cluster, logs: Path, state: Path, args) -> None:
+    """One Kafka broker (KRaft, broker and controller in one JVM) on 127.0.0.1; with
+    ``args.expansion_service`` also Beam's Java expansion service and a Java SDK worker pool."""
+    wanted = ["kafka"] + (["kafka_io"] if getattr(args, "expansion_service", False) else [])
+    lacking = engines.missing(wanted)
+    if lacking:
+        raise ClusterError(lacking[0])
+    java = shutil.which("java")
+    if not java:
+        raise ClusterError("no java on PATH (the Kafka broker needs Java 17)")
+    classpath = f"{engines.kafka_classpath()}/*"
+    props = state / "kafka" / "server.properties"
+    broker, controller = _free_port(), _free_port()
+    while controller == broker:
+        controller = _free_port()
+    _kafka_properties(props, state / "kafka" / "data", broker, controller)
+    # the storage must be formatted before the first start (`kafka-storage format`); a second `up` on
+    # the same folder keeps it (--ignore-formatted)
+    fmt = subprocess.run([java, "-cp", classpath, "kafka.tools.StorageTool", "format", "--ignore-formatted",
+                          "-t", _kafka_cluster_id(state), "-c", str(props)],
+                         capture_output=True, text=True, timeout=START_TIMEOUT, env=_env())
+    (logs / "kafka-storage-format.log").write_text(fmt.stdout + fmt.stderr)
+    if fmt.returncode != 0:
+        raise ClusterError(f"formatting Kafka's storage failed (exit {fmt.returncode}): "
+                           f"{one_line(fmt.stderr or fmt.stdout)[-400:]}")
+    argv = [java, f"-Xms{KAFKA_HEAP}", f"-Xmx{KAFKA_HEAP}", "-cp", classpath, "kafka.Kafka", props]
+    proc = _spawn("kafka", argv, logs, _env(), state / "kafka")
+    c.processes["kafka"] = proc
+
+    def ready():
+        return (_KAFKA_STARTED in Path(proc.log).read_text(errors="replace") and _listens(proc, broker)
+                and _grpc_ready(f"{HOST}:{broker}"))
+
+    _wait("kafka", proc, ready)
+    c.ports.update(kafka=broker, controller=controller)
+    c.bootstrap_servers = f"{HOST}:{broker}"
+    if getattr(args, "expansion_service", False):
+        c.expansion_service = _start_kafka_io(c, logs, state, java)
+
+
+#: the boot program Beam's Python worker pool runs (``--container_executable``) for each Java worker:
+#: it asks the runner's provision service for the job's options and starts the Java SDK harness
+#: (``FnHarness``) as a JVM of its own, with the environment variables Beam's Java container sets
+_JAVA_BOOT = """#!{python}
+import argparse, os
+import grpc
+from google.protobuf import json_format
+from apache_beam.portability.api import beam_provision_api_pb2, beam_provision_api_pb2_grpc
+
+a = argparse.ArgumentParser()
+for name in ("id", "logging_endpoint", "artifact_endpoint", "provision_endpoint", "control_endpoint"):
+    a.add_argument("--" + name, default="")
+args = a.parse_args()
+with grpc.insecure_channel(args.provision_endpoint) as channel:
+    info = beam_provision_api_pb2_grpc.ProvisionServiceStub(channel).GetProvisionInfo(
+        beam_provision_api_pb2.GetProvisionInfoRequest(), metadata=[("worker_id", args.id)]).info
+control = info.control_endpoint.url or args.control_endpoint
+logging = info.logging_endpoint.url or args.logging_endpoint
+env = dict(os.environ, HARNESS_ID=args.id, PIPELINE_OPTIONS=json_format.MessageToJson(info.pipeline_options),
+           CONTROL_API_SERVICE_DESCRIPTOR='url: "%s"' % control, LOGGING_API_SERVICE_DESCRIPTOR='url: "%s"' % logging,
+           RUNNER_CAPABILITIES=" ".join(info.runner_capabilities))
+os.execvpe({java!r}, [{java!r}, "-Xmx{heap}", "-cp", {classpath!r}, "org.apache.beam.fn.harness.FnHarness"], env)
+"""
+
+
+def _start_kafka_io(c: Cluster, logs: Path, state: Path, java: str) -> str:
+    """Beam's Java expansion service with its Kafka IO, whose transforms run in an EXTERNAL environment
+    at a worker pool started beside it (no Docker); returns the expansion service's HOST:PORT.
+
+    The pool is Beam's Python ``worker_pool_main`` with a boot program (:data:`_JAVA_BOOT`) that starts
+    each Java worker as a JVM of its own. Beam's Java ``ExternalWorkerService`` (workers as threads of
+    one JVM) serves one job only: the first worker's shutdown stops an executor the next one needs
+    (``RejectedExecutionException`` from ``ExecutionStateSampler``; the second job waits for its
+    worker until the runner gives up). The expansion service listens on every address (it takes a port only)."""
+    classpath = f"{engines.kafka_io_classpath()}/*"
+    boot = state / "java-boot"
+    boot.write_text(_JAVA_BOOT.format(python=sys.executable, java=java, heap=KAFKA_HEAP, classpath=classpath))
+    boot.chmod(0o755)
+    pool = _start_pool(c, logs, state, "java_worker_pool", ("--container_executable", boot))
+    port = _free_port()
+    service = _spawn("expansion_service", [java, f"-Xmx{KAFKA_HEAP}", "-cp", classpath,
+                                           "org.apache.beam.sdk.expansion.service.ExpansionService", port,
+                                           "--defaultEnvironmentType=EXTERNAL",
+                                           f"--defaultEnvironmentConfig={pool}"], logs, _env(), state / "expansion")
+    c.processes["expansion_service"] = service
+    _wait("expansion_service", service, lambda: _listens(service, port) and _grpc_ready(f"{HOST}:{port}"))
+    c.ports["expansion_service"] = port
+    return f"{HOST}:{port}"
 
 
 _LOG4J = """\
@@ -468,8 +605,13 @@ def _save(c: Cluster) -> None:
 
 def report(c: Cluster, liveness: bool = False) -> dict:
     """What ``up`` and ``status`` print."""
-    out = {"engine": c.engine, "runner_args": c.runner_args,
-           "processes": {n: p.pid for n, p in c.processes.items()}, "web_ui": c.web_ui, "logs": c.logs}
+    if c.engine == "kafka":
+        out = {"engine": c.engine, "bootstrap_servers": c.bootstrap_servers,
+               **({"expansion_service": c.expansion_service} if c.expansion_service else {}),
+               "processes": {n: p.pid for n, p in c.processes.items()}, "logs": c.logs}
+    else:
+        out = {"engine": c.engine, "runner_args": c.runner_args,
+               "processes": {n: p.pid for n, p in c.processes.items()}, "web_ui": c.web_ui, "logs": c.logs}
     if liveness:
         out["alive"] = {n: alive(p) for n, p in c.processes.items()}
         out["running"] = all(out["alive"].values()) and bool(out["alive"])
@@ -489,7 +631,7 @@ def up(engine: str, state_dir, args) -> Cluster:
     logs.mkdir(parents=True, exist_ok=True)
     c = Cluster(engine, str(state), logs=str(logs))
     try:
-        (_up_flink if engine == "flink" else _up_prism)(c, logs, state, args)
+        {"flink": _up_flink, "prism": _up_prism, "kafka": _up_kafka}[engine](c, logs, state, args)
     except BaseException:
         for p in reversed(list(c.processes.values())):
             _stop(p, grace=5)
@@ -524,14 +666,15 @@ def status(state_dir) -> dict:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="streameval cluster", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="action", required=True)
-    f = sub.add_parser("fetch", help="fetch Flink's jars, Beam's Flink job server and Prism into the cache "
+    f = sub.add_parser("fetch", help="fetch Flink's jars, Beam's Flink job server, Prism and Kafka into the cache "
                                      "($STREAMEVAL_CACHE, else ~/.cache/streameval)")
     f.add_argument("engines", nargs="*", metavar="ENGINE",
-                   help="flink and/or prism (default both): flink needs Flink's jars and Beam's Flink job server "
-                        "(and the Java expansion service), prism the Prism binary")
+                   help="flink, prism and/or kafka (default all): flink needs Flink's jars and Beam's Flink job "
+                        "server (and the Java expansion service), prism the Prism binary, kafka the broker's "
+                        "classpath and Beam's Kafka IO (expansion service) classpath")
     f.add_argument("--retry", action="store_true", help="ask again for parts a previous fetch could not have")
     u = sub.add_parser("up", help="start a local cluster; prints its runner_args as JSON")
-    u.add_argument("engine", help="flink or prism")
+    u.add_argument("engine", help="flink, prism or kafka")
     u.add_argument("--state-dir", required=True, help="folder for the cluster's state, config and logs")
     u.add_argument("--taskmanagers", type=int, default=2, help="Flink TaskManagers (default 2)")
     u.add_argument("--slots", type=int, default=2, help="task slots per TaskManager (default 2)")
@@ -541,6 +684,8 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--no-job-server", action="store_true",
                    help="Flink: start no job server; runner_args then name FlinkRunner with --flink_master "
                         "(the SDK starts a job server itself: add --flink_job_server_jar)")
+    u.add_argument("--expansion-service", action="store_true",
+                   help="kafka: also start Beam's Java expansion service (Kafka IO) and a Java SDK worker pool")
     for name, text in (("status", "the cluster's processes and whether each is alive"),
                        ("args", "the cluster's runner_args as one shell-quoted line, for $(...)"),
                        ("down", "stop every process of the cluster by its PID")):

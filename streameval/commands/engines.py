@@ -12,7 +12,16 @@ Everything comes from a package registry through its own client, never at run ti
   ``FlinkJobServerDriver`` is the same job server;
 * **Prism** at the installed Beam's version: ``go install
   github.com/apache/beam/sdks/v2/go/cmd/prism@v<version>`` with GOPATH, GOMODCACHE and GOCACHE in
-  the cache (the Go module proxy).
+  the cache (the Go module proxy);
+* **Apache Kafka**'s broker (KRaft mode) and its command-line tools: the runtime classpath of
+  ``org.apache.kafka:kafka_2.13`` and ``kafka-tools`` at :data:`KAFKA_VERSION` from Maven Central
+  (``mvn dependency:copy-dependencies`` on a generated pom), under ``kafka/<version>``;
+* **Beam's Kafka IO for Python** (``kafka_io``): the shaded ``beam-sdks-java-io-expansion-service`` is
+  not served at 2.62.0, so the runtime classpath of ``beam-sdks-java-expansion-service`` and
+  ``beam-sdks-java-io-kafka`` at the installed Beam's version, without Confluent's schema-registry
+  artifacts (their repository, packages.confluent.io, is not Maven Central), with ``kafka-clients``,
+  ``jamm`` (the Java SDK harness needs it and declares it ``provided``) and ``slf4j-simple``. It runs
+  both the expansion service and each Java SDK worker (``FnHarness``, one JVM per worker).
 
 The cache is ``$STREAMEVAL_CACHE``, else ``~/.cache/streameval``. Each part lands in a folder of its
 own version and is marked complete only once whole, so a second call finds it and returns in
@@ -36,7 +45,8 @@ from importlib import metadata
 from pathlib import Path
 
 __all__ = ["FLINK_VERSION", "FLINK_MINOR", "Part", "cache_dir", "beam_version", "flink_home", "prism_binary",
-           "job_server_jar", "job_server_classpath", "expansion_service_jar", "fetch", "status", "missing"]
+           "job_server_jar", "job_server_classpath", "expansion_service_jar", "fetch", "status", "missing",
+           "KAFKA_VERSION", "kafka_classpath", "kafka_io_classpath"]
 
 
 def _flink_for_beam() -> str:
@@ -55,6 +65,10 @@ FLINK_MINOR = FLINK_VERSION.rsplit(".", 1)[0]
 #: the job server's main class, in the unshaded runner's jar
 JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
 PRISM_PACKAGE = "github.com/apache/beam/sdks/v2/go/cmd/prism"
+#: Apache Kafka's broker (KRaft mode; Java 17 for 4.x brokers), from Maven Central
+KAFKA_VERSION = "4.1.0"
+#: the Kafka client inside Beam's Kafka IO classpath (Beam 2.62's io-kafka declares it ``provided``)
+KAFKA_CLIENTS_FOR_BEAM = "3.9.1"
 _COMPLETE = ".complete"
 
 
@@ -117,6 +131,17 @@ def job_server_ready(root: Path | None = None, version: str | None = None) -> Pa
 
 def expansion_service_jar(root: Path | None = None, version: str | None = None) -> Path:
     return _maven_jar("beam-sdks-java-io-expansion-service", root, version)
+
+
+def kafka_classpath(root: Path | None = None) -> Path:
+    """The folder of the Kafka broker's and tools' jars (``java -cp 'DIR/*' kafka.Kafka ...``)."""
+    return (root or cache_dir()) / "kafka" / KAFKA_VERSION
+
+
+def kafka_io_classpath(root: Path | None = None, version: str | None = None) -> Path:
+    """The folder of Beam's expansion service, its Kafka IO and the Java SDK harness (their runtime
+    classpath): ``ExpansionService PORT`` and the Java workers (``FnHarness``) run from it."""
+    return (root or cache_dir()) / "beam" / (version or beam_version()) / "kafka-io-classpath"
 
 
 def _tail(text: str, lines: int = 3) -> str:
@@ -225,6 +250,54 @@ def _fetch_job_server(root: Path, version: str) -> Part:
     return Part("job_server", version, True, str(folder))
 
 
+def _dependency(group: str, artifact: str, version: str, exclude: str = "") -> str:
+    out = f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>{version}</version>"
+    if exclude:
+        out += f"<exclusions><exclusion><groupId>{exclude}</groupId><artifactId>*</artifactId></exclusion></exclusions>"
+    return out + "</dependency>"
+
+
+def _fetch_classpath(name: str, version: str, folder: Path, dependencies: list[str], marker: str) -> Part:
+    """The runtime classpath of ``dependencies`` (``mvn dependency:copy-dependencies`` on a generated
+    pom) into ``folder``, complete once ``marker`` (a jar's name) is among them."""
+    if (folder / _COMPLETE).exists():
+        return Part(name, version, True, str(folder))
+    if not shutil.which("mvn"):
+        return Part(name, version, False, reason="no mvn on PATH (Maven fetches the Java artifacts)")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    pom = ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+           f"<groupId>streameval</groupId><artifactId>{name}</artifactId><version>1</version>"
+           f"<dependencies>{''.join(dependencies)}</dependencies></project>\n")
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f"{name}-") as tmp:
+        (Path(tmp) / "pom.xml").write_text(pom)
+        staging = Path(tmp) / "lib"
+        done = subprocess.run(["mvn", "-B", "-q", "dependency:copy-dependencies", f"-DoutputDirectory={staging}",
+                               "-DincludeScope=runtime"], cwd=tmp, capture_output=True, text=True)
+        if done.returncode != 0 or not (staging / marker).exists():
+            why = [line for line in done.stdout.splitlines() if "Could not" in line or "not found" in line]
+            return Part(name, version, False, reason=f"Maven could not resolve the classpath of {name}: "
+                                                     f"{_tail(why[0] if why else done.stdout, 1)[:300]}")
+        _put_in_place(staging, folder)
+    return Part(name, version, True, str(folder))
+
+
+def _fetch_kafka(root: Path) -> Part:
+    deps = [_dependency("org.apache.kafka", a, KAFKA_VERSION) for a in ("kafka_2.13", "kafka-tools")]
+    deps.append(_dependency("org.slf4j", "slf4j-simple", "1.7.36"))  # the broker's log (else SLF4J's NOP)
+    return _fetch_classpath("kafka", KAFKA_VERSION, kafka_classpath(root), deps, f"kafka_2.13-{KAFKA_VERSION}.jar")
+
+
+def _fetch_kafka_io(root: Path, version: str) -> Part:
+    deps = [_dependency("org.apache.beam", "beam-sdks-java-expansion-service", version),
+            # io-kafka's Confluent schema-registry dependencies live on packages.confluent.io, not Maven Central
+            _dependency("org.apache.beam", "beam-sdks-java-io-kafka", version, exclude="io.confluent"),
+            _dependency("org.apache.kafka", "kafka-clients", KAFKA_CLIENTS_FOR_BEAM),
+            _dependency("com.github.jbellis", "jamm", "0.4.0"),
+            _dependency("org.slf4j", "slf4j-simple", "1.7.36")]
+    return _fetch_classpath("kafka_io", version, kafka_io_classpath(root, version), deps,
+                            f"beam-sdks-java-io-kafka-{version}.jar")
+
+
 def _fetch_prism(root: Path, version: str) -> Part:
     binary = prism_binary(root, version)
     if binary.exists():
@@ -269,6 +342,8 @@ def fetch(root: Path | None = None, retry: bool = False, only: tuple[str, ...] =
         "expansion_service": lambda: _fetch_maven("expansion_service", expansion_service_jar(root, version),
                                                   f"org.apache.beam:beam-sdks-java-io-expansion-service:{version}"),
         "prism": lambda: _fetch_prism(root, version),
+        "kafka": lambda: _fetch_kafka(root),
+        "kafka_io": lambda: _fetch_kafka_io(root, version),
     }
     parts = {}
     for name, job in jobs.items():
@@ -277,7 +352,7 @@ def fetch(root: Path | None = None, retry: bool = False, only: tuple[str, ...] =
                 parts[name] = before[name]
             continue
         old = before.get(name)
-        expected = {"flink": FLINK_VERSION}.get(name, version)
+        expected = {"flink": FLINK_VERSION, "kafka": KAFKA_VERSION}.get(name, version)
         if old is not None and not old.ok and old.version == expected and not retry:
             parts[name] = old  # refused before: not asked again on a warm call
             continue
@@ -295,7 +370,8 @@ def missing(names, root: Path | None = None) -> list[str]:
     root = root or cache_dir()
     version = beam_version()
     where = {"flink": flink_home(root) / _COMPLETE, "prism": prism_binary(root, version),
-             "job_server": job_server_jar(root, version), "expansion_service": expansion_service_jar(root, version)}
+             "job_server": job_server_jar(root, version), "expansion_service": expansion_service_jar(root, version),
+             "kafka": kafka_classpath(root) / _COMPLETE, "kafka_io": kafka_io_classpath(root, version) / _COMPLETE}
     known = status(root)
     lines = []
     for name in names:
