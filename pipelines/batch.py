@@ -28,6 +28,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from streameval.beam.accounting import (account, check_inputs, exit_status, format_accounting, input_checks_from_args,
+                                        wait_for_job,
                                         job_counters, job_distributions)
 from streameval.alerts import check_rules_match, format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
@@ -495,7 +496,7 @@ def _main(argv, held: list) -> int:
             runner_thread_errors_reported_once():
         try:
             result = p.run()
-            state = result.wait_until_finish()
+            state = wait_for_job(result)  # (not wait_until_finish: its deadline, see there)
         except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 (the runner reports a failed job as an exception)
             line.enable = False
             line.stop()

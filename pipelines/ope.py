@@ -47,7 +47,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from streameval.beam.accounting import job_counters
+from streameval.beam.accounting import job_counters, wait_for_job
 from streameval.beam.arguments import make_pipeline, unknown_arguments_error
 from streameval import interrupts
 from streameval.exits import one_line
@@ -335,7 +335,7 @@ def _main(argv, held: list) -> int:
         write_records(tuple(deads) | "Dead" >> beam.Flatten(), out_dir, "dead_letters", "dead_letter", "Dead")
         try:
             result = p.run()
-            result.wait_until_finish()
+            wait_for_job(result)  # (not wait_until_finish: its deadline, see there)
         except Exception:
             stop = interrupts.received()  # Ctrl-C or SIGTERM, which the runner wrapped: streameval.cli says so
             if stop is not None:

@@ -349,6 +349,17 @@ def test_an_input_the_workers_cannot_open_fails_the_job(portable_runner, launch,
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["manifest.json"]
 
 
+def test_a_job_longer_than_the_job_server_timeout_finishes(portable_runner, small_ref, capsys):
+    """Beam 2.62's portable runner opens the job's state and message streams with --job_server_timeout
+    (default 60 s) as their deadline: waiting on them, a job running longer than that was reported
+    failed (DEADLINE_EXCEEDED: "the runner's service stopped answering") though it finished. With a
+    3-second timeout and a job that takes longer, the job finishes with the in-process rows."""
+    out = "small-timeout/portable"
+    code, got = run_job(SMALL, out, [*portable_runner.args, "--job_server_timeout", "3"])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert_same(got, small_ref)
+
+
 def test_rerun_replaces_every_output_and_a_failed_run_leaves_the_previous_one(
         portable_runner, bootstrap_compare, small_ref, monkeypatch, capsys):
     """A rerun with fewer inputs over the directory of the bootstrap / comparison job: every output

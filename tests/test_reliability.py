@@ -229,7 +229,8 @@ def test_bad_records_go_to_dead_letters_with_reasons(clean, tmp_path):
 def test_judgment_policies_in_the_job(tmp_path, policy, expected, rejected):
     imps = [{"event_id": f"e{i}", "request_id": "r", "query_id": "q", "user_id": None, "system_id": "A",
              "item_id": item, "position": i + 1, "score": float(3 - i), "clicked": None, "timestamp": BASE_TS,
-             "propensity": None, "attributes": {}} for i, item in enumerate("abc")]
+             "propensity": None, "attributes": {"device": "pc"}} for i, item in enumerate("abc")]
+    # (a device: _run slices by it, and an attribute no record has is a usage error)
     judg = [{"query_id": "q", "item_id": "b", "grade": 1, "timestamp": 0, "source": ""},
             {"query_id": "q", "item_id": "a", "grade": 1, "timestamp": 5, "source": ""},
             {"query_id": "q", "item_id": "a", "grade": 0, "timestamp": 9, "source": ""}]
@@ -402,7 +403,7 @@ def _imp(i, position=None, req=None):
     return {"event_id": f"e{i}", "request_id": req or f"r{i // 4}", "query_id": "q", "user_id": None,
             "system_id": "A", "item_id": f"d{i % 4}", "position": position if position is not None else i % 4 + 1,
             "score": float(4 - i % 4), "clicked": i % 4 == 0, "timestamp": BASE_TS, "propensity": None,
-            "attributes": {}}
+            "attributes": {"device": "pc"}}  # (_run slices by device: an attribute no record has is a usage error)
 
 
 def test_input_checks_fail_a_garbage_or_partly_rejected_input(tmp_path, capsys):

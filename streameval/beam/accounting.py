@@ -365,3 +365,32 @@ def job_distributions(result, namespace: str = NAMESPACE, *, options=None) -> di
                    "min": min(prev["min"], cur["min"]), "max": max(prev["max"], cur["max"])}
         out[name] = cur
     return out
+
+
+def wait_for_job(result, *, poll: float = 0.5, sleep=None):
+    """Wait until the job of ``result`` (a Beam ``PipelineResult`` of any runner) ends; returns its
+    final state. A job that ended in another state than DONE: its error, as ``wait_until_finish``
+    raises it.
+
+    Why not ``wait_until_finish`` alone: Beam 2.62's portable runner opens the job's state and
+    message streams with ``--job_server_timeout`` (default 60 s) as their deadline, so waiting on them
+    ends in ``DEADLINE_EXCEEDED`` once a job on Prism or the local job service runs longer than that,
+    and the launcher reported a job still running, or finished, as failed. For a portable job the
+    job's state is asked for instead (``result.state``: one call, its own deadline) every ``poll``
+    seconds. Other runners' results (in-process, Dataflow) wait in their own ``wait_until_finish``
+    (the local DirectRunner's state changes only there)."""
+    import time
+
+    from apache_beam.runners.portability.portable_runner import PipelineResult as PortableResult
+    from apache_beam.runners.runner import PipelineState
+
+    if not isinstance(result, PortableResult):
+        return result.wait_until_finish()
+    sleep = sleep or time.sleep
+    state = result.state
+    while not PipelineState.is_terminal(state):
+        sleep(poll)
+        state = result.state
+    if state == PipelineState.DONE:
+        return state
+    return result.wait_until_finish()

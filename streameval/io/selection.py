@@ -67,7 +67,12 @@ def check_metrics(wanted: Iterable, present: Iterable, where: str = "", label: s
 def names_without_rows(names: Iterable, rows: Iterable[dict]) -> list[str]:
     """The metric ``names`` a job was asked for (as written) of which ``rows`` (a job's metric rows)
     hold no row, in any spelling: e.g. ``gauc[user,impressions]`` on a log without user ids. The
-    jobs report them (``metrics_without_rows``) as a failed check (issue 41)."""
+    jobs report them (``metrics_without_rows``) as a failed check (issue 41). No row at all: none (an
+    empty input, allowed with ``--allow-empty``, or one whose every record was refused: the input
+    checks say why, once)."""
+    rows = list(rows)
+    if not rows:
+        return []
     have = set()
     for r in rows:
         have.update((r.get("metric_canonical") or canonical_metric(r["metric"]), canonical_metric(r["metric"])))
