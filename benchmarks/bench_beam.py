@@ -13,7 +13,7 @@ device attribute) in files of
 
 * ``fastavro``: decoding every record of the files with ``fastavro.reader`` (the reference; the
   job's default Avro decoder is DataFusion, ``--avro-decoder fastavro`` times the job with fastavro);
-* ``batch job``: ``streameval batch`` (``pipelines.batch.main``) on ``FnApiRunner``, all ranking
+* ``batch job``: ``streameval batch`` (``streameval.jobs.batch.main``) on ``FnApiRunner``, all ranking
   metrics of trec_eval's official set (``all_trec``) plus CTR, one global window, slice by device.
 
 Prints impressions per second and the ratio to fastavro alone. With ``--profile FILE`` the job runs
@@ -97,7 +97,7 @@ def _decode(paths) -> int:
 
 def stages(paths, jpath, decoder: str) -> None:
     """Time the columnar engine's steps one by one, outside Beam (see the module docstring), with the
-    process memory settings of the job on the local runner (pipelines/batch.py)."""
+    process memory settings of the job on the local runner (streameval/jobs/batch.py)."""
     from streameval import tuning
 
     tuning.keep_freed_memory()
@@ -190,7 +190,7 @@ def _compile_package() -> None:
     from caching them itself (that costs about 0.3 s of compiling in every run)."""
     import compileall
 
-    for package in ("streameval", "pipelines"):
+    for package in ("streameval",):
         compileall.compile_dir(os.path.join(ROOT, package), quiet=1)
 
 

@@ -77,7 +77,7 @@ SESSION_IMPRESSIONS = os.path.join(os.path.dirname(HERE), "data", "sample", "imp
 def session_child(impressions: str, out: str) -> dict:
     """The session-window job on ``impressions`` in this process: wall and CPU seconds, panes."""
     t0 = time.monotonic()
-    from pipelines import stream as stream_cli
+    from streameval.jobs import stream as stream_cli
 
     code = stream_cli.main(["--replay", "--impressions", impressions, "--sessions", "30m", "--quiet", "--output", out])
     wall = time.monotonic() - t0
@@ -91,7 +91,7 @@ def session_child(impressions: str, out: str) -> dict:
 
 
 def child(mode: str, root: str, out: str, engine: str = "auto") -> dict:
-    from pipelines import stream as stream_cli
+    from streameval.jobs import stream as stream_cli
     from streameval.beam.streaming import console, live
 
     made = []

@@ -286,7 +286,7 @@ def run_batch(plan: Plan):
     import apache_beam as beam
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-    from pipelines.batch import ReadAvro
+    from streameval.jobs.batch import ReadAvro
     from streameval.beam.transforms import ClickMetrics, ScoreRankings
     from streameval.io import avro
 

@@ -671,10 +671,10 @@ COMMANDS = {
                   "trec_eval-compatible evaluation of a TREC run (streameval trec-eval -h)"),
     "ndeval": ("streameval.commands.ndeval", "main", False,
                "ndeval's diversity evaluation (alpha-nDCG, ERR-IA, NRBP, ...) of a TREC run against subtopic qrels"),
-    "batch": ("pipelines.batch", "main", True, "Beam batch job over Avro logs (streameval batch -h)"),
-    "stream": ("pipelines.stream", "main", True,
+    "batch": ("streameval.jobs.batch", "main", True, "Beam batch job over Avro logs (streameval batch -h)"),
+    "stream": ("streameval.jobs.stream", "main", True,
                "Beam streaming job with event-time windows, early/on-time/late panes (streameval stream -h)"),
-    "ope": ("pipelines.ope", "main", True,
+    "ope": ("streameval.jobs.ope", "main", True,
             "off-policy (IPS, SNIPS) estimates of a target policy's CTR from logged propensities (streameval ope -h)"),
     "reconcile": ("streameval.commands.reconcile", "main", False,
                   "compare two metric tables: differences, one-sided rows, correlation"),
@@ -690,7 +690,7 @@ COMMANDS = {
 
 #: the Beam jobs' command lines, in modules that import no Beam: parsed before the job's module (and
 #: so Beam, about 2.5 s) is imported, so that --help and argument errors answer at once
-PARSERS = {"batch": "pipelines.batch_args", "stream": "pipelines.stream_args", "ope": "pipelines.ope_args"}
+PARSERS = {"batch": "streameval.jobs.batch_args", "stream": "streameval.jobs.stream_args", "ope": "streameval.jobs.ope_args"}
 
 
 def package_version() -> str:

@@ -30,7 +30,7 @@ STREAM_OPTIONS = ["--metrics", "ndcg@10,map", "--window", "6h", "--early-count",
 def stream_replay(tmp_path_factory):
     """``streameval stream --replay`` on 400 Open Bandit impressions and the LETOR impressions and
     judgments of 10 queries, hourly steps of 2 h, 6 h windows, early panes every 150 updates."""
-    from pipelines import stream as stream_cli
+    from streameval.jobs import stream as stream_cli
 
     tmp = tmp_path_factory.mktemp("stream_replay")
     sample = REPO / "data" / "sample"

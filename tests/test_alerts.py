@@ -13,7 +13,7 @@ import math
 import pytest
 from scipy import stats as sst
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval import alerts
 from streameval.io import avro, results
 
@@ -161,7 +161,7 @@ def test_the_stream_raises_each_alert_once_on_the_pane_where_it_first_held_long_
     on which it held. Reference: the pane rows the job wrote, scanned here in pane order for the
     threshold rule; for the baseline rule, every window the batch job alerts on (final values) was
     alerted on by some pane of the stream."""
-    from pipelines import stream as stream_cli
+    from streameval.jobs import stream as stream_cli
 
     imps, judg = _logs()
     avro.write_records(tmp_path / "imps.avro", "impression", imps)
@@ -378,7 +378,7 @@ def test_a_rule_that_matches_no_row_is_exit_2_naming_the_closest_values(tmp_path
     system or slice matches no row of the job's output is exit 2 with one line naming the rule and
     the closest values present (the log below has the metrics ndcg@5, map, ctr and ctr@pos1..5, the
     systems A and B, the slice all), in the batch job and in the stream."""
-    from pipelines import stream as stream_cli
+    from streameval.jobs import stream as stream_cli
 
     imps, judg = _logs()
     avro.write_records(tmp_path / "imps.avro", "impression", imps)
@@ -433,7 +433,7 @@ def test_the_stream_reports_a_metric_without_rows_as_a_failed_check(tmp_path, ca
     """Issue 41 in the streaming job (which refuses gauc up front): ``auc`` on a log whose records
     carry no score (built so) has nothing to rank, so it gives no row: one line on stderr,
     summary.json's metrics_without_rows, exit 3; with the scores it has rows and the job exits 0."""
-    from pipelines import stream as stream_cli
+    from streameval.jobs import stream as stream_cli
 
     imps, _ = _logs()
     avro.write_records(tmp_path / "scored.avro", "impression", imps)

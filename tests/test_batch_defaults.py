@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import pytest
 
-from pipelines import batch as batch_cli
+from streameval.jobs import batch as batch_cli
 from streameval.io import avro
 
 pytestmark = [
@@ -155,7 +155,7 @@ UNITLESS = [
 
 @pytest.mark.parametrize("job, argv, option", UNITLESS)
 def test_a_duration_without_a_unit_is_refused_in_one_line(tmp_path, capsys, job, argv, option):
-    from pipelines import stream as stream_cli
+    from streameval.jobs import stream as stream_cli
 
     imps = tmp_path / "imps.avro"
     avro.write_records(str(imps), "impression", _log(n_requests=2)[0])

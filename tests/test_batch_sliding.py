@@ -15,8 +15,8 @@ import random
 import pytest
 
 import streameval
-from pipelines import batch as batch_cli
-from pipelines import stream as stream_cli
+from streameval.jobs import batch as batch_cli
+from streameval.jobs import stream as stream_cli
 from streameval.io import avro
 
 from .test_stream import HOUR, MIN, _bits, assert_final_equals_batch, imp, jdg

@@ -19,7 +19,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval import api
 from streameval.accumulators.ranking import RankingOps
 from streameval.beam.combiners import (

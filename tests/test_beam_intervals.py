@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval import api
 from streameval.accumulators.bootstrap import PoissonBootstrap
 from streameval.commands import compare

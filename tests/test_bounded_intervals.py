@@ -149,7 +149,7 @@ def _check(rows, bounded):
 
 @pytest.mark.parametrize("engine,bounded", [("columnar", "logit"), ("records", "logit"), ("columnar", "t")])
 def test_batch_job_bounded_intervals(tmp_path, engine, bounded):
-    from pipelines import batch
+    from streameval.jobs import batch
 
     imps, judg = _inputs(tmp_path)
     out = tmp_path / "out"
@@ -160,7 +160,7 @@ def test_batch_job_bounded_intervals(tmp_path, engine, bounded):
 
 @pytest.mark.parametrize("engine,metrics", [("columnar", "ndcg@10,auc"), ("events", "ndcg@10")])
 def test_stream_job_bounded_intervals(tmp_path, engine, metrics):
-    from pipelines import stream
+    from streameval.jobs import stream
 
     imps, judg = _inputs(tmp_path)
     out = tmp_path / "out"

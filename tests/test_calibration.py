@@ -14,7 +14,7 @@ import pytest
 from sklearn.calibration import calibration_curve
 from sklearn.metrics import brier_score_loss, log_loss
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval.accumulators.online import CalibrationOps
 from streameval.beam.online import OnlineMetrics, calibration_bin_name, split_metric_names
 from streameval.beam.transforms import metric_row

@@ -90,7 +90,7 @@ def inputs(tmp_path_factory):
 def _commands(d):
     """name -> (parser, positional arguments, option arguments) of a valid call, with ``{out}`` for
     a fresh output path."""
-    from pipelines import batch, ope, stream
+    from streameval.jobs import batch, ope, stream
     from streameval.commands import compare, ndeval, reconcile, report
 
     job = ["--impressions", str(d / "imps.avro"), "--judgments", str(d / "judg.avro"), "--metrics", "map,P@2",

@@ -98,7 +98,7 @@ def _log(tmp_path):
 @pytest.mark.parametrize("engine,cluster,window", [("columnar", "user", "1h"), ("records", "user", "1h"),
                                                    ("columnar", "request", None), ("records", "request", None)])
 def test_batch_clustered_ctr_equals_statsmodels(tmp_path, engine, cluster, window):
-    from pipelines import batch
+    from streameval.jobs import batch
 
     path, recs = _log(tmp_path)
     out = tmp_path / "out"

@@ -16,7 +16,7 @@ import random
 import numpy as np
 import pytest
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval.beam import columnar, columnar_clean, columnar_columns, columnar_read
 from streameval.io import avro
 from streameval.io.cleaning import clean_request

@@ -9,9 +9,9 @@ optional, and one name per declared parameter with a value other than the defaul
 per engine, on the same random log (:func:`_log`), by four engines:
 
 * the library, :func:`streameval.evaluate` on qrels / run dicts made from the same records;
-* the batch job, ``pipelines/batch.py`` ``--engine records`` (FnApiRunner, one global window);
+* the batch job, ``streameval/jobs/batch.py`` ``--engine records`` (FnApiRunner, one global window);
 * the batch job, ``--engine columnar`` (FnApiRunner, one global window);
-* the streaming job's final panes, ``pipelines/stream.py --replay --replay-pace 0 --engine columnar``
+* the streaming job's final panes, ``streameval/jobs/stream.py --replay --replay-pace 0 --engine columnar``
   with one window covering the whole log.
 
 The three jobs must agree bit for bit (value and number of requests). The library's mean over
@@ -35,8 +35,8 @@ import struct
 import pytest
 
 import streameval
-from pipelines import batch as batch_cli
-from pipelines import stream as stream_cli
+from streameval.jobs import batch as batch_cli
+from streameval.jobs import stream as stream_cli
 from streameval.io import avro
 from streameval.metrics import irm_names, registry
 from streameval.metrics.names import MetricNameError, parse_metric, parse_metrics

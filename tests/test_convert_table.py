@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval import cli
 from streameval.io import avro, records
 

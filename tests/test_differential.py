@@ -20,8 +20,8 @@ import random
 
 import pytest
 
-from pipelines import batch
-from pipelines import stream as stream_cli
+from streameval.jobs import batch
+from streameval.jobs import stream as stream_cli
 from streameval.io import avro
 from streameval.io.records import EVENT_TIME_MAX, EVENT_TIME_MIN
 

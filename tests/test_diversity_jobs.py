@@ -16,7 +16,7 @@ import random
 import pytest
 
 import streameval
-from pipelines import batch
+from streameval.jobs import batch
 from streameval.io import avro
 from streameval.io.cleaning import REASON_JUDGMENT_CONFLICT
 
@@ -247,7 +247,7 @@ def test_other_commands_refuse_diversity_measures_in_one_line():
 def test_columnar_stream_final_panes_equal_the_batch_job(tmp_path, capsys):
     """The streaming job's columnar engine (--watch) scores the diversity measures with the batch
     job's stages: its final panes equal the batch job's rows (per-record engine), bit for bit."""
-    from pipelines import stream
+    from streameval.jobs import stream
 
     qrels, judg, imps, runs, device = collection(5)
     names = [n for n, _, _ in DIV[:4]] + ["AP_IA", "S_recall@10", "ndcg@10"]
@@ -277,7 +277,7 @@ def test_columnar_stream_final_panes_equal_the_batch_job(tmp_path, capsys):
 
 
 def test_per_event_stream_engine_refuses_diversity_measures_in_one_line(tmp_path, capsys):
-    from pipelines import stream
+    from streameval.jobs import stream
 
     avro.write_records(tmp_path / "i.avro", "impression", [
         {"event_id": "e", "request_id": "r", "query_id": "q", "system_id": "S", "item_id": "d", "position": 1,

@@ -19,7 +19,7 @@ import fastavro
 import numpy as np
 import pytest
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval.io import arrow_avro, avro, records
 from streameval.metrics import online as om
 from streameval.metrics.dwell import seconds_text
@@ -259,7 +259,7 @@ def test_ranking_evaluation_refuses_them_in_one_line():
 
 
 def test_the_streams_per_event_engine_refuses_them_in_one_line(tmp_path, capsys):
-    from pipelines import stream
+    from streameval.jobs import stream
 
     path = _write(tmp_path / "imps.avro", _log(1, 5))
     code = stream.main(["--replay", "--impressions", path, "--metrics", "mean_dwell,sat_click_rate[t=10s]",

@@ -200,7 +200,7 @@ def test_stream_replay_on_prism_equals_local(prism, launch):
     """``streameval stream --replay`` with the cluster's runner_args (Prism runs the replay's
     TestStream; the per-event engine, as the job notes) against the local streaming runner (the
     columnar engine): the same pane files, each with the same rows."""
-    from pipelines import stream
+    from streameval.jobs import stream
 
     from .conftest import fail_after
 
@@ -247,7 +247,7 @@ def test_a_process_killed_under_the_batch_job_on_prism_fails_it(tmp_path, launch
     import threading
     import time
 
-    from pipelines import batch
+    from streameval.jobs import batch
 
     from .conftest import fail_after
 
@@ -369,7 +369,7 @@ def test_a_process_killed_under_the_batch_job_on_flink(tmp_path, launch, capsys,
     import threading
     import time
 
-    from pipelines import batch
+    from streameval.jobs import batch
 
     from .conftest import fail_after
 

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from pipelines import batch
-from pipelines import stream as stream_cli
+from streameval.jobs import batch
+from streameval.jobs import stream as stream_cli
 from streameval import api
 from streameval.io import avro
 

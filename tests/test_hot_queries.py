@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval.beam import columnar_hot
 from tests.test_columnar import BASE_TS, _conflict_free, write_logs
 

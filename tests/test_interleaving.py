@@ -185,7 +185,7 @@ def test_convert_interleave_then_batch_on_real_runs(tmp_path):
     import json
     from pathlib import Path
 
-    from pipelines import batch
+    from streameval.jobs import batch
     from streameval import cli
     from streameval.io import avro
 

@@ -14,7 +14,7 @@ import streameval as se
 from streameval import cli
 from streameval.metrics.names import MetricNameError, parse_metric
 from streameval.metrics.online import parse_online_metric
-from pipelines import batch
+from streameval.jobs import batch
 
 
 def _picks(message: str) -> list[str]:

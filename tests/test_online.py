@@ -566,13 +566,13 @@ OBP_IPW_RANDOM_FROM_BTS = {  # obp 0.4.1: InverseProbabilityWeighting / SelfNorm
 
 
 def test_ope_command_random_target_on_obd_bts_logs_matches_obp(tmp_path, capsys, monkeypatch):
-    """``pipelines.ope``: the random policy's CTR estimated from the BTS logs equals obp's IPW and
+    """``streameval.jobs.ope``: the random policy's CTR estimated from the BTS logs equals obp's IPW and
     SNIPW estimators (run separately with obp 0.4.1; values above), the standard error a direct
     computation, and the measured CTR a direct count of the random logs. The job's temporary
     directory (the logs converted to Avro) is gone when it returns."""
     import tempfile
 
-    from pipelines import ope
+    from streameval.jobs import ope
 
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
@@ -620,7 +620,7 @@ def test_bts_monte_carlo_reproduces_obp():
 
 
 def test_bts_prior_reader(tmp_path):
-    from pipelines.ope import read_bts_prior
+    from streameval.jobs.ope import read_bts_prior
 
     text = "all:\n  alpha:\n    - 47.0\n    - 8.0\n  beta:\n    - 12198.0\n    - 3566.0\nmen:\n  alpha:\n    - 1.0\n  beta:\n    - 2.0\n"
     (tmp_path / "prior.yaml").write_text(text)
@@ -833,7 +833,7 @@ def _letor_direct(feature):
 
 
 def test_letor_auc_gauc_ndcg_in_one_run(tmp_path, capsys):
-    from pipelines import batch
+    from streameval.jobs import batch
 
     imps, judg = _letor_files(tmp_path)
     out = tmp_path / "out"
@@ -884,7 +884,7 @@ def test_yandex_ctr_by_position_and_first_click_rr(tmp_path):
     (tmp_path / "sample").write_text(";".join(sessions), encoding="utf-8")
     imps = list(convert.yandex_to_impressions(tmp_path / "sample"))
     avro.write_records(tmp_path / "y.avro", "impression", imps)
-    from pipelines.batch import ReadAvro
+    from streameval.jobs.batch import ReadAvro
 
     got = run_pipeline(lambda p: {"rows": p | ReadAvro([str(tmp_path / "y.avro")], "impression")
                                   | OnlineMetrics(["ctr", "rr_first_click", "clicks@3", "abandonment"])})

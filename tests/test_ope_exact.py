@@ -161,7 +161,7 @@ def test_gauc_equal_aucs_have_zero_stderr_and_random_groups_equal_numpy():
 # the command
 
 def test_ope_command_reports_zero_stderr_for_equal_weighted_rewards(tmp_path):
-    from pipelines import ope
+    from streameval.jobs import ope
 
     recs = [{"event_id": str(i), "request_id": str(i), "query_id": "", "system_id": "L", "item_id": "a",
              "position": 1, "clicked": True, "timestamp": 0, "propensity": 1e-6, "attributes": {}} for i in range(2)]

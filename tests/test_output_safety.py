@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import batch, ope
-from pipelines import stream as stream_cli
+from streameval.jobs import batch, ope
+from streameval.jobs import stream as stream_cli
 from streameval import read_metrics
 from streameval.io import avro
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval import cli
 from streameval.beam.sources import InputUnavailableError, read_parquet_blocks
 from streameval.io import parquet_blocks

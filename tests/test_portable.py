@@ -32,7 +32,7 @@ import pytest
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval.io import avro
 
 from .conftest import fail_after
@@ -415,7 +415,9 @@ def test_workers_run_the_installed_wheel(portable_runner, launch, small_ref, tmp
     site = work / "site"
     _pip("install", "--no-deps", "--target", str(site), str(wheels[0]), cwd=work)
     assert (site / "streameval" / "schemas" / "impression.avsc").is_file()
-    assert (site / "pipelines" / "batch.py").is_file()
+    assert (site / "streameval" / "jobs" / "batch.py").is_file()
+    # the wheel installs one top-level package: the repository's pipelines/ scripts are not a package
+    assert sorted(p.name for p in site.iterdir() if not p.name.endswith(".dist-info") and p.name != "bin") == ["streameval"]
 
     with worker_pool(portable_runner.log_dir, work / "workers", name="wheel_worker_pool", pythonpath=site) as pool:
         args = portable_runner.args_with(pool)
@@ -425,14 +427,14 @@ def test_workers_run_the_installed_wheel(portable_runner, launch, small_ref, tmp
         where = work / "where" / "modules"
         p = beam.Pipeline(options=PipelineOptions([*args, "--pickle_library", "cloudpickle"]))
         (p
-         | beam.Create(["streameval", "streameval.beam.sources", "pipelines.batch"])
+         | beam.Create(["streameval", "streameval.beam.sources", "streameval.jobs.batch"])
          | beam.Map(lambda name: json.dumps([name, importlib.import_module(name).__file__]))
          | beam.io.WriteToText(str(where), file_name_suffix=".txt", num_shards=1, shard_name_template=""))
         with fail_after(JOB_TIMEOUT, "the pipeline on the wheel's workers"):
             state = p.run().wait_until_finish()
         assert str(state).endswith("DONE"), pool.log_tail()
         found = dict(json.loads(line) for line in (work / "where" / "modules.txt").read_text().splitlines())
-        assert sorted(found) == ["pipelines.batch", "streameval", "streameval.beam.sources"]
+        assert sorted(found) == ["streameval.jobs.batch", "streameval", "streameval.beam.sources"]
         for name, path in found.items():
             assert Path(path).resolve().is_relative_to(site.resolve()), (name, path)
 

@@ -15,8 +15,8 @@ import urllib.request
 
 import pytest
 
-from pipelines import batch
-from pipelines import stream as stream_cli
+from streameval.jobs import batch
+from streameval.jobs import stream as stream_cli
 from streameval.beam.prometheus import LatestValues
 from streameval.io import avro
 

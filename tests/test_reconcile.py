@@ -49,7 +49,7 @@ def iso(micros):
 @pytest.fixture(scope="module")
 def batch_output(tmp_path_factory):
     """A real batch job: daily CTR of one bundled Open Bandit file (metrics.avro and .jsonl)."""
-    from pipelines import batch
+    from streameval.jobs import batch
 
     out = tmp_path_factory.mktemp("batch") / "out"
     src = os.path.join(REPO, "data", "sample", "impressions", "obd_bts_men.avro")

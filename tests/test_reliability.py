@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import streameval as se
-from pipelines import batch
+from streameval.jobs import batch
 from streameval import api
 from streameval.api import resolve_qrels
 from streameval.beam.accounting import account
@@ -332,7 +332,7 @@ def test_counts_that_do_not_add_up_fail_the_job(clean, tmp_path, monkeypatch, ca
 
 
 def test_ope_ignores_replayed_log_events(tmp_path, capsys):
-    from pipelines import ope
+    from streameval.jobs import ope
 
     logs = list(avro.read_records("data/sample/impressions/obd_bts_*.avro", "impression"))[:3000]
     avro.write_records(tmp_path / "logs" / "a.avro", "impression", logs)
@@ -535,7 +535,7 @@ def test_bad_library_arguments_are_named(kwargs, error, name):
 
 
 def test_bad_option_values_exit_2_on_every_command(tmp_path, capsys):
-    from pipelines import stream as stream_cli
+    from streameval.jobs import stream as stream_cli
     from streameval import cli
 
     (tmp_path / "q.txt").write_text("q 0 d 1\n")
@@ -557,7 +557,7 @@ def test_timestamps_beyond_the_years_a_job_can_window_are_dead_letters(tmp_path)
     the metrics writer (window_end overflowed) and the streaming job on Beam's MAX_TIMESTAMP. Event
     times outside the years 1 to 9999 are dead letters on both engines and in the streaming job (its
     sources stamp elements with usable times only), and --event-time-range narrows the range."""
-    from pipelines import stream as stream_cli
+    from streameval.jobs import stream as stream_cli
     from streameval.io.records import EVENT_TIME_MAX, EVENT_TIME_MIN
 
     def imp(req, item, pos, ts):
@@ -654,7 +654,7 @@ def test_dead_letters_name_the_file_of_the_record(tmp_path):
     file joined by commas, also for judgments (stream). A record check's dead letter names the file
     the record was read from, on both engines and in the stream; a replay or conflict (decided across
     files) names the stage."""
-    from pipelines import stream as stream_cli
+    from streameval.jobs import stream as stream_cli
 
     imps, judg = _logs(queries=3, reps=1)
     bad_pos = dict(imps[0], event_id="bad/1", request_id="bad", position=0)
@@ -686,7 +686,7 @@ def test_stream_rerun_replaces_the_panes_and_a_failed_run_leaves_the_previous_on
     directory from a killed run's. The job now replaces its outputs and writes manifest.json last
     (the batch job's mechanism). Issue 36: a --replay run that fails leaves the previous run's panes
     and manifest as they were, and nothing of its own (no staging folder, no temporary files)."""
-    from pipelines import stream as stream_cli
+    from streameval.jobs import stream as stream_cli
     from streameval.beam import sinks
 
     imps, judg = _logs(queries=3, reps=2)
@@ -747,7 +747,7 @@ def test_requests_spanning_windows_follow_one_rule_in_batch_and_stream(tmp_path)
     time, on both batch engines and in the stream: a request belongs to the window of its earliest
     impression, and its impressions at or after that window's end plus the allowed lateness are late
     data (late:impression, with the reason), counted as late."""
-    from pipelines import stream as stream_cli
+    from streameval.jobs import stream as stream_cli
 
     hour = 3_600_000_000
 
@@ -810,7 +810,7 @@ def test_grades_the_measures_cannot_score_and_ids_with_nul_are_dead_letters(tmp_
     NaN: the query silently left out (a row of 0 queries). The jobs now reject a judgment above the
     highest grade the requested measures can score, as a dead letter with its reason, on both engines
     and in the stream; the library raises ValueError naming the limit."""
-    from pipelines import stream as stream_cli
+    from streameval.jobs import stream as stream_cli
 
     imps = [dict(_imp(i), query_id="q", item_id=f"d{i}", position=i, score=float(9 - i)) for i in (1, 2)]
     # and an id with a trailing NUL, which numpy's string arrays read as "d2" (the per-record engine

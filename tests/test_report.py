@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats as sst
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval import progress
 from streameval.beam.transforms import metric_row
 from streameval.commands import report

@@ -20,7 +20,7 @@ import pytest
 from apache_beam.portability.api import beam_runner_api_pb2 as rp
 from apache_beam.runners.runner import PipelineRunner
 
-from pipelines import batch, stream
+from streameval.jobs import batch, stream
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sample"

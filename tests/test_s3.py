@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import fastavro
 import pytest
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval.io import avro
 
 from .test_columnar import _messy_logs

@@ -16,7 +16,7 @@ import pickle
 
 import pytest
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval.beam import columnar, sinks, sources
 from streameval.io import avro
 

@@ -178,7 +178,7 @@ def _per_topic(rows):
 
 @pytest.mark.parametrize("engine", ["columnar", "records"])
 def test_batch_job_equals_trec_eval_10_per_query(near_ties, tmp_path, engine):
-    from pipelines import batch
+    from streameval.jobs import batch
 
     qrels, run, want = near_ties
     imps, judg = _avro_inputs(tmp_path, qrels, run)
@@ -193,7 +193,7 @@ def test_batch_job_equals_trec_eval_10_per_query(near_ties, tmp_path, engine):
 
 @pytest.mark.parametrize("engine", ["columnar", "events"])
 def test_stream_job_equals_trec_eval_10_per_query(near_ties, tmp_path, engine):
-    from pipelines import stream
+    from streameval.jobs import stream
 
     qrels, run, want = near_ties
     imps, judg = _avro_inputs(tmp_path, qrels, run)

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import batch
+from streameval.jobs import batch
 from streameval import read_metrics
 from streameval.beam import sinks
 from streameval.io import avro, warehouse

@@ -88,7 +88,7 @@ def _expected(recs, window):
 
 @pytest.mark.parametrize("engine,window", [("columnar", None), ("records", "1h"), ("columnar", "1h")])
 def test_batch_srm_rows_equal_scipy_chisquare(tmp_path, engine, window):
-    from pipelines import batch
+    from streameval.jobs import batch
 
     path, recs = _log(tmp_path)
     out = tmp_path / "out"
@@ -123,7 +123,7 @@ def test_batch_srm_rows_equal_scipy_chisquare(tmp_path, engine, window):
 
 
 def test_batch_srm_sliding_windows_equal_the_sum_of_sub_windows(tmp_path):
-    from pipelines import batch
+    from streameval.jobs import batch
 
     path, recs = _log(tmp_path)
     out = tmp_path / "out"
@@ -143,7 +143,7 @@ def test_batch_srm_sliding_windows_equal_the_sum_of_sub_windows(tmp_path):
 
 
 def test_expected_split_errors_exit_2(tmp_path, capsys):
-    from pipelines import batch
+    from streameval.jobs import batch
 
     path, _ = _log(tmp_path)
     for bad in ("A=1", "A=1,B=-1"):

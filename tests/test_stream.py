@@ -24,8 +24,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from pipelines import batch
-from pipelines import stream as stream_cli
+from streameval.jobs import batch
+from streameval.jobs import stream as stream_cli
 from streameval.accumulators.moments import MeanMoments
 from streameval.beam.combiners import MeanCombineFn
 from streameval.beam.streaming import (

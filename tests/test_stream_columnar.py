@@ -4,7 +4,7 @@ stages per request shard, and the shards' exact partial sums are merged where th
 
 The references are independent of the engine: the final panes equal the batch job's rows (its
 per-record engine, ``tests.test_stream.run_batch``) bit for bit, and the stream's record accounting and
-dead letters equal the batch job's (``pipelines.batch``, run on the same files) record for record, on a
+dead letters equal the batch job's (``streameval.jobs.batch``, run on the same files) record for record, on a
 log with replays, conflicting events, items served twice, unscored items, unjudged queries and
 conflicting judgments spread over several files."""
 
@@ -14,8 +14,8 @@ import random
 
 import pytest
 
-from pipelines import batch as batch_cli
-from pipelines import stream as stream_cli
+from streameval.jobs import batch as batch_cli
+from streameval.jobs import stream as stream_cli
 from streameval.io import avro
 
 from .test_stream import HOUR, _bits, assert_final_equals_batch, imp, jdg, key, panes_of

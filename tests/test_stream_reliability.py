@@ -13,7 +13,7 @@ import struct
 
 import pytest
 
-from pipelines import stream as stream_cli
+from streameval.jobs import stream as stream_cli
 from streameval.beam import streaming
 from streameval.beam.streaming import REASON_CLICK_UNMATCHED, Replay, StreamMetrics
 from streameval.io import avro, cleaning, records

@@ -13,7 +13,7 @@ import time
 import pytest
 from apache_beam.testing.test_stream import ElementEvent, WatermarkEvent
 
-from pipelines import stream as stream_cli
+from streameval.jobs import stream as stream_cli
 from streameval.beam.sources import InputUnavailableError
 from streameval.beam.streaming import live, sinks
 from streameval.io import avro

@@ -6,7 +6,7 @@ Each written form must give the same WindowSpec as the long form (`--window 1h -
 that depend on the window kind (the columnar engine's refusal) must see the rewritten options."""
 import pytest
 
-from pipelines import stream, stream_args
+from streameval.jobs import stream, stream_args
 from streameval.beam.streaming.windows import WindowSpec
 
 H, M = 3_600_000_000, 60_000_000  # an hour and a minute in microseconds
@@ -57,7 +57,7 @@ def test_bad_forms_are_one_line_errors(argv, message, capsys):
 def test_batch_names_the_streaming_job_for_session_windows(window, capsys):
     """The batch job has fixed and sliding windows (tests/test_batch_sliding.py): its one-line error
     for sessions says where they are."""
-    from pipelines import batch
+    from streameval.jobs import batch
     assert batch.main(["--impressions", "x.avro", "--output", "out", "--window", window]) == 2
     err = capsys.readouterr().err
     assert "the streaming job's" in err and err.count("\n") == 1, err

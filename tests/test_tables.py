@@ -27,7 +27,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def batch_twin(stream_replay, tmp_path_factory):
     """The batch job on the replay's files with the replay's metrics and window."""
-    from pipelines import batch
+    from streameval.jobs import batch
 
     out = tmp_path_factory.mktemp("batch_twin") / "out"
     opts = STREAM_OPTIONS[:STREAM_OPTIONS.index("--early-count")]  # --metrics and --window

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines import batch
-from pipelines import stream as stream_cli
+from streameval.jobs import batch
+from streameval.jobs import stream as stream_cli
 from streameval.beam.keys import parse_slices, slice_part
 from streameval.io import avro
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from pipelines import stream as stream_cli
+from streameval.jobs import stream as stream_cli
 from streameval.beam.streaming import live
 from streameval.io import avro
 

@@ -1,5 +1,5 @@
 """Command-line values shared by the batch and streaming jobs: metric lists, slice specifications,
-grade ranges, the pipeline and its output directory. Layer 3: the jobs (``pipelines/``) import these instead of each other's helpers."""
+grade ranges, the pipeline and its output directory. Layer 3: the jobs (``streameval/jobs/``) import these instead of each other's helpers."""
 
 from __future__ import annotations
 

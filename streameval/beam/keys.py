@@ -15,7 +15,7 @@ MISSING = "(missing)"
 ALL = "all"
 
 # --------------------------------------------------------------------------------------------
-# small helpers (pure Python, shared with pipelines/batch.py)
+# small helpers (pure Python, shared with streameval/jobs/batch.py)
 
 # the longest window, lateness or retention: the years 1 to 9999 that event times may span (so that
 # an event time plus a window, a lateness and a retention stays far inside Beam's timestamps)

@@ -20,7 +20,7 @@ streaming job's live panes (``live``) are written into a local ``--output`` in p
 Beam's S3 writer cannot write an empty object (a multipart upload with no parts), so on remote file
 systems a JSON-lines output with no records writes no file; the manifest lists it with no files.
 
-Layer 3 (Beam): imports :mod:`streameval.io`; nothing from ``pipelines``.
+Layer 3 (Beam): imports :mod:`streameval.io`; nothing from ``streameval.jobs``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ bundle).
   (:mod:`streameval.io.parquet_blocks`); damaged bytes raise ``ParquetInputError`` (a dead letter,
   reason ``unreadable Parquet file``), the environment :class:`InputUnavailableError`.
 
-Layer 3 (Beam): imports :mod:`streameval.io`; nothing from ``pipelines``.
+Layer 3 (Beam): imports :mod:`streameval.io`; nothing from ``streameval.jobs``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ mapping that does not fit fails before the job starts (exit status 2, one line),
 convert table`` does. The files are read by the columnar engine (:mod:`streameval.beam.columnar_read`,
 :mod:`streameval.io.parquet_blocks`).
 
-Layer 3 (Beam): imports :mod:`streameval.io`; nothing from ``pipelines``.
+Layer 3 (Beam): imports :mod:`streameval.io`; nothing from ``streameval.jobs``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The jobs' counter names, written once (issue 22: every record rule in one place).
 
-The batch job (``pipelines/batch.py``: both engines, ``streameval/beam/transforms.py``,
+The batch job (``streameval/jobs/batch.py``: both engines, ``streameval/beam/transforms.py``,
 ``online.py`` and ``columnar*.py``), the streaming job (``streameval/beam/streaming/``) and the
-off-policy job (``pipelines/ope.py``) count records with Beam counters in :data:`NAMESPACE`; the
+off-policy job (``streameval/jobs/ope.py``) count records with Beam counters in :data:`NAMESPACE`; the
 batch job's columnar engine also counts which Avro decoder read each file in
 :data:`DECODER_NAMESPACE`. The launchers read them back from the ``PipelineResult``
 (``streameval.beam.accounting.job_counters``), check the record accounting
@@ -167,7 +167,7 @@ def online_no_group(field: str) -> str:
     return f"{ONLINE_PREFIX}no_group:{field}"
 
 
-# ---- off-policy estimates (pipelines/ope.py, beam/online.py) ------------------------------------
+# ---- off-policy estimates (streameval/jobs/ope.py, beam/online.py) ------------------------------------
 
 OPE_IMPRESSIONS = "ope:impressions"  # impressions the estimates are taken from
 OPE_NOT_LOGGED = "ope:not_logged"  # impressions whose clicks were not logged (no reward)

@@ -56,7 +56,7 @@ Modules, one per stage (each says what its stage takes and sends):
 * :mod:`.transform`: :class:`StreamMetrics`;
 * :mod:`.replay`: :class:`Replay`, :func:`replay_clock`.
 
-The streaming job's pieces (``pipelines/stream.py`` assembles them): :mod:`.sources` (replayed,
+The streaming job's pieces (``streameval/jobs/stream.py`` assembles them): :mod:`.sources` (replayed,
 watched, Pub/Sub and Kafka events; :mod:`.live` for ``--watch`` on the local runner), :mod:`.sinks`
 (a file set per pane, JSON-lines side records), :mod:`.console` (panes as tables, running totals,
 the job's own counts).

@@ -85,7 +85,7 @@ class PanesOut(beam.DoFn):
     each pane: a line on the console (unless ``quiet``) and, with a local ``totals_path``, a JSON
     line ``{"at", "pane", "window_start", "window_end", "system", "counts"}`` appended to it. The
     totals are this process's (:func:`streameval.beam.streaming.stream_counts`): the whole job's on
-    the local runner; other runners report Beam counters (see ``pipelines/stream.py``)."""
+    the local runner; other runners report Beam counters (see ``streameval/jobs/stream.py``)."""
 
     def __init__(self, metric_names, quiet, run=None, totals_path=None):
         self.metric_names = list(metric_names)

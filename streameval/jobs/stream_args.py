@@ -1,7 +1,7 @@
 """The streaming job's command line (``streameval stream``): :func:`build_arg_parser` and the
 windows it names (:func:`window_spec`). Imports no Beam, so that ``--help`` and argument errors answer
 before Beam is imported (``streameval.cli`` parses with it first). The job itself, its checks and its pipeline:
-:mod:`pipelines.stream`."""
+:mod:`streameval.jobs.stream`."""
 
 from __future__ import annotations
 

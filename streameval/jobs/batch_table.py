@@ -1,5 +1,5 @@
 """The batch job's console output: the metric table, the comparison table and the one-line report of its
-counters (what `streameval batch` prints after a run; split from pipelines/batch.py)."""
+counters (what `streameval batch` prints after a run; split from streameval/jobs/batch.py)."""
 
 from __future__ import annotations
 

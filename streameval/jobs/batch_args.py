@@ -1,6 +1,6 @@
 """The batch job's command line (``streameval batch``): :func:`build_arg_parser`, which imports no
 Beam, so that ``--help`` and argument errors answer before Beam is imported (``streameval.cli``
-parses with it first). The job itself: :mod:`pipelines.batch`."""
+parses with it first). The job itself: :mod:`streameval.jobs.batch`."""
 
 from __future__ import annotations
 

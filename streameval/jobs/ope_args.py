@@ -1,6 +1,6 @@
 """The off-policy job's command line (``streameval ope``): :func:`build_arg_parser`, which imports no
 Beam, so that ``--help`` and argument errors answer before Beam is imported (``streameval.cli``
-parses with it first). The job itself: :mod:`pipelines.ope`."""
+parses with it first). The job itself: :mod:`streameval.jobs.ope`."""
 
 from __future__ import annotations
 
