@@ -59,7 +59,10 @@ def test_a_rerun_killed_while_running_leaves_a_summary_that_says_so(tmp_path, jo
 
     # the rerun: SIGKILLed as soon as it holds the folder (its lock names it; its pipeline is being
     # built or run), then a moment later
-    rerun = _run([*words, *common, *(["--watch-interval", "0.1"] if extra else [])], env)
+    # (the replay paced at 1 s per 10 minutes of its 400: a rerun of the unpaced replay published
+    # within the 0.5 s the test waited, on CI, and its own DONE summary was taken for the old one)
+    slow = ["--replay-step", "10m", "--replay-pace", "1"] if "--replay" in words else []
+    rerun = _run([*words, *common, *(["--watch-interval", "0.1"] if extra else []), *slow], env)
     try:
         end = time.monotonic() + 300
         while time.monotonic() < end and rerun.poll() is None:
@@ -69,7 +72,7 @@ def test_a_rerun_killed_while_running_leaves_a_summary_that_says_so(tmp_path, jo
             except (OSError, ValueError):
                 pass
             time.sleep(0.02)
-        time.sleep(0.5)
+        time.sleep(0.2)
         assert rerun.poll() is None, "the rerun ended before it could be killed"
         rerun.send_signal(signal.SIGKILL)
         rerun.wait(timeout=30)
@@ -111,3 +114,36 @@ def test_a_run_that_ends_without_publishing_puts_back_what_is_true(tmp_path):
     assert _summary(out)["state"] == "RUNNING" and not (out / "manifest.json").exists()
     sinks.close_output(run)
     assert _summary(out)["state"] == "FAILED" and _summary(out)["run_id"] == run.run_id
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_the_running_summary_is_written_before_the_folder_is_cleared(tmp_path, monkeypatch, live):
+    """The CI failure of the timed test above (stream --replay, a loaded machine): the rerun was killed
+    0.5 s after it took the lock, while it still cleared the folder through Beam's file systems, before
+    it wrote its RUNNING summary. The summary now comes straight after the lock: whatever the run does
+    next finds it RUNNING; a start that fails puts the folder's summary back."""
+    out = tmp_path / "out"
+    out.mkdir()
+    done = {"state": "DONE", "run_id": "r1"}
+    (out / "summary.json").write_text(json.dumps(done))
+    (out / "manifest.json").write_text(json.dumps({"run_id": "r1", "outputs": {}}))
+    seen = []
+    monkeypatch.setattr(sinks, "_remove_beam_temp", lambda d: seen.append(_summary(out)["state"]))
+    run = sinks.start_output(str(out), ["metrics-*"], live=live, command="test")
+    try:
+        assert seen == ["RUNNING"]
+        assert _summary(out)["run_id"] == run.run_id
+    finally:
+        sinks.close_output(run)
+    # ended without publishing: the published run's summary back (staged), FAILED (live, written in place)
+    assert _summary(out) == done if not live else _summary(out)["state"] == "FAILED"
+
+    def boom(d):
+        raise OSError("disk gone")
+
+    (out / "summary.json").write_text(json.dumps(done))
+    monkeypatch.setattr(sinks, "_remove_beam_temp", boom)
+    with pytest.raises(OSError, match="disk gone"):
+        sinks.start_output(str(out), ["metrics-*"], live=live, command="test")
+    assert _summary(out) == (done if not live else None)
+    assert not (out / ".streameval.lock").exists()

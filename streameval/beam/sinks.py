@@ -155,29 +155,50 @@ def start_output(out_dir: str, names, inputs=(), live: bool = False, command: st
     make_output_dir(out_dir)  # ValueError naming it: a file in the way, no permission
     lock = outdir.OutputLock(out_dir, command).acquire()
     try:
+        # from its first step the folder's summary.json says a run is under way (a killed rerun left
+        # the previous run's "state": "DONE"): written at once after the lock, before anything slower
+        # (clearing the folder goes through Beam's file systems); a staged run that ends without
+        # publishing puts the previous summary back
+        previous = None
+        summary = os.path.join(out_dir, SUMMARY)
+        if not live and os.path.isfile(summary):
+            with open(summary, "rb") as fo:
+                data = fo.read()
+            if _state(data) != "RUNNING":  # a killed run's RUNNING summary is not put back
+                previous = data
+        mode = "live" if live else "staged"
+        _write_summary(out_dir, _running_summary(run_id, command, mode, None if live else _published_run(out_dir)), run_id)
         for d in glob.glob(os.path.join(glob.escape(out_dir), STAGING_PREFIX + "*")):  # a killed run's
             shutil.rmtree(d, ignore_errors=True)
         _remove_beam_temp(out_dir)
         if live:
-            _clear(out_dir, names)
-            _write_summary(out_dir, _running_summary(run_id, command, "live", None), run_id)
+            _clear(out_dir, [n for n in names if n != SUMMARY])  # the summary is this run's already
             return OutputRun(out_dir, out_dir, run_id, "live", names, lock)
         staging = os.path.join(out_dir, STAGING_PREFIX + run_id)
         os.mkdir(staging)
         run = OutputRun(out_dir, staging, run_id, "staged", names, lock)
-        # from its first step the folder's summary.json says a run is under way (a killed rerun left
-        # the previous run's "state": "DONE"); a run that ends without publishing puts it back
-        summary = os.path.join(out_dir, SUMMARY)
-        if os.path.isfile(summary):
-            with open(summary, "rb") as fo:
-                data = fo.read()
-            if _state(data) != "RUNNING":  # a killed run's RUNNING summary is not put back
-                run.previous_summary = data
-        _write_summary(out_dir, _running_summary(run_id, command, "staged", _published_run(out_dir)), run_id)
+        run.previous_summary = previous
         return run
     except BaseException:
+        try:  # the folder as the run found it: its summary back (staged) or none
+            if _summary_run_id(out_dir) == run_id:
+                if previous is not None:
+                    _write_summary(out_dir, previous, run_id)
+                else:
+                    os.unlink(os.path.join(out_dir, SUMMARY))
+        except OSError:
+            pass
         lock.release()
         raise
+
+
+def _summary_run_id(out_dir: str) -> str | None:
+    """The ``run_id`` of ``out_dir/summary.json``, or None."""
+    try:
+        with open(os.path.join(out_dir, SUMMARY), "rb") as fo:
+            return json.loads(fo.read().decode("utf-8")).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 #: the run's summary: RUNNING from the start of a local run (:func:`start_output`), the job's own when it ends
