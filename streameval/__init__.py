@@ -6,7 +6,8 @@ start without Beam). ``streameval.compare(qrels, {"a": run_a, "b": run_b}, ["ndc
 significance tests of several runs (:mod:`streameval.api_compare`). ``streameval.read_metrics(path)`` reads a finished batch or streaming job's
 output directory as one table of metric rows (:func:`streameval.io.tables.read_metrics`; imported
 when first used). ``streameval.fuse(runs, method="rrf")`` fuses runs as ranx's ``fuse``
-(:mod:`streameval.fusion`).
+(:mod:`streameval.fusion`). ``streameval.evaluate_log(impressions_df, ["ctr", "auc", "gauc[user]"], by="campaign",
+window="1d")`` computes the batch job's online metric rows in memory, without Beam (:mod:`streameval.api_log`).
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ import importlib
 
 __version__ = "0.1.0"
 __all__ = ["evaluate", "Evaluation", "compare", "Comparison", "MetricOptions", "MetricSpec", "MetricNameError",
-           "parse_metrics", "read_metrics", "fuse", "FusedRun"]
+           "parse_metrics", "read_metrics", "fuse", "FusedRun", "evaluate_log", "MetricsWithoutRowsError"]
 
 # every public name is imported on first use (PEP 562): ``import streameval`` alone imports nothing
 # else, so the ``streameval`` command can set process-wide settings (BLAS threads) before numpy's
 # import, and read_metrics (the I/O layer: fastavro) costs nothing to those who do not use it
 _LAZY = {"evaluate": ".api", "Evaluation": ".api", "compare": ".api_compare", "Comparison": ".api_compare", "MetricOptions": ".metrics.kernel",
          "MetricSpec": ".metrics.names", "MetricNameError": ".metrics.names", "parse_metrics": ".metrics.names",
-         "read_metrics": ".io.tables", "fuse": ".fusion", "FusedRun": ".fusion"}
+         "read_metrics": ".io.tables", "fuse": ".fusion", "FusedRun": ".fusion",
+         "evaluate_log": ".api_log", "MetricsWithoutRowsError": ".api_log"}
 
 
 def __getattr__(name):

@@ -85,7 +85,9 @@ def parse_window(window, name: str = "window") -> float | None:
     return size
 
 
-def _window_micros(window) -> int | None:
+def window_micros(window) -> int | None:
+    """The size in microseconds of ``window`` as :func:`parse_window` reads it (None: the global
+    window); ValueError as there, and for a window shorter than a microsecond."""
     size = parse_window(window)
     if size is None:
         return None
@@ -93,6 +95,9 @@ def _window_micros(window) -> int | None:
     if micros < 1:
         raise ValueError(f"window {window!r} is shorter than a microsecond")
     return micros
+
+
+_window_micros = window_micros  # its former name (the engines import it)
 
 
 def sliding_windows(window, every=None, max_windows_per_record=MAX_WINDOWS_PER_RECORD) -> tuple:

@@ -89,6 +89,9 @@ __all__ = [
 ]
 
 from .arguments import LABEL_SOURCES, UNJUDGED_POLICIES  # noqa: E402,F401  (the command line's, Beam-free)
+# the rows of the online metrics: in the metrics layer (the library's evaluate_log uses them too)
+from ..metrics.rows import (INTERLEAVING_SUFFIXES, calibration_bin_name, calibration_rows,  # noqa: E402,F401
+                            gauc_rows, group_slice, hist_rows, interleaving_rows, with_interval)
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,26 +191,6 @@ class InterleavingRequestCombineFn(ClickRequestCombineFn):
         self.ops = InterleavingRequestOps(attribute_keys)
 
 
-#: the rows of ``interleaving`` (``interleaving:<suffix>``), see :func:`interleaving_rows`
-INTERLEAVING_SUFFIXES = ("preference", "wins_a", "wins_b", "ties", "p_value", "win_rate_b")
-
-
-def interleaving_rows(kv, level=0.95):
-    """The rows of one key's interleaving totals: ``kv`` = ``((ws, we, label, system), [(wins_a, n,
-    _), (wins_b, n, _), (ties, n, _)])`` (sums of the per-request indicators,
-    :func:`~streameval.metrics.interleaving.request_terms`) -> rows ``interleaving:<suffix>``
-    (:data:`INTERLEAVING_SUFFIXES`, :func:`~streameval.metrics.interleaving.interleaving_results`);
-    ``win_rate_b`` carries its Wilson interval."""
-    (ws, we, label, system), totals = kv
-    wa, wb, t = (int(round(v[0])) if v[1] else 0 for v in totals)
-    res = il.interleaving_results(wa, wb, t, level)
-    for suffix in INTERLEAVING_SUFFIXES:
-        value, n, se, ci = res[suffix]
-        extra = {} if ci is None else {"ci_low": ci[0], "ci_high": ci[1], "ci_level": float(level),
-                                       "ci_method": "wilson"}
-        yield metric_row(ws, we, label, system, f"interleaving:{suffix}", value, n, se, **extra)
-
-
 class OpeCombineFn(beam.CombineFn):
     """IPS / SNIPS sums. Inputs ``(reward, target_prob, logging_prob)``; output
     ``{"ips": (V, n, se), "snips": (V, n, se), "mean_weight": (w, n, None), "ess": (ess, n, None)}``."""
@@ -243,29 +226,6 @@ class CalibrationCombineFn(OpsCombineFn):
     def add_input(self, acc, element):
         p, label = element
         return self.ops.add(acc, p, label)
-
-
-def calibration_bin_name(bins: int, b: int, what: str) -> str:
-    """The row of one reliability-diagram bin: ``calibration_bin[bins=B,k=b]:predicted`` (mean
-    predicted probability) or ``:observed`` (click rate); ``b`` 0-based, the bin
-    ``(b / B, (b + 1) / B]``."""
-    return f"calibration_bin[bins={bins},k={b}]:{what}"
-
-
-def calibration_rows(kv, specs):
-    """The rows of one key's :class:`CalibrationCombineFn` output for the requested ``specs``
-    (calibration :class:`~streameval.metrics.online.OnlineSpec`); each ``ece[bins=B]`` also gives
-    its reliability-diagram rows (:func:`calibration_bin_name`, ``num_queries``: the bin's
-    examples; ``stderr`` of the click rate)."""
-    (ws, we, label, system), res = kv
-    for s in specs:
-        if s.family == "ece":
-            yield metric_row(ws, we, label, system, s.name, *res["ece"][s.k])
-            for b, n, pred, obs, se in res["bins"][s.k]:
-                yield metric_row(ws, we, label, system, calibration_bin_name(s.k, b, "predicted"), pred, n, None)
-                yield metric_row(ws, we, label, system, calibration_bin_name(s.k, b, "observed"), obs, n, se)
-        else:
-            yield metric_row(ws, we, label, system, s.name, *res[s.family])
 
 
 # --------------------------------------------------------------------------------------------
@@ -372,41 +332,6 @@ class LabelFromJudgments(beam.PTransform):
 def _keys(rec, window_micros, slice_specs):
     ws, we = window_bounds(rec.get("timestamp"), window_micros)
     return [(ws, we, label, rec["system_id"]) for label in slice_labels(rec.get("attributes"), slice_specs)]
-
-
-def group_slice(label, group, gid):
-    """The slice of one group's AUC row (``group_rows``): ``<group>=<id>`` within ``label``."""
-    return f"{group}={gid}" if label == "all" else f"{label},{group}={gid}"
-
-
-def hist_rows(kv):
-    """The rows of one key's histogram AUC: the value and its guaranteed error bound."""
-    (ws, we, label, system), (auc, n, se, bound) = kv
-    yield metric_row(ws, we, label, system, "auc_hist", auc, n, se)
-    yield metric_row(ws, we, label, system, "auc_hist:max_error", bound, n, None)
-
-
-def gauc_rows(kv, group, weightings):
-    """The rows of one key's GAUC (:meth:`~streameval.accumulators.online.GaucOps.extract` output):
-    one per weighting, and the count of excluded (single-class) groups."""
-    (ws, we, label, system), (results, excluded) = kv
-    for wname, (value, n, se) in zip(weightings, results):
-        yield metric_row(ws, we, label, system, f"gauc[{group},{wname}]", value, n, se)
-    n_used = results[0][1] if results else 0
-    yield metric_row(ws, we, label, system, f"gauc[{group}]:excluded_groups", excluded, n_used + excluded, None)
-
-
-def with_interval(row: dict, level: float, bounded: str = "logit") -> dict:
-    """Fill a row's confidence interval from its value, count and standard error
-    (:func:`streameval.metrics.stats.row_interval`: Wilson for CTR, t otherwise, ``bounded`` for a
-    metric in [0, 1] whose t interval leaves it); rows without a standard error (bounds, counts of
-    excluded groups) keep none."""
-    from ..metrics import stats
-
-    if row.get("ci_low") is None:
-        row = dict(row, **stats.row_interval(row["metric"], row["value"], row["num_queries"], row["stderr"], level,
-                                             bounded=bounded))
-    return row
 
 
 class OnlineMetrics(beam.PTransform):

@@ -81,27 +81,10 @@ def judgment_grade_range(declared, specs, options: MetricOptions):
     return records.grade_range_for(declared, usable_grade_limit(specs, options))
 
 
-def _nan_to_none(x):
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
-
-
-# every field of schemas/metric_result.avsc, so that all rows have one shape (None: not computed)
-ROW_FIELDS = ("window_start", "window_end", "slice", "system", "metric", "value", "num_queries", "stderr",
-              "ci_low", "ci_high", "ci_level", "ci_method", "pane", "pane_index", "is_final", "metric_canonical")
-
-
-def metric_row(window_start, window_end, slice_label, system, metric, value, num_queries, stderr,
-               **extra) -> dict:
-    """A metric_result record; fields not given (intervals, panes) are None."""
-    row = dict.fromkeys(ROW_FIELDS)
-    row.update(window_start=window_start, window_end=window_end, slice=slice_label, system=system,
-               metric=metric, value=float(value), num_queries=int(num_queries), stderr=_nan_to_none(stderr),
-               metric_canonical=canonical_metric(metric))
-    unknown = set(extra) - set(ROW_FIELDS)
-    if unknown:
-        raise TypeError(f"not metric_result fields: {sorted(unknown)}")
-    row.update(extra)
-    return row
+# the rows' shape and constructor live in the metrics layer (the library's evaluate_log uses them too)
+from ..metrics.rows import ROW_FIELDS, metric_row  # noqa: E402,F401  (re-exported: their former home)
+from ..metrics.rows import click_rows as _click_rows  # noqa: E402,F401
+from ..metrics.rows import nan_to_none as _nan_to_none  # noqa: E402,F401
 
 
 # --------------------------------------------------------------------------------------------
@@ -650,15 +633,6 @@ def _click_keys(rec, window_micros, slice_specs):
     value = (rec["position"], bool(rec["clicked"]))
     system = rec["system_id"]
     return [((ws, we, label, system), value) for label in slice_labels(rec.get("attributes"), slice_specs)]
-
-
-def _click_rows(element, level=stats.DEFAULT_LEVEL):
-    (ws, we, label, system), (overall, by_pos) = element
-    ctr, n, se = overall
-    yield metric_row(ws, we, label, system, "ctr", ctr, n, se, **stats.row_interval("ctr", ctr, n, se, level))
-    for pos, (ctr, n, se) in by_pos.items():
-        name = f"ctr@pos{pos}"
-        yield metric_row(ws, we, label, system, name, ctr, n, se, **stats.row_interval(name, ctr, n, se, level))
 
 
 class ClickMetrics(beam.PTransform):

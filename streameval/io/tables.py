@@ -308,6 +308,12 @@ def final_panes(rows) -> list[dict]:
     return list(best.values())
 
 
+def rows_frame(rows):
+    """Metric rows (dicts) as the pandas DataFrame :func:`read_metrics` gives with ``as_frame=True``
+    (its columns and dtypes; also :func:`streameval.evaluate_log`'s). Raises ImportError without pandas."""
+    return _frame(rows)
+
+
 def _frame(rows):
     try:
         import pandas as pd
