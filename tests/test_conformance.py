@@ -68,6 +68,16 @@ PARAM_NAMES = {
     ("utility", "coefficients"): "utility.2,-1,0,0",
     ("rbp", "p"): "rbp.p=0.5",
     ("rbp_resid", "p"): "rbp_resid.p=0.5",
+    # ir_measures' C/W/L measures (cwl_eval) and Compat: max_rel is required, 3 in the spelling (_spelling)
+    **{(f, "T"): f"{f}(T=2,max_rel=3)" + ("@5" if f == "BPM" else "") for f in ("INST", "INSQ", "BPM", "NERR11")},
+    **{(f, "min_rel"): f"{f}(min_rel=1,max_rel=3)" + ("@5" if f in ("BPM", "SDCG", "NERR8", "NERR9") else "")
+       for f in ("INST", "INSQ", "BPM", "SDCG", "NERR8", "NERR9", "NERR10", "NERR11")},
+    **{(f, "max_rel"): f"{f}(max_rel=2)" + ("@5" if f in ("BPM", "SDCG", "NERR8", "NERR9") else "")
+       for f in ("INST", "INSQ", "BPM", "SDCG", "NERR8", "NERR9", "NERR10", "NERR11")},
+    ("SDCG", "dcg"): None,  # log2 only
+    ("NERR10", "p"): "NERR10(p=0.5,max_rel=3)",
+    ("Compat", "p"): "Compat(p=0.5)",
+    ("Compat", "normalize"): "Compat(normalize=False)",
 }
 
 
@@ -82,6 +92,8 @@ def _spelling(f) -> str:
         parse_metric(probe)
         return f.name
     except MetricNameError:
+        if any(p.name == "max_rel" for p in f.params):  # the C/W/L measures: max_rel required
+            return f"{f.irm[0]}(max_rel=3)"
         return f.irm[0]  # judged: ir_measures' Judged only
 
 
