@@ -255,7 +255,9 @@ def test_names_cover_the_registry():
             assert {s.k for s in mine} >= set(_cutoffs(f)), f.name
         if any(p.name == "rel" for p in f.params) and any("rel" in irm_names._MEASURES[c.lower()][2] for c in f.irm):
             assert any("rel=2" in s.opts for s in mine), f.name
-    assert len(specs) == 120  # rows per system of every option set (117 before f1, f1@k and f1(rel=2): issue 42)
+    # rows per system of every option set (117 before f1, f1@k and f1(rel=2): issue 42; 156 with the C/W/L
+    # measures and Compat: issue 42 item 1)
+    assert len(specs) == 156
 
 
 def test_jobs_refuse_the_geometric_means_in_one_line(tmp_path, capsys):

@@ -148,6 +148,19 @@ def test_bad_parameters(name, why):
     assert isinstance(e.value, ValueError)
 
 
+@pytest.mark.parametrize("name", ["Accuracy", "Accuracy@10", "accuracy(rel=2)@5"])
+def test_accuracy_is_refused_with_the_reason(name):
+    # ir_measures' accuracy provider leaves a query without a relevant document in the top k out of its
+    # mean and divides by zero when every document there is relevant
+    with pytest.raises(ZeroDivisionError):
+        list(ir_measures.iter_calc([ir_measures.parse_measure("Accuracy")], {"q1": {"a": 1, "b": 1}},
+                                   {"q1": {"a": 2.0, "b": 1.0}}))
+    with pytest.raises(MetricNameError) as e:
+        evaluate({"q1": {"a": 1}}, {"q1": {"a": 1.0}}, name)
+    assert "Accuracy is not implemented" in str(e.value) and "ZeroDivisionError" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
 def test_spellings_and_canonical_names():
     a, b, c = parse_metrics(["INST(max_rel=3)", "INST(T=1, min_rel=0, max_rel=3)", "inst(max_rel=3)"])
     # one measure (its rows keep the names as written, as RBP's)

@@ -35,12 +35,17 @@ ir_measures                 streameval
 ``judged_only=True``        (any measure) trec_eval ``-J`` for that measure: its unjudged ranked
                             documents removed before scoring
 ``nDCG(gains={g: x, ...})`` the qrels' grades mapped before scoring (a grade not named: itself)
+``INST(T=t, max_rel=m)``    cwl_eval's C/W/L measures (ir_measures' cwl_eval provider), as are
+``INSQ``, ``BPM(T=t)@K``    ``SDCG@k``, ``NERR8@k``, ``NERR9@k``, ``NERR10(p=x)``, ``NERR11(T=t)``
+                            (all with max_rel): gain (grade - min_rel) / (max_rel - min_rel) in [0, 1]
+``Compat(p=x)``             the compat provider's RBO with the ideal ranking (``normalize=b``)
 ==========================  ==================================================================
 
 ``rel``, ``dcg`` (and RBP's ``p``) apply to that measure only and override the global options
 (``relevance_level``, ``gain``) of :class:`~streameval.metrics.kernel.MetricOptions`. The result row
 keeps the name as written (``AP(rel=2)@100``). Not available (a :class:`MetricNameError` naming the
-measure): the measures only other providers compute (SDCG, NERR*, BPM, INST, INSQ, Accuracy, Compat...). The diversity
+measure): Accuracy (see docs/metrics.md) and nDCG_IA. cwl_eval's C/W/L measures (INST, INSQ, BPM, SDCG,
+NERR8-11; ``max_rel`` required, as in ir_measures) and Compat: :mod:`streameval.metrics.cwl_measures`. The diversity
 measures (alpha_nDCG, ERR_IA, NRBP, P_IA, AP_IA, StRecall...) need subtopic qrels:
 :mod:`streameval.metrics.diversity` parses them and :func:`streameval.evaluate` computes them; the
 commands that read ad hoc qrels refuse them (:func:`streameval.metrics.names.parse_metric`).
@@ -95,8 +100,8 @@ NAMES = tuple(dict.fromkeys(v[0] for v in _MEASURES.values()))
 _OWN_CASED = {"NumRet", "NumRelRet", "NumRel", "NumQ", "SetP", "SetRelP", "SetR", "SetAP", "SetF", "IPrec",
               "Judged", "RBP"}
 # measures ir_measures has through other providers only
-_OTHER = {"alpha_ndcg", "alpha_dcg", "α_ndcg", "α_dcg", "accuracy", "err_ia", "nerr_ia", "ndcg_ia", "nrbp", "nnrbp", "p_ia", "ap_ia", "map_ia",
-          "strecall"}
+_OTHER = {"alpha_ndcg", "alpha_dcg", "α_ndcg", "α_dcg", "accuracy", "err_ia", "nerr_ia", "ndcg_ia", "nrbp", "nnrbp",
+          "p_ia", "ap_ia", "map_ia", "strecall"}
 
 _CWL_LOWER = frozenset(n.lower() for n in CWL)
 
@@ -175,6 +180,11 @@ def parse(raw: str):
         raise unknown_name_error(name)
     low = m.group("name").lower()
     if low not in _MEASURES:
+        if low == "accuracy":
+            raise _error(f"metric {name!r}: ir_measures' Accuracy is not implemented: its accuracy provider gives no "
+                         f"value for a query without a relevant document in the top k (its mean leaves the query "
+                         f"out; ours score every query) and raises ZeroDivisionError when every document there is "
+                         f"relevant")
         if low in _OTHER:
             raise _error(f"metric {name!r}: ir_measures' {m.group('name')} needs a provider other than trec_eval "
                          f"semantics; not implemented")
@@ -211,7 +221,8 @@ def parse(raw: str):
             if canon == "nDCG" and key == "gains":
                 raise _error(f"metric {name!r}: nDCG(gains=...) (custom gain maps) is not implemented")
             ok = ", ".join(sorted(allowed)) or "none"
-            raise _error(f"metric {name!r}: {canon} takes no parameter {key!r} (parameters: {ok})")
+            hint = "; its K is the cutoff: BPM(T=2)@5" if canon == "BPM" and key == "K" else ""
+            raise _error(f"metric {name!r}: {canon} takes no parameter {key!r} (parameters: {ok}){hint}")
         if key in params:
             raise _error(f"metric {name!r}: parameter {key!r} given twice")
         params[key] = v
