@@ -68,6 +68,16 @@ PARAM_NAMES = {
     ("utility", "coefficients"): "utility.2,-1,0,0",
     ("rbp", "p"): "rbp.p=0.5",
     ("rbp_resid", "p"): "rbp_resid.p=0.5",
+    # ir_measures' C/W/L measures (cwl_eval) and Compat: max_rel is required, 3 in the spelling (_spelling)
+    **{(f, "T"): f"{f}(T=2,max_rel=3)" + ("@5" if f == "BPM" else "") for f in ("INST", "INSQ", "BPM", "NERR11")},
+    **{(f, "min_rel"): f"{f}(min_rel=1,max_rel=3)" + ("@5" if f in ("BPM", "SDCG", "NERR8", "NERR9") else "")
+       for f in ("INST", "INSQ", "BPM", "SDCG", "NERR8", "NERR9", "NERR10", "NERR11")},
+    **{(f, "max_rel"): f"{f}(max_rel=2)" + ("@5" if f in ("BPM", "SDCG", "NERR8", "NERR9") else "")
+       for f in ("INST", "INSQ", "BPM", "SDCG", "NERR8", "NERR9", "NERR10", "NERR11")},
+    ("SDCG", "dcg"): None,  # log2 only
+    ("NERR10", "p"): "NERR10(p=0.5,max_rel=3)",
+    ("Compat", "p"): "Compat(p=0.5)",
+    ("Compat", "normalize"): "Compat(normalize=False)",
 }
 
 
@@ -82,6 +92,8 @@ def _spelling(f) -> str:
         parse_metric(probe)
         return f.name
     except MetricNameError:
+        if any(p.name == "max_rel" for p in f.params):  # the C/W/L measures: max_rel required
+            return f"{f.irm[0]}(max_rel=3)"
         return f.irm[0]  # judged: ir_measures' Judged only
 
 
@@ -243,7 +255,9 @@ def test_names_cover_the_registry():
             assert {s.k for s in mine} >= set(_cutoffs(f)), f.name
         if any(p.name == "rel" for p in f.params) and any("rel" in irm_names._MEASURES[c.lower()][2] for c in f.irm):
             assert any("rel=2" in s.opts for s in mine), f.name
-    assert len(specs) == 120  # rows per system of every option set (117 before f1, f1@k and f1(rel=2): issue 42)
+    # rows per system of every option set (117 before f1, f1@k and f1(rel=2): issue 42; 156 with the C/W/L
+    # measures and Compat: issue 42 item 1)
+    assert len(specs) == 156
 
 
 def test_jobs_refuse_the_geometric_means_in_one_line(tmp_path, capsys):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from streameval.metrics import irm_names, kernel, registry, trec_measures
+from streameval.metrics import cwl_measures, irm_names, kernel, registry, trec_measures
 from streameval.metrics.names import ALL_TREC, OFFICIAL_TREC, MetricNameError, MetricSpec, parse_metric, \
     parse_metrics
 
@@ -68,7 +68,8 @@ def test_every_old_name_parses_as_before(name):
 def test_old_names_cover_every_family():
     seen = {spec[0] for v in OLD.values() if isinstance(v, list) for spec in v}
     parsed = {f.name for f in registry.REGISTRY if f.parsed}
-    assert parsed - {"f1"} == seen  # f1: ranx's, added after the refactor (issue 42)
+    # f1: ranx's, added after the refactor (issue 42); the C/W/L measures and Compat: issue 42 item 1
+    assert parsed - {"f1"} - set(cwl_measures.FUNCS) == seen
 
 
 def test_docs_table_in_sync():
@@ -157,6 +158,8 @@ def test_kernel_references_are_the_functions_the_kernel_uses():
             assert fn is trec_measures.relstrings
         elif f.trec_kind:
             assert trec_measures.FUNCS[f.name] is fn, f.name
+        elif f.name in cwl_measures.FUNCS:  # scored on the spec (parameters in its opts), as trec_measures
+            assert cwl_measures.FUNCS[f.name] is fn, f.name
         else:
             assert kernel._FUNCS[f.name] is fn, f.name
 
@@ -204,6 +207,7 @@ def test_closest_names_reach_every_parsed_family():
             continue
         swapped = f.name[1:2] + f.name[0] + f.name[2:]
         typo = swapped if len(f.name) > 2 and swapped.lower() != f.name.lower() else f.name + f.name[-1]
+        typo += "(max_rel=3)" if any(p.name == "max_rel" for p in f.params) else ""  # INST: INST(max_rel=3)
         typo += "@10" if f.cutoff == registry.REQUIRED else ""
         with pytest.raises(MetricNameError) as e:
             parse_metric(typo)

@@ -35,12 +35,17 @@ ir_measures                 streameval
 ``judged_only=True``        (any measure) trec_eval ``-J`` for that measure: its unjudged ranked
                             documents removed before scoring
 ``nDCG(gains={g: x, ...})`` the qrels' grades mapped before scoring (a grade not named: itself)
+``INST(T=t, max_rel=m)``    cwl_eval's C/W/L measures (ir_measures' cwl_eval provider), as are
+``INSQ``, ``BPM(T=t)@K``    ``SDCG@k``, ``NERR8@k``, ``NERR9@k``, ``NERR10(p=x)``, ``NERR11(T=t)``
+                            (all with max_rel): gain (grade - min_rel) / (max_rel - min_rel) in [0, 1]
+``Compat(p=x)``             the compat provider's RBO with the ideal ranking (``normalize=b``)
 ==========================  ==================================================================
 
 ``rel``, ``dcg`` (and RBP's ``p``) apply to that measure only and override the global options
 (``relevance_level``, ``gain``) of :class:`~streameval.metrics.kernel.MetricOptions`. The result row
 keeps the name as written (``AP(rel=2)@100``). Not available (a :class:`MetricNameError` naming the
-measure): the measures only other providers compute (SDCG, NERR*, BPM, INST, INSQ, Accuracy, Compat...). The diversity
+measure): Accuracy (see docs/metrics.md) and nDCG_IA. cwl_eval's C/W/L measures (INST, INSQ, BPM, SDCG,
+NERR8-11; ``max_rel`` required, as in ir_measures) and Compat: :mod:`streameval.metrics.cwl_measures`. The diversity
 measures (alpha_nDCG, ERR_IA, NRBP, P_IA, AP_IA, StRecall...) need subtopic qrels:
 :mod:`streameval.metrics.diversity` parses them and :func:`streameval.evaluate` computes them; the
 commands that read ad hoc qrels refuse them (:func:`streameval.metrics.names.parse_metric`).
@@ -49,6 +54,8 @@ commands that read ad hoc qrels refuse them (:func:`streameval.metrics.names.par
 from __future__ import annotations
 
 import re
+
+from . import registry
 
 __all__ = ["parse", "looks_like", "NAMES"]
 
@@ -81,21 +88,29 @@ _MEASURES = {
     "judged": ("Judged", "judged", set(), "optional"),
     "err": ("ERR", "err", set(), "required"),
     "rbp": ("RBP", "rbp", {"p", "rel"}, "none"),
+    # cwl_eval's C/W/L measures and the compat provider's Compat (cwl_measures.py); parameters: the registry's
+    **{name.lower(): (name, name, {p.name for p in registry.family(name).params}, registry.family(name).cutoff)
+       for name in ("INST", "INSQ", "BPM", "SDCG", "NERR8", "NERR9", "NERR10", "NERR11", "Compat")},
 }
+#: the families scored by streameval.metrics.cwl_measures (their parameters in MetricSpec.opts)
+CWL = frozenset(("INST", "INSQ", "BPM", "SDCG", "NERR8", "NERR9", "NERR10", "NERR11", "Compat"))
 #: ir_measures' measure names as it spells them (the closest names of an unknown one draw on them)
 NAMES = tuple(dict.fromkeys(v[0] for v in _MEASURES.values()))
 # ir_measures names whose spelling only ir_measures uses (parsed here even without parentheses)
 _OWN_CASED = {"NumRet", "NumRelRet", "NumRel", "NumQ", "SetP", "SetRelP", "SetR", "SetAP", "SetF", "IPrec",
               "Judged", "RBP"}
 # measures ir_measures has through other providers only
-_OTHER = {"alpha_ndcg", "alpha_dcg", "α_ndcg", "α_dcg", "sdcg", "nerr8", "nerr9", "nerr10", "nerr11", "bpm", "inst",
-          "insq", "accuracy", "compat", "err_ia", "nerr_ia", "ndcg_ia", "nrbp", "nnrbp", "p_ia", "ap_ia", "map_ia",
-          "strecall"}
+_OTHER = {"alpha_ndcg", "alpha_dcg", "α_ndcg", "α_dcg", "accuracy", "err_ia", "nerr_ia", "ndcg_ia", "nrbp", "nnrbp",
+          "p_ia", "ap_ia", "map_ia", "strecall"}
+
+_CWL_LOWER = frozenset(n.lower() for n in CWL)
 
 _FORM = re.compile(r"^(?P<name>[^\W\d][\w\-]*)\s*(?:\((?P<params>.*)\))?\s*(?:@\s*(?P<k>\S+))?$")
 _ACCEPTED = ("ir_measures: P(rel=r)@k R@k AP(rel=r)[@k] RR(rel=r)[@k] nDCG(dcg='log2'|'exp-log2')[@k] Rprec Bpref "
              "infAP NumRet[(rel=r)] NumRel NumQ SetP[(rel=r,relative=True)] SetR SetAP SetF(beta=b) Success@k "
-             "IPrec(recall=x) Judged[@k] ERR@k RBP(p=x)")
+             "IPrec(recall=x) Judged[@k] ERR@k RBP(p=x) INST(T=t,max_rel=m) INSQ(max_rel=m) BPM(T=t,max_rel=m)@k "
+             "SDCG(max_rel=m)@k NERR8(max_rel=m)@k NERR9(max_rel=m)@k NERR10(p=x,max_rel=m) NERR11(T=t,max_rel=m) "
+             "Compat(p=x)")
 
 
 def _error(message):
@@ -111,7 +126,7 @@ def looks_like(raw: str) -> bool:
     if "(" in name:
         return True
     base = name.split("@", 1)[0].strip()
-    return base in _OWN_CASED or base.lower() in _OTHER
+    return base in _OWN_CASED or base.lower() in _OTHER or base.lower() in _CWL_LOWER
 
 
 def _value(raw, key, text):
@@ -165,6 +180,11 @@ def parse(raw: str):
         raise unknown_name_error(name)
     low = m.group("name").lower()
     if low not in _MEASURES:
+        if low == "accuracy":
+            raise _error(f"metric {name!r}: ir_measures' Accuracy is not implemented: its accuracy provider gives no "
+                         f"value for a query without a relevant document in the top k (its mean leaves the query "
+                         f"out; ours score every query) and raises ZeroDivisionError when every document there is "
+                         f"relevant")
         if low in _OTHER:
             raise _error(f"metric {name!r}: ir_measures' {m.group('name')} needs a provider other than trec_eval "
                          f"semantics; not implemented")
@@ -201,7 +221,8 @@ def parse(raw: str):
             if canon == "nDCG" and key == "gains":
                 raise _error(f"metric {name!r}: nDCG(gains=...) (custom gain maps) is not implemented")
             ok = ", ".join(sorted(allowed)) or "none"
-            raise _error(f"metric {name!r}: {canon} takes no parameter {key!r} (parameters: {ok})")
+            hint = "; its K is the cutoff: BPM(T=2)@5" if canon == "BPM" and key == "K" else ""
+            raise _error(f"metric {name!r}: {canon} takes no parameter {key!r} (parameters: {ok}){hint}")
         if key in params:
             raise _error(f"metric {name!r}: parameter {key!r} given twice")
         params[key] = v
@@ -220,6 +241,8 @@ def parse(raw: str):
         k = int(k)
     elif cut == "required":
         raise _error(f"metric {name!r}: {canon} needs a cutoff, e.g. {canon}@10")
+    if family in CWL:
+        return _cwl_spec(name, canon, params, k, judged_only)
     opts, param = [], ""
     if canon == "NumRelRet":
         params.setdefault("rel", 1)  # ir_measures: NumRelRet = NumRet(rel=1)
@@ -258,3 +281,47 @@ def parse(raw: str):
     if gains:  # ir_measures' nDCG(gains=...): the qrels' grades mapped before scoring (a grade not named: itself)
         opts.append("gains=" + ",".join(f"{g!r}:{v!r}" for g, v in sorted(gains.items())))
     return MetricSpec(family, k, param, ";".join(opts), label=name)
+
+
+def _cwl_spec(name, canon, params, k, judged_only):
+    """The MetricSpec of a measure of :mod:`streameval.metrics.cwl_measures` (INST, INSQ, BPM, SDCG,
+    NERR8-11, Compat): its parameters checked against ir_measures' definitions and kept, defaults
+    filled in, in ``opts`` (``T=1.0;min_rel=0;max_rel=3``)."""
+    from .names import MetricSpec
+
+    f = registry.family(canon)
+    if judged_only:
+        raise _error(f"metric {name!r}: {canon} takes no parameter 'judged_only' (parameters: "
+                     f"{', '.join(p.name for p in f.params)})")
+    opts = []
+    for prm in f.params:
+        v = params.get(prm.name, prm.default)
+        if prm.name == "dcg":
+            if v != "log2":
+                raise _error(f"metric {name!r}: {canon}'s dcg must be 'log2' (the only one ir_measures has), got {v!r}")
+            continue
+        if v is None:
+            raise _error(f"metric {name!r}: {canon} needs max_rel, the largest relevance grade (ir_measures requires "
+                         f"it), e.g. {canon}(max_rel=3){'@10' if f.cutoff == registry.REQUIRED else ''}")
+        if prm.type == "bool":
+            if not isinstance(v, bool):
+                raise _error(f"metric {name!r}: {prm.name} is True or False, got {v!r}")
+            opts.append(f"{prm.name}={v}")
+            continue
+        if isinstance(v, (bool, str)):
+            raise _error(f"metric {name!r}: {prm.name} must be a number, got {v!r}")
+        if prm.type == "int":
+            if v != int(v):
+                raise _error(f"metric {name!r}: {prm.name} must be an integer, got {v!r}")
+            opts.append(f"{prm.name}={int(v)}")
+            continue
+        if prm.name == "T" and not v > 0:
+            raise _error(f"metric {name!r}: {canon}'s T must be positive, got {v!r}")
+        if prm.name == "p" and not 0 <= v <= 1:
+            raise _error(f"metric {name!r}: {canon}'s p must be in [0, 1], got {v!r}")
+        opts.append(f"{prm.name}={float(v)!r}")
+    if "min_rel" in params or "max_rel" in params:
+        lo, hi = int(params.get("min_rel", 0)), int(params["max_rel"])
+        if not lo < hi:
+            raise _error(f"metric {name!r}: min_rel ({lo}) must be below max_rel ({hi})")
+    return MetricSpec(canon, k, "", ";".join(opts), label=name)

@@ -111,7 +111,8 @@ def options_for(spec: MetricSpec, options: "MetricOptions") -> "MetricOptions":
             changes["gain"] = value
         elif key == "floor":
             changes["gain_floor"] = float(value)
-        elif key in ("ranx", "binary", "judged", "gains"):  # read by the family's function / by _compute
+        elif key in ("ranx", "binary", "judged", "gains", "T", "p", "min_rel", "max_rel", "normalize"):
+            # read by the family's function (cwl_measures.params_of) / by _compute
             pass
         else:
             raise ValueError(f"{spec.name}: unknown option {part!r}")
@@ -530,6 +531,7 @@ _FUNCS = {
 
 
 from .trec_measures import FUNCS as _TREC_FUNCS  # noqa: E402  (they use _Batch's helpers)
+from .cwl_measures import FUNCS as _CWL_FUNCS  # noqa: E402
 
 
 def compute(lists: RankedLists, specs: list[MetricSpec], options: MetricOptions | None = None) -> np.ndarray:
@@ -637,7 +639,7 @@ def _compute(lists: RankedLists, specs: list[MetricSpec], opts: MetricOptions) -
         if out is None:
             out = np.empty((len(specs), b.n), dtype=np.float64)
         fn = _FUNCS.get(spec.family) if not (spec.family == "ndcg" and spec.param) else None
-        out[i] = fn(b, spec.k) if fn is not None else _TREC_FUNCS[spec.family](b, spec)
+        out[i] = fn(b, spec.k) if fn is not None else (_TREC_FUNCS.get(spec.family) or _CWL_FUNCS[spec.family])(b, spec)
     if out is None:
         out = np.empty((0, _Batch(lists, opts).n), dtype=np.float64)
     return out

@@ -117,8 +117,14 @@ _DCG = Param("dcg", "str", "log2", ("log2", "exp-log2"), "gain: the grade (trec_
 _ALPHA = Param("alpha", "float", 0.5, "[0, 1]", "redundancy penalty: a document's gain for a subtopic already "
                "covered c times is (1 - alpha)^c (Clarke et al., SIGIR 2008; ndeval -alpha)")
 _BETA = Param("beta", "float", 0.5, "[0, 1]", "NRBP's patience (Clarke et al., ICTIR 2009; ndeval -beta)")
+_MIN_REL = Param("min_rel", "int", 0, "an integer below max_rel", "cwl_eval's gain (grade - min_rel) / (max_rel - "
+                 "min_rel), the grade (negative: 0) clipped to [min_rel, max_rel]; ir_measures' min_rel")
+_MAX_REL = Param("max_rel", "int", None, "an integer above min_rel; required (as in ir_measures)",
+                 "the grade that gains 1 (ir_measures' max_rel)")
+_GOAL = Param("T", "float", 1.0, "a positive number", "the (scaled) gain the user wants (INST's T)")
 _K = "kernel:"
 _T = "trec_measures:"
+_C = "cwl_measures:"
 
 REGISTRY: tuple[Family, ...] = (
     Family("P", ("p", "precision", "prec"), "P@k P_k P.k1,k2 precision@k", REQUIRED, params=(_REL,),
@@ -325,6 +331,51 @@ REGISTRY: tuple[Family, ...] = (
           ("MAP-IA", "AP_IA MAP-IA", False, (_REL,), ("AP_IA",)),
           ("P-IA", "P_IA@k P-IA@k", True, (_REL,), ("P_IA",)),
           ("strec", "StRecall@k S_recall@k strec@k", True, (_REL,), ("StRecall",))))),
+    # -- ir_measures' measures of other providers: cwl_eval's C/W/L measures and Compat (cwl_measures.py) --
+    Family("INST", (), "", NONE, params=(_GOAL, _MIN_REL, _MAX_REL), print_order=56.90, kernel=_C + "_inst",
+           irm=("INST",),
+           rows=(("`INST(T=t, max_rel=m)`", "(none)", "C/W/L expected utility per item, sum W(i) g(i); C(i) = ((i + "
+                  "T + T_i - 1) / (i + T + T_i))^2, T_i = T minus the gain to rank i; g the scaled gain (grade "
+                  "clipped to [min_rel, max_rel], / (max_rel - min_rel)); 1000 ranks; T default 1",
+                  "Moffat, Bailey, Scholer, Thomas, ADCS 2015; cwl_eval 1.0.12 `cwl_inst.py`"),)),
+    Family("INSQ", (), "", NONE, params=(_GOAL, _MIN_REL, _MAX_REL), print_order=56.91, kernel=_C + "_insq",
+           irm=("INSQ",),
+           rows=(("`INSQ(T=t, max_rel=m)`", "(none)", "as INST with C(i) = ((i + 2T - 1) / (i + 2T))^2",
+                  "Moffat, Scholer, Thomas, ADCS 2012; `cwl_insq.py`"),)),
+    Family("BPM", (), "", REQUIRED, params=(_GOAL, _MIN_REL, _MAX_REL), print_order=56.92, state=TOP_K,
+           kernel=_C + "_bpm", irm=("BPM",),
+           rows=(("`BPM(T=t, max_rel=m)@K`", "(none)", "static Bejeweled Player Model: C(i) = 1 while the gain to "
+                  "rank i is below T and i < K, else 0 (the mean scaled gain of the ranks read)",
+                  "Zhang et al., SIGIR 2017; `cwl_bpm.py`"),)),
+    Family("SDCG", (), "", REQUIRED, params=(Param("dcg", "str", "log2", ("log2",), "DCG formulation"), _MIN_REL,
+                                            _MAX_REL), print_order=56.93, state=TOP_K, kernel=_C + "_sdcg",
+           irm=("SDCG",),
+           rows=(("`SDCG(max_rel=m)@k`", "(none)", "sum over r <= k of g(r) / log2(r + 1), / sum over r <= k of "
+                  "1 / log2(r + 1): DCG@k scaled as if k documents of the top grade existed",
+                  "Jarvelin and Kekalainen 2002; `cwl_dcg.py`"),)),
+    Family("NERR8", (), "", REQUIRED, params=(_MIN_REL, _MAX_REL), print_order=56.94, state=TOP_K,
+           kernel=_C + "_nerr8", irm=("NERR8",),
+           rows=(("`NERR8(max_rel=m)@k`", "(none)", "C/W/L, C(i) = 1 - g(i) for i < k, else 0",
+                  "Azzopardi, Mackenzie, Moffat, ICTIR 2021, Eq. 8; `cwl_nerr.py`"),)),
+    Family("NERR9", (), "", REQUIRED, params=(_MIN_REL, _MAX_REL), print_order=56.95, state=TOP_K,
+           kernel=_C + "_nerr9", irm=("NERR9",),
+           rows=(("`NERR9(max_rel=m)@k`", "(none)", "C/W/L, C(i) = i / (i + 1) (1 - g(i)) for i < k, else 0",
+                  "ICTIR 2021, Eq. 9"),)),
+    Family("NERR10", (), "", NONE, params=(Param("p", "float", 0.9, "[0, 1]", "persistence"), _MIN_REL, _MAX_REL),
+           print_order=56.96, kernel=_C + "_nerr10", irm=("NERR10",),
+           rows=(("`NERR10(p=x, max_rel=m)`", "(none)", "C/W/L, C(i) = p (1 - g(i)); 1000 ranks; p default 0.9",
+                  "ICTIR 2021, Eq. 10"),)),
+    Family("NERR11", (), "", NONE, params=(_GOAL, _MIN_REL, _MAX_REL), print_order=56.97, kernel=_C + "_nerr11",
+           irm=("NERR11",),
+           rows=(("`NERR11(T=t, max_rel=m)`", "(none)", "C/W/L, C(i) = ((i + 2T - 1) / (i + 2T))^2 (1 - g(i)); 1000 "
+                  "ranks; T default 1", "ICTIR 2021, Eq. 11"),)),
+    Family("Compat", (), "", NONE, params=(Param("p", "float", 0.95, "[0, 1]", "RBO's persistence"),
+                                           Param("normalize", "bool", True, (True, False),
+                                                 "divided by the ideal ranking's own RBO")),
+           print_order=56.98, kernel=_C + "_compat", irm=("Compat",),
+           rows=(("`Compat(p=x)`", "(none)", "rank-biased overlap (to depth max(ranked, positive judgments)) of the "
+                  "run with the ideal ranking (positive judgments by decreasing grade), / the ideal's own RBO; p "
+                  "default 0.95", "Clarke, Vtyurina, Smucker, TOIS 2021; ir_measures `compat_provider.py`"),)),
     # trec_eval's string measure: `streameval trec-eval` only (trec_names.relstring)
     Family("relstring", (), "relstring[.N]", trec_name="relstring", print_order=12, trec_sets=("all_trec",),
            trec_defaults=(10,), kernel=_T + "relstrings", parsed=False),
