@@ -202,3 +202,154 @@ def test_library_refuses_a_bad_reward_model():
         mo.dr_from_terms(np.ones(3), np.full(3, 0.5), np.full(3, 0.5), np.ones(2), np.ones(3))
     with pytest.raises(ValueError, match="must be finite"):
         DrOps().add(DrOps().create(), 1.0, 0.5, 0.5, float("nan"), 0.1)
+
+
+# --------------------------------------------------------------------------------------------
+# the command
+
+def _log(tmp_path, n, seed, weights="moderate"):
+    """n impressions (two campaigns), a reward model file for them, and the arrays behind both."""
+    rng = np.random.default_rng(seed)
+    recs, rm = [], []
+    for i in range(n):
+        pb = float(rng.uniform(0.1, 0.5))
+        if weights == "wide" and rng.random() < 0.005:  # a few rounds of weight 2e5 outweigh the rest
+            pb = 1e-6
+        recs.append({"event_id": f"e{i}", "request_id": f"e{i}", "query_id": "", "system_id": "L",
+                     "item_id": str(int(rng.integers(0, 5))), "position": 1, "clicked": bool(rng.random() < 0.3),
+                     "timestamp": i, "propensity": pb, "attributes": {"campaign": "a" if i % 3 else "b"}})
+        rm.append({"event_id": f"e{i}", "reward_hat": float(rng.uniform(0, 0.5)), "dm_value": float(rng.uniform(0, 0.5))})
+    logs = tmp_path / "logs.avro"
+    avro.write_records(str(logs), "impression", recs)
+    return logs, recs, rm
+
+
+def _write_rm(path, rm, fmt="csv"):
+    if fmt == "csv":
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=["event_id", "reward_hat", "dm_value"])
+            w.writeheader()
+            for row in rm:
+                w.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
+    else:
+        with open(path, "w", encoding="utf-8") as f:
+            for row in rm:
+                f.write(json.dumps(row) + "\n")
+
+
+def _run(tmp_path, logs, rm_path, *extra):
+    from streameval.jobs import ope
+
+    out = tmp_path / "out"
+    rc = ope.main(["--logs", str(logs), "--target", "random", "--n-items", "5", "--slice", "campaign",
+                   "--output", str(out), *(["--reward-model", str(rm_path)] if rm_path else []), *extra])
+    rows, dead = {}, []
+    if rc == 0:
+        for line in open(out / "metrics.jsonl", encoding="utf-8"):
+            r = json.loads(line)
+            rows[(r["slice"], r["metric"])] = r
+        dead = [json.loads(line) for line in open(out / "dead_letters.jsonl", encoding="utf-8")]
+    return rc, rows, dead
+
+
+def test_command_rows_equal_the_library(tmp_path, capsys):
+    logs, recs, rm = _log(tmp_path, 600, 5)
+    _write_rm(tmp_path / "rm.jsonl", rm, "jsonl")
+    rc, rows, dead = _run(tmp_path, logs, tmp_path / "rm.jsonl", "--switch-tau", "1", "--switch-tau", "2.5")
+    assert rc == 0 and dead == []
+    err = capsys.readouterr().err
+    assert "effective sample size" not in err  # every row: ESS above 100 and 1% of its impressions
+    for sl, keep in (("all", lambda r: True), ("campaign=a", lambda r: r["attributes"]["campaign"] == "a"),
+                     ("campaign=b", lambda r: r["attributes"]["campaign"] == "b")):
+        idx = [i for i, r in enumerate(recs) if keep(r)]
+        r = np.array([float(recs[i]["clicked"]) for i in idx])
+        pb = np.array([recs[i]["propensity"] for i in idx])
+        pe = np.full(len(idx), 0.2)
+        q = np.array([rm[i]["reward_hat"] for i in idx])
+        d = np.array([rm[i]["dm_value"] for i in idx])
+        want = {"dm[random]": mo.dm_from_terms(d), "dr[random]": mo.dr_from_terms(r, pe, pb, q, d),
+                "sndr[random]": mo.sndr_from_terms(r, pe, pb, q, d),
+                "switch_dr[random,tau=1]": mo.switch_dr_from_terms(r, pe, pb, q, d, 1.0),
+                "switch_dr[random,tau=2.5]": mo.switch_dr_from_terms(r, pe, pb, q, d, 2.5),
+                "ips[random]": mo.ips(r, pe, pb)}
+        for metric, (v, se) in want.items():
+            row = rows[(sl, metric)]
+            assert row["num_queries"] == len(idx), (sl, metric)
+            assert row["value"] == pytest.approx(v, rel=1e-13, abs=1e-15), (sl, metric)
+            assert row["stderr"] == pytest.approx(se, rel=1e-10), (sl, metric)
+            assert row["ci_low"] < row["value"] < row["ci_high"]
+    # the switch thresholds do switch here: tau 1 leaves out some rounds' corrections, 2.5 none (w <= 2)
+    assert rows[("all", "switch_dr[random,tau=2.5]")]["value"] == rows[("all", "dr[random]")]["value"]
+    assert rows[("all", "switch_dr[random,tau=1]")]["value"] != rows[("all", "dr[random]")]["value"]
+    # the default tau is obp's (1); without --reward-model no such rows
+    rc, rows2, _ = _run(tmp_path, logs, tmp_path / "rm.jsonl")
+    assert rc == 0 and ("all", "switch_dr[random,tau=1]") in rows2 and ("all", "switch_dr[random,tau=2.5]") not in rows2
+    rc, rows3, _ = _run(tmp_path, logs, None)
+    assert rc == 0 and not any(m.startswith(("dm[", "dr[", "sndr[", "switch_dr[")) for _, m in rows3)
+
+
+def test_command_warns_once_on_a_small_effective_sample_size(tmp_path, capsys):
+    logs, recs, rm = _log(tmp_path, 40, 8)  # ESS below 100 in every row
+    _write_rm(tmp_path / "rm.csv", rm)
+    rc, rows, _ = _run(tmp_path, logs, tmp_path / "rm.csv")
+    err = capsys.readouterr().err
+    assert rc == 0
+    lines = [line for line in err.splitlines() if "effective sample size" in line]
+    assert len(lines) == 1 and lines[0].startswith("warning: ") and "3 of 3 (slice, logs) rows" in lines[0]
+    # a large log with a few huge weights: ESS below 1% of the 3000 impressions
+    logs, recs, rm = _log(tmp_path, 3000, 9, weights="wide")
+    rc, rows, _ = _run(tmp_path, logs, None)
+    ess = rows[("all", "ope[random]:ess")]
+    err = capsys.readouterr().err
+    assert rc == 0 and ess["value"] < 0.01 * ess["num_queries"]
+    assert sum("effective sample size" in line for line in err.splitlines()) == 1
+    # and none on a large log with moderate weights
+    logs, recs, rm = _log(tmp_path, 3000, 10)
+    rc, rows, _ = _run(tmp_path, logs, None)
+    assert rc == 0 and rows[("all", "ope[random]:ess")]["value"] > 1000
+    assert "effective sample size" not in capsys.readouterr().err
+
+
+def test_small_ess_rule():
+    from streameval.jobs.ope import ESS_WARN_FRACTION, ESS_WARN_MIN, small_ess_warning
+
+    assert (ESS_WARN_MIN, ESS_WARN_FRACTION) == (100, 0.01)  # as docs/metrics.md says
+
+    def rows(*pairs):
+        return [{"metric": "ope[t]:ess", "value": e, "num_queries": n, "slice": f"s{i}", "system": "L"}
+                for i, (e, n) in enumerate(pairs)]
+
+    assert small_ess_warning(rows((150.0, 10_000), (100.0, 100)), "t") is None
+    assert "1 of 2" in small_ess_warning(rows((150.0, 10_000), (150.0, 20_000)), "t")  # below 1%
+    assert "smallest 99.0 of 120" in small_ess_warning(rows((99.0, 120), (5000.0, 20_000)), "t")  # below 100
+    assert small_ess_warning(rows((99.0, 120)), "other") is None
+
+
+def test_command_refuses_a_bad_reward_model_and_dead_letters_a_missing_row(tmp_path, capsys):
+    logs, recs, rm = _log(tmp_path, 30, 4)
+    # wrong shape: a column missing, a value that is no number, an event given twice: exit 2, one line
+    for name, rows_, text in (("nocol.csv", [{k: v for k, v in r.items() if k != "dm_value"} for r in rm],
+                               "no column dm_value"),
+                              ("bad.jsonl", [dict(rm[0], reward_hat="high")] + rm[1:], "reward_hat 'high' is not a number"),
+                              ("twice.jsonl", rm + [rm[3]], "event_id 'e3' given twice")):
+        path = tmp_path / name
+        if name.endswith(".csv"):
+            with open(path, "w", newline="", encoding="utf-8") as f:
+                w = csv.DictWriter(f, fieldnames=["event_id", "reward_hat"])
+                w.writeheader()
+                w.writerows(rows_)
+        else:
+            _write_rm(path, rows_, "jsonl")
+        rc, _, _ = _run(tmp_path, logs, path)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2
+        assert len(err) == 1 and err[0].startswith("error: reward model") and text in err[0], err
+    rc, _, _ = _run(tmp_path, logs, tmp_path / "twice.jsonl", "--switch-tau", "-1")
+    assert rc == 2 and "--switch-tau" in capsys.readouterr().err
+    # a row the reward model does not cover: a dead letter with its reason, left out of every estimate
+    _write_rm(tmp_path / "part.csv", rm[:-2])
+    rc, rows, dead = _run(tmp_path, logs, tmp_path / "part.csv")
+    assert rc == 0
+    assert sorted(json.loads(d["raw"])["event_id"] for d in dead) == ["e28", "e29"]
+    assert all(d["reason"].startswith("no reward model value for event") for d in dead)
+    assert rows[("all", "dr[random]")]["num_queries"] == 28 == rows[("all", "ips[random]")]["num_queries"]
