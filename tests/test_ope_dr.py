@@ -353,3 +353,56 @@ def test_command_refuses_a_bad_reward_model_and_dead_letters_a_missing_row(tmp_p
     assert sorted(json.loads(d["raw"])["event_id"] for d in dead) == ["e28", "e29"]
     assert all(d["reason"].startswith("no reward model value for event") for d in dead)
     assert rows[("all", "dr[random]")]["num_queries"] == 28 == rows[("all", "ips[random]")]["num_queries"]
+
+
+def test_command_equals_obp_on_the_open_bandit_sample(tmp_path, capsys):
+    """The random policy's CTR from the BTS logs of the men campaign: the job's rows with a reward
+    model (a per (item, position) click rate of the random logs, shifted per round by the logged
+    user-item affinity) equal obp's estimators on the same arrays (obp's (n, n_items, 3) shapes)."""
+    from .conftest import data_path
+
+    _, _, est, _ = _import_obp()
+    from streameval.jobs import ope
+
+    bts = data_path("obd", "bts", "men", "men.csv")
+    rnd = data_path("obd", "random", "men", "men.csv")
+    with open(bts, newline="", encoding="utf-8") as f:
+        logged = list(csv.DictReader(f))
+    with open(rnd, newline="", encoding="utf-8") as f:
+        other = list(csv.DictReader(f))
+    n_items, L = 34, 3
+    shows, clicks = np.zeros((n_items, L)), np.zeros((n_items, L))
+    for r in other:
+        shows[int(r["item_id"]), int(r["position"]) - 1] += 1
+        clicks[int(r["item_id"]), int(r["position"]) - 1] += int(r["click"])
+    base = (clicks + 0.5) / (shows + 100.0)
+    n = len(logged)
+    aff = np.array([[float(r[f"user-item_affinity_{a}"]) for a in range(n_items)] for r in logged])
+    q_hat = base[None, :, :] + 0.001 * aff[:, :, None]
+    pi = np.full((n, n_items, L), 1.0 / n_items)
+    kw = dict(reward=np.array([float(r["click"]) for r in logged]),
+              action=np.array([int(r["item_id"]) for r in logged]),
+              pscore=np.array([float(r["propensity_score"]) for r in logged]), action_dist=pi,
+              estimated_rewards_by_reg_model=q_hat, position=np.array([int(r["position"]) - 1 for r in logged]))
+    _, q, d = mo.reward_model_terms(kw["action"], pi, q_hat, kw["position"])
+    _write_rm(tmp_path / "rm.csv", [{"event_id": f"bts/men/{r['']}", "reward_hat": float(a), "dm_value": float(b)}
+                                     for r, a, b in zip(logged, q, d)])
+    assert ope.main(["--logs", str(bts), "--target", "random", "--reward-model", str(tmp_path / "rm.csv"),
+                     "--switch-tau", "1", "--switch-tau", "20", "--output", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    rows = {}
+    for line in open(tmp_path / "out" / "metrics.jsonl", encoding="utf-8"):
+        r = json.loads(line)
+        if r["slice"] == "campaign=men":
+            rows[r["metric"]] = r
+    ref = {"dm[random]": est.DirectMethod().estimate_policy_value(
+               action_dist=pi, estimated_rewards_by_reg_model=q_hat, position=kw["position"]),
+           "dr[random]": est.DoublyRobust().estimate_policy_value(**kw),
+           "sndr[random]": est.SelfNormalizedDoublyRobust().estimate_policy_value(**kw),
+           "switch_dr[random,tau=1]": est.SwitchDoublyRobust(tau=1.0).estimate_policy_value(**kw),
+           "switch_dr[random,tau=20]": est.SwitchDoublyRobust(tau=20.0).estimate_policy_value(**kw)}
+    for metric, v in ref.items():
+        assert rows[metric]["num_queries"] == n
+        assert rows[metric]["value"] == pytest.approx(v, rel=1e-12, abs=0), metric
+    assert rows["dr[random]"]["stderr"] == pytest.approx(
+        np.std(est.DoublyRobust()._estimate_round_rewards(**kw), ddof=1) / math.sqrt(n), rel=1e-10)
