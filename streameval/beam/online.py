@@ -48,6 +48,7 @@ from ..accumulators.online import (
     InterleavingRequestOps,
     OpeOps,
 )
+from ..accumulators.online_ope import DrOps
 from ..io import counters as cn
 from ..io import records
 from ..metrics import interleaving as il
@@ -70,6 +71,8 @@ from .transforms import (
 )
 
 __all__ = [
+    "DrCombineFn",
+    "tau_label",
     "AucCombineFn",
     "GroupAucCombineFn",
     "HistAucCombineFn",
@@ -213,6 +216,39 @@ class OpeCombineFn(beam.CombineFn):
 
     def get_accumulator_coder(self):
         return FastPrimitivesCoder()
+
+
+class DrCombineFn(beam.CombineFn):
+    """DM, DR, SNDR and Switch-DR sums (:class:`~streameval.accumulators.online_ope.DrOps`). Inputs
+    ``(reward, target_prob, logging_prob, reward_hat, dm_value)``; output ``DrOps(taus).extract``."""
+
+    def __init__(self, taus=(om.DEFAULT_SWITCH_TAU,)):
+        self.ops = DrOps(taus)
+
+    def create_accumulator(self):
+        return self.ops.create()
+
+    def add_input(self, acc, element):
+        return self.ops.add(acc, *element)
+
+    def merge_accumulators(self, accumulators):
+        return self.ops.merge(accumulators)
+
+    def compact(self, acc):
+        return acc
+
+    def extract_output(self, acc):
+        return self.ops.extract(acc)
+
+    def get_accumulator_coder(self):
+        return FastPrimitivesCoder()
+
+
+def tau_label(tau: float) -> str:
+    """The switch threshold as written in a row name: ``switch_dr[TARGET,tau=<label>]`` (``repr``
+    of the float without a trailing ``.0``: 1 -> ``1``, 0.5 -> ``0.5``)."""
+    t = repr(float(tau))
+    return t[:-2] if t.endswith(".0") else t
 
 
 class CalibrationCombineFn(OpsCombineFn):
@@ -591,8 +627,9 @@ class OnlineMetrics(beam.PTransform):
 
 @beam.typehints.with_output_types(typing.Tuple[typing.Any, typing.Any])
 class _OpeKeys(beam.DoFn):
-    def __init__(self, target, window_micros, slice_specs):
+    def __init__(self, target, window_micros, slice_specs, reward_model=None):
         self.target = target
+        self.reward_model = reward_model
         self.window_micros = window_micros
         self.slice_specs = slice_specs
         self.counted = Metrics.counter(NAMESPACE, cn.OPE_IMPRESSIONS)
@@ -623,8 +660,20 @@ class _OpeKeys(beam.DoFn):
             yield pvalue.TaggedOutput("rejected", self._dead_letter(
                 rec, f"importance weight {pe!r} / propensity {pb!r} is not a finite number"))
             return
-        self.counted.inc()
         value = (1.0 if clicked else 0.0, float(pe), float(pb))
+        if self.reward_model is not None:
+            qd = self.reward_model(rec)
+            if qd is None:
+                yield pvalue.TaggedOutput("rejected", self._dead_letter(
+                    rec, f"no reward model value for event {rec['event_id']!r}"))
+                return
+            q, d = float(qd[0]), float(qd[1])
+            if not (math.isfinite(q) and math.isfinite(d)) or not math.isfinite(float(pe) / float(pb) * (value[0] - q)):
+                yield pvalue.TaggedOutput("rejected", self._dead_letter(
+                    rec, f"reward model values {qd[0]!r}, {qd[1]!r} give no finite estimate term"))
+                return
+            value = (*value, q, d)
+        self.counted.inc()
         for k in _keys(rec, self.window_micros, self.slice_specs):
             yield (k, value)
 
@@ -642,11 +691,23 @@ class OffPolicyCtr(beam.PTransform):
     :class:`~streameval.metrics.online.LoggedPropensityTarget`). The reward is ``clicked``;
     impressions with ``clicked`` null are skipped and counted (``ope:not_logged``). Impressions
     without a propensity in (0, 1], or for which the target gives no probability, go to
-    ``self.rejected`` (dead letters with the reason) after the transform is applied."""
+    ``self.rejected`` (dead letters with the reason) after the transform is applied.
 
-    def __init__(self, target, target_name: str, window=None, slices=(), ci_level=0.95, label=None):
+    ``reward_model``: None, or a picklable callable impression dict -> ``(reward_hat, dm_value)``
+    (q_hat(x, a) of the logged item at its position, and sum_a pi_e(a|x) q_hat(x, a) there), or
+    None when it has none (a dead letter: the impression is left out of every estimate, IPS's too,
+    so that all rows are of the same impressions). With it, the rows ``dm[<target_name>]``,
+    ``dr[...]``, ``sndr[...]`` and ``switch_dr[<target_name>,tau=<tau>]`` per tau of
+    ``switch_taus`` (:class:`DrCombineFn`)."""
+
+    def __init__(self, target, target_name: str, window=None, slices=(), ci_level=0.95, label=None,
+                 reward_model=None, switch_taus=(om.DEFAULT_SWITCH_TAU,)):
         super().__init__(label)
         self.ci_level = ci_level
+        if reward_model is not None and not callable(reward_model):
+            raise TypeError("reward_model must be a callable impression -> (reward_hat, dm_value) or None")
+        self.reward_model = reward_model
+        self.switch_taus = DrOps(switch_taus).taus
         if not callable(target):
             raise TypeError("target must be a callable impression -> probability")
         if not target_name or any(c in str(target_name) for c in "[],"):
@@ -661,7 +722,8 @@ class OffPolicyCtr(beam.PTransform):
     def expand(self, impressions):
         name = self.name
         keyed = impressions | "OpeKeys" >> beam.ParDo(
-            _OpeKeys(self.target, self.window_micros, self.slice_specs)).with_outputs("rejected", main="keyed")
+            _OpeKeys(self.target, self.window_micros, self.slice_specs, self.reward_model)).with_outputs(
+            "rejected", main="keyed")
         self.rejected = keyed.rejected
 
         def rows(kv):
@@ -671,7 +733,26 @@ class OffPolicyCtr(beam.PTransform):
             yield metric_row(ws, we, label, system, f"ope[{name}]:mean_weight", *res["mean_weight"])
             yield metric_row(ws, we, label, system, f"ope[{name}]:ess", *res["ess"])
 
-        return (keyed.keyed
-                | "Ope" >> beam.CombinePerKey(OpeCombineFn())
-                | "OpeRows" >> beam.FlatMap(rows)
+        ips_in = keyed.keyed
+        if self.reward_model is None:
+            return (ips_in
+                    | "Ope" >> beam.CombinePerKey(OpeCombineFn())
+                    | "OpeRows" >> beam.FlatMap(rows)
+                    | "OpeIntervals" >> beam.Map(with_interval, self.ci_level))
+        taus = self.switch_taus
+
+        def dr_rows(kv):
+            (ws, we, label, system), res = kv
+            for est in ("dm", "dr", "sndr"):
+                yield metric_row(ws, we, label, system, f"{est}[{name}]", *res[est])
+            for t in taus:
+                yield metric_row(ws, we, label, system, f"switch_dr[{name},tau={tau_label(t)}]", *res[("switch_dr", t)])
+
+        ips_rows = (keyed.keyed | "OpeIpsInputs" >> beam.Map(lambda kv: (kv[0], kv[1][:3]))
+                    | "Ope" >> beam.CombinePerKey(OpeCombineFn())
+                    | "OpeRows" >> beam.FlatMap(rows))
+        dr = (keyed.keyed
+              | "OpeDr" >> beam.CombinePerKey(DrCombineFn(taus))
+              | "OpeDrRows" >> beam.FlatMap(dr_rows))
+        return ((ips_rows, dr) | "OpeAllRows" >> beam.Flatten()
                 | "OpeIntervals" >> beam.Map(with_interval, self.ci_level))

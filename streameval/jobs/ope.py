@@ -10,7 +10,10 @@ folder ``bts`` / ``random`` and the campaign the folder below it), and computes 
 and each value of ``--slice``, default ``campaign``) and logging system the IPS and SNIPS estimates
 of the target policy's CTR with standard errors (:class:`~streameval.beam.online.OffPolicyCtr`).
 With ``--target-logs`` (the target policy's own logs) it prints the CTR actually measured for the
-target beside the estimates (:class:`~streameval.beam.transforms.ClickMetrics`).
+target beside the estimates (:class:`~streameval.beam.transforms.ClickMetrics`). With
+``--reward-model PATH`` (per impression ``reward_hat`` and ``dm_value``, :mod:`streameval.io.reward_model`)
+also the direct method, doubly robust, self-normalised DR and Switch-DR (``--switch-tau``, repeatable,
+default 1) rows. One stderr line warns when an effective sample size is small (:func:`small_ess_warning`).
 
 Targets (the probability that the target shows the logged item at the logged position):
 
@@ -53,20 +56,29 @@ from streameval import interrupts
 from streameval.exits import one_line
 from streameval.beam.sinks import holding_outputs, publish, read_metric_rows, start_output, write_records
 from streameval.beam.sources import ReadAvro
-from streameval.beam.online import OffPolicyCtr
+from streameval.beam.online import OffPolicyCtr, tau_label
 from streameval.beam.transforms import CleanImpressions, ClickMetrics, ValidateImpressions
 from streameval.io import avro, convert
 from streameval.io import counters as cn
 from streameval.io.outdir import OutputInUseError, OutputOverlapError
+from streameval.io.reward_model import RewardModelTable, read_reward_model
 from streameval.jobs.ope_args import TARGETS, build_arg_parser  # noqa: F401  (Beam-free: parsed first)
 from streameval.metrics.online import (
+    DEFAULT_SWITCH_TAU,
     LoggedPropensityTarget,
     TableTarget,
     UniformTarget,
     bts_action_probabilities,
 )
 
-__all__ = ["main", "build_arg_parser", "read_bts_prior", "default_bts_prior_path", "TARGETS"]
+__all__ = ["main", "build_arg_parser", "read_bts_prior", "default_bts_prior_path", "TARGETS", "ESS_WARN_MIN",
+           "ESS_WARN_FRACTION", "small_ess_warning"]
+
+#: ``streameval ope`` warns (one stderr line) when an estimate row's effective sample size (Kong's
+#: (sum w)^2 / sum w^2, the ``ope[TARGET]:ess`` row) is below ESS_WARN_MIN or below ESS_WARN_FRACTION
+#: of its impressions
+ESS_WARN_MIN = 100
+ESS_WARN_FRACTION = 0.01
 
 # --------------------------------------------------------------------------------------------
 # inputs
@@ -188,7 +200,7 @@ def format_report(rows, target_name, target_system) -> str:
     measured = {}
     for r in rows:
         key = (r["window_start"], r["slice"])
-        if r["metric"].startswith(("ips[", "snips[", "ope[")):
+        if r["metric"].startswith(("ips[", "snips[", "ope[", "dm[", "dr[", "sndr[", "switch_dr[")):
             est.setdefault((*key, r["system"]), {})[r["metric"]] = r
         elif r["metric"] == "ctr" and (target_system is None or r["system"] == target_system):
             measured[key] = r
@@ -204,9 +216,42 @@ def format_report(rows, target_name, target_system) -> str:
         lines.append([sl, system, target_name, str(ips["num_queries"]), _fmt(ips["value"], ips["stderr"]),
                       _fmt(sn["value"], sn["stderr"]), _fmt(ctr["value"], ctr["stderr"]) if ctr else "-",
                       str(ctr["num_queries"]) if ctr else "-", _fmt(mw["value"], digits=3), _fmt(ess["value"], digits=0)])
+    out = _table(header, lines)
+    order = {"dm": 0, "dr": 1, "sndr": 2, "switch_dr": 3}
+    dr_names = sorted({k for m in est.values() for k in m if k.split("[")[0] in order},
+                      key=lambda k: (order[k.split("[")[0]], float(k.rsplit("tau=", 1)[1][:-1]) if "tau=" in k else 0.0))
+    if dr_names:
+        header2 = ["slice", "logs", *(f"{k} (se)" for k in dr_names)]
+        lines2 = [[sl, system, *(_fmt(m[k]["value"], m[k]["stderr"]) if k in m else "-" for k in dr_names)]
+                  for (ws, sl, system), m in sorted(est.items(), key=lambda kv: (kv[0][1] != "all", kv[0][1], kv[0][2]))]
+        out += "\n\n" + _table(header2, lines2)
+    return out
+
+
+def _table(header, lines) -> str:
     widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h) for i, h in enumerate(header)]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *(fmt(l) for l in lines)])
+
+
+def small_ess_warning(rows, target_name) -> str | None:
+    """One line when some ``ope[TARGET]:ess`` row is below :data:`ESS_WARN_MIN` or
+    :data:`ESS_WARN_FRACTION` of its impressions (the smallest named), else None."""
+    low = []
+    total = 0
+    for r in rows:
+        if r["metric"] != f"ope[{target_name}]:ess":
+            continue
+        total += 1
+        ess, n = r["value"], r["num_queries"]
+        if ess is not None and not math.isnan(ess) and n and (ess < ESS_WARN_MIN or ess < ESS_WARN_FRACTION * n):
+            low.append((ess, n, r["slice"], r["system"]))
+    if not low:
+        return None
+    ess, n, sl, system = min(low, key=lambda t: (t[0], str(t[2]), str(t[3])))
+    return (f"warning: effective sample size below {ESS_WARN_MIN} or {ESS_WARN_FRACTION:.0%} of the impressions in "
+            f"{len(low)} of {total} (slice, logs) rows, smallest {ess:.1f} of {n} impressions (slice {sl}, logs "
+            f"{system}): the estimates rest on few impressions' weights and their normal intervals may be too narrow")
 
 
 # --------------------------------------------------------------------------------------------
@@ -294,6 +339,21 @@ def _main(argv, held: list) -> int:
             name = f"{target_system or 'target'}-logged"
             notes.append(f"logged target: propensities of {len(target_recs)} target-log impressions, nearest time "
                          "per (slice, item, position)")
+        reward_model = None
+        taus = tuple(args.switch_tau) if args.switch_tau else (DEFAULT_SWITCH_TAU,)
+        if args.reward_model:
+            for t in taus:
+                if math.isnan(t) or t < 0:
+                    raise ValueError(f"--switch-tau must be a number >= 0, got {t!r}")
+            table = read_reward_model(args.reward_model)
+            reward_model = RewardModelTable(table)
+            logged_ids = {str(r.get("event_id")) for r in logs}
+            unmatched = sum(1 for k in table if k not in logged_ids)
+            notes.append(f"reward model {args.reward_model}: {len(table)} impressions"
+                         + (f", {unmatched} of them not in the logs" if unmatched else "")
+                         + "; switch_dr tau " + ", ".join(tau_label(t) for t in taus))
+        elif args.switch_tau:
+            raise ValueError("--switch-tau needs --reward-model")
         options = PipelineOptions(["--runner", args.runner, *beam_args])
         p = make_pipeline(options)
         run = None
@@ -317,7 +377,7 @@ def _main(argv, held: list) -> int:
         imps, dead = (p | "ReadLogs" >> ReadAvro([logs_path], "impression")  # one file converted from the logs: name them
                       | "ValidateLogs" >> ValidateImpressions(",".join(args.logs)))
         imps, clean_dead = imps | "CleanLogs" >> CleanImpressions()
-        ope = OffPolicyCtr(target, name, slices=slices)
+        ope = OffPolicyCtr(target, name, slices=slices, reward_model=reward_model, switch_taus=taus)
         parts = [imps | "Ope" >> ope]
         deads = [dead, clean_dead, ope.rejected]
         if target_recs:
@@ -351,6 +411,9 @@ def _main(argv, held: list) -> int:
     print(format_report(out_rows, name, target_system))
     for n in notes:
         print(n)
+    warning = small_ess_warning(out_rows, name)
+    if warning:
+        print(warning, file=sys.stderr)
     rejected = {cn.rejected_reason(k): v for k, v in counters.items() if k.startswith(cn.REJECTED_PREFIX) and v}
     dups = counters.get(cn.DUPLICATE_IMPRESSION, 0)
     print(f"read {len(logs)} log and {len(target_recs)} target-log impressions; estimated from "

@@ -14,7 +14,8 @@ TARGETS = ("random", "bts", "logged")
 def build_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="streameval ope",
-        description="IPS and SNIPS estimates of a target policy's CTR from logs with propensities, beside the "
+        description="IPS and SNIPS (with --reward-model also DM, DR, SNDR and Switch-DR) estimates of a target "
+                    "policy's CTR from logs with propensities, beside the "
                     "CTR measured on the target's own logs. Other arguments go to Beam's PipelineOptions; one Beam "
                     "does not know either is refused.")
     p.add_argument("--logs", action="extend", nargs="+", required=True,
@@ -36,5 +37,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--len-list", type=int, default=3, help="slate length for --target bts (default 3, OBD)")
     p.add_argument("--system", default=None, help="system id of CSV logs (default: the policy folder name)")
     p.add_argument("--output", default=None, help="directory for metrics.{avro,jsonl} and dead_letters.{avro,jsonl}")
+    p.add_argument("--reward-model", default=None, metavar="PATH",
+                   help="a reward model per logged impression: CSV (header) or JSON Lines with event_id, reward_hat "
+                        "(q_hat of the logged item at its position) and dm_value (sum over items of the target's "
+                        "probability times q_hat at that position); adds the rows dm, dr, sndr and switch_dr "
+                        "[TARGET,tau=...]. An impression it does not cover is a dead letter")
+    p.add_argument("--switch-tau", type=float, action="append", default=None, metavar="TAU",
+                   help="Switch-DR's importance weight threshold (>= 0; repeatable: a row per value; default 1, "
+                        "obp's SwitchDoublyRobust default)")
     p.add_argument("--runner", default="FnApiRunner", help="Beam runner (default FnApiRunner)")
     return p

@@ -54,8 +54,10 @@ from .online_auc import (auc_counts, auc_delong_stderr, auc_from_counts, auc_sco
                          hist_auc_max_error, hist_bin_index)
 from .online_names import (DEFAULT_GAUC_GROUP, DEFAULT_GAUC_WEIGHTING, GAUC_GROUPS, GAUC_WEIGHTINGS, OnlineSpec,
                            is_online_metric, parse_online_metric, parse_online_metrics)
-from .online_ope import (LoggedPropensityTarget, TableTarget, UniformTarget, bts_action_probabilities, ess_from_sums,
-                         ips, ips_from_sums, ope_sums, snips, snips_from_sums)
+from .online_ope import (DEFAULT_SWITCH_TAU, LoggedPropensityTarget, TableTarget, UniformTarget,
+                         bts_action_probabilities, dm, dm_from_terms, dr, dr_family_from_sums, dr_from_terms,
+                         ess_from_sums, ips, ips_from_sums, ope_sums, reward_model_terms, sndr, sndr_from_terms, snips,
+                         snips_from_sums, switch_dr, switch_dr_from_terms)
 from .online_sums import mean_from_sums, ratio_from_sums
 
 __all__ = [
@@ -85,6 +87,17 @@ __all__ = [
     "ope_sums",
     "ips",
     "snips",
+    "dm",
+    "dr",
+    "sndr",
+    "switch_dr",
+    "dm_from_terms",
+    "dr_from_terms",
+    "sndr_from_terms",
+    "switch_dr_from_terms",
+    "dr_family_from_sums",
+    "reward_model_terms",
+    "DEFAULT_SWITCH_TAU",
     "UniformTarget",
     "TableTarget",
     "LoggedPropensityTarget",
