@@ -222,13 +222,13 @@ def _ctr_rows(keys, codes, pos, clicked, level):
     return rows
 
 
-def _score_rows(keys, codes, score, label, gids, specs, hist, groups, weightings, level, bounded):
+def _score_rows(keys, codes, score, label, gids, specs, hist, groups, weightings, level, bounded, reference=None):
     """Rows of auc, auc_hist, gauc[...] and the calibration metrics of labelled scored examples."""
-    from .accumulators.online import CalibrationOps, CountArrays, GaucOps, auc_result, gauc_group_sums, \
-        hist_auc_result
+    from .accumulators.online import CalibrationOps, CountArrays, GaucOps, ScoreCountMetrics, auc_result, \
+        gauc_group_sums, hist_auc_result
     from .metrics import calibration as cal
     from .metrics import online as om
-    from .metrics.rows import calibration_rows, gauc_rows, hist_rows, metric_row
+    from .metrics.rows import calibration_rows, gauc_rows, hist_rows, metric_row, score_count_rows
 
     families = {s.family for s in specs}
     rows = []
@@ -237,7 +237,12 @@ def _score_rows(keys, codes, score, label, gids, specs, hist, groups, weightings
     all_codes = np.concatenate(codes)
     all_score = np.tile(score, len(codes))
     all_label = np.tile(label, len(codes))
-    if "auc" in families:
+    counted = [s for s in specs if s.score_counts]
+    if counted:  # auc among them: one exact state (counts per distinct score) for all
+        scores = ScoreCountMetrics(counted, "auc" in families, reference)
+        for k, state in CountArrays.by_key(all_codes, all_score, all_label):
+            rows.extend(score_count_rows((keys.names[k], scores(*CountArrays.arrays(state)))))
+    elif "auc" in families:
         for k, state in CountArrays.by_key(all_codes, all_score, all_label):
             rows.append(metric_row(*keys.names[k], "auc", *auc_result(*CountArrays.counts(state))))
     if "auc_hist" in families:
@@ -324,7 +329,7 @@ def _requests(recs):
 
 def evaluate_log(impressions, metrics, *, by=(), window=None, columns=None, attributes=(), slice_missing="show",
                  ci_level=0.95, ci_bounded="logit", hist_bins=1000, hist_range=(0.0, 1.0), event_time_range=None,
-                 as_frame=False):
+                 as_frame=False, reference=None):
     """Online metrics of an impression log, the batch job's rows without Beam.
 
     ``impressions``: a pandas DataFrame or pyarrow Table, one row per impression with the impression
@@ -342,12 +347,16 @@ def evaluate_log(impressions, metrics, *, by=(), window=None, columns=None, attr
     ``auc``, ``auc_hist``, ``gauc``, ``gauc[GROUP]``, ``gauc[GROUP,WEIGHTING]``, ``clicks@k``,
     ``clicks``, ``rr_first_click``, ``rr_first_click[clicked]``, ``abandonment``, ``logloss``,
     ``brier``, ``calibration``, ``ece[bins=B]``, ``mean_dwell``, ``sat_click_rate[t=T]``,
-    ``long_click_ctr[t=T]``, ``last_click_ctr[t=T]``, ``interleaving``; a list or comma-separated
+    ``long_click_ctr[t=T]``, ``last_click_ctr[t=T]``, ``interleaving``, ``pr_auc``,
+    ``precision[t=T]``, ``recall[t=T]``, ``f1[t=T]``, ``psi[score]``, ``ks[score]``; a list or comma-separated
     text. Labels are the clicks (the job's ``--labels clicks``). ``by``: slice attributes (the
     job's ``--slices``: ``"campaign"``, ``"campaign+device"``, or a list); ``slice_missing``
     ``"show"`` / ``"skip"`` (``--slice-missing``). ``window``: fixed event-time windows as the job's
     ``--window`` (``"1h"``, ``"1d"``; None: the global window). ``ci_level``, ``ci_bounded``,
     ``hist_bins``, ``hist_range``, ``event_time_range`` (``"2019..2020"``) as the job's options.
+    ``reference``: the reference scores of ``psi[score]`` / ``ks[score]`` (the job's
+    ``--drift-reference``): a path (a text file of one score per line, or an impression Avro file)
+    or an array of scores; required by them, refused without them.
 
     Returns the metric rows (dicts in the ``metric_result`` shape: ``window_start``,
     ``window_end`` (micros or None), ``slice``, ``system``, ``metric``, ``value``, ``num_queries``
@@ -414,6 +423,15 @@ def evaluate_log(impressions, metrics, *, by=(), window=None, columns=None, attr
     lo_hi = parse_hist_range(hist_range) if isinstance(hist_range, str) else tuple(hist_range)
     hist = HistAucOps(lo_hi[0], lo_hi[1], hist_bins)
     time_range = parse_time_range(event_time_range) if event_time_range else None
+    drift = [s.name for s in specs if s.drift]
+    if drift and reference is None:
+        raise ValueError(f"{drift[0]} needs reference= (reference scores: an array, or a path to a text file of one "
+                         f"score per line or an impression Avro file; the batch job's --drift-reference)")
+    if reference is not None and not drift:
+        raise ValueError("reference= is the reference of psi[score] / ks[score]: name one in metrics")
+    from .io.reference import drift_reference
+
+    reference = drift_reference(reference)
     attributes = [attributes] if isinstance(attributes, str) else list(attributes or ())
 
     # -- records: the job's record check and request rules -------------------------------------
@@ -460,7 +478,7 @@ def evaluate_log(impressions, metrics, *, by=(), window=None, columns=None, attr
                       for g in groups}
         gids = {g: [recs[i].get(om.GAUC_GROUPS[g]) for i in ex] for g in groups}
         online_rows.extend(_score_rows(keys, codes, score[ex], clicked[ex] == 1, gids, score_specs, hist, groups,
-                                       weightings, level, ci_bounded))
+                                       weightings, level, ci_bounded, reference))
 
     request_specs = list({s.name: s for s in specs if s.per_request}.values())
     interleaving = any(s.family == "interleaving" for s in specs)

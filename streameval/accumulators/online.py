@@ -40,7 +40,7 @@ from .moments import (MeanMoments, exact_sum_floats, partials_add, partials_add_
                       partials_merge, product_terms)
 
 __all__ = ["AucOps", "HistAucOps", "GaucOps", "ClickRequestOps", "InterleavingRequestOps", "OpeOps", "CountArrays", "exact_sum", "auc_result",
-           "hist_auc_result", "gauc_group_sums", "CalibrationOps"]
+           "hist_auc_result", "gauc_group_sums", "CalibrationOps", "ScoreCountMetrics"]
 
 
 def exact_sum(partials: list) -> Fraction:
@@ -123,6 +123,11 @@ class AucOps:
         """(positives, negatives) per distinct score, scores ascending."""
         return _sorted_counts(state)
 
+    @staticmethod
+    def value_counts(state: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(distinct scores ascending, positives, negatives)."""
+        return (np.array(sorted(state), dtype=np.float64), *_sorted_counts(state))
+
     @classmethod
     def extract(cls, state: dict) -> tuple[float, int, float]:
         """``(auc, examples, DeLong stderr)``; NaN AUC when a class is absent."""
@@ -197,6 +202,30 @@ def auc_result(pos, neg) -> tuple[float, int, float]:
 
     auc, P, N, se = auc_and_stderr(pos, neg)
     return (auc, P + N, se)
+
+
+class ScoreCountMetrics:
+    """The rows of the metrics taken from the exact AUC state (counts per distinct score): ``auc``
+    (when ``auc``) and the ``specs`` of :data:`~streameval.metrics.online_names.SCORE_COUNT_FAMILIES`
+    (pr_auc, precision / recall / f1 at a threshold, psi and ks against ``reference``, a
+    :class:`~streameval.metrics.threshold.DriftReference`). Called with ``(values, pos, neg)``
+    (values ascending, as :meth:`AucOps.value_counts` and :meth:`CountArrays.arrays` give them):
+    ``[(row name, value, n, stderr), ...]``. Picklable (the CombineFns carry it)."""
+
+    def __init__(self, specs, auc: bool = False, reference=None):
+        self.specs = [s for s in specs if s.score_counts]
+        self.auc = bool(auc)
+        self.reference = reference
+        if reference is None and any(s.drift for s in self.specs):
+            name = next(s.name for s in self.specs if s.drift)
+            raise ValueError(f"{name} needs a reference distribution of scores (the batch job's --drift-reference "
+                             f"PATH, evaluate_log(reference=...))")
+
+    def __call__(self, values, pos, neg) -> list:
+        from ..metrics.threshold import score_count_results
+
+        out = [("auc", *auc_result(pos, neg))] if self.auc else []
+        return out + score_count_results(self.specs, values, pos, neg, self.reference)
 
 
 def hist_auc_result(pos, neg) -> tuple[float, int, float, float]:

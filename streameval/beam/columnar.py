@@ -182,8 +182,10 @@ class ColumnarMetrics(beam.PTransform):
                  compare_baseline=None, complete=False, hot_query_fraction=None, input_format="auto",
                  impression_table=None, judgment_table=None, every=None,
                  max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None, ci_bounded="logit", srm_split=None,
-                 cluster="none"):
+                 cluster="none", drift_reference=None):
         super().__init__(label)
+        #: the reference scores of psi[score] / ks[score] (a streameval.metrics.threshold.DriftReference)
+        self.drift_reference = drift_reference
         from .clusters import CLUSTERS
 
         if cluster not in CLUSTERS:
@@ -279,7 +281,7 @@ class ColumnarMetrics(beam.PTransform):
         online = columnar_online.OnlineColumns(
             self.online_specs, self.window_micros, self.slice_specs, self.hist, self.shards, self.in_process,
             self.labels, self.options.relevance_level, self.unjudged_policy,
-            hold_counts=self.in_process) if self.online_specs else None
+            hold_counts=self.in_process, reference=self.drift_reference) if self.online_specs else None
         cleaned = (chunks
                    | "GroupRequests" >> beam.GroupByKey()
                    | "CleanRequests" >> beam.ParDo(_CleanShard(

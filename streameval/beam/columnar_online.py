@@ -48,7 +48,8 @@ from apache_beam import pvalue
 from apache_beam.coders import FastPrimitivesCoder
 
 from ..accumulators.moments import MeanMoments
-from ..accumulators.online import CalibrationOps, CountArrays, GaucOps, auc_result, gauc_group_sums, hist_auc_result
+from ..accumulators.online import (CalibrationOps, CountArrays, GaucOps, ScoreCountMetrics, auc_result,
+                                   gauc_group_sums, hist_auc_result)
 from ..io import counters as cn
 from ..io import dwell as dwell_io
 from ..metrics import calibration as cal
@@ -68,6 +69,7 @@ from .online import (
     group_slice,
     hist_rows,
     interleaving_rows,
+    score_count_rows,
     with_interval,
 )
 from .threads import ThreadedDoFn, counter, default_threads
@@ -95,7 +97,7 @@ class OnlineColumns:
     ``shards``: the group shards of GAUC."""
 
     def __init__(self, specs, window_micros, slice_specs, hist, shards: int, hold: bool = False, labels="clicks",
-                 relevance_level=1, unjudged="exclude", hold_counts: bool = False):
+                 relevance_level=1, unjudged="exclude", hold_counts: bool = False, reference=None):
         if labels not in LABEL_SOURCES:
             raise ValueError(f"labels must be one of {LABEL_SOURCES}, got {labels!r}")
         if unjudged not in UNJUDGED_POLICIES:
@@ -114,6 +116,10 @@ class OnlineColumns:
         self.hold = hold
         families = {s.family for s in self.specs}
         self.auc = "auc" in families
+        # pr_auc, precision / recall / f1 at thresholds, psi, ks: from the exact AUC state (one state,
+        # merged once, for them and auc; streameval.metrics.threshold)
+        self.score_counts = ScoreCountMetrics([s for s in self.specs if s.score_counts], self.auc, reference)
+        self.counts = self.auc or bool(self.score_counts.specs)
         self.auc_hist = "auc_hist" in families
         self.groups = sorted({s.group for s in self.specs if s.family == "gauc"})
         self.calibration = [s for s in self.specs if s.calibration]
@@ -192,16 +198,16 @@ class OnlineColumns:
                 for code, names in keys:
                     for k, state in self.calibration_ops.by_key(code[prob], score[prob], label[prob]):
                         yield pvalue.TaggedOutput(TAG_CALIBRATION, (names[k], state))
-        if self.auc or self.auc_hist:
+        if self.counts or self.auc_hist:
             bins = om.hist_bin_index(score, self.hist.lo, self.hist.hi, self.hist.bins) if self.auc_hist else None
             # the exact AUC of the "all" slice from the first slice specification's states: its
             # labels partition the examples (an example without the attribute has a label of its
             # own), so per (window, system) the "all" counts are the sum of its labels' counts and
             # the states, each sent to both keys, merge into the same state as the examples'
             # own; the "all" rows are not counted and sorted a second time
-            whole = self.auc and len(keys) > 1
+            whole = self.counts and len(keys) > 1
             for i, (code, names) in enumerate(keys):
-                if self.auc and not (whole and i == 0):
+                if self.counts and not (whole and i == 0):
                     for k, state in CountArrays.by_key(code, score, label, raw=self.hold_counts):
                         yield pvalue.TaggedOutput(TAG_AUC, (names[k], _hold_counts(state) if self.hold_counts
                                                             else state))
@@ -442,7 +448,9 @@ def _merge_pool() -> ThreadPoolExecutor:
 
 class CountsCombineFn(beam.CombineFn):
     """Merges :class:`~streameval.accumulators.online.CountArrays` states; output ``(auc, examples,
-    stderr)`` (``kind="auc"``) or ``(auc, examples, stderr, max_error)`` (``"auc_hist"``).
+    stderr)`` (``kind="auc"``), ``(auc, examples, stderr, max_error)`` (``"auc_hist"``) or the
+    rows' ``[(name, value, n, stderr), ...]`` of ``scores`` (``"scores"``, a
+    :class:`~streameval.accumulators.online.ScoreCountMetrics`).
     Accumulator: a list of states, merged 64 at a time. ``hold``: the inputs may be keys of states
     held in this process (:func:`_hold_counts`), and the accumulators Beam encodes are too (Beam's
     in-process local runner only); the merges then run on a pool of threads (:func:`_merge_pool`:
@@ -450,10 +458,13 @@ class CountsCombineFn(beam.CombineFn):
     and the merges, numpy sorts that release the GIL, went one after the other), each with the
     output of its merged state, which ``extract_output`` takes when that state is the key's last."""
 
-    def __init__(self, kind: str = "auc", hold: bool = False):
-        if kind not in ("auc", "auc_hist"):
-            raise ValueError(f"kind must be auc or auc_hist, got {kind!r}")
+    def __init__(self, kind: str = "auc", hold: bool = False, scores=None):
+        if kind not in ("auc", "auc_hist", "scores"):
+            raise ValueError(f"kind must be auc, auc_hist or scores, got {kind!r}")
+        if (kind == "scores") != (scores is not None):
+            raise ValueError("scores (a ScoreCountMetrics) goes with kind='scores' only")
         self.kind = kind
+        self.scores = scores
         self.hold = bool(hold)
 
     def _merged(self, states):
@@ -469,6 +480,8 @@ class CountsCombineFn(beam.CombineFn):
         return merged, self._output(merged)
 
     def _output(self, state):
+        if self.kind == "scores":
+            return self.scores(*CountArrays.arrays(state))
         pos, neg = CountArrays.counts(state)
         return auc_result(pos, neg) if self.kind == "auc" else hist_auc_result(pos, neg)
 
@@ -512,7 +525,12 @@ def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: floa
         outputs = {TAG_REQUESTS: outputs[TAG_REQUESTS], TAG_INTERLEAVING: outputs[TAG_INTERLEAVING],
                    **{t: labelled[t] for t in SCORE_TAGS}}
     parts = []
-    if online.auc:
+    if online.score_counts.specs:  # auc among them: the exact AUC state is merged once
+        parts.append(outputs[TAG_AUC]
+                     | "MergeScoreCounts" >> beam.CombinePerKey(CountsCombineFn("scores", online.hold_counts,
+                                                                                online.score_counts))
+                     | "ScoreCountRows" >> beam.FlatMap(score_count_rows))
+    elif online.auc:
         parts.append(outputs[TAG_AUC]
                      | "MergeAuc" >> beam.CombinePerKey(CountsCombineFn("auc", online.hold_counts))
                      | "AucRows" >> beam.Map(lambda kv: metric_row(*kv[0], "auc", *kv[1])))

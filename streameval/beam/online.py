@@ -47,6 +47,7 @@ from ..accumulators.online import (
     HistAucOps,
     InterleavingRequestOps,
     OpeOps,
+    ScoreCountMetrics,
 )
 from ..accumulators.online_ope import DrOps
 from ..io import counters as cn
@@ -94,7 +95,8 @@ __all__ = [
 from .arguments import LABEL_SOURCES, UNJUDGED_POLICIES  # noqa: E402,F401  (the command line's, Beam-free)
 # the rows of the online metrics: in the metrics layer (the library's evaluate_log uses them too)
 from ..metrics.rows import (INTERLEAVING_SUFFIXES, calibration_bin_name, calibration_rows,  # noqa: E402,F401
-                            gauc_rows, group_slice, hist_rows, interleaving_rows, with_interval)
+                            gauc_rows, group_slice, hist_rows, interleaving_rows, score_count_rows,
+                            with_interval)
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,6 +128,18 @@ class AucCombineFn(_CountsCombineFn):
 
     def extract_output(self, acc):
         return AucOps.extract(acc)
+
+
+class ScoreCountsCombineFn(_CountsCombineFn):
+    """The exact AUC state's metrics (:class:`~streameval.accumulators.online.ScoreCountMetrics`:
+    auc, pr_auc, precision / recall / f1 at thresholds, psi, ks). Inputs ``(score, label)``; output
+    ``[(row name, value, n, stderr), ...]``."""
+
+    def __init__(self, scores):
+        self.scores = scores
+
+    def extract_output(self, acc):
+        return self.scores(*AucOps.value_counts(acc))
 
 
 class GroupAucCombineFn(_CountsCombineFn):
@@ -285,8 +299,8 @@ def split_metric_names(names, diversity: bool = False) -> tuple[list[str], list[
         names = _join_parameter_lists(online_names._split_names(names))
     ranking, online = [], []
     for n in names:
-        if str(n).strip().lower().startswith("ece["):
-            om.parse_online_metric(n)  # an ECE with bad parameters: its own message
+        if str(n).strip().lower().replace(" ", "").startswith(("ece[", "precision[", "recall[", "f1[", "psi[", "ks[")):
+            om.parse_online_metric(n)  # an ECE, a threshold or drift name with bad parameters: its own message
         if om.is_online_metric(n):
             online.append(n)
             continue
@@ -422,9 +436,11 @@ class OnlineMetrics(beam.PTransform):
 
     def __init__(self, metrics, window=None, slices=(), labels="clicks", judgments=None, relevance_level=1,
                  unjudged="exclude", hist_bins=1000, hist_range=(0.0, 1.0), group_rows=False, ci_level=0.95,
-                 label=None, ci_bounded="logit"):
+                 label=None, ci_bounded="logit", reference=None):
         super().__init__(label)
         self.ci_level = ci_level
+        #: the reference scores of psi[score] / ks[score] (a streameval.metrics.threshold.DriftReference)
+        self.reference = reference
         self.ci_bounded = ci_bounded
         self.specs = om.parse_online_metrics(metrics)
         if not self.specs:
@@ -472,10 +488,15 @@ class OnlineMetrics(beam.PTransform):
     def _score_rows(self, examples, wm, specs):
         parts = []
         families = {s.family for s in specs}
-        if families & {"auc", "auc_hist"}:
+        counted = [s for s in specs if s.score_counts]
+        if families & {"auc", "auc_hist"} or counted:
             keyed = examples | "KeyExamples" >> beam.FlatMap(
                 lambda r, wm, ss: [(k, (r["score"], r["label"])) for k in _keys(r, wm, ss)], wm, self.slice_specs)
-            if "auc" in families:
+            if counted:  # auc among them: one exact state for all
+                scores = ScoreCountMetrics(counted, "auc" in families, self.reference)
+                parts.append(keyed | "ScoreCounts" >> beam.CombinePerKey(ScoreCountsCombineFn(scores))
+                             | "ScoreCountRows" >> beam.FlatMap(score_count_rows))
+            elif "auc" in families:
                 parts.append(keyed | "Auc" >> beam.CombinePerKey(AucCombineFn())
                              | "AucRows" >> beam.Map(lambda kv: metric_row(*kv[0], "auc", *kv[1])))
             if "auc_hist" in families:

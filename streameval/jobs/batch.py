@@ -189,6 +189,24 @@ def online_labels(args) -> str:
     return args.labels if args.labels != "auto" else ("judgments" if args.judgments else "clicks")
 
 
+def _drift_reference(args, online):
+    """The reference of psi[score] / ks[score] (``--drift-reference``), read once before the pipeline;
+    None without a drift metric. Raises ValueError / FileNotFoundError in one line: a drift metric
+    without a reference, a reference without a drift metric, a missing or unreadable file."""
+    drift = [parse_online_metric(m).name for m in online if parse_online_metric(m).drift]
+    path = getattr(args, "drift_reference", None)
+    if drift and not path:
+        raise ValueError(f"{drift[0]} needs --drift-reference PATH (reference scores: a text file of one score per "
+                         f"line, or an impression Avro file)")
+    if path and not drift:
+        raise ValueError("--drift-reference is the reference of psi[score] / ks[score]: name one in --metrics")
+    if not drift:
+        return None
+    from streameval.io.reference import read_drift_reference
+
+    return read_drift_reference(path)
+
+
 def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     """Add the job's transforms to ``p``: returns (rows, dead_letters) PCollections."""
     if getattr(args, "engine", "auto") != "records":
@@ -259,7 +277,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
             online, window=window, slices=slices, labels=labels, judgments=judg,
             relevance_level=args.relevance_level, unjudged=args.unjudged, hist_bins=args.hist_bins,
             hist_range=hist_range(args.hist_range), group_rows=args.group_rows, ci_level=args.ci_level,
-            ci_bounded=getattr(args, "ci_bounded", "logit")))
+            ci_bounded=getattr(args, "ci_bounded", "logit"), reference=getattr(args, "drift", None)))
     rows = _skip_missing_slices(tuple(row_parts) | "AllRows" >> beam.Flatten(), args)
     dead = tuple(dead_parts) | "AllDeadLetters" >> beam.Flatten()
     _write_outputs(rows, dead, write_dir(args), output_shards(args), getattr(args, "alert_rules", None),
@@ -347,7 +365,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         online=online, labels=online_labels(args), unjudged=args.unjudged, hist_bins=args.hist_bins, hist_range=hist_range(args.hist_range),
         group_rows=args.group_rows, ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed,
         ci_bounded=getattr(args, "ci_bounded", "logit"), srm_split=getattr(args, "srm_split", None),
-        cluster=getattr(args, "cluster", "none"),
+        cluster=getattr(args, "cluster", "none"), drift_reference=getattr(args, "drift", None),
         compare_baseline=args.compare_baseline if judgment_paths and ranking else None, complete=args.complete,
         hot_query_fraction=args.hot_query_fraction, input_format=fmt,
         impression_table=getattr(args, "impression_table", None), judgment_table=getattr(args, "judgment_table", None))
@@ -386,6 +404,7 @@ def _main(argv, held: list) -> int:
         ranking, online = split_all_metrics(args.metrics)
         metric_specs = parse_metrics(ranking, arithmetic="the Beam jobs", diversity=True) if ranking else []
         hist_range(args.hist_range)
+        args.drift = _drift_reference(args, online)
         _grades(args.grades)
         parse_time_range(args.event_time_range)
         sliding = batch_window_spec(args, online)  # --window 1h/10m as --window 1h --every 10m (the stream's rules)
@@ -575,6 +594,7 @@ def _main(argv, held: list) -> int:
         "slices": _slices_from_args(args.slices), "slice_missing": args.slice_missing,
         "options": {"judgment_conflicts": args.judgment_conflicts, "grades": args.grades, "labels": args.labels, "unjudged": args.unjudged, "hist_bins": args.hist_bins,
                     "hist_range": args.hist_range, "group_rows": args.group_rows,
+                    "drift_reference": getattr(args, "drift_reference", None),
                     "relevance_level": args.relevance_level, "gain": args.gain, "ideal": args.ideal,
                     "err_max_grade": args.err_max_grade, "order": args.order, "tie_break": args.tie_break,
                     "score_precision": args.score_precision, "depth": args.depth, "complete": args.complete, "ctr": not args.no_ctr},

@@ -38,7 +38,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "impressions/clicks/unweighted), clicks@k, rr_first_click, abandonment, the dwell metrics "
                         "mean_dwell, sat_click_rate[t=30s], long_click_ctr[t=T], last_click_ctr[t=T] (impressions' "
                         "dwell_ms), and the calibration of "
-                        "scores in [0, 1] as click probabilities: logloss, brier, calibration, ece[bins=B] (ctr and "
+                        "scores in [0, 1] as click probabilities: logloss, brier, calibration, ece[bins=B]; pr_auc, "
+                        "precision[t=T], recall[t=T], f1[t=T] (score >= T predicts a click), psi[score], ks[score] "
+                        "(drift against --drift-reference) (ctr and "
                         "ctr@pos{p} are always computed unless --no-ctr)")
     p.add_argument("--window", default="none",
                    help="fixed event-time window, aligned to the epoch: e.g. 3600s, 30m, 1h, 1d, or none "
@@ -87,6 +89,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="do not write unjudged.jsonl (the requests whose query has no judgment, one line each): "
                         "they are still counted in the report line and summary.json")
     add_hist_arguments(p)
+    p.add_argument("--drift-reference", default=None, metavar="PATH",
+                   help="reference scores of psi[score] / ks[score]: a text file of one score per line, or an "
+                        "impression Avro file (its scores with a logged click flag); docs/metrics.md")
     p.add_argument("--group-rows", action="store_true",
                    help="also write each GAUC group's AUC (metric auc, slice '<group>=<id>')")
     add_bootstrap_arguments(p, "interval of ranking metrics: Student t (default) or Poisson bootstrap percentile; "

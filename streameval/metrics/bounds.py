@@ -22,7 +22,8 @@ UNIT_RANKING_FAMILIES = frozenset({
     "iprec_at_recall", "11pt_avg", "set_P", "set_relative_P", "set_recall", "set_map", "set_F", "relative_P",
     "rbp", "unj"})
 #: online families (:mod:`~streameval.metrics.online_names`) whose value is in [0, 1]
-UNIT_ONLINE_FAMILIES = frozenset({"auc", "auc_hist", "gauc", "rr_first_click", "abandonment", "brier"})
+UNIT_ONLINE_FAMILIES = frozenset({"auc", "auc_hist", "gauc", "rr_first_click", "abandonment", "brier", "pr_auc",
+                                  "precision", "recall", "f1"})
 
 
 @lru_cache(maxsize=4096)

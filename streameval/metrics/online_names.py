@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 
@@ -28,7 +29,18 @@ DEFAULT_GAUC_GROUP = "user"
 DEFAULT_GAUC_WEIGHTING = "impressions"
 
 _FAMILIES = ("auc", "auc_hist", "gauc", "ctr", "clicks", "rr_first_click", "abandonment", "logloss", "brier",
-             "calibration", "ece", "interleaving", *DWELL_FAMILIES)
+             "calibration", "ece", "interleaving", "pr_auc", "precision", "recall", "f1", "psi", "ks",
+             *DWELL_FAMILIES)
+
+#: the families computed from the exact AUC state's counts per distinct score
+#: (:mod:`streameval.metrics.threshold`)
+SCORE_COUNT_FAMILIES = ("pr_auc", "precision", "recall", "f1", "psi", "ks")
+#: the threshold families: ``precision[t=T]``, ``recall[t=T]``, ``f1[t=T]`` (a score >= T predicts a click)
+THRESHOLD_FAMILIES = ("precision", "recall", "f1")
+#: the drift families (against a reference distribution): ``psi[score]``, ``ks[score]``
+DRIFT_FAMILIES = ("psi", "ks")
+#: what a drift metric compares (the only feature so far)
+DRIFT_FEATURES = ("score",)
 
 
 @dataclass(frozen=True)
@@ -47,6 +59,7 @@ class OnlineSpec:
     weighting: str | None = None
     clicked_only: bool = False
     threshold_ms: int | None = None
+    threshold: float | None = None
 
     @property
     def name(self) -> str:
@@ -54,8 +67,13 @@ class OnlineSpec:
         ``ctr``, ``ctr@pos2``, ``clicks@3``, ``clicks``, ``rr_first_click``,
         ``rr_first_click[clicked]``, ``abandonment``, ``logloss``, ``brier``, ``calibration``,
         ``ece[bins=10]``, ``mean_dwell``, ``sat_click_rate[t=30s]``, ``long_click_ctr[t=30s]``,
-        ``last_click_ctr[t=30s]``."""
+        ``last_click_ctr[t=30s]``, ``pr_auc``, ``precision[t=0.5]``, ``recall[t=0.5]``,
+        ``f1[t=0.5]``, ``psi[score]``, ``ks[score]``."""
         f = self.family
+        if f in THRESHOLD_FAMILIES:
+            return f"{f}[t={threshold_text(self.threshold)}]"
+        if f in DRIFT_FAMILIES:
+            return f"{f}[score]"
         if f in DWELL_FAMILIES and f != "mean_dwell":
             return f"{f}[t={seconds_text(self.threshold_ms)}s]"
         if f == "ece":
@@ -73,7 +91,19 @@ class OnlineSpec:
     @property
     def needs_scores(self) -> bool:
         """True for the score-based metrics (auc, auc_hist, gauc and the calibration metrics)."""
-        return self.family in ("auc", "auc_hist", "gauc", "logloss", "brier", "calibration", "ece")
+        return self.family in ("auc", "auc_hist", "gauc", "logloss", "brier", "calibration", "ece",
+                               *SCORE_COUNT_FAMILIES)
+
+    @property
+    def score_counts(self) -> bool:
+        """True for the metrics taken from the exact AUC state's counts per distinct score (pr_auc,
+        the threshold metrics, psi, ks: :mod:`streameval.metrics.threshold`)."""
+        return self.family in SCORE_COUNT_FAMILIES
+
+    @property
+    def drift(self) -> bool:
+        """True for the drift metrics (psi, ks): they need a reference distribution."""
+        return self.family in DRIFT_FAMILIES
 
     @property
     def calibration(self) -> bool:
@@ -101,7 +131,8 @@ _ACCEPTED = ("auc, auc_hist, gauc, gauc[GROUP] or gauc[GROUP,WEIGHTING] (GROUP u
              "bins, B from 1 to 10000, default 10), interleaving or interleaving[team_draft] (team-draft credit "
              "from the impressions' attributes[\"team\"]), mean_dwell, sat_click_rate[t=T], "
              "long_click_ctr[t=T], last_click_ctr[t=T] (dwell threshold T in seconds, e.g. t=30s or t=1.5s, or "
-             "t=500ms; default 30s)")
+             "t=500ms; default 30s), pr_auc (average precision), precision[t=T], recall[t=T], f1[t=T] (a score "
+             ">= T predicts a click, e.g. precision[t=0.5]), psi[score], ks[score] (drift against a reference)")
 
 
 def parse_online_metric(name: str) -> OnlineSpec:
@@ -167,13 +198,42 @@ def match_online_metric(name: str) -> OnlineSpec | None:
     m = re.fullmatch(r"ece(?:\[(.*)\])?", low)
     if m:
         return OnlineSpec("ece", k=_ece_bins(name, m.group(1)))
+    if low in ("pr_auc", "prauc", "average_precision", "auprc", "pr_auc[ap]"):
+        return OnlineSpec("pr_auc")
+    m = re.fullmatch(r"(precision|recall|f1)\[(.*)\]", low)
+    if m:
+        return OnlineSpec(m.group(1), threshold=_threshold(name, m.group(1), m.group(2)))
+    m = re.fullmatch(r"(psi|ks)(?:\[(.*)\])?", low)
+    if m:
+        if (m.group(2) or "score") not in DRIFT_FEATURES:
+            raise MetricNameError(f"bad drift name {name!r}: expected {m.group(1)}[score] (the score's drift; "
+                                  f"features are not offered)")
+        return OnlineSpec(m.group(1))
     return None
 
 
 #: the base names of the online metrics (the closest names of an unknown one draw on them)
 ONLINE_VOCABULARY = ("auc", "auc_hist", "gauc", "ctr",
                      "clicks", "rr_first_click", "rr_first_click[clicked]", "abandonment", "logloss", "brier",
-                     "calibration", "ece", "interleaving", *DWELL_FAMILIES)
+                     "calibration", "ece", "interleaving", "pr_auc", "precision[t=0.5]", "recall[t=0.5]",
+                     "f1[t=0.5]", "psi[score]", "ks[score]", *DWELL_FAMILIES)
+
+
+def threshold_text(t: float) -> str:
+    """A threshold as the canonical names write it: Python's shortest repr of the float
+    (``0.5``, ``1e-05``, ``-2.0`` -> ``-2``, ``3.0`` -> ``3``)."""
+    r = repr(float(t))
+    return r[:-2] if r.endswith(".0") else r
+
+
+def _threshold(name, family, params) -> float:
+    """The T of ``precision[t=T]`` (also ``[T]`` and ``[score>=T]``): a finite number."""
+    m = re.fullmatch(r"(?:t=|score>=|threshold=)?([-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?)", params)
+    value = float(m.group(1)) if m else math.nan
+    if not math.isfinite(value):
+        raise MetricNameError(f"bad threshold in {name!r}: expected {family}[t=T] with T a finite number "
+                              f"(a score >= T predicts a click), e.g. {family}[t=0.5]")
+    return value + 0.0
 
 
 def online_identity(name):

@@ -18,7 +18,7 @@ from . import stats
 from .online_names import canonical_metric
 
 __all__ = ["ROW_FIELDS", "metric_row", "nan_to_none", "click_rows", "hist_rows", "gauc_rows", "group_slice",
-           "calibration_bin_name", "calibration_rows", "INTERLEAVING_SUFFIXES", "interleaving_rows",
+           "calibration_bin_name", "calibration_rows", "score_count_rows", "INTERLEAVING_SUFFIXES", "interleaving_rows",
            "with_interval", "mean_rows"]
 
 # every field of schemas/metric_result.avsc, so that all rows have one shape (None: not computed)
@@ -74,6 +74,15 @@ def hist_rows(kv):
     (ws, we, label, system), (auc, n, se, bound) = kv
     yield metric_row(ws, we, label, system, "auc_hist", auc, n, se)
     yield metric_row(ws, we, label, system, "auc_hist:max_error", bound, n, None)
+
+
+def score_count_rows(kv):
+    """The rows of one key's :class:`~streameval.accumulators.online.ScoreCountMetrics` output:
+    ``kv`` = ``(key, [(row name, value, n, stderr), ...])`` (``auc``, ``pr_auc``, ``precision[t=T]``,
+    ``recall[t=T]``, ``f1[t=T]``, ``psi[score]``, ``ks[score]``, ``ks[score]:p_value``)."""
+    (ws, we, label, system), results = kv
+    for name, value, n, se in results:
+        yield metric_row(ws, we, label, system, name, value, n, se)
 
 
 def gauc_rows(kv, group, weightings):

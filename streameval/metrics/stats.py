@@ -519,8 +519,10 @@ def msprt_cs(diff, var, tau: float = MSPRT_TAU, level: float = DEFAULT_LEVEL):
 # the interval of a metric row
 
 def is_binomial_metric(metric: str) -> bool:
-    """True for click-through rates (``ctr``, ``ctr@pos{p}``): ratios of clicks to impressions."""
-    return metric == "ctr" or metric.startswith("ctr@")
+    """True for click-through rates (``ctr``, ``ctr@pos{p}``): ratios of clicks to impressions; and
+    for ``precision[t=T]`` (tp over tp + fp) and ``recall[t=T]`` (tp over tp + fn), binomial
+    proportions too (their rows' ``num_queries`` is the denominator)."""
+    return metric == "ctr" or metric.startswith(("ctr@", "precision[t=", "recall[t="))
 
 
 #: the number of observations at which :func:`normal_mixture_cs` is tightest by default

@@ -55,6 +55,9 @@ def online_refusal(names) -> str | None:
         if s.family == "gauc":
             return (f"{s.name}: GAUC is not computed by the streaming job (a group spans its request shards; "
                     "use streameval batch)")
+        if s.score_counts:
+            return (f"{s.name}: pr_auc, the threshold metrics and psi / ks are not computed by the streaming job; "
+                    "use streameval batch (or streameval.evaluate_log)")
     return None
 
 
