@@ -10,6 +10,11 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
+# obp, the off-policy oracle of tests/test_ope_dr.py, without its dependencies: its pins want torch
+# (about 700 MB) and older packages; the estimators it is checked against need numpy, scipy and
+# scikit-learn only (the test stands a stub in for torch's type hints)
+OBP := obp==0.4.1
+
 .PHONY: demo test test-engines test-kafka engines bench clean
 
 $(BIN)/python:
@@ -26,6 +31,7 @@ $(VENV)/.installed-report: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet --no-deps $(OBP)
 	touch $@ $(VENV)/.installed $(VENV)/.installed-report
 
 demo: $(VENV)/.installed-report
@@ -70,6 +76,7 @@ test-kafka: $(VENV)/.installed-test engines
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	$(BIN)/python -m pip install --quiet --no-deps $(OBP)
 	touch $@ $(VENV)/.installed $(VENV)/.installed-test $(VENV)/.installed-report
 
 bench: $(VENV)/.installed-bench
