@@ -18,7 +18,6 @@ fails if it still cannot. Run with ``pytest -m engines tests/test_engines.py`` (
 from __future__ import annotations
 
 import json
-import re
 import os
 import shutil
 import subprocess
@@ -232,25 +231,13 @@ def test_prism_up_status_down_leaves_no_process(tmp_path):
     assert done.returncode == 2 and "no cluster in" in done.stderr
 
 
-def _connected_to(port: int) -> bool:
-    """Whether a TCP connection to 127.0.0.1:``port`` is established (Linux's /proc/net/tcp: local
-    and remote address as hex ``ADDR:PORT``, state 01 ESTABLISHED)."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
-
-
 @pytest.mark.parametrize("victim,reason", [
     ("prism", "the runner's service stopped answering (UNAVAILABLE: "),
-    # Prism 2.77 failed the job with its reason; Prism 2.62 stops answering the launcher's calls
-    ("worker_pool-1", ("Pipeline job-", "the runner's service stopped answering (DEADLINE_EXCEEDED: ")),
+    # Prism 2.77 failed the job with its reason; Prism 2.62 either fails it (SDK worker disconnected)
+    # or keeps it RUNNING for ever, waiting for the lost worker (about one run in three): then the
+    # launcher's watchdog (--stall-timeout, 30 s here) cancels it
+    ("worker_pool-1", ("Pipeline job-", "the runner's service stopped answering (DEADLINE_EXCEEDED: ",
+                       "no progress for 30 s: the runner still reports the job RUNNING")),
 ])
 def test_a_process_killed_under_the_batch_job_on_prism_fails_it(tmp_path, launch, capsys, victim, reason):
     """SIGKILL to Prism (the job server) or to the worker pool's process group (the pool and its SDK
@@ -276,17 +263,9 @@ def test_a_process_killed_under_the_batch_job_on_prism_fails_it(tmp_path, launch
         killed = threading.Event()
 
         def kill_when_running():
-            # once the job's SDK worker has connected to Prism's control service: a worker killed
-            # before it connects leaves Prism 2.62 waiting for it for ever, the job RUNNING (2 runs
-            # of 5 when the kill came 1 s after the pool started the worker; Prism 2.77 gives up
-            # after a minute: "didn't get control connection"); docs/deploy.md, known defects
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
-                text = pool_log.read_text(errors="replace")
-                if text.count("Starting worker with command") > started:
-                    port = int(re.findall(r'SdkHarness\("[^":]+:(\d+)"', text)[-1])
-                    while time.monotonic() < deadline and not _connected_to(port):
-                        time.sleep(0.05)
+                if pool_log.read_text(errors="replace").count("Starting worker with command") > started:
                     time.sleep(1)
                     os.killpg(info["processes"][victim], signal.SIGKILL)  # each leads its own group
                     killed.set()
@@ -298,7 +277,8 @@ def test_a_process_killed_under_the_batch_job_on_prism_fails_it(tmp_path, launch
         out = tmp_path / "out"
         capsys.readouterr()
         with fail_after(400, f"the batch job on Prism with {victim} killed"):
-            code = batch.main([*SAMPLE_COLUMNAR, "--output", str(out), "--quiet", *info["runner_args"]])
+            code = batch.main([*SAMPLE_COLUMNAR, "--output", str(out), "--quiet", "--stall-timeout", "30s",
+                               *info["runner_args"]])
         killer.join(5)
         assert killed.is_set(), f"no SDK worker started: {victim} was not killed under the job"
         err = capsys.readouterr().err.strip().splitlines()
@@ -309,9 +289,12 @@ def test_a_process_killed_under_the_batch_job_on_prism_fails_it(tmp_path, launch
         assert not any(line.startswith(("Traceback", "Exception in thread")) for line in err), err
         if victim == "prism":
             assert err == errors  # nothing but the one line
-        elif "DEADLINE_EXCEEDED" not in errors[0]:  # Prism's reason: the worker's connection lost, or never made by a replacement
+        elif "DEADLINE_EXCEEDED" not in errors[0] and "no progress for" not in errors[0]:  # Prism's reason: the worker's connection lost, or never made by a replacement
             assert "failed in state FAILED: " in errors[0]
-            assert "SDK worker disconnected" in errors[0] or "didn't get control connection" in errors[0]
+            # (Prism 2.62 may also panic: "panic in stage.Execute bundle processing goroutine: send on
+            # closed channel", reported without its goroutines' stacks)
+            assert any(r in errors[0] for r in ("SDK worker disconnected", "didn't get control connection",
+                                                "panic in stage.Execute")), errors[0]
         assert not (out / "manifest.json").exists() and not list(out.glob("metrics*"))
     finally:
         _down(state, info)

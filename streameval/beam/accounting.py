@@ -284,6 +284,16 @@ def _job_service_reports(options) -> list | None:
     name = options.view_as(GoogleCloudOptions).job_name
     if not endpoint or endpoint == "embed" or not name:
         return None
+    metrics = _job_service_metrics(endpoint, name)
+    if metrics is None:
+        return None
+    return list(metrics.committed) or list(metrics.attempted)
+
+
+def _job_service_metrics(endpoint: str, name: str):
+    """The ``MetricResults`` (committed and attempted monitoring infos) the job service at
+    ``endpoint`` holds for its one job named ``name`` (public job API: ``GetJobs``, then
+    ``GetJobMetrics``), or None when it knows no single such job."""
     import grpc
     from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
 
@@ -296,7 +306,7 @@ def _job_service_reports(options) -> list | None:
         if len(ids) != 1:
             return None
         response = service.GetJobMetrics(beam_job_api_pb2.GetJobMetricsRequest(job_id=ids[0]), timeout=60)
-    return list(response.metrics.committed) or list(response.metrics.attempted)
+    return response.metrics
 
 
 def _reported(reports: list, namespace: str, kind: str) -> list:
@@ -367,7 +377,88 @@ def job_distributions(result, namespace: str = NAMESPACE, *, options=None) -> di
     return out
 
 
-def wait_for_job(result, *, poll: float = 0.5, sleep=None):
+#: how long a portable job may go without progress before the launcher cancels it (``--stall-timeout``)
+STALL_TIMEOUT = "10m"
+#: seconds between two looks at a running portable job's metrics
+PROGRESS_EVERY_S = 5.0
+
+
+class JobStalledError(RuntimeError):
+    """A portable job that its runner kept reporting RUNNING while its metrics stopped changing for
+    the stall timeout (:func:`wait_for_job`); the launcher cancelled it."""
+
+
+def add_stall_timeout_argument(parser) -> None:
+    """``--stall-timeout``: the batch and off-policy jobs' watchdog of a portable job (:func:`wait_for_job`)."""
+    parser.add_argument("--stall-timeout", default=STALL_TIMEOUT, metavar="DURATION",
+                        help="on a portable runner (Prism, Flink, a job service): cancel the job and fail when its "
+                             "runner reports it running but its metrics have not changed for this long, once they "
+                             "have changed at least once (a runner waiting for a lost SDK worker: Prism 2.62 waits "
+                             f"for ever); default {STALL_TIMEOUT}; none waits for ever")
+
+
+def stall_timeout_from_args(args) -> float | None:
+    """Seconds of ``--stall-timeout`` (None: none, no watchdog); ValueError naming the option."""
+    from .keys import parse_window
+
+    return parse_window(getattr(args, "stall_timeout", STALL_TIMEOUT), name="--stall-timeout")
+
+
+class _ProgressWatch:
+    """Whether a running job's metrics (``digest()``: bytes, or None when not known) have stood still
+    for ``timeout`` seconds since they last changed. Armed by a first change only: a runner whose job
+    service reports metrics only at the end (Beam's Flink job server) is never taken for stalled."""
+
+    def __init__(self, digest, timeout: float, clock, every: float = PROGRESS_EVERY_S):
+        self.digest, self.timeout, self.clock, self.every = digest, timeout, clock, every
+        self.last = None
+        self.changed_at = None
+        self.next_look = clock()
+
+    def stalled(self) -> bool:
+        now = self.clock()
+        if now < self.next_look:
+            return False
+        self.next_look = now + self.every
+        try:
+            d = self.digest()
+        except Exception:  # noqa: BLE001 (the state call, not this one, tells a lost service)
+            return False
+        if d is None:
+            return False
+        if self.last is None or d != self.last:
+            if self.last is not None:
+                self.changed_at = now
+            self.last = d
+            return False
+        return self.changed_at is not None and now - self.changed_at >= self.timeout
+
+
+def _metrics_digest(options):
+    """A function giving the metrics of the portable job of ``options`` as bytes (its job service,
+    :func:`_job_service_metrics`), or None when ``options`` name no job endpoint or job name."""
+    if options is None:
+        return None
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, PortableOptions
+
+    endpoint = options.view_as(PortableOptions).job_endpoint
+    name = options.view_as(GoogleCloudOptions).job_name
+    if not endpoint or endpoint == "embed" or not name:
+        return None
+
+    def digest():
+        metrics = _job_service_metrics(endpoint, name)
+        if metrics is None:
+            return None
+        # each list sorted: Prism lists the same monitoring infos in a new order at every call
+        return b"\0".join(b"\1".join(sorted(info.SerializeToString(deterministic=True) for info in infos))
+                          for infos in (metrics.committed, metrics.attempted))
+
+    return digest
+
+
+def wait_for_job(result, *, poll: float = 0.5, sleep=None, options=None, stall_timeout: float | None = None,
+                 clock=None, digest=None):
     """Wait until the job of ``result`` (a Beam ``PipelineResult`` of any runner) ends; returns its
     final state. A job that ended in another state than DONE: its error, as ``wait_until_finish``
     raises it.
@@ -378,7 +469,15 @@ def wait_for_job(result, *, poll: float = 0.5, sleep=None):
     and the launcher reported a job still running, or finished, as failed. For a portable job the
     job's state is asked for instead (``result.state``: one call, its own deadline) every ``poll``
     seconds. Other runners' results (in-process, Dataflow) wait in their own ``wait_until_finish``
-    (the local DirectRunner's state changes only there)."""
+    (the local DirectRunner's state changes only there).
+
+    ``stall_timeout`` (seconds; None: no watchdog) with ``options`` (the job's pipeline options: its
+    job endpoint and name): every :data:`PROGRESS_EVERY_S` seconds the job service's metrics of the
+    job are read (``digest``, for tests: a function giving them as bytes); when they changed once and
+    then not for ``stall_timeout`` seconds while the job is still RUNNING, the job is cancelled
+    (``result.cancel()``) and :class:`JobStalledError` raised. Prism 2.62 keeps a job RUNNING for ever
+    when an SDK worker it waits for is lost (its worker pool killed: about one run in three here); Beam's 60 s
+    deadline above used to end such a job, and every job longer than a minute with it."""
     import time
 
     from apache_beam.runners.portability.portable_runner import PipelineResult as PortableResult
@@ -386,6 +485,25 @@ def wait_for_job(result, *, poll: float = 0.5, sleep=None):
 
     if not isinstance(result, PortableResult):
         return result.wait_until_finish()
+    sleep = sleep or time.sleep
+    digest = digest or (_metrics_digest(options) if stall_timeout else None)
+    watch = _ProgressWatch(digest, stall_timeout, clock or time.monotonic) if digest and stall_timeout else None
+    state = result.state
+    while not PipelineState.is_terminal(state):
+        sleep(poll)
+        state = result.state
+        if watch is not None and not PipelineState.is_terminal(state) and watch.stalled():
+            try:
+                result.cancel()
+            except Exception:  # noqa: BLE001 (cancelled or not, the job is reported failed)
+                pass
+            raise JobStalledError(
+                f"no progress for {watch.timeout:g} s: the runner still reports the job {state} but its metrics "
+                f"have not changed (a lost SDK worker the runner waits for?); the job was cancelled "
+                f"(--stall-timeout {watch.timeout:g}s; none waits for ever)")
+    if state == PipelineState.DONE:
+        return state
+    return result.wait_until_finish()
     sleep = sleep or time.sleep
     state = result.state
     while not PipelineState.is_terminal(state):

@@ -71,6 +71,10 @@ class InputUnavailableError(OSError):
 _UNAVAILABLE = re.compile(r"cannot read input file .*?(?=\s*\[while running|\n|$)")
 
 
+#: the first line of a Go program's goroutine stack ("goroutine 95 [running]:")
+_GO_STACK = re.compile(r"goroutine \d+ \[[^\]]*\]:?$")
+
+
 def failure_reason(error: BaseException) -> str:
     """One line saying why a job failed, from the exception its runner raised: the
     :class:`InputUnavailableError` text (path and error) when one is in it, else the exception's last
@@ -86,7 +90,13 @@ def failure_reason(error: BaseException) -> str:
     if type(error).__name__ == "FutureTimeoutError":  # grpc's, raised bare by the portable runner
         return ("the job service did not answer (FutureTimeoutError after Beam's --job_server_timeout, default "
                 "300 s): is the job server or Prism at --job_endpoint running?")
-    lines = [l.strip() for l in str(error).splitlines() if l.strip() and not l.startswith(" ")]
+    raw = str(error).splitlines()
+    # a Go runner's panic (Prism 2.62 when a worker is lost: "panic in stage.Execute ...: send on
+    # closed channel") comes with its goroutines' stacks: the line before them says what happened
+    stack = next((i for i, l in enumerate(raw) if _GO_STACK.match(l)), None)
+    if stack:
+        raw = raw[:stack]
+    lines = [l.strip() for l in raw if l.strip() and not l.startswith(" ")]
     last = lines[-1] if lines else type(error).__name__
     return last if len(last) <= 500 else last[:497] + "..."
 

@@ -27,7 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from streameval.beam.accounting import (account, check_inputs, exit_status, format_accounting, input_checks_from_args,
+from streameval.beam.accounting import (account, check_inputs, stall_timeout_from_args, exit_status, format_accounting, input_checks_from_args,
                                         wait_for_job,
                                         job_counters, job_distributions)
 from streameval.alerts import check_rules_match, format_alert, load_rules
@@ -430,6 +430,7 @@ def _main(argv, held: list) -> int:
             raise ValueError(f"--progress-interval must be a number of seconds in (0, 86400], got {args.progress_interval}")
         check_bootstrap_arguments(args)  # --replicates, --ci-seed: one line, exit 2
         checks = input_checks_from_args(args)
+        stall = stall_timeout_from_args(args)
         err_auto = parse_err_max_grade(args.err_max_grade) is None
         args.err_max_grade = parse_err_max_grade(args.err_max_grade) or GDEVAL_ERR_MAX_GRADE
         MetricOptions(relevance_level=args.relevance_level, gain=args.gain, ideal=args.ideal,
@@ -515,7 +516,7 @@ def _main(argv, held: list) -> int:
             runner_thread_errors_reported_once():
         try:
             result = p.run()
-            state = wait_for_job(result)  # (not wait_until_finish: its deadline, see there)
+            state = wait_for_job(result, options=options, stall_timeout=stall)  # (not wait_until_finish: its deadline, see there)
         except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 (the runner reports a failed job as an exception)
             line.enable = False
             line.stop()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from streameval.beam.accounting import add_input_check_arguments
+from streameval.beam.accounting import add_input_check_arguments, add_stall_timeout_argument
 from streameval.beam.arguments import (DECODERS, DEFAULT_FORMATS, DEFAULT_METRICS, HOT_FRACTION, HOT_MIN_REQUESTS,
                                        LABEL_SOURCES, SHARD_IMPRESSIONS, SHARDS, UNJUDGED_POLICIES,
                                        add_bootstrap_arguments, add_hist_arguments, add_metric_option_arguments,
@@ -159,6 +159,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress-interval", type=float, default=5.0, metavar="S",
                    help="seconds between progress lines on stderr (default 5)")
     add_input_check_arguments(p)
+    add_stall_timeout_argument(p)
     add_table_arguments(p)
     return p
 

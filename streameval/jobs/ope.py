@@ -50,7 +50,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from streameval.beam.accounting import job_counters, wait_for_job
+from streameval.beam.accounting import job_counters, stall_timeout_from_args, wait_for_job
 from streameval.beam.arguments import make_pipeline, unknown_arguments_error
 from streameval import interrupts
 from streameval.exits import one_line
@@ -354,6 +354,7 @@ def _main(argv, held: list) -> int:
                          + "; switch_dr tau " + ", ".join(tau_label(t) for t in taus))
         elif args.switch_tau:
             raise ValueError("--switch-tau needs --reward-model")
+        stall = stall_timeout_from_args(args)
         options = PipelineOptions(["--runner", args.runner, *beam_args])
         p = make_pipeline(options)
         run = None
@@ -395,7 +396,7 @@ def _main(argv, held: list) -> int:
         write_records(tuple(deads) | "Dead" >> beam.Flatten(), out_dir, "dead_letters", "dead_letter", "Dead")
         try:
             result = p.run()
-            wait_for_job(result)  # (not wait_until_finish: its deadline, see there)
+            wait_for_job(result, options=options, stall_timeout=stall)  # (not wait_until_finish: its deadline, see there)
         except Exception:
             stop = interrupts.received()  # Ctrl-C or SIGTERM, which the runner wrapped: streameval.cli says so
             if stop is not None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from streameval.beam.accounting import add_stall_timeout_argument
+
 __all__ = ["build_arg_parser", "TARGETS"]
 
 TARGETS = ("random", "bts", "logged")
@@ -46,4 +48,5 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="Switch-DR's importance weight threshold (>= 0; repeatable: a row per value; default 1, "
                         "obp's SwitchDoublyRobust default)")
     p.add_argument("--runner", default="FnApiRunner", help="Beam runner (default FnApiRunner)")
+    add_stall_timeout_argument(p)
     return p
