@@ -325,6 +325,32 @@ def _need_job_server(has: bool) -> None:
                     f"{why.reason if why and why.reason else 'not fetched'}")
 
 
+def test_stream_replay_on_flink_equals_local(flink, launch):
+    """``streameval stream --replay`` through Beam's Flink job server: Flink plays the replay's
+    TestStream itself (its events as bytes: a Python coder there failed the job in Java), with
+    ``--replay-pace 0`` (Flink's TestStream cannot advance processing time); the same pane files as
+    the local streaming runner's, each with the same rows, and the accounting from the job's
+    counters."""
+    from streameval.jobs import stream
+
+    from .conftest import fail_after
+
+    _need_job_server(flink["has_job_server"])
+    argv = ["--replay", "--replay-pace", "0", "--impressions", "sample/impressions/letor_*.avro", "--judgments",
+            "sample/judgments/letor_test_labels.avro", "--window", "1d", "--metrics", "ndcg@10,map,P@5", "--quiet"]
+    with fail_after(600, "the stream job on Flink"):
+        assert stream.main([*argv, "--output", "stream/flink", *flink["runner_args"]]) == 0
+    assert stream.main([*argv, "--output", "stream/flink-local"]) == 0
+
+    def panes(out):
+        return {p.name: sorted(p.read_text().splitlines()) for p in Path(out).glob("metrics-*.jsonl")}
+
+    got, ref = panes("stream/flink"), panes("stream/flink-local")
+    assert ref and all(ref.values()) and got == ref
+    counters = json.loads(Path("stream/flink/summary.json").read_text())["counters"]
+    assert counters["impressions_read"] == 1536 and counters["judgments_read"] == 768
+
+
 @pytest.mark.parametrize("name", list(JOBS))
 def test_batch_on_flink_equals_local(flink, launch, name):
     """The batch job through Beam's Flink job server on the local Flink cluster (its tasks on the

@@ -414,6 +414,19 @@ def wait_reporting(result, every: float, out=None, sleep=time.sleep, options=Non
     return result.wait_until_finish()
 
 
+#: what Beam's Flink runner says of a TestStream that advances processing time
+_FLINK_NO_PROCESSING_TIME = "Advancing Processing time is not supported by the Flink Runner"
+
+
+def replay_hint(reason: str, args) -> str:
+    """What to add to a failed replay's one line: Flink plays the replay's TestStream itself but
+    cannot advance processing time, which ``--replay-pace`` does after every step."""
+    if getattr(args, "replay", False) and _FLINK_NO_PROCESSING_TIME in reason:
+        return (" (--replay advances processing time by --replay-pace seconds after each step, which Flink "
+                "cannot: run it there with --replay-pace 0, without --early-every)")
+    return ""
+
+
 def main(argv=None) -> int:
     return holding_outputs(_main, argv)  # the run's hold on its --output folder, let go on every path
 
@@ -572,7 +585,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         stop = interrupts.received()  # Ctrl-C or SIGTERM (not --watch's), which the runner may have wrapped
         if stop is not None or isinstance(e, KeyboardInterrupt):
             raise stop or e  # streameval.cli says so in one line; close_output removes what the run wrote
-        print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
+        print(f"error: the job failed: {failure_reason(e)}{replay_hint(failure_reason(e), args)}", file=sys.stderr)
         return 1  # close_output removes what the run wrote (--replay: its folder; the previous run's outputs stay)
     finally:
         if live is not None:
