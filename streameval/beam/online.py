@@ -232,30 +232,15 @@ class OpeCombineFn(beam.CombineFn):
         return FastPrimitivesCoder()
 
 
-class DrCombineFn(beam.CombineFn):
+class DrCombineFn(OpsCombineFn):
     """DM, DR, SNDR and Switch-DR sums (:class:`~streameval.accumulators.online_ope.DrOps`). Inputs
     ``(reward, target_prob, logging_prob, reward_hat, dm_value)``; output ``DrOps(taus).extract``."""
 
     def __init__(self, taus=(om.DEFAULT_SWITCH_TAU,)):
-        self.ops = DrOps(taus)
-
-    def create_accumulator(self):
-        return self.ops.create()
+        super().__init__(DrOps(taus))
 
     def add_input(self, acc, element):
         return self.ops.add(acc, *element)
-
-    def merge_accumulators(self, accumulators):
-        return self.ops.merge(accumulators)
-
-    def compact(self, acc):
-        return acc
-
-    def extract_output(self, acc):
-        return self.ops.extract(acc)
-
-    def get_accumulator_coder(self):
-        return FastPrimitivesCoder()
 
 
 def tau_label(tau: float) -> str:
