@@ -434,7 +434,7 @@ def test_workers_run_the_installed_wheel(portable_runner, launch, small_ref, tmp
             state = p.run().wait_until_finish()
         assert str(state).endswith("DONE"), pool.log_tail()
         found = dict(json.loads(line) for line in (work / "where" / "modules.txt").read_text().splitlines())
-        assert sorted(found) == ["streameval.jobs.batch", "streameval", "streameval.beam.sources"]
+        assert sorted(found) == ["streameval", "streameval.beam.sources", "streameval.jobs.batch"]
         for name, path in found.items():
             assert Path(path).resolve().is_relative_to(site.resolve()), (name, path)
 
