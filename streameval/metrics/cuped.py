@@ -2,7 +2,7 @@
 
 Deng, Xu, Kohavi and Walker, "Improving the Sensitivity of Online Controlled Experiments by Utilizing
 Pre-Experiment Data", WSDM 2013 (CUPED); for a ratio metric such as CTR, the delta method of Deng,
-Knoblich and Lu, "Applying the Delta Method in Metric Analytics", KDD 2018 (section 3.3 and 4).
+Knoblich and Lu, "Applying the Delta Method in Metric Analytics: A Practical Guide with Novel Ideas", KDD 2018.
 
 Per unit u (a request or a user, ``--cluster``) of system s: n_u impressions, y_u clicks, x_u the
 covariate. CTR_s = sum y / sum n = R_s; its linearisation per unit L_u = (y_u - R_s n_u) / nbar_s
