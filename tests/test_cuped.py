@@ -291,7 +291,7 @@ def test_batch_job_refuses_unknown_covariate_attribute(tmp_path, capsys):
 def test_batch_job_option_errors(tmp_path, capsys):
     path, _ = _log(tmp_path)
     assert _job_rows(tmp_path, path, ["--covariate", "attr:pre_clicks"], "o1")[0] == 2
-    assert "needs --cluster" in capsys.readouterr().err
+    assert "need --cluster" in capsys.readouterr().err
     assert _job_rows(tmp_path, path, ["--cluster", "user", "--covariate", "pre_clicks"], "o2")[0] == 2
     assert "attr:NAME" in capsys.readouterr().err
 
@@ -307,3 +307,57 @@ def test_batch_job_zero_variance_covariate(tmp_path):
         row, plain = rows[(None, "all", s, name)], rows[(None, "all", s, "ctr[cluster=user]")]
         assert row["ci_method"] == THETA_UNDEFINED and row["value"] == plain["value"]
         assert row["stderr"] == pytest.approx(plain["stderr"], rel=1e-12)
+
+
+def _pre_log(tmp_path, recs):
+    """A pre-period log of the same users (but users 0-4 absent): clicks correlated with the experiment's."""
+    rnd = random.Random(3)
+    rate: dict = {}
+    for r in recs:
+        u = rate.setdefault(r["user_id"], [0, 0])
+        u[0] += 1
+        u[1] += int(r["clicked"])
+    pre = []
+    for uid, (n, y) in sorted(rate.items()):
+        if int(uid[1:]) < 5:
+            continue
+        p = (y + 1) / (n + 2)
+        for i in range(rnd.randint(3, 9)):
+            pre.append({"event_id": f"pre-{uid}-{i}", "request_id": f"pre-{uid}-{i}", "query_id": "q",
+                        "user_id": uid, "system_id": "A", "item_id": "i1", "position": 1, "score": None,
+                        "clicked": (None if i == 0 else rnd.random() < p), "timestamp": T0 - 30 * 24 * HOUR + i,
+                        "propensity": None, "attributes": {}, "dwell_ms": None})
+    path = tmp_path / "pre.avro"
+    avro.write_records(str(path), "impression", pre)
+    clicks: dict = {}
+    for r in pre:
+        if r["clicked"] is not None:
+            clicks[r["user_id"]] = clicks.get(r["user_id"], 0) + int(r["clicked"])
+    return str(path), clicks
+
+
+@pytest.mark.parametrize("engine", ["columnar", "records"])
+def test_batch_job_covariate_log_equals_library(tmp_path, engine):
+    """--covariate-log: x = the user's clicks in the pre-period log; users absent from it get the
+    pooled mean (imputed_units)."""
+    path, recs = _log(tmp_path)
+    pre_path, clicks = _pre_log(tmp_path, recs)
+    status, rows = _job_rows(tmp_path, path, ["--cluster", "user", "--covariate-log", pre_path, "--slices", "device",
+                                              "--engine", engine, "--quiet"])
+    assert status == 0
+    recs2 = [dict(r, attributes={**{k: v for k, v in r["attributes"].items() if k != "pre_clicks"},
+                                 **({"log_clicks": repr(float(clicks[r["user_id"]]))} if r["user_id"] in clicks
+                                    else {})}) for r in recs]
+    ref = _library_rows(recs2, "user", "log_clicks", None)
+    got = {k: v for k, v in rows.items() if ",cuped=" in k[3]}
+    assert got == ref and len(ref) > 10
+    # 5 users of each system are absent from the pre-period log
+    assert rows[(None, "all", "*", "ctr[cluster=user,cuped=log_clicks]:imputed_units")]["value"] == 10
+    assert rows[(None, "all", "*", "ctr[cluster=user,cuped=log_clicks]:theta")]["value"] > 0
+
+
+def test_covariate_and_covariate_log_together_refused(tmp_path, capsys):
+    path, recs = _log(tmp_path)
+    status, _ = _job_rows(tmp_path, path, ["--cluster", "user", "--covariate", "attr:pre_clicks",
+                                           "--covariate-log", path])
+    assert status == 2 and "give one" in capsys.readouterr().err

@@ -182,7 +182,7 @@ class ColumnarMetrics(beam.PTransform):
                  compare_baseline=None, complete=False, hot_query_fraction=None, input_format="auto",
                  impression_table=None, judgment_table=None, every=None,
                  max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None, ci_bounded="logit", srm_split=None,
-                 cluster="none", drift_reference=None, covariate=None):
+                 cluster="none", drift_reference=None, covariate=None, covariate_values=None):
         super().__init__(label)
         #: the reference scores of psi[score] / ks[score] (a streameval.metrics.threshold.DriftReference)
         self.drift_reference = drift_reference
@@ -196,6 +196,7 @@ class ColumnarMetrics(beam.PTransform):
         if covariate is not None and cluster == "none":
             raise ValueError("covariate (CUPED) needs a cluster (the experiment's unit): request or user")
         self.covariate = covariate
+        self.covariate_values = covariate_values  # --covariate-log: {cluster id: x}, else None (the attribute)
         #: {system: share} of --expected-split: srm rows (streameval.beam.srm), or None
         self.srm_split = dict(srm_split) if srm_split else None
         if ci_bounded not in stats.BOUNDED_METHODS:
@@ -292,7 +293,8 @@ class ColumnarMetrics(beam.PTransform):
                        "CleanImpressions", self.ranking, self.ctr, self.window_micros, self.slice_specs,
                        self.order, self.shards, self.in_process, self.threads, self.lateness_micros, online,
                        self.complete, self.hot_fraction if self.ranking else 0.0, units=bool(self.srm_split),
-                       cluster=self.cluster if self.ctr else "none", covariate=self.covariate if self.ctr else None))
+                       cluster=self.cluster if self.ctr else "none", covariate=self.covariate if self.ctr else None,
+                       covariate_values=self.covariate_values))
                    .with_outputs("dead_letters", "clicks", "systems", "hot_queries", "units", "cluster_clicks",
                                  "cuped_units",
                                  *columnar_online.TAGS,

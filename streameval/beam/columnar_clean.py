@@ -94,7 +94,7 @@ class _CleanShard(ThreadedDoFn):
     def __init__(self, source: str, ranking: bool, ctr: bool, window_micros, slice_specs, order: str, shards: int,
                  hold: bool = False, threads: int = 1, lateness_micros: int | None = None, online=None, systems: bool = False,
                  hot_fraction: float = 0.0, hot_min: int | None = None, units: bool = False, cluster: str = "none",
-                 covariate: str | None = None):
+                 covariate: str | None = None, covariate_values: dict | None = None):
         #: hot queries' fan-out (columnar_hot.fan_out): their share of the shard's requests above which
         #: they are split over sub-elements (0: never), and the fewest requests that make one hot
         self.hot_fraction = float(hot_fraction)
@@ -104,6 +104,7 @@ class _CleanShard(ThreadedDoFn):
         self.cluster = cluster  # "request" / "user": clicks per (window, slice, system, cluster), tag "cluster_clicks"
         #: --covariate attr:NAME (with cluster): each cluster's clicks and covariate, tag "cuped_units"
         self.covariate = covariate
+        self.covariate_values = covariate_values  # --covariate-log: {cluster id: pre-period clicks}
         self.systems = systems  # emit each chunk's systems (tag "systems"): complete=True needs them all
         #: late data from the end of a request's first window plus this (None: no limit, nothing late)
         self.lateness_micros = None if lateness_micros is None else int(lateness_micros)
@@ -245,7 +246,11 @@ class _CleanShard(ThreadedDoFn):
         if self.covariate is not None:
             from .cuped import covariate_column
 
-            x = covariate_column(c["attributes"].get(self.covariate), c["n"])
+            if self.covariate_values is not None:
+                vals = self.covariate_values
+                x = np.array([vals.get(v, np.nan) for v in cvals], dtype=np.float64)[ccode] if nc else np.zeros(0)
+            else:
+                x = covariate_column(c["attributes"].get(self.covariate), c["n"])
         for lcode, lvals in _labels(c["attributes"], c["n"], self.slice_specs):
             key = ((wcode * len(lvals) + lcode) * len(svals) + scode) * nc + ccode
             uk, inv = _unique_codes(key)

@@ -27,10 +27,30 @@ from .clusters import cluster_id
 from .keys import parse_slices, slice_labels, slide_keys, window_bounds
 
 __all__ = ["COVARIATE_PREFIX", "parse_covariate", "covariate_value", "covariate_column", "impression_cuped_keys",
-           "cuped_ctr_rows", "records_cuped_keys", "unit_sum", "covariate_absent", "covariate_attribute_error"]
+           "cuped_ctr_rows", "records_cuped_keys", "unit_sum", "covariate_absent", "covariate_attribute_error",
+           "LOG_COVARIATE", "pre_period_clicks"]
 
 #: ``--covariate``'s form: ``attr:NAME``
 COVARIATE_PREFIX = "attr:"
+#: the covariate's name in the rows with ``--covariate-log``: each unit's clicks in that log
+LOG_COVARIATE = "log_clicks"
+
+
+def pre_period_clicks(paths, cluster: str) -> dict:
+    """``{unit: clicks}`` of a pre-period impression log (``--covariate-log``): per unit of
+    :func:`~streameval.beam.clusters.cluster_id` the impressions whose ``clicked`` is true, over
+    the impressions whose clicks are logged (a unit with only unlogged clicks is absent). Read whole
+    on the launcher (one int per unit); the records are not cleaned (a replayed record counts again)."""
+    from ..io.avro import read_records
+
+    out: dict = {}
+    for rec in read_records(list(paths), "impression"):
+        clicked = rec.get("clicked")
+        if clicked is None:
+            continue
+        cid = cluster_id(cluster, rec["request_id"], rec.get("user_id"))
+        out[cid] = out.get(cid, 0) + (1 if clicked else 0)
+    return {k: float(v) for k, v in out.items()}
 
 
 def parse_covariate(text: str) -> str:
@@ -64,15 +84,15 @@ def covariate_column(col, n: int) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in vals], dtype=np.float64)
 
 
-def impression_cuped_keys(rec, window_micros, slice_specs, cluster, attribute):
+def impression_cuped_keys(rec, window_micros, slice_specs, cluster, attribute, values=None):
     """``((ws, we, slice, system, unit), (1, clicked, x))`` of one impression dict whose clicks are
-    logged (none otherwise)."""
+    logged (none otherwise); x from the attribute, or ``values[unit]`` when ``values`` is given."""
     clicked = rec.get("clicked")
     if clicked is None:
         return
     ws, we = window_bounds(rec.get("timestamp"), window_micros)
     cid = cluster_id(cluster, rec["request_id"], rec.get("user_id"))
-    x = covariate_value((rec.get("attributes") or {}).get(attribute))
+    x = values.get(cid) if values is not None else covariate_value((rec.get("attributes") or {}).get(attribute))
     for label in slice_labels(rec.get("attributes"), slice_specs):
         yield ((ws, we, label, rec["system_id"], cid), (1, 1 if clicked else 0, x))
 
@@ -129,11 +149,13 @@ def cuped_ctr_rows(keyed, cluster: str, covariate: str, level: float, slide=None
             | f"{label}Rows" >> beam.FlatMap(_rows, cluster, covariate, level))
 
 
-def records_cuped_keys(impressions, window_micros, slice_specs, cluster: str, attribute: str, label: str = "Cuped"):
-    """The per-impression keys of :func:`cuped_ctr_rows` from impression dicts."""
+def records_cuped_keys(impressions, window_micros, slice_specs, cluster: str, attribute: str, values=None,
+                       label: str = "Cuped"):
+    """The per-impression keys of :func:`cuped_ctr_rows` from impression dicts (``values``:
+    :func:`pre_period_clicks`, or None for the attribute)."""
     specs = parse_slices(slice_specs)
     return impressions | f"{label}Keys" >> beam.FlatMap(impression_cuped_keys, window_micros, specs, cluster,
-                                                        attribute) \
+                                                        attribute, values) \
         .with_output_types(typing.Tuple[typing.Any, typing.Any])
 
 
