@@ -182,7 +182,7 @@ class ColumnarMetrics(beam.PTransform):
                  compare_baseline=None, complete=False, hot_query_fraction=None, input_format="auto",
                  impression_table=None, judgment_table=None, every=None,
                  max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None, ci_bounded="logit", srm_split=None,
-                 cluster="none", drift_reference=None):
+                 cluster="none", drift_reference=None, covariate=None, covariate_values=None):
         super().__init__(label)
         #: the reference scores of psi[score] / ks[score] (a streameval.metrics.threshold.DriftReference)
         self.drift_reference = drift_reference
@@ -192,6 +192,11 @@ class ColumnarMetrics(beam.PTransform):
             raise ValueError(f"cluster must be one of {CLUSTERS}, got {cluster!r}")
         #: --cluster: ctr[cluster=...] rows (streameval.beam.clusters) unless "none" (needs ctr)
         self.cluster = cluster
+        #: --covariate attr:NAME: the attribute NAME of ctr[cluster=...,cuped=NAME] rows (streameval.beam.cuped)
+        if covariate is not None and cluster == "none":
+            raise ValueError("covariate (CUPED) needs a cluster (the experiment's unit): request or user")
+        self.covariate = covariate
+        self.covariate_values = covariate_values  # --covariate-log: {cluster id: x}, else None (the attribute)
         #: {system: share} of --expected-split: srm rows (streameval.beam.srm), or None
         self.srm_split = dict(srm_split) if srm_split else None
         if ci_bounded not in stats.BOUNDED_METHODS:
@@ -288,8 +293,10 @@ class ColumnarMetrics(beam.PTransform):
                        "CleanImpressions", self.ranking, self.ctr, self.window_micros, self.slice_specs,
                        self.order, self.shards, self.in_process, self.threads, self.lateness_micros, online,
                        self.complete, self.hot_fraction if self.ranking else 0.0, units=bool(self.srm_split),
-                       cluster=self.cluster if self.ctr else "none"))
+                       cluster=self.cluster if self.ctr else "none", covariate=self.covariate if self.ctr else None,
+                       covariate_values=self.covariate_values))
                    .with_outputs("dead_letters", "clicks", "systems", "hot_queries", "units", "cluster_clicks",
+                                 "cuped_units",
                                  *columnar_online.TAGS,
                                  main="requests"))
         dead = [read.dead_letters, cleaned.dead_letters]
@@ -307,6 +314,10 @@ class ColumnarMetrics(beam.PTransform):
 
                 rows.append(clustered_ctr_rows(cleaned.cluster_clicks, self.cluster, self.ci_level, self.ci_bounded,
                                                self.slide))
+            if self.covariate is not None:
+                from .cuped import cuped_ctr_rows
+
+                rows.append(cuped_ctr_rows(cleaned.cuped_units, self.cluster, self.covariate, self.ci_level, self.slide))
         if self.srm_split:
             from .srm import srm_rows
 

@@ -93,7 +93,8 @@ def _first_min(values: pa.Array, starts: np.ndarray, ends: np.ndarray) -> pa.Arr
 class _CleanShard(ThreadedDoFn):
     def __init__(self, source: str, ranking: bool, ctr: bool, window_micros, slice_specs, order: str, shards: int,
                  hold: bool = False, threads: int = 1, lateness_micros: int | None = None, online=None, systems: bool = False,
-                 hot_fraction: float = 0.0, hot_min: int | None = None, units: bool = False, cluster: str = "none"):
+                 hot_fraction: float = 0.0, hot_min: int | None = None, units: bool = False, cluster: str = "none",
+                 covariate: str | None = None, covariate_values: dict | None = None):
         #: hot queries' fan-out (columnar_hot.fan_out): their share of the shard's requests above which
         #: they are split over sub-elements (0: never), and the fewest requests that make one hot
         self.hot_fraction = float(hot_fraction)
@@ -101,6 +102,9 @@ class _CleanShard(ThreadedDoFn):
         self.online = online  # a columnar_online.OnlineColumns, or None
         self.units = units  # requests per (window, slice, system), tag "units" (srm rows)
         self.cluster = cluster  # "request" / "user": clicks per (window, slice, system, cluster), tag "cluster_clicks"
+        #: --covariate attr:NAME (with cluster): each cluster's clicks and covariate, tag "cuped_units"
+        self.covariate = covariate
+        self.covariate_values = covariate_values  # --covariate-log: {cluster id: pre-period clicks}
         self.systems = systems  # emit each chunk's systems (tag "systems"): complete=True needs them all
         #: late data from the end of a request's first window plus this (None: no limit, nothing late)
         self.lateness_micros = None if lateness_micros is None else int(lateness_micros)
@@ -238,6 +242,15 @@ class _CleanShard(ThreadedDoFn):
             ids = by_request
         ccode, cvals = _factorize(ids)
         nc = len(cvals)
+        x = None
+        if self.covariate is not None:
+            from .cuped import covariate_column
+
+            if self.covariate_values is not None:
+                vals = self.covariate_values
+                x = np.array([vals.get(v, np.nan) for v in cvals], dtype=np.float64)[ccode] if nc else np.zeros(0)
+            else:
+                x = covariate_column(c["attributes"].get(self.covariate), c["n"])
         for lcode, lvals in _labels(c["attributes"], c["n"], self.slice_specs):
             key = ((wcode * len(lvals) + lcode) * len(svals) + scode) * nc + ccode
             uk, inv = _unique_codes(key)
@@ -251,6 +264,18 @@ class _CleanShard(ThreadedDoFn):
             w = (rest // len(lvals)).tolist()
             for wi, li, si, ci, n, y in zip(w, lab, s, cl, imps, clicks):
                 yield pvalue.TaggedOutput("cluster_clicks", ((*wkeys[wi], lvals[li], svals[si], cvals[ci]), (n, y)))
+            if self.covariate is not None:
+                yield from self._cuped_units(c, x, uk, inv, w, lab, s, cl, imps, clicks, wkeys, lvals, svals, cvals)
+
+    @staticmethod
+    def _cuped_units(c, x, uk, inv, w, lab, s, cl, imps, clicks, wkeys, lvals, svals, cvals):
+        """``((ws, we, slice, system, cluster id), (impressions, clicks, smallest covariate or None))``
+        (tag ``"cuped_units"``; :mod:`streameval.beam.cuped`)."""
+        xmin = np.full(len(uk), np.inf)
+        np.minimum.at(xmin, inv, np.where(np.isnan(x), np.inf, x))
+        xs = [None if v == np.inf else v for v in xmin.tolist()]
+        for wi, li, si, ci, n, y, xv in zip(w, lab, s, cl, imps, clicks, xs):
+            yield pvalue.TaggedOutput("cuped_units", ((*wkeys[wi], lvals[li], svals[si], cvals[ci]), (n, y, xv)))
 
     def _units(self, chunk):
         """``((window_start, window_end, slice, system), requests)`` (tag ``"units"``): each request

@@ -67,6 +67,7 @@ from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
 from streameval.io import counters as cn
 from streameval.io.outdir import OutputInUseError, OutputOverlapError
+from streameval.beam.cuped import covariate_absent, covariate_attribute_error
 from streameval.io.selection import (NoMatchError, names_without_rows, record_attributes, slice_attribute_error,
                                      without_rows_line)
 from streameval.beam.keys import attributes_without_values, parse_slices
@@ -207,6 +208,26 @@ def _drift_reference(args, online):
     return read_drift_reference(path)
 
 
+def _covariate_attribute(args):
+    """The attribute of ``--covariate attr:NAME`` (None without it); ValueError in one line: not that
+    form, no ``--cluster`` (the experiment's unit), or ``--no-ctr``."""
+    text = getattr(args, "covariate", None)
+    log = getattr(args, "covariate_log", None)
+    if text is None and not log:
+        return None
+    from streameval.beam.cuped import LOG_COVARIATE, parse_covariate
+
+    if text is not None and log:
+        raise ValueError("--covariate and --covariate-log are two sources of one covariate: give one")
+    name = parse_covariate(text) if text is not None else LOG_COVARIATE
+    if args.cluster == "none":
+        raise ValueError("--covariate / --covariate-log (CUPED) need --cluster request or user: the unit the experiment randomises, "
+                         "whose clicks the covariate adjusts")
+    if args.no_ctr:
+        raise ValueError("--covariate gives adjusted ctr rows: not with --no-ctr")
+    return name
+
+
 def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     """Add the job's transforms to ``p``: returns (rows, dead_letters) PCollections."""
     if getattr(args, "engine", "auto") != "records":
@@ -268,6 +289,14 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
         wm, slide = sliding_windows(window, every, limit)
         row_parts.append(clustered_ctr_rows(records_cluster_keys(imps, wm, slices, args.cluster), args.cluster,
                                             args.ci_level, getattr(args, "ci_bounded", "logit"), slide))
+    if not args.no_ctr and getattr(args, "covariate_attribute", None) is not None:
+        from streameval.beam.cuped import cuped_ctr_rows, records_cuped_keys
+        from streameval.beam.transforms import sliding_windows
+
+        wm, slide = sliding_windows(window, every, limit)
+        row_parts.append(cuped_ctr_rows(records_cuped_keys(imps, wm, slices, args.cluster, args.covariate_attribute,
+                                                           getattr(args, "covariate_values", None)),
+                                        args.cluster, args.covariate_attribute, args.ci_level, slide))
     if not args.no_ctr:
         row_parts.append(imps | "ClickMetrics" >> ClickMetrics(window=window, slices=slices, ci_level=args.ci_level,
                                                                              every=every, max_windows_per_record=limit))
@@ -366,6 +395,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         group_rows=args.group_rows, ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed,
         ci_bounded=getattr(args, "ci_bounded", "logit"), srm_split=getattr(args, "srm_split", None),
         cluster=getattr(args, "cluster", "none"), drift_reference=getattr(args, "drift", None),
+        covariate=getattr(args, "covariate_attribute", None), covariate_values=getattr(args, "covariate_values", None),
         compare_baseline=args.compare_baseline if judgment_paths and ranking else None, complete=args.complete,
         hot_query_fraction=args.hot_query_fraction, input_format=fmt,
         impression_table=getattr(args, "impression_table", None), judgment_table=getattr(args, "judgment_table", None))
@@ -426,6 +456,7 @@ def _main(argv, held: list) -> int:
         args.srm_split = parse_expected_split(args.expected_split) if args.expected_split is not None else None
         if args.cluster != "none" and args.no_ctr:
             raise ValueError(f"--cluster {args.cluster} gives clustered ctr rows: not with --no-ctr")
+        args.covariate_attribute = _covariate_attribute(args)
         if not 0 < args.progress_interval <= 86400:  # also NaN
             raise ValueError(f"--progress-interval must be a number of seconds in (0, 86400], got {args.progress_interval}")
         check_bootstrap_arguments(args)  # --replicates, --ci-seed: one line, exit 2
@@ -446,6 +477,11 @@ def _main(argv, held: list) -> int:
         p = make_pipeline(options)  # checks the runner's name
         set_file_system_options(options)  # before any remote file is matched (credentials, endpoint)
         impression_paths = expand_inputs(args.impressions)
+        args.covariate_values = None
+        if getattr(args, "covariate_log", None) and args.covariate_attribute is not None:
+            from streameval.beam.cuped import pre_period_clicks
+
+            args.covariate_values = pre_period_clicks(expand_inputs(args.covariate_log), args.cluster)
         judgment_paths = expand_inputs(args.judgments) if args.judgments else []
         args.impression_table, args.judgment_table = table_options(args, impression_paths, judgment_paths)
         if err_auto:
@@ -573,6 +609,9 @@ def _main(argv, held: list) -> int:
         if absent and any(r["slice"] == "all" for r in rows):  # (no row at all: the input checks say why)
             have = record_attributes(impression_paths)
             typos += [str(slice_attribute_error(a, have)) for a in absent]
+        if getattr(args, "covariate", None) is not None and covariate_absent(rows, args.cluster,
+                                                                                args.covariate_attribute):
+            typos.append(covariate_attribute_error(args.covariate_attribute, record_attributes(impression_paths)))
     engine = "records" if args.engine == "records" else "columnar"
     summary = {
         "state": str(state),
@@ -595,7 +634,7 @@ def _main(argv, held: list) -> int:
         "slices": _slices_from_args(args.slices), "slice_missing": args.slice_missing,
         "options": {"judgment_conflicts": args.judgment_conflicts, "grades": args.grades, "labels": args.labels, "unjudged": args.unjudged, "hist_bins": args.hist_bins,
                     "hist_range": args.hist_range, "group_rows": args.group_rows,
-                    "drift_reference": getattr(args, "drift_reference", None),
+                    "drift_reference": getattr(args, "drift_reference", None), "cluster": args.cluster, "covariate": args.covariate, "covariate_log": args.covariate_log,
                     "relevance_level": args.relevance_level, "gain": args.gain, "ideal": args.ideal,
                     "err_max_grade": args.err_max_grade, "order": args.order, "tie_break": args.tie_break,
                     "score_precision": args.score_precision, "depth": args.depth, "complete": args.complete, "ctr": not args.no_ctr},

@@ -100,6 +100,14 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", choices=("none", "request", "user"), default="none",
                    help="also ctr[cluster=C] rows: CTR with the standard error of clustered impressions (delta method "
                         "over per-request or per-user sums), the number of clusters and the design effect (default none)")
+    p.add_argument("--covariate", default=None, metavar="attr:NAME",
+                   help="CUPED with --cluster request|user: also ctr[cluster=C,cuped=NAME] rows, the CTR adjusted by the "
+                        "impression attribute NAME (the unit's pre-period value, e.g. attr:pre_clicks), theta pooled "
+                        "over the systems, with its interval and variance reduction (docs/metrics.md, CUPED)")
+    p.add_argument("--covariate-log", action="append", default=None, metavar="PATH",
+                   help="CUPED with --cluster user (or request): the covariate is each unit's clicks in this "
+                        "pre-period impression log (Avro, a glob; repeatable); rows ctr[cluster=C,cuped=log_clicks]; "
+                        "units absent from it get the pooled mean")
     p.add_argument("--expected-split", default=None, metavar="SYSTEM=WEIGHT,...",
                    help="the experiment's declared split of requests between systems, e.g. A=50,B=50: srm rows per "
                         "window and slice (sample-ratio mismatch: chi-square p-value, statistic, each system's share)")
