@@ -276,6 +276,18 @@ def _job_service_reports(options) -> list | None:
     name and keeps the last of a key. On Flink a transform after a flatten runs in one fused stage
     per flatten input, each reporting its own part under the same step, so all parts but one were
     lost (``metric_rows_written`` 10 of 42 on the bundled sample, Beam 2.62 on Flink 1.19)."""
+    job = _portable_job(options)
+    if job is None:
+        return None
+    metrics = _job_service_metrics(*job)
+    if metrics is None:
+        return None
+    return list(metrics.committed) or list(metrics.attempted)
+
+
+def _portable_job(options) -> tuple[str, str] | None:
+    """``(job endpoint, job name)`` of a job with ``options`` on a job service, or None (no options,
+    no endpoint, Beam's embedded one, or no job name)."""
     if options is None:
         return None
     from apache_beam.options.pipeline_options import GoogleCloudOptions, PortableOptions
@@ -284,10 +296,7 @@ def _job_service_reports(options) -> list | None:
     name = options.view_as(GoogleCloudOptions).job_name
     if not endpoint or endpoint == "embed" or not name:
         return None
-    metrics = _job_service_metrics(endpoint, name)
-    if metrics is None:
-        return None
-    return list(metrics.committed) or list(metrics.attempted)
+    return endpoint, name
 
 
 def _job_service_metrics(endpoint: str, name: str):
@@ -437,17 +446,12 @@ class _ProgressWatch:
 def _metrics_digest(options):
     """A function giving the metrics of the portable job of ``options`` as bytes (its job service,
     :func:`_job_service_metrics`), or None when ``options`` name no job endpoint or job name."""
-    if options is None:
-        return None
-    from apache_beam.options.pipeline_options import GoogleCloudOptions, PortableOptions
-
-    endpoint = options.view_as(PortableOptions).job_endpoint
-    name = options.view_as(GoogleCloudOptions).job_name
-    if not endpoint or endpoint == "embed" or not name:
+    job = _portable_job(options)
+    if job is None:
         return None
 
     def digest():
-        metrics = _job_service_metrics(endpoint, name)
+        metrics = _job_service_metrics(*job)
         if metrics is None:
             return None
         # each list sorted: Prism lists the same monitoring infos in a new order at every call
