@@ -27,6 +27,7 @@ import math
 from fractions import Fraction
 
 from . import stats
+from .online_sums import clustered_ratio_variance
 from .rows import metric_row
 
 __all__ = ["THETA_UNDEFINED", "CupedResult", "cuped_from_sums", "cuped_rows", "cuped_name"]
@@ -81,7 +82,7 @@ def cuped_from_sums(states: dict) -> CupedResult:
         if g < 2:
             continue
         sll = (syy - 2 * r * sny + r * r * snn) / (nbar * nbar)  # sum L^2
-        var = max(sll, Fraction(0)) / (g * (g - 1))
+        var = clustered_ratio_variance(g, sn, sy, snn, sny, syy)  # ctr[cluster=C]'s, = max(sll, 0) / (g (g - 1))
         res["se"] = math.sqrt(float(var))
         if theta is None:
             res["se_adj"], res["vr"] = res["se"], (0.0 if var else math.nan)

@@ -105,9 +105,16 @@ def clustered_ratio_from_sums(g: int, sn, sy, snn, sny, syy) -> tuple[float, flo
     ``(NaN, NaN)`` when there is no impression; stderr NaN for one cluster."""
     if g == 0 or not sn:
         return (math.nan, math.nan)
-    sn, sy, snn, sny, syy = (Fraction(x) for x in (sn, sy, snn, sny, syy))
-    r = sy / sn
+    r = Fraction(sy) / Fraction(sn)
     if g < 2:
         return (float(r), math.nan)
+    return (float(r), math.sqrt(float(clustered_ratio_variance(g, sn, sy, snn, sny, syy))))
+
+
+def clustered_ratio_variance(g: int, sn, sy, snn, sny, syy) -> Fraction:
+    """The exact variance (se^2) of :func:`clustered_ratio_from_sums`' ratio, as a Fraction:
+    g / (g - 1) * max(sum_c (y_c - R n_c)^2, 0) / (sum n)^2. Needs g >= 2 and sum n > 0."""
+    sn, sy, snn, sny, syy = (Fraction(x) for x in (sn, sy, snn, sny, syy))
+    r = sy / sn
     ss = syy - 2 * r * sny + r * r * snn
-    return (float(r), math.sqrt(float(Fraction(g, g - 1) * max(ss, Fraction(0)) / (sn * sn))))
+    return Fraction(g, g - 1) * max(ss, Fraction(0)) / (sn * sn)
