@@ -585,7 +585,8 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         stop = interrupts.received()  # Ctrl-C or SIGTERM (not --watch's), which the runner may have wrapped
         if stop is not None or isinstance(e, KeyboardInterrupt):
             raise stop or e  # streameval.cli says so in one line; close_output removes what the run wrote
-        print(f"error: the job failed: {failure_reason(e)}{replay_hint(failure_reason(e), args)}", file=sys.stderr)
+        reason = failure_reason(e)
+        print(f"error: the job failed: {reason}{replay_hint(reason, args)}", file=sys.stderr)
         return 1  # close_output removes what the run wrote (--replay: its folder; the previous run's outputs stay)
     finally:
         if live is not None:
