@@ -717,6 +717,7 @@ def main(argv=None) -> int:
     from . import interrupts
     from .exits import EXIT_BROKEN_PIPE
 
+    own_process = argv is None  # the console script (or ``sys.exit(main())``), not a caller's test
     argv = list(sys.argv[1:] if argv is None else argv)
     name = "streameval " + argv[0] if argv and argv[0] in COMMANDS else "streameval"
     previous = interrupts.install()
@@ -734,6 +735,8 @@ def main(argv=None) -> int:
         note = (": nothing of this run was published (an output folder keeps its previous run's outputs)"
                 if staged else "")
         print(f"{name}: stopped by {stop.name}{note}", file=sys.stderr)
+        if own_process:  # a thread Beam left running cannot keep the process from ending
+            interrupts.exit_within(128 + stop.signum)
         return 128 + stop.signum
     finally:
         interrupts.restore(previous)

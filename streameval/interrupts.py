@@ -5,14 +5,22 @@ signal raises :class:`Interrupted` (a ``KeyboardInterrupt``) where the main thre
 ``finally`` on the way out runs (a job's output folder loses this run's staging folder, Beam's
 ``beam-temp-*`` folders and its lock: :func:`streameval.beam.sinks.close_output`), and the command
 ends with one line and status 128 + the signal's number. Beam's runners catch an exception raised
-inside a bundle and raise their own: a job asks :func:`received` to tell a stop from a failure."""
+inside a bundle and raise their own: a job asks :func:`received` to tell a stop from a failure.
+
+An interrupt can also leave a thread of Beam's running for ever: the in-process runner's bundle starts
+a (non-daemon) state-sampling thread and marks it started a statement later
+(``apache_beam/runners/worker/statesampler.py``, ``StateSampler.start``); a signal in between leaves
+nobody to stop it, and the interpreter waits for it at exit (seen once in about 50 Ctrl-Cs under load).
+:func:`exit_within` bounds that wait."""
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 
-__all__ = ["Interrupted", "install", "received", "restore"]
+__all__ = ["Interrupted", "exit_within", "install", "received", "restore"]
 
 _RECEIVED: list[int] = []
 
@@ -59,3 +67,22 @@ def restore(previous: dict) -> None:
 def received() -> Interrupted | None:
     """The first SIGINT or SIGTERM received since :func:`install`, as the exception to raise; None."""
     return Interrupted(_RECEIVED[0]) if _RECEIVED else None
+
+
+def exit_within(status: int, seconds: float = 10.0) -> None:
+    """Make sure the process ends after an interrupt: a daemon thread waits ``seconds`` for the
+    interpreter's own exit (it joins the other threads, then runs ``atexit``) and, if the process is
+    still there, flushes standard output and error and ends it with ``status`` (``os._exit``).
+    For the command's own process only (:func:`streameval.cli.main` called without ``argv``): it
+    ends whatever process calls it."""
+
+    def _end() -> None:
+        threading.Event().wait(seconds)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)
+
+    threading.Thread(target=_end, name="streameval-exit", daemon=True).start()

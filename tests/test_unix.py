@@ -269,6 +269,27 @@ def test_ctrl_c_on_batch_is_one_line_and_130(tmp_path):
         "previous run's outputs)"], r.stderr
 
 
+def test_a_thread_left_running_by_an_interrupt_does_not_keep_the_command_alive():
+    """CI hung 240 s after Ctrl-C had printed its line: Beam's in-process runner starts a non-daemon
+    state-sampling thread and marks it started a statement later, so a signal in between leaves it
+    running for ever and the interpreter waited for it at exit. The same situation, made certain:
+    the command's run leaves such a thread behind and is interrupted; it still ends, 130, one line."""
+
+    code = ("import signal, sys, threading\n"
+            "from streameval import cli, interrupts\n"
+            "def run(argv):\n"
+            "    threading.Thread(target=threading.Event().wait, name='left-running').start()\n"
+            "    raise interrupts.Interrupted(signal.SIGINT)\n"
+            "cli._main = run\n"
+            "sys.exit(cli.main())\n")
+    r = subprocess.run([sys.executable, "-c", code, "batch"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "streameval batch: stopped by SIGINT: nothing of this run was published (an output folder keeps its "
+        "previous run's outputs)"], r.stderr
+
+
 def test_sigterm_leaves_no_beam_temp_and_keeps_the_previous_run(tmp_path):
     """SIGTERM left the run's staging folder with Beam's ``beam-temp-*`` folders (and the lock) in the
     output: now they are removed on the way out, and the previous run's published outputs stay as
