@@ -369,14 +369,15 @@ from .arguments import DEFAULT_FORMATS, FORMATS  # noqa: E402,F401  (the command
 
 def parse_formats(text: str) -> tuple[str, ...]:
     """``--formats`` (``avro,jsonl,parquet,csv``) as a tuple in :data:`FORMATS` order. Raises
-    ``ValueError`` (one line) for an unknown format or a list without ``jsonl`` (the job reads its
-    metric rows back from ``metrics.jsonl``)."""
+    ``ValueError`` (one line) for an unknown format or a list without ``jsonl`` (the jobs read their
+    metric rows back from ``metrics.jsonl`` or the stream's ``metrics-*.jsonl``)."""
     given = [f.strip().lower() for f in str(text).split(",") if f.strip()]
     unknown = [f for f in given if f not in FORMATS]
     if unknown:
         raise ValueError(f"--formats: unknown format {unknown[0]!r} (choose from {', '.join(FORMATS)})")
     if "jsonl" not in given:
-        raise ValueError("--formats must include jsonl (the job reads its metric rows back from metrics.jsonl)")
+        raise ValueError("--formats must include jsonl (the jobs and read_metrics read the metric rows back from "
+                         "the JSON-lines files)")
     return tuple(f for f in FORMATS if f in given)
 
 

@@ -19,7 +19,7 @@ Sources:
 Outputs (``--output DIR``): one file set per window and pane
 (:class:`~streameval.beam.streaming.sinks.WriteWindowedFiles`),
 ``metrics-<window start>-<window end>-<system>-pane<index>-<pane>.{jsonl,avro}`` (metric_result
-schema), plus ``late_data-*.jsonl`` and ``dead_letters-*.jsonl`` (dead_letter shape),
+schema; ``--formats`` adds ``.parquet`` and ``.csv``, the same table), plus ``late_data-*.jsonl`` and ``dead_letters-*.jsonl`` (dead_letter shape),
 ``summary.json`` and, last, ``manifest.json``: the pane files read as one table with
 ``streameval.read_metrics(DIR)`` (``final_only=True``: the last pane of each window). ``--replay``
 writes into a folder of its own and replaces the previous run's outputs only when it ends
@@ -63,7 +63,7 @@ from streameval.beam.arguments import (
     split_metrics,
     unknown_arguments_error,
 )
-from streameval.beam.sinks import holding_outputs, publish, start_output
+from streameval.beam.sinks import DEFAULT_FORMATS, holding_outputs, parse_formats, publish, start_output
 from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, one_line
 from streameval.io.selection import names_without_rows, without_rows_line
 from streameval.beam.arguments import parse_grades as _grades
@@ -272,7 +272,7 @@ def build_pipeline(p, args, paths):
     side = side[0] if len(side) == 1 else tuple(side) | "AllSideRecords" >> beam.Flatten()
     side | "SideRecords" >> beam.ParDo(SideOut(out, "side"))
     if out:
-        sm.panes | "WritePanes" >> WriteWindowedFiles(out)
+        sm.panes | "WritePanes" >> WriteWindowedFiles(out, getattr(args, "formats", DEFAULT_FORMATS))
     if args.prometheus_port is not None:
         sm.panes | "Prometheus" >> beam.Map(_export_pane)
     if getattr(args, "alert_rules", None):
@@ -450,6 +450,7 @@ def _main(argv, held: list) -> int:
         if args.retention is not None:
             parse_duration(args.retention, "--retention")
         args.alert_rules = load_rules(args.alerts) if args.alerts else None
+        args.formats = parse_formats(args.formats)
         if args.prometheus_port is not None and not 0 <= args.prometheus_port <= 65535:
             raise ValueError(f"--prometheus-port must be 0..65535, got {args.prometheus_port}")
         if not (0 <= args.prometheus_linger <= 86400):  # also NaN

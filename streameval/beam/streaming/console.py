@@ -95,7 +95,7 @@ class PanesOut(beam.DoFn):
 
     def process(self, rows):
         if not rows:
-            return
+            return ()
         r0 = rows[0]
         progress.add("stream_rows", len(rows))
         _count(cn.panes(r0["pane"]))
@@ -117,6 +117,7 @@ class PanesOut(beam.DoFn):
                     fo.write(json.dumps(rec) + "\n")
         if not self.quiet:
             sys.stdout.flush()
+        return ()  # outputs nothing (said so, or Beam warns at every run that no iterator is returned)
 
 
 def running_totals_line(counts: dict) -> str:
@@ -159,6 +160,7 @@ class SideOut(_AppendJsonl):
                 _count(src)
         if self.directory:
             (self._late if late else self._dead).append(rec)
+        return ()  # outputs nothing (said so, or Beam warns at every run that no iterator is returned)
 
     def start_bundle(self):
         self._late, self._dead = [], []
@@ -181,6 +183,7 @@ class _PrintPanes(beam.DoFn):
             out = self.stream or sys.stdout
             out.write(format_pane(rows, self.metric_names) + "\n\n")
             out.flush()
+        return ()
 
 
 class ConsoleTable(beam.PTransform):

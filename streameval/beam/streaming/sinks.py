@@ -1,5 +1,5 @@
-"""Sinks of the streaming job (``streameval stream --output DIR``): one file set per pane
-(:class:`WriteWindowedFiles`, named by :func:`pane_file_stem`) and JSON-lines files of unwindowed
+"""Sinks of the streaming job (``streameval stream --output DIR``): one file per pane and format of
+``--formats`` (:class:`WriteWindowedFiles`, named by :func:`pane_file_stem`) and JSON-lines files of unwindowed
 records per bundle (:class:`WriteRecords`: late data, dead letters, alerts), on any Beam file
 system. A pane's file is written to a temporary name and renamed; a bundle's records go to a new
 file of a unique name. The job's manifest (:func:`streameval.beam.sinks.publish`) lists them last.
@@ -91,15 +91,67 @@ class _AvroSink(fileio.FileSink):
         self._fh.flush()
 
 
+class _ParquetSink(fileio.FileSink):
+    """Writes each element (a pane: a list of rows) as one Parquet file of the metric table's Arrow
+    schema (:func:`streameval.io.warehouse.arrow_schema`: window bounds ``timestamp[us, tz=UTC]``,
+    NaN as null), the schema of the batch job's ``metrics.parquet``: every pane's file is a file of
+    one dataset (``metrics-*.parquet``)."""
+
+    def open(self, fh):
+        self._fh = fh
+        self._rows = []
+
+    def write(self, rows):
+        self._rows.extend(rows)
+
+    def flush(self):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from ...io import warehouse
+
+        schema = warehouse.arrow_schema("metric_result")
+        table = pa.Table.from_pylist([warehouse.arrow_record(r, "metric_result") for r in self._rows], schema=schema)
+        pq.write_table(table, self._fh)
+        self._fh.flush()
+
+
+class _CsvSink(fileio.FileSink):
+    """Writes each element (a pane: a list of rows) as one CSV file with a header line
+    (:func:`streameval.io.warehouse.csv_line`: the batch job's ``metrics.csv`` columns)."""
+
+    def open(self, fh):
+        self._fh = fh
+        self._header = False
+
+    def write(self, rows):
+        from ...io import warehouse
+
+        if not self._header:
+            self._fh.write((warehouse.csv_header("metric_result") + "\n").encode("utf-8"))
+            self._header = True
+        for r in rows:
+            self._fh.write((warehouse.csv_line(r, "metric_result") + "\n").encode("utf-8"))
+
+    def flush(self):
+        self._fh.flush()
+
+
+_SINKS = {"avro": _AvroSink, "jsonl": _JsonLinesSink, "parquet": _ParquetSink, "csv": _CsvSink}
+
+
 def _pane_sink(dest):
-    return _AvroSink() if dest.endswith(".avro") else _JsonLinesSink()
+    return _SINKS[dest.rsplit(".", 1)[-1]]()
 
 
 class WriteWindowedFiles(beam.PTransform):
-    """``panes | WriteWindowedFiles(directory)``: each pane (the list of rows one firing emits for
-    one window and system) to ``<stem>.jsonl`` and ``<stem>.avro`` (see :func:`pane_file_stem`):
-    one file per pane and format, written by the step that receives the pane (to a temporary name,
-    then renamed), in whatever window the pane comes, so no pane is ever late for the writer.
+    """``panes | WriteWindowedFiles(directory, formats)``: each pane (the list of rows one firing
+    emits for one window and system) to ``<stem>.<format>`` for each of ``formats`` (``jsonl``,
+    ``avro``, ``parquet``, ``csv``; see :func:`pane_file_stem`): one file per pane and format,
+    written by the step that receives the pane (to a temporary name, then renamed), in whatever
+    window the pane comes, so no pane is ever late for the writer. The files of a format are one
+    table (same columns, the metric_result schema): ``metrics-*.parquet`` read by DuckDB, pandas
+    (``pd.read_parquet`` of the list), Spark or ``pyarrow.dataset`` as one dataset.
 
     It replaced ``fileio.WriteToFiles`` in the global window with a per-element trigger (issue 21):
     that grouped the panes by file name, and the local runner scans the trigger state of every key
@@ -125,7 +177,7 @@ class _WritePaneFiles(beam.DoFn):
 
     def process(self, rows):
         if not rows:
-            return
+            return ()
         stem = pane_file_stem(rows)
         for f in self.formats:
             name = f"{stem}.{f}"
@@ -139,6 +191,7 @@ class _WritePaneFiles(beam.DoFn):
             if FileSystems.exists(final):  # a retried bundle: the same pane, the same content
                 FileSystems.delete([final])
             FileSystems.rename([temp], [final])
+        return ()  # outputs nothing (said so, or Beam warns at every run that no iterator is returned)
 
 
 class _AppendJsonl(beam.DoFn):

@@ -1,0 +1,140 @@
+"""The streaming job's ``--formats`` (issue 41, item 5): each pane's metric rows in every format asked
+for, the files of a format one table.
+
+The stream replays part of the bundled sample (an Open Bandit campaign with clicks, a LETOR run with
+judgments) in day windows with early panes (``--early-count``), writing avro, jsonl, parquet and csv.
+Every Parquet and CSV row is compared with the JSON-lines row of the same pane, read independently
+(pyarrow, the csv module, json); the schema with ``schemas/metric_result.avsc`` read as plain JSON.
+Before, ``--formats`` was refused as an unknown option (exit 2) and the stream wrote Avro and JSON
+lines only.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from streameval import read_metrics
+from streameval.jobs import stream
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data" / "sample"
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+FIELDS = json.loads((ROOT / "schemas" / "metric_result.avsc").read_text())["fields"]
+
+
+def _micros(dt: datetime) -> int:
+    d = dt - EPOCH
+    return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
+
+
+def _jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def _key(r):
+    return tuple(str(r[k]) for k in ("window_start", "system", "slice", "metric", "pane_index"))
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stream_formats") / "out"
+    code = stream.main([
+        "--replay", "--impressions", str(SAMPLE / "impressions" / "obd_random_men.avro"),
+        "--impressions", str(SAMPLE / "impressions" / "letor_feature206.avro"),
+        "--judgments", str(SAMPLE / "judgments" / "letor_test_labels.avro"),
+        "--metrics", "ndcg@10,map", "--window", "1d", "--early-count", "500",
+        "--formats", "csv,parquet,jsonl,avro", "--quiet", "--output", str(out)])
+    assert code == 0
+    return out
+
+
+def _stems(out: Path, ext: str) -> set[str]:
+    return {p.name[: -len(ext) - 1] for p in out.glob(f"metrics-*.{ext}")}
+
+
+def test_one_file_per_pane_and_format_all_in_the_manifest(out):
+    stems = _stems(out, "jsonl")
+    assert len(stems) > 3 and any("early" in s for s in stems) and any("final" in s for s in stems)
+    for ext in ("avro", "parquet", "csv"):
+        assert _stems(out, ext) == stems, ext
+    listed = {Path(f["path"]).name for f in json.loads((out / "manifest.json").read_text())["outputs"]["metrics-*"]}
+    assert listed == {f"{s}.{e}" for s in stems for e in ("avro", "jsonl", "parquet", "csv")}
+
+
+def test_parquet_files_are_one_dataset_equal_to_the_json_lines(out):
+    files = sorted(str(p) for p in out.glob("metrics-*.parquet"))
+    schemas = {pq.read_schema(f).remove_metadata() for f in files}
+    assert len(schemas) == 1  # one table: every pane's file has the same columns and types
+    schema = schemas.pop()
+    assert schema.names == [f["name"] for f in FIELDS]
+    for name in ("window_start", "window_end"):  # windows as timestamps, not numbers
+        assert schema.field(name).type == pa.timestamp("us", tz="UTC")
+    table = ds.dataset(files, format="parquet").to_table()
+    got = []
+    for r in table.to_pylist():
+        for name in ("window_start", "window_end"):
+            assert r[name].tzinfo is not None
+            r[name] = _micros(r[name])
+        got.append(r)
+    want = [r for p in sorted(out.glob("metrics-*.jsonl")) for r in _jsonl(p)]
+    assert len(got) == len(want) > 20
+    assert sorted(got, key=_key) == sorted(want, key=_key)
+    assert {r["pane"] for r in got} >= {"early", "on_time"}
+    # each pane's own file holds that pane's rows
+    one = sorted(out.glob("metrics-*early*.parquet"))[0]
+    assert pq.read_table(one).num_rows == len(_jsonl(one.with_suffix(".jsonl")))
+
+
+def test_csv_files_have_a_header_and_the_json_lines_rows(out):
+    got = []
+    for p in sorted(out.glob("metrics-*.csv")):
+        with open(p, newline="") as fo:
+            reader = csv.reader(fo)
+            assert next(reader) == [f["name"] for f in FIELDS]
+            for cells in reader:
+                r = {}
+                for f, cell in zip(FIELDS, cells):
+                    t = [x for x in f["type"] if x != "null"][0] if isinstance(f["type"], list) else f["type"]
+                    if cell == "":
+                        r[f["name"]] = None
+                    elif isinstance(t, dict) and t.get("logicalType") == "timestamp-micros":
+                        dt = datetime.fromisoformat(cell.replace("Z", "+00:00"))
+                        assert dt.utcoffset() == timedelta(0)
+                        r[f["name"]] = _micros(dt)
+                    elif t == "long":
+                        r[f["name"]] = int(cell)
+                    elif t == "double":
+                        r[f["name"]] = float(cell)
+                    elif t == "boolean":
+                        r[f["name"]] = {"true": True, "false": False}[cell]
+                    else:
+                        r[f["name"]] = cell
+                got.append(r)
+    want = [r for p in sorted(out.glob("metrics-*.jsonl")) for r in _jsonl(p)]
+    assert sorted(got, key=_key) == sorted(want, key=_key)
+
+
+def test_read_metrics_reads_the_panes_once_whatever_the_formats(out):
+    rows = read_metrics(str(out))
+    want = [r for p in sorted(out.glob("metrics-*.jsonl")) for r in _jsonl(p)]
+    assert len(rows) == len(want)
+
+
+@pytest.mark.parametrize("formats, message", [
+    ("parquet", "--formats must include jsonl"),
+    ("jsonl,xlsx", "unknown format 'xlsx'"),
+])
+def test_bad_formats_are_a_usage_error(tmp_path, capsys, formats, message):
+    code = stream.main(["--replay", "--impressions", str(SAMPLE / "impressions" / "obd_random_men.avro"),
+                        "--window", "1d", "--formats", formats, "--output", str(tmp_path / "out")])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
