@@ -253,7 +253,11 @@ def test_columnar_sample_with_slices_and_window(sample_columnar, launch):
     assert {"ndcg@10", "map", "P@5", "recip_rank", "err@10", "ctr"} <= {r["metric"] for r in rows}
     assert {"all", "campaign=men", "campaign=women", "campaign=all"} <= {r["slice"] for r in rows}
     assert len({r["window_start"] for r in rows}) > 2
-    assert len(ref["unjudged.jsonl"]) == 60_000  # the click logs' requests have no judgment
+    # the click logs' requests have no judgment, nor does any request of their systems: counted, not listed
+    assert ref["unjudged.jsonl"] == [] and port["unjudged.jsonl"] == []
+    for run in (ref, port):
+        assert run["summary"]["counters"]["requests_unjudged"] == 60_000
+        assert run["summary"]["counters"]["requests_unjudged_unlisted"] == 60_000
     # the relative input paths reached the workers as absolute ones
     assert port["summary"]["impression_files"] == ref["summary"]["impression_files"]
     assert all(Path(p).is_absolute() and Path(p).parent == launch / "sample" / "impressions"

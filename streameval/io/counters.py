@@ -127,6 +127,8 @@ CLICK_IMPRESSIONS = "click_impressions"  # counted in CTR
 CLICK_IMPRESSIONS_NOT_LOGGED = "click_impressions_not_logged"  # accepted, but their clicks were not logged
 REQUESTS_SCORED = "requests_scored"  # requests ranked and scored
 REQUESTS_UNJUDGED = "requests_unjudged"  # requests whose query has no judgment
+#: of those, the requests of systems without any judged request (CTR-only traffic): counted, not listed
+REQUESTS_UNJUDGED_UNLISTED = "requests_unjudged_unlisted"
 REQUESTS_COMPLETED = "requests_completed"  # (query, system) pairs without a request, scored 0 (--complete)
 QUERIES_SCORED = "queries_scored"  # queries with at least one request scored (batch)
 JUDGMENT_LATE_NOTICES = "judgment_late_notices"  # (streaming) judgments that changed windows already final

@@ -66,6 +66,7 @@ from streameval import interrupts, progress, tuning
 from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
 from streameval.io import counters as cn
+from streameval.beam.unjudged import listed_unjudged
 from streameval.io.outdir import OutputInUseError, OutputOverlapError
 from streameval.beam.cuped import covariate_absent, covariate_attribute_error
 from streameval.io.selection import (NoMatchError, names_without_rows, record_attributes, slice_attribute_error,
@@ -276,7 +277,8 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
         row_parts.append(imps | "ScoreRankings" >> score)
         dead_parts.append(score.rejected)
         if getattr(args, "unjudged_file", True):
-            write_jsonl(score.unjudged, write_dir(args), "unjudged", "Unjudged", shards=output_shards(args))
+            write_jsonl(listed_unjudged(score.unjudged, row_parts[-1], [m.name for m in score.specs]), write_dir(args), "unjudged",
+                        "Unjudged", shards=output_shards(args))
         if args.compare_baseline:
             comparisons = score.scores | "Compare" >> CompareSystems(
                 [s.name for s in score.specs], baseline=args.compare_baseline, replicates=args.replicates,
@@ -402,7 +404,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
     rows = _skip_missing_slices(p | "Metrics" >> col, args)
     if col.unjudged is not None and getattr(args, "unjudged_file", True):
         # lists of requests, one per shard: one text element (lines) each (an empty list writes no line)
-        lines = (col.unjudged
+        lines = (listed_unjudged(col.unjudged, rows, [m.name for m in col.specs])
                  | "UnjudgedJson" >> beam.FlatMap(_text_pieces))
         write_jsonl(lines, write_dir(args), "unjudged", "Unjudged", lines=True, shards=output_shards(args))
     if col.comparisons is not None:

@@ -98,9 +98,15 @@ def report_line(counters: dict, ranked: bool = True, unjudged_file: bool = True)
     records' are in the accounting)."""
     parts = []
     if ranked:
-        where = "unjudged.jsonl" if unjudged_file else "not listed: --no-unjudged-file"
-        parts.append(f"requests: scored {counters.get(cn.REQUESTS_SCORED, 0)}, "
-                     f"without judgments {counters.get(cn.REQUESTS_UNJUDGED, 0)} ({where})")
+        unjudged, unlisted = counters.get(cn.REQUESTS_UNJUDGED, 0), counters.get(cn.REQUESTS_UNJUDGED_UNLISTED, 0)
+        if not unjudged_file:
+            where = "not listed: --no-unjudged-file"
+        elif unlisted:
+            where = (f"{unjudged - unlisted} in unjudged.jsonl; {unlisted} of systems without any judged request, "
+                     "not listed")
+        else:
+            where = "unjudged.jsonl"
+        parts.append(f"requests: scored {counters.get(cn.REQUESTS_SCORED, 0)}, without judgments {unjudged} ({where})")
     if counters.get(cn.REQUESTS_COMPLETED):
         parts.append(f"{counters[cn.REQUESTS_COMPLETED]} (query, system) pairs without a request scored 0 (complete)")
     online = [f"{k[len(cn.ONLINE_PREFIX):]} {v}" for k, v in sorted(counters.items())
