@@ -2,8 +2,10 @@
 #   make demo   creates .venv, installs streameval with its report extra (matplotlib, tqdm), runs the batch
 #               job on the bundled sample and writes the HTML report of its output (out/demo/report)
 #   make test   creates .venv, installs streameval with its test and bench extras, fetches the engines
-#               (make engines), runs the test suite, the engine tier, benchmarks/run.py --quick (a smoke
-#               run of every benchmark) and the regression gate --check
+#               (make engines), runs the static checks (make check), the test suite, the engine tier,
+#               benchmarks/run.py --quick (a smoke run of every benchmark) and the regression gate --check
+#   make check  the static checks alone (.ci/checks.py: ruff, import-linter, mypy and vulture against their
+#               baselines, module and function sizes; docs/checks.md), about 15 s
 #   make engines      fetches the engines (Flink's jars, Prism) into ~/.cache/streameval
 #   make test-engines the engine tier alone (tests/test_engines.py: Prism and a local Flink cluster)
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
@@ -15,7 +17,7 @@ BIN := $(VENV)/bin
 # scikit-learn only (the test stands a stub in for torch's type hints)
 OBP := obp==0.4.1
 
-.PHONY: demo test test-engines test-kafka engines bench clean
+.PHONY: demo check test test-engines test-kafka engines bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,17 +49,24 @@ demo: $(VENV)/.installed-report
 # the suite runs on TEST_WORKERS processes (pytest-xdist; most tests wait on Beam and subprocesses)
 TEST_WORKERS ?= 2
 
-# after the suite, a smoke run of every benchmark (small sizes; it checks each peer's numbers against
+# the static checks first (make check, ~15 s: docs/checks.md), then the suite; after the suite, a smoke
+# run of every benchmark (small sizes; it checks each peer's numbers against
 # streameval's before timing, and fails on a disagreement or a peer's changed API) so that it cannot rot,
 # then the regression gate (benchmarks/run.py --check, ~2 minutes): evaluate(), trec-eval and the batch
 # job against references measured in the same run (pytrec_eval); it fails when a ratio is worse than
 # twice its target, or when an engine's numbers disagree with pytrec_eval's
 # (make engines first: the README's Prism example runs in the suite; the engine tier after the suite)
 test: $(VENV)/.installed-bench engines
+	$(BIN)/python .ci/checks.py
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not engines" --durations=25
 	$(BIN)/python -m pytest -q -m "engines and not kafka" tests/test_engines.py --durations=10
 	$(BIN)/python benchmarks/run.py --quick
 	$(BIN)/python benchmarks/run.py --check
+
+# ruff, import-linter's contracts, mypy and vulture against their baselines (.ci/baselines/), module and
+# function sizes; .ci/checks.py --lower writes the baselines down when they went down (docs/checks.md)
+check: $(VENV)/.installed-test
+	$(BIN)/python .ci/checks.py
 
 # the engines' parts (docs/deploy.md); a part that cannot be had is named with its reason, and the
 # tests that need it skip (no Java or Go) or fail (the tool is there but the part is not)

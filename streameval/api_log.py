@@ -279,7 +279,6 @@ def _score_rows(keys, codes, score, label, gids, specs, hist, groups, weightings
 def _mean_states_rows(keys, codes, values, names, totals=None):
     """Rows of per-request values ``values`` (shape (metrics, requests)) averaged per key."""
     from .accumulators.moments import MeanMoments, partials_value
-    from .metrics.rows import mean_rows
 
     mm = MeanMoments(len(names))
     rows = []

@@ -37,7 +37,7 @@ def test_library_unknown_name_names_three_closest(typed, expected):
         se.evaluate({"q": {"a": 1}}, {"q": {"a": 1.0}}, typed)
     assert isinstance(e.value, MetricNameError)
     message = str(e.value)
-    assert message.startswith(f"unknown metric {typed!r}") or f"unknown ir_measures measure" in message
+    assert message.startswith(f"unknown metric {typed!r}") or "unknown ir_measures measure" in message
     picks = _picks(message)
     assert len(picks) == 3 and expected in picks
     # the picks are accepted names, and the first is difflib's closest of them (case ignored)

@@ -508,11 +508,3 @@ def wait_for_job(result, *, poll: float = 0.5, sleep=None, options=None, stall_t
     if state == PipelineState.DONE:
         return state
     return result.wait_until_finish()
-    sleep = sleep or time.sleep
-    state = result.state
-    while not PipelineState.is_terminal(state):
-        sleep(poll)
-        state = result.state
-    if state == PipelineState.DONE:
-        return state
-    return result.wait_until_finish()

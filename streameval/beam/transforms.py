@@ -18,7 +18,6 @@ Counters (Beam metrics, namespace :data:`NAMESPACE`): ``impressions_valid``, ``j
 from __future__ import annotations
 
 import logging
-import math
 
 import apache_beam as beam
 import numpy as np
@@ -32,7 +31,6 @@ from ..io.counters import NAMESPACE  # noqa: F401 (re-exported: its former home)
 from ..metrics.kernel import MetricOptions, compute, usable_grade_limit
 from ..metrics import stats
 from ..metrics.names import parse_metrics
-from ..metrics.online_names import canonical_metric
 from ..metrics.prepare import DEFAULT_SCORE_PRECISION
 from .combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn
 from .keys import (  # noqa: F401 (re-exported: the window and slice keys' former home)

@@ -1,6 +1,7 @@
 """Extract every name the old hand-kept tables accepted and what it parses to: run BEFORE the registry
 refactor (commit ba7d541), `PYTHONPATH=. python tests/data/registry_names_extract.py > tests/data/registry_names.json`."""
-import json, re, sys
+import json
+import re
 from streameval.metrics import names, trec_names, irm_names
 from streameval.metrics.names import parse_metric, MetricNameError
 
