@@ -111,6 +111,17 @@ def _text_pieces(requests):
         yield "\n".join(map(to_json_text, requests[i:i + UNJUDGED_PIECE]))
 
 
+def _write_unjudged(args, unjudged, rows, specs, pieces=False) -> None:
+    """``unjudged.jsonl``: the unjudged requests of systems with a judged request
+    (:func:`streameval.beam.unjudged.listed_unjudged`; ``specs``: the ranking measures). ``pieces``:
+    the columnar engine's lists of requests, one per shard, written as text elements of lines (an
+    empty list writes no line)."""
+    listed = listed_unjudged(unjudged, rows, [m.name for m in specs])
+    if pieces:
+        listed = listed | "UnjudgedJson" >> beam.FlatMap(_text_pieces)
+    write_jsonl(listed, write_dir(args), "unjudged", "Unjudged", lines=pieces, shards=output_shards(args))
+
+
 def output_shards(args):
     """Files of the outputs that grow with the input (dead letters, unjudged requests, comparisons):
     ``--output-shards`` N, or auto: one file named ``NAME.jsonl`` on the local runners (in-process or
@@ -277,8 +288,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
         row_parts.append(imps | "ScoreRankings" >> score)
         dead_parts.append(score.rejected)
         if getattr(args, "unjudged_file", True):
-            write_jsonl(listed_unjudged(score.unjudged, row_parts[-1], [m.name for m in score.specs]), write_dir(args), "unjudged",
-                        "Unjudged", shards=output_shards(args))
+            _write_unjudged(args, score.unjudged, row_parts[-1], score.specs)
         if args.compare_baseline:
             comparisons = score.scores | "Compare" >> CompareSystems(
                 [s.name for s in score.specs], baseline=args.compare_baseline, replicates=args.replicates,
@@ -403,10 +413,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         impression_table=getattr(args, "impression_table", None), judgment_table=getattr(args, "judgment_table", None))
     rows = _skip_missing_slices(p | "Metrics" >> col, args)
     if col.unjudged is not None and getattr(args, "unjudged_file", True):
-        # lists of requests, one per shard: one text element (lines) each (an empty list writes no line)
-        lines = (listed_unjudged(col.unjudged, rows, [m.name for m in col.specs])
-                 | "UnjudgedJson" >> beam.FlatMap(_text_pieces))
-        write_jsonl(lines, write_dir(args), "unjudged", "Unjudged", lines=True, shards=output_shards(args))
+        _write_unjudged(args, col.unjudged, rows, col.specs, pieces=True)
     if col.comparisons is not None:
         write_jsonl(col.comparisons, write_dir(args), "comparisons", "Comparisons", shards=output_shards(args))
     _write_outputs(rows, col.dead_letters, write_dir(args), output_shards(args), getattr(args, "alert_rules", None),

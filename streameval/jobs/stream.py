@@ -19,9 +19,10 @@ Sources:
 Outputs (``--output DIR``): one file set per window and pane
 (:class:`~streameval.beam.streaming.sinks.WriteWindowedFiles`),
 ``metrics-<window start>-<window end>-<system>-pane<index>-<pane>.{jsonl,avro}`` (metric_result
-schema; ``--formats`` adds ``.parquet`` and ``.csv``, the same table), plus ``late_data-*.jsonl`` and ``dead_letters-*.jsonl`` (dead_letter shape),
-``summary.json`` and, last, ``manifest.json``: the pane files read as one table with
-``streameval.read_metrics(DIR)`` (``final_only=True``: the last pane of each window). ``--replay``
+schema; ``--formats`` adds ``.parquet`` and ``.csv``, the same table), plus ``late_data-*.jsonl``
+and ``dead_letters-*.jsonl`` (dead_letter shape), ``summary.json`` and, last, ``manifest.json``: the
+pane files read as one table with ``streameval.read_metrics(DIR)`` (``final_only=True``: the last
+pane of each window). ``--replay``
 writes into a folder of its own and replaces the previous run's outputs only when it ends
 (:func:`streameval.beam.sinks.start_output`); ``--watch`` and the message sources write their panes
 into a local ``--output`` as they fire (the previous run's outputs are removed when the job starts,
@@ -272,7 +273,8 @@ def build_pipeline(p, args, paths):
     side = side[0] if len(side) == 1 else tuple(side) | "AllSideRecords" >> beam.Flatten()
     side | "SideRecords" >> beam.ParDo(SideOut(out, "side"))
     if out:
-        sm.panes | "WritePanes" >> WriteWindowedFiles(out, getattr(args, "formats", DEFAULT_FORMATS))
+        formats = getattr(args, "formats", DEFAULT_FORMATS)
+        sm.panes | "WritePanes" >> WriteWindowedFiles(out, formats)
     if args.prometheus_port is not None:
         sm.panes | "Prometheus" >> beam.Map(_export_pane)
     if getattr(args, "alert_rules", None):
@@ -449,8 +451,7 @@ def _main(argv, held: list) -> int:
         parse_duration(args.replay_step, "--replay-step")
         if args.retention is not None:
             parse_duration(args.retention, "--retention")
-        args.alert_rules = load_rules(args.alerts) if args.alerts else None
-        args.formats = parse_formats(args.formats)
+        args.alert_rules, args.formats = load_rules(args.alerts) if args.alerts else None, parse_formats(args.formats)
         if args.prometheus_port is not None and not 0 <= args.prometheus_port <= 65535:
             raise ValueError(f"--prometheus-port must be 0..65535, got {args.prometheus_port}")
         if not (0 <= args.prometheus_linger <= 86400):  # also NaN

@@ -126,6 +126,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="keyed states holding the open requests: 0 keys them by request id (each element reads "
                         "and writes only its requests' state); default 16 on the local runner, 0 on others")
 
+    _add_output_arguments(p)
+    add_input_check_arguments(p)
+    return p
+
+
+def _add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """The output group of :func:`build_arg_parser`."""
     o = p.add_argument_group("output")
     o.add_argument("--output", default=None, help="directory for the windowed files (none: console only)")
     o.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
@@ -143,8 +150,6 @@ def build_arg_parser() -> argparse.ArgumentParser:
     o.add_argument("--runner", default=None,
                    help="Beam runner (default BundleBasedDirectRunner for --replay; e.g. DataflowRunner, "
                         "FlinkRunner, PrismRunner)")
-    add_input_check_arguments(p)
-    return p
 
 
 #: ``--window 1h/10m`` and ``session:30m`` as ``--every`` / ``--sessions`` (shared with the batch job)
