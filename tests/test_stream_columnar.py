@@ -269,6 +269,62 @@ def test_columnar_stream_online_metrics_and_bootstrap_equal_the_batch_job(tmp_pa
         json.loads((bout / "summary.json").read_text())["accounting"]
 
 
+def test_columnar_stream_anytime_intervals_on_every_pane(tmp_path, capsys):
+    """Issue 43, item 5: --intervals anytime on the columnar engine (it refused it), online metrics
+    included. Every pane's row with a standard error carries the confidence sequence of its own
+    numbers (cs-beta-binomial for CTR, cs-normal-mixture otherwise: AUC from its DeLong standard
+    error; within [0, 1] for a metric in [0, 1]), wider than the fixed interval of the same numbers
+    (from 30 queries: below, the t quantile can be the wider); the ranking and CTR rows
+    equal the per-event engine's (values and sequences), and the values equal the fixed run's."""
+    from streameval.metrics import stats
+
+    files, judg = _log(seed=11, n_requests=300)
+    for f in files:
+        for r in f:
+            if r["score"] is not None:
+                r["score"] = r["score"] / 100.0
+    metrics = "ndcg@10,map,auc,clicks@5,logloss"
+    args = ["--watch-delay", "7h", "--intervals", "anytime", "--early-count", "40"]
+    for d in ("col", "ev", "fixed"):
+        (tmp_path / d).mkdir()
+    code, out = _stream(tmp_path / "col", files, judg, ["--engine", "columnar", *args], metrics=metrics)
+    assert code == 0, capsys.readouterr()
+    rows = _jsonl(out, "metrics-*.jsonl")
+    assert {r["pane"] for r in rows} >= {"early", "on_time"}
+    with_se = [r for r in rows if r["stderr"] is not None and r["num_queries"] >= 2]
+    assert {r["metric"] for r in with_se} >= {"ndcg@10", "map", "auc", "clicks@5", "logloss", "ctr"}
+    for r in rows:
+        cs = stats.row_interval(r["metric"], r["value"], r["num_queries"], r["stderr"], 0.95, "anytime")
+        assert {k: r[k] for k in cs} == cs, r
+    methods = {r["metric"]: r["ci_method"] for r in with_se}
+    assert methods["ctr"] == "cs-beta-binomial" and methods["auc"] == methods["ndcg@10"] == "cs-normal-mixture"
+    wide = [r for r in with_se if r["num_queries"] >= 30]  # below, t's quantile can outgrow the sequence's
+    assert len(wide) > 20
+    for r in wide:
+        fixed = stats.row_interval(r["metric"], r["value"], r["num_queries"], r["stderr"], 0.95)
+        assert r["ci_low"] <= fixed["ci_low"] and r["ci_high"] >= fixed["ci_high"], r
+    for r in with_se:  # a metric in [0, 1]: the sequence within [0, 1]
+        if r["metric"] in ("ndcg@10", "map", "auc"):
+            assert 0.0 <= r["ci_low"] <= r["value"] <= r["ci_high"] <= 1.0, r
+    # the per-event engine (ranking metrics and CTR: it has no online metrics) on the same files
+    code, ev = _stream(tmp_path / "ev", files, judg, ["--engine", "events", *args], metrics="ndcg@10,map")
+    assert code == 0, capsys.readouterr()
+    final = {key(r): r for r in rows if r["is_final"]}
+    ev_final = [r for r in _jsonl(ev, "metrics-*.jsonl") if r["is_final"]]
+    assert len(ev_final) > 20
+    for r in ev_final:
+        f = final[key(r)]
+        assert (_bits(f["value"]), f["num_queries"], f["ci_low"], f["ci_high"], f["ci_method"]) == \
+            (_bits(r["value"]), r["num_queries"], r["ci_low"], r["ci_high"], r["ci_method"]), (r, f)
+    # the same job with fixed intervals: the same values
+    code, fx = _stream(tmp_path / "fixed", files, judg, ["--engine", "columnar", "--watch-delay", "7h",
+                                                        "--early-count", "40"], metrics=metrics)
+    assert code == 0, capsys.readouterr()
+    fixed_final = {key(r): r for r in _jsonl(fx, "metrics-*.jsonl") if r["is_final"]}
+    assert fixed_final.keys() == final.keys()
+    assert all(_bits(fixed_final[k]["value"]) == _bits(final[k]["value"]) for k in final)
+
+
 def test_stream_refuses_online_metrics_it_cannot_compute_in_one_line(tmp_path, capsys):
     files, judg = _log(n_requests=20)
     for extra, metrics, message in [
@@ -287,7 +343,8 @@ def test_stream_refuses_online_metrics_it_cannot_compute_in_one_line(tmp_path, c
 
 @pytest.mark.parametrize("extra, message", [
     (["--engine", "columnar", "--every", "30m"], "--engine columnar: the columnar engine has fixed windows only"),
-    (["--engine", "columnar", "--intervals", "anytime"], "--engine columnar: --intervals anytime needs"),
+    (["--engine", "columnar", "--intervals", "anytime", "--ci", "bootstrap"],
+     "--intervals anytime and --ci bootstrap exclude each other"),
 ])
 def test_columnar_engine_refuses_what_it_cannot_run_in_one_line(tmp_path, capsys, extra, message):
     files, judg = _log(n_requests=20)

@@ -145,8 +145,6 @@ def columnar_refusal(args) -> str | None:
         return "the columnar engine has fixed windows only"
     if args.clicks:
         return "click events (--clicks) need the per-event engine (the columnar one reads the impressions' clicked field)"
-    if args.intervals != "fixed":
-        return "--intervals anytime needs the per-event engine"
     return None
 
 

@@ -138,11 +138,16 @@ def interleaving_rows(kv, level=0.95):
         yield metric_row(ws, we, label, system, f"interleaving:{suffix}", value, n, se, **extra)
 
 
-def with_interval(row: dict, level: float, bounded: str = "logit") -> dict:
+def with_interval(row: dict, level: float, bounded: str = "logit", kind: str = "fixed") -> dict:
     """Fill a row's confidence interval from its value, count and standard error
     (:func:`streameval.metrics.stats.row_interval`: Wilson for CTR, t otherwise, ``bounded`` for a
     metric in [0, 1] whose t interval leaves it); rows without a standard error (bounds, counts of
-    excluded groups) keep none."""
+    excluded groups) keep none. ``kind="anytime"``: the confidence sequence of the same numbers
+    instead, replacing an interval the row came with (a fixed one would pass for valid at every
+    look); none when the row has no standard error."""
+    if kind == "anytime":
+        return dict(row, **stats.row_interval(row["metric"], row["value"], row["num_queries"], row["stderr"], level,
+                                              "anytime"))
     if row.get("ci_low") is None:
         row = dict(row, **stats.row_interval(row["metric"], row["value"], row["num_queries"], row["stderr"], level,
                                              bounded=bounded))

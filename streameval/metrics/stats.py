@@ -591,7 +591,9 @@ def row_interval(metric: str, value, num_queries, stderr, level: float = DEFAULT
     ``round(value * num_queries)``), Student t otherwise; all None when no interval can be made
     (no value, fewer than two queries, no standard error, e.g. the num_* totals). ``kind="anytime"``:
     the confidence sequences instead, valid at every pane at once (``cs-beta-binomial`` for CTR,
-    :func:`beta_binomial_cs`; ``cs-normal-mixture`` otherwise, :func:`normal_mixture_cs`).
+    :func:`beta_binomial_cs`; ``cs-normal-mixture`` otherwise, :func:`normal_mixture_cs`, cut to
+    [0, 1] for a metric in [0, 1]: the intersection of a sequence with a set that holds the true
+    value is a sequence at the same level).
 
     ``bounded`` (:data:`BOUNDED_METHODS`): for a metric whose values lie in [0, 1]
     (:func:`~streameval.metrics.bounds.is_unit_metric`: nDCG, AP, AUC, ...) with a value in (0, 1)
@@ -615,6 +617,10 @@ def row_interval(metric: str, value, num_queries, stderr, level: float = DEFAULT
             return none
         lo, hi = normal_mixture_cs(value, num_queries, stderr, level)
         method = "cs-normal-mixture"
+        from .bounds import is_unit_metric
+
+        if is_unit_metric(metric):  # the sequence cut to the metric's range: it still holds the value
+            lo, hi = max(lo, 0.0), min(hi, 1.0)
     else:
         lo, hi = t_interval(value, num_queries, stderr, level)
         method = "t"

@@ -558,8 +558,8 @@ class _PartialAggregate(_WindowAggregate):
             _add_clicks(ctr, cl)
         out = self._ctr_rows(ctr, self._rank_rows(rank))
         if onl:
-            start, end = self.cfg.spec.bounds(j)
-            self.online.rows(onl, start, end, None, self.cfg.ci_level, out, bounded=self.cfg.bounded)
+            self.online.rows(onl, *self.cfg.spec.bounds(j), None, self.cfg.ci_level, out, bounded=self.cfg.bounded,
+                             kind=self.cfg.intervals)
         return out
 
     def _rank_rows(self, merged_rank):
@@ -615,9 +615,9 @@ class ColumnarStreamMetrics(StreamMetrics):
         if not self.cfg.spec.windowed or self.cfg.spec.per_window != 1:
             raise ValueError("the columnar streaming engine has fixed windows only (use --engine events for "
                              "sliding windows and sessions)")
-        if self.cfg.intervals != "fixed":
-            raise ValueError("the columnar streaming engine gives fixed-sample intervals only (use --engine "
-                             "events for --intervals anytime)")
+        if self.cfg.intervals != "fixed" and ci == "bootstrap":
+            raise ValueError("--intervals anytime and --ci bootstrap exclude each other (a bootstrap interval "
+                             "holds at one look)")
         self.judgment_paths = paths
         self.online = StreamOnline(online, self.cfg.spec.size, self.cfg.slice_specs, QUERY_SHARDS, hist_bins,
                                    hist_range) if online else None

@@ -123,16 +123,19 @@ class StreamOnline:
         return isinstance(o, pvalue.TaggedOutput) and o.tag in STREAM_TAGS
 
     # -- rows ----------------------------------------------------------------------------------
-    def rows(self, by_tag: dict, start, end, system, level: float, out: dict, bounded: str = "logit") -> dict:
+    def rows(self, by_tag: dict, start, end, system, level: float, out: dict, bounded: str = "logit",
+             kind: str = "fixed") -> dict:
         """Add the rows of one window's merged states ``{tag: {label: state}}`` to ``out``
         (``{label: [(metric, value, num_queries, stderr, ci fields)]}``): the batch job's rows and
-        intervals (:mod:`streameval.beam.columnar_online`)."""
+        intervals (:mod:`streameval.beam.columnar_online`); ``kind="anytime"``: confidence sequences
+        from each row's value, count and standard error (:func:`streameval.metrics.rows.with_interval`:
+        AUC's from its DeLong variance)."""
         c = self.columns()
         for tag in STREAM_TAGS:
             for label, state in sorted(by_tag.get(tag, {}).items()):
                 key = (start, end, label, system)
                 for row in self._tag_rows(c, tag, key, state, level):
-                    row = with_interval(row, level, bounded)
+                    row = with_interval(row, level, bounded, kind)
                     ci = {f: row[f] for f in CI_FIELDS}
                     out.setdefault(label, []).append((row["metric"], row["value"], row["num_queries"],
                                                       row["stderr"], ci))
