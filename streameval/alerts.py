@@ -312,11 +312,31 @@ def change_pvalue(rule: Rule, row: dict, others: Iterable[dict], p_prev: float =
     1 / Lambda)`` (``p_prev``: the running minimum of the window's earlier panes, 1 at the first);
     None when the rule does not apply to the row or there is no baseline row with standard errors
     at this look (the running minimum then stays as it was)."""
+    look = change_look(rule, row, others, p_prev)
+    return None if look is None else look["p_value"]
+
+
+def change_look(rule: Rule, row: dict, others: Iterable[dict], p_prev: float = 1.0) -> dict | None:
+    """For a ``test = "msprt"`` rule, the look at ``row`` as a record for monitoring: ``rule``,
+    ``metric``, ``slice``, ``system``, ``window_start``, ``window_end``, ``pane``, ``pane_index``,
+    ``p_value`` (the running minimum, :func:`change_pvalue`), ``diff`` (value - baseline),
+    ``diff_low`` / ``diff_high`` (the always-valid interval of the difference at the rule's level,
+    :func:`streameval.metrics.stats.msprt_cs`) and ``null`` (theta0); None as for
+    :func:`change_pvalue`."""
     if rule.test != "msprt" or not _eligible(rule, row):
         return None
     base = _baseline_row(rule, row, others)
     look = None if base is None else _msprt_look(rule, row, base)
-    return None if look is None else min(p_prev, look[0])
+    if look is None:
+        return None
+    from .metrics import stats
+
+    p_look, d, var, theta0, tau = look
+    lo, hi = stats.msprt_cs(d, var, tau, rule.level)
+    return {"rule": rule.name, "metric": row["metric"], "slice": row["slice"], "system": row["system"],
+            "window_start": row.get("window_start"), "window_end": row.get("window_end"), "pane": row.get("pane"),
+            "pane_index": row.get("pane_index"), "p_value": min(p_prev, p_look), "diff": d, "diff_low": lo,
+            "diff_high": hi, "null": theta0}
 
 
 def _msprt(rule, row, base, p_prev):

@@ -284,6 +284,13 @@ class _State:
         self.value = v
 
 
+def _fired(outputs) -> list:
+    """The alerts a ``_StreamAlertsFn.process`` call yields (its mSPRT looks, tagged, left out)."""
+    import apache_beam as beam
+
+    return [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
+
+
 def test_the_stream_keeps_the_rows_an_offset_reaches_and_carries_the_msprt_minimum():
     """The streaming DoFn on hand-made panes: with ``offset:1d`` and hourly windows it keeps the
     windows of the last day of each system (25 rows; the older ones are dropped), fires against the
@@ -299,20 +306,20 @@ def test_the_stream_keeps_the_rows_an_offset_reaches_and_carries_the_msprt_minim
     key = ("ndcg@10", "all")
     fired = []
     for h in range(30):
-        fired += list(fn.process((key, row(h * HOUR, "A", 0.5, 100, 0.01)), state=st))
+        fired += _fired(fn.process((key, row(h * HOUR, "A", 0.5, 100, 0.01)), state=st))
     assert fired == []
     rows = st.value[0]
     assert sorted(w for _, w in rows) == [h * HOUR for h in range(5, 30)]  # a day back from the newest: 25
-    fired += list(fn.process((key, row(30 * HOUR, "A", 0.4, 100, 0.01)), state=st))
+    fired += _fired(fn.process((key, row(30 * HOUR, "A", 0.4, 100, 0.01)), state=st))
     assert [(a["rule"], a["window_start"], a["baseline_of"]) for a in fired] == [("dod", 30 * HOUR, "same window 1d earlier")]
     # mSPRT over three panes of window 0 of system new against prod: p carried as the running minimum
     fn2 = _StreamAlertsFn(fn.rules)
     st2 = _State()
     prod = dict(row(0, "prod", 0.50, 100, 0.010), pane="early", pane_index=0)
-    assert list(fn2.process((key, prod), state=st2)) == []
+    assert _fired(fn2.process((key, prod), state=st2)) == []
     out = []
     for i, v in enumerate((0.45, 0.48, 0.48)):
-        out.append(list(fn2.process((key, dict(row(0, "new", v, 100, 0.012), pane="early", pane_index=i + 1)),
+        out.append(_fired(fn2.process((key, dict(row(0, "new", v, 100, 0.012), pane="early", pane_index=i + 1)),
                                     state=st2)))
     p0 = alerts.change_pvalue(fn.rules[1], row(0, "new", 0.45, 100, 0.012), [prod])
     assert p0 < 0.05
@@ -367,10 +374,18 @@ def test_the_beam_transforms_run_offset_and_msprt_rules(tmp_path):
                         for i, v in enumerate((0.45, 0.48, 0.48), 1)]
     with beam.Pipeline() as p:
         assert_that(p | "Rows" >> beam.Create(rows) | EvaluateAlerts(rs), equal_to(expected), label="Batch")
-        streamed = (p | "Panes" >> beam.Create(panes, reshuffle=False) | StreamAlerts(rs[1:])
+        stream_alerts = StreamAlerts(rs[1:])
+        streamed = (p | "Panes" >> beam.Create(panes, reshuffle=False) | stream_alerts
                     | beam.Map(lambda a: (a["rule"], a["pane_index"], round(a["p_value"], 12))))
         p0 = alerts.change_pvalue(rs[1], panes[1][0], [prod])
         assert_that(streamed, equal_to([("m", 2, round(p0, 12))]), label="Stream")
+        # every look of the mSPRT rule, the running minimum (also after it fired at pane 2)
+        want, p_run = [], 1.0
+        for pane in panes[1:]:
+            p_run = alerts.change_pvalue(rs[1], pane[0], [prod], p_run)
+            want.append((pane[0]["pane_index"], round(p_run, 12)))
+        looks = stream_alerts.looks | beam.Map(lambda lk: (lk["pane_index"], round(lk["p_value"], 12)))
+        assert_that(looks, equal_to(want), label="Looks")
 
 
 def test_a_rule_that_matches_no_row_is_exit_2_naming_the_closest_values(tmp_path, capsys):

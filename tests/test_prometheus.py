@@ -122,6 +122,122 @@ def test_a_real_prometheus_scrapes_the_streams_final_values(tmp_path, prometheus
     assert {k[:3] for k in got if k[3] == "latest"} == expected.keys()  # the early panes' series too
 
 
+def test_a_real_prometheus_scrapes_the_msprt_p_values_of_the_alert_rules(tmp_path, prometheus_server, capsys):
+    """Issue 43, item 5: the always-valid p-value of a ``test = "msprt"`` rule was only in the alert
+    records of the panes where the rule fired. Now every look is exported: Prometheus holds, for the
+    latest window, the running p-value and the always-valid interval of the difference that
+    :func:`streameval.alerts.change_look` gives on the job's own pane rows (B's CTR against A's)."""
+    from streameval import alerts
+
+    web, target = prometheus_server
+    imps, judg = _logs()
+    for r in imps:  # A's first item clicked in both hours (B's CTR lower in the latest window too)
+        r["clicked"] = r["clicked"] or (r["system_id"] == "A" and r["position"] == 1)
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    (tmp_path / "rules.toml").write_text('[[rule]]\nname = "ctr-vs-A"\nmetric = "ctr"\nbaseline = "system:A"\n'
+                                         'change_below = 0.0\ntest = "msprt"\ntau = 0.1\n')
+    out = tmp_path / "stream"
+    code = stream_cli.main(["--replay", "--impressions", str(tmp_path / "imps.avro"), "--judgments",
+                            str(tmp_path / "judg.avro"), "--metrics", "ndcg@5", "--window", "1h", "--quiet",
+                            "--alerts", str(tmp_path / "rules.toml"), "--output", str(out),
+                            "--prometheus-port", str(target), "--prometheus-linger", "20"])
+    assert code in (0, 4), capsys.readouterr()
+    rows = [r for f in out.glob("metrics-*.jsonl") for r in map(json.loads, open(f)) if r["metric"] == "ctr"]
+    rule, = alerts.load_rules(str(tmp_path / "rules.toml"))
+    end = max(r["window_end"] for r in rows)
+    latest = sorted((r for r in rows if r["window_end"] == end and r["slice"] == "all"), key=lambda r: r["pane_index"])
+    base = [r for r in latest if r["system"] == "A"]
+    want, p = None, 1.0
+    for r in (r for r in latest if r["system"] == "B"):  # B's panes of the latest window, in order
+        want = alerts.change_look(rule, r, [b for b in base if b["pane_index"] <= r["pane_index"]], p) or want
+        p = want["p_value"] if want else p
+    assert want is not None and 0 < want["p_value"] < 1
+    got, deadline = {}, time.monotonic() + 10
+    while time.monotonic() < deadline and not got:
+        res = json.loads(_get(f"http://127.0.0.1:{web}/api/v1/query?query=" + urllib.parse.quote(
+            '{__name__=~"streameval_msprt_.*", job="streameval", rule="ctr-vs-A", slice="all", system="B"}')))
+        got = {m["metric"]["__name__"]: float(m["value"][1]) for m in res["data"]["result"]}
+        time.sleep(0.2)
+    assert got["streameval_msprt_p_value"] == pytest.approx(want["p_value"], rel=1e-12)
+    assert got["streameval_msprt_diff"] == pytest.approx(want["diff"], rel=1e-12)
+    assert got["streameval_msprt_diff_low"] == pytest.approx(want["diff_low"], rel=1e-12)
+    assert got["streameval_msprt_diff_high"] == pytest.approx(want["diff_high"], rel=1e-12)
+    assert got["streameval_msprt_window_end_seconds"] == end / 1e6
+
+
+def test_exported_msprt_rules_fire_on_the_streams_looks_as_the_job_does(tmp_path):
+    """``alerts-to-prometheus`` refused ``test = "msprt"`` rules (no gauge held the p-value). Now the
+    rule reads the look gauges; Prometheus' own rule evaluation (``promtool test rules``) on what the
+    stream's endpoint serves at the end raises the alerts the job raised in the latest window: B's
+    CTR below A's (fires), and C's, equal to A's (does not)."""
+    import yaml
+    from prometheus_client import generate_latest
+
+    from streameval.beam.prometheus import STORE, _registry
+    from streameval.cli import main as cli
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian's prometheus package has it; .ci/run installs it)")
+    imps, judg = _logs()
+    for r in imps:  # A's first item clicked in both hours; C a copy of A
+        r["clicked"] = r["clicked"] or (r["system_id"] == "A" and r["position"] == 1)
+    imps += [dict(r, system_id="C", event_id="C" + r["event_id"], request_id="C" + r["request_id"])
+             for r in imps if r["system_id"] == "A"]
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    avro.write_records(tmp_path / "judg.avro", "judgment", judg)
+    toml = tmp_path / "rules.toml"
+    toml.write_text('[[rule]]\nname = "ctr-vs-A"\nmetric = "ctr"\nbaseline = "system:A"\nchange_below = 0.0\n'
+                    'test = "msprt"\ntau = 0.1\n')
+    out = tmp_path / "stream"
+    code = stream_cli.main(["--replay", "--impressions", str(tmp_path / "imps.avro"), "--metrics", "ndcg@5",
+                            "--judgments", str(tmp_path / "judg.avro"), "--window", "1h", "--quiet",
+                            "--alerts", str(toml), "--output", str(out), "--prometheus-port", "0"])
+    assert code == 4
+    fired = [json.loads(line) for f in out.glob("alerts-*.jsonl") for line in open(f)]
+    end = max(a["window_end"] for a in fired)
+    latest = {(a["slice"], a["system"]) for a in fired if a["window_end"] == end}
+    assert latest == {("all", "B")}
+    exposition = generate_latest(_registry(STORE)).decode()
+    assert "streameval_msprt_p_value" in exposition
+    rules_yml = tmp_path / "rules.yml"
+    assert cli(["alerts-to-prometheus", str(toml), "-o", str(rules_yml)]) == 0
+    doc = yaml.safe_load(rules_yml.read_text())
+    for group in doc["groups"]:
+        for r in group["rules"]:
+            r.pop("annotations", None)
+    rules_yml.write_text(yaml.safe_dump(doc))
+    want = [{"exp_labels": {"metric": "ctr", "slice": sl, "system": sy, "rule": "ctr-vs-A",
+                            "condition": "change_below"}} for sl, sy in sorted(latest)]
+    test = {"rule_files": [str(rules_yml)], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": _promtool_series(exposition),
+                       "alert_rule_test": [{"eval_time": "2m", "alertname": "ctr-vs-A", "exp_alerts": want}]}]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
+    run = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_store_keeps_the_latest_window_s_look_of_each_rule():
+    """A look of an older window (a late pane) never replaces a newer window's; the gauges carry the
+    rule in their labels; without looks no msprt family is exported."""
+    from prometheus_client import generate_latest
+    from prometheus_client.core import CollectorRegistry
+
+    store = LatestValues()
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(store)
+    assert b"streameval_msprt" not in generate_latest(reg)
+    look = {"rule": "r", "metric": "ctr", "slice": "all", "system": "B", "window_start": 0, "window_end": 3_600_000_000,
+            "p_value": 0.2, "diff": -0.01, "diff_low": -0.03, "diff_high": 0.01}
+    store.update_look(dict(look, window_start=3_600_000_000, window_end=7_200_000_000, p_value=0.04))
+    store.update_look(look)  # older window: kept out
+    text = generate_latest(reg).decode()
+    assert 'streameval_msprt_p_value{metric="ctr",rule="r",slice="all",system="B"} 0.04' in text
+    assert 'streameval_msprt_window_end_seconds{metric="ctr",rule="r",slice="all",system="B"} 7200.0' in text
+
+
 def test_the_batch_textfile_and_the_latest_window_rule(tmp_path):
     """The batch textfile parses (prometheus-client's own parser) to the latest window's rows; a late
     pane of an older window never replaces a newer window's value in the stream's store."""
@@ -252,7 +368,8 @@ def test_alert_rules_as_prometheus_alerting_rules(tmp_path, capsys):
     capsys.readouterr()
     for text, message in [('baseline = "trailing:3"\nchange_below = -0.1', "needs the preceding windows"),
                           ('baseline = "offset:1d"\nchange_below = -0.1', "needs an earlier window"),
-                          ('baseline = "system:p"\nchange_below = -0.1\ntest = "msprt"', "carries a p-value"),
+                          ('baseline = "system:p"\nsystem = "p"\nchange_below = -0.1\ntest = "msprt"',
+                           "is its own baseline"),
                           ("below = 0.1\nfor_panes = 3", "counts panes")]:
         toml.write_text(f'[[rule]]\nname = "r"\nmetric = "map"\n{text}\n')
         assert cli(["alerts-to-prometheus", str(toml)]) == 2

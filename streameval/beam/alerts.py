@@ -15,7 +15,10 @@ from .. import alerts as alert_rules
 from ..io.counters import ALERTS_FIRED, NAMESPACE
 from ..metrics.online_names import canonical_metric
 
-__all__ = ["EvaluateAlerts", "StreamAlerts", "ALERTS_FIRED"]
+__all__ = ["EvaluateAlerts", "StreamAlerts", "ALERTS_FIRED", "LOOKS"]
+
+#: the tag of :class:`StreamAlerts`' looks of its mSPRT rules
+LOOKS = "looks"
 
 # ALERTS_FIRED (streameval.io.counters): the counter of alerts raised (the batch job's exit status 4 when
 # it is not 0), re-exported here
@@ -87,13 +90,14 @@ class _StreamAlertsFn(beam.DoFn):
                 continue
             key = (rule.name, system, ws)
             count = holds.get(key, 0)
+            p_prev = pmins.get(key, 1.0)
+            if rule.test == "msprt":  # every look is exported, also after the rule fired for the window
+                look = alert_rules.change_look(rule, row, others, p_prev)
+                if look is not None:
+                    pmins[key] = look["p_value"]
+                    yield beam.pvalue.TaggedOutput(LOOKS, look)
             if count < 0:  # fired for this window already
                 continue
-            p_prev = pmins.get(key, 1.0)
-            if rule.test == "msprt":
-                p = alert_rules.change_pvalue(rule, row, others, p_prev)
-                if p is not None:
-                    pmins[key] = p
             alert = alert_rules.evaluate_row(rule, row, others, p_prev)
             count = count + 1 if alert else 0
             if alert and count >= rule.for_panes:
@@ -123,7 +127,9 @@ class StreamAlerts(_WithRules):
     panes of :class:`~streameval.beam.streaming.StreamMetrics`) -> alert records, each with the
     pane that raised it. A rule fires once per window, slice and system, when it has held on
     ``for_panes`` consecutive panes of the window (:mod:`streameval.alerts`). Keyed by (metric,
-    slice), like :class:`EvaluateAlerts`."""
+    slice), like :class:`EvaluateAlerts`. After it is applied, ``.looks`` holds every look of a
+    ``test = "msprt"`` rule (:func:`streameval.alerts.change_look`: the running always-valid
+    p-value and the interval of the difference at each pane, fired or not), for monitoring."""
 
     def expand(self, panes):
         metrics = {canonical_metric(r.metric) for r in self.rules}  # a rule's metric in any spelling
@@ -133,6 +139,8 @@ class StreamAlerts(_WithRules):
                 if canonical_metric(r["metric"]) in metrics:
                     yield (canonical_metric(r["metric"]), r["slice"]), r
 
-        return (panes
-                | "RuleRows" >> beam.FlatMap(rows_of)
-                | "Evaluate" >> beam.ParDo(_StreamAlertsFn(self.rules)))
+        out = (panes
+               | "RuleRows" >> beam.FlatMap(rows_of)
+               | "Evaluate" >> beam.ParDo(_StreamAlertsFn(self.rules)).with_outputs(LOOKS, main="alerts"))
+        self.looks = out[LOOKS]
+        return out.alerts

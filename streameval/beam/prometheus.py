@@ -14,6 +14,15 @@ early pane of the open window, as it fires):
   global window of a batch job without ``--window``, so that ``baseline = "system:NAME"`` rules,
   which pair the two systems' series on it, hold there too).
 
+With ``test = "msprt"`` alert rules, each rule's latest look (:func:`streameval.alerts.change_look`),
+one series per (rule, metric, slice, system), the latest window's:
+
+* ``streameval_msprt_p_value``: the always-valid p-value (the running minimum over the window's
+  panes), valid however often it is scraped and whenever one acts on it;
+* ``streameval_msprt_diff``, ``streameval_msprt_diff_low`` / ``streameval_msprt_diff_high``: the
+  difference value - baseline and its always-valid interval at the rule's level;
+* ``streameval_msprt_window_end_seconds``: the end of the look's window.
+
 A row updates its series only when its window is at least as late as the one the series holds, so
 a late pane of an old window never hides a newer window's value. Rows with a NaN value (a slice
 emptied by a late update) are left out. The store lives in the process that runs the panes' last
@@ -34,6 +43,10 @@ __all__ = ["LatestValues", "Exporter", "STORE", "serve", "write_textfile", "GAUG
 GAUGES = (("value", "value"), ("num_queries", "num_queries"), ("stderr", "stderr"), ("ci_low", "ci_low"),
           ("ci_high", "ci_high"))
 LABELS = ("metric", "slice", "system", "pane")
+#: (metric name suffix, look field) of each gauge of an mSPRT rule's looks, and their labels
+LOOK_GAUGES = (("msprt_p_value", "p_value"), ("msprt_diff", "diff"), ("msprt_diff_low", "diff_low"),
+               ("msprt_diff_high", "diff_high"))
+LOOK_LABELS = ("rule", "metric", "slice", "system")
 
 
 class LatestValues:
@@ -43,10 +56,28 @@ class LatestValues:
     def __init__(self):
         self._lock = threading.Lock()
         self._rows: dict = {}
+        self._looks: dict = {}
 
     def clear(self) -> None:
         with self._lock:
             self._rows.clear()
+            self._looks.clear()
+
+    def update_look(self, look: dict) -> None:
+        """Take an mSPRT rule's look (:func:`streameval.alerts.change_look`): kept when its window is
+        at least as late as the one its (rule, metric, slice, system) series holds."""
+        key = tuple(look[k] for k in LOOK_LABELS)
+        end = look.get("window_end")
+        end = -math.inf if end is None else end
+        with self._lock:
+            old = self._looks.get(key)
+            if old is None or end >= old[0]:
+                self._looks[key] = (end, look)
+
+    def looks(self) -> dict:
+        """{(rule, metric, slice, system): look} of the looks held now."""
+        with self._lock:
+            return {k: r for k, (_, r) in self._looks.items()}
 
     def update(self, row: dict) -> None:
         """Take a metric_result row (a stream pane's, or a batch row: then it counts as final)."""
@@ -89,6 +120,30 @@ class LatestValues:
             # the global window (a batch job without --window) ends at +Inf: a system baseline rule
             # joins the two systems' series on this gauge, and a row without it never fired (issue 41)
             end = row.get("window_end")
+            g.add_metric(list(key), math.inf if end is None else end / 1e6)
+        yield g
+        yield from self._collect_looks()
+
+    def _collect_looks(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        looks = self.looks()
+        if not looks:
+            return
+        docs = {"p_value": "always-valid mSPRT p-value of an alert rule's change (running minimum over the panes)",
+                "diff": "value - baseline of the rule's look", "diff_low": "low end of the difference's always-valid "
+                "interval", "diff_high": "high end of the difference's always-valid interval"}
+        for name, field in LOOK_GAUGES:
+            g = GaugeMetricFamily(f"streameval_{name}", docs[field], labels=LOOK_LABELS)
+            for key, look in sorted(looks.items()):
+                v = look.get(field)
+                if v is not None and math.isfinite(v):
+                    g.add_metric(list(key), float(v))
+            yield g
+        g = GaugeMetricFamily("streameval_msprt_window_end_seconds", "end of the look's window (Unix seconds)",
+                              labels=LOOK_LABELS)
+        for key, look in sorted(looks.items()):
+            end = look.get("window_end")
             g.add_metric(list(key), math.inf if end is None else end / 1e6)
         yield g
 
@@ -258,10 +313,10 @@ def rule_expressions(rule, pane: str = "latest") -> list[tuple[str, str, str]]:
     Threshold rules compare the interval gauges (``ci_high < below``, ``ci_low > above``);
     ``baseline = "system:NAME"`` rules take the normal interval of ``value - baseline`` from the two
     ``streameval_stderr`` gauges, the baseline's series of the same metric, slice and window end.
-    Raises ValueError (one line, naming the rule) for what the gauges cannot express: a
-    ``trailing:N`` or ``offset:`` baseline (they hold the latest window only), ``test = "msprt"``
-    (a running p-value over panes) and ``for_panes`` > 1 (Prometheus'
-    ``for`` counts time, not panes)."""
+    ``test = "msprt"`` rules read the stream's look gauges (:func:`_msprt_expression`; the batch
+    job's textfile has none). Raises ValueError (one line, naming the rule) for what the gauges
+    cannot express: a ``trailing:N`` or ``offset:`` baseline (they hold the latest window only) and
+    ``for_panes`` > 1 (Prometheus' ``for`` counts time, not panes)."""
     if pane not in ("latest", "final"):
         raise ValueError(f"pane must be 'latest' or 'final', got {pane!r}")
     if rule.for_panes > 1:
@@ -292,11 +347,10 @@ def rule_expressions(rule, pane: str = "latest") -> list[tuple[str, str, str]]:
             f"trailing:{arg}' needs the preceding windows"
         raise ValueError(f"rule {rule.name!r}: baseline '{what}, which the gauges do not hold (they hold the "
                          "latest window)")
-    if rule.test == "msprt":
-        raise ValueError(f"rule {rule.name!r}: test = 'msprt' carries a p-value over the panes, which the gauges "
-                         "do not (use the jobs' --alerts)")
     if rule.system == arg:
         raise ValueError(f"rule {rule.name!r}: system {arg!r} is its own baseline (the rule never fires)")
+    if rule.test == "msprt":
+        return [_msprt_expression(rule, arg)]
     from scipy import special
 
     z = float(special.ndtri((1.0 + rule.level) / 2.0))
@@ -318,6 +372,26 @@ def rule_expressions(rule, pane: str = "latest") -> list[tuple[str, str, str]]:
         out.append(("change_above", f"{diff} - {half} > {_num(rule.change_above)}{guard}",
                     f"value - baseline (system {arg}) entirely above {rule.change_above:g}"))
     return out
+
+
+def _msprt_expression(rule, baseline: str) -> tuple[str, str, str]:
+    """A ``test = "msprt"`` rule over the stream's look gauges (``streameval_msprt_*``, labelled with
+    the rule's name): the always-valid p-value at most ``1 - level`` and the difference on the rule's
+    side of its null, as the job's own evaluation (:mod:`streameval.alerts`); a look exists only for
+    rows the rule applies to (``min_n`` included). The looks are every pane's: ``pane`` does not
+    apply."""
+    look = {"rule": ("=", rule.name), "metric": ("=", rule.metric)}
+    if rule.slice is not None:
+        look["slice"] = ("=", rule.slice)
+    look |= _system(rule, baseline)
+    below = rule.change_below is not None
+    theta0 = rule.change_below if below else rule.change_above
+    alpha = 1.0 - rule.level
+    side = "change_below" if below else "change_above"
+    expr = (f"{_selector('msprt_p_value', look)} <= {_num(alpha)} and "
+            f"{_selector('msprt_diff', look)} {'<' if below else '>'} {_num(theta0)}")
+    return side, expr, (f"value - {baseline} {'below' if below else 'above'} {theta0:g}, always-valid p-value "
+                        f"<= {alpha:g} (mSPRT)")
 
 
 def _system(rule, baseline: str | None = None) -> dict:

@@ -276,7 +276,10 @@ def build_pipeline(p, args, paths):
     if args.prometheus_port is not None:
         sm.panes | "Prometheus" >> beam.Map(_export_pane)
     if getattr(args, "alert_rules", None):
-        alerts = sm.panes | "Alerts" >> StreamAlerts(args.alert_rules)
+        rules = StreamAlerts(args.alert_rules)
+        alerts = sm.panes | "Alerts" >> rules
+        if args.prometheus_port is not None:  # the mSPRT rules' p-values and intervals at every pane
+            rules.looks | "PrometheusLooks" >> beam.Map(_export_look)
         alerts | "PrintAlerts" >> beam.Map(print_alert)
         if out:
             alerts | "WriteAlerts" >> WriteRecords(out, "alerts")
@@ -347,6 +350,11 @@ def _export_pane(rows):
     """A pane's rows into the store the Prometheus endpoint serves (this process: the local runner)."""
     for r in rows if isinstance(rows, list) else [rows]:
         PROMETHEUS.update(r)
+
+
+def _export_look(look):
+    """An mSPRT rule's look into the store the Prometheus endpoint serves (this process)."""
+    PROMETHEUS.update_look(look)
 
 
 def _summary_line(c: dict, replayed: dict, local: dict, verb: str = "replayed") -> str:
