@@ -73,7 +73,8 @@ from streameval.beam.sources import (expand_inputs, failure_reason, runner_threa
                                      set_file_system_options)
 from streameval.beam.accounting import check_inputs, exit_status, format_accounting, input_checks_from_args, job_counters
 from streameval.beam.online import split_metric_names
-from streameval.beam.streaming.coarse import ColumnarStreamMetrics, ReplayColumns
+from streameval.beam.streaming.coarse import ColumnarStreamMetrics
+from streameval.beam.streaming.coarse_replay import ReplayColumns
 from streameval.beam.streaming.coarse_online import online_refusal
 from streameval.beam.streaming.live import KINDS, WatchFiles
 from streameval.beam.streaming.console import (LOCAL_COUNTS, LOCAL_UNREADABLE, PANE_LOG, ROW_KEYS, PanesOut, SideOut,
