@@ -325,11 +325,40 @@ def test_columnar_stream_anytime_intervals_on_every_pane(tmp_path, capsys):
     assert all(_bits(fixed_final[k]["value"]) == _bits(final[k]["value"]) for k in final)
 
 
+@pytest.mark.parametrize("cluster, shards", [("request", []), ("user", ["--request-shards", "4"])],
+                         ids=["request", "user-4-shards"])
+def test_columnar_stream_clustered_ctr_equals_the_batch_job(tmp_path, capsys, cluster, shards):
+    """Issue 43, item 1 in stream panes: ``--cluster`` gives the batch job's ``ctr[cluster=C]``,
+    ``:clusters`` and ``:design_effect`` rows in every pane; the final panes equal the batch job's
+    per-record engine (clusters summed by a shuffle there, no code shared with the stream's shard
+    states) bit for bit, interval included. Users span requests, and with 4 request shards a user's
+    clicks come from several shards."""
+    files, judg = _log(seed=3, n_requests=300)
+    for f in files:
+        for r in f:
+            n = int(r["request_id"][1:])
+            r["user_id"] = None if n % 5 == 0 else f"u{n % 23}"  # a fifth without a user: its request
+    code, out = _stream(tmp_path, files, judg, ["--engine", "columnar", "--watch-delay", "7h", "--cluster", cluster,
+                                                *shards])
+    assert code == 0, capsys.readouterr()
+    rows = _jsonl(out, "metrics-*.jsonl")
+    bout = _batch(tmp_path, str(tmp_path / "watch" / "*.avro"), ["--cluster", cluster])
+    final = assert_final_equals_batch(rows, [r for r in _jsonl(bout, "metrics.jsonl") if r["num_queries"] > 0])
+    name = f"ctr[cluster={cluster}]"
+    got = {r["metric"] for r in final.values()}
+    assert {name, f"{name}:clusters", f"{name}:design_effect"} <= got
+    assert {r["ci_method"] for r in final.values() if r["metric"] == name} <= {"cluster-delta", "cluster-delta-logit"}
+    # every pane with a CTR row has its clustered row (the early ones too: the same states, as they stand)
+    panes = {(r["window_start"], r["slice"], r["system"], r["pane_index"]) for r in rows if r["metric"] == "ctr"}
+    assert panes == {(r["window_start"], r["slice"], r["system"], r["pane_index"]) for r in rows if r["metric"] == name}
+
+
 def test_stream_refuses_online_metrics_it_cannot_compute_in_one_line(tmp_path, capsys):
     files, judg = _log(n_requests=20)
     for extra, metrics, message in [
         (["--engine", "columnar"], "map,gauc[user,clicks]", "GAUC is not computed by the streaming job"),
         (["--engine", "events"], "map,auc", "online metrics (auc) need the columnar engine"),
+        (["--engine", "events", "--cluster", "user"], "map", "--cluster user need the columnar engine"),
         (["--every", "30m"], "map", "--ci bootstrap need the columnar engine: the columnar engine has fixed"),
     ]:
         if "fixed" in message:

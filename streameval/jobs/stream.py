@@ -158,6 +158,7 @@ def _engine(args) -> str:
         raise ValueError(f"--engine columnar: {why}")
     needs = ([f"online metrics ({', '.join(args.online_names)})"] if getattr(args, "online_names", None) else []) + \
         (["--ci bootstrap"] if getattr(args, "ci", "t") == "bootstrap" else []) + \
+        ([f"--cluster {args.cluster}"] if getattr(args, "cluster", "none") != "none" else []) + \
         ([f"diversity measures ({', '.join(args.diversity_names)})"] if getattr(args, "diversity_names", None) else [])
     if needs and (why or args.engine == "events"):
         raise ValueError(f"{' and '.join(needs)} need the columnar engine: "
@@ -252,7 +253,7 @@ def build_pipeline(p, args, paths):
         grade_range=_grades(args.grades), time_range=parse_time_range(args.event_time_range),
         ci_level=args.ci_level, intervals=args.intervals, ci_bounded=getattr(args, "ci_bounded", "logit"),
         **(dict(ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed, hist_bins=args.hist_bins,
-                hist_range=hist_range(args.hist_range)) if columnar else {}))
+                hist_range=hist_range(args.hist_range), cluster=args.cluster) if columnar else {}))
     rows = srcs["impressions"] | "StreamMetrics" >> sm
     ranking_names = split_metric_names(args.metrics, diversity=True)[0]
     names = [s.name for s in parse_metrics(ranking_names, arithmetic="the Beam jobs", diversity=True)] \

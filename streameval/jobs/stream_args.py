@@ -34,41 +34,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
                     "event-time windows with early, on-time and late panes (Apache Beam). Other arguments "
                     "go to Beam's PipelineOptions; one Beam does not know either is refused (docs/cli.md, "
                     "\"Beam's pipeline options\").")
-    src = p.add_argument_group("sources (one of --replay, --watch, Pub/Sub, Kafka)")
-    src.add_argument("--impressions", action="append", default=[],
-                     help="Avro file(s) or glob of impressions (--replay, --watch); repeatable")
-    src.add_argument("--judgments", action="append", default=[], help="Avro file(s) or glob of judgments")
-    src.add_argument("--clicks", action="append", default=[],
-                     help="Avro file(s) or glob of click events {request_id, item_id, timestamp, system_id?}; with "
-                          "them an impression whose clicked is null counts as not clicked unless a click matches")
-    src.add_argument("--replay", action="store_true",
-                     help="replay the files in event-time order with a watermark (local streaming runner)")
-    src.add_argument("--replay-step", default="1h", help="event time per watermark step of the replay (default 1h)")
-    src.add_argument("--replay-pace", type=float, default=1.0,
-                     help="processing-time seconds per replay step (drives --early-every; default 1)")
-    src.add_argument("--watch", action="store_true",
-                     help="watch the patterns for new Avro files while the job runs (local runner: a live "
-                          "TestStream service; other runners: fileio.MatchContinuously)")
-    src.add_argument("--watch-interval", type=float, default=None,
-                     help="seconds between matches (default 1 on the local runner, 10 elsewhere)")
-    src.add_argument("--watch-delay", default="0",
-                     help="local runner: the watermark stays this far behind the latest impression or click "
-                          "time read (default 0). It moves only after a poll in which no file is still being "
-                          "copied, so files copied in any order are read before it passes them; a file arriving "
-                          "after a quiet poll with events older than the watermark is late")
-    src.add_argument("--watch-idle-stop", type=float, default=None, metavar="SECONDS",
-                     help="local runner: end the job (closing every window) after this long without a new "
-                          "file (default: run until stopped)")
-    for k in KINDS:
-        src.add_argument(f"--pubsub-{k}", default=None, help=f"Pub/Sub subscription or topic of {k} (JSON)")
-        src.add_argument(f"--kafka-{k}", default=None, help=f"Kafka topic of {k} (JSON values)")
-    src.add_argument("--pubsub-timestamp-attribute", default=None, help="Pub/Sub attribute holding the event time")
-    src.add_argument("--kafka-bootstrap", default=None, help="Kafka bootstrap servers (host:port,...)")
-    src.add_argument("--kafka-expansion-service", default=None, help="address of a running expansion service")
-    src.add_argument("--kafka-timestamp-policy", choices=sorted(KAFKA_TIMESTAMP_POLICIES), default="create_time",
-                     help="what the watermark of a Kafka source follows (default create_time: producers set each "
-                          "record's timestamp to its event time)")
-
+    _add_source_arguments(p)
     w = p.add_argument_group("windows and triggers")
     w.add_argument("--window", default=None, help="fixed window size (1h, 1d, ...); with --every: sliding; "
                    "also written 1h/10m (sliding), session:30m, session:30m/request")
@@ -104,6 +70,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "starts)"))
     m.add_argument("--ci-level", type=float, default=0.95,
                    help="level of every pane row's interval (Wilson for CTR, t otherwise; default 0.95)")
+    m.add_argument("--cluster", choices=("none", "request", "user"), default="none",
+                   help="also ctr[cluster=C] rows: CTR with the delta method's standard error over requests or "
+                        "users (the batch job's; columnar engine)")
     m.add_argument("--intervals", choices=("fixed", "anytime"), default="fixed",
                    help="fixed-sample intervals (default) or confidence sequences, valid at every pane at once")
     add_bootstrap_arguments(m, "the ranking metrics' intervals on every pane: t (default) or the Poisson bootstrap "
@@ -130,6 +99,43 @@ def build_arg_parser() -> argparse.ArgumentParser:
     add_input_check_arguments(p)
     return p
 
+
+def _add_source_arguments(p: argparse.ArgumentParser) -> None:
+    """The sources group of :func:`build_arg_parser`."""
+    src = p.add_argument_group("sources (one of --replay, --watch, Pub/Sub, Kafka)")
+    src.add_argument("--impressions", action="append", default=[],
+                     help="Avro file(s) or glob of impressions (--replay, --watch); repeatable")
+    src.add_argument("--judgments", action="append", default=[], help="Avro file(s) or glob of judgments")
+    src.add_argument("--clicks", action="append", default=[],
+                     help="Avro file(s) or glob of click events {request_id, item_id, timestamp, system_id?}; with "
+                          "them an impression whose clicked is null counts as not clicked unless a click matches")
+    src.add_argument("--replay", action="store_true",
+                     help="replay the files in event-time order with a watermark (local streaming runner)")
+    src.add_argument("--replay-step", default="1h", help="event time per watermark step of the replay (default 1h)")
+    src.add_argument("--replay-pace", type=float, default=1.0,
+                     help="processing-time seconds per replay step (drives --early-every; default 1)")
+    src.add_argument("--watch", action="store_true",
+                     help="watch the patterns for new Avro files while the job runs (local runner: a live "
+                          "TestStream service; other runners: fileio.MatchContinuously)")
+    src.add_argument("--watch-interval", type=float, default=None,
+                     help="seconds between matches (default 1 on the local runner, 10 elsewhere)")
+    src.add_argument("--watch-delay", default="0",
+                     help="local runner: the watermark stays this far behind the latest impression or click "
+                          "time read (default 0). It moves only after a poll in which no file is still being "
+                          "copied, so files copied in any order are read before it passes them; a file arriving "
+                          "after a quiet poll with events older than the watermark is late")
+    src.add_argument("--watch-idle-stop", type=float, default=None, metavar="SECONDS",
+                     help="local runner: end the job (closing every window) after this long without a new "
+                          "file (default: run until stopped)")
+    for k in KINDS:
+        src.add_argument(f"--pubsub-{k}", default=None, help=f"Pub/Sub subscription or topic of {k} (JSON)")
+        src.add_argument(f"--kafka-{k}", default=None, help=f"Kafka topic of {k} (JSON values)")
+    src.add_argument("--pubsub-timestamp-attribute", default=None, help="Pub/Sub attribute holding the event time")
+    src.add_argument("--kafka-bootstrap", default=None, help="Kafka bootstrap servers (host:port,...)")
+    src.add_argument("--kafka-expansion-service", default=None, help="address of a running expansion service")
+    src.add_argument("--kafka-timestamp-policy", choices=sorted(KAFKA_TIMESTAMP_POLICIES), default="create_time",
+                     help="what the watermark of a Kafka source follows (default create_time: producers set each "
+                          "record's timestamp to its event time)")
 
 def _add_output_arguments(p: argparse.ArgumentParser) -> None:
     """The output group of :func:`build_arg_parser`."""

@@ -217,9 +217,10 @@ class _ShardFn(beam.DoFn):
         if self._stages is None:
             b, cfg = self.batch, self.cfg
             # the values between the two stages stay in this process (hold): nothing is pickled
+            on = self.online
             clean = _CleanShard("CleanImpressions", cfg.ranking, cfg.ctr, cfg.spec.size, cfg.slice_specs,
                                 b["order"], QUERY_SHARDS, hold=True, lateness_micros=cfg.lateness,
-                                online=self.online.columns() if self.online else None)
+                                online=on.columns() if on and on.specs else None, cluster=on.cluster if on else "none")
             if self.judgments is not None:  # unpickled once per process (the runner copies DoFns), then held
                 with _JUDGMENTS_LOCK:
                     held = _JUDGMENTS.get(self.token)
@@ -582,7 +583,8 @@ class ColumnarStreamMetrics(StreamMetrics):
     shard updates (a file gives one per shard it touches); ``request_shards``: the shards of
     stage 2 (default 16); ``metrics`` may also name online metrics (:mod:`.coarse_online`: ``auc``,
     ``auc_hist`` with ``hist_bins`` / ``hist_range``, click, calibration and interleaving metrics;
-    ``gauc`` raises ValueError); ``ci="bootstrap"`` (``replicates``, ``ci_seed``): the ranking
+    ``gauc`` raises ValueError); ``cluster`` (``request`` / ``user``): the batch job's ``ctr[cluster=C]``
+    rows (:mod:`.coarse_online`); ``ci="bootstrap"`` (``replicates``, ``ci_seed``): the ranking
     metrics' Poisson bootstrap intervals (ValueError without ranking metrics); ``in_process``: the
     blocks' columns and the shards' pieces stay in this process's memory instead of being pickled
     between the steps and into the shards' state (None: when the pipeline's runner is the in-process
@@ -593,7 +595,7 @@ class ColumnarStreamMetrics(StreamMetrics):
     def __init__(self, judgment_paths=None, metrics=None, window="1h", *, order="score", tie_break="docno",
                  score_precision=DEFAULT_SCORE_PRECISION, depth=None, request_shards=16, decoder=None, ci="t",
                  replicates=DEFAULT_REPLICATES, ci_seed=0, hist_bins=1000, hist_range=(0.0, 1.0), in_process=None,
-                 **kw):
+                 cluster="none", **kw):
         from ..online import split_metric_names
         from .coarse_online import StreamBootstrap, StreamOnline
 
@@ -618,8 +620,10 @@ class ColumnarStreamMetrics(StreamMetrics):
             raise ValueError("--intervals anytime and --ci bootstrap exclude each other (a bootstrap interval "
                              "holds at one look)")
         self.judgment_paths = paths
+        if cluster != "none" and not ctr:
+            raise ValueError(f"cluster={cluster!r} gives clustered ctr rows: not without ctr")
         self.online = StreamOnline(online, self.cfg.spec.size, self.cfg.slice_specs, QUERY_SHARDS, hist_bins,
-                                   hist_range) if online else None
+                                   hist_range, cluster) if online or cluster != "none" else None
         if self.online is not None and not self.online:
             self.online = None  # only the ctr family: the job's CTR
         if ci == "bootstrap" and not self.cfg.ranking:

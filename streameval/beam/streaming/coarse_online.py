@@ -22,6 +22,11 @@ stream's request shards, and its AUC needs all of its examples in one place (the
 them by a shuffle); the labels are the impressions' clicks (``clicked``), as in the batch job's
 ``--labels clicks``.
 
+``--cluster request|user``: the clean stage's clicks per cluster (tag ``cluster_clicks``:
+``{cluster id: [impressions, clicks]}`` per slice, summed over shards and pieces: a user spans the
+request shards), and at a pane the batch job's ``ctr[cluster=C]`` rows from their exact sums
+(:func:`streameval.beam.clusters.clustered_rows`).
+
 ``--ci bootstrap`` (:class:`StreamBootstrap`): the ranking metrics' states are
 :class:`~streameval.accumulators.bootstrap.PoissonBootstrap` states (replicate weights from the
 stable hash of the query id, the batch job's), merged exactly per window, with the batch job's
@@ -43,8 +48,10 @@ from ..transforms import metric_row
 
 __all__ = ["StreamOnline", "StreamBootstrap", "online_refusal"]
 
+#: the clean stage's clicks per cluster (--cluster)
+TAG_CLUSTER = "cluster_clicks"
 #: the tags of the clean stage's online outputs the stream merges
-STREAM_TAGS = (TAG_AUC, TAG_HIST, TAG_CALIBRATION, TAG_REQUESTS, TAG_INTERLEAVING)
+STREAM_TAGS = (TAG_AUC, TAG_HIST, TAG_CALIBRATION, TAG_REQUESTS, TAG_INTERLEAVING, TAG_CLUSTER)
 #: the ci fields of a metric_result row
 CI_FIELDS = ("ci_low", "ci_high", "ci_level", "ci_method")
 
@@ -64,14 +71,20 @@ def online_refusal(names) -> str | None:
 class StreamOnline:
     """The online metrics of the columnar stream (see the module): ``names`` (online metric names,
     the ``ctr`` family left to the job's CTR), ``window_micros``, ``slice_specs`` as the batch stages,
-    ``hist_bins`` / ``hist_range`` of ``auc_hist``. Raises ValueError for a name the stream cannot
-    compute (:func:`online_refusal`) or bad histogram options."""
+    ``hist_bins`` / ``hist_range`` of ``auc_hist``, ``cluster`` (``none``, ``request``, ``user``): the
+    ``ctr[cluster=C]`` rows. Raises ValueError for a name the stream cannot compute
+    (:func:`online_refusal`), bad histogram options or an unknown cluster."""
 
     def __init__(self, names, window_micros: int, slice_specs, shards: int, hist_bins: int = 1000,
-                 hist_range=(0.0, 1.0)):
+                 hist_range=(0.0, 1.0), cluster: str = "none"):
+        from ..clusters import CLUSTERS
+
         why = online_refusal(names)
         if why:
             raise ValueError(why)
+        if cluster not in CLUSTERS:
+            raise ValueError(f"cluster must be one of {CLUSTERS}, got {cluster!r}")
+        self.cluster = cluster
         self.specs = [s for s in om.parse_online_metrics(list(names)) if s.family != "ctr"]
         self.hist = HistAucOps(hist_range[0], hist_range[1], hist_bins)  # validates
         self.window_micros = int(window_micros)
@@ -80,7 +93,7 @@ class StreamOnline:
         self._columns = None
 
     def __bool__(self):
-        return bool(self.specs)
+        return bool(self.specs) or self.cluster != "none"
 
     def columns(self) -> OnlineColumns:
         """The clean stage's online part (built once per process: it holds Beam counters)."""
@@ -97,6 +110,13 @@ class StreamOnline:
         """One state of ``tag`` from several (exact)."""
         if len(states) == 1:
             return states[0]
+        if tag == TAG_CLUSTER:  # {cluster id: [impressions, clicks]}: integer sums
+            out = dict(states[0])
+            for st in states[1:]:
+                for cid, (n, y) in st.items():
+                    a = out.get(cid)
+                    out[cid] = (n, y) if a is None else (a[0] + n, a[1] + y)
+            return out
         if tag in (TAG_AUC, TAG_HIST):
             return CountArrays.merge(states)
         c = self.columns()
@@ -115,6 +135,10 @@ class StreamOnline:
         """Add the clean stage's tagged online outputs to ``into``: ``{(window start, system): {tag:
         {slice label: state}}}`` (a key's states merged)."""
         for o in outputs:
+            if o.tag == TAG_CLUSTER:  # one cluster's (impressions, clicks)
+                (ws, _we, label, system, cid), pair = o.value
+                self.add(into.setdefault((ws, system), {}), {o.tag: {label: {cid: tuple(pair)}}})
+                continue
             (ws, _we, label, system), state = o.value
             self.add(into.setdefault((ws, system), {}), {o.tag: {label: state}})
 
@@ -134,14 +158,22 @@ class StreamOnline:
         for tag in STREAM_TAGS:
             for label, state in sorted(by_tag.get(tag, {}).items()):
                 key = (start, end, label, system)
-                for row in self._tag_rows(c, tag, key, state, level):
+                for row in self._tag_rows(c, tag, key, state, level, bounded):
                     row = with_interval(row, level, bounded, kind)
                     ci = {f: row[f] for f in CI_FIELDS}
                     out.setdefault(label, []).append((row["metric"], row["value"], row["num_queries"],
                                                       row["stderr"], ci))
         return out
 
-    def _tag_rows(self, c, tag, key, state, level):
+    def _tag_rows(self, c, tag, key, state, level, bounded):
+        if tag == TAG_CLUSTER:
+            from ..clusters import clustered_rows
+
+            ns = [n for n, _ in state.values()]
+            ys = [y for _, y in state.values()]
+            sums = (len(state), sum(ns), sum(ys), sum(n * n for n in ns), sum(n * y for n, y in zip(ns, ys)),
+                    sum(y * y for y in ys))
+            return list(clustered_rows((key, sums), self.cluster, level, bounded))
         if tag == TAG_AUC:
             pos, neg = CountArrays.counts(state)
             return [metric_row(*key, "auc", *auc_result(pos, neg))]
