@@ -60,26 +60,62 @@ def _stems(out: Path, ext: str) -> set[str]:
     return {p.name[: -len(ext) - 1] for p in out.glob(f"metrics-*.{ext}")}
 
 
+def _parquet(out: Path) -> list[Path]:
+    return sorted(out.glob("metrics_parquet/window_date=*/metrics-*.parquet"))
+
+
 def test_one_file_per_pane_and_format_all_in_the_manifest(out):
     stems = _stems(out, "jsonl")
     assert len(stems) > 3 and any("early" in s for s in stems) and any("final" in s for s in stems)
-    for ext in ("avro", "parquet", "csv"):
+    for ext in ("avro", "csv"):
         assert _stems(out, ext) == stems, ext
-    listed = {Path(f["path"]).name for f in json.loads((out / "manifest.json").read_text())["outputs"]["metrics-*"]}
-    assert listed == {f"{s}.{e}" for s in stems for e in ("avro", "jsonl", "parquet", "csv")}
+    assert {p.name[:-len(".parquet")] for p in _parquet(out)} == stems
+    for p in _parquet(out):  # each pane's file in the partition of its window's UTC date
+        date = datetime.fromisoformat(p.name[len("metrics-"):len("metrics-") + 10])
+        assert p.parent.name == f"window_date={date:%Y-%m-%d}"
+    outputs = json.loads((out / "manifest.json").read_text())["outputs"]
+    listed = {Path(f["path"]).name for f in outputs["metrics-*"]}
+    assert listed == {f"{s}.{e}" for s in stems for e in ("avro", "jsonl", "csv")}
+    assert sorted(Path(f["path"]) for f in outputs["metrics_parquet/"]) == _parquet(out)
+
+
+def _bounds(name: str):
+    """(window start, window end) of a pane file's name ``metrics-<start>-<end>-...``."""
+    start, end = name[len("metrics-"):len("metrics-") + 18], name[len("metrics-") + 19:len("metrics-") + 37]
+    return tuple(datetime.strptime(t, "%Y-%m-%dT%H%M%SZ") for t in (start, end))
+
+
+def test_a_rerun_replaces_the_parquet_dataset(out, tmp_path):
+    """A rerun with other windows leaves no partition of the previous run's (a copy of the output)."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    code = stream.main(["--replay", "--impressions", str(SAMPLE / "impressions" / "obd_random_men.avro"),
+                        "--window", "6h", "--formats", "jsonl,parquet", "--quiet", "--output", str(copy)])
+    assert code == 0
+    files = _parquet(copy)
+    assert files and {p.name[:-len(".parquet")] for p in files} == _stems(copy, "jsonl")
+    for p in files:  # 6-hour windows only: none of the first run's day windows is left
+        start, end = _bounds(p.name)
+        assert end - start == timedelta(hours=6), p.name
+    assert not list(copy.glob("metrics-*.avro"))
 
 
 def test_parquet_files_are_one_dataset_equal_to_the_json_lines(out):
-    files = sorted(str(p) for p in out.glob("metrics-*.parquet"))
+    files = [str(p) for p in _parquet(out)]
     schemas = {pq.read_schema(f).remove_metadata() for f in files}
     assert len(schemas) == 1  # one table: every pane's file has the same columns and types
     schema = schemas.pop()
     assert schema.names == [f["name"] for f in FIELDS]
     for name in ("window_start", "window_end"):  # windows as timestamps, not numbers
         assert schema.field(name).type == pa.timestamp("us", tz="UTC")
-    table = ds.dataset(files, format="parquet").to_table()
+    table = ds.dataset(str(out / "metrics_parquet"), format="parquet", partitioning="hive").to_table()
+    assert table.num_rows == ds.dataset(files, format="parquet").to_table().num_rows
     got = []
     for r in table.to_pylist():
+        date = r.pop("window_date")  # the partition column
+        assert date == f"{r['window_start']:%Y-%m-%d}"
         for name in ("window_start", "window_end"):
             assert r[name].tzinfo is not None
             r[name] = _micros(r[name])
@@ -89,8 +125,8 @@ def test_parquet_files_are_one_dataset_equal_to_the_json_lines(out):
     assert sorted(got, key=_key) == sorted(want, key=_key)
     assert {r["pane"] for r in got} >= {"early", "on_time"}
     # each pane's own file holds that pane's rows
-    one = sorted(out.glob("metrics-*early*.parquet"))[0]
-    assert pq.read_table(one).num_rows == len(_jsonl(one.with_suffix(".jsonl")))
+    one = [p for p in _parquet(out) if "early" in p.name][0]
+    assert pq.read_table(one).num_rows == len(_jsonl(out / one.with_suffix(".jsonl").name))
 
 
 def test_csv_files_have_a_header_and_the_json_lines_rows(out):

@@ -76,11 +76,23 @@ def _output_names(listing: dict, name: str) -> list[str]:
     return sorted(n for n in listing if n == name or shard.fullmatch(n))
 
 
+def _folder_files(out_dir: str, name: str) -> dict[str, int]:
+    """``{path: size in bytes}`` of every file under the folder output ``name`` (``"metrics_parquet/"``)
+    of ``out_dir``, at any depth; empty when there is none."""
+    try:
+        found = FileSystems.match([FileSystems.join(out_dir, name.rstrip("/"), "**")])[0].metadata_list
+    except Exception:  # noqa: BLE001 (a folder that does not exist: nothing)
+        return {}
+    return {m.path: m.size_in_bytes for m in found}
+
+
 def output_files(out_dir: str, name: str, listing: dict | None = None) -> list[str]:
     """The files of output ``name`` (``"metrics.jsonl"``: ``metrics.jsonl`` or its shards
     ``metrics-00000-of-00004.jsonl``; ``"metrics-*"``: every file whose name starts with
-    ``metrics-``) in ``out_dir``, sorted; ``listing`` (:func:`_listing`) saves listing the directory
-    again."""
+    ``metrics-``; ``"metrics_parquet/"``: every file under that folder, a dataset's partitions) in
+    ``out_dir``, sorted; ``listing`` (:func:`_listing`) saves listing the directory again."""
+    if name.endswith("/"):
+        return sorted(_folder_files(out_dir, name))
     listing = _listing(out_dir) if listing is None else listing
     return sorted(listing[n][0] for n in _output_names(listing, name))
 
@@ -259,6 +271,9 @@ def _clear(out_dir: str, names) -> None:
     old = sorted({f for name in names for f in output_files(out_dir, name, listing)})
     if old:
         FileSystems.delete(old)
+    for name in names:  # a local folder output's (now empty) partition folders
+        if name.endswith("/") and not _remote(out_dir):
+            shutil.rmtree(os.path.join(out_dir, name.rstrip("/")), ignore_errors=True)
 
 
 def holding_outputs(body, argv) -> int:
@@ -488,6 +503,10 @@ def publish(run: OutputRun, names, extra: dict | None = None) -> dict:
         _clear(run.output, run.names)
         for n in moving:
             os.replace(os.path.join(run.write_dir, n), os.path.join(run.output, n))
+        for name in run.names:  # a folder output (a dataset's partitions) moves whole
+            src = os.path.join(run.write_dir, name.rstrip("/"))
+            if name.endswith("/") and os.path.isdir(src):
+                os.replace(src, os.path.join(run.output, name.rstrip("/")))
     manifest = _manifest(run.output, names, extra)
     data = json.dumps(manifest, indent=2).encode("utf-8")
     tmp = os.path.join(run.output, f".{MANIFEST}.{run.run_id}.tmp")
@@ -504,7 +523,9 @@ def publish(run: OutputRun, names, extra: dict | None = None) -> dict:
 
 def _manifest(folder: str, names, extra: dict) -> dict:
     listing = _listing(folder)  # paths and sizes of every file, one listing
-    outputs = {name: [{"path": listing[n][0], "bytes": listing[n][1]} for n in _output_names(listing, name)]
+    outputs = {name: ([{"path": path, "bytes": size} for path, size in sorted(_folder_files(folder, name).items())]
+                      if name.endswith("/") else
+                      [{"path": listing[n][0], "bytes": listing[n][1]} for n in _output_names(listing, name)])
                for name in names}
     return {"complete": True, "outputs": outputs, **extra}
 

@@ -19,7 +19,7 @@ Sources:
 Outputs (``--output DIR``): one file set per window and pane
 (:class:`~streameval.beam.streaming.sinks.WriteWindowedFiles`),
 ``metrics-<window start>-<window end>-<system>-pane<index>-<pane>.{jsonl,avro}`` (metric_result
-schema; ``--formats`` adds ``.parquet`` and ``.csv``, the same table), plus ``late_data-*.jsonl``
+schema; ``--formats`` adds ``.csv`` and the Parquet dataset ``metrics_parquet/``), plus ``late_data-*.jsonl``
 and ``dead_letters-*.jsonl`` (dead_letter shape), ``summary.json`` and, last, ``manifest.json``: the
 pane files read as one table with ``streameval.read_metrics(DIR)`` (``final_only=True``: the last
 pane of each window). ``--replay``
@@ -79,7 +79,7 @@ from streameval.beam.streaming.coarse_online import online_refusal
 from streameval.beam.streaming.live import KINDS, WatchFiles
 from streameval.beam.streaming.console import (LOCAL_COUNTS, LOCAL_UNREADABLE, PANE_LOG, ROW_KEYS, PanesOut, SideOut,
                                                print_alert, running_totals_line)
-from streameval.beam.streaming.sinks import WriteRecords, WriteWindowedFiles
+from streameval.beam.streaming.sinks import PARQUET_DATASET, WriteRecords, WriteWindowedFiles
 from streameval.beam.streaming.sources import ReadKafkaEvents, ReadPubSubEvents, ReplayAvro, WatchAvro
 from streameval.alerts import check_rules_match, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, StreamAlerts
@@ -110,7 +110,7 @@ LOCAL_STREAM_RUNNERS = ("BundleBasedDirectRunner", "DirectRunner")
 COLUMNAR_SHARDS = 1
 RUNNING_TOTALS = "running_totals.jsonl"  # in --output (a local directory): the accounting as of each pane
 #: the outputs in --output: a new run's replace a previous run's, the manifest lists them last
-OUTPUTS = ("metrics-*", "late_data-*", "dead_letters-*", "alerts-*", RUNNING_TOTALS)
+OUTPUTS = ("metrics-*", PARQUET_DATASET, "late_data-*", "dead_letters-*", "alerts-*", RUNNING_TOTALS)
 
 
 # --------------------------------------------------------------------------------------------

@@ -143,9 +143,9 @@ def _add_output_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--output", default=None, help="directory for the windowed files (none: console only)")
     o.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
                    help="files of each pane's metric rows: comma-separated avro, jsonl (required), parquet "
-                        "(windows as UTC timestamps, NaN as null; the panes' files one dataset, metrics-*.parquet) "
-                        "and csv (a header per file); default avro,jsonl. Late data, dead letters and alerts "
-                        "are JSON lines")
+                        "(windows as UTC timestamps, NaN as null; one dataset, metrics_parquet/, partitioned by "
+                        "window_date) and csv (a header per file); default avro,jsonl. Late data, dead letters "
+                        "and alerts are JSON lines")
     o.add_argument("--quiet", action="store_true",
                    help="do not print the panes nor the progress line on stderr (records read, rows emitted, rate)")
     o.add_argument("--progress-interval", type=float, default=5.0, metavar="S",

@@ -17,7 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from ...io import avro
 
-__all__ = ["WriteWindowedFiles", "WriteRecords", "pane_file_stem"]
+__all__ = ["WriteWindowedFiles", "WriteRecords", "pane_file_stem", "PARQUET_DATASET"]
 
 
 def _iso(us) -> str:
@@ -42,6 +42,18 @@ def _safe(text) -> str:
     if safe == text:
         return safe
     return f"{safe}~{hashlib.sha1(text.encode('utf-8')).hexdigest()[:8]}"
+
+
+#: the folder of the panes' Parquet files (``--formats ...,parquet``): one dataset, Hive-partitioned
+#: by the window's UTC date (``window_date=YYYY-MM-DD/``)
+PARQUET_DATASET = "metrics_parquet/"
+
+
+def _window_date(us) -> str:
+    """The UTC date of a window start (int microseconds) as ``YYYY-MM-DD`` (``global`` for None)."""
+    if us is None:
+        return "global"
+    return datetime.fromtimestamp(us // 1_000_000, tz=timezone.utc).strftime("%Y-%m-%d")
 
 
 def pane_file_stem(rows) -> str:
@@ -150,8 +162,12 @@ class WriteWindowedFiles(beam.PTransform):
     ``avro``, ``parquet``, ``csv``; see :func:`pane_file_stem`): one file per pane and format,
     written by the step that receives the pane (to a temporary name, then renamed), in whatever
     window the pane comes, so no pane is ever late for the writer. The files of a format are one
-    table (same columns, the metric_result schema): ``metrics-*.parquet`` read by DuckDB, pandas
-    (``pd.read_parquet`` of the list), Spark or ``pyarrow.dataset`` as one dataset.
+    table (same columns, the metric_result schema). The Parquet files form one dataset in the
+    folder :data:`PARQUET_DATASET`, Hive-partitioned by the window's UTC date
+    (``metrics_parquet/window_date=2019-11-24/<stem>.parquet``): ``pd.read_parquet(folder)``,
+    ``pyarrow.dataset.dataset(folder, partitioning="hive")``, Spark's ``spark.read.parquet(folder)``
+    and DuckDB's ``read_parquet('folder/*/*.parquet', hive_partitioning=true)`` read it as one
+    table with a ``window_date`` column.
 
     It replaced ``fileio.WriteToFiles`` in the global window with a per-element trigger (issue 21):
     that grouped the panes by file name, and the local runner scans the trigger state of every key
@@ -181,8 +197,10 @@ class _WritePaneFiles(beam.DoFn):
         stem = pane_file_stem(rows)
         for f in self.formats:
             name = f"{stem}.{f}"
-            final = FileSystems.join(self.directory, name)
-            temp = FileSystems.join(self.directory, f".{name}.{uuid.uuid4().hex[:12]}.tmp")
+            folder = self.directory if f != "parquet" else FileSystems.join(
+                self.directory, PARQUET_DATASET.rstrip("/"), f"window_date={_window_date(rows[0]['window_start'])}")
+            final = FileSystems.join(folder, name)
+            temp = FileSystems.join(folder, f".{name}.{uuid.uuid4().hex[:12]}.tmp")
             sink = _pane_sink(name)
             with FileSystems.create(temp) as fh:
                 sink.open(fh)
