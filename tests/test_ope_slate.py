@@ -471,7 +471,8 @@ def test_command_warns_on_a_small_slate_ess_and_dead_letters_a_repeated_position
     lines = [line for line in captured.err.splitlines() if "effective sample size" in line]
     assert len(lines) == 2  # the impressions' (below 100) and the slates'
     slate_line = [line for line in lines if line.startswith("warning: slate estimators'")]
-    assert len(slate_line) == 1 and "12 of 12 (slice, logs, estimator) rows" in slate_line[0]
+    k = 4 * (1 + len({r["attributes"]["campaign"] for r in recs}))  # 4 estimators per slice: all and campaigns
+    assert len(slate_line) == 1 and f"{k} of {k} (slice, logs, estimator) rows" in slate_line[0]
     rows = _rows(out)
     assert rows[("all", "L", "slate_ips[random]")]["num_queries"] == n_slates  # the bad request left out
     assert rows[("all", "L", "ips[random]")]["num_queries"] == len(recs) + 2  # its impressions in IPS
