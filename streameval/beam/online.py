@@ -8,7 +8,8 @@ PTransforms users compose.
 * :class:`LabelFromJudgments`: labels impressions with ``grade >= relevance_level`` from judgments
   (for AUC on judged data such as a learning-to-rank sample).
 * :class:`OffPolicyCtr`: ``impressions | OffPolicyCtr(target, "random")`` gives the IPS and SNIPS
-  estimates of a target policy's CTR from the logging policy's propensities.
+  estimates of a target policy's CTR from the logging policy's propensities (``slates=True``: also
+  the slate estimators over requests, :mod:`streameval.beam.online_slate`).
 
 CombineFns (inputs -> output; accumulators are plain lists / dicts, FastPrimitivesCoder):
 :class:`AucCombineFn` ``(score, label)`` -> ``(auc, n, stderr)``; :class:`GroupAucCombineFn`
@@ -25,7 +26,7 @@ score-based metrics), ``online:not_labelled`` (``clicked`` null under ``labels="
 (labelled impressions whose score is outside [0, 1], left out of the calibration metrics), ``online:no_group:<field>``
 (GAUC group id missing), ``online:requests`` and ``online:requests_not_logged`` (requests whose
 impressions all have ``clicked`` null), ``online:clicks_no_dwell`` (clicks without ``dwell_ms``, left
-out of the dwell metrics), ``ope:impressions``, ``ope:not_logged`` and the rejections
+out of the dwell metrics), ``ope:impressions``, ``ope:not_logged``, ``ope:slates`` and the rejections
 ``rejected:impression:<reason>`` of :class:`OffPolicyCtr` (also in its ``rejected`` output).
 """
 
@@ -59,6 +60,7 @@ from ..metrics.names import MetricNameError, parse_metrics
 from .arguments import join_parameter_lists
 from .combiners import MeanCombineFn, OpsCombineFn
 from .keys import _window_micros
+from .online_slate import slate_input, slate_rows
 from .transforms import (
     NAMESPACE,
     ClickMetrics,
@@ -633,9 +635,10 @@ class OnlineMetrics(beam.PTransform):
 
 @beam.typehints.with_output_types(typing.Tuple[typing.Any, typing.Any])
 class _OpeKeys(beam.DoFn):
-    def __init__(self, target, window_micros, slice_specs, reward_model=None):
+    def __init__(self, target, window_micros, slice_specs, reward_model=None, slates=False):
         self.target = target
         self.reward_model = reward_model
+        self.slates = slates
         self.window_micros = window_micros
         self.slice_specs = slice_specs
         self.counted = Metrics.counter(NAMESPACE, cn.OPE_IMPRESSIONS)
@@ -680,6 +683,8 @@ class _OpeKeys(beam.DoFn):
                 return
             value = (*value, q, d)
         self.counted.inc()
+        if self.slates:
+            yield pvalue.TaggedOutput("slate", slate_input(rec, *value[:3]))
         for k in _keys(rec, self.window_micros, self.slice_specs):
             yield (k, value)
 
@@ -704,11 +709,16 @@ class OffPolicyCtr(beam.PTransform):
     None when it has none (a dead letter: the impression is left out of every estimate, IPS's too,
     so that all rows are of the same impressions). With it, the rows ``dm[<target_name>]``,
     ``dr[...]``, ``sndr[...]`` and ``switch_dr[<target_name>,tau=<tau>]`` per tau of
-    ``switch_taus`` (:class:`DrCombineFn`)."""
+    ``switch_taus`` (:class:`DrCombineFn`).
+
+    ``slates=True``: also the slate estimators' rows over requests (``slate_ips[...]``, ``iips[...]``,
+    ``rips[...]``, ``pi[...]`` and their ``:ess``; :func:`~streameval.beam.online_slate.slate_rows`),
+    of the same accepted impressions."""
 
     def __init__(self, target, target_name: str, window=None, slices=(), ci_level=0.95, label=None,
-                 reward_model=None, switch_taus=(om.DEFAULT_SWITCH_TAU,)):
+                 reward_model=None, switch_taus=(om.DEFAULT_SWITCH_TAU,), slates=False):
         super().__init__(label)
+        self.slates = bool(slates)
         self.ci_level = ci_level
         if reward_model is not None and not callable(reward_model):
             raise TypeError("reward_model must be a callable impression -> (reward_hat, dm_value) or None")
@@ -727,10 +737,14 @@ class OffPolicyCtr(beam.PTransform):
 
     def expand(self, impressions):
         name = self.name
-        keyed = impressions | "OpeKeys" >> beam.ParDo(
-            _OpeKeys(self.target, self.window_micros, self.slice_specs, self.reward_model)).with_outputs(
-            "rejected", main="keyed")
+        keys = _OpeKeys(self.target, self.window_micros, self.slice_specs, self.reward_model, self.slates)
+        keyed = impressions | "OpeKeys" >> beam.ParDo(keys).with_outputs("rejected", "slate", main="keyed")
         self.rejected = keyed.rejected
+        slate_parts: tuple = ()
+        if self.slates:
+            slates, rejected = slate_rows(keyed.slate, name, self.window_micros, self.slice_specs, self.ci_level)
+            slate_parts = (slates,)
+            self.rejected = (keyed.rejected, rejected) | "OpeRejected" >> beam.Flatten()
 
         def rows(kv):
             (ws, we, label, system), res = kv
@@ -739,12 +753,12 @@ class OffPolicyCtr(beam.PTransform):
             yield metric_row(ws, we, label, system, f"ope[{name}]:mean_weight", *res["mean_weight"])
             yield metric_row(ws, we, label, system, f"ope[{name}]:ess", *res["ess"])
 
-        ips_in = keyed.keyed
         if self.reward_model is None:
-            return (ips_in
-                    | "Ope" >> beam.CombinePerKey(OpeCombineFn())
-                    | "OpeRows" >> beam.FlatMap(rows)
-                    | "OpeIntervals" >> beam.Map(with_interval, self.ci_level))
+            ips = (keyed.keyed
+                   | "Ope" >> beam.CombinePerKey(OpeCombineFn())
+                   | "OpeRows" >> beam.FlatMap(rows)
+                   | "OpeIntervals" >> beam.Map(with_interval, self.ci_level))
+            return (ips, *slate_parts) | "OpeWithSlates" >> beam.Flatten() if slate_parts else ips
         taus = self.switch_taus
 
         def dr_rows(kv):
@@ -760,5 +774,6 @@ class OffPolicyCtr(beam.PTransform):
         dr = (keyed.keyed
               | "OpeDr" >> beam.CombinePerKey(DrCombineFn(taus))
               | "OpeDrRows" >> beam.FlatMap(dr_rows))
-        return ((ips_rows, dr) | "OpeAllRows" >> beam.Flatten()
-                | "OpeIntervals" >> beam.Map(with_interval, self.ci_level))
+        with_ci = ((ips_rows, dr) | "OpeAllRows" >> beam.Flatten()
+                   | "OpeIntervals" >> beam.Map(with_interval, self.ci_level))
+        return (with_ci, *slate_parts) | "OpeWithSlates" >> beam.Flatten() if slate_parts else with_ci

@@ -173,6 +173,7 @@ def online_no_group(field: str) -> str:
 
 OPE_IMPRESSIONS = "ope:impressions"  # impressions the estimates are taken from
 OPE_NOT_LOGGED = "ope:not_logged"  # impressions whose clicks were not logged (no reward)
+OPE_SLATES = "ope:slates"  # slates (requests) the slate estimators are taken from (ope --slate)
 
 # ---- distributions of the columnar engine's element sizes (summary.json "elements") -------------
 

@@ -13,7 +13,10 @@ With ``--target-logs`` (the target policy's own logs) it prints the CTR actually
 target beside the estimates (:class:`~streameval.beam.transforms.ClickMetrics`). With
 ``--reward-model PATH`` (per impression ``reward_hat`` and ``dm_value``, :mod:`streameval.io.reward_model`)
 also the direct method, doubly robust, self-normalised DR and Switch-DR (``--switch-tau``, repeatable,
-default 1) rows. One stderr line warns when an effective sample size is small (:func:`small_ess_warning`).
+default 1) rows. With ``--slate`` also the slate estimators over requests (a request's impressions at
+their positions: one slate; rows ``slate_ips``, ``iips``, ``rips``, ``pi`` [TARGET] and their ``:ess``,
+:mod:`streameval.beam.online_slate`). One stderr line warns when an effective sample size is small
+(:func:`small_ess_warning`), one more when a slate estimator's is (:func:`small_slate_ess_warning`).
 
 Targets (the probability that the target shows the logged item at the logged position):
 
@@ -63,6 +66,7 @@ from streameval.io import counters as cn
 from streameval.io.outdir import OutputInUseError, OutputOverlapError
 from streameval.io.reward_model import RewardModelTable, read_reward_model
 from streameval.jobs.ope_args import TARGETS, build_arg_parser  # noqa: F401  (Beam-free: parsed first)
+from streameval.metrics.online_slate import SLATE_ESTIMATORS
 from streameval.metrics.online import (
     DEFAULT_SWITCH_TAU,
     LoggedPropensityTarget,
@@ -72,7 +76,7 @@ from streameval.metrics.online import (
 )
 
 __all__ = ["main", "build_arg_parser", "read_bts_prior", "default_bts_prior_path", "TARGETS", "ESS_WARN_MIN",
-           "ESS_WARN_FRACTION", "small_ess_warning"]
+           "ESS_WARN_FRACTION", "small_ess_warning", "small_slate_ess_warning"]
 
 #: ``streameval ope`` warns (one stderr line) when an estimate row's effective sample size (Kong's
 #: (sum w)^2 / sum w^2, the ``ope[TARGET]:ess`` row) is below ESS_WARN_MIN or below ESS_WARN_FRACTION
@@ -200,7 +204,8 @@ def format_report(rows, target_name, target_system) -> str:
     measured = {}
     for r in rows:
         key = (r["window_start"], r["slice"])
-        if r["metric"].startswith(("ips[", "snips[", "ope[", "dm[", "dr[", "sndr[", "switch_dr[")):
+        if r["metric"].startswith(("ips[", "snips[", "ope[", "dm[", "dr[", "sndr[", "switch_dr[", "slate_ips[", "iips[",
+                                   "rips[", "pi[")):
             est.setdefault((*key, r["system"]), {})[r["metric"]] = r
         elif r["metric"] == "ctr" and (target_system is None or r["system"] == target_system):
             measured[key] = r
@@ -212,6 +217,8 @@ def format_report(rows, target_name, target_system) -> str:
         sn = m.get(f"snips[{target_name}]")
         mw = m.get(f"ope[{target_name}]:mean_weight")
         ess = m.get(f"ope[{target_name}]:ess")
+        if ips is None:  # slate rows only (a slate's slice no impression row has)
+            continue
         ctr = measured.get((ws, sl))
         lines.append([sl, system, target_name, str(ips["num_queries"]), _fmt(ips["value"], ips["stderr"]),
                       _fmt(sn["value"], sn["stderr"]), _fmt(ctr["value"], ctr["stderr"]) if ctr else "-",
@@ -225,7 +232,24 @@ def format_report(rows, target_name, target_system) -> str:
         lines2 = [[sl, system, *(_fmt(m[k]["value"], m[k]["stderr"]) if k in m else "-" for k in dr_names)]
                   for (ws, sl, system), m in sorted(est.items(), key=lambda kv: (kv[0][1] != "all", kv[0][1], kv[0][2]))]
         out += "\n\n" + _table(header2, lines2)
-    return out
+    slate = _slate_table(est, target_name)
+    return out + ("\n\n" + slate if slate else "")
+
+
+def _slate_table(est, target_name) -> str | None:
+    """The slate estimators' table (``--slate``): per (slice, logs) the slates, each estimate (se) and
+    each one's effective sample size; None without slate rows."""
+    names = [f"{e}[{target_name}]" for e in SLATE_ESTIMATORS]
+    keyed = sorted(((k, m) for k, m in est.items() if names[0] in m), key=lambda kv: (kv[0][1] != "all", kv[0][1],
+                                                                                      kv[0][2]))
+    if not keyed:
+        return None
+    header = ["slice", "logs", "slates", *(f"{n} (se)" for n in names), *(f"ESS {e}" for e in SLATE_ESTIMATORS)]
+    lines = [[sl, system, str(m[names[0]]["num_queries"]),
+              *(_fmt(m[n]["value"], m[n]["stderr"]) if n in m else "-" for n in names),
+              *(_fmt(m[n + ":ess"]["value"], digits=0) if n + ":ess" in m else "-" for n in names)]
+             for (ws, sl, system), m in keyed]
+    return _table(header, lines)
 
 
 def _table(header, lines) -> str:
@@ -234,28 +258,106 @@ def _table(header, lines) -> str:
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *(fmt(l) for l in lines)])
 
 
-def small_ess_warning(rows, target_name) -> str | None:
-    """One line when some ``ope[TARGET]:ess`` row is below :data:`ESS_WARN_MIN` or
-    :data:`ESS_WARN_FRACTION` of its impressions (the smallest named), else None."""
+def _low_ess(rows, metrics) -> tuple[list, int]:
+    """``(low, total)``: of the rows whose metric is in ``metrics``, the ``(ess, n, slice, system,
+    metric)`` of those below :data:`ESS_WARN_MIN` or :data:`ESS_WARN_FRACTION` of ``num_queries``."""
     low = []
     total = 0
     for r in rows:
-        if r["metric"] != f"ope[{target_name}]:ess":
+        if r["metric"] not in metrics:
             continue
         total += 1
         ess, n = r["value"], r["num_queries"]
         if ess is not None and not math.isnan(ess) and n and (ess < ESS_WARN_MIN or ess < ESS_WARN_FRACTION * n):
-            low.append((ess, n, r["slice"], r["system"]))
+            low.append((ess, n, r["slice"], r["system"], r["metric"]))
+    return low, total
+
+
+def small_ess_warning(rows, target_name) -> str | None:
+    """One line when some ``ope[TARGET]:ess`` row is below :data:`ESS_WARN_MIN` or
+    :data:`ESS_WARN_FRACTION` of its impressions (the smallest named), else None."""
+    low, total = _low_ess(rows, {f"ope[{target_name}]:ess"})
     if not low:
         return None
-    ess, n, sl, system = min(low, key=lambda t: (t[0], str(t[2]), str(t[3])))
+    ess, n, sl, system, _ = min(low, key=lambda t: (t[0], str(t[2]), str(t[3])))
     return (f"warning: effective sample size below {ESS_WARN_MIN} or {ESS_WARN_FRACTION:.0%} of the impressions in "
             f"{len(low)} of {total} (slice, logs) rows, smallest {ess:.1f} of {n} impressions (slice {sl}, logs "
             f"{system}): the estimates rest on few impressions' weights and their normal intervals may be too narrow")
 
 
+def small_slate_ess_warning(rows, target_name) -> str | None:
+    """One line when some slate estimator's ``:ess`` row (``slate_ips[TARGET]:ess``, ``iips``,
+    ``rips``, ``pi``: ``--slate``) is below :data:`ESS_WARN_MIN` or :data:`ESS_WARN_FRACTION` of its
+    weights (slates for slate_ips and pi, impressions for iips and rips; the smallest named), else None."""
+    low, total = _low_ess(rows, {f"{e}[{target_name}]:ess" for e in SLATE_ESTIMATORS})
+    if not low:
+        return None
+    ess, n, sl, system, metric = min(low, key=lambda t: (t[0], str(t[2]), str(t[3]), t[4]))
+    return (f"warning: slate estimators' effective sample size below {ESS_WARN_MIN} or {ESS_WARN_FRACTION:.0%} of "
+            f"their weights in {len(low)} of {total} (slice, logs, estimator) rows, smallest {ess:.1f} of {n} weights "
+            f"({metric.split(':')[0]}, slice {sl}, logs {system}): that estimate rests on few weights and its "
+            "normal interval may be too narrow")
+
+
 # --------------------------------------------------------------------------------------------
 # entry point
+
+def _target(args, logs, target_recs, catalogue, slice_attr, target_system, notes):
+    """The target policy (a callable impression -> probability) of ``--target`` and its name; the
+    notes printed after the report are appended to ``notes``. Raises ValueError on bad options."""
+    if args.target == "random":
+        target, sizes = _n_items(args.n_items, catalogue, slice_attr)
+        if target is None:
+            raise ValueError("--target random with a per-campaign catalogue needs --slice")
+        name = "random"
+        for c, n in sorted(sizes.items()):
+            notes.append(f"random target: {c}: 1/{n} = {1 / n:.6g} per (item, position)")
+        if target_recs:
+            for c in sorted({(r.get("attributes") or {}).get(slice_attr) for r in target_recs}, key=str):
+                props = [r["propensity"] for r in target_recs if (r.get("attributes") or {}).get(slice_attr) == c]
+                p = target({"attributes": {slice_attr: c}, "item_id": "", "position": 1}) if slice_attr else \
+                    target({})
+                same = sum(1 for x in props if x is not None and p is not None and abs(x - p) <= 1e-12)
+                notes.append(f"check: target logs {slice_attr}={c}: {same} of {len(props)} propensities equal "
+                             f"the random target's {p!r}")
+    elif args.target == "bts":
+        path = args.bts_prior or default_bts_prior_path()
+        if path is None:
+            raise ValueError("--target bts needs obp's prior_bts.yaml: pip install --no-deps obp==0.4.1, or "
+                             "pass --bts-prior PATH")
+        prior = read_bts_prior(path)
+        table = {}
+        for c, ab in prior.items():
+            probs = bts_action_probabilities(ab["alpha"], ab["beta"], args.len_list, args.n_sim, args.seed)
+            for item in range(probs.shape[0]):
+                for k in range(probs.shape[1]):
+                    table[(c, str(item), k + 1)] = float(probs[item, k])
+        target = TableTarget(table, attribute=slice_attr)
+        name = "bts"
+        notes.append(f"bts target: prior {path}; {args.n_sim} Monte Carlo slates (seed {args.seed}) per campaign; "
+                     f"Monte Carlo se of a probability p: sqrt(p(1-p)/{args.n_sim})")
+        zero = sum(1 for r in logs if target(r) == 0.0)
+        if zero:
+            notes.append(f"bts target: {zero} logged impressions have target probability 0 in {args.n_sim} slates")
+        if target_recs:
+            diffs = [abs(target(r) - r["propensity"]) for r in target_recs
+                     if target(r) is not None and r.get("propensity") is not None]
+            if diffs:
+                notes.append(f"check: target logs' propensities vs the prior's: mean |difference| "
+                             f"{sum(diffs) / len(diffs):.4f}, max {max(diffs):.4f} over {len(diffs)} impressions "
+                             "(the deployed BTS updated its parameters during the logging period)")
+    else:
+        if not target_recs:
+            raise ValueError("--target logged needs --target-logs")
+        target = LoggedPropensityTarget(
+            (((r.get("attributes") or {}).get(slice_attr) if slice_attr else None, r["item_id"], r["position"],
+              r["timestamp"], r["propensity"]) for r in target_recs if r.get("propensity") is not None),
+            attribute=slice_attr)
+        name = f"{target_system or 'target'}-logged"
+        notes.append(f"logged target: propensities of {len(target_recs)} target-log impressions, nearest time "
+                     "per (slice, item, position)")
+    return target, name
+
 
 #: the outputs of --output (manifest.json lists them)
 OUTPUTS = ("metrics.avro", "metrics.jsonl", "dead_letters.avro", "dead_letters.jsonl")
@@ -288,57 +390,8 @@ def _main(argv, held: list) -> int:
         if target_recs:
             systems = sorted({r["system_id"] for r in target_recs})
             target_system = systems[0] if len(systems) == 1 else None
-        if args.target == "random":
-            target, sizes = _n_items(args.n_items, catalogue or target_catalogue, slice_attr)
-            if target is None:
-                raise ValueError("--target random with a per-campaign catalogue needs --slice")
-            name = "random"
-            for c, n in sorted(sizes.items()):
-                notes.append(f"random target: {c}: 1/{n} = {1 / n:.6g} per (item, position)")
-            if target_recs:
-                for c in sorted({(r.get("attributes") or {}).get(slice_attr) for r in target_recs}, key=str):
-                    props = [r["propensity"] for r in target_recs if (r.get("attributes") or {}).get(slice_attr) == c]
-                    p = target({"attributes": {slice_attr: c}, "item_id": "", "position": 1}) if slice_attr else \
-                        target({})
-                    same = sum(1 for x in props if x is not None and p is not None and abs(x - p) <= 1e-12)
-                    notes.append(f"check: target logs {slice_attr}={c}: {same} of {len(props)} propensities equal "
-                                 f"the random target's {p!r}")
-        elif args.target == "bts":
-            path = args.bts_prior or default_bts_prior_path()
-            if path is None:
-                raise ValueError("--target bts needs obp's prior_bts.yaml: pip install --no-deps obp==0.4.1, or "
-                                 "pass --bts-prior PATH")
-            prior = read_bts_prior(path)
-            table = {}
-            for c, ab in prior.items():
-                probs = bts_action_probabilities(ab["alpha"], ab["beta"], args.len_list, args.n_sim, args.seed)
-                for item in range(probs.shape[0]):
-                    for k in range(probs.shape[1]):
-                        table[(c, str(item), k + 1)] = float(probs[item, k])
-            target = TableTarget(table, attribute=slice_attr)
-            name = "bts"
-            notes.append(f"bts target: prior {path}; {args.n_sim} Monte Carlo slates (seed {args.seed}) per campaign; "
-                         f"Monte Carlo se of a probability p: sqrt(p(1-p)/{args.n_sim})")
-            zero = sum(1 for r in logs if target(r) == 0.0)
-            if zero:
-                notes.append(f"bts target: {zero} logged impressions have target probability 0 in {args.n_sim} slates")
-            if target_recs:
-                diffs = [abs(target(r) - r["propensity"]) for r in target_recs
-                         if target(r) is not None and r.get("propensity") is not None]
-                if diffs:
-                    notes.append(f"check: target logs' propensities vs the prior's: mean |difference| "
-                                 f"{sum(diffs) / len(diffs):.4f}, max {max(diffs):.4f} over {len(diffs)} impressions "
-                                 "(the deployed BTS updated its parameters during the logging period)")
-        else:
-            if not target_recs:
-                raise ValueError("--target logged needs --target-logs")
-            target = LoggedPropensityTarget(
-                (((r.get("attributes") or {}).get(slice_attr) if slice_attr else None, r["item_id"], r["position"],
-                  r["timestamp"], r["propensity"]) for r in target_recs if r.get("propensity") is not None),
-                attribute=slice_attr)
-            name = f"{target_system or 'target'}-logged"
-            notes.append(f"logged target: propensities of {len(target_recs)} target-log impressions, nearest time "
-                         "per (slice, item, position)")
+        target, name = _target(args, logs, target_recs, catalogue or target_catalogue, slice_attr, target_system,
+                               notes)
         reward_model = None
         taus = tuple(args.switch_tau) if args.switch_tau else (DEFAULT_SWITCH_TAU,)
         if args.reward_model:
@@ -378,7 +431,7 @@ def _main(argv, held: list) -> int:
         imps, dead = (p | "ReadLogs" >> ReadAvro([logs_path], "impression")  # one file converted from the logs: name them
                       | "ValidateLogs" >> ValidateImpressions(",".join(args.logs)))
         imps, clean_dead = imps | "CleanLogs" >> CleanImpressions()
-        ope = OffPolicyCtr(target, name, slices=slices, reward_model=reward_model, switch_taus=taus)
+        ope = OffPolicyCtr(target, name, slices=slices, reward_model=reward_model, switch_taus=taus, slates=args.slate)
         parts = [imps | "Ope" >> ope]
         deads = [dead, clean_dead, ope.rejected]
         if target_recs:
@@ -412,13 +465,15 @@ def _main(argv, held: list) -> int:
     print(format_report(out_rows, name, target_system))
     for n in notes:
         print(n)
-    warning = small_ess_warning(out_rows, name)
-    if warning:
-        print(warning, file=sys.stderr)
+    for warning in (small_ess_warning(out_rows, name), small_slate_ess_warning(out_rows, name)):
+        if warning:
+            print(warning, file=sys.stderr)
     rejected = {cn.rejected_reason(k): v for k, v in counters.items() if k.startswith(cn.REJECTED_PREFIX) and v}
     dups = counters.get(cn.DUPLICATE_IMPRESSION, 0)
+    slates = f" (slates: {counters.get(cn.OPE_SLATES, 0)})" if args.slate else ""
     print(f"read {len(logs)} log and {len(target_recs)} target-log impressions; estimated from "
-          f"{counters.get(cn.OPE_IMPRESSIONS, 0)}; replayed events ignored {dups}; rejected {sum(rejected.values())}"
+          f"{counters.get(cn.OPE_IMPRESSIONS, 0)}{slates}; replayed events ignored {dups}; "
+          f"rejected {sum(rejected.values())}"
           + (" (" + "; ".join(f"{k}: {v}" for k, v in sorted(rejected.items())) + ")" if rejected else "")
           + f"; {wall:.1f} s ({args.runner})" + (f"; rows in {args.output}" if args.output else ""))
     return 0

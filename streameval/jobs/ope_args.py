@@ -16,7 +16,8 @@ TARGETS = ("random", "bts", "logged")
 def build_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="streameval ope",
-        description="IPS and SNIPS (with --reward-model also DM, DR, SNDR and Switch-DR) estimates of a target "
+        description="IPS and SNIPS (with --reward-model also DM, DR, SNDR and Switch-DR; with --slate the slate "
+                    "estimators slate IPS, IIPS, RIPS and pseudo-inverse) estimates of a target "
                     "policy's CTR from logs with propensities, beside the "
                     "CTR measured on the target's own logs. Other arguments go to Beam's PipelineOptions; one Beam "
                     "does not know either is refused.")
@@ -47,6 +48,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--switch-tau", type=float, action="append", default=None, metavar="TAU",
                    help="Switch-DR's importance weight threshold (>= 0; repeatable: a row per value; default 1, "
                         "obp's SwitchDoublyRobust default)")
+    p.add_argument("--slate", action="store_true",
+                   help="also the slate estimators over requests (a request's impressions at their positions: "
+                        "one slate): rows slate_ips, iips, rips and pi [TARGET] (expected clicks per request, "
+                        "num_queries: slates) and each one's :ess; slate_ips and rips take a slate's joint "
+                        "probabilities as the products of its positions' marginal ones, pi assumes a logging "
+                        "policy that fills positions independently (docs/metrics.md, \"Slate estimators\")")
     p.add_argument("--runner", default="FnApiRunner", help="Beam runner (default FnApiRunner)")
     add_stall_timeout_argument(p)
     return p

@@ -29,7 +29,9 @@ Dwell metrics per request
     excluded from them (the engines count them).
 Off-policy CTR
     IPS (Horvitz and Thompson 1952; Precup et al. 2000) and self-normalised IPS (Swaminathan and
-    Joachims, NeurIPS 2015) with standard errors (:func:`ips_from_sums`, :func:`snips_from_sums`).
+    Joachims, NeurIPS 2015) with standard errors (:func:`ips_from_sums`, :func:`snips_from_sums`);
+    over slates (a request's impressions), standard slate IPS, independent IPS, reward-interaction
+    IPS and the pseudo-inverse estimator (:func:`slate_estimates`, :mod:`~streameval.metrics.online_slate`).
 Calibration
     log loss, Brier score, calibration ratio, ECE: parsed here, defined in
     :mod:`streameval.metrics.calibration`.
@@ -39,7 +41,8 @@ Interleaving
 
 Modules: :mod:`~streameval.metrics.online_names` (names), :mod:`~streameval.metrics.online_auc` (AUC,
 histogram AUC, GAUC), :mod:`~streameval.metrics.online_sums` (means and ratios from sums),
-:mod:`~streameval.metrics.online_ope` (off-policy estimates, target policies); this module: the click
+:mod:`~streameval.metrics.online_ope` (off-policy estimates, target policies),
+:mod:`~streameval.metrics.online_slate` (slate off-policy estimators); this module: the click
 metrics per request, and every public name of the others (import them from here).
 """
 
@@ -58,6 +61,8 @@ from .online_ope import (DEFAULT_SWITCH_TAU, LoggedPropensityTarget, TableTarget
                          bts_action_probabilities, dm, dm_from_terms, dr, dr_family_from_sums, dr_from_terms,
                          ess_from_sums, ips, ips_from_sums, ope_sums, reward_model_terms, sndr, sndr_from_terms, snips,
                          snips_from_sums, switch_dr, switch_dr_from_terms)
+from .online_slate import (SLATE_ESTIMATORS, SlateEstimate, SlateTerms, conditional_from_cascade,
+                           slate_estimate_from_sums, slate_estimates, slate_terms)
 from .online_sums import mean_from_sums, ratio_from_sums
 
 __all__ = [
@@ -98,6 +103,13 @@ __all__ = [
     "dr_family_from_sums",
     "reward_model_terms",
     "DEFAULT_SWITCH_TAU",
+    "SLATE_ESTIMATORS",
+    "SlateEstimate",
+    "SlateTerms",
+    "slate_terms",
+    "slate_estimates",
+    "slate_estimate_from_sums",
+    "conditional_from_cascade",
     "UniformTarget",
     "TableTarget",
     "LoggedPropensityTarget",
