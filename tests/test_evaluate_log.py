@@ -63,9 +63,13 @@ def test_sample_equals_batch_job_bit_for_bit(tmp_path):
     _assert_same(lib, job)
     # --slice-missing skip, as a frame (read_metrics' columns)
     frame = streameval.evaluate_log(df, ["ctr"], by="campaign", slice_missing="skip", as_frame=True)
-    assert list(frame.columns[:8]) == ["window_start", "window_end", "slice", "system", "metric", "value",
-                                       "num_queries", "stderr"]
+    assert list(frame.columns[:8]) == ["window_start", "window_end", "slice", "slice_campaign", "system", "metric",
+                                       "value", "num_queries"]
     assert not frame["slice"].str.contains("missing").any()
+    # the slice's attribute as a column of its own (null on the "all" rows), windows as UTC timestamps
+    assert (frame["slice"] == "campaign=" + frame["slice_campaign"]).where(frame["slice"] != "all", True).all()
+    assert frame.loc[frame["slice"] == "all", "slice_campaign"].isna().all()
+    assert str(frame["window_start"].dtype) == "datetime64[us, UTC]" and frame["window_start"].isna().all()
 
 
 def _random_log(seed=7, n_requests=300):

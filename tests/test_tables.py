@@ -74,6 +74,30 @@ def test_stream_output_is_one_table_and_its_final_panes_equal_batch(stream_repla
     assert_final_equals_batch(final, read_metrics(batch_twin))
     df = read_metrics(out, final_only=True, as_frame=True)
     assert len(df) == len(final) and df["is_final"].all() and set(df["pane"]) <= {"early", "on_time", "late"}
+    # window bounds as UTC timestamps (issue 41, item 5: they were integer microseconds), the same instants
+    assert str(df["window_start"].dtype) == "datetime64[us, UTC]"
+    import pandas as pd
+
+    assert [int(t.value // 1000) for t in df["window_start"]] == [r["window_start"] for r in final]
+    assert (df["window_end"] - df["window_start"]).min() > pd.Timedelta(0)
+
+
+def test_the_frame_has_a_column_per_slice_attribute():
+    """``slice`` is one ``key=value`` text; the frame adds a column per attribute: null where the
+    row's slice does not fix it (``all``, ``campaign=all``), the value otherwise."""
+    from streameval.io.tables import rows_frame, slice_attributes
+
+    assert slice_attributes("all") == {} and slice_attributes("campaign=all") == {}
+    assert slice_attributes("campaign=men,device=pc") == {"campaign": "men", "device": "pc"}
+    assert slice_attributes("campaign=all,device=pc") == {"device": "pc"}
+    rows = [{"window_start": None, "window_end": None, "slice": sl, "system": "A", "metric": "ctr", "value": 0.5,
+             "num_queries": 2} for sl in ("all", "campaign=men", "campaign=men,device=pc", "device=sp")]
+    df = rows_frame(rows)
+    assert list(df.columns[:5]) == ["window_start", "window_end", "slice", "slice_campaign", "slice_device"]
+    assert df["slice_campaign"].tolist()[1:3] == ["men", "men"] and df["slice_campaign"].isna().tolist() == [
+        True, False, False, True]
+    assert df["slice_device"].isna().tolist() == [True, True, False, False] and df["slice_device"][3] == "sp"
+    assert df["window_start"].isna().all()
 
 
 def test_an_unfinished_or_changed_output_is_refused(stream_replay, tmp_path):

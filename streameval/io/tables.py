@@ -314,6 +314,24 @@ def rows_frame(rows):
     return _frame(rows)
 
 
+#: the prefix of the frame's columns of slice attributes (``slice_campaign`` for ``campaign=men``)
+SLICE_PREFIX = "slice_"
+
+
+def slice_attributes(label: str) -> dict:
+    """``{attribute: value}`` of a slice label: ``"campaign=men,device=pc"`` gives both, ``"all"`` and
+    ``"campaign=all"`` (a slice of every value) none of that attribute; a session's ``user=...``
+    or ``request=...`` key counts as an attribute."""
+    out: dict[str, str] = {}
+    if not label or label == "all":
+        return out
+    for part in str(label).split(","):
+        key, sep, value = part.partition("=")
+        if sep and value != "all":
+            out[key] = value
+    return out
+
+
 def _frame(rows):
     try:
         import pandas as pd
@@ -324,9 +342,17 @@ def _frame(rows):
     df = pd.DataFrame.from_records(rows, columns=[*METRIC_FIELDS, *extra])
     for k in _INT_FIELDS:
         df[k] = df[k].astype("Int64")
+    for k in ("window_start", "window_end"):  # UTC timestamps (NaT: the global window), as in Parquet
+        df[k] = pd.to_datetime(df[k].astype("float64"), unit="us", utc=True).astype("datetime64[us, UTC]")
     df["is_final"] = df["is_final"].astype("boolean")
     for k in ("value", "stderr", "ci_low", "ci_high", "ci_level"):
         df[k] = df[k].astype("float64")
+    # one column per slice attribute beside the label (null where the row's slice does not fix it)
+    attrs = [slice_attributes(r.get("slice")) for r in rows]
+    names = list(dict.fromkeys(k for a in attrs for k in a))
+    at = df.columns.get_loc("slice") + 1
+    for i, name in enumerate(names):
+        df.insert(at + i, SLICE_PREFIX + name, pd.array([a.get(name) for a in attrs], dtype="string"))
     return df
 
 
@@ -372,8 +398,11 @@ def read_metrics(path, final_only: bool = False, as_frame: bool = False, metrics
     units): one per row written, every pane of a streaming job in file order (by window, system and
     pane index). ``final_only``: only the last pane of each window, slice, system and metric
     (:func:`final_panes`), what a reconciliation compares with the batch job. ``as_frame``: a pandas
-    DataFrame with those columns instead (window bounds, ``num_queries``, ``pane_index`` as
-    nullable ``Int64``, ``is_final`` as nullable ``boolean``). ``metrics``: only the rows of these
+    DataFrame with those columns instead (window bounds as ``datetime64[us, UTC]``, NaT for the
+    global window; ``num_queries``, ``pane_index`` as nullable ``Int64``; ``is_final`` as nullable
+    ``boolean``), and after ``slice`` one ``string`` column per slice attribute of the rows
+    (``slice_campaign`` for ``campaign=men``; null where a row's slice does not fix it:
+    :func:`slice_attributes`). ``metrics``: only the rows of these
     metrics (a name or a list; any spelling, ``nDCG@10`` finds ``ndcg_cut_10``'s rows, and
     ir_measures Measure objects), matched on ``metric_canonical`` (filled in for the rows of files
     written before it, schema version 1).
