@@ -11,13 +11,9 @@ package ``__init__`` files (matplotlib, seaborn, torch) are bypassed. ``pip inst
 obp==0.4.1`` suffices; the obp tests skip without it."""
 
 import csv
-import importlib.util
 import json
 import math
-import os
 import random
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -26,27 +22,12 @@ from streameval.accumulators.online_ope import DrOps
 from streameval.io import avro
 from streameval.metrics import online_ope as mo
 
+from .helpers_ope import obp_importable
+
 
 def _import_obp():
-    if importlib.util.find_spec("obp") is None:
+    if not obp_importable():
         pytest.skip("obp not installed (pip install --no-deps obp==0.4.1)")
-    if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
-        stub = types.ModuleType("torch")
-        stub.Tensor = type("Tensor", (), {})
-        sys.modules["torch"] = stub
-    import obp
-
-    root = os.path.dirname(obp.__file__)
-    for sub in ("ope", "dataset", "policy"):
-        name = f"obp.{sub}"
-        if name not in sys.modules:
-            m = types.ModuleType(name)
-            m.__path__ = [os.path.join(root, sub)]
-            sys.modules[name] = m
-    pol = sys.modules["obp.policy"]
-    for attr in ("BaseContextFreePolicy", "BaseContextualPolicy"):
-        if not hasattr(pol, attr):
-            setattr(pol, attr, object)
     from obp.dataset.synthetic import SyntheticBanditDataset, logistic_reward_function
     from obp.ope import estimators
     from obp.ope.regression_model import RegressionModel

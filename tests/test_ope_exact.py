@@ -19,14 +19,7 @@ from streameval.accumulators.online import GaucOps, OpeOps, gauc_group_sums
 from streameval.io import avro
 from streameval.metrics import online as om
 
-
-def _split_merge(merge, states, rnd):
-    states = list(states)
-    while len(states) > 1:
-        rnd.shuffle(states)
-        k = rnd.randint(2, min(4, len(states)))
-        states = [merge(states[:k])] + states[k:]
-    return states[0]
+from .test_online import random_split_merge as split_merge
 
 
 def _ope_state(r, pe, pb, parts, seed):
@@ -34,7 +27,7 @@ def _ope_state(r, pe, pb, parts, seed):
     states = [OpeOps.create() for _ in range(parts)]
     for a, b, c in zip(r, pe, pb):
         OpeOps.add(rnd.choice(states), a, b, c)
-    return OpeOps.extract(_split_merge(OpeOps.merge, states, rnd))
+    return OpeOps.extract(split_merge(OpeOps.merge, states, rnd))
 
 
 def _numpy_ips(r, pe, pb):

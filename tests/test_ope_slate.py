@@ -18,14 +18,11 @@ IPS and the pseudo-inverse estimator.
 
 obp is imported as in ``tests/test_ope_dr.py`` (a torch stub; package ``__init__`` files bypassed)."""
 
-import importlib.util
 import itertools
 import json
 import math
 import os
 import random
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -34,28 +31,14 @@ from streameval.accumulators.online_slate import SlateImpression, SlateOpeOps, S
 from streameval.io import avro
 from streameval.metrics import online_slate as ms
 
+from .helpers_ope import obp_importable
+from .test_online import random_split_merge as split_merge
+
 
 def _obp():
     """``(SyntheticSlateBanditDataset, estimators_slate)`` of obp, or None when obp is not installed."""
-    if importlib.util.find_spec("obp") is None:
+    if not obp_importable():
         return None
-    if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
-        stub = types.ModuleType("torch")
-        stub.Tensor = type("Tensor", (), {})
-        sys.modules["torch"] = stub
-    import obp
-
-    root = os.path.dirname(obp.__file__)
-    for sub in ("ope", "dataset", "policy"):
-        name = f"obp.{sub}"
-        if name not in sys.modules:
-            m = types.ModuleType(name)
-            m.__path__ = [os.path.join(root, sub)]
-            sys.modules[name] = m
-    pol = sys.modules["obp.policy"]
-    for attr in ("BaseContextFreePolicy", "BaseContextualPolicy"):
-        if not hasattr(pol, attr):
-            setattr(pol, attr, object)
     from obp.dataset.synthetic_slate import SyntheticSlateBanditDataset
     from obp.ope import estimators_slate
 
@@ -271,15 +254,6 @@ def _random_slates(rng, n):
     return out
 
 
-def _split_merge(merge, states, rnd):
-    states = list(states)
-    while len(states) > 1:
-        rnd.shuffle(states)
-        k = rnd.randint(2, min(4, len(states)))
-        states = [merge(states[:k])] + states[k:]
-    return states[0]
-
-
 def test_merge_order_and_partitions_give_bit_identical_values():
     rng = np.random.default_rng(5)
     slates = _random_slates(rng, 400)
@@ -304,14 +278,14 @@ def test_merge_order_and_partitions_give_bit_identical_values():
             parts = [req.create() for _ in range(rnd.randint(1, 3))]
             for imp in rnd.sample(imps, len(imps)):
                 req.add(rnd.choice(parts), imp, timestamp=rnd.randint(0, 10), attributes={"c": rnd.choice("ab")})
-            st = _split_merge(req.merge, parts, rnd)
+            st = split_merge(req.merge, parts, rnd)
             assert req.terms(st) == terms(imps)
             shuffled.append(req.terms(st))
         rnd.shuffle(shuffled)
         states = [SlateOpeOps.create() for _ in range(3 + 4 * seed)]
         for t in shuffled:
             SlateOpeOps.add(rnd.choice(states), t)
-        assert SlateOpeOps.extract(_split_merge(SlateOpeOps.merge, states, rnd)) == want  # to the last bit
+        assert SlateOpeOps.extract(split_merge(SlateOpeOps.merge, states, rnd)) == want  # to the last bit
     empty = SlateOpeOps.extract(SlateOpeOps.merge([]))
     assert empty["rips"].slates == 0 and math.isnan(empty["rips"].value) and math.isnan(empty["pi"].ess)
     # the merged request keeps the earliest timestamp and, of two values of an attribute, the smaller

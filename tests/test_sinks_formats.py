@@ -122,10 +122,12 @@ def test_nan_is_null_in_parquet_and_csv(job):
             if r["value"] == ""} == nan_keys
 
 
-def test_csv_rows_equal_the_json_lines_rows(job):
-    assert sorted(p.name for p in job.glob("metrics*.csv")) == ["metrics.csv"]  # one file
+def csv_metric_rows(path) -> list[dict]:
+    """The metric rows of a CSV file read with the csv module alone: its header must be
+    metric_result's field names; empty cells are null, timestamps ISO 8601 UTC text (as int
+    microseconds here), booleans ``true`` / ``false``."""
     fields = _avsc(ROOT / "schemas" / "metric_result.avsc")["fields"]
-    with open(job / "metrics.csv", newline="") as fo:
+    with open(path, newline="") as fo:
         reader = csv.reader(fo)
         header = next(reader)
         lines = list(reader)
@@ -150,6 +152,12 @@ def test_csv_rows_equal_the_json_lines_rows(job):
             else:
                 r[f["name"]] = cell
         got.append(r)
+    return got
+
+
+def test_csv_rows_equal_the_json_lines_rows(job):
+    assert sorted(p.name for p in job.glob("metrics*.csv")) == ["metrics.csv"]  # one file
+    got = csv_metric_rows(job / "metrics.csv")
     want = _jsonl(job / "metrics.jsonl")
     assert len(got) == len(want)
     assert sorted(got, key=_key) == sorted(want, key=_key)

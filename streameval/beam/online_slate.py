@@ -38,25 +38,16 @@ def slate_input(rec: dict, reward: float, target_prob: float, logging_prob: floa
     return ((rec["system_id"], rec["request_id"]), (rec.get("timestamp"), rec.get("attributes") or {}, imp))
 
 
-class SlateRequestCombineFn(beam.CombineFn):
+class SlateRequestCombineFn(OpsCombineFn):
     """One request's :class:`~streameval.accumulators.online_slate.SlateRequest` from
     ``(timestamp, attributes, SlateImpression)`` inputs; ``extract_output`` returns the state."""
 
     def __init__(self, attribute_keys=None):
-        self.ops = SlateRequestOps(attribute_keys)
-
-    def create_accumulator(self):
-        return self.ops.create()
+        super().__init__(SlateRequestOps(attribute_keys))
 
     def add_input(self, acc, element):
         timestamp, attributes, imp = element
         return self.ops.add(acc, imp, timestamp, attributes)
-
-    def merge_accumulators(self, accumulators):
-        return self.ops.merge(accumulators)
-
-    def compact(self, acc):
-        return acc
 
     def extract_output(self, acc):
         return acc

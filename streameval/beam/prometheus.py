@@ -63,16 +63,20 @@ class LatestValues:
             self._rows.clear()
             self._looks.clear()
 
+    def _keep(self, held: dict, keys, record: dict) -> None:
+        """Hold ``record`` under each of ``keys`` of ``held`` unless a later window's is held there."""
+        end = record.get("window_end")
+        end = -math.inf if end is None else end
+        with self._lock:
+            for key in keys:
+                old = held.get(key)
+                if old is None or end >= old[0]:
+                    held[key] = (end, record)
+
     def update_look(self, look: dict) -> None:
         """Take an mSPRT rule's look (:func:`streameval.alerts.change_look`): kept when its window is
         at least as late as the one its (rule, metric, slice, system) series holds."""
-        key = tuple(look[k] for k in LOOK_LABELS)
-        end = look.get("window_end")
-        end = -math.inf if end is None else end
-        with self._lock:
-            old = self._looks.get(key)
-            if old is None or end >= old[0]:
-                self._looks[key] = (end, look)
+        self._keep(self._looks, [tuple(look[k] for k in LOOK_LABELS)], look)
 
     def looks(self) -> dict:
         """{(rule, metric, slice, system): look} of the looks held now."""
@@ -86,14 +90,7 @@ class LatestValues:
             return
         final = row.get("is_final")
         kinds = ["latest"] + (["final"] if final or final is None else [])
-        end = row.get("window_end")
-        end = -math.inf if end is None else end
-        with self._lock:
-            for pane in kinds:
-                key = (row["metric"], row["slice"], row["system"], pane)
-                old = self._rows.get(key)
-                if old is None or end >= old[0]:
-                    self._rows[key] = (end, row)
+        self._keep(self._rows, [(row["metric"], row["slice"], row["system"], pane) for pane in kinds], row)
 
     def rows(self) -> dict:
         """{(metric, slice, system, pane): row} of the rows held now."""
@@ -101,51 +98,40 @@ class LatestValues:
             return {k: r for k, (_, r) in self._rows.items()}
 
     def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
-
-        rows = self.rows()
         docs = {"value": "latest value of a streameval metric row", "num_queries": "its number of queries "
                 "(impressions for CTR)", "stderr": "its standard error", "ci_low": "low end of its interval",
-                "ci_high": "high end of its interval"}
-        for name, field in GAUGES:
-            g = GaugeMetricFamily(f"streameval_{name}", docs[name], labels=LABELS)
-            for key, row in sorted(rows.items()):
-                v = row.get(field)
-                if v is not None and not (isinstance(v, float) and math.isnan(v)):
-                    g.add_metric(list(key), float(v))
-            yield g
-        g = GaugeMetricFamily("streameval_window_end_seconds", "end of the row's window (Unix seconds)",
-                              labels=LABELS)
-        for key, row in sorted(rows.items()):
-            # the global window (a batch job without --window) ends at +Inf: a system baseline rule
-            # joins the two systems' series on this gauge, and a row without it never fired (issue 41)
-            end = row.get("window_end")
-            g.add_metric(list(key), math.inf if end is None else end / 1e6)
-        yield g
-        yield from self._collect_looks()
-
-    def _collect_looks(self):
-        from prometheus_client.core import GaugeMetricFamily
-
+                "ci_high": "high end of its interval", "window_end_seconds": "end of the row's window (Unix seconds)"}
+        # the global window (a batch job without --window) ends at +Inf: a system baseline rule joins
+        # the two systems' series on window_end_seconds, and a row without it never fired (issue 41)
+        yield from _families("streameval_", GAUGES, LABELS, self.rows(), docs)
         looks = self.looks()
-        if not looks:
-            return
-        docs = {"p_value": "always-valid mSPRT p-value of an alert rule's change (running minimum over the panes)",
-                "diff": "value - baseline of the rule's look", "diff_low": "low end of the difference's always-valid "
-                "interval", "diff_high": "high end of the difference's always-valid interval"}
-        for name, field in LOOK_GAUGES:
-            g = GaugeMetricFamily(f"streameval_{name}", docs[field], labels=LOOK_LABELS)
-            for key, look in sorted(looks.items()):
-                v = look.get(field)
-                if v is not None and math.isfinite(v):
-                    g.add_metric(list(key), float(v))
-            yield g
-        g = GaugeMetricFamily("streameval_msprt_window_end_seconds", "end of the look's window (Unix seconds)",
-                              labels=LOOK_LABELS)
-        for key, look in sorted(looks.items()):
-            end = look.get("window_end")
-            g.add_metric(list(key), math.inf if end is None else end / 1e6)
+        if looks:
+            docs = {"msprt_p_value": "always-valid mSPRT p-value of an alert rule's change (running minimum over "
+                    "the panes)", "msprt_diff": "value - baseline of the rule's look", "msprt_diff_low": "low end "
+                    "of the difference's always-valid interval", "msprt_diff_high": "high end of the difference's "
+                    "always-valid interval", "msprt_window_end_seconds": "end of the look's window (Unix seconds)"}
+            yield from _families("streameval_msprt_", [(n[len("msprt_"):], f) for n, f in LOOK_GAUGES], LOOK_LABELS,
+                                 looks, {k[len("msprt_"):]: v for k, v in docs.items()})
+
+
+def _families(prefix: str, gauges, labels, held: dict, docs: dict):
+    """The gauge families ``prefix + name`` of ``gauges`` ((name, field) pairs: a record's values,
+    NaN left out) and ``prefix + "window_end_seconds"`` (+Inf for the global window) over ``held``
+    ({label values: record})."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    for name, field in gauges:
+        g = GaugeMetricFamily(prefix + name, docs[name], labels=labels)
+        for key, rec in sorted(held.items()):
+            v = rec.get(field)
+            if v is not None and not math.isnan(v):
+                g.add_metric(list(key), float(v))
         yield g
+    g = GaugeMetricFamily(prefix + "window_end_seconds", docs["window_end_seconds"], labels=labels)
+    for key, rec in sorted(held.items()):
+        end = rec.get("window_end")
+        g.add_metric(list(key), math.inf if end is None else end / 1e6)
+    yield g
 
 
 #: the store the streaming job's export step fills and its HTTP endpoint serves

@@ -86,8 +86,8 @@ class _JsonLinesSink(fileio.FileSink):
         self._fh.flush()
 
 
-class _AvroSink(fileio.FileSink):
-    """Writes each element (a pane: a list of rows) as one Avro container file (metric_result)."""
+class _RowsSink(fileio.FileSink):
+    """Collects each element's rows (a pane: a list of rows); ``flush`` writes them as one file."""
 
     def open(self, fh):
         self._fh = fh
@@ -95,6 +95,10 @@ class _AvroSink(fileio.FileSink):
 
     def write(self, rows):
         self._rows.extend(rows)
+
+
+class _AvroSink(_RowsSink):
+    """Writes each element (a pane: a list of rows) as one Avro container file (metric_result)."""
 
     def flush(self):
         import fastavro
@@ -103,18 +107,11 @@ class _AvroSink(fileio.FileSink):
         self._fh.flush()
 
 
-class _ParquetSink(fileio.FileSink):
+class _ParquetSink(_RowsSink):
     """Writes each element (a pane: a list of rows) as one Parquet file of the metric table's Arrow
     schema (:func:`streameval.io.warehouse.arrow_schema`: window bounds ``timestamp[us, tz=UTC]``,
     NaN as null), the schema of the batch job's ``metrics.parquet``: every pane's file is a file of
-    one dataset (``metrics-*.parquet``)."""
-
-    def open(self, fh):
-        self._fh = fh
-        self._rows = []
-
-    def write(self, rows):
-        self._rows.extend(rows)
+    one dataset (:data:`PARQUET_DATASET`)."""
 
     def flush(self):
         import pyarrow as pa
