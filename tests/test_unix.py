@@ -51,13 +51,19 @@ def test_batch_refuses_a_misspelt_option_naming_the_closest(tmp_path):
 
 
 def test_stream_refuses_an_option_it_does_not_have(tmp_path):
-    """``stream --formats parquet``: the streaming job has no --formats, and Beam has no such option."""
+    """``stream --formats parquet`` ran with the option dropped (the stream had no --formats; it has
+    now). An option neither the stream nor Beam knows, ``--output-format``, is refused in one line."""
     imps = impressions(tmp_path / "imps.avro")
-    r = streameval("stream", "--replay", "--impressions", imps, "--window", "1d", "--formats", "parquet",
+    r = streameval("stream", "--replay", "--impressions", imps, "--window", "1d", "--output-format", "parquet",
                    "--output", tmp_path / "out")
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "unknown option --formats" in lines[0], r.stderr
+    assert len(lines) == 1 and "unknown option --output-format" in lines[0], r.stderr
+    assert not (tmp_path / "out").exists()
+    # --formats itself: parquet alone is refused (the JSON lines are the table the readers use)
+    r = streameval("stream", "--replay", "--impressions", imps, "--window", "1d", "--formats", "parquet",
+                   "--output", tmp_path / "out")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--formats must include jsonl" in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
 
 
