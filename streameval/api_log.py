@@ -517,7 +517,7 @@ def evaluate_log(impressions, metrics, *, by=(), window=None, columns=None, attr
     if slice_missing == "skip":
         rows = [r for r in rows if keep_slice_row(r)]
     rows = _sorted(rows, [s.name for s in specs])
-    without = names_without_rows(names, rows)
+    without = names_without_rows(names, rows, len(recs))
     if without:
         raise MetricsWithoutRowsError(
             f"{len(without)} of the metrics asked for produced no row (no impression had what "

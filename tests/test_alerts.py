@@ -444,6 +444,31 @@ def test_a_metric_without_rows_is_a_failed_check(tmp_path, capsys):
     assert any(r["metric"] == "ctr" for r, _ in results.iter_rows(out / "metrics.jsonl"))
 
 
+def test_a_job_without_any_row_reports_what_was_asked(tmp_path, capsys):
+    """``gauc[user,impressions]`` on a log whose clicks are all unlogged (the bundled LETOR run):
+    every impression accepted, not one metric row, and the job exited 0 ("no row at all" was taken
+    for an empty input). Now every metric asked for is without rows: one line, exit 3; an input
+    whose every record is refused still says so once, through the input checks."""
+    from streameval import evaluate_log
+    from streameval.api_log import MetricsWithoutRowsError
+
+    imps = [dict(r, clicked=None) for r in _logs()[0]]
+    avro.write_records(tmp_path / "unlogged.avro", "impression", imps)
+    capsys.readouterr()
+    out = tmp_path / "out"
+    assert batch.main(["--impressions", str(tmp_path / "unlogged.avro"), "--metrics", "gauc[user,impressions]",
+                       "--quiet", "--output", str(out)]) == 3
+    err = [line for line in capsys.readouterr().err.splitlines() if "produced no row" in line]
+    assert len(err) == 1 and err[0].endswith(": gauc[user,impressions]")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["metrics_without_rows"] == ["gauc[user,impressions]"]
+    assert not (out / "metrics.jsonl").read_text().strip()  # not one row
+    import pandas as pd
+
+    with pytest.raises(MetricsWithoutRowsError, match="auc"):
+        evaluate_log(pd.DataFrame(imps), ["auc"])
+
+
 def test_the_stream_reports_a_metric_without_rows_as_a_failed_check(tmp_path, capsys):
     """Issue 41 in the streaming job (which refuses gauc up front): ``auc`` on a log whose records
     carry no score (built so) has nothing to rank, so it gives no row: one line on stderr,

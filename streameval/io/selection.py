@@ -64,15 +64,16 @@ def check_metrics(wanted: Iterable, present: Iterable, where: str = "", label: s
     check_selects("metric", wanted, present, key=canonical_metric, where=where, label=label)
 
 
-def names_without_rows(names: Iterable, rows: Iterable[dict]) -> list[str]:
+def names_without_rows(names: Iterable, rows: Iterable[dict], accepted: int = 0) -> list[str]:
     """The metric ``names`` a job was asked for (as written) of which ``rows`` (a job's metric rows)
     hold no row, in any spelling: e.g. ``gauc[user,impressions]`` on a log without user ids. The
-    jobs report them (``metrics_without_rows``) as a failed check (issue 41). No row at all: none (an
-    empty input, allowed with ``--allow-empty``, or one whose every record was refused: the input
-    checks say why, once)."""
+    jobs report them (``metrics_without_rows``) as a failed check (issue 41). No row at all: every
+    name when ``accepted`` impressions reached the metrics (a log whose clicks are all unlogged
+    asked for ``gauc``), else none (an empty input, allowed with ``--allow-empty``, or one whose
+    every record was refused: the input checks say why, once)."""
     rows = list(rows)
     if not rows:
-        return []
+        return list(dict.fromkeys(names)) if accepted > 0 else []
     have = set()
     for r in rows:
         have.update((r.get("metric_canonical") or canonical_metric(r["metric"]), canonical_metric(r["metric"])))

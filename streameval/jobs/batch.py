@@ -612,7 +612,7 @@ def _main(argv, held: list) -> int:
                 check_rules_match(args.alert_rules, rows)
             except NoMatchError as e:
                 typos.append(f"--alerts {args.alerts}: {e}")
-        without_rows = names_without_rows(names, rows)
+        without_rows = names_without_rows(names, rows, accounting.get("impression", {}).get("accepted", 0))
         # a --slices attribute no record has (every request in campain=(missing)) is a typo too
         absent = attributes_without_values(parse_slices(_slices_from_args(args.slices)), {r["slice"] for r in rows})
         if absent and any(r["slice"] == "all" for r in rows):  # (no row at all: the input checks say why)

@@ -630,8 +630,8 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
                                  inputs=paths.get("impressions") or [])
     # a metric asked for that produced no row (gauc[user,...] on a log without user ids) is a failed
     # check (issue 41); known from the panes seen here on the local runner
-    without_rows = names_without_rows(_asked_metrics(args, sm.cfg.ranking), _row_dicts(ROW_KEYS)) \
-        if in_process else None
+    without_rows = names_without_rows(_asked_metrics(args, sm.cfg.ranking), _row_dicts(ROW_KEYS),
+                                      accounting.get("impression", {}).get("accepted", 0)) if in_process else None
     line = _summary_line(counts, replayed, local_seen if in_process else {}, "read" if live else "replayed")
     print(line)
     print(format_accounting(accounting))
