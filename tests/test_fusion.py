@@ -232,6 +232,13 @@ def test_cli_round_trip(tmp_path, capsys):
     assert "closest: zmuv" in capsys.readouterr().err
     assert cli_main(["fuse", str(pa), str(pb), "--method", "posfuse", "-o", str(out)]) == 2
     assert "streameval.fusion.train" in capsys.readouterr().err
+    assert cli_main(["fuse", str(pa), str(pb), "--method", "slidefuse", "--param", "w=2", "-o", str(out)]) == 2
+    assert "slidefuse learns its parameters" in capsys.readouterr().err
+    assert cli_main(["fuse", str(pa), str(pb), "--method", "weighted_condorcet", "--param", "weights=1,3",
+                     "-o", str(out)]) == 0
+    assert trec.read_run(out).docno.tolist() == ["b", "d", "a", "c"]  # b and d (run B, weight 3) first
+    assert cli_main(["fuse", str(pa), str(pb), "--method", "mixed", "--param", "weights=2,1", "-o", str(out)]) == 0
+    assert trec.read_run(out).docno.tolist() == ["b", "a", "d", "c"]
     assert cli_main(["fuse", str(pa), str(pb), "--param", "k", "-o", str(out)]) == 2
     assert "NAME=VALUE" in capsys.readouterr().err
     assert cli_main(["fuse", str(pa), str(tmp_path / "missing.run"), "-o", str(out)]) == 2
