@@ -64,9 +64,11 @@ def fuse(runs, method: str = "rrf", norm: str | None = "min-max", *, params: dic
     ``method``: ``rrf`` (default; parameter ``k``, default 60), ``isr``, ``log_isr``, ``logn_isr``
     (``sigma``, 0.01), ``combsum``, ``combmnz``, ``combmax``, ``combmin``, ``combmed``, ``combanz``,
     ``combgmnz`` (``gamma``, required), ``wsum`` and ``wmnz`` (``weights``, one per run, required),
-    ``bordafuse``, ``w_bordafuse`` (``weights``), ``rbc`` (``phi``, required), ``posfuse`` and
-    ``probfuse`` (``probs``, learnt by :func:`train`); ranx's spellings (``sum``, ``mnz``, ``comb_sum``,
-    ...) are accepted too.
+    ``bordafuse``, ``w_bordafuse`` (``weights``), ``rbc`` (``phi``, required), ``condorcet``,
+    ``w_condorcet`` (``weights``), ``mixed`` (``weights``), and the methods trained by :func:`train`:
+    ``posfuse``, ``probfuse``, ``segfuse`` (``probs``), ``slidefuse`` (``probs`` and ``w``, the window's
+    half width, required), ``mapfuse`` (``map_scores``), ``bayesfuse`` (``log_odds``); ranx's spellings
+    (``sum``, ``mnz``, ``comb_sum``, ``weighted_condorcet``, ...) are accepted too.
     ``norm``: ``min-max`` (ranx.fuse's default), ``min-max-inverted``, ``max``, ``sum``, ``zmuv``,
     ``rank``, ``borda``, or ``None`` / ``"none"``. Parameters go in ``params`` (as ranx) or as keyword
     arguments: ``fuse(runs, "rrf", k=10)``. ``columns``: DataFrames' column names by role, as in
@@ -94,12 +96,15 @@ def fuse(runs, method: str = "rrf", norm: str | None = "min-max", *, params: dic
 
 def train(qrels, runs, method: str, norm: str | None = "min-max", *, n_segments: int | None = None,
           relevance_level: float = 1, columns: dict | None = None) -> dict:
-    """The parameters of ``posfuse`` or ``probfuse`` learnt from judgments, as ranx's
-    ``optimize_fusion(qrels, runs, norm, method="posfuse")`` / ``probfuse_train(qrels, runs,
-    n_segments)``: ``{"probs": [one array per run]}``, for ``fuse(other_runs, method, norm,
-    params=...)`` (the runs fused in the same order). ``qrels`` as :func:`streameval.evaluate` reads
-    them; ``n_segments`` (probfuse only, required); a judgment of at least ``relevance_level`` is
-    relevant; run queries without any judgment are left out (ranx requires the same queries)."""
+    """The parameters of a trained method (:data:`TRAINED`: ``posfuse``, ``probfuse``, ``mapfuse``,
+    ``segfuse``, ``slidefuse``, ``bayesfuse``) learnt from judgments, as ranx's
+    ``optimize_fusion(qrels, runs, norm, method=...)`` / ``probfuse_train(qrels, runs, n_segments)`` /
+    ``slidefuse_train``: ``{"probs": [one array per run]}`` (``{"map_scores": [one number per run]}``
+    for mapfuse, ``{"log_odds": [...]}`` for bayesfuse), for ``fuse(other_runs, method, norm,
+    params=...)`` (the runs fused in the same order; slidefuse also needs ``w``, which is not learnt).
+    ``qrels`` as :func:`streameval.evaluate` reads them; ``n_segments`` (probfuse only, required); a
+    judgment of at least ``relevance_level`` is relevant; run queries without any judgment are left out
+    (ranx requires the same queries)."""
     if not isinstance(runs, (list, tuple)):
         raise TypeError(f"runs is a list or tuple of runs, got {type(runs).__name__}")
     m, n = method_name(method), norm_name(norm)

@@ -45,6 +45,29 @@ def test_rank_methods_by_hand():
     _close(_q1("rbc", phi=0.5), {"a": 0.5, "b": 0.25 + 0.5, "c": 0.125, "d": 0.25})
 
 
+def test_condorcet_by_hand():
+    # R1 a > b > c > d, R2 b > a > d, R3 a > c > b; a beats b 2-1 and c, d 3-0; b beats c 2-1 and d 3-0;
+    # c beats d 2-1 (R2, which returned d but not c, votes for d)
+    runs = [{"q": {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}}, {"q": {"b": 3.0, "a": 2.0, "d": 1.0}},
+            {"q": {"a": 3.0, "c": 2.0, "b": 1.0}}]
+    fused = se.fuse(runs, "condorcet")
+    assert fused == {"q": {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}} and list(fused["q"]) == ["a", "b", "c", "d"]
+    # weights 1, 1, 3: R3 alone outweighs R1 and R2, so c passes b (3 to 2); the rest as before
+    fused = se.fuse(runs, "weighted_condorcet", weights=[1, 1, 3])
+    assert list(fused["q"].items()) == [("a", 4.0), ("c", 3.0), ("b", 2.0), ("d", 1.0)]
+    # ranks count, not scores: every normalisation but the inverted one gives the same fused run
+    assert se.fuse(runs, "condorcet", None) == se.fuse(runs, "condorcet", "zmuv") == se.fuse(runs, "condorcet")
+    # inverted: R1 d > c > b > a, R2 d > a > b, R3 b > c > a; b beats c 2-1 (R2 returned b, not c)
+    assert list(se.fuse(runs, "condorcet", "min-max-inverted")["q"]) == ["d", "b", "c", "a"]
+    with pytest.raises(ValueError, match="w_condorcet needs the parameter weights"):
+        se.fuse(runs, "w_condorcet")
+
+
+def test_mixed_by_hand():
+    # min-max: A a 1, b 0.5, c 0; B b 1, d 0; weights 2, 1: b (2 x 0.5 + 1) x sqrt(2)
+    _close(_q1("mixed", weights=[2, 1]), {"a": 2, "b": 2 * math.sqrt(2), "c": 0, "d": 0})
+
+
 def test_score_methods_by_hand():
     # min-max: A a 1, b 0.5, c 0; B b 1, d 0
     _close(_q1("combsum"), {"a": 1, "b": 1.5, "c": 0, "d": 0})
@@ -98,6 +121,30 @@ def test_trained_methods_by_hand():
     fused = se.fuse([A, B], "probfuse", params={"probs": probs})
     _close(fused["q1"], {"a": 0.25, "b": 0.25 + 1, "c": 0.5 / 2, "d": 1 / 2})
     _close(fused["q2"], {"x": 0.25, "y": 0.5 / 2})
+    # mapfuse: A's average precisions q1 (b at 2, d unretrieved) 1/2 / 2, q2 (y at 2) 1/2: MAP 0.375; B's q1 1
+    params = train(qrels, [A, B], "mapfuse")
+    assert params == {"map_scores": [0.375, 1.0]}
+    _close(se.fuse([A, B], "mapfuse", params=params)["q1"], {"a": 0.375, "b": 0.375 / 2 + 1, "c": 0.125, "d": 0.5})
+    # segfuse: ranks 1-5 are segment 1; A holds 2 relevant in it over 2 queries, B 2 over 1 (of 5 places)
+    params = train(qrels, [A, B], "segfuse")
+    assert [p.tolist() for p in params["probs"]] == [[0.2] + [0] * 9, [0.4] + [0] * 9]
+    _close(se.fuse([A, B], "segfuse", params=params)["q1"], {"a": 0.2 * 2, "b": 0.2 * 1.5 + 0.4 * 2, "c": 0.2,
+                                                              "d": 0.4})
+    # slidefuse, w 1: posfuse's probs averaged over the ranks r - 1 .. r + 1 within the run
+    params = {**train(qrels, [A, B], "slidefuse"), "w": 1}
+    _close(se.fuse([A, B], "slidefuse", params=params)["q1"], {"a": 0.5, "b": 1 / 3 + 1, "c": 0.5, "d": 1})
+    # bayesfuse: ranks 1-5, precision 2 / 5 / 2 for A, 2 / 5 for B; a document a run lacks: log(0.001 / 0.999)
+    odds = train(qrels, [A, B], "bayesfuse")["log_odds"]
+    assert [len(o) for o in odds] == [1000, 1000]
+    assert odds[0][0] == pytest.approx(math.log(0.2 / 0.8)) and odds[1][4] == pytest.approx(math.log(0.4 / 0.6))
+    assert odds[0][5] == pytest.approx(math.log(0.001 / 0.999))
+    fused = se.fuse([A, B], "bayesfuse", log_odds=odds)
+    low = math.log(0.001 / 0.999)
+    _close(fused["q1"], {"a": math.log(0.25) + low, "b": math.log(0.25) + math.log(2 / 3), "c": math.log(0.25) + low,
+                         "d": low + math.log(2 / 3)})
+    _close(fused["q2"], {"x": math.log(0.25), "y": math.log(0.25)})  # q2 only in A
+    with pytest.raises(ValueError, match="slidefuse needs the parameter w"):
+        se.fuse([A, B], "slidefuse", probs=params["probs"])
     with pytest.raises(ValueError, match="probfuse needs n_segments"):
         train(qrels, [A, B], "probfuse")
     with pytest.raises(FusionNameError, match="rrf learns nothing"):
@@ -185,6 +232,13 @@ def test_cli_round_trip(tmp_path, capsys):
     assert "closest: zmuv" in capsys.readouterr().err
     assert cli_main(["fuse", str(pa), str(pb), "--method", "posfuse", "-o", str(out)]) == 2
     assert "streameval.fusion.train" in capsys.readouterr().err
+    assert cli_main(["fuse", str(pa), str(pb), "--method", "slidefuse", "--param", "w=2", "-o", str(out)]) == 2
+    assert "slidefuse learns its parameters" in capsys.readouterr().err
+    assert cli_main(["fuse", str(pa), str(pb), "--method", "weighted_condorcet", "--param", "weights=1,3",
+                     "-o", str(out)]) == 0
+    assert trec.read_run(out).docno.tolist() == ["b", "d", "a", "c"]  # b and d (run B, weight 3) first
+    assert cli_main(["fuse", str(pa), str(pb), "--method", "mixed", "--param", "weights=2,1", "-o", str(out)]) == 0
+    assert trec.read_run(out).docno.tolist() == ["b", "a", "d", "c"]
     assert cli_main(["fuse", str(pa), str(pb), "--param", "k", "-o", str(out)]) == 2
     assert "NAME=VALUE" in capsys.readouterr().err
     assert cli_main(["fuse", str(pa), str(tmp_path / "missing.run"), "-o", str(out)]) == 2
@@ -208,7 +262,7 @@ def _random_runs(seed=3):
 _PARAMS = {"rrf": {}, "isr": {}, "log_isr": {}, "logn_isr": {}, "sum": {}, "mnz": {}, "max": {}, "min": {},
            "med": {}, "anz": {}, "gmnz": {"gamma": 0.7}, "wsum": {"weights": [0.2, 0.5, 0.3]},
            "wmnz": {"weights": [0.2, 0.5, 0.3]}, "bordafuse": {}, "w_bordafuse": {"weights": [0.2, 0.5, 0.3]},
-           "rbc": {"phi": 0.8}}
+           "rbc": {"phi": 0.8}, "mixed": {"weights": [0.2, 0.5, 0.3]}}
 
 
 @pytest.mark.skipif(not os.environ.get("STREAMEVAL_RANX"), reason="ranx compiles with numba (about 40 s): "
@@ -240,10 +294,11 @@ def test_equal_to_ranx(norm):
                     "STREAMEVAL_RANX=1 runs it")
 @pytest.mark.parametrize("norm", ["min-max", "zmuv", None])
 def test_trained_equal_to_ranx(norm):
-    """posfuse's and probfuse's learnt probabilities equal ranx's (optimize_fusion, probfuse_train on
-    the normalised runs), and so do the runs fused with them."""
+    """The trained methods' learnt parameters equal ranx's (optimize_fusion; probfuse_train and
+    slidefuse_train on the normalised runs, as optimize_fusion gives them), and so do the runs fused
+    with them."""
     ranx = pytest.importorskip("ranx")
-    from ranx.fusion import probfuse_train
+    from ranx.fusion import probfuse_train, slidefuse_train
     from ranx.normalization import norm_switch
 
     from streameval.fusion import train
@@ -256,10 +311,18 @@ def test_trained_equal_to_ranx(norm):
     cases = {"posfuse": (ranx.optimize_fusion(ranx_qrels, [ranx.Run(r) for r in runs], norm=norm, method="posfuse"),
                          train(qrels, runs, "posfuse", norm)),
              "probfuse": ({"probs": probfuse_train(ranx_qrels, normed, 4)},
-                          train(qrels, runs, "probfuse", norm, n_segments=4))}
+                          train(qrels, runs, "probfuse", norm, n_segments=4)),
+             "slidefuse": ({"probs": slidefuse_train(ranx_qrels, normed), "w": 2},
+                           {**train(qrels, runs, "slidefuse", norm), "w": 2})}
+    for method in ("mapfuse", "segfuse", "bayesfuse"):
+        cases[method] = (ranx.optimize_fusion(ranx_qrels, [ranx.Run(r) for r in runs], norm=norm, method=method),
+                         train(qrels, runs, method, norm))
     for method, (want_params, got_params) in cases.items():
-        for w, g in zip(want_params["probs"], got_params["probs"]):
-            assert g == pytest.approx(np.asarray(w), rel=1e-12), method
+        assert set(got_params) == set(want_params), method
+        for key in set(want_params) - {"w"}:
+            assert len(got_params[key]) == len(want_params[key]) == 3, (method, key)
+            for w, g in zip(want_params[key], got_params[key]):
+                assert g == pytest.approx(np.asarray(w), rel=1e-9, abs=1e-15), (method, key)
         want = ranx.fuse([ranx.Run(r) for r in runs], norm=norm, method=method, params=want_params).to_dict()
         got = se.fuse(runs, method, norm, params=got_params)
         assert list(got) == list(want)
@@ -267,3 +330,45 @@ def test_trained_equal_to_ranx(norm):
             assert set(got[q]) == set(want[q])
             for d, v in want[q].items():
                 assert got[q][d] == pytest.approx(v, rel=1e-9, abs=1e-12), (method, q, d)
+
+
+def _condorcet_runs(seed=7):
+    """3 runs of 20 queries over the same 12 documents, their scores noisy copies of one another's,
+    so that pairwise votes mostly order the documents (all distinct scores)."""
+    rng = np.random.default_rng(seed)
+    base = {f"q{q}": rng.normal(size=12) for q in range(20)}
+    return [{q: {f"d{i}": float(b[i] + rng.normal(scale=0.4)) for i in range(12)} for q, b in base.items()}
+            for _ in range(3)]
+
+
+def _votes_order(runs, q, docs, weights, inverted):
+    """Whether the pairwise votes (a run ranking x above y votes for x) put every document of ``docs``
+    before every later one, so that any sort, ranx's over a Python set's order included, gives ``docs``."""
+    ranks = [{d: i for i, d in enumerate(sorted(r[q], key=r[q].get, reverse=not inverted))} for r in runs]
+
+    def wins(x, y):
+        x_votes = sum(w for w, rk in zip(weights, ranks) if rk[x] < rk[y])
+        return x_votes > sum(weights) - x_votes
+
+    return all(wins(x, y) for i, x in enumerate(docs) for y in docs[i + 1:])
+
+
+@pytest.mark.skipif(not os.environ.get("STREAMEVAL_RANX"), reason="ranx compiles with numba (about 40 s): "
+                    "STREAMEVAL_RANX=1 runs it")
+@pytest.mark.parametrize("norm", ["min-max", "min-max-inverted", None])
+@pytest.mark.parametrize("method, params", [("condorcet", {}), ("w_condorcet", {"weights": [0.2, 0.45, 0.35]})])
+def test_condorcet_equal_to_ranx(method, norm, params):
+    """condorcet and w_condorcet equal ranx's fused runs on every query whose pairwise votes order the
+    documents (no cycle: then ranx's order depends on a Python set's; the weights tie no two sets of runs)."""
+    ranx = pytest.importorskip("ranx")
+    runs = _condorcet_runs()
+    want = ranx.fuse([ranx.Run(r) for r in runs], norm=norm, method=method, params=params).to_dict()
+    got = se.fuse(runs, method, norm, params=params)
+    assert list(got) == list(want)
+    compared = 0
+    for q in want:
+        assert set(got[q]) == set(want[q])
+        if _votes_order(runs, q, list(want[q]), params.get("weights", [1, 1, 1]), norm == "min-max-inverted"):
+            assert list(got[q].items()) == list(want[q].items()), q
+            compared += 1
+    assert compared >= 10

@@ -22,14 +22,16 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", metavar="RUN", help="TREC run files (two or more; .gz read as gzip)")
     p.add_argument("--method", default="rrf",
                    help="rrf (default), isr, log_isr, logn_isr, combsum, combmnz, combmax, combmin, combmed, "
-                        "combanz, combgmnz, wsum, wmnz, bordafuse, w_bordafuse, rbc (ranx's names sum, mnz, ... too)")
+                        "combanz, combgmnz, wsum, wmnz, bordafuse, w_bordafuse, rbc, condorcet, w_condorcet, mixed "
+                        "(ranx's names sum, mnz, ... too; the trained posfuse, probfuse, mapfuse, segfuse, slidefuse, "
+                        "bayesfuse are fused in Python)")
     p.add_argument("--norm", default="min-max",
                    help="score normalisation before fusing: min-max (default, as ranx.fuse), min-max-inverted, "
                         "max, sum, zmuv, rank, borda, none")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a method parameter, repeatable: k=60 (rrf), gamma=0.5 (combgmnz), sigma=0.01 (logn_isr), "
-                        "phi=0.8 (rbc), weights=0.7,0.3 (wsum, wmnz, w_bordafuse: one per run, in the order of "
-                        "the runs)")
+                        "phi=0.8 (rbc), weights=0.7,0.3 (wsum, wmnz, w_bordafuse, w_condorcet, mixed: one per run, "
+                        "in the order of the runs)")
     p.add_argument("-o", "--output", required=True, help="the fused TREC run file to write (.gz: compressed)")
     p.add_argument("--tag", default="fused", help="run tag of the output's 6th column (default fused)")
     return p
@@ -56,7 +58,7 @@ def main(argv=None) -> int:
 
     try:
         if method_name(args.method) in TRAINED:
-            raise ValueError(f"{method_name(args.method)} learns its probabilities from judgments: train it in Python "
+            raise ValueError(f"{method_name(args.method)} learns its parameters from judgments: train it in Python "
                              "(streameval.fusion.train, docs/metrics.md 'Rank fusion'); the command does not train")
         fused = fuse(list(args.runs), args.method, args.norm, params=parse_params(args.param))
     except (ValueError, TypeError, OSError) as e:

@@ -17,7 +17,28 @@ A Python Library for Metasearch", CIKM 2022), with ranx's definitions:
 * ``rbc`` (phi): rank-biased centroids, the sum over runs of (1 - phi) phi^(r - 1) (Bailey et al. 2017);
 * ``posfuse`` (probs), ``probfuse`` (probs): the sum over runs of the probability, learnt from
   judgments (:func:`train_columns`), that the document's rank (posfuse) holds a relevant document, or
-  that its segment does, over the segment's number (probfuse; Lillis et al. 2006).
+  that its segment does, over the segment's number (probfuse; Lillis et al. 2006);
+* ``condorcet``, ``w_condorcet`` (weights): Condorcet-fuse (Montague and Aslam, "Condorcet fusion for
+  improved retrieval", CIKM 2002): the candidates sorted (Python's sort) by pairwise votes, x before y
+  when the runs (weighted) ranking x above y weigh at least as much as the others, a run that returned
+  neither voting for the second of the pair, one that returned one of them for it; the scores n, n - 1,
+  ..., 1 down that order. The votes need not order the candidates consistently (a cycle, or documents
+  a run returned neither of); then the order depends on the one the sort starts from: ranx's is a
+  Python set's (it changes between processes), here the candidates in docno order;
+* ``mapfuse`` (map_scores: one per run, its MAP on training queries; Lillis et al., "Estimating
+  probabilities for effective data fusion", SIGIR 2010): the sum over runs of MAP / rank;
+* ``segfuse`` (probs; Shokouhi, "Segmentation of search engine results for effective data-fusion",
+  ECIR 2007): the sum over runs of the learnt probability of the rank's segment (ranks 1-5, 6-15,
+  16-35, ...: segment k ends at 10 x 2^(k-1) - 5, ten segments) times (normalised score + 1);
+* ``slidefuse`` (probs, w; Lillis et al., "Extending probabilistic data fusion using sliding
+  windows", ECIR 2008): the sum over runs of the mean of posfuse's probabilities over the ranks
+  r - w .. r + w within the run's length (0 past the learnt ones);
+* ``bayesfuse`` (log_odds; Aslam and Montague, "Models for metasearch", SIGIR 2001): the sum over
+  runs of the learnt log odds of relevance of the rank's segment (ranks 1-5, 6-10, 11-15, 16-20,
+  21-30, 31-100, 101-200, 201-500, 501-1000), log(0.001 / 0.999) for a run that did not return the
+  document (nor past its learnt ranks);
+* ``mixed`` (weights; Wu and Crestani, "Data fusion with estimated weights", CIKM 2002): the sum of
+  weight x score over the runs that returned the document times the square root of their number.
 
 Normalisations, per run and query, applied before the method: ``min-max`` ((s - min) / (max - min)),
 ``min-max-inverted`` ((max - s) / (max - min), the run re-ranked), ``max`` (s / max), ``sum``
@@ -35,6 +56,7 @@ runs whose queries differ).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -75,9 +97,16 @@ METHODS = {
     "rbc": Method({"phi": None}),
     "posfuse": Method({"probs": None}),
     "probfuse": Method({"probs": None}),
+    "condorcet": Method({}),
+    "w_condorcet": Method({"weights": None}),
+    "mapfuse": Method({"map_scores": None}),
+    "segfuse": Method({"probs": None}),
+    "slidefuse": Method({"probs": None, "w": None}),
+    "bayesfuse": Method({"log_odds": None}),
+    "mixed": Method({"weights": None}),
 }
-#: the methods whose parameters are learnt from judgments (:func:`train_columns`)
-TRAINED = ("posfuse", "probfuse")
+#: the methods whose parameters are learnt from judgments (:func:`train_columns`; slidefuse's w is given)
+TRAINED = ("posfuse", "probfuse", "mapfuse", "segfuse", "slidefuse", "bayesfuse")
 #: other spellings: ranx.fuse's method names (``sum``, ``mnz``, ...), its function names (``comb_sum``)
 METHOD_ALIASES = {
     **{f"comb{x}": f"comb{x}" for x in ("sum", "mnz", "max", "min", "med", "anz", "gmnz")},
@@ -85,11 +114,16 @@ METHOD_ALIASES = {
     **{f"comb_{x}": f"comb{x}" for x in ("sum", "mnz", "max", "min", "med", "anz", "gmnz")},
     "borda": "bordafuse", "borda_fuse": "bordafuse", "weighted_sum": "wsum", "logisr": "log_isr",
     "weighted_bordafuse": "w_bordafuse", "wbordafuse": "w_bordafuse",
+    "weighted_condorcet": "w_condorcet", "wcondorcet": "w_condorcet",
 }
 #: the normalisations by their canonical names (ranx's spellings)
 NORMS = ("min-max", "min-max-inverted", "max", "sum", "zmuv", "rank", "borda", "none")
 NORM_ALIASES = {"min_max": "min-max", "minmax": "min-max", "min_max_inverted": "min-max-inverted"}
 _EPS = 1e-9  # ranx's floor of every denominator
+_SEG_ENDS = np.array([0] + [10 * 2 ** (k - 1) - 5 for k in range(1, 11)])  # segfuse's segments
+_BAYES_ENDS = np.array([0, 5, 10, 15, 20, 30, 100, 200, 500, 1000])  # bayesfuse's
+_MIN_ODD = math.log(0.001 / 0.999)  # bayesfuse's log odds of a document a run did not return
+_ABSENT = 1_000_000  # condorcet: ranx's rank of a document a run did not return
 
 
 def _lookup(raw, names, aliases, what):
@@ -129,25 +163,26 @@ def check_params(method: str, params: dict, n_runs: int) -> dict:
         value = params.get(key, default)
         if value is None:
             raise ValueError(f"{method} needs the parameter {key} (ranx has no default for it)")
-        if key == "weights":
+        if key in ("weights", "map_scores"):
             try:
                 value = np.asarray(value, dtype=np.float64).reshape(-1)
             except (TypeError, ValueError):
                 raise ValueError(f"{method}: weights must be numbers, got {value!r}") from None
             if len(value) != n_runs:
-                raise ValueError(f"{method}: {len(value)} weights for {n_runs} runs (one weight per run)")
+                raise ValueError(f"{method}: {len(value)} {key} for {n_runs} runs (one per run)")
             if not np.isfinite(value).all():
-                raise ValueError(f"{method}: weights must be finite, got {value.tolist()}")
-        elif key == "probs":
-            try:
-                value = [np.asarray(p, dtype=np.float64).reshape(-1) for p in value]
-            except (TypeError, ValueError):
-                raise ValueError(f"{method}: probs is one list of numbers per run (from streameval.fusion.train), "
-                                 f"got {value!r}") from None
-            if len(value) != n_runs:
-                raise ValueError(f"{method}: {len(value)} lists of probs for {n_runs} runs (one per run)")
-            if method == "probfuse" and any(len(p) == 0 for p in value):
-                raise ValueError(f"{method}: probs has an empty list (one probability per segment)")
+                raise ValueError(f"{method}: {key} must be finite, got {value.tolist()}")
+        elif key in ("probs", "log_odds"):
+            value = _per_run_lists(method, key, value, n_runs)
+        elif key == "w":
+            if isinstance(value, str) and value.strip().isdigit():
+                value = int(value)
+            elif isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"{method}: w (the window's half width) must be a whole number of at least 0, "
+                                 f"got {value!r}")
+            value = int(value)
         else:
             try:
                 value = float(value)
@@ -161,6 +196,24 @@ def check_params(method: str, params: dict, n_runs: int) -> dict:
                 raise ValueError(f"{method}: k must be at least 0, got {value}")
         out[key] = value
     return out
+
+
+def _per_run_lists(method: str, key: str, value, n_runs: int) -> list:
+    """``probs`` / ``log_odds``: one array of numbers per run, checked."""
+    try:
+        value = [np.asarray(p, dtype=np.float64).reshape(-1) for p in value]
+    except (TypeError, ValueError):
+        raise ValueError(f"{method}: {key} is one list of numbers per run (from streameval.fusion.train), "
+                         f"got {value!r}") from None
+    if len(value) != n_runs:
+        raise ValueError(f"{method}: {len(value)} lists of {key} for {n_runs} runs (one per run)")
+    if method == "probfuse" and any(len(p) == 0 for p in value):
+        raise ValueError(f"{method}: {key} has an empty list (one probability per segment)")
+    if method == "segfuse" and any(len(p) > len(_SEG_ENDS) - 1 for p in value):
+        raise ValueError(f"{method}: {key} has a list longer than segfuse's {len(_SEG_ENDS) - 1} segments")
+    if not all(np.isfinite(p).all() for p in value):
+        raise ValueError(f"{method}: {key} must be finite numbers")
+    return value
 
 
 class FusedColumns(NamedTuple):
@@ -304,19 +357,20 @@ def _fuse(runs, method: str, params: dict, n_queries: int, n_docs: int):
         return pairs, (sv[starts + (c - 1) // 2] + sv[starts + c // 2]) / 2
     if method == "rbc":
         return pairs, total((1 - params["phi"]) * params["phi"] ** (rank1 - 1))
-    if method in ("posfuse", "probfuse"):
-        parts = []
-        for r, probs in zip(runs, params["probs"]):
-            rank = r.rank
-            if method == "posfuse":  # the probability of a relevant document at that rank (0 past them)
-                c = np.zeros(len(rank))
-                inside = rank < len(probs)
-                c[inside] = probs[rank[inside]]
-            else:  # the probability of the rank's segment over the segment's number
-                seg = _segments(r, len(probs))
-                c = probs[seg] / (seg + 1)
-            parts.append(c)
-        return pairs, total(np.concatenate(parts))
+    if method == "mixed":
+        return pairs, total(params["weights"][who] * v) * np.sqrt(count)
+    if method in ("posfuse", "probfuse", "mapfuse", "segfuse", "slidefuse"):
+        return pairs, total(np.concatenate([_rank_scores(r, i, method, params) for i, r in enumerate(runs)]))
+    if method == "bayesfuse":  # every run that has the query and did not return the document: min odds
+        has = np.zeros((len(runs), n_queries), dtype=bool)
+        for i, r in enumerate(runs):
+            has[i, r.q] = True
+        absent = has.sum(axis=0)[pairs // n_docs] - count
+        return pairs, total(np.concatenate([_rank_scores(r, i, method, params) for i, r in enumerate(runs)])) \
+            + _MIN_ODD * absent
+    if method in ("condorcet", "w_condorcet"):
+        w = params["weights"] if method == "w_condorcet" else np.ones(len(runs))
+        return pairs, _condorcet(pairs, pk, runs, w.tolist(), n_docs)
     if method in ("bordafuse", "w_bordafuse"):
         # per run, every candidate's points (n - r + 1 where returned, (n - m + 1) / 2 elsewhere),
         # weighted and added run after run, in ranx's order of operations
@@ -333,6 +387,62 @@ def _fuse(runs, method: str, params: dict, n_queries: int, n_docs: int):
             out += points if w is None else w[i] * points
         return pairs, out
     raise AssertionError(method)
+
+
+def _rank_scores(r: _Ranked, i: int, method: str, params: dict) -> np.ndarray:
+    """Run ``i``'s score of each of its rows by rank, for the methods trained per rank."""
+    rank = r.rank
+    if method == "mapfuse":  # the run's MAP over the rank (from 1)
+        return params["map_scores"][i] / (rank + 1.0)
+    probs = params["log_odds" if method == "bayesfuse" else "probs"][i]
+    if method in ("posfuse", "bayesfuse"):  # the rank's own value (0, or the least odds, past them)
+        c = np.full(len(rank), 0.0 if method == "posfuse" else _MIN_ODD)
+        inside = rank < len(probs)
+        c[inside] = probs[rank[inside]]
+        return c
+    if method == "probfuse":  # the probability of the rank's segment over the segment's number
+        seg = _segments(r, len(probs))
+        return probs[seg] / (seg + 1)
+    if method == "segfuse":  # the probability of the rank's segment times (score + 1)
+        seg = np.searchsorted(_SEG_ENDS, rank, side="right") - 1
+        c = np.zeros(len(rank))
+        inside = seg < len(probs)
+        c[inside] = probs[seg[inside]]
+        return c * (r.v + 1)
+    # slidefuse: the mean of the probabilities over the ranks r - w .. r + w within the run's length
+    w = params["w"]
+    starts = _starts(r.q)
+    last = (np.diff(np.r_[starts, len(r.q)]) - 1)[_group_index(starts, len(r.q))]
+    a, b = np.maximum(rank - w, 0), np.minimum(rank + w, last)
+    cum = np.r_[0.0, np.cumsum(probs)]
+    return (cum[np.minimum(b + 1, len(probs))] - cum[np.minimum(a, len(probs))]) / (b - a + 1)
+
+
+def _condorcet(pairs: np.ndarray, pk: np.ndarray, runs, weights: list, n_docs: int) -> np.ndarray:
+    """ranx's Condorcet-fuse: per query, the candidates (in docno order) sorted by weighted pairwise
+    votes with Python's sort; the scores n, n - 1, ..., 1 down that order."""
+    at = np.full((len(runs), len(pairs)), _ABSENT, dtype=np.int64)
+    lo = 0
+    for i, r in enumerate(runs):
+        at[i, pk[lo:lo + len(r.q)]] = r.rank
+        lo += len(r.q)
+    out = np.zeros(len(pairs))
+    starts = _starts(pairs // n_docs)
+    for s, e in zip(starts.tolist(), np.r_[starts[1:], len(pairs)].tolist()):
+        ranks = at[:, s:e].T.tolist()  # per candidate, its rank in each run
+
+        def compare(x, y, ranks=ranks):
+            x_votes = y_votes = 0.0
+            for w, rx, ry in zip(weights, ranks[x], ranks[y]):
+                if rx < ry:
+                    x_votes += w
+                else:
+                    y_votes += w
+            return -1 if x_votes >= y_votes else 1
+
+        order = sorted(range(e - s), key=functools.cmp_to_key(compare))
+        out[s + np.asarray(order, dtype=np.int64)] = np.arange(e - s, 0, -1, dtype=np.float64)
+    return out
 
 
 def _lookup_codes(ids: np.ndarray, values: np.ndarray):
@@ -355,11 +465,18 @@ def train_columns(qrels, runs, method: str, norm: str | None = "min-max", *, n_s
                   relevance_level: float = 1) -> dict:
     """The parameters of a trained method (:data:`TRAINED`) learnt from ``qrels`` ((qid, docno,
     grade) arrays) and ``runs`` ((qid, docno, score) arrays each), normalised by ``norm`` as they will
-    be fused, as ranx's ``posfuse_train`` / ``probfuse_train``: ``{"probs": [one array per run]}``.
-    A document is relevant with a grade of at least ``relevance_level``; only the run queries with a
-    judgment count. ``posfuse``: per rank, the share of those queries whose document at that rank is
-    relevant (of the queries that have that rank); ``probfuse`` (``n_segments``): per segment, the mean
-    over the queries of the share of relevant documents in that segment of the query's ranking."""
+    be fused, as ranx's ``*_train`` functions (``optimize_fusion``): one entry per run, in the order of
+    the runs. A document is relevant with a grade of at least ``relevance_level``; only the run queries
+    with a judgment count. ``posfuse`` and ``slidefuse`` (``{"probs"}``): per rank, the share of those
+    queries whose document at that rank is relevant (of the queries that have that rank); ``probfuse``
+    (``n_segments``; ``{"probs"}``): per segment, the mean over the queries of the share of relevant
+    documents in that segment of the query's ranking; ``segfuse`` (``{"probs"}``): per segment of
+    segfuse's, the sum over the queries of the relevant documents in it over the segment's size, over
+    the number of queries; ``bayesfuse`` (``{"log_odds"}``, one per rank up to 1000): per segment of
+    bayesfuse's, p the mean over the queries of the segment's precision (its relevant documents over
+    its size; 0.001 where 0), log(p / (1 - p)) (1 - p at least 0.001); ``mapfuse``
+    (``{"map_scores"}``): the run's mean average precision over the queries (an average precision over
+    the query's relevant documents, 0 without any)."""
     method = method_name(method)
     if method not in TRAINED:
         raise FusionNameError(f"{method} learns nothing (trained methods: {', '.join(TRAINED)})")
@@ -368,7 +485,7 @@ def train_columns(qrels, runs, method: str, norm: str | None = "min-max", *, n_s
             raise ValueError(f"probfuse needs n_segments, a whole number of at least 1, got {n_segments!r}")
         n_segments = int(n_segments)
     elif n_segments is not None:
-        raise ValueError("n_segments is probfuse's; posfuse learns one probability per rank")
+        raise ValueError(f"n_segments is probfuse's; {method} does not take it")
     uq, ud, ranked = _prepare(list(runs), norm_name(norm))
     n_docs = max(len(ud), 1)
     jq = np.asarray(qrels[0]).astype(str)
@@ -378,25 +495,49 @@ def train_columns(qrels, runs, method: str, norm: str | None = "min-max", *, n_s
     di, d_found = _lookup_codes(ud, jd)
     judged = np.zeros(len(uq), dtype=bool)
     judged[qi[q_found]] = True
-    rel = q_found & d_found & (jg >= relevance_level)
+    rel = jg >= relevance_level
+    n_rel = np.bincount(qi[q_found & rel], minlength=len(uq)).astype(np.float64)  # mapfuse's recall base
+    rel &= q_found & d_found
     relevant = np.unique(qi[rel] * n_docs + di[rel])
-    probs = []
+    out = []
     for r in ranked:
         keep = judged[r.q]
         hit = np.isin(r.q * n_docs + r.d, relevant)[keep].astype(np.float64)
-        rank = r.rank[keep]
-        if method == "posfuse":
-            den = np.bincount(rank).astype(np.float64)
-            probs.append(np.bincount(rank, weights=hit) / np.maximum(den, 1) if len(rank) else np.zeros(0))
-            continue
-        kept = _Ranked(r.q[keep], r.d[keep], r.v[keep], rank)
-        seg = _segments(kept, n_segments)
-        cell = kept.q * n_segments + seg  # (query, segment): the share of relevant documents in it
-        cells, ci = np.unique(cell, return_inverse=True)
-        share = np.bincount(ci, weights=hit) / np.bincount(ci)
-        n_q = len(np.unique(kept.q))
-        probs.append(np.bincount(cells % n_segments, weights=share, minlength=n_segments) / max(n_q, 1))
-    return {"probs": probs}
+        out.append(_learn(_Ranked(r.q[keep], r.d[keep], r.v[keep], r.rank[keep]), hit, method, n_segments, n_rel))
+    return {{"mapfuse": "map_scores", "bayesfuse": "log_odds"}.get(method, "probs"): out}
+
+
+def _learn(kept: _Ranked, hit: np.ndarray, method: str, n_segments, n_rel: np.ndarray):
+    """One run's learnt parameter from its judged rows (``hit``: 1 where relevant)."""
+    rank = kept.rank
+    n_q = len(np.unique(kept.q))
+    if method in ("posfuse", "slidefuse"):
+        den = np.bincount(rank).astype(np.float64)
+        return np.bincount(rank, weights=hit) / np.maximum(den, 1) if len(rank) else np.zeros(0)
+    if method == "mapfuse":
+        starts = _starts(kept.q)
+        g = _group_index(starts, len(rank))
+        cum = np.cumsum(hit)
+        seen = cum - (cum[starts] - hit[starts])[g]  # relevant documents up to the row, within its query
+        ap = np.bincount(g, weights=hit * seen / (rank + 1.0), minlength=len(starts))
+        base = n_rel[kept.q[starts]]
+        return float(np.mean(np.where(base > 0, ap / np.maximum(base, 1), 0.0))) if n_q else 0.0
+    if method in ("segfuse", "bayesfuse"):
+        ends = _SEG_ENDS if method == "segfuse" else _BAYES_ENDS
+        seg = np.searchsorted(ends, rank, side="right") - 1
+        inside = seg < len(ends) - 1
+        sizes = np.diff(ends).astype(np.float64)
+        p = np.bincount(seg[inside], weights=hit[inside], minlength=len(sizes)) / sizes / max(n_q, 1)
+        if method == "segfuse":
+            return p
+        p = np.where(p == 0, 0.001, p)
+        odds = np.log(p / np.where(1 - p == 0, 0.001, 1 - p))
+        return np.repeat(odds, np.diff(ends))
+    seg = _segments(kept, n_segments)  # probfuse
+    cell = kept.q * n_segments + seg  # (query, segment): the share of relevant documents in it
+    cells, ci = np.unique(cell, return_inverse=True)
+    share = np.bincount(ci, weights=hit) / np.bincount(ci)
+    return np.bincount(cells % n_segments, weights=share, minlength=n_segments) / max(n_q, 1)
 
 
 def _prepare(runs, norm: str):
