@@ -552,6 +552,17 @@ class InterleavingRequestOps(ClickRequestOps):
 # --------------------------------------------------------------------------------------------
 # off-policy estimates
 
+def check_probabilities(logging_prob, target_prob) -> tuple[float, float]:
+    """``(logging probability, target probability)`` of one logged impression as floats; raises
+    ValueError unless the first is in (0, 1] and the second in [0, 1] (the off-policy states')."""
+    pb, pe = float(logging_prob), float(target_prob)
+    if not 0.0 < pb <= 1.0:
+        raise ValueError(f"logging probability (propensity) must be in (0, 1], got {logging_prob!r}")
+    if not 0.0 <= pe <= 1.0:
+        raise ValueError(f"target probability must be in [0, 1], got {target_prob!r}")
+    return pb, pe
+
+
 class OpeOps:
     """Sums for IPS and SNIPS: ``[n, [sum w, sum w^2, sum y, sum w y, sum y^2]]`` with
     w = target probability / logging probability, r the reward (click) and y = w r the weighted
@@ -571,11 +582,8 @@ class OpeOps:
     def add(state: list, reward, target_prob, logging_prob) -> list:
         """Add one logged impression. Raises ValueError when the logging probability is not in
         (0, 1], the target probability not in [0, 1] or the reward not finite."""
-        pb, pe, r = float(logging_prob), float(target_prob), float(reward)
-        if not 0.0 < pb <= 1.0:
-            raise ValueError(f"logging probability (propensity) must be in (0, 1], got {logging_prob!r}")
-        if not 0.0 <= pe <= 1.0:
-            raise ValueError(f"target probability must be in [0, 1], got {target_prob!r}")
+        pb, pe = check_probabilities(logging_prob, target_prob)
+        r = float(reward)
         if not math.isfinite(r):
             raise ValueError(f"reward {reward!r} is not finite")
         w = pe / pb

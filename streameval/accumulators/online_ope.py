@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from ..metrics import online_ope as mo
+from .online import check_probabilities
 from .moments import exact_sum, partials_add, partials_add_product, partials_add_square, partials_merge
 
 __all__ = ["DrOps"]
@@ -38,12 +39,8 @@ class DrOps:
         """Add one round. Raises ValueError (nothing added) when the logging probability is not in
         (0, 1], the target probability not in [0, 1], or the reward, reward model values or the
         weighted residual are not finite numbers."""
-        pb, pe, r = float(logging_prob), float(target_prob), float(reward)
-        q, d = float(reward_hat), float(dm_value)
-        if not 0.0 < pb <= 1.0:
-            raise ValueError(f"logging probability (propensity) must be in (0, 1], got {logging_prob!r}")
-        if not 0.0 <= pe <= 1.0:
-            raise ValueError(f"target probability must be in [0, 1], got {target_prob!r}")
+        pb, pe = check_probabilities(logging_prob, target_prob)
+        r, q, d = float(reward), float(reward_hat), float(dm_value)
         if not (math.isfinite(r) and math.isfinite(q) and math.isfinite(d)):
             raise ValueError(f"reward {reward!r}, reward_hat {reward_hat!r} and dm_value {dm_value!r} must be finite")
         w = pe / pb

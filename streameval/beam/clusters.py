@@ -69,12 +69,23 @@ def _pair_sum(pairs):
     return (n, y)
 
 
+def cluster_terms(n: int, y: int) -> tuple:
+    """One cluster's terms of the six sums (clusters, n, y, n^2, n y, y^2) from its impressions ``n``
+    and clicks ``y``."""
+    return (1, n, y, n * n, n * y, y * y)
+
+
 def _six_sum(items):
     out = [0] * 6
     for it in items:
         for j, x in enumerate(it):
             out[j] += x
     return tuple(out)
+
+
+def cluster_sums(pairs) -> tuple:
+    """The six sums of :func:`clustered_rows` over clusters' ``(impressions, clicks)`` pairs."""
+    return _six_sum(cluster_terms(n, y) for n, y in pairs)
 
 
 def clustered_rows(kv, cluster: str, level: float, bounded: str = "logit"):
@@ -109,8 +120,7 @@ def clustered_ctr_rows(keyed, cluster: str, level: float, bounded: str = "logit"
         keyed = keyed | f"{label}Sliding" >> beam.FlatMap(slide_keys, slide)
     return (keyed
             | f"{label}PerCluster" >> beam.CombinePerKey(_pair_sum)
-            | f"{label}Terms" >> beam.Map(lambda kv: (kv[0][:4], (1, kv[1][0], kv[1][1], kv[1][0] * kv[1][0],
-                                                                   kv[1][0] * kv[1][1], kv[1][1] * kv[1][1])))
+            | f"{label}Terms" >> beam.Map(lambda kv: (kv[0][:4], cluster_terms(*kv[1])))
             .with_output_types(typing.Tuple[typing.Any, typing.Any])
             | f"{label}Sums" >> beam.CombinePerKey(_six_sum)
             | f"{label}Rows" >> beam.FlatMap(clustered_rows, cluster, level, bounded))

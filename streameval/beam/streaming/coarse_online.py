@@ -167,13 +167,9 @@ class StreamOnline:
 
     def _tag_rows(self, c, tag, key, state, level, bounded):
         if tag == TAG_CLUSTER:
-            from ..clusters import clustered_rows
+            from ..clusters import cluster_sums, clustered_rows
 
-            ns = [n for n, _ in state.values()]
-            ys = [y for _, y in state.values()]
-            sums = (len(state), sum(ns), sum(ys), sum(n * n for n in ns), sum(n * y for n, y in zip(ns, ys)),
-                    sum(y * y for y in ys))
-            return list(clustered_rows((key, sums), self.cluster, level, bounded))
+            return list(clustered_rows((key, cluster_sums(state.values())), self.cluster, level, bounded))
         if tag == TAG_AUC:
             pos, neg = CountArrays.counts(state)
             return [metric_row(*key, "auc", *auc_result(pos, neg))]
