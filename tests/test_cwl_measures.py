@@ -148,17 +148,96 @@ def test_bad_parameters(name, why):
     assert isinstance(e.value, ValueError)
 
 
-@pytest.mark.parametrize("name", ["Accuracy", "Accuracy@10", "accuracy(rel=2)@5"])
-def test_accuracy_is_refused_with_the_reason(name):
-    # ir_measures' accuracy provider leaves a query without a relevant document in the top k out of its
-    # mean and divides by zero when every document there is relevant
-    with pytest.raises(ZeroDivisionError):
-        list(ir_measures.iter_calc([ir_measures.parse_measure("Accuracy")], {"q1": {"a": 1, "b": 1}},
-                                   {"q1": {"a": 2.0, "b": 1.0}}))
-    with pytest.raises(MetricNameError) as e:
-        evaluate({"q1": {"a": 1}}, {"q1": {"a": 1.0}}, name)
-    assert "Accuracy is not implemented" in str(e.value) and "ZeroDivisionError" in str(e.value)
-    assert "\n" not in str(e.value)
+ACCURACY = ["Accuracy", "Accuracy@10", "Accuracy@3", "Accuracy(rel=2)", "Accuracy(rel=3)@20"]
+
+
+def _accuracy_by_hand(grades, rel, k):
+    """1 - mean over the relevant documents of the top k of the non-relevant ones above each, / the
+    non-relevant ones there (1 with none of them, 0 with no relevant one)."""
+    top = [g is not None and g >= rel for g in grades[:k]]
+    above, n_non = [], 0
+    for is_rel in top:
+        if is_rel:
+            above.append(n_non)
+        else:
+            n_non += 1
+    if not above:
+        return 0.0
+    return 1.0 if n_non == 0 else 1.0 - sum(above) / (n_non * len(above))
+
+
+@pytest.mark.parametrize("which", sorted(COLLECTIONS))
+def test_accuracy_equal_to_ir_measures_where_it_gives_a_value(which):
+    """ir_measures' accuracy provider per query (to 1e-12) wherever it gives a value, and its mean over
+    those queries; by hand where it gives none (no relevant document in the top k: ours 0) or raises
+    ZeroDivisionError (every document there relevant: ours 1)."""
+    qrels, run = COLLECTIONS[which]()
+    qrels, run = dict(qrels), dict(run)
+    qrels["all_relevant"], run["all_relevant"] = {"a": 3, "b": 2, "c": 0}, {"a": 2.0, "b": 1.0}
+    ours = evaluate(qrels, run, ACCURACY, per_query=True)
+    defined = {"value": 0, "none": 0, "zero_division": 0}
+    for name in ACCURACY:
+        m = ir_measures.parse_measure(name)
+        spec = parse_metrics([name])[0]
+        rel = m["rel"]
+        k = m["cutoff"] if isinstance(m["cutoff"], int) else None
+        kept = []
+        for qid in ours.per_query:
+            got = ours.per_query[qid][name]
+            order = sorted(run[qid], key=lambda d: -run[qid][d])
+            grades = [qrels[qid].get(d) for d in order]
+            try:
+                theirs = list(ir_measures.iter_calc([m], {qid: qrels[qid]}, {qid: run[qid]}))
+            except ZeroDivisionError:
+                defined["zero_division"] += 1
+                assert got == 1.0 == _accuracy_by_hand(grades, rel, k or len(grades)), (name, qid)
+                continue
+            if not theirs:
+                defined["none"] += 1
+                assert got == 0.0 == _accuracy_by_hand(grades, rel, k or len(grades)), (name, qid)
+                continue
+            defined["value"] += 1
+            assert abs(got - theirs[0].value) <= TOL, (which, name, qid, got, theirs[0].value)
+            assert got == pytest.approx(_accuracy_by_hand(grades, rel, k or len(grades)), abs=1e-12)
+            kept.append(got)
+        assert spec.family == "Accuracy"
+        assert kept, name
+    # the three cases each occur, so each branch above is checked
+    assert defined["value"] > 10 and defined["none"] > 0 and defined["zero_division"] > 0, defined
+
+
+@pytest.mark.parametrize("which", sorted(COLLECTIONS))
+def test_accuracy_mean_over_the_queries_ir_measures_scores(which):
+    """ir_measures' aggregate is the mean over the queries it gives a value for: ours over the queries
+    with a relevant and a non-relevant document in the top k is the same number."""
+    qrels, run = COLLECTIONS[which]()
+    for name, rel, k in (("Accuracy", 1, None), ("Accuracy@10", 1, 10), ("Accuracy(rel=2)", 2, None)):
+        m = ir_measures.parse_measure(name)
+        theirs = ir_measures.calc_aggregate([m], qrels, run)[m]
+        ours = evaluate(qrels, run, name, per_query=True).per_query
+        values = []
+        for q in ours:
+            top = [qrels[q].get(d) for d in sorted(run[q], key=lambda d: -run[q][d])][:k]
+            relevant = sum(g is not None and g >= rel for g in top)
+            if 0 < relevant < len(top):
+                values.append(ours[q][name])
+        assert len(values) >= 2
+        assert sum(values) / len(values) == pytest.approx(theirs, abs=1e-12)
+
+
+def test_accuracy_by_hand_and_its_parameters():
+    qrels = {"q1": {"a": 1, "b": 1, "c": 0}, "q2": {"x": 1}, "q3": {"m": 2, "n": 0}}
+    run = {"q1": {"a": 3.0, "c": 2.0, "b": 1.0, "z": 0.5}, "q2": {"y": 1.0, "w": 0.5}, "q3": {"m": 1.0}}
+    ev = evaluate(qrels, run, ["Accuracy", "Accuracy@2", "Accuracy(rel=2)"], per_query=True)
+    # q1: a (0 non-relevant above), b (1 above: c); 2 non-relevant (c, unjudged z): 1 - 1 / (2 x 2)
+    assert ev.per_query["q1"] == {"Accuracy": 0.75, "Accuracy@2": 1.0, "Accuracy(rel=2)": 0.0}
+    assert ev.per_query["q2"]["Accuracy"] == 0.0  # no relevant document ranked
+    assert ev.per_query["q3"]["Accuracy"] == 1.0  # no non-relevant one
+    assert ev["Accuracy"] == pytest.approx((0.75 + 0 + 1) / 3)
+    with pytest.raises(MetricNameError, match="rel must be an integer of at least 1"):
+        parse_metrics(["Accuracy(rel=0)"])
+    with pytest.raises(MetricNameError, match="takes no parameter"):
+        parse_metrics(["Accuracy(p=0.5)"])
 
 
 def test_spellings_and_canonical_names():

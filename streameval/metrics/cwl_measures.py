@@ -1,4 +1,4 @@
-"""C/W/L measures (INST, INSQ, BPM, SDCG, NERR8-11) and Compat, as ir_measures' providers compute them.
+"""C/W/L measures (INST, INSQ, BPM, SDCG, NERR8-11), Compat and Accuracy, as ir_measures' providers compute them.
 
 C/W/L framework (Moffat, Bailey, Scholer and Thomas, TOIS 2017; cwl_eval: Azzopardi, Thomas and
 Moffat, SIGIR 2019): a user reads rank i, then continues to rank i+1 with probability C(i); the
@@ -15,6 +15,10 @@ utility per item, sum_i W(i) g(i). As ir_measures' cwl_eval provider runs it
 Compat (Clarke, Vtyurina and Smucker, TOIS 2021) as ir_measures' compat provider: the rank-biased
 overlap of the run with an ideal ranking (the positive judgments by decreasing grade), to the
 depth max(ranked items, positive judgments), normalised by the ideal's own overlap.
+
+Accuracy as ir_measures' accuracy provider (``ir_measures/providers/accuracy_provider.py``): among the
+top k, 1 - the mean over the relevant documents of the non-relevant ones ranked above each, divided by
+the non-relevant ones in the top k.
 
 Each function scores a :class:`streameval.metrics.kernel._Batch` on one MetricSpec (its parameters
 in ``spec.opts``: ``T=1.0;min_rel=0;max_rel=3``), one value per ranked list. Pure numpy.
@@ -202,6 +206,29 @@ def _compat(b, spec):
     return np.where(best > 0, out, score)
 
 
+def _accuracy(b, spec):
+    """ir_measures' Accuracy(rel=r)@k (accuracy_provider.py) per ranked list: over the first k ranked
+    documents (all without a cutoff), a document with a grade of at least r is relevant, any other
+    (unjudged included) is not; with R relevant and N non-relevant ones there, 1 - (sum over the relevant
+    ones of the non-relevant ones above it) / (N R). Where ir_measures gives no value: 1.0 when R > 0 and
+    N = 0 (no non-relevant document above any relevant one; ir_measures raises ZeroDivisionError), 0.0
+    when R = 0 (ir_measures leaves the query out of its mean; here it stays in, scored 0, as every
+    measure's query without a relevant document retrieved)."""
+    top = b.rank <= spec.k if spec.k is not None else np.ones(b.N, dtype=bool)
+    rel = b.rel & top
+    non = ~b.rel & top
+    cum = np.cumsum(non, dtype=np.int64)
+    before = np.concatenate(([0], cum))[b.off[:-1]]  # non-relevant ones before each list
+    above = (cum - np.repeat(before, b.lengths)).astype(np.float64)  # within the list, up to each item
+    n_rel = b.segsum(rel)
+    n_non = b.segsum(non)
+    pairs = n_rel * n_non
+    total = b.segsum(np.where(rel, above, 0.0))
+    out = np.where(n_rel > 0, 1.0, 0.0)
+    np.subtract(1.0, total / np.where(pairs > 0, pairs, 1.0), out=out, where=pairs > 0)
+    return out
+
+
 FUNCS = {
     "INST": _inst,
     "INSQ": _insq,
@@ -212,4 +239,5 @@ FUNCS = {
     "NERR10": _nerr10,
     "NERR11": _nerr11,
     "Compat": _compat,
+    "Accuracy": _accuracy,
 }

@@ -39,13 +39,16 @@ ir_measures                 streameval
 ``INSQ``, ``BPM(T=t)@K``    ``SDCG@k``, ``NERR8@k``, ``NERR9@k``, ``NERR10(p=x)``, ``NERR11(T=t)``
                             (all with max_rel): gain (grade - min_rel) / (max_rel - min_rel) in [0, 1]
 ``Compat(p=x)``             the compat provider's RBO with the ideal ranking (``normalize=b``)
+``Accuracy(rel=r)[@k]``     the accuracy provider's: 1 - the mean share of the top k's non-relevant
+                            documents above each relevant one (0 with no relevant one, 1 with no
+                            non-relevant one: ir_measures gives no value / raises there)
 ==========================  ==================================================================
 
 ``rel``, ``dcg`` (and RBP's ``p``) apply to that measure only and override the global options
 (``relevance_level``, ``gain``) of :class:`~streameval.metrics.kernel.MetricOptions`. The result row
 keeps the name as written (``AP(rel=2)@100``). Not available (a :class:`MetricNameError` naming the
-measure): Accuracy (see docs/metrics.md) and nDCG_IA. cwl_eval's C/W/L measures (INST, INSQ, BPM, SDCG,
-NERR8-11; ``max_rel`` required, as in ir_measures) and Compat: :mod:`streameval.metrics.cwl_measures`. The diversity
+measure): nDCG_IA. cwl_eval's C/W/L measures (INST, INSQ, BPM, SDCG, NERR8-11; ``max_rel`` required, as in
+ir_measures), Compat and Accuracy: :mod:`streameval.metrics.cwl_measures`. The diversity
 measures (alpha_nDCG, ERR_IA, NRBP, P_IA, AP_IA, StRecall...) need subtopic qrels:
 :mod:`streameval.metrics.diversity` parses them and :func:`streameval.evaluate` computes them; the
 commands that read ad hoc qrels refuse them (:func:`streameval.metrics.names.parse_metric`).
@@ -90,17 +93,17 @@ _MEASURES = {
     "rbp": ("RBP", "rbp", {"p", "rel"}, "none"),
     # cwl_eval's C/W/L measures and the compat provider's Compat (cwl_measures.py); parameters: the registry's
     **{name.lower(): (name, name, {p.name for p in registry.family(name).params}, registry.family(name).cutoff)
-       for name in ("INST", "INSQ", "BPM", "SDCG", "NERR8", "NERR9", "NERR10", "NERR11", "Compat")},
+       for name in ("INST", "INSQ", "BPM", "SDCG", "NERR8", "NERR9", "NERR10", "NERR11", "Compat", "Accuracy")},
 }
 #: the families scored by streameval.metrics.cwl_measures (their parameters in MetricSpec.opts)
-CWL = frozenset(("INST", "INSQ", "BPM", "SDCG", "NERR8", "NERR9", "NERR10", "NERR11", "Compat"))
+CWL = frozenset(("INST", "INSQ", "BPM", "SDCG", "NERR8", "NERR9", "NERR10", "NERR11", "Compat", "Accuracy"))
 #: ir_measures' measure names as it spells them (the closest names of an unknown one draw on them)
 NAMES = tuple(dict.fromkeys(v[0] for v in _MEASURES.values()))
 # ir_measures names whose spelling only ir_measures uses (parsed here even without parentheses)
 _OWN_CASED = {"NumRet", "NumRelRet", "NumRel", "NumQ", "SetP", "SetRelP", "SetR", "SetAP", "SetF", "IPrec",
               "Judged", "RBP"}
 # measures ir_measures has through other providers only
-_OTHER = {"alpha_ndcg", "alpha_dcg", "α_ndcg", "α_dcg", "accuracy", "err_ia", "nerr_ia", "ndcg_ia", "nrbp", "nnrbp",
+_OTHER = {"alpha_ndcg", "alpha_dcg", "α_ndcg", "α_dcg", "err_ia", "nerr_ia", "ndcg_ia", "nrbp", "nnrbp",
           "p_ia", "ap_ia", "map_ia", "strecall"}
 
 _CWL_LOWER = frozenset(n.lower() for n in CWL)
@@ -110,7 +113,7 @@ _ACCEPTED = ("ir_measures: P(rel=r)@k R@k AP(rel=r)[@k] RR(rel=r)[@k] nDCG(dcg='
              "infAP NumRet[(rel=r)] NumRel NumQ SetP[(rel=r,relative=True)] SetR SetAP SetF(beta=b) Success@k "
              "IPrec(recall=x) Judged[@k] ERR@k RBP(p=x) INST(T=t,max_rel=m) INSQ(max_rel=m) BPM(T=t,max_rel=m)@k "
              "SDCG(max_rel=m)@k NERR8(max_rel=m)@k NERR9(max_rel=m)@k NERR10(p=x,max_rel=m) NERR11(T=t,max_rel=m) "
-             "Compat(p=x)")
+             "Compat(p=x) Accuracy(rel=r)[@k]")
 
 
 def _error(message):
@@ -180,11 +183,6 @@ def parse(raw: str):
         raise unknown_name_error(name)
     low = m.group("name").lower()
     if low not in _MEASURES:
-        if low == "accuracy":
-            raise _error(f"metric {name!r}: ir_measures' Accuracy is not implemented: its accuracy provider gives no "
-                         f"value for a query without a relevant document in the top k (its mean leaves the query "
-                         f"out; ours score every query) and raises ZeroDivisionError when every document there is "
-                         f"relevant")
         if low in _OTHER:
             raise _error(f"metric {name!r}: ir_measures' {m.group('name')} needs a provider other than trec_eval "
                          f"semantics; not implemented")
@@ -311,8 +309,9 @@ def _cwl_spec(name, canon, params, k, judged_only):
         if isinstance(v, (bool, str)):
             raise _error(f"metric {name!r}: {prm.name} must be a number, got {v!r}")
         if prm.type == "int":
-            if v != int(v):
-                raise _error(f"metric {name!r}: {prm.name} must be an integer, got {v!r}")
+            if v != int(v) or (prm.name == "rel" and v < 1):
+                least = " of at least 1" if prm.name == "rel" else ""
+                raise _error(f"metric {name!r}: {prm.name} must be an integer{least}, got {v!r}")
             opts.append(f"{prm.name}={int(v)}")
             continue
         if prm.name == "T" and not v > 0:

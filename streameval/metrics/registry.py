@@ -376,6 +376,15 @@ REGISTRY: tuple[Family, ...] = (
            rows=(("`Compat(p=x)`", "(none)", "rank-biased overlap (to depth max(ranked, positive judgments)) of the "
                   "run with the ideal ranking (positive judgments by decreasing grade), / the ideal's own RBO; p "
                   "default 0.95", "Clarke, Vtyurina, Smucker, TOIS 2021; ir_measures `compat_provider.py`"),)),
+    Family("Accuracy", (), "", OPTIONAL,
+           params=(Param("rel", "int", 1, "an integer of at least 1", "relevance level: a grade >= rel is relevant; "
+                         "unjudged documents are not (ir_measures' rel=)"),),
+           print_order=56.99, state=TOP_K, kernel=_C + "_accuracy", irm=("Accuracy",),
+           rows=(("`Accuracy(rel=r)[@k]`", "(none)", "among the top k (all ranked without k): 1 - (sum over the "
+                  "relevant documents of the non-relevant ones above each) / (relevant x non-relevant); 1 with no "
+                  "non-relevant "
+                  "one there, 0 with no relevant one (ir_measures: no value, the query left out of its mean)",
+                  "ir_measures `accuracy_provider.py`"),)),
     # trec_eval's string measure: `streameval trec-eval` only (trec_names.relstring)
     Family("relstring", (), "relstring[.N]", trec_name="relstring", print_order=12, trec_sets=("all_trec",),
            trec_defaults=(10,), kernel=_T + "relstrings", parsed=False),
