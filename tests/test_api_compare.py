@@ -1,12 +1,11 @@
 """streameval.compare (issue 42 item 4): paired tests of several runs in the library, against scipy,
-statsmodels, a brute-force enumeration of sign flips and (STREAMEVAL_RANX=1) ranx's compare."""
+statsmodels, a brute-force enumeration of sign flips and ranx's compare."""
 
 from __future__ import annotations
 
 import gc
 import itertools
 import math
-import os
 from fractions import Fraction
 
 import numpy as np
@@ -206,8 +205,6 @@ def test_bad_arguments_are_one_line_errors():
     assert streameval.compare(qrels, runs, ["map"], test="student").test == "t"
 
 
-@pytest.mark.skipif(not os.environ.get("STREAMEVAL_RANX"), reason="ranx compiles with numba (about 40 s): "
-                    "STREAMEVAL_RANX=1 runs it")
 def test_equal_to_ranx_compare():
     import ranx
 

@@ -1,11 +1,10 @@
 """Rank fusion (streameval.fuse, streameval fuse): every method and normalisation against hand
 computations on a tiny pair of runs, the input forms, the errors, the command's round trip, and
-(STREAMEVAL_RANX=1) against ranx 0.3.21's own fused runs on random runs."""
+against ranx 0.3.21's own fused runs on random runs."""
 
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
@@ -265,8 +264,6 @@ _PARAMS = {"rrf": {}, "isr": {}, "log_isr": {}, "logn_isr": {}, "sum": {}, "mnz"
            "rbc": {"phi": 0.8}, "mixed": {"weights": [0.2, 0.5, 0.3]}}
 
 
-@pytest.mark.skipif(not os.environ.get("STREAMEVAL_RANX"), reason="ranx compiles with numba (about 40 s): "
-                    "STREAMEVAL_RANX=1 runs it")
 @pytest.mark.parametrize("norm", ["min-max", "min-max-inverted", "max", "sum", "zmuv", "rank", "borda", None])
 def test_equal_to_ranx(norm):
     """Every method after ``norm``: the fused scores equal ranx 0.3.21's (rel 1e-9), and the order
@@ -290,8 +287,6 @@ def test_equal_to_ranx(norm):
                 assert list(got[q]) == list(want[q]), (method, q)
 
 
-@pytest.mark.skipif(not os.environ.get("STREAMEVAL_RANX"), reason="ranx compiles with numba (about 40 s): "
-                    "STREAMEVAL_RANX=1 runs it")
 @pytest.mark.parametrize("norm", ["min-max", "zmuv", None])
 def test_trained_equal_to_ranx(norm):
     """The trained methods' learnt parameters equal ranx's (optimize_fusion; probfuse_train and
@@ -353,8 +348,6 @@ def _votes_order(runs, q, docs, weights, inverted):
     return all(wins(x, y) for i, x in enumerate(docs) for y in docs[i + 1:])
 
 
-@pytest.mark.skipif(not os.environ.get("STREAMEVAL_RANX"), reason="ranx compiles with numba (about 40 s): "
-                    "STREAMEVAL_RANX=1 runs it")
 @pytest.mark.parametrize("norm", ["min-max", "min-max-inverted", None])
 @pytest.mark.parametrize("method, params", [("condorcet", {}), ("w_condorcet", {"weights": [0.2, 0.45, 0.35]})])
 def test_condorcet_equal_to_ranx(method, norm, params):

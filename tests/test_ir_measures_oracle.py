@@ -7,7 +7,6 @@ everything else per query and in aggregate to 1e-9.
 """
 
 import math
-import os
 
 import numpy as np
 import pytest
@@ -95,8 +94,6 @@ def test_rbp_hits_by_hand(which):
         assert ours[qid]["success@10"] == float(ours[qid]["hits@10"] > 0)
 
 
-@pytest.mark.skipif(not os.environ.get("STREAMEVAL_RANX"), reason="ranx compiles with numba (about 20 s): "
-                    "STREAMEVAL_RANX=1 runs it")
 def test_hits_equals_ranx_when_installed():
     # ranx/metrics/hits.py (0.3.21): relevant (grade >= rel_lvl = 1) documents among the top k
     ranx = pytest.importorskip("ranx")

@@ -285,7 +285,6 @@ def test_one_measure_result_is_a_float():
 # ranx's names that were refused (item 4): f1, f1@k, dcg_burges@k, ndcg_burges@k, rbp.95, the -lN suffix
 
 import math  # noqa: E402
-import os  # noqa: E402
 
 # one query: grades a=2, b=0, c=1, d=3 (not ranked); ranked b, a, c, e (e unjudged)
 HQ = {"q": {"a": 2, "b": 0, "c": 1, "d": 3}}
@@ -325,8 +324,6 @@ def test_ranx_names_by_hand():
         parse_metric("err@10-l2")
 
 
-@pytest.mark.skipif(not os.environ.get("STREAMEVAL_RANX"), reason="ranx compiles with numba (about 40 s): "
-                    "STREAMEVAL_RANX=1 runs it")
 def test_ranx_names_equal_ranx():
     """Each name equal per query to ranx 0.3.21's own value on a random collection (distinct scores:
     ties do not decide). ranx's qrels hold the positive judgments (it reads 0 as not judged)."""

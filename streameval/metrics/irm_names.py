@@ -25,7 +25,8 @@ ir_measures                 streameval
 ``SetR(rel=r)``             ``set_recall``;  ``SetAP(rel=r)``: ``set_map``
 ``SetF(rel=r, beta=b)``     ``set_F`` with parameter b
 ``Success(rel=r)@k``        ``success@k``
-``IPrec(recall=x)``, IPrec@x ``iprec_at_recall`` at x (0 <= x <= 1)
+``IPrec(recall=x)``, IPrec@x ``iprec_at_recall`` at x (0 <= x <= 1); ``rounding='trec_eval_9'``:
+                            x R relevant documents as (long) (x R + 0.9), as pytrec_eval (ours)
 ``Judged[@k]``              judged items (in the qrels) in the top k / min(k, ranked items)
 ``ERR@k``                   ``err@k`` (2**g - 1) / 2**err_max_grade, as gdeval with grades <= 4
 ``RBP(p=x)``                trec_eval ``rbp`` (graded, gains divided by the query's top grade);
@@ -87,7 +88,7 @@ _MEASURES = {
     "setap": ("SetAP", "set_map", {"rel"}, "none"),
     "setf": ("SetF", "set_F", {"rel", "beta"}, "none"),
     "success": ("Success", "success", {"rel"}, "required"),
-    "iprec": ("IPrec", "iprec_at_recall", {"recall"}, "none"),
+    "iprec": ("IPrec", "iprec_at_recall", {"recall", "rounding"}, "none"),
     "judged": ("Judged", "judged", set(), "optional"),
     "err": ("ERR", "err", set(), "required"),
     "rbp": ("RBP", "rbp", {"p", "rel"}, "none"),
@@ -262,13 +263,8 @@ def parse(raw: str):
         family = "set_relative_P"
     if "beta" in params:
         param = repr(float(params.pop("beta")))
-    if "recall" in params:
-        recall = params.pop("recall")
-        if isinstance(recall, (bool, str)) or not 0 <= recall <= 1:
-            raise _error(f"metric {name!r}: IPrec's recall level {recall!r} must be between 0 and 1")
-        param = repr(float(recall))
-    elif family == "iprec_at_recall":
-        raise _error(f"metric {name!r}: IPrec needs a recall level, e.g. IPrec(recall=0.5)")
+    if family == "iprec_at_recall":
+        param = _iprec_param(name, params, opts)
     if family == "rbp":
         p = float(params.pop("p", 0.8))
         if not 0 < p < 1:
@@ -279,6 +275,23 @@ def parse(raw: str):
     if gains:  # ir_measures' nDCG(gains=...): the qrels' grades mapped before scoring (a grade not named: itself)
         opts.append("gains=" + ",".join(f"{g!r}:{v!r}" for g, v in sorted(gains.items())))
     return MetricSpec(family, k, param, ";".join(opts), label=name)
+
+
+def _iprec_param(name, params, opts):
+    """IPrec's recall level as the spec's parameter (``params``' ``recall``, checked); its ``rounding``
+    (ours: trec_eval 10's lround(x R), or trec_eval 9's (long) (x R + 0.9)) appended to ``opts``."""
+    rounding = params.pop("rounding", "trec_eval_10")
+    if rounding not in ("trec_eval_10", "trec_eval_9"):
+        raise _error(f"metric {name!r}: rounding is 'trec_eval_10' (lround(x R), the default) or 'trec_eval_9' "
+                     f"((long) (x R + 0.9), pytrec_eval's and ir_measures'), got {rounding!r}")
+    if rounding == "trec_eval_9":
+        opts.append("rounding=trec_eval_9")
+    if "recall" not in params:
+        raise _error(f"metric {name!r}: IPrec needs a recall level, e.g. IPrec(recall=0.5)")
+    recall = params.pop("recall")
+    if isinstance(recall, (bool, str)) or not 0 <= recall <= 1:
+        raise _error(f"metric {name!r}: IPrec's recall level {recall!r} must be between 0 and 1")
+    return repr(float(recall))
 
 
 def _cwl_spec(name, canon, params, k, judged_only):

@@ -111,7 +111,7 @@ def options_for(spec: MetricSpec, options: "MetricOptions") -> "MetricOptions":
             changes["gain"] = value
         elif key == "floor":
             changes["gain_floor"] = float(value)
-        elif key in ("ranx", "binary", "judged", "gains", "T", "p", "min_rel", "max_rel", "normalize"):
+        elif key in ("ranx", "binary", "judged", "gains", "T", "p", "min_rel", "max_rel", "normalize", "rounding"):
             # read by the family's function (cwl_measures.params_of) / by _compute
             pass
         else:

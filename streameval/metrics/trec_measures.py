@@ -55,16 +55,25 @@ def _rel_precisions(b):
     return b.cached("relprec", make)
 
 
-def _iprec(b, p):
+def _recall_count(x, trec_eval_9: bool = False):
+    """A recall level times num_rel (``x``, float array) as a count of relevant items: trec_eval 10's
+    lround (half away from zero), or trec_eval 9's (long) (x + 0.9) (m_iprec_at_recall.c's comment;
+    pytrec_eval keeps it)."""
+    if trec_eval_9:
+        return np.trunc(x + 0.9)
+    fl = np.floor(np.abs(x))
+    return np.sign(x) * np.where(np.abs(x) - fl >= 0.5, fl + 1.0, fl)
+
+
+def _iprec(b, p, trec_eval_9: bool = False):
     """trec_eval m_iprec_at_recall.c at recall level p: the cutoff c = lround(p * num_rel) relevant
-    items; 0 when c > num_rel_ret, else the largest precision at or after the c-th relevant item
-    (c <= 0: after the first), which is the largest precision at a relevant item from the c-th on."""
+    items (``trec_eval_9``: (long) (p * num_rel + 0.9)); 0 when c > num_rel_ret, else the largest
+    precision at or after the c-th relevant item (c <= 0: after the first), which is the largest
+    precision at a relevant item from the c-th on."""
     ext, start, nrr = _rel_precisions(b)
     if b.n == 0:
         return np.zeros(0)
-    x = p * b.num_rel.astype(np.float64)
-    fl = np.floor(x)
-    c = np.where(x - fl >= 0.5, fl + 1.0, fl)  # lround (half away from zero) for x >= 0
+    c = _recall_count(p * b.num_rel.astype(np.float64), trec_eval_9)
     c1 = np.maximum(c, 1.0).astype(np.int64)
     ok = c1 <= nrr
     idx = np.empty(2 * b.n, dtype=np.int64)
@@ -75,8 +84,9 @@ def _iprec(b, p):
 
 
 def _iprec_at_recall(b, spec):
-    """trec_eval m_iprec_at_recall.c (see :func:`_iprec`)."""
-    return _iprec(b, trec_names.values(spec)[0])
+    """trec_eval m_iprec_at_recall.c (see :func:`_iprec`); ``rounding=trec_eval_9`` in ``spec.opts``:
+    trec_eval 9's count of relevant items."""
+    return _iprec(b, trec_names.values(spec)[0], "rounding=trec_eval_9" in spec.opts.split(";"))
 
 
 def _11pt_avg(b, spec):
@@ -236,11 +246,9 @@ def without_results(spec, num_rel, stand_in, judged_only: bool = False, num_docs
     if f not in ("iprec_at_recall", "11pt_avg"):
         raise ValueError(f"{spec.name}: not a family of WITHOUT_RESULTS")
     nan = np.zeros(len(R), dtype=bool)
+    v9 = "rounding=trec_eval_9" in spec.opts.split(";")
     for p in trec_names.values(spec):
-        x = p * R
-        fl = np.floor(np.abs(x))
-        c = np.sign(x) * np.where(np.abs(x) - fl >= 0.5, fl + 1.0, fl)  # lround: half away from zero
-        nan |= c <= 0
+        nan |= _recall_count(p * R, v9) <= 0
     return np.where(nan & (r == 0), np.nan, 0.0)
 
 
