@@ -11,14 +11,23 @@ a run, with the same rows as arrays (:meth:`FusedRun.arrays`) and as a TREC run 
 
 from __future__ import annotations
 
+import itertools
 import os
+from typing import NamedTuple
 
-from .api import qrels_columns, run_columns
+import numpy as np
+
+from .api import evaluate, qrels_columns, run_columns
 from .metrics.fusion import (METHODS, NORMS, TRAINED, FusedColumns, FusionNameError, fuse_columns, method_name,
                              norm_name, train_columns)
 
-__all__ = ["fuse", "train", "FusedRun", "FusionNameError", "METHODS", "NORMS", "TRAINED",
-           "method_name"]
+__all__ = ["fuse", "train", "optimize", "Trial", "FusedRun", "FusionNameError", "METHODS", "NORMS", "TRAINED",
+           "SEARCHED", "method_name"]
+
+#: the methods :func:`optimize` searches a grid for (ranx's ``optimize_fusion``), and the grid's parameter
+SEARCHED = {"wsum": "weights", "wmnz": "weights", "w_bordafuse": "weights", "w_condorcet": "weights",
+            "mixed": "weights", "rrf": "k", "combgmnz": "gamma", "logn_isr": "sigma", "rbc": "phi",
+            "probfuse": "n_segments", "slidefuse": "w"}
 
 
 class FusedRun(dict):
@@ -110,3 +119,110 @@ def train(qrels, runs, method: str, norm: str | None = "min-max", *, n_segments:
     m, n = method_name(method), norm_name(norm)
     return train_columns(qrels_columns(qrels, columns), [run_columns(r, columns) for r in runs], m, n,
                          n_segments=n_segments, relevance_level=relevance_level)
+
+
+class Trial(NamedTuple):
+    """One configuration :func:`optimize` tried: its parameters (as ``fuse`` takes them; probfuse's
+    ``n_segments``, not its learnt ``probs``) and the metric's mean over the qrels' queries."""
+    params: dict
+    score: float
+
+
+def _weight_grid(step: float, n_runs: int) -> list:
+    """ranx's weight grid (``fusion_optimization/optimize_weights.py``): each weight in 0, step, ...,
+    1 (rounded to the step's decimals), every combination of one per run whose float sum is 1.0."""
+    digits = str(step)[::-1].find(".")
+    weights = [round(x, digits) for x in np.arange(0, 1 + step, step)]
+    return [list(seq) for seq in itertools.product(*[weights] * n_runs) if sum(seq) == 1.0]
+
+
+def _unit_grid(step: float) -> list:
+    """ranx's grid of gamma / sigma / phi: 0.01, 0.01 + step, ... up to 1 (rounded to the step's decimals)."""
+    digits = str(step)[::-1].find(".")
+    return [round(x, digits) for x in np.arange(0.01, 1.0 + step, step)]
+
+
+def optimize(qrels, runs, method: str = "wsum", norm: str | None = "min-max", metric: str = "ndcg", *,
+             step: float | None = None, relevance_level: float = 1, columns: dict | None = None,
+             return_trials: bool = False):
+    """The parameters of ``method`` that fuse ``runs`` best on ``qrels`` by ``metric``, as ranx's
+    ``optimize_fusion(qrels, runs, norm, method, metric)``: a grid search, each configuration fused
+    (:func:`fuse`) and scored by :func:`streameval.evaluate` (the metric's mean over the qrels' queries, 0
+    for one no run has, as ``complete=True``; run queries without judgments left out), the last of the
+    best kept (ranx's ``score >= best``).
+
+    Grids (ranx 0.3.21's defaults): ``weights`` of ``wsum``, ``wmnz``, ``w_bordafuse``, ``w_condorcet``,
+    ``mixed``: one weight per run in 0, 0.1, ..., 1 (``step``) summing to 1; ``rrf``'s ``k``: 10, 20, ...,
+    100 (``step`` 10); ``combgmnz``'s ``gamma``, ``logn_isr``'s ``sigma``, ``rbc``'s ``phi``: 0.01, 0.02,
+    ..., 1 (``step`` 0.01); ``probfuse``: ``n_segments`` 1-100, each trained on ``qrels``
+    (:func:`train`); ``slidefuse``: its ``probs`` trained once, ``w`` 1-100. The other trained methods
+    (``posfuse``, ``mapfuse``, ``segfuse``, ``bayesfuse``) have nothing to search: their :func:`train`
+    result is returned. ``metric``: any name :func:`streameval.evaluate` takes (ranx's ``ndcg@10``,
+    ``map@100``, ...).
+
+    Returns the parameters for ``fuse(runs, method, norm, params=...)`` (``{"weights": [...]}``,
+    ``{"k": 60}``, probfuse's and slidefuse's learnt ``probs`` with the chosen ``w``); with
+    ``return_trials``, also the list of :class:`Trial` in the order tried (ranx's optimization report).
+    Raises FusionNameError for an unknown method (or one with nothing to learn or search: ``combsum``,
+    ...), MetricNameError for an unknown metric, ValueError for fewer than two runs or a ``step``
+    outside (0, 1] (``rrf``: a whole number of at least 1)."""
+    from .metrics.fusion import FusionNameError
+
+    if not isinstance(runs, (list, tuple)):
+        raise TypeError(f"runs is a list or tuple of runs, got {type(runs).__name__}")
+    m, n = method_name(method), norm_name(norm)
+    if m not in SEARCHED and m not in TRAINED:
+        raise FusionNameError(f"{m} has no parameter to search or learn (searched: {', '.join(SEARCHED)}; "
+                              f"trained: {', '.join(TRAINED)})")
+    if len(runs) < 2:
+        raise ValueError(f"fusion needs at least two runs, got {len(runs)}")
+    from .metrics.names import parse_metrics
+
+    parse_metrics([metric])  # an unknown metric named before any run is read
+    q = qrels_columns(qrels, columns)
+    arrays = [run_columns(r, columns) for r in runs]
+    judged = np.unique(np.asarray(q[0]).astype(str))
+    if m in TRAINED and m not in SEARCHED:
+        params = train_columns(q, arrays, m, n, relevance_level=relevance_level)
+        return (params, []) if return_trials else params
+    grid, key = _grid(m, step, len(arrays))
+    learnt = train_columns(q, arrays, "slidefuse", n, relevance_level=relevance_level) if m == "slidefuse" else {}
+    trials, best, best_score = [], None, 0.0
+    for value in grid:
+        if m == "probfuse":
+            params = train_columns(q, arrays, m, n, n_segments=value, relevance_level=relevance_level)
+        else:
+            params = {**learnt, key: value}
+        c = fuse_columns(arrays, m, n, params)
+        keep = np.isin(c.qid, judged)  # run queries without judgments: left out, as train() does
+        score = float(evaluate(q, (c.qid[keep], c.docno[keep], c.score[keep]), metric, complete=True,
+                               relevance_level=relevance_level))
+        trials.append(Trial({key: value} if m == "probfuse" else params, score))
+        if score >= best_score:
+            best, best_score = params, score
+    if best is None:  # every score NaN
+        raise ValueError(f"{m}: no configuration scored a number on {metric}")
+    return (best, trials) if return_trials else best
+
+
+def _grid(method: str, step, n_runs: int):
+    """(the values tried, the parameter's name) for ``method`` (ranx's defaults; ``step`` overrides)."""
+    key = SEARCHED[method]
+    if key == "weights":
+        step = 0.1 if step is None else step
+        if not 0 < step <= 1:
+            raise ValueError(f"{method}: step must be in (0, 1], got {step!r}")
+        return _weight_grid(step, n_runs), key
+    if key == "k":
+        step = 10 if step is None else step
+        if isinstance(step, bool) or int(step) != step or step < 1:
+            raise ValueError(f"rrf: step must be a whole number of at least 1, got {step!r}")
+        return list(range(10, 101, int(step))), key
+    if key in ("n_segments", "w"):
+        if step is not None:
+            raise ValueError(f"{method}: searches {key} 1-100; it takes no step")
+        return list(range(1, 101)), key
+    step = 0.01 if step is None else step
+    if not 0 < step <= 1:
+        raise ValueError(f"{method}: step must be in (0, 1], got {step!r}")
+    return _unit_grid(step), key
