@@ -285,7 +285,7 @@ def test_formats_option():
     with pytest.raises(ValueError, match="must include jsonl"):
         sinks.parse_formats("parquet")
     assert warehouse.csv_line({"slice": 'a,"b"', "value": math.inf, "is_final": True}, "metric_result") == \
-        ',,"a,""b""",,,,,,,,,,,,true,'  # metric_canonical last (schema version 2)
+        ',,"a,""b""",,,,,,,,,,,,,true,'  # n_unit after num_queries (schema version 3), metric_canonical last
 
 
 def test_parquet_and_csv_on_s3(s3_server, beam_s3_clients_shared, monkeypatch, tmp_path):
