@@ -357,12 +357,12 @@ def evaluate_log(impressions, metrics, *, by=(), window=None, columns=None, attr
     ``--drift-reference``): a path (a text file of one score per line, or an impression Avro file)
     or an array of scores; required by them, refused without them.
 
-    Returns the metric rows (dicts in the ``metric_result`` shape: ``window_start``,
-    ``window_end`` (micros or None), ``slice``, ``system``, ``metric``, ``value``, ``num_queries``
-    (impressions for CTR, AUC and calibration, groups for GAUC, requests for the click metrics per
-    request), ``stderr``, ``ci_low``, ``ci_high``, ``ci_level``, ``ci_method``, ...) sorted by
-    window, slice (``all`` first), system and metric; ``as_frame=True``: a pandas DataFrame (as
-    :func:`streameval.read_metrics` gives). Values equal the batch job's for the same records.
+    Returns the metric rows (dicts in the ``metric_result`` shape: ``window_start``, ``window_end``
+    (micros or None), ``slice``, ``system``, ``metric``, ``value``, ``num_queries`` and its unit
+    ``n_unit``: ``"impressions"`` for CTR, AUC, calibration, ``"groups"`` for GAUC, ``"requests"`` for the
+    click metrics per request; ``stderr``, ``ci_low``, ...) sorted by window, slice (``all`` first),
+    system and metric; ``as_frame=True``: the typed table (:func:`streameval.read_metrics`'s frame:
+    ``n``, ``num_impressions``, ``slice_<attr>``...). Values equal the batch job's for the same records.
 
     Records the job would turn into dead letters (a failed record check, a request naming several
     queries, an item served twice, an event id with different content) are left out with one

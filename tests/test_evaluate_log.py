@@ -63,8 +63,12 @@ def test_sample_equals_batch_job_bit_for_bit(tmp_path):
     _assert_same(lib, job)
     # --slice-missing skip, as a frame (read_metrics' columns)
     frame = streameval.evaluate_log(df, ["ctr"], by="campaign", slice_missing="skip", as_frame=True)
-    assert list(frame.columns[:8]) == ["window_start", "window_end", "slice", "slice_campaign", "system", "metric",
-                                       "value", "num_queries"]
+    assert list(frame.columns[:12]) == ["window_start", "window_end", "slice", "slice_campaign", "system", "metric",
+                                        "value", "n", "n_unit", "num_queries", "num_impressions", "num_requests"]
+    # the count in the column of its unit: CTR counts impressions, not queries
+    assert (frame["n_unit"] == "impressions").all() and frame["num_queries"].isna().all()
+    assert (frame["num_impressions"] == frame["n"]).all() and frame["num_requests"].isna().all()
+    assert {r["n_unit"] for r in lib if r["metric"] in ("clicks@3", "rr_first_click", "abandonment")} == {"requests"}
     assert not frame["slice"].str.contains("missing").any()
     # the slice's attribute as a column of its own (null on the "all" rows), windows as UTC timestamps
     assert (frame["slice"] == "campaign=" + frame["slice_campaign"]).where(frame["slice"] != "all", True).all()

@@ -35,9 +35,10 @@ def test_schema_files_are_documented_and_versioned(name):
     raw = json.loads(schema_path(name).read_text())
     assert raw["type"] == "record"
     assert raw["namespace"] == "streameval"
-    # alert 2: p_value added; judgment 2: subtopic; impression 2: dwell_ms; metric_result 2: metric_canonical
+    # alert 2: p_value added; judgment 2: subtopic; impression 2: dwell_ms; metric_result 2: metric_canonical,
+    # metric_result 3: n_unit
     assert raw["streameval_schema_version"] == {"alert": 2, "judgment": 2, "impression": 2,
-                                                 "metric_result": 2}.get(name, 1)
+                                                 "metric_result": 3}.get(name, 1)
     assert raw["doc"].strip()
     for field in raw["fields"]:
         assert field.get("doc", "").strip(), f"{name}.{field['name']} has no doc"
@@ -69,10 +70,11 @@ def test_schema_field_names_and_defaults():
     assert jud["timestamp"]["default"] == 0 and jud["source"]["default"] == ""
     assert jud["subtopic"]["type"] == ["null", "string"] and jud["subtopic"]["default"] is None
     res = fields("metric_result")
-    assert list(res) == ["window_start", "window_end", "slice", "system", "metric", "value", "num_queries", "stderr",
-                         "ci_low", "ci_high", "ci_level", "ci_method", "pane", "pane_index", "is_final",
+    assert list(res) == ["window_start", "window_end", "slice", "system", "metric", "value", "num_queries", "n_unit",
+                         "stderr", "ci_low", "ci_high", "ci_level", "ci_method", "pane", "pane_index", "is_final",
                          "metric_canonical"]
     assert res["metric_canonical"]["type"] == ["null", "string"] and res["metric_canonical"]["default"] is None
+    assert res["n_unit"]["type"] == ["null", "string"] and res["n_unit"]["default"] is None
     assert res["window_start"]["type"][0] == "null" and res["num_queries"]["type"] == "long"
     assert list(fields("dead_letter")) == ["source", "raw", "reason"]
 
@@ -176,7 +178,7 @@ def test_metric_result_round_trip_nan_and_null_window(tmp_path):
     back = list(read_records(path, name="metric_result"))
     # fields the records did not set (interval, pane) come back as their null defaults
     unset = {"ci_low": None, "ci_high": None, "ci_level": None, "ci_method": None, "pane": None,
-             "pane_index": None, "is_final": None, "metric_canonical": None}
+             "pane_index": None, "is_final": None, "metric_canonical": None, "n_unit": None}
     assert back[0] == {**recs[0], **unset}
     assert math.isnan(back[1]["value"])
     assert {k: v for k, v in back[1].items() if k != "value"} == {**{k: v for k, v in recs[1].items() if k != "value"},

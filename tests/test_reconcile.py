@@ -92,6 +92,29 @@ def test_planted_one_window_difference_is_found(batch_output, tmp_path):
     assert run([batch_output / "metrics.avro", tmp_path / "changed.avro", "--abs-tol", "2e-4"])[0] == 0
 
 
+def test_a_jobs_csv_is_compared_on_its_count_n(tmp_path):
+    """A job's metrics.csv (the typed table) holds the count in ``n``; its ``num_queries`` is empty on
+    CTR rows (impressions): the counts are compared all the same, and a changed one is found."""
+    from streameval.jobs import batch
+
+    out = tmp_path / "out"
+    src = os.path.join(REPO, "data", "sample", "impressions", "obd_bts_men.avro")
+    assert batch.main(["--impressions", src, "--window", "1d", "--formats", "jsonl,csv", "--output", str(out),
+                       "--quiet"]) == 0
+    with open(out / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and all(r["num_queries"] == "" and int(r["n"]) > 0 for r in rows)
+    rc, text = run([out / "metrics.csv", out / "metrics.jsonl", "--json", tmp_path / "r.json"])
+    assert rc == 0, text
+    rows[0]["n"] = str(int(rows[0]["n"]) + 1)
+    with open(tmp_path / "changed.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    rc, text = run([tmp_path / "changed.csv", out / "metrics.jsonl", "--json", "-"])
+    assert rc == 1 and [d["count_differs"] for d in json.loads(text)["differences"]] == [True]
+
+
 def test_dashboard_csv_with_rounding_and_iso_windows(tmp_path):
     a = [row(T0 + i * DAY, m, v, n=1000 + i) for i in range(3) for m, v in (("ctr", 0.0051234 + i / 1e4),
                                                                              ("ndcg@10", 0.61 + i / 100))]

@@ -8,7 +8,10 @@ rejects the judgments of grade 2 as dead letters, so the dead letters' Parquet f
 CTR floor of 0.5 fires alerts.
 
 Every Parquet and CSV row is compared with the JSON-lines row, read independently (pyarrow.parquet,
-the csv module, json); the schemas with ``schemas/*.avsc`` read as plain JSON.
+the csv module, json); the schemas with ``schemas/*.avsc`` read as plain JSON. The metric rows'
+Parquet and CSV files are the typed table (issue 41, item 5): the count as ``n`` with its unit
+``n_unit`` and in the column of that unit (``num_queries``, ``num_impressions``, ``num_requests``,
+null elsewhere), and a ``slice_<attr>`` column per slice attribute beside ``slice``.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def job(tmp_path_factory):
         "--impressions", str(SAMPLE / "impressions" / "letor_feature206.avro"),
         "--impressions", str(tmp / "solo.avro"),
         "--judgments", str(SAMPLE / "judgments" / "letor_test_labels.avro"),
-        "--metrics", "ndcg@10,map,calibration", "--labels", "clicks", "--slices", "campaign", "--window", "1d",
+        "--metrics", "ndcg@10,map,calibration,clicks@3", "--labels", "clicks", "--slices", "campaign", "--window", "1d",
         "--grades", "0:1", "--max-rejected-fraction", "1", "--alerts", str(tmp / "rules.toml"),
         "--formats", "avro,jsonl,parquet,csv", "--runner", "FnApiRunner", "--quiet", "--output", str(out)])
     assert code == 4  # the CTR floor fired (alerts written)
@@ -83,20 +86,54 @@ def _micros(dt: datetime) -> int:
     return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
 
 
+#: the unit columns of the typed table: each holds the count where the row's unit is its own
+UNIT_COLUMNS = {"queries": "num_queries", "impressions": "num_impressions", "requests": "num_requests"}
+
+
+def typed_columns(attributes=()) -> list[str]:
+    """The typed table's columns: metric_result's fields with ``num_queries`` and ``n_unit`` replaced
+    by ``n``, ``n_unit`` and the unit columns, and a ``slice_<attr>`` per attribute after ``slice``."""
+    out = []
+    for f in _avsc(ROOT / "schemas" / "metric_result.avsc")["fields"]:
+        if f["name"] == "num_queries":
+            out += ["n", "n_unit", *UNIT_COLUMNS.values()]
+        elif f["name"] != "n_unit":
+            out.append(f["name"])
+        if f["name"] == "slice":
+            out += ["slice_" + a for a in attributes]
+    return out
+
+
+def typed_to_row(rec: dict, attributes=()) -> dict:
+    """A typed table's row back in the metric_result shape (the JSON lines'), checking its typed
+    columns on the way: each slice column the label's value of it (None where the label has none),
+    each unit column ``n`` where ``n_unit`` is its unit and None elsewhere."""
+    r = dict(rec)
+    parts = {} if r["slice"] == "all" else dict(p.split("=", 1) for p in r["slice"].split(","))
+    for a in attributes:
+        assert r.pop("slice_" + a) == parts.get(a), rec
+    n = r.pop("n")
+    for unit, column in UNIT_COLUMNS.items():
+        assert r.pop(column) == (n if r["n_unit"] == unit else None), rec
+    r["num_queries"] = n
+    return r
+
+
 def test_parquet_rows_equal_the_json_lines_rows(job):
     want = _jsonl(job / "metrics.jsonl")
     table = pq.read_table(job / "metrics.parquet")
-    fields = [f["name"] for f in _avsc(ROOT / "schemas" / "metric_result.avsc")["fields"]]
-    assert table.schema.names == fields
+    assert table.schema.names == typed_columns(["campaign"])
     for name in ("window_start", "window_end"):  # windows as timestamps, not numbers
         assert table.schema.field(name).type == pa.timestamp("us", tz="UTC")
+    for name in ("n", *UNIT_COLUMNS.values()):
+        assert table.schema.field(name).type == pa.int64()
     got = []
     for r in table.to_pylist():  # timestamps come back as aware datetimes
         for name in ("window_start", "window_end"):
             if r[name] is not None:
                 assert r[name].tzinfo is not None
                 r[name] = _micros(r[name])
-        got.append(r)
+        got.append(typed_to_row(r, ["campaign"]))
     assert len(got) == len(want) > 20
     # JSON lines write every field (null included) and floats in round-trip form: equal exactly
     assert sorted(got, key=_key) == sorted(want, key=_key)
@@ -122,16 +159,20 @@ def test_nan_is_null_in_parquet_and_csv(job):
             if r["value"] == ""} == nan_keys
 
 
-def csv_metric_rows(path) -> list[dict]:
-    """The metric rows of a CSV file read with the csv module alone: its header must be
-    metric_result's field names; empty cells are null, timestamps ISO 8601 UTC text (as int
-    microseconds here), booleans ``true`` / ``false``."""
-    fields = _avsc(ROOT / "schemas" / "metric_result.avsc")["fields"]
+def csv_metric_rows(path, attributes=()) -> list[dict]:
+    """The metric rows of a CSV file read with the csv module alone: its header must be the typed
+    table's columns (:func:`typed_columns`, a slice column per attribute of ``attributes``);
+    empty cells are null, timestamps ISO 8601 UTC text (as int microseconds here), booleans ``true`` /
+    ``false``; each row back in the metric_result shape (:func:`typed_to_row`)."""
+    types = {f["name"]: f["type"] for f in _avsc(ROOT / "schemas" / "metric_result.avsc")["fields"]}
+    types.update({"n": "long", **{c: ["null", "long"] for c in UNIT_COLUMNS.values()}},
+                 **{"slice_" + a: ["null", "string"] for a in attributes})
     with open(path, newline="") as fo:
         reader = csv.reader(fo)
         header = next(reader)
         lines = list(reader)
-    assert header == [f["name"] for f in fields]
+    assert header == typed_columns(attributes)
+    fields = [{"name": h, "type": types[h]} for h in header]
     got = []
     for cells in lines:
         r = {}
@@ -151,16 +192,75 @@ def csv_metric_rows(path) -> list[dict]:
                 r[f["name"]] = {"true": True, "false": False}[cell]
             else:
                 r[f["name"]] = cell
-        got.append(r)
+        got.append(typed_to_row(r, attributes))
     return got
 
 
 def test_csv_rows_equal_the_json_lines_rows(job):
     assert sorted(p.name for p in job.glob("metrics*.csv")) == ["metrics.csv"]  # one file
-    got = csv_metric_rows(job / "metrics.csv")
+    got = csv_metric_rows(job / "metrics.csv", ["campaign"])
     want = _jsonl(job / "metrics.jsonl")
     assert len(got) == len(want)
     assert sorted(got, key=_key) == sorted(want, key=_key)
+
+
+def _csv_dicts(path) -> list[dict]:
+    with open(path, newline="") as fo:
+        return list(csv.DictReader(fo))
+
+
+def test_the_count_is_in_the_column_of_its_unit(job):
+    """CTR rows count impressions, ranking rows queries, clicks@3 requests: ``n_unit`` says so in the
+    JSON lines and Avro rows; the typed table (Parquet, CSV, the frame) has the count as ``n`` and in
+    that unit's column only. Before, every row had its count in ``num_queries`` alone."""
+    units = {"ctr": "impressions", "calibration": "impressions", "ndcg@10": "queries", "map": "queries",
+             "clicks@3": "requests"}
+    for rows in (_jsonl(job / "metrics.jsonl"), list(avro.read_records(job / "metrics.avro", "metric_result"))):
+        assert {r["metric"] for r in rows} >= set(units)
+        for r in rows:
+            if r["metric"] in units:
+                assert r["n_unit"] == units[r["metric"]], r
+    frame = read_metrics(job, as_frame=True).astype(object)
+    frame = frame.where(frame.notna(), None).to_dict("records")
+    csv_rows = [{k: (int(v) if v else None) if k in ("n", *UNIT_COLUMNS.values()) else v for k, v in r.items()}
+                for r in _csv_dicts(job / "metrics.csv")]
+    for name, rows in (("parquet", pq.read_table(job / "metrics.parquet").to_pylist()), ("csv", csv_rows),
+                       ("frame", frame)):
+        seen = set()
+        for r in rows:
+            unit = units.get(r["metric"])
+            if unit is None:  # ctr@pos{p}
+                continue
+            assert r["n_unit"] == unit and r["n"] is not None, (name, r)
+            for u, column in UNIT_COLUMNS.items():
+                assert r[column] == (r["n"] if u == unit else None), (name, r)
+            seen.add(r["metric"])
+        assert seen == set(units), name
+    ctr = [r for r in frame if r["metric"] == "ctr" and r["slice"] == "all"]
+    assert ctr and all(r["num_impressions"] > 0 and r["num_queries"] is None for r in ctr)
+    import pandas as pd  # pandas reads the file with the frame's nullable dtypes (the file's pandas metadata)
+
+    dtypes = pd.read_parquet(job / "metrics.parquet").dtypes
+    assert {str(dtypes[c]) for c in ("n", *UNIT_COLUMNS.values(), "pane_index")} == {"Int64"}
+    assert str(dtypes["is_final"]) == "boolean"
+
+
+def test_a_column_per_slice_attribute_in_parquet_and_csv(job):
+    """``--slices campaign``: a ``slice_campaign`` column beside ``slice`` in both files, as in the
+    frame: the label's value, null on the ``all`` rows."""
+    want = {("all", None), ("campaign=men", "men"), ("campaign=solo", "solo"),
+            ("campaign=(missing)", "(missing)")}  # the LETOR requests have no campaign
+    table = pq.read_table(job / "metrics.parquet")
+    assert table.schema.names[2:5] == ["slice", "slice_campaign", "system"]
+    assert table.schema.field("slice_campaign").type == pa.string()
+    assert {(r["slice"], r["slice_campaign"]) for r in table.to_pylist()} == want
+    rows = _csv_dicts(job / "metrics.csv")
+    assert list(rows[0])[2:5] == ["slice", "slice_campaign", "system"]
+    assert {(r["slice"], r["slice_campaign"] or None) for r in rows} == want
+    frame = read_metrics(job, as_frame=True)
+    assert list(frame.columns[2:5]) == ["slice", "slice_campaign", "system"]
+    values = frame["slice_campaign"].astype(object).where(frame["slice_campaign"].notna(), None)
+    assert set(zip(frame["slice"], values)) == want
 
 
 def test_dead_letters_in_parquet_and_the_manifest(job):
@@ -262,6 +362,8 @@ def test_bigquery_sink_is_constructed_with_the_derived_schema(monkeypatch):
     assert sink.schema == warehouse.bigquery_schema("metric_result")
     assert (sink.create_disposition, sink.write_disposition, sink.method) == ("CREATE_IF_NEEDED", "WRITE_APPEND",
                                                                              "FILE_LOADS")
+    # a table created by an older schema version gets the new nullable fields (n_unit) on append
+    assert sink.additional_bq_parameters == {"schemaUpdateOptions": ["ALLOW_FIELD_ADDITION"]}
     with pytest.raises(ValueError, match="PROJECT:DATASET.TABLE"):
         sinks.bigquery_sink("just_a_table")
 
@@ -285,7 +387,7 @@ def test_formats_option():
     with pytest.raises(ValueError, match="must include jsonl"):
         sinks.parse_formats("parquet")
     assert warehouse.csv_line({"slice": 'a,"b"', "value": math.inf, "is_final": True}, "metric_result") == \
-        ',,"a,""b""",,,,,,,,,,,,true,'  # metric_canonical last (schema version 2)
+        ',,"a,""b""",,,,,,,,,,,,,true,'  # n_unit after num_queries (schema version 3), metric_canonical last
 
 
 def test_parquet_and_csv_on_s3(s3_server, beam_s3_clients_shared, monkeypatch, tmp_path):

@@ -2,9 +2,12 @@
 for, the files of a format one table.
 
 The stream replays part of the bundled sample (an Open Bandit campaign with clicks, a LETOR run with
-judgments) in day windows with early panes (``--early-count``), writing avro, jsonl, parquet and csv.
-Every Parquet and CSV row is compared with the JSON-lines row of the same pane, read independently
-(pyarrow, the csv module, json); the schema with ``schemas/metric_result.avsc`` read as plain JSON.
+judgments) in day windows with early panes (``--early-count``) and ``--slices campaign``, writing
+avro, jsonl, parquet and csv. Every Parquet and CSV row is compared with the JSON-lines row of the
+same pane, read independently (pyarrow, the csv module, json); the schema with
+``schemas/metric_result.avsc`` read as plain JSON. Parquet and CSV hold the typed table (the count by
+unit, a ``slice_campaign`` column: ``tests/test_sinks_formats.py``), the same columns in every pane's
+file whichever slices the pane has.
 Before, ``--formats`` was refused as an unknown option (exit 2) and the stream wrote Avro and JSON
 lines only.
 """
@@ -49,7 +52,7 @@ def out(tmp_path_factory):
         "--replay", "--impressions", str(SAMPLE / "impressions" / "obd_random_men.avro"),
         "--impressions", str(SAMPLE / "impressions" / "letor_feature206.avro"),
         "--judgments", str(SAMPLE / "judgments" / "letor_test_labels.avro"),
-        "--metrics", "ndcg@10,map", "--window", "1d", "--early-count", "500",
+        "--metrics", "ndcg@10,map", "--window", "1d", "--early-count", "500", "--slices", "campaign",
         "--formats", "csv,parquet,jsonl,avro", "--quiet", "--output", str(out)])
     assert code == 0
     return out
@@ -102,11 +105,13 @@ def test_a_rerun_replaces_the_parquet_dataset(out, tmp_path):
 
 
 def test_parquet_files_are_one_dataset_equal_to_the_json_lines(out):
+    from .test_sinks_formats import typed_columns, typed_to_row
+
     files = [str(p) for p in _parquet(out)]
     schemas = {pq.read_schema(f).remove_metadata() for f in files}
     assert len(schemas) == 1  # one table: every pane's file has the same columns and types
     schema = schemas.pop()
-    assert schema.names == [f["name"] for f in FIELDS]
+    assert schema.names == typed_columns(["campaign"])
     for name in ("window_start", "window_end"):  # windows as timestamps, not numbers
         assert schema.field(name).type == pa.timestamp("us", tz="UTC")
     table = ds.dataset(str(out / "metrics_parquet"), format="parquet", partitioning="hive").to_table()
@@ -118,7 +123,7 @@ def test_parquet_files_are_one_dataset_equal_to_the_json_lines(out):
         for name in ("window_start", "window_end"):
             assert r[name].tzinfo is not None
             r[name] = _micros(r[name])
-        got.append(r)
+        got.append(typed_to_row(r, ["campaign"]))
     want = [r for p in sorted(out.glob("metrics-*.jsonl")) for r in _jsonl(p)]
     assert len(got) == len(want) > 20
     assert sorted(got, key=_key) == sorted(want, key=_key)
@@ -131,10 +136,41 @@ def test_parquet_files_are_one_dataset_equal_to_the_json_lines(out):
 def test_csv_files_have_a_header_and_the_json_lines_rows(out):
     from .test_sinks_formats import csv_metric_rows
 
-    got = [r for p in sorted(out.glob("metrics-*.csv")) for r in csv_metric_rows(p)]
+    got = [r for p in sorted(out.glob("metrics-*.csv")) for r in csv_metric_rows(p, ["campaign"])]
     want = [r for p in sorted(out.glob("metrics-*.jsonl")) for r in _jsonl(p)]
     assert len(got) == len(want) > 20
     assert sorted(got, key=_key) == sorted(want, key=_key)
+
+
+def test_the_dataset_has_the_slice_and_count_columns_in_every_file(out):
+    """Each pane's Parquet and CSV file has ``slice_campaign`` beside ``slice`` (null on ``all``) and
+    the count by unit (CTR: impressions, ranking: queries); the dataset reads as one table with
+    pyarrow.dataset and with pandas. Before, the files had neither."""
+    import pandas as pd
+
+    want = {("all", None), ("campaign=men", "men"), ("campaign=(missing)", "(missing)")}
+    table = ds.dataset(str(out / "metrics_parquet"), format="parquet", partitioning="hive").to_table()
+    names = table.schema.names
+    assert names[names.index("slice") + 1] == "slice_campaign"
+    rows = table.to_pylist()
+    assert {(r["slice"], r["slice_campaign"]) for r in rows} == want
+    for r in rows:
+        unit = {"ctr": "impressions", "ndcg@10": "queries", "map": "queries"}.get(r["metric"])
+        if unit is not None:
+            assert r["n_unit"] == unit and r["num_" + unit] == r["n"], r
+            assert [r[c] for c in ("num_queries", "num_impressions", "num_requests") if c != "num_" + unit] == \
+                [None, None], r
+    frame = pd.read_parquet(out / "metrics_parquet")
+    assert len(frame) == len(rows) and "slice_campaign" in frame.columns
+    ctr = frame[frame["metric"] == "ctr"]
+    assert len(ctr) and ctr["num_queries"].isna().all() and (ctr["num_impressions"] == ctr["n"]).all()
+    assert str(frame["num_impressions"].dtype) == "Int64"
+    import csv
+
+    for p in sorted(out.glob("metrics-*.csv")):  # a slice column in every pane's CSV file
+        with open(p, newline="") as fo:
+            header = next(csv.reader(fo))
+        assert header[header.index("slice") + 1] == "slice_campaign", p.name
 
 
 def test_read_metrics_reads_the_panes_once_whatever_the_formats(out):

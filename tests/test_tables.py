@@ -13,6 +13,7 @@ import pytest
 import streameval
 from streameval.commands import reconcile, report
 from streameval.io.results import parse_float_fields
+from streameval.io.metric_table import MetricTable
 from streameval.io.tables import METRIC_FIELDS, MetricsTableError, read_metrics
 
 from .fixtures_stream import STREAM_OPTIONS
@@ -52,9 +53,18 @@ def test_batch_output_reads_as_its_metrics_jsonl(batch_twin):
     assert all(r["pane"] is None and r["is_final"] is None for r in rows)
     assert _nan_safe(read_metrics(str(batch_twin), final_only=True)) == _nan_safe(rows)  # one row per key
     df = read_metrics(batch_twin, as_frame=True)
-    assert list(df.columns) == list(METRIC_FIELDS) and len(df) == len(rows)
-    assert str(df["num_queries"].dtype) == "Int64" and str(df["is_final"].dtype) == "boolean"
-    assert df["num_queries"].tolist() == [r["num_queries"] for r in rows]
+    # the typed table: the count as n with its unit, and in the column of its unit (no slices here)
+    assert list(df.columns) == MetricTable().columns and len(df) == len(rows)
+    assert list(df.columns[5:13]) == ["value", "n", "n_unit", "num_queries", "num_impressions", "num_requests",
+                                      "stderr", "ci_low"]
+    assert str(df["n"].dtype) == "Int64" and str(df["is_final"].dtype) == "boolean"
+    assert str(df["num_queries"].dtype) == str(df["num_impressions"].dtype) == "Int64"
+    assert df["n"].tolist() == [r["num_queries"] for r in rows]
+    assert {r["n_unit"] for r in rows} == {"queries", "impressions"}  # ndcg@10, map; ctr
+    for unit, column in (("queries", "num_queries"), ("impressions", "num_impressions")):
+        assert df[column].astype(object).where(df[column].notna(), None).tolist() == [
+            r["num_queries"] if r["n_unit"] == unit else None for r in rows]
+    assert df["num_requests"].isna().all()
 
 
 def test_stream_output_is_one_table_and_its_final_panes_equal_batch(stream_replay, batch_twin):

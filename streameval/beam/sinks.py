@@ -396,37 +396,48 @@ def parse_formats(text: str) -> tuple[str, ...]:
     return tuple(f for f in FORMATS if f in given)
 
 
-def write_parquet(pcoll, out_dir: str, stem: str, schema_name: str, label: str, shards: int | None = None):
+def write_parquet(pcoll, out_dir: str, stem: str, schema_name: str, label: str, shards: int | None = None,
+                  table=None):
     """Write ``pcoll`` as ``out_dir/stem.parquet`` through Beam's ``WriteToParquet`` with the Arrow
     schema of ``schema_name`` (:func:`streameval.io.warehouse.arrow_schema`: nullable where the
     Avro type is a union with null, and every double, NaN written as null; timestamps as
-    ``timestamp[us, tz=UTC]``)."""
+    ``timestamp[us, tz=UTC]``), or with ``table`` (metric rows: a
+    :class:`streameval.io.metric_table.MetricTable`) the columns of that typed table."""
     from ..io import warehouse
 
-    schema = warehouse.arrow_schema(schema_name)
-    return (pcoll | f"{label}ArrowRows" >> beam.Map(warehouse.arrow_record, schema_name)
+    if table is not None:
+        schema, arrow_rows = table.arrow_schema(), beam.Map(table.arrow_record)
+    else:
+        schema, arrow_rows = warehouse.arrow_schema(schema_name), beam.Map(warehouse.arrow_record, schema_name)
+    return (pcoll | f"{label}ArrowRows" >> arrow_rows
             | f"{label}Parquet" >> beam.io.WriteToParquet(
                 FileSystems.join(out_dir, stem), schema, file_name_suffix=".parquet", **_shard_args(shards)))
 
 
-def write_csv(pcoll, out_dir: str, stem: str, schema_name: str, label: str):
+def write_csv(pcoll, out_dir: str, stem: str, schema_name: str, label: str, table=None):
     """Write ``pcoll`` as one file ``out_dir/stem.csv`` through Beam's ``WriteToText``: a header line
-    of the field names of ``schema_name``, then one line per record
-    (:func:`streameval.io.warehouse.csv_line`: null and NaN as empty cells, windows as ISO 8601
-    UTC text)."""
+    of the field names of ``schema_name`` (with ``table``, a
+    :class:`streameval.io.metric_table.MetricTable`: the typed table's columns), then one line per
+    record (:func:`streameval.io.warehouse.csv_line`: null and NaN as empty cells, windows as ISO
+    8601 UTC text)."""
     from ..io import warehouse
 
-    return (pcoll | f"{label}CsvLines" >> beam.Map(warehouse.csv_line, schema_name)
+    if table is not None:
+        header, lines = table.csv_header(), beam.Map(table.csv_line)
+    else:
+        header, lines = warehouse.csv_header(schema_name), beam.Map(warehouse.csv_line, schema_name)
+    return (pcoll | f"{label}CsvLines" >> lines
             | f"{label}Csv" >> beam.io.WriteToText(
-                FileSystems.join(out_dir, stem), file_name_suffix=".csv", header=warehouse.csv_header(schema_name),
-                **_shard_args(None)))
+                FileSystems.join(out_dir, stem), file_name_suffix=".csv", header=header, **_shard_args(None)))
 
 
 def write_records(pcoll, out_dir: str, stem: str, schema_name: str, label: str, shards: int | None = None,
-                  formats=DEFAULT_FORMATS):
+                  formats=DEFAULT_FORMATS, table=None):
     """Write ``pcoll`` as ``out_dir/stem.avro`` (schema ``schema_name``), ``out_dir/stem.jsonl`` and,
     when in ``formats``, ``stem.parquet`` and ``stem.csv`` (``shards``: see :func:`_shard_args`; the
-    CSV file is always one file)."""
+    CSV file is always one file). ``table``: metric rows' Parquet and CSV files as that typed table
+    (a :class:`streameval.io.metric_table.MetricTable`: the count's columns by unit, a column per
+    slice attribute) rather than the schema's fields."""
     if "avro" in formats:
         schema = avro.load_schema_json(schema_name)
         pcoll | f"{label}Avro" >> beam.io.WriteToAvro(
@@ -434,9 +445,9 @@ def write_records(pcoll, out_dir: str, stem: str, schema_name: str, label: str, 
     if "jsonl" in formats:
         write_jsonl(pcoll, out_dir, stem, label, shards=shards)
     if "parquet" in formats:
-        write_parquet(pcoll, out_dir, stem, schema_name, label, shards=shards)
+        write_parquet(pcoll, out_dir, stem, schema_name, label, shards=shards, table=table)
     if "csv" in formats:
-        write_csv(pcoll, out_dir, stem, schema_name, label)
+        write_csv(pcoll, out_dir, stem, schema_name, label, table=table)
 
 
 def bigquery_available() -> bool:
@@ -453,7 +464,9 @@ def bigquery_available() -> bool:
 def bigquery_sink(table: str, schema_name: str = "metric_result", **kwargs):
     """Beam's ``WriteToBigQuery`` for the records of ``schema_name`` into ``table``
     (``PROJECT:DATASET.TABLE``), with the table schema of
-    :func:`streameval.io.warehouse.bigquery_schema`: creates the table if needed and appends
+    :func:`streameval.io.warehouse.bigquery_schema`: creates the table if needed and appends, adding
+    the nullable fields a newer schema version has to a table an older one created
+    (``schemaUpdateOptions`` ``ALLOW_FIELD_ADDITION``: metric_result's ``n_unit``, version 3)
     (``kwargs`` override these and the method, file loads). Rows must be converted first
     (:func:`streameval.io.warehouse.bigquery_record`; :func:`write_bigquery` does). Raises
     ``ValueError`` for a table not of that form; Beam raises without its BigQuery client libraries."""
@@ -462,7 +475,8 @@ def bigquery_sink(table: str, schema_name: str = "metric_result", **kwargs):
     if not re.fullmatch(r"[a-z0-9.:-]+:\w+\.[^.:\s]+", table or ""):
         raise ValueError(f"--bigquery-table wants PROJECT:DATASET.TABLE, got {table!r}")
     args = {"schema": warehouse.bigquery_schema(schema_name), "create_disposition": "CREATE_IF_NEEDED",
-            "write_disposition": "WRITE_APPEND", "method": "FILE_LOADS", **kwargs}
+            "write_disposition": "WRITE_APPEND", "method": "FILE_LOADS",
+            "additional_bq_parameters": {"schemaUpdateOptions": ["ALLOW_FIELD_ADDITION"]}, **kwargs}
     return beam.io.WriteToBigQuery(table, **args)
 
 

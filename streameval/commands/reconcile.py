@@ -7,9 +7,11 @@ pane files are one table, of which the final panes are compared; a directory wit
 ``manifest.json``, a killed job's, is refused) or a CSV exported from
 a dashboard with columns ``window_start, window_end, slice, system, metric, value`` (optional
 ``num_queries``, ``stderr``; windows as ISO-8601 text, integer microseconds, or empty / ``global``
-for the global window). Rows are matched on (window_start, window_end, slice, system, metric), the
-metric in any spelling (its canonical name, ``metric_canonical``: ``nDCG@10`` matches ``ndcg@10`` and
-``ndcg_cut_10``; the keys reported carry the canonical name).
+for the global window), such as a job's ``metrics.csv`` (the typed table: its count ``n`` is
+compared, whatever its unit, rather than ``num_queries``, which it fills only for ranking rows).
+Rows are matched on (window_start, window_end, slice, system, metric), the metric in any spelling
+(its canonical name, ``metric_canonical``: ``nDCG@10`` matches ``ndcg@10`` and ``ndcg_cut_10``; the
+keys reported carry the canonical name).
 
 Reported: rows whose values differ beyond the tolerance (``|a - b| > max(abs_tol, rel_tol *
 max(|a|, |b|))``; NaN equals NaN only), rows whose ``num_queries`` differ when both tables have it
@@ -129,7 +131,8 @@ def _normalise(rec: dict, where: str) -> dict:
         "metric": str(rec["metric"]),
         "metric_canonical": str(rec.get("metric_canonical") or canonical_metric(str(rec["metric"]))),
         "value": _float(rec.get("value"), where, "value"),
-        "num_queries": _count(rec.get("num_queries"), where),
+        # a typed table's count (a job's metrics.csv: n, num_queries only where the unit is queries)
+        "num_queries": _count(rec["n"] if rec.get("n") not in (None, "") else rec.get("num_queries"), where),
         "stderr": _float(rec.get("stderr"), where, "stderr"),
         "pane_index": _pane_index(rec.get("pane_index"), where),
         "is_final": _flag(rec.get("is_final"), where),

@@ -16,15 +16,19 @@ is read again after the files: when a new run published meanwhile, the rows are 
 
 Rows are dicts with the fields of ``schemas/metric_result.avsc`` (:data:`METRIC_FIELDS`): window
 bounds as int microseconds since the Unix epoch, UTC (None for the global window), ``value`` a float
-(NaN for an empty set; JSON lines write it as null), ``num_queries`` an int; streaming rows keep
+(NaN for an empty set; JSON lines write it as null), ``num_queries`` an int, the count behind the
+value in the unit ``n_unit`` names (``"queries"``, ``"impressions"``, ``"requests"``...:
+:func:`streameval.metrics.units.count_unit`; filled in from the metric's name for files written
+before schema version 3, and from a Parquet file's typed columns, ``n`` and ``n_unit``); streaming rows keep
 their pane fields (``pane``: ``"early"``, ``"on_time"`` or ``"late"``; ``pane_index`` from 0 within
 the window; ``is_final``), batch rows have them None.
 
 Layer 4 (I/O): imports the standard library, fastavro (through :mod:`.avro`), pyarrow for a
 Parquet output and, for remote paths
 only, Beam's ``FileSystems`` (``apache_beam.io.filesystems``, not :mod:`streameval.beam`); pandas
-only for ``as_frame=True``; the metric names of :mod:`streameval.metrics.online_names` (any
-spelling of a metric matches its rows).
+only for ``as_frame=True`` (the typed table of :mod:`.metric_table`); the metric names of
+:mod:`streameval.metrics.online_names` (any spelling of a metric matches its rows) and their units
+(:mod:`streameval.metrics.units`).
 """
 
 from __future__ import annotations
@@ -34,21 +38,23 @@ import os
 import tempfile
 
 from ..metrics.online_names import canonical_metric
+from ..metrics.units import count_unit
+from .metric_table import SLICE_PREFIX, plain_row, slice_attributes
+from .metric_table import rows_frame as _table_frame
 from .results import parse_float_fields
 
 __all__ = ["MANIFEST", "METRIC_FIELDS", "KEY_FIELDS", "MetricsTableError", "read_metrics", "final_panes",
-           "select_metrics",
-           "metric_files"]
+           "select_metrics", "metric_files", "rows_frame", "SLICE_PREFIX", "slice_attributes"]
 
 #: the completion marker the jobs write last (``streameval.beam.sinks.MANIFEST``)
 MANIFEST = "manifest.json"
 #: the fields of a metric row, in the order of ``schemas/metric_result.avsc``
-METRIC_FIELDS = ("window_start", "window_end", "slice", "system", "metric", "value", "num_queries", "stderr",
-                 "ci_low", "ci_high", "ci_level", "ci_method", "pane", "pane_index", "is_final", "metric_canonical")
+METRIC_FIELDS = ("window_start", "window_end", "slice", "system", "metric", "value", "num_queries", "n_unit",
+                 "stderr", "ci_low", "ci_high", "ci_level", "ci_method", "pane", "pane_index", "is_final",
+                 "metric_canonical")
 #: the fields that name one value of the table (one row per key and pane)
 KEY_FIELDS = ("window_start", "window_end", "slice", "system", "metric")
 _REQUIRED = ("slice", "system", "metric", "value", "num_queries")
-_INT_FIELDS = ("window_start", "window_end", "num_queries", "pane_index")
 
 
 class MetricsTableError(ValueError):
@@ -217,6 +223,8 @@ def _check(rec, where: str) -> dict:
         rec.setdefault(k, None)
     if rec["metric_canonical"] is None and rec["metric"] is not None:  # a row of schema version 1
         rec["metric_canonical"] = canonical_metric(rec["metric"])
+    if rec["n_unit"] is None and rec["metric"] is not None:  # a row of schema version 2 or older
+        rec["n_unit"] = count_unit(rec["metric"])
     return rec
 
 
@@ -258,8 +266,10 @@ def _avro_rows(path: str) -> list[dict]:
 
 
 def _parquet_rows(path: str) -> list[dict]:
-    """The rows of a ``metrics.parquet`` file (schema of :func:`streameval.io.warehouse.arrow_schema`):
-    timestamps back to int microseconds, a null ``value`` as NaN."""
+    """The rows of a ``metrics.parquet`` file (the typed table, :class:`streameval.io.metric_table.
+    MetricTable`, or the metric_result columns of files written before it) in the metric_result
+    shape (:func:`~streameval.io.metric_table.plain_row`): timestamps back to int microseconds, a
+    null ``value`` as NaN, ``num_queries`` the count ``n``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -271,7 +281,7 @@ def _parquet_rows(path: str) -> list[dict]:
         if pa.types.is_timestamp(field.type):  # as int microseconds since the epoch, UTC
             col = table.column(i).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
             table = table.set_column(i, field.name, col)
-    return [parse_float_fields(_check(r, f"{path}: row {i + 1}")) for i, r in enumerate(table.to_pylist())]
+    return [parse_float_fields(_check(plain_row(r), f"{path}: row {i + 1}")) for i, r in enumerate(table.to_pylist())]
 
 
 def _file_rows(path: str) -> list[dict]:
@@ -310,50 +320,18 @@ def final_panes(rows) -> list[dict]:
 
 def rows_frame(rows):
     """Metric rows (dicts) as the pandas DataFrame :func:`read_metrics` gives with ``as_frame=True``
-    (its columns and dtypes; also :func:`streameval.evaluate_log`'s). Raises ImportError without pandas."""
+    (the typed table's columns and dtypes, :func:`streameval.io.metric_table.rows_frame`; also
+    :func:`streameval.evaluate_log`'s). Raises ImportError without pandas."""
     return _frame(rows)
-
-
-#: the prefix of the frame's columns of slice attributes (``slice_campaign`` for ``campaign=men``)
-SLICE_PREFIX = "slice_"
-
-
-def slice_attributes(label: str) -> dict:
-    """``{attribute: value}`` of a slice label: ``"campaign=men,device=pc"`` gives both, ``"all"`` and
-    ``"campaign=all"`` (a slice of every value) none of that attribute; a session's ``user=...``
-    or ``request=...`` key counts as an attribute."""
-    out: dict[str, str] = {}
-    if not label or label == "all":
-        return out
-    for part in str(label).split(","):
-        key, sep, value = part.partition("=")
-        if sep and value != "all":
-            out[key] = value
-    return out
 
 
 def _frame(rows):
     try:
-        import pandas as pd
+        import pandas  # noqa: F401
     except ImportError:
         raise ImportError("read_metrics(as_frame=True) needs pandas (pip install pandas); "
                           "without it, read the rows as dicts") from None
-    extra = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in METRIC_FIELDS]
-    df = pd.DataFrame.from_records(rows, columns=[*METRIC_FIELDS, *extra])
-    for k in _INT_FIELDS:
-        df[k] = df[k].astype("Int64")
-    for k in ("window_start", "window_end"):  # UTC timestamps (NaT: the global window), as in Parquet
-        df[k] = pd.to_datetime(df[k].astype("float64"), unit="us", utc=True).astype("datetime64[us, UTC]")
-    df["is_final"] = df["is_final"].astype("boolean")
-    for k in ("value", "stderr", "ci_low", "ci_high", "ci_level"):
-        df[k] = df[k].astype("float64")
-    # one column per slice attribute beside the label (null where the row's slice does not fix it)
-    attrs = [slice_attributes(r.get("slice")) for r in rows]
-    names = list(dict.fromkeys(k for a in attrs for k in a))
-    at = df.columns.get_loc("slice") + 1
-    for i, name in enumerate(names):
-        df.insert(at + i, SLICE_PREFIX + name, pd.array([a.get(name) for a in attrs], dtype="string"))
-    return df
+    return _table_frame(rows)
 
 
 #: reads of a directory whose manifest changed while its files were read (a new run published) before giving up
@@ -398,11 +376,13 @@ def read_metrics(path, final_only: bool = False, as_frame: bool = False, metrics
     units): one per row written, every pane of a streaming job in file order (by window, system and
     pane index). ``final_only``: only the last pane of each window, slice, system and metric
     (:func:`final_panes`), what a reconciliation compares with the batch job. ``as_frame``: a pandas
-    DataFrame with those columns instead (window bounds as ``datetime64[us, UTC]``, NaT for the
-    global window; ``num_queries``, ``pane_index`` as nullable ``Int64``; ``is_final`` as nullable
-    ``boolean``), and after ``slice`` one ``string`` column per slice attribute of the rows
-    (``slice_campaign`` for ``campaign=men``; null where a row's slice does not fix it:
-    :func:`slice_attributes`). ``metrics``: only the rows of these
+    DataFrame of the typed table instead (:mod:`streameval.io.metric_table`, the columns of the
+    jobs' Parquet and CSV files): window bounds as ``datetime64[us, UTC]``, NaT for the global
+    window; after ``slice`` one ``string`` column per slice attribute of the rows (``slice_campaign``
+    for ``campaign=men``; null where a row's slice does not fix it: :func:`slice_attributes`); the
+    count as ``n`` with its unit ``n_unit``, then ``num_queries``, ``num_impressions`` and
+    ``num_requests`` holding it where the unit is that and null elsewhere (all nullable ``Int64``, as
+    ``pane_index``); ``is_final`` as nullable ``boolean``. ``metrics``: only the rows of these
     metrics (a name or a list; any spelling, ``nDCG@10`` finds ``ndcg_cut_10``'s rows, and
     ir_measures Measure objects), matched on ``metric_canonical`` (filled in for the rows of files
     written before it, schema version 1).

@@ -78,9 +78,13 @@ class _Field:
         self.nullable = self.union_null or t in ("double", "float")
 
 
-def fields(schema: Union[str, dict]) -> list[_Field]:
+def fields(schema: Union[str, dict, list]) -> list[_Field]:
     """The fields of ``schema`` (a name in ``schemas/``, e.g. ``"metric_result"``, or its parsed JSON)
-    in order. Raises ``ValueError`` for a type without a column mapping (a nested record, an enum)."""
+    in order; a list (the fields this function gave, which the other functions here then take
+    without parsing the schema again) as it is. Raises ``ValueError`` for a type without a column
+    mapping (a nested record, an enum)."""
+    if isinstance(schema, list):
+        return schema
     if isinstance(schema, str):
         if schema not in _CACHE:
             _CACHE[schema] = [_Field(f) for f in avro.load_schema_json(schema)["fields"]]
@@ -88,12 +92,12 @@ def fields(schema: Union[str, dict]) -> list[_Field]:
     return [_Field(f) for f in schema["fields"]]
 
 
-def timestamp_fields(schema: Union[str, dict]) -> list[str]:
+def timestamp_fields(schema: Union[str, dict, list]) -> list[str]:
     """Names of the ``timestamp-micros`` fields of ``schema``."""
     return [f.name for f in fields(schema) if f.type == "timestamp-micros"]
 
 
-def arrow_schema(schema: Union[str, dict]):
+def arrow_schema(schema: Union[str, dict, list]):
     """The ``pyarrow.Schema`` of ``schema`` (see the module's table): same field names in the same
     order, timestamps as ``timestamp[us, tz=UTC]``, each field's Avro doc as its metadata
     ``doc``. Raises ``ValueError`` for a type without a mapping; ``ImportError`` without pyarrow."""
@@ -106,7 +110,7 @@ def arrow_schema(schema: Union[str, dict]):
                       for f in fields(schema)])
 
 
-def bigquery_schema(schema: Union[str, dict]) -> dict:
+def bigquery_schema(schema: Union[str, dict, list]) -> dict:
     """The BigQuery table schema of ``schema`` as the dict Beam's ``WriteToBigQuery`` takes
     (``{"fields": [{"name", "type", "mode", "description"}, ...]}``; see the module's table).
     BigQuery limits descriptions to 1024 characters: longer docs are cut."""
@@ -139,7 +143,7 @@ def micros_from_iso(text: str) -> int:
     return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
 
 
-def arrow_record(rec: dict, schema: Union[str, dict]) -> dict:
+def arrow_record(rec: dict, schema: Union[str, dict, list]) -> dict:
     """``rec`` as Beam's ``WriteToParquet`` takes it for :func:`arrow_schema`: a non-finite float as
     None; timestamps stay int microseconds (Arrow takes them as they are); a map as a list of
     (key, value) pairs."""
@@ -152,7 +156,7 @@ def arrow_record(rec: dict, schema: Union[str, dict]) -> dict:
     return out
 
 
-def bigquery_record(rec: dict, schema: Union[str, dict]) -> dict:
+def bigquery_record(rec: dict, schema: Union[str, dict, list]) -> dict:
     """``rec`` as a BigQuery row of :func:`bigquery_schema`: a non-finite float as None, timestamps as
     ISO 8601 text, a map as a list of ``{"key", "value"}`` records."""
     out = {}
@@ -186,12 +190,12 @@ def _csv_text(cells) -> str:
     return buf.getvalue()
 
 
-def csv_header(schema: Union[str, dict]) -> str:
+def csv_header(schema: Union[str, dict, list]) -> str:
     """The CSV header line of ``schema`` (its field names, comma-separated, no newline)."""
     return _csv_text([f.name for f in fields(schema)])
 
 
-def csv_line(rec: dict, schema: Union[str, dict]) -> str:
+def csv_line(rec: dict, schema: Union[str, dict, list]) -> str:
     """``rec`` as one CSV line (RFC 4180 quoting, no newline) in the order of :func:`csv_header`:
     null and NaN as an empty cell, timestamps as ISO 8601 UTC text (:func:`iso_micros`), booleans
     ``true`` / ``false``, floats as Python's shortest round-tripping text."""

@@ -68,6 +68,7 @@ from streameval.beam.threads import default_threads
 from streameval.io import counters as cn
 from streameval.beam.unjudged import listed_unjudged
 from streameval.io.outdir import OutputInUseError, OutputOverlapError
+from streameval.io.metric_table import MetricTable, slice_columns
 from streameval.beam.cuped import covariate_absent, covariate_attribute_error
 from streameval.io.selection import (NoMatchError, names_without_rows, record_attributes, slice_attribute_error,
                                      without_rows_line)
@@ -79,6 +80,7 @@ from streameval.metrics.prepare import check_ranking_options
 from streameval.jobs.batch_args import ENGINES, build_arg_parser, check_local_inputs  # noqa: F401  (Beam-free: parsed first)
 from streameval.jobs.batch_table import format_comparisons, format_table, report_line, sort_rows
 from streameval.metrics.online import parse_online_metric
+from streameval.metrics.online_names import parse_online_metrics
 from streameval.metrics.stats import parse_expected_split
 
 __all__ = ["main", "build_arg_parser", "build_pipeline", "ReadAvro", "format_table", "sort_rows", "split_metrics",
@@ -151,15 +153,17 @@ def _is_unreadable(letter) -> bool:
     return is_unreadable_letter(letter)
 
 
-def _write_outputs(rows, dead, out_dir: str, shards, rules=None, formats=DEFAULT_FORMATS, bigquery_table=None):
+def _write_outputs(rows, dead, out_dir: str, shards, rules=None, formats=DEFAULT_FORMATS, bigquery_table=None,
+                   table=None):
     """The metric rows and dead letters (Avro and JSON lines; the dead letters in ``shards`` files, see
     :func:`output_shards`), the small list of damaged input files (``unreadable_files.jsonl``, which the
     launcher reads), a count of the rows written, and with alert ``rules`` the alerts they raise
     (``alerts.avro`` / ``alerts.jsonl``, counted ``alerts_fired``). ``formats`` (``--formats``) adds
-    Parquet files of all three and a CSV file of the metric rows; ``bigquery_table`` appends the
-    metric rows to that BigQuery table."""
+    Parquet files of all three and a CSV file of the metric rows (those two as ``table``, the typed
+    table of :func:`metric_table`); ``bigquery_table`` appends the metric rows to that BigQuery table."""
     rows = rows | "CountRows" >> beam.Map(_count_row)
-    write_records(rows, out_dir, "metrics", "metric_result", "Metrics", formats=formats)
+    write_records(rows, out_dir, "metrics", "metric_result", "Metrics", formats=formats,
+                  table=table if table is not None else MetricTable())
     if bigquery_table:
         write_bigquery(rows, bigquery_table)
     if rules:
@@ -180,9 +184,19 @@ def _count_row(row):
 
 
 def _sink_args(args):
-    """(formats, BigQuery table) of ``args`` (defaults for callers that build args by hand)."""
+    """(formats, BigQuery table, typed table) of ``args`` (defaults for callers that build args by hand)."""
     return (parse_formats(getattr(args, "formats", None) or ",".join(DEFAULT_FORMATS)),
-            getattr(args, "bigquery_table", None))
+            getattr(args, "bigquery_table", None), metric_table(args))
+
+
+def metric_table(args) -> MetricTable:
+    """The typed table of the job's Parquet and CSV metric files: a column per attribute of
+    ``--slices`` and, with ``--group-rows``, per GAUC group of ``--metrics`` (``user``, ``query``,
+    ``request``: the key of a group's rows, ``<group>=<id>``)."""
+    keys = []
+    if getattr(args, "group_rows", False):
+        keys = [s.group for s in parse_online_metrics(split_all_metrics(args.metrics)[1]) if s.family == "gauc"]
+    return MetricTable(slice_columns([*_slices_from_args(getattr(args, "slices", None)), *keys]))
 
 
 def _local_total(paths, input_format: str = "auto"):

@@ -149,8 +149,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="output directory (local or any Beam file system: s3://, gs://)")
     p.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
                    help="files of the metric rows, dead letters and alerts: comma-separated avro, jsonl (required), "
-                        "parquet (all three outputs; windows as UTC timestamps, NaN as null) and csv (the metric "
-                        "rows, one file with a header); default avro,jsonl")
+                        "parquet (all three; UTC timestamps, NaN as null) and csv (metric rows, one file); their "
+                        "metric rows: n, n_unit, num_queries/_impressions/_requests, slice_<attr>; default avro,jsonl")
     p.add_argument("--bigquery-table", default=None, metavar="PROJECT:DATASET.TABLE",
                    help="also append the metric rows to this BigQuery table (Beam's WriteToBigQuery, file loads; "
                         "created if needed; needs apache-beam[gcp])")

@@ -19,7 +19,8 @@ Sources:
 Outputs (``--output DIR``): one file set per window and pane
 (:class:`~streameval.beam.streaming.sinks.WriteWindowedFiles`),
 ``metrics-<window start>-<window end>-<system>-pane<index>-<pane>.{jsonl,avro}`` (metric_result
-schema; ``--formats`` adds ``.csv`` and the Parquet dataset ``metrics_parquet/``), plus ``late_data-*.jsonl``
+schema; ``--formats`` adds ``.csv`` and the Parquet dataset ``metrics_parquet/``, the typed table of
+:func:`metric_table`), plus ``late_data-*.jsonl``
 and ``dead_letters-*.jsonl`` (dead_letter shape), ``summary.json`` and, last, ``manifest.json``: the
 pane files read as one table with ``streameval.read_metrics(DIR)`` (``final_only=True``: the last
 pane of each window). ``--replay``
@@ -69,6 +70,7 @@ from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK,
 from streameval.io.selection import names_without_rows, without_rows_line
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
+from streameval.io.metric_table import MetricTable, slice_columns
 from streameval.beam.sources import (expand_inputs, failure_reason, runner_thread_errors_reported_once,
                                      set_file_system_options)
 from streameval.beam.accounting import check_inputs, exit_status, format_accounting, input_checks_from_args, job_counters
@@ -274,7 +276,7 @@ def build_pipeline(p, args, paths):
     side | "SideRecords" >> beam.ParDo(SideOut(out, "side"))
     if out:
         formats = getattr(args, "formats", DEFAULT_FORMATS)
-        sm.panes | "WritePanes" >> WriteWindowedFiles(out, formats)
+        sm.panes | "WritePanes" >> WriteWindowedFiles(out, formats, table=metric_table(args, spec))
     if args.prometheus_port is not None:
         sm.panes | "Prometheus" >> beam.Map(_export_pane)
     if getattr(args, "alert_rules", None):
@@ -286,6 +288,14 @@ def build_pipeline(p, args, paths):
         if out:
             alerts | "WriteAlerts" >> WriteRecords(out, "alerts")
     return sm, rows, rep
+
+
+def metric_table(args, spec) -> MetricTable:
+    """The typed table of the panes' Parquet and CSV files: a column per ``--slices`` attribute and,
+    with session windows (``spec``), per session key a label starts with (``user=``, and
+    ``request=`` for a request without a user; ``request`` alone with ``--session-key request``)."""
+    keys = () if spec.windowed else ("user", "request") if spec.by == "user" else ("request",)
+    return MetricTable(slice_columns(_slices_from_args(args.slices), keys))
 
 
 def _row_dicts(keys) -> list[dict]:

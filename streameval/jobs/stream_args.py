@@ -144,8 +144,9 @@ def _add_output_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
                    help="files of each pane's metric rows: comma-separated avro, jsonl (required), parquet "
                         "(windows as UTC timestamps, NaN as null; one dataset, metrics_parquet/, partitioned by "
-                        "window_date) and csv (a header per file); default avro,jsonl. Late data, dead letters "
-                        "and alerts are JSON lines")
+                        "window_date) and csv (a header per file), both with the count by unit (n, n_unit, "
+                        "num_queries, num_impressions, num_requests) and a slice_<attr> column per slice attribute; "
+                        "default avro,jsonl. Late data, dead letters and alerts are JSON lines")
     o.add_argument("--quiet", action="store_true",
                    help="do not print the panes nor the progress line on stderr (records read, rows emitted, rate)")
     o.add_argument("--progress-interval", type=float, default=5.0, metavar="S",

@@ -16,13 +16,14 @@ import math
 from . import interleaving as il
 from . import stats
 from .online_names import canonical_metric
+from .units import count_unit
 
 __all__ = ["ROW_FIELDS", "metric_row", "nan_to_none", "click_rows", "hist_rows", "gauc_rows", "group_slice",
            "calibration_bin_name", "calibration_rows", "score_count_rows", "INTERLEAVING_SUFFIXES", "interleaving_rows",
            "with_interval", "mean_rows"]
 
 # every field of schemas/metric_result.avsc, so that all rows have one shape (None: not computed)
-ROW_FIELDS = ("window_start", "window_end", "slice", "system", "metric", "value", "num_queries", "stderr",
+ROW_FIELDS = ("window_start", "window_end", "slice", "system", "metric", "value", "num_queries", "n_unit", "stderr",
               "ci_low", "ci_high", "ci_level", "ci_method", "pane", "pane_index", "is_final", "metric_canonical")
 
 
@@ -33,11 +34,12 @@ def nan_to_none(x):
 
 def metric_row(window_start, window_end, slice_label, system, metric, value, num_queries, stderr,
                **extra) -> dict:
-    """A metric_result record; fields not given (intervals, panes) are None."""
+    """A metric_result record; fields not given (intervals, panes) are None; ``n_unit`` what
+    ``num_queries`` counts (:func:`~streameval.metrics.units.count_unit` of ``metric``)."""
     row = dict.fromkeys(ROW_FIELDS)
     row.update(window_start=window_start, window_end=window_end, slice=slice_label, system=system,
-               metric=metric, value=float(value), num_queries=int(num_queries), stderr=nan_to_none(stderr),
-               metric_canonical=canonical_metric(metric))
+               metric=metric, value=float(value), num_queries=int(num_queries), n_unit=count_unit(metric),
+               stderr=nan_to_none(stderr), metric_canonical=canonical_metric(metric))
     unknown = set(extra) - set(ROW_FIELDS)
     if unknown:
         raise TypeError(f"not metric_result fields: {sorted(unknown)}")

@@ -108,39 +108,43 @@ class _AvroSink(_RowsSink):
 
 
 class _ParquetSink(_RowsSink):
-    """Writes each element (a pane: a list of rows) as one Parquet file of the metric table's Arrow
-    schema (:func:`streameval.io.warehouse.arrow_schema`: window bounds ``timestamp[us, tz=UTC]``,
-    NaN as null), the schema of the batch job's ``metrics.parquet``: every pane's file is a file of
-    one dataset (:data:`PARQUET_DATASET`)."""
+    """Writes each element (a pane: a list of rows) as one Parquet file of the typed metric table
+    (:class:`streameval.io.metric_table.MetricTable` of the job's slice attributes: window bounds
+    ``timestamp[us, tz=UTC]``, NaN as null, the count by unit, a column per slice attribute), the
+    schema of the batch job's ``metrics.parquet``, the same in every pane's file: every pane's file
+    is a file of one dataset (:data:`PARQUET_DATASET`)."""
+
+    def __init__(self, table):
+        self.table = table
 
     def flush(self):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from ...io import warehouse
-
-        schema = warehouse.arrow_schema("metric_result")
-        table = pa.Table.from_pylist([warehouse.arrow_record(r, "metric_result") for r in self._rows], schema=schema)
-        pq.write_table(table, self._fh)
+        t = self.table
+        pq.write_table(pa.Table.from_pylist([t.arrow_record(r) for r in self._rows], schema=t.arrow_schema()),
+                       self._fh)
         self._fh.flush()
 
 
 class _CsvSink(fileio.FileSink):
-    """Writes each element (a pane: a list of rows) as one CSV file with a header line
-    (:func:`streameval.io.warehouse.csv_line`: the batch job's ``metrics.csv`` columns)."""
+    """Writes each element (a pane: a list of rows) as one CSV file with a header line, the typed
+    metric table's columns (:class:`streameval.io.metric_table.MetricTable`: the batch job's
+    ``metrics.csv`` columns)."""
+
+    def __init__(self, table):
+        self.table = table
 
     def open(self, fh):
         self._fh = fh
         self._header = False
 
     def write(self, rows):
-        from ...io import warehouse
-
         if not self._header:
-            self._fh.write((warehouse.csv_header("metric_result") + "\n").encode("utf-8"))
+            self._fh.write((self.table.csv_header() + "\n").encode("utf-8"))
             self._header = True
         for r in rows:
-            self._fh.write((warehouse.csv_line(r, "metric_result") + "\n").encode("utf-8"))
+            self._fh.write((self.table.csv_line(r) + "\n").encode("utf-8"))
 
     def flush(self):
         self._fh.flush()
@@ -149,8 +153,9 @@ class _CsvSink(fileio.FileSink):
 _SINKS = {"avro": _AvroSink, "jsonl": _JsonLinesSink, "parquet": _ParquetSink, "csv": _CsvSink}
 
 
-def _pane_sink(dest):
-    return _SINKS[dest.rsplit(".", 1)[-1]]()
+def _pane_sink(dest, table):
+    kind = _SINKS[dest.rsplit(".", 1)[-1]]
+    return kind(table) if kind in (_ParquetSink, _CsvSink) else kind()
 
 
 class WriteWindowedFiles(beam.PTransform):
@@ -159,7 +164,9 @@ class WriteWindowedFiles(beam.PTransform):
     ``avro``, ``parquet``, ``csv``; see :func:`pane_file_stem`): one file per pane and format,
     written by the step that receives the pane (to a temporary name, then renamed), in whatever
     window the pane comes, so no pane is ever late for the writer. The files of a format are one
-    table (same columns, the metric_result schema). The Parquet files form one dataset in the
+    table (same columns: the metric_result schema in Avro and JSON lines; in Parquet and CSV the
+    typed table ``table``, a :class:`streameval.io.metric_table.MetricTable` whose slice columns are
+    the job's slice attributes, whichever slices a pane holds). The Parquet files form one dataset in the
     folder :data:`PARQUET_DATASET`, Hive-partitioned by the window's UTC date
     (``metrics_parquet/window_date=2019-11-24/<stem>.parquet``): ``pd.read_parquet(folder)``,
     ``pyarrow.dataset.dataset(folder, partitioning="hive")``, Spark's ``spark.read.parquet(folder)``
@@ -172,21 +179,25 @@ class WriteWindowedFiles(beam.PTransform):
     lists the output directory at every firing, so a job of many small windows (sessions) slowed
     down quadratically with the number of files written."""
 
-    def __init__(self, directory, formats=("jsonl", "avro"), label=None):
+    def __init__(self, directory, formats=("jsonl", "avro"), label=None, table=None):
         super().__init__(label)
         self.directory = directory
         self.formats = tuple(formats)
+        self.table = table
 
     def expand(self, panes):
-        return panes | "WritePaneFiles" >> beam.ParDo(_WritePaneFiles(self.directory, self.formats))
+        return panes | "WritePaneFiles" >> beam.ParDo(_WritePaneFiles(self.directory, self.formats, self.table))
 
 
 class _WritePaneFiles(beam.DoFn):
     """Writes a pane's files (:class:`WriteWindowedFiles`); yields nothing."""
 
-    def __init__(self, directory, formats):
+    def __init__(self, directory, formats, table=None):
+        from ...io.metric_table import MetricTable
+
         self.directory = directory
         self.formats = tuple(formats)
+        self.table = table if table is not None else MetricTable()
 
     def process(self, rows):
         if not rows:
@@ -198,7 +209,7 @@ class _WritePaneFiles(beam.DoFn):
                 self.directory, PARQUET_DATASET.rstrip("/"), f"window_date={_window_date(rows[0]['window_start'])}")
             final = FileSystems.join(folder, name)
             temp = FileSystems.join(folder, f".{name}.{uuid.uuid4().hex[:12]}.tmp")
-            sink = _pane_sink(name)
+            sink = _pane_sink(name, self.table)
             with FileSystems.create(temp) as fh:
                 sink.open(fh)
                 sink.write(rows)
