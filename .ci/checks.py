@@ -17,7 +17,9 @@ Checks:
 * ``vulture``: dead code at pyproject.toml's ``[tool.vulture]`` confidence; a finding not in
   ``.ci/baselines/vulture.txt`` fails;
 * ``sizes``: modules over 800 lines and functions over 80, each either in ``.ci/baselines/sizes.txt`` (with its
-  size and reason) or a failure; a listed one may not grow.
+  size and reason) or a failure; a listed one may not grow;
+* ``beam-patches``: production code (``streameval/``, ``pipelines/``) assigns to no attribute of anything it
+  imported from ``apache_beam`` (``x.attr = ...``, ``setattr(x, ...)``, ``del x.attr``), none allowed.
 
 A count that went down passes and is named, so its baseline can be lowered (``--lower``). The tools are the
 ``test`` extra's (``pip install -e ".[test]"``); they run from the Python running this script.
@@ -197,6 +199,75 @@ def render_size_exceptions(header: str, exceptions: Mapping[str, tuple[int, str]
     return header + body
 
 
+def beam_patches(source: str, filename: str = "<source>") -> list[str]:
+    """Where ``source`` changes something of Beam's: an assignment (``=``, ``+=``, annotated), a ``del`` or a
+    ``setattr`` / ``delattr`` on a name bound by ``import apache_beam...`` / ``from apache_beam... import
+    ...`` (also through attributes of it: ``apache_beam.io.x.y = ...``). Returns ``"FILE:LINE: what"``
+    lines. A name rebound to something else later in the module still counts (kept simple: none here)."""
+    tree = ast.parse(source, filename)
+    beam_names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "apache_beam" or a.name.startswith("apache_beam."):
+                    beam_names.add((a.asname or a.name).split(".")[0])
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and (node.module == "apache_beam" or node.module.startswith("apache_beam."))
+            and node.level == 0
+        ):
+            beam_names.update(a.asname or a.name for a in node.names)
+
+    def root(expr) -> str | None:
+        while isinstance(expr, (ast.Attribute, ast.Subscript)):
+            expr = expr.value
+        return expr.id if isinstance(expr, ast.Name) else None
+
+    returning: set = set()  # functions returning something of Beam's (a module imported inside them)
+
+    def beams(expr) -> bool:
+        if isinstance(expr, ast.Call):
+            if isinstance(expr.func, ast.Name) and expr.func.id == "getattr" and expr.args:
+                return beams(expr.args[0])
+            return isinstance(expr.func, ast.Name) and expr.func.id in returning
+        return root(expr) in beam_names
+
+    for _ in range(5):  # names bound to Beam's objects: x = getattr(module, "C"); mod = _beam_module()
+        before = (len(beam_names), len(returning))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and beams(node.value):
+                beam_names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                isinstance(r, ast.Return) and r.value is not None and beams(r.value) for r in ast.walk(node)
+            ):
+                returning.add(node.name)
+        if (len(beam_names), len(returning)) == before:
+            break
+
+    found = []
+    for node in ast.walk(tree):
+        targets: list = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+            and node.args
+        ):
+            if root(node.args[0]) in beam_names:
+                found.append(f"{filename}:{node.lineno}: {node.func.id}({ast.unparse(node.args[0])}, ...)")
+            continue
+        for t in targets:
+            for sub in t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]:
+                if isinstance(sub, ast.Attribute) and root(sub) in beam_names:
+                    found.append(f"{filename}:{node.lineno}: {ast.unparse(sub)} changed")
+    return sorted(found, key=lambda f: int(f.split(":")[-2]))
+
+
 def _header(text: str) -> str:
     lines = text.splitlines(keepends=True)
     return "".join(
@@ -365,6 +436,12 @@ def check_sizes(lower: bool) -> Result:
     )
 
 
+def check_beam_patches(lower: bool) -> Result:
+    files = [p for d in ("streameval", "pipelines") for p in sorted((ROOT / d).rglob("*.py"))]
+    found = [line for p in files for line in beam_patches(p.read_text(), str(p.relative_to(ROOT)))]
+    return Result(not found, found, f"{len(files)} files, {len(found)} changes to Beam")
+
+
 CHECKS: dict[str, Callable[[bool], Result]] = {
     "ruff": check_ruff,
     "long-lines": check_long_lines,
@@ -373,6 +450,7 @@ CHECKS: dict[str, Callable[[bool], Result]] = {
     "mypy": check_mypy,
     "vulture": check_vulture,
     "sizes": check_sizes,
+    "beam-patches": check_beam_patches,
 }
 
 

@@ -3,7 +3,6 @@ there): moto's S3 server on 127.0.0.1, started and stopped here.
 
     python benchmarks/bench_remote.py                          # 2,000,000 impressions in 4 files
     python benchmarks/bench_remote.py --impressions 2000000 --files 8 --repeat 3
-    python benchmarks/bench_remote.py --no-fresh-clients       # only local and s3
 
 The logs are those of benchmarks/bench_beam.py (its ``write_logs``: 10 impressions per request, 10,000
 judged queries, two systems, a device attribute), cut into ``--files`` files, uploaded once to the
@@ -14,10 +13,8 @@ spell of the machine does not fall on one kind only); the job is bench_beam's
 
 * ``local``: inputs from the local files, outputs to a local directory;
 * ``s3``: inputs ``s3://BUCKET/in/impressions-*.avro`` and the judgments from S3, outputs to
-  ``s3://BUCKET/out``, the job as it is: one boto3 client per process for Beam's S3 file system
-  (streameval/beam/s3_clients.py);
-* ``s3 fresh clients``: the same with ``STREAMEVAL_S3_FRESH_CLIENTS=1``, Beam 2.77's S3 file system
-  as it is: a new boto3 session and client for every file-system call (what the job paid before).
+  ``s3://BUCKET/out``, through Beam's S3 file system as it is: a new boto3 session and client for every
+  file-system call (docs/deploy.md, "Beam as it is").
 
 Prints each run's wall time (the whole ``streameval batch`` call in the child process, from argument
 parsing to the manifest) and the job's own ``wall_seconds`` (pipeline run, from summary.json), and the
@@ -42,7 +39,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import bench_beam  # noqa: E402  (benchmarks/bench_beam.py: the data generator and the job's settings)
 
 TARGET = 1.5
-KINDS = ("local", "s3", "s3 fresh clients")
+KINDS = ("local", "s3")
 
 
 def _job_args(impressions: str, judgments: str, out: str) -> list[str]:
@@ -71,12 +68,8 @@ def child(spec: dict) -> dict:
 
 
 def _run(spec: dict) -> dict:
-    env = dict(os.environ)
-    env.pop("STREAMEVAL_S3_FRESH_CLIENTS", None)
-    if spec["kind"] == "s3 fresh clients":  # Beam's S3 file system as it is (streameval/beam/s3_clients.py)
-        env["STREAMEVAL_S3_FRESH_CLIENTS"] = "1"
     out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
-                         cwd=ROOT, env=env)
+                         cwd=ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"{spec['kind']} run failed ({out.returncode}):\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -104,8 +97,6 @@ def main(argv=None) -> int:
     ap.add_argument("--files", type=int, default=4, help="impression files (default 4)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each kind; the fastest is reported")
     ap.add_argument("--dir", default=None, help="keep the generated logs here (default: a temporary directory)")
-    ap.add_argument("--no-fresh-clients", action="store_true",
-                    help="skip the 's3 fresh clients' runs (Beam's new boto3 client per call)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -117,7 +108,7 @@ def main(argv=None) -> int:
     os.makedirs(work, exist_ok=True)
     bench_beam._compile_package()
     paths, jpath = _logs(args.impressions, args.files, work)
-    kinds = KINDS[:2] if args.no_fresh_clients else KINDS
+    kinds = KINDS
     results = []
     with moto_server() as s3:
         t = time.perf_counter()
@@ -131,7 +122,6 @@ def main(argv=None) -> int:
             "s3": {"impressions": s3.url("in/impressions-*.avro"), "judgments": s3.url("in/judgments.avro"),
                    "out": s3.url("out"), "beam_args": s3.beam_args},
         }
-        specs["s3 fresh clients"] = dict(specs["s3"])
         best: dict = {}
         for i in range(max(1, args.repeat)):  # round robin: a busy spell of the machine hits every kind
             for kind in kinds:

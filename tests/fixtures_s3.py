@@ -11,11 +11,6 @@ extra) on 127.0.0.1, one per test session, with one bucket.
 point Beam's S3 file system at the server. The server runs as a subprocess (its log in a temporary
 file, named in the failure when it does not come up) and is stopped by its PID at the end of the
 session. Tests share the bucket: each one writes under its own prefix (:meth:`S3Server.prefix`).
-
-``beam_s3_clients_shared`` (:func:`shared_beam_s3_clients`) makes Beam's S3 file system share its
-boto3 clients in the test's process for tests that do not run a job (the jobs install
-:mod:`streameval.beam.s3_clients` themselves): Beam 2.77 makes a new client for every file-system
-call, which costs more than the job itself at test sizes.
 """
 
 from __future__ import annotations
@@ -162,30 +157,6 @@ def _stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(10)
-
-
-@contextlib.contextmanager
-def shared_beam_s3_clients():
-    """Within the block, Beam's S3 file system shares one boto3 client per set of S3 options in this
-    process (:mod:`streameval.beam.s3_clients`, what the jobs install), for tests that use
-    ``FileSystems`` on ``s3://`` without going through a job (:func:`streameval.read_metrics`). Left
-    installed when it was before the block. ``STREAMEVAL_S3_FRESH_CLIENTS=1`` leaves Beam as it is."""
-    from streameval.beam import s3_clients
-
-    before = s3_clients.installed()
-    s3_clients.install()
-    try:
-        yield
-    finally:
-        if not before:
-            s3_clients.uninstall()
-
-
-@pytest.fixture
-def beam_s3_clients_shared():
-    """:func:`shared_beam_s3_clients` for one test."""
-    with shared_beam_s3_clients():
-        yield
 
 
 @pytest.fixture(scope="session")

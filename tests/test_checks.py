@@ -208,3 +208,37 @@ def test_real_ruff_long_lines_are_read(tmp_path):
         tmp_path,
     )
     assert checks.parse_ruff_json(out, tmp_path) == {"wide.py": 1}
+
+
+def test_beam_patches_found_and_not():
+    patched = (
+        "import apache_beam as beam\n"
+        "from apache_beam.transforms import userstate, core as c\n"
+        "from apache_beam.io.aws.clients.s3 import boto3_client\n"
+        "userstate.get_dofn_specs = lambda d: d\n"
+        "c.get_function_arguments += 1\n"
+        "setattr(boto3_client, 'boto3', None)\n"
+        "beam.io.Thing.x, other = 1, 2\n"
+        "del userstate.x\n"
+        "def _mod():\n    from apache_beam.io import s3\n    return s3\n"
+        "mod = _mod()\nmod.boto3 = None\n"  # 13
+        "cls = getattr(c, 'Evaluator', None)\ncls.process = None\n"
+    )  # 15
+    found = checks.beam_patches(patched, "m.py")
+    assert [f.split(":")[1] for f in found] == ["4", "5", "6", "7", "8", "13", "15"], found
+    clean = (
+        "import apache_beam as beam\n"
+        "from apache_beam.options.pipeline_options import StandardOptions\n"
+        "class Mine(beam.DoFn):\n    pass\n"
+        "o = object()\n"
+        "o.runner = 'x'\n"  # not Beam's
+        "def f(options):\n    options.view_as(StandardOptions).runner = 'FnApiRunner'\n"  # a value, not Beam
+        "mine = Mine()\nmine.attr = 1\n"
+    )
+    assert checks.beam_patches(clean, "m.py") == []
+
+
+def test_production_code_patches_nothing_in_beam():
+    """Issue 37 item 3: no assignment to an apache_beam attribute outside tests (the check over the tree)."""
+    result = checks.check_beam_patches(False)
+    assert result.ok, result.lines

@@ -390,7 +390,7 @@ def test_formats_option():
         ',,"a,""b""",,,,,,,,,,,,,true,'  # n_unit after num_queries (schema version 3), metric_canonical last
 
 
-def test_parquet_and_csv_on_s3(s3_server, beam_s3_clients_shared, monkeypatch, tmp_path):
+def test_parquet_and_csv_on_s3(s3_server, monkeypatch, tmp_path):
     """The job writes its Parquet and CSV outputs to an S3 prefix (a moto server on 127.0.0.1) as it
     does locally, and read_metrics reads the Parquet output there."""
     from apache_beam.io.filesystems import FileSystems

@@ -718,17 +718,10 @@ def _sessions_by_hand(imps, gap):
 
 
 @pytest.mark.parametrize("lateness", ["0", "45m"])
-def test_session_deadlines_passed_by_the_watermark_fire_in_one_timer(monkeypatch, lateness):
-    """On the local runner an aggregate's event timer (and a request shard's due timer) also fires
-    the later deadlines the input watermark has passed (``local_runner.timer_watermark``), each at
-    its own time: the rows, panes
-    and side outputs are those of one timer per deadline (the hook off), and the final panes equal
-    the batch job on each session (sessions grouped by hand). Many sessions end within each
-    one-hour replay step here (30 users, requests minutes apart)."""
-    from streameval.beam import local_runner
-    from streameval.beam.streaming import aggregate
-
-    assert local_runner.install()
+def test_session_windows_final_panes_equal_the_batch_job(lateness):
+    """Session windows with many sessions ending within each one-hour replay step (30 users, requests
+    minutes apart): every deadline fires at its own time (one event timer each), and the final panes
+    equal the batch job on each session (sessions grouped by hand)."""
     rng = random.Random(7)
     judg = [jdg("q1", f"d{i}", g) for i, g in enumerate([1, 0, 2, 1, 0, 3])]
     imps = []
@@ -740,34 +733,8 @@ def test_session_deadlines_passed_by_the_watermark_fire_in_one_timer(monkeypatch
                             clicked=rng.random() < 0.3))
     steps = Replay.from_records(imps, judg, step="1h").steps
     metrics = ["P@2", "ndcg@3"]
-    seen = []
-
-    def run(hook):
-        real = local_runner.timer_watermark
-
-        def watermark():
-            wm = real() if hook else None
-            seen.append(wm)
-            return wm
-
-        monkeypatch.setattr(aggregate.local_runner, "timer_watermark", watermark)
-        out = run_stream(lambda p: stream_metrics(p, steps, metrics=metrics, window="session:30m",
-                                                  allowed_lateness=lateness))
-        monkeypatch.undo()
-        return out
-
-    def canon(rows):
-        return sorted(json.dumps(r, sort_keys=True) for r in rows)
-
-    off = run(False)
-    calls_off = len(seen)
-    seen.clear()
-    on = run(True)
-    assert any(w is not None for w in seen), "the local runner gave no watermark to the timer callbacks"
-    assert len(seen) < calls_off / 3, (len(seen), calls_off)  # far fewer event timers fired
-    for name in ("rows", "late", "dead"):
-        assert canon(on[name]) == canon(off[name]), name
-    assert sorted(map(canon, on["panes"])) == sorted(map(canon, off["panes"]))
+    on = run_stream(lambda p: stream_metrics(p, steps, metrics=metrics, window="session:30m",
+                                             allowed_lateness=lateness))
     sessions = _sessions_by_hand(imps, 30 * MIN)
     assert len(sessions) > 50
     # the batch job on each session at once: a session attribute, sliced by it

@@ -390,35 +390,6 @@ def test_auto_engine_says_why_the_per_event_engine_runs(tmp_path, capsys):
     assert "note: the per-event engine runs this job: the columnar engine has fixed windows only" in err
 
 
-def test_local_runner_memo_gives_the_same_specs():
-    """The memoised ``get_dofn_specs`` (streameval.beam.local_runner) answers as Beam's own for the
-    job's stateful DoFns; a Beam without the function fails here, so an upgrade is noticed."""
-    from apache_beam.transforms import userstate
-
-    from streameval.beam import local_runner
-    from streameval.beam.streaming.aggregate import _AggregateFn
-    from streameval.beam.streaming.coarse import _PartialAggregate, _ShardFn
-
-    original = getattr(userstate.get_dofn_specs, "__wrapped__", userstate.get_dofn_specs)
-    assert local_runner.install()
-    cfg = type("Cfg", (), {"specs": [], "clock": None})()
-    for fn in (_ShardFn.__new__(_ShardFn), _AggregateFn.__new__(_AggregateFn)):
-        got = userstate.get_dofn_specs(fn)
-        assert got == original(fn) and got[0] and got[1]
-    assert _PartialAggregate and cfg
-    # the memoised get_function_args_defaults answers as Beam's own, lists of its own
-    from apache_beam.transforms import core
-
-    args_of = core.get_function_args_defaults
-    assert getattr(args_of, "_streameval_memoised", False)
-    fn = _ShardFn.__new__(_ShardFn)
-    for f in (fn.process, fn.on_expiry, _ShardFn.process, lambda x, y=2: x):
-        got = args_of(f)
-        assert got == args_of.__wrapped__(f) == args_of(f)
-        got[0].append("changed")
-        assert args_of(f) == args_of.__wrapped__(f)
-
-
 def test_columnar_replay_equals_the_batch_job(tmp_path):
     """``--replay`` on the columnar engine (ReplayColumns: the files' blocks per step of event time):
     the final panes equal the batch job's per-record engine; the replay's own counts add up."""

@@ -154,7 +154,7 @@ def test_reconcile_and_report_take_a_stream_output(stream_replay, batch_twin, tm
     assert "no manifest.json" in capsys.readouterr().err
 
 
-def test_a_stream_output_on_s3_reads_as_locally(stream_replay, batch_twin, s3_server, beam_s3_clients_shared,
+def test_a_stream_output_on_s3_reads_as_locally(stream_replay, batch_twin, s3_server,
                                                 monkeypatch):
     """The replay's output uploaded to an S3 prefix (its manifest names the local paths: files are
     read by name under the prefix) reads as the local directory; a prefix without manifest is refused."""

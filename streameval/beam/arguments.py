@@ -109,18 +109,12 @@ def parse_grades(text):
 
 def make_pipeline(options):
     """``beam.Pipeline(options=options)``; a runner Beam does not know (a wrong name, a module path
-    that does not import) raises ``ValueError`` with one line, which the jobs report with exit 2.
-    Installs :mod:`streameval.beam.s3_clients` in this process and adds it to the options'
-    ``--beam_plugins``: the launcher and every worker process then share one boto3 client per set of
-    S3 options (Beam 2.77 makes one per file-system call)."""
+    that does not import) raises ``ValueError`` with one line, which the jobs report with exit 2."""
     import apache_beam as beam
-
-    from . import s3_clients
-
-    s3_clients.install()
-    s3_clients.add_to_options(options)
     from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PortableOptions,
                                                       StandardOptions)
+
+    from . import s3_options
 
     standard = options.view_as(StandardOptions)
     if standard.runner == "FnApiRunner" and not any(
@@ -135,7 +129,7 @@ def make_pipeline(options):
     if options.view_as(DirectOptions).direct_running_mode == "multi_processing":
         # the local runner's worker processes start without the pipeline options: they inherit the
         # S3 endpoint and credentials through the environment instead
-        s3_clients.export_to_environment(options)
+        s3_options.export_to_environment(options)
     try:
         return beam.Pipeline(options=options.view_as(_cached_views_class()))
     except ImportError as e:  # Beam imports a runner given as a dotted path

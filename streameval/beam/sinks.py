@@ -40,7 +40,6 @@ from apache_beam.io.filesystems import FileSystems
 from ..io import avro, outdir
 from ..io.outdir import OutputLock
 from .arguments import make_output_dir
-from . import s3_clients  # noqa: F401 (installs one boto3 client per process for Beam's S3 file system)
 
 __all__ = ["MANIFEST", "RUNS", "STAGING_PREFIX", "FORMATS", "DEFAULT_FORMATS", "parse_formats", "OutputRun",
            "start_output", "close_output", "write_records", "write_jsonl", "write_parquet", "write_csv",

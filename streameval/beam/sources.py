@@ -36,7 +36,6 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from ..io import avro
-from . import s3_clients  # noqa: F401 (installs one boto3 client per process for Beam's S3 file system)
 from ..io import counters as cn
 from ..io.counters import NAMESPACE  # noqa: F401 (re-exported: its former home)
 from .threads import counter

@@ -545,10 +545,6 @@ def _main(argv, held: list) -> int:
     start = time.perf_counter()
     if getattr(args, "engine_note", None):
         print(args.engine_note, file=sys.stderr)
-    if _on_local_runner(args):
-        from streameval.beam import local_runner
-
-        local_runner.install()  # the local runner's per-bundle inspection of each DoFn, memoised
     local, unreadable = LOCAL_COUNTS, LOCAL_UNREADABLE
     local.clear()
     unreadable.clear()

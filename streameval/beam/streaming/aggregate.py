@@ -31,7 +31,6 @@ from apache_beam.utils.timestamp import Timestamp
 from ...accumulators.moments import MeanMoments, partials_add
 from ...io import counters as cn
 from ...metrics import stats
-from .. import local_runner
 from ..combiners import CtrByPositionCombineFn, MeanCombineFn
 from ..transforms import metric_row
 from .common import _SIDE_KEY, _micros, _tally, _when
@@ -250,17 +249,6 @@ class _AggregateBase:
         c = self._fold(key, inbox, core)
         out = list(self._late_out(ts))
         out.extend(self.fire_deadlines(key, c, now, ts))
-        # On the local runner (local_runner.timer_watermark): the later deadlines the input watermark
-        # has passed fire here, each as its own timer would (its time, its panes' timestamps), in one
-        # state read and write instead of one runner round each. No element can come in between:
-        # every element behind the watermark has been processed, and its inbox is folded above.
-        wm = local_runner.timer_watermark()
-        while wm is not None:
-            nxt = self.next_deadline(c)
-            if nxt is None or not now < nxt <= wm:
-                break
-            now = nxt
-            out.extend(self.fire_deadlines(key, c, now, _when(now)))
         armed = self._rearm(c, event, None)
         core.write(c.to_state())
         _Schedule(armed, parmed, pnow, count).write(sched)

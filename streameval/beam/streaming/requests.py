@@ -31,11 +31,9 @@ from apache_beam import pvalue
 from apache_beam.coders import FastPrimitivesCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
-from apache_beam.transforms.window import TimestampedValue
 
 from ...io import cleaning, records
 from ...io import counters as cn
-from .. import local_runner
 from ..combiners import RankingStateCombineFn
 from ..transforms import slice_labels
 from .common import (
@@ -570,22 +568,10 @@ class _Requests:
         now = _micros(ts)
         reqs = state.read() or {}
         armed, closed_upto = _RequestsMeta.read(meta)
-        # On the local runner (local_runner.timer_watermark): the later due times the input
-        # watermark has passed are handled here too, each as its own timer would (its time, its
-        # output's timestamp), in one state read and write instead of one runner round each.
-        wm = local_runner.timer_watermark()
-        first = True
-        while True:
-            closed_upto = now if closed_upto is None else max(closed_upto, now)
-            side = self._due_pass(reqs, now, closed_upto)
-            if side:
-                out = (_SIDE_KEY, [("side", r) for r in side])
-                yield out if first else TimestampedValue(out, _when(now))
-            first = False
-            nxt = min((d for d, _ in reqs.values() if d is not None), default=None)
-            if wm is None or nxt is None or not now < nxt <= wm:
-                break
-            now = nxt
+        closed_upto = now if closed_upto is None else max(closed_upto, now)
+        side = self._due_pass(reqs, now, closed_upto)
+        if side:
+            yield (_SIDE_KEY, [("side", r) for r in side])
         self._arm(reqs, meta, due, closed_upto)
         if reqs:
             state.write(reqs)
