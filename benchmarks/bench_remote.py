@@ -61,7 +61,10 @@ def child(spec: dict) -> dict:
     wall = time.perf_counter() - t
     if code != 0:
         raise SystemExit(f"batch job failed with {code}")
-    with FileSystems.open(FileSystems.join(spec["out"], "summary.json")) as fo:
+    with FileSystems.open(FileSystems.join(spec["out"], "manifest.json")) as fo:  # it names the run's folder
+        folder = json.loads(fo.read()).get("folder") or ""
+    with FileSystems.open(FileSystems.join(spec["out"], folder, "summary.json") if folder
+                          else FileSystems.join(spec["out"], "summary.json")) as fo:
         summary = json.loads(fo.read())
     return {"kind": spec["kind"], "records": summary["accounting"]["impression"]["read"], "wall": wall,
             "job_wall": summary["wall_seconds"], "rows": summary["num_rows"]}
