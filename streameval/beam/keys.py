@@ -10,6 +10,8 @@ import math
 import numbers
 import re
 
+from ..io.metric_table import label_parts
+
 #: slice value of a request that lacks a slice attribute
 MISSING = "(missing)"
 ALL = "all"
@@ -226,39 +228,7 @@ def label_has_missing(label: str) -> bool:
     """Whether a slice label (:func:`slice_part` parts joined by ``,``) has a part whose attribute is
     absent (``attr=(missing)``, unescaped): the rows ``--slice-missing skip`` leaves out. A present
     value ``"(missing)"`` is rendered ``\\(missing)`` and does not count."""
-    i, n, value_start = 0, len(label), None
-    while i <= n:
-        c = label[i] if i < n else ","
-        if c == "\\":
-            i += 2
-            continue
-        if c == "=" and value_start is None:
-            value_start = i + 1
-        elif c == ",":
-            if value_start is not None and label[value_start:i] == MISSING:
-                return True
-            value_start = None
-        i += 1
-    return False
-
-
-def _label_parts(label: str) -> list[tuple[str, str]]:
-    """The (escaped attribute, escaped value) pairs of a slice label (:func:`slice_part` parts
-    joined by ``,``); ``all`` has none."""
-    out, i, n, start, eq = [], 0, len(label), 0, None
-    while i <= n:
-        c = label[i] if i < n else ","
-        if c == "\\":
-            i += 2
-            continue
-        if c == "=" and eq is None:
-            eq = i
-        elif c == ",":
-            if eq is not None:
-                out.append((label[start:eq], label[eq + 1:i]))
-            start, eq = i + 1, None
-        i += 1
-    return out
+    return any(value == MISSING for _, value in label_parts(label))
 
 
 def attributes_without_values(slice_specs, labels) -> list[str]:
@@ -266,7 +236,7 @@ def attributes_without_values(slice_specs, labels) -> list[str]:
     (a job's rows' ``slice``) has a value of: every request was in ``attr=(missing)`` (or, with
     ``--slice-missing skip``, in no row), so no record had the attribute, e.g. a typo
     (``--slices campain``; issue 41)."""
-    present = {name for label in labels for name, value in _label_parts(label or "") if value != MISSING}
+    present = {name for label in labels for name, value in label_parts(label or "") if value != MISSING}
     names = dict.fromkeys(n for spec in slice_specs for n in spec)
     return [n for n in names if _escape_slice_text(n, False) not in present]
 

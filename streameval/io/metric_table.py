@@ -39,7 +39,8 @@ import json
 from ..metrics.units import count_unit
 from . import avro, warehouse
 
-__all__ = ["SLICE_PREFIX", "UNIT_COLUMNS", "COUNT_COLUMNS", "slice_attributes", "slice_columns", "MetricTable",
+__all__ = ["SLICE_PREFIX", "UNIT_COLUMNS", "COUNT_COLUMNS", "label_parts", "slice_attributes", "slice_columns",
+           "MetricTable",
            "plain_row", "rows_frame"]
 
 #: the prefix of the columns of slice attributes (``slice_campaign`` for ``campaign=men``)
@@ -68,10 +69,11 @@ def _unescape(text: str) -> str:
     return "".join(out)
 
 
-def _parts(label: str):
-    """The (attribute, value) text pairs of a slice label, split at its unescaped ``,`` and ``=``
-    (``streameval.beam.keys.slice_part`` escapes them with a backslash), still escaped."""
-    i, n, start, eq = 0, len(label), 0, None
+def label_parts(label: str) -> list[tuple[str, str]]:
+    """The (attribute, value) text pairs of a slice label (``"campaign=men,device=pc"``), split at its
+    unescaped ``,`` and ``=`` (``streameval.beam.keys.slice_part`` escapes them with a backslash), still
+    escaped; ``"all"`` has none."""
+    out, i, n, start, eq = [], 0, len(label), 0, None
     while i <= n:
         c = label[i] if i < n else ","
         if c == "\\":
@@ -81,9 +83,10 @@ def _parts(label: str):
             eq = i
         elif c == ",":
             if eq is not None:
-                yield label[start:eq], label[eq + 1:i]
+                out.append((label[start:eq], label[eq + 1:i]))
             start, eq = i + 1, None
         i += 1
+    return out
 
 
 def slice_attributes(label) -> dict:
@@ -94,7 +97,7 @@ def slice_attributes(label) -> dict:
     out: dict[str, str] = {}
     if not label or label == "all":
         return out
-    for key, value in _parts(str(label)):
+    for key, value in label_parts(str(label)):
         if value != "all":
             out[_unescape(key)] = _unescape(value)
     return out
