@@ -351,6 +351,75 @@ def test_stream_replay_on_flink_equals_local(flink, launch):
     assert counters["impressions_read"] == 1536 and counters["judgments_read"] == 768
 
 
+def _watch_job(engine_dir: Path, runner_args):
+    """``streameval stream --watch`` on a folder: 7 hourly files already there, copied newest first (a
+    backlog out of date order), and the last one renamed into the folder while the job runs; the
+    watch ends 6 s after the last new file. Returns the output folder."""
+    import threading
+    import time
+
+    from streameval.jobs import stream
+
+    from .conftest import fail_after
+    from .test_stream_columnar import _log
+
+    files, judg = _log(seed=11, n_requests=300)
+    watch = engine_dir / "watch"
+    watch.mkdir(parents=True)
+    avro.write_records(engine_dir / "judgments.avro", "judgment", judg)
+    for i in reversed(range(len(files) - 1)):
+        avro.write_records(watch / f"part-{i:03d}.avro", "impression", files[i])
+
+    def last_file():
+        time.sleep(8)
+        tmp = engine_dir / "part-007.avro"
+        avro.write_records(tmp, "impression", files[-1])
+        os.replace(tmp, watch / "part-007.avro")
+
+    threading.Thread(target=last_file, daemon=True).start()
+    out = engine_dir / "out"
+    argv = ["--watch", "--impressions", str(watch / "*.avro"), "--judgments", str(engine_dir / "judgments.avro"),
+            "--metrics", "ndcg@10,map,P@5", "--window", "1h", "--slices", "device", "--watch-interval", "1",
+            "--watch-idle-stop", "6", "--quiet", "--output", str(out), *runner_args]
+    with fail_after(600, f"the stream job with --watch in {engine_dir}"):
+        assert stream.main(argv) == 0
+    return out, files
+
+
+@pytest.mark.parametrize("engine", ["prism", "flink"])
+def test_stream_watch_on_engine_ends_and_equals_local_and_batch(engine, request, launch):
+    """``--watch`` on Prism and on Flink (issue 37 item 2): the watch source, a splittable DoFn with an
+    event-time watermark (streameval/beam/streaming/watch_source.py), reads a backlog copied out of
+    date order and a file added while the job runs, with nothing late; the job ends after
+    ``--watch-idle-stop``; every final pane equals the local runner's --watch (its live watcher) and
+    the batch job on the same files."""
+    from .test_stream import assert_final_equals_batch
+    from .test_stream_columnar import _jsonl
+
+    cluster = request.getfixturevalue(engine)
+    if engine == "flink":
+        _need_job_server(cluster["has_job_server"])
+    got, files = _watch_job(Path(f"watch-{engine}"), cluster["runner_args"])
+    ref, _ = _watch_job(Path(f"watch-{engine}-local"), [])
+
+    def panes(out):
+        return {p.name: sorted(p.read_text().splitlines()) for p in Path(out).glob("metrics-*.jsonl")}
+
+    assert panes(got) == panes(ref) and len(panes(ref)) > 6
+    summary = json.loads((got / "summary.json").read_text())
+    assert summary["counters"]["impressions_read"] == sum(len(f) for f in files)
+    assert not list(got.glob("late_data-*")) or all(p.stat().st_size == 0 for p in got.glob("late_data-*"))
+    bout = Path(f"watch-{engine}-batch")
+    from streameval.jobs import batch as batch_cli
+
+    assert batch_cli.main(["--impressions", f"watch-{engine}/watch/*.avro", "--judgments",
+                           f"watch-{engine}/judgments.avro", "--metrics", "ndcg@10,map,P@5", "--window", "1h",
+                           "--slices", "device", "--allowed-lateness", "0", "--runner", "FnApiRunner",
+                           "--engine", "records", "--output", str(bout)]) == 0
+    rows = [r for r in _jsonl(got, "metrics-*.jsonl")]
+    assert_final_equals_batch(rows, _jsonl(bout, "metrics.jsonl"))
+
+
 @pytest.mark.parametrize("name", list(JOBS))
 def test_batch_on_flink_equals_local(flink, launch, name):
     """The batch job through Beam's Flink job server on the local Flink cluster (its tasks on the

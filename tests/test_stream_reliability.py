@@ -300,16 +300,14 @@ def test_stream_command_damaged_file_conflicts_and_accounting(tmp_path, capsys, 
     assert_final_equals_batch(rows, run_batch(imps + good_bulk, resolved, ["ndcg@3", "map"], window="1h"))
 
     # the watch source reads a damaged file the same way: its complete blocks, then one dead letter
-    class _Readable:
-        class metadata:
-            path = str(tmp_path / "in" / "bulk.avro")
+    from streameval.beam.streaming.watch_source import file_elements
 
-    from streameval.beam.streaming.sources import _ParseAvroFile
-
-    parsed = list(_ParseAvroFile("impressions").process(_Readable()))
-    assert {x.value[0] for x in parsed if not hasattr(x, "tag")} == {_Readable.metadata.path}  # (path, records)
-    got = [r for x in parsed if not hasattr(x, "tag") for r in x.value[1]]
-    letters = [x.value for x in parsed if hasattr(x, "tag")]
+    path = str(tmp_path / "in" / "bulk.avro")
+    parsed = [item for item, _ in file_elements("impressions", path, 1000)]
+    records = [x.value.value for x in parsed if x.tag == "impressions"]  # TimestampedValue((path, records))
+    assert {p for p, _ in records} == {path}
+    got = [r for _, recs in records for r in recs]
+    letters = [x.value for x in parsed if x.tag == "unreadable"]
     assert got == good_bulk and len(letters) == 1 and letters[0]["reason"] == unreadable[0]["reason"]
 
     # a broken count (replays not counted) makes the job fail

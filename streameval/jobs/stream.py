@@ -9,8 +9,9 @@ Sources:
   local streaming runner, ``BundleBasedDirectRunner``): ``--replay-step`` of event time per
   watermark step, ``--replay-pace`` seconds of processing time per step (drives ``--early-every``).
 * ``--watch``: watches ``--impressions`` / ``--judgments`` / ``--clicks`` patterns for new Avro
-  files (``fileio.MatchContinuously``; runners with splittable DoFns: Dataflow, Flink, Prism).
-  Records are timestamped with their event time, so the files should hold current data.
+  files: on the local runner a live watcher (:mod:`streameval.beam.streaming.live`), elsewhere a
+  splittable DoFn (:mod:`streameval.beam.streaming.watch_source`: Prism, Flink, Dataflow), both with
+  the same event-time watermark policy; ``--watch-idle-stop`` ends the job.
 * ``--pubsub-impressions`` / ``--pubsub-judgments`` / ``--pubsub-clicks`` (subscriptions or
   topics, JSON messages, event time from the ``timestamp`` field or ``--pubsub-timestamp-attribute``)
   and ``--kafka-bootstrap`` with ``--kafka-impressions`` etc. (JSON values): Beam's own IOs, on
@@ -82,7 +83,8 @@ from streameval.beam.streaming.live import KINDS, WatchFiles
 from streameval.beam.streaming.console import (LOCAL_COUNTS, LOCAL_UNREADABLE, PANE_LOG, ROW_KEYS, PanesOut, SideOut,
                                                print_alert, running_totals_line)
 from streameval.beam.streaming.sinks import PARQUET_DATASET, WriteRecords, WriteWindowedFiles
-from streameval.beam.streaming.sources import ReadKafkaEvents, ReadPubSubEvents, ReplayAvro, WatchAvro
+from streameval.beam.streaming.sources import ReadKafkaEvents, ReadPubSubEvents, ReplayAvro
+from streameval.beam.streaming.watch_source import WatchConfig, WatchEvents
 from streameval.alerts import check_rules_match, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, StreamAlerts
 from streameval.beam.prometheus import STORE as PROMETHEUS
@@ -199,13 +201,18 @@ def _sources(p, args, paths):
         srcs["watchers"] = [live]
         return srcs, live
     out = {"watchers": []}
+    watched = None
+    if args.watch:  # one source for every kind: its watermark follows the local watcher's policy
+        source = WatchEvents(WatchConfig({k: paths[k] for k in KINDS if paths[k]},
+                                         interval=args.watch_interval or 10.0,
+                                         delay=parse_duration(args.watch_delay, "--watch-delay", allow_zero=True),
+                                         idle_stop=args.watch_idle_stop))
+        watched = p | "Watch" >> source
+        out["watchers"].append(source)
     for k in KINDS:
         ps, topic = getattr(args, f"pubsub_{k}"), getattr(args, f"kafka_{k}")
-        if args.watch and args.__dict__[k]:
-            watchers = [WatchAvro(pat, k, args.watch_interval or 10.0) for pat in args.__dict__[k]]
-            out["watchers"].extend(watchers)
-            pcs = [p | f"Watch{k.title()}{i}" >> w for i, w in enumerate(watchers)]
-            out[k] = pcs[0] if len(pcs) == 1 else pcs | f"All{k.title()}" >> beam.Flatten()
+        if watched is not None:
+            out[k] = watched[k] if paths[k] else None
         elif ps:
             out[k] = p | f"PubSub{k.title()}" >> ReadPubSubEvents(ps, args.pubsub_timestamp_attribute)
         elif topic:

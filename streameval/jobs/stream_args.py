@@ -116,16 +116,16 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
                      help="processing-time seconds per replay step (drives --early-every; default 1)")
     src.add_argument("--watch", action="store_true",
                      help="watch the patterns for new Avro files while the job runs (local runner: a live "
-                          "TestStream service; other runners: fileio.MatchContinuously)")
+                          "TestStream service; other runners: a splittable DoFn with an event-time watermark)")
     src.add_argument("--watch-interval", type=float, default=None,
                      help="seconds between matches (default 1 on the local runner, 10 elsewhere)")
     src.add_argument("--watch-delay", default="0",
-                     help="local runner: the watermark stays this far behind the latest impression or click "
+                     help="the watermark stays this far behind the latest impression or click "
                           "time read (default 0). It moves only after a poll in which no file is still being "
                           "copied, so files copied in any order are read before it passes them; a file arriving "
                           "after a quiet poll with events older than the watermark is late")
     src.add_argument("--watch-idle-stop", type=float, default=None, metavar="SECONDS",
-                     help="local runner: end the job (closing every window) after this long without a new "
+                     help="end the job (closing every window) after this long without a new "
                           "file (default: run until stopped)")
     for k in KINDS:
         src.add_argument(f"--pubsub-{k}", default=None, help=f"Pub/Sub subscription or topic of {k} (JSON)")

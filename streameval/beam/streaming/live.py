@@ -50,7 +50,6 @@ import numpy as np
 import pyarrow as pa
 from apache_beam import pvalue
 from apache_beam.coders import FastPrimitivesCoder
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.portability.api import beam_interactive_api_pb2_grpc, beam_runner_api_pb2_grpc
 from apache_beam.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
 from apache_beam.transforms.window import TimestampedValue
@@ -59,15 +58,14 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from ...io import avro, records
 from ..sources import read_avro_blocks, unreadable_letter
 from . import replay as _replay
+from .polling import SCHEMA_OF, poll
 from .replay import END_OF_TIME_US, ms_floor, usable_time
 from .windows import parse_duration
 
 _LOG = logging.getLogger(__name__)
 
 from ..arguments import KINDS  # noqa: E402  (the command line's, Beam-free)
-_READ_ORDER = {"judgments": 0, "impressions": 1, "clicks": 2}  # the kinds of a poll's files, in reading order
 LOG_LENGTH = 100_000  # entries kept of the watcher's logs (files read, watermarks sent)
-SCHEMA_OF = {"impressions": "impression", "judgments": "judgment", "clicks": None}
 def ipc_bytes(table) -> bytes:
     """An Arrow table as an IPC stream (the ``("arrow", bytes)`` payload of the columnar engine)."""
     sink = pa.BufferOutputStream()
@@ -166,29 +164,10 @@ class FileWatcher:
     # ----------------------------------------------------------------------------------------
     def _ready_files(self) -> list:
         """``(kind, path)`` of the files complete since the last poll: judgments, impressions, clicks,
-        each in name order."""
-        ready = []
-        matched = set()
-        for kind, pats in self.patterns.items():
-            for res in FileSystems.match(pats):
-                for md in res.metadata_list:
-                    path = md.path
-                    matched.add(path)
-                    if path in self._done or os.path.basename(path).startswith((".", "_")):
-                        continue
-                    size = md.size_in_bytes
-                    if self._sizes.get(path) == size:
-                        ready.append((kind, path))
-                        del self._sizes[path]
-                    else:
-                        self._sizes[path] = size
-        # a file read (or seen) and since removed is forgotten: bounded in a job that runs for ever
-        self._done &= matched
-        self._sizes = {p: size for p, size in self._sizes.items() if p in matched}
-        # judgments first (they do not move the watermark, and a request scored before its query's
-        # judgments would be rescored, or be final, without them), then impressions, then clicks
-        ready.sort(key=lambda kp: (_READ_ORDER[kp[0]], kp[1]))
-        return ready
+        each in name order (:func:`streameval.beam.streaming.polling.poll`)."""
+        found = poll(self.patterns, self._done, self._sizes)
+        self._sizes, self._done = found.sizes, found.done
+        return found.ready
 
     def _advance(self):
         """The processing-time event up to now (None when less than a millisecond passed)."""

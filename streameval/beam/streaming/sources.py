@@ -16,14 +16,12 @@ from __future__ import annotations
 import json
 
 import apache_beam as beam
-from apache_beam import pvalue
-from apache_beam.io import fileio
 from apache_beam.utils.timestamp import Timestamp
 
 from ...io import avro
 from ..sources import read_avro_blocks, unreadable_letter
-from .live import SCHEMA_OF
-from .replay import Replay, element_time, usable_time
+from .polling import SCHEMA_OF
+from .replay import Replay, usable_time
 
 __all__ = ["ReplayAvro", "WatchAvro", "ReadPubSubEvents", "ReadKafkaEvents", "KAFKA_TIMESTAMP_POLICIES"]
 
@@ -73,54 +71,28 @@ class ReplayAvro(beam.PTransform):
                                                         step=self.step, pace=self.pace)
 
 
-class _ParseAvroFile(beam.DoFn):
-    """A matched Avro file -> its records in lists of at most 1000, each record list timestamped
-    with its earliest event time (timestamps as int microseconds). A file that cannot be read to
-    its end gives the records before the damage and a dead letter (output ``unreadable``)."""
-
-    def __init__(self, kind):
-        self.kind = kind
-
-    @staticmethod
-    def _stamped(path, batch):
-        from apache_beam.transforms.window import TimestampedValue
-
-        return TimestampedValue((path, batch), Timestamp(micros=element_time(batch)))
-
-    def process(self, readable):
-        n = 0
-        path = readable.metadata.path
-        try:
-            for block in read_avro_blocks(path, SCHEMA_OF[self.kind]):
-                for i in range(0, len(block), 1000):
-                    batch = block[i:i + 1000]
-                    n += len(batch)
-                    yield self._stamped(path, batch)
-        except avro.AvroInputError as e:  # damaged content; a file the environment does not deliver fails
-            yield pvalue.TaggedOutput("unreadable", unreadable_letter(readable.metadata.path, self.kind, e, n))
-
-
 class WatchAvro(beam.PTransform):
-    """New Avro files matching ``pattern`` as they appear (``fileio.MatchContinuously``, every
-    ``interval`` seconds): record lists timestamped with their event time. Needs a runner with
-    splittable DoFns and processing-time watermarks (Dataflow, Flink, Prism). A damaged file gives
-    the records before the damage; after the transform is applied, ``self.unreadable`` holds one
-    dead letter per such file."""
+    """New Avro files of one kind matching ``pattern`` as they appear, polled every ``interval``
+    seconds (:class:`streameval.beam.streaming.watch_source.WatchEvents`, a splittable DoFn with an
+    event-time watermark): record lists timestamped with their earliest event time. Needs a runner
+    with splittable DoFns (Prism, Flink, Dataflow). ``delay``: microseconds the watermark stays behind
+    the latest event time read; ``idle_stop``: seconds without a new file after which the source ends
+    (None: never). A damaged file gives the records before the damage; after the transform is applied,
+    ``self.unreadable`` holds one dead letter per such file."""
 
-    def __init__(self, pattern, kind="impressions", interval=10.0, label=None):
+    def __init__(self, pattern, kind="impressions", interval=10.0, delay=0, idle_stop=None, label=None):
         super().__init__(label)
-        self.pattern = pattern
+        from .watch_source import WatchConfig, WatchEvents
+
+        self._source = WatchEvents(WatchConfig({kind: [pattern]}, float(interval), int(delay), idle_stop))
         self.kind = kind
-        self.interval = float(interval)
+        self.unreadable = None
 
     def expand(self, pbegin):
-        parsed = (pbegin
-                  | "Match" >> fileio.MatchContinuously(self.pattern, interval=self.interval)
-                  | "Read" >> fileio.ReadMatches()
-                  | "Parse" >> beam.ParDo(_ParseAvroFile(self.kind)).with_outputs("unreadable", main="records"))
+        out = pbegin | "Watch" >> self._source
         #: dead letters of the files that could not be read to their end
-        self.unreadable = parsed.unreadable
-        return parsed.records
+        self.unreadable = out["unreadable"]
+        return out[self.kind]
 
 
 def _json_event(data, ts_field="timestamp"):
