@@ -351,10 +351,12 @@ def test_stream_replay_on_flink_equals_local(flink, launch):
     assert counters["impressions_read"] == 1536 and counters["judgments_read"] == 768
 
 
-def _watch_job(engine_dir: Path, runner_args):
-    """``streameval stream --watch`` on a folder: 7 hourly files already there, copied newest first (a
-    backlog out of date order), and the last one renamed into the folder while the job runs; the
-    watch ends 6 s after the last new file. Returns the output folder."""
+def _watch_job(engine_dir: Path, runner_args, later_after: float, idle_stop: int):
+    """``streameval stream --watch`` on a folder: 7 hourly files already there, written newest first (a
+    backlog out of date order), and ``later_after`` seconds after the start one more renamed into the
+    folder, with events after all the others (so none of it is late; if the source has not polled yet,
+    it is part of the backlog); the watch ends ``idle_stop`` seconds after the last new file. Returns
+    the output folder and the records written."""
     import threading
     import time
 
@@ -364,43 +366,49 @@ def _watch_job(engine_dir: Path, runner_args):
     from .test_stream_columnar import _log
 
     files, judg = _log(seed=11, n_requests=300)
+    backlog = files[:-1]
+    top = max(r["timestamp"] for f in backlog for r in f)
+    seen = {r["request_id"] for f in backlog for r in f}
+    last = [r for r in files[-1] if r["timestamp"] > top and r["request_id"] not in seen]
+    assert len(last) > 20
     watch = engine_dir / "watch"
     watch.mkdir(parents=True)
     avro.write_records(engine_dir / "judgments.avro", "judgment", judg)
-    for i in reversed(range(len(files) - 1)):
-        avro.write_records(watch / f"part-{i:03d}.avro", "impression", files[i])
+    for i in reversed(range(len(backlog))):
+        avro.write_records(watch / f"part-{i:03d}.avro", "impression", backlog[i])
 
     def last_file():
-        time.sleep(8)
+        time.sleep(later_after)
         tmp = engine_dir / "part-007.avro"
-        avro.write_records(tmp, "impression", files[-1])
+        avro.write_records(tmp, "impression", last)
         os.replace(tmp, watch / "part-007.avro")
 
     threading.Thread(target=last_file, daemon=True).start()
     out = engine_dir / "out"
     argv = ["--watch", "--impressions", str(watch / "*.avro"), "--judgments", str(engine_dir / "judgments.avro"),
             "--metrics", "ndcg@10,map,P@5", "--window", "1h", "--slices", "device", "--watch-interval", "1",
-            "--watch-idle-stop", "6", "--quiet", "--output", str(out), *runner_args]
+            "--watch-idle-stop", str(idle_stop), "--quiet", "--output", str(out), *runner_args]
     with fail_after(600, f"the stream job with --watch in {engine_dir}"):
         assert stream.main(argv) == 0
-    return out, files
+    return out, [*backlog, last]
 
 
 @pytest.mark.parametrize("engine", ["prism", "flink"])
 def test_stream_watch_on_engine_ends_and_equals_local_and_batch(engine, request, launch):
     """``--watch`` on Prism and on Flink (issue 37 item 2): the watch source, a splittable DoFn with an
-    event-time watermark (streameval/beam/streaming/watch_source.py), reads a backlog copied out of
-    date order and a file added while the job runs, with nothing late; the job ends after
-    ``--watch-idle-stop``; every final pane equals the local runner's --watch (its live watcher) and
-    the batch job on the same files."""
+    event-time watermark (streameval/beam/streaming/watch_source.py), reads a backlog written out of
+    date order and a file added while the job runs; nothing is late by arrival; the job ends after
+    ``--watch-idle-stop``; every final pane equals the local runner's --watch (its live watcher), and
+    the panes, the late data and the accounting equal the batch job's on the same files."""
     from .test_stream import assert_final_equals_batch
     from .test_stream_columnar import _jsonl
 
     cluster = request.getfixturevalue(engine)
     if engine == "flink":
         _need_job_server(cluster["has_job_server"])
-    got, files = _watch_job(Path(f"watch-{engine}"), cluster["runner_args"])
-    ref, _ = _watch_job(Path(f"watch-{engine}-local"), [])
+    # the engines start the source 10-30 s after the launch; the local runner in a few seconds
+    got, files = _watch_job(Path(f"watch-{engine}"), cluster["runner_args"], later_after=30, idle_stop=30)
+    ref, _ = _watch_job(Path(f"watch-{engine}-local"), [], later_after=8, idle_stop=15)
 
     def panes(out):
         return {p.name: sorted(p.read_text().splitlines()) for p in Path(out).glob("metrics-*.jsonl")}
@@ -408,7 +416,6 @@ def test_stream_watch_on_engine_ends_and_equals_local_and_batch(engine, request,
     assert panes(got) == panes(ref) and len(panes(ref)) > 6
     summary = json.loads((got / "summary.json").read_text())
     assert summary["counters"]["impressions_read"] == sum(len(f) for f in files)
-    assert not list(got.glob("late_data-*")) or all(p.stat().st_size == 0 for p in got.glob("late_data-*"))
     bout = Path(f"watch-{engine}-batch")
     from streameval.jobs import batch as batch_cli
 
@@ -416,8 +423,17 @@ def test_stream_watch_on_engine_ends_and_equals_local_and_batch(engine, request,
                            f"watch-{engine}/judgments.avro", "--metrics", "ndcg@10,map,P@5", "--window", "1h",
                            "--slices", "device", "--allowed-lateness", "0", "--runner", "FnApiRunner",
                            "--engine", "records", "--output", str(bout)]) == 0
-    rows = [r for r in _jsonl(got, "metrics-*.jsonl")]
-    assert_final_equals_batch(rows, _jsonl(bout, "metrics.jsonl"))
+    assert_final_equals_batch(_jsonl(got, "metrics-*.jsonl"), _jsonl(bout, "metrics.jsonl"))
+    # nothing is late by arrival: the only late impressions are those the batch job sets aside too (a
+    # request's items after its first hour's end, lateness 0 in both)
+    # (as sets: when Flink restarts the job, e.g. a TaskManager's heartbeat lost on this loaded machine,
+    # the job runs again from the start without checkpointing, and the records set aside before the
+    # restart are written a second time under other file names; docs/deploy.md, known defects)
+    late = {(d["raw"], d["reason"]) for p in got.glob("late_data-*.jsonl") for d in map(json.loads, p.open())}
+    batch_late = {(d["raw"], d["reason"]) for d in _jsonl(bout, "dead_letters.jsonl")
+                  if d["source"] == "late:impression"}
+    assert late == batch_late and len(batch_late) > 20
+    assert summary["accounting"] == json.loads((bout / "summary.json").read_text())["accounting"]
 
 
 @pytest.mark.parametrize("name", list(JOBS))

@@ -511,8 +511,9 @@ def _main(argv, held: list) -> int:
                 raise ValueError("--replay needs --impressions")
             check_local_inputs(args)  # a CSV given as Avro, a glob that matches nothing (streameval.cli: before Beam)
             paths = {k: expand_inputs(getattr(args, k)) if getattr(args, k) else [] for k in KINDS}
-        elif args.watch:
-            paths = {k: list(getattr(args, k)) for k in KINDS}
+        elif args.watch:  # local patterns made absolute: workers elsewhere (Prism, Flink) match the same files
+            paths = {k: [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in getattr(args, k)]
+                     for k in KINDS}
         elif not (args.pubsub_impressions or args.kafka_impressions):
             raise ValueError("choose a source: --replay, --watch, --pubsub-impressions or --kafka-impressions")
         if any(getattr(args, f"kafka_{k}") for k in KINDS) and not args.kafka_bootstrap:
