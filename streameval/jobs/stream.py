@@ -224,6 +224,13 @@ def _sources(p, args, paths):
     return out, None
 
 
+def _watched_patterns(args) -> dict:
+    """``{kind: [pattern, ...]}`` of ``--watch``, local ones made absolute: workers in another working
+    directory (Prism's, Flink's) match the same files."""
+    return {k: [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in getattr(args, k)]
+            for k in KINDS}
+
+
 def _source_labels(args) -> dict:
     """The dead-letter ``source`` of each kind's records that do not come from a file (file sources
     name the file): the Pub/Sub subscription or topic, the Kafka topic."""
@@ -511,9 +518,8 @@ def _main(argv, held: list) -> int:
                 raise ValueError("--replay needs --impressions")
             check_local_inputs(args)  # a CSV given as Avro, a glob that matches nothing (streameval.cli: before Beam)
             paths = {k: expand_inputs(getattr(args, k)) if getattr(args, k) else [] for k in KINDS}
-        elif args.watch:  # local patterns made absolute: workers elsewhere (Prism, Flink) match the same files
-            paths = {k: [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in getattr(args, k)]
-                     for k in KINDS}
+        elif args.watch:
+            paths = _watched_patterns(args)
         elif not (args.pubsub_impressions or args.kafka_impressions):
             raise ValueError("choose a source: --replay, --watch, --pubsub-impressions or --kafka-impressions")
         if any(getattr(args, f"kafka_{k}") for k in KINDS) and not args.kafka_bootstrap:
