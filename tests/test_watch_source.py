@@ -125,7 +125,14 @@ def test_idle_stop_ends_the_restriction(tmp_path):
 
 def test_tracker_and_coder():
     t = WatchTracker(WatchState(polls=2, done=("a",), sizes=(("b", 10),), last_new=1.5))
-    assert not t.try_claim(WatchState(polls=4))  # positions go one poll at a time
+    assert not t.try_claim(WatchState(polls=4, reading=True))  # positions go one poll at a time
+    assert not t.try_claim(WatchState(polls=3))  # a poll starts reading first
+    assert t.try_claim(WatchState(polls=3, done=("a", "b"), reading=True))
+    # no split while a poll is under way (a residual would move the watermark past what it has not given)
+    assert t.try_split(0) is None and t.try_split(0.5) is None
+    with pytest.raises(ValueError, match="in the middle of a poll"):
+        t.check_done()
+    assert not t.try_claim(WatchState(polls=4, reading=True))
     assert t.try_claim(WatchState(polls=3, done=("a", "b")))
     with pytest.raises(ValueError, match="without a checkpoint or an end"):
         t.check_done()
@@ -135,7 +142,7 @@ def test_tracker_and_coder():
     t.check_done()
     assert not t.is_bounded() and t.current_progress().fraction_completed == 1.0
     coder = WatchStateCoder()
-    for s in (residual, primary, WatchState()):
+    for s in (residual, primary, WatchState(), WatchState(polls=1, reading=True)):
         assert coder.decode(coder.encode(s)) == s
     assert coder.is_deterministic()
 

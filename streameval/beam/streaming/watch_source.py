@@ -78,10 +78,12 @@ class WatchState(NamedTuple):
     sizes: tuple = ()
     last_new: float | None = None
     stop_at: int | None = None
+    #: the poll ``polls`` is under way: its files are being read (no split then, see WatchTracker)
+    reading: bool = False
 
     @property
     def finished(self) -> bool:
-        return self.stop_at is not None and self.polls >= self.stop_at
+        return self.stop_at is not None and self.polls >= self.stop_at and not self.reading
 
 
 class WatchStateCoder(Coder):
@@ -89,21 +91,24 @@ class WatchStateCoder(Coder):
 
     def encode(self, value: WatchState) -> bytes:
         return json.dumps([value.polls, list(value.done), [list(x) for x in value.sizes], value.last_new,
-                           value.stop_at]).encode("utf-8")
+                           value.stop_at, value.reading]).encode("utf-8")
 
     def decode(self, encoded: bytes) -> WatchState:
-        polls, done, sizes, last_new, stop_at = json.loads(encoded.decode("utf-8"))
-        return WatchState(polls, tuple(done), tuple(tuple(x) for x in sizes), last_new, stop_at)
+        polls, done, sizes, last_new, stop_at, reading = json.loads(encoded.decode("utf-8"))
+        return WatchState(polls, tuple(done), tuple(tuple(x) for x in sizes), last_new, stop_at, reading)
 
     def is_deterministic(self) -> bool:
         return True
 
 
 class WatchTracker(RestrictionTracker):
-    """Claims one poll at a time: ``try_claim(next_state)`` with ``next_state.polls`` one more than the
-    current; refused once the restriction is finished. A split (a checkpoint, whatever the fraction)
-    ends the current restriction at the polls claimed and hands the rest, with the state, to the
-    residual."""
+    """Claims each poll twice: ``try_claim(next_state)`` with ``reading=True`` and ``polls`` one more
+    than the current starts it, then ``try_claim`` of the same poll with ``reading=False`` ends it once
+    its records are out and the watermark set. A split (a checkpoint, whatever the fraction) is refused
+    while a poll is under way: a residual started then would move the watermark past records the poll
+    has not given yet (the runner would drop them as late behind it). Between polls it ends the current
+    restriction at the polls done and hands the rest, with the state, to the residual; refused once the
+    restriction is finished."""
 
     def __init__(self, restriction: WatchState):
         self._r = restriction
@@ -112,13 +117,18 @@ class WatchTracker(RestrictionTracker):
         return self._r
 
     def try_claim(self, position: WatchState) -> bool:
-        if self._r.finished or position.polls != self._r.polls + 1:
+        r = self._r
+        if r.finished:
             return False
-        self._r = position if position.stop_at is not None else position._replace(stop_at=self._r.stop_at)
+        starts = position.reading and not r.reading and position.polls == r.polls + 1
+        ends = r.reading and not position.reading and position.polls == r.polls
+        if not (starts or ends):
+            return False
+        self._r = position if position.stop_at is not None else position._replace(stop_at=r.stop_at)
         return True
 
     def try_split(self, fraction_of_remainder):
-        if self._r.finished:
+        if self._r.finished or self._r.reading:
             return None
         primary, residual = self._r._replace(stop_at=self._r.polls), self._r._replace(stop_at=None)
         self._r = primary
@@ -126,7 +136,8 @@ class WatchTracker(RestrictionTracker):
 
     def check_done(self):
         if not self._r.finished:
-            raise ValueError(f"the watch stopped after {self._r.polls} polls without a checkpoint or an end")
+            raise ValueError(f"the watch stopped after {self._r.polls} polls without a checkpoint or an end"
+                             + (" (in the middle of a poll)" if self._r.reading else ""))
 
     def current_progress(self) -> RestrictionProgress:
         return RestrictionProgress(completed=float(self._r.polls), remaining=0.0 if self._r.finished else 1.0)
@@ -215,7 +226,7 @@ class _WatchFn(beam.DoFn):
         last_new = now if (found.ready or found.sizes) else (state.last_new or now)
         idle = cfg.idle_stop is not None and now - last_new >= cfg.idle_stop
         nxt = WatchState(state.polls + 1, tuple(sorted(found.done | {p for _, p in found.ready})),
-                         tuple(sorted(found.sizes.items())), last_new, state.polls + 1 if idle else None)
+                         tuple(sorted(found.sizes.items())), last_new, None, reading=True)
         if not tracker.try_claim(nxt):
             return
         for kind, path in found.ready:
@@ -225,6 +236,8 @@ class _WatchFn(beam.DoFn):
                 yield item
         if not found.sizes:  # no file pending: files copied in any order are read before it passes them
             watermark.advance(cfg.delay)
+        if not tracker.try_claim(nxt._replace(reading=False, stop_at=nxt.polls if idle else None)):
+            return  # not expected: nothing splits a poll under way
         if not idle:
             tracker.defer_remainder(Duration(seconds=cfg.interval))
 
