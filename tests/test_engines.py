@@ -365,6 +365,7 @@ def _watch_job(engine_dir: Path, runner_args, later_after: float, idle_stop: int
     from .conftest import fail_after
     from .test_stream_columnar import _log
 
+    engine_dir = engine_dir.resolve()  # the writer thread must not follow a later change of directory
     files, judg = _log(seed=11, n_requests=300)
     backlog = files[:-1]
     top = max(r["timestamp"] for f in backlog for r in f)
@@ -383,13 +384,15 @@ def _watch_job(engine_dir: Path, runner_args, later_after: float, idle_stop: int
         avro.write_records(tmp, "impression", last)
         os.replace(tmp, watch / "part-007.avro")
 
-    threading.Thread(target=last_file, daemon=True).start()
+    writer = threading.Thread(target=last_file, daemon=True)
+    writer.start()
     out = engine_dir / "out"
     argv = ["--watch", "--impressions", str(watch / "*.avro"), "--judgments", str(engine_dir / "judgments.avro"),
             "--metrics", "ndcg@10,map,P@5", "--window", "1h", "--slices", "device", "--watch-interval", "1",
             "--watch-idle-stop", str(idle_stop), "--quiet", "--output", str(out), *runner_args]
     with fail_after(600, f"the stream job with --watch in {engine_dir}"):
         assert stream.main(argv) == 0
+    writer.join(timeout=later_after + 30)
     return out, [*backlog, last]
 
 
