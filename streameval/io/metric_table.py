@@ -27,7 +27,7 @@ the attributes of the job's options (:func:`slice_columns`: ``--slices``, and th
 groups or sessions that slice labels carry), the same in every file of a job, so that the streaming
 job's Parquet files (one per pane) read as one dataset; a frame's are those of its rows' labels.
 
-Layer 4 (I/O): imports the standard library, :mod:`.warehouse` and the metric names of
+Layer 3 (I/O): imports the standard library, :mod:`.warehouse` and the metric names of
 :mod:`streameval.metrics`; pyarrow only in :meth:`MetricTable.arrow_schema`, pandas only in
 :func:`rows_frame`.
 """
@@ -40,8 +40,7 @@ from ..metrics.units import count_unit
 from . import avro, warehouse
 
 __all__ = ["SLICE_PREFIX", "UNIT_COLUMNS", "COUNT_COLUMNS", "label_parts", "slice_attributes", "slice_columns",
-           "MetricTable",
-           "plain_row", "rows_frame"]
+           "MetricTable", "plain_row", "rows_frame"]
 
 #: the prefix of the columns of slice attributes (``slice_campaign`` for ``campaign=men``)
 SLICE_PREFIX = "slice_"
