@@ -197,9 +197,10 @@ def test_batch_on_prism_equals_local(prism, launch, name, capsys):
 
 
 def test_stream_replay_on_prism_equals_local(prism, launch):
-    """``streameval stream --replay`` with the cluster's runner_args (Prism runs the replay's
-    TestStream; the per-event engine, as the job notes) against the local streaming runner (the
-    columnar engine): the same pane files, each with the same rows."""
+    """``streameval stream --replay`` with the cluster's runner_args (the replay source, a splittable
+    DoFn that reads the logs on a worker: no data in the pipeline graph, no TestStream; the per-event
+    engine, as the job notes) against the local streaming runner (the columnar engine): the same pane
+    files, each with the same rows."""
     from streameval.jobs import stream
 
     from .conftest import fail_after
@@ -326,17 +327,17 @@ def _need_job_server(has: bool) -> None:
 
 
 def test_stream_replay_on_flink_equals_local(flink, launch):
-    """``streameval stream --replay`` through Beam's Flink job server: Flink plays the replay's
-    TestStream itself (its events as bytes: a Python coder there failed the job in Java), with
-    ``--replay-pace 0`` (Flink's TestStream cannot advance processing time); the same pane files as
-    the local streaming runner's, each with the same rows, and the accounting from the job's
-    counters."""
+    """``streameval stream --replay`` through Beam's Flink job server: the replay source (a splittable
+    DoFn) with its default pace, one second of processing time between steps (a checkpoint of the
+    replay's restriction that Flink resumes; Flink's TestStream, used before, could not advance
+    processing time); the same pane files as the local streaming runner's, each with the same rows,
+    and the accounting from the job's counters."""
     from streameval.jobs import stream
 
     from .conftest import fail_after
 
     _need_job_server(flink["has_job_server"])
-    argv = ["--replay", "--replay-pace", "0", "--impressions", "sample/impressions/letor_*.avro", "--judgments",
+    argv = ["--replay", "--impressions", "sample/impressions/letor_*.avro", "--judgments",
             "sample/judgments/letor_test_labels.avro", "--window", "1d", "--metrics", "ndcg@10,map,P@5", "--quiet"]
     with fail_after(600, "the stream job on Flink"):
         assert stream.main([*argv, "--output", "stream/flink", *flink["runner_args"]]) == 0

@@ -5,9 +5,11 @@
 
 Sources:
 
-* ``--replay``: plays the Avro logs in event-time order with a watermark (a TestStream on Beam's
-  local streaming runner, ``BundleBasedDirectRunner``): ``--replay-step`` of event time per
-  watermark step, ``--replay-pace`` seconds of processing time per step (drives ``--early-every``).
+* ``--replay``: plays the Avro logs in event-time order with a watermark: ``--replay-step`` of event
+  time per watermark step, ``--replay-pace`` seconds of processing time per step (drives
+  ``--early-every``). On Beam's local streaming runner (``BundleBasedDirectRunner``, which runs no
+  splittable DoFn) a TestStream built from the files; elsewhere a splittable DoFn that reads them on
+  a worker (:mod:`streameval.beam.streaming.replay_source`: Prism, Flink, Dataflow).
 * ``--watch``: watches ``--impressions`` / ``--judgments`` / ``--clicks`` patterns for new Avro
   files: on the local runner a live watcher (:mod:`streameval.beam.streaming.live`), elsewhere a
   splittable DoFn (:mod:`streameval.beam.streaming.watch_source`: Prism, Flink, Dataflow), both with
@@ -85,6 +87,7 @@ from streameval.beam.streaming.console import (LOCAL_COUNTS, LOCAL_UNREADABLE, P
 from streameval.beam.streaming.sinks import PARQUET_DATASET, WriteRecords, WriteWindowedFiles
 from streameval.beam.streaming.sources import ReadKafkaEvents, ReadPubSubEvents, ReplayAvro
 from streameval.beam.streaming.watch_source import WatchConfig, WatchEvents
+from streameval.beam.streaming.replay_source import ReplayConfig, ReplayEvents
 from streameval.alerts import check_rules_match, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, StreamAlerts
 from streameval.beam.prometheus import STORE as PROMETHEUS
@@ -188,6 +191,13 @@ def _sources(p, args, paths):
                           max_pending=1_000_000)
         out = p | "Watch" >> live
         return {"impressions": out["impressions"], "judgments": None, "clicks": None, "watchers": [live]}, live
+    if args.replay and not _on_local_runner(args):  # a source the runner executes: read on a worker
+        source = ReplayEvents(ReplayConfig({k: paths[k] for k in KINDS if paths[k]},
+                                           parse_duration(args.replay_step, "--replay-step"), args.replay_pace))
+        out = p | "Replay" >> source
+        srcs = {k: out[k] if paths[k] else None for k in KINDS}
+        srcs["watchers"] = [source]
+        return srcs, None
     if args.replay:
         rep = ReplayAvro(paths["impressions"], paths["judgments"], paths["clicks"], step=args.replay_step,
                          pace=args.replay_pace)
@@ -264,7 +274,7 @@ def build_pipeline(p, args, paths):
         attribution_delay=args.attribution_delay, relevance_level=args.relevance_level, gain=args.gain,
         ideal=args.ideal, err_max_grade=args.err_max_grade, order=args.order, tie_break=args.tie_break,
         depth=args.depth, score_precision=args.score_precision, ctr=not args.no_ctr,
-        request_shards=(args.request_shards or COLUMNAR_SHARDS) if columnar else _request_shards(args), clock=replay_clock if args.replay or _live_watch(args) else None,
+        request_shards=(args.request_shards or COLUMNAR_SHARDS) if columnar else _request_shards(args), clock=replay_clock if (args.replay and _on_local_runner(args)) or _live_watch(args) else None,
         source=_source_labels(args), judgment_conflicts=args.judgment_conflicts,
         grade_range=_grades(args.grades), time_range=parse_time_range(args.event_time_range),
         ci_level=args.ci_level, intervals=args.intervals, ci_bounded=getattr(args, "ci_bounded", "logit"),
@@ -448,19 +458,6 @@ def wait_reporting(result, every: float, out=None, sleep=time.sleep, options=Non
     return result.wait_until_finish()
 
 
-#: what Beam's Flink runner says of a TestStream that advances processing time
-_FLINK_NO_PROCESSING_TIME = "Advancing Processing time is not supported by the Flink Runner"
-
-
-def replay_hint(reason: str, args) -> str:
-    """What to add to a failed replay's one line: Flink plays the replay's TestStream itself but
-    cannot advance processing time, which ``--replay-pace`` does after every step."""
-    if getattr(args, "replay", False) and _FLINK_NO_PROCESSING_TIME in reason:
-        return (" (--replay advances processing time by --replay-pace seconds after each step, which Flink "
-                "cannot: run it there with --replay-pace 0, without --early-every)")
-    return ""
-
-
 def main(argv=None) -> int:
     return holding_outputs(_main, argv)  # the run's hold on its --output folder, let go on every path
 
@@ -616,7 +613,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         if stop is not None or isinstance(e, KeyboardInterrupt):
             raise stop or e  # streameval.cli says so in one line; close_output removes what the run wrote
         reason = failure_reason(e)
-        print(f"error: the job failed: {reason}{replay_hint(reason, args)}", file=sys.stderr)
+        print(f"error: the job failed: {reason}", file=sys.stderr)
         return 1  # close_output removes what the run wrote (--replay: its folder; the previous run's outputs stay)
     finally:
         if live is not None:

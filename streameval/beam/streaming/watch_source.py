@@ -48,7 +48,7 @@ from .polling import SCHEMA_OF, poll
 from .replay import element_time, ms_floor, usable_time
 
 __all__ = ["WatchConfig", "WatchState", "WatchStateCoder", "WatchTracker", "EventTimeWatermark", "WatchEvents",
-           "WATCH_KINDS", "file_elements"]
+           "WatchRestrictions", "WatchWatermarks", "WATCH_KINDS", "file_elements"]
 
 WATCH_KINDS = ("impressions", "judgments", "clicks")
 
@@ -146,7 +146,10 @@ class WatchTracker(RestrictionTracker):
         return False
 
 
-class _Restrictions(RestrictionProvider):
+class WatchRestrictions(RestrictionProvider):
+    """The restriction provider of a source whose state is a :class:`WatchState` (the watch, the
+    replay of :mod:`.replay_source`)."""
+
     def initial_restriction(self, element) -> WatchState:
         return WatchState(last_new=time.time())
 
@@ -182,13 +185,16 @@ class EventTimeWatermark(WatermarkEstimator):
         """An impression or click time read (microseconds)."""
         self.max_event = event_time if self.max_event is None else max(self.max_event, event_time)
 
-    def advance(self, delay: int) -> None:
-        """The watermark to ``latest event time read - delay`` (milliseconds, rounded down), if later."""
-        if self.max_event is None:
-            return
-        wm = Timestamp(micros=ms_floor(self.max_event - delay))
+    def move_to(self, micros: int) -> None:
+        """The watermark to ``micros`` (rounded down to milliseconds), if later."""
+        wm = Timestamp(micros=ms_floor(micros))
         if self._watermark is None or wm > self._watermark:
             self._watermark = wm
+
+    def advance(self, delay: int) -> None:
+        """The watermark to ``latest event time read - delay`` (milliseconds, rounded down), if later."""
+        if self.max_event is not None:
+            self.move_to(self.max_event - delay)
 
 
 class _EstimatorStateCoder(Coder):
@@ -203,7 +209,9 @@ class _EstimatorStateCoder(Coder):
         return True
 
 
-class _Watermarks(WatermarkEstimatorProvider):
+class WatchWatermarks(WatermarkEstimatorProvider):
+    """The provider of :class:`EventTimeWatermark` (no watermark before the first advance)."""
+
     def initial_estimator_state(self, element, restriction):
         return None
 
@@ -218,8 +226,8 @@ class _WatchFn(beam.DoFn):
     """One poll per call: the complete files read, the watermark moved, then the rest deferred by the
     interval (or the watch ended after ``idle_stop`` quiet seconds)."""
 
-    def process(self, cfg: WatchConfig, tracker=beam.DoFn.RestrictionParam(_Restrictions()),
-                watermark=beam.DoFn.WatermarkEstimatorParam(_Watermarks())):
+    def process(self, cfg: WatchConfig, tracker=beam.DoFn.RestrictionParam(WatchRestrictions()),
+                watermark=beam.DoFn.WatermarkEstimatorParam(WatchWatermarks())):
         state = tracker.current_restriction()
         found = poll(cfg.patterns, set(state.done), dict(state.sizes))
         now = time.time()
