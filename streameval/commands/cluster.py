@@ -19,9 +19,10 @@ jobs, writes ``DIR/cluster.json`` and prints one JSON object: ``runner_args`` (t
 to ``streameval batch`` or ``streameval stream``), ``processes`` (name to PID), ``web_ui``, ``logs``.
 A process that does not come up stops the others and exits 1 with one line naming it and its log.
 
-The Python SDK workers run in one EXTERNAL worker pool (``worker_pool_main``) per cluster, shared by
-every TaskManager (docs/deploy.md says why: one machine has one ``localhost``, and the pool starts
-each worker as a process of its own). ``down`` signals each process group by the PID recorded at
+The Python SDK workers run in one EXTERNAL worker pool (:mod:`streameval.commands.worker_pool`) per
+cluster, shared by every TaskManager (docs/deploy.md says why: one machine has one ``localhost``, and
+the pool starts each worker as a process of its own; and why not Beam's ``worker_pool_main``: it
+stops workers by an id that two TaskManagers both use). ``down`` signals each process group by the PID recorded at
 ``up`` (SIGTERM, then SIGKILL after a grace period), and only if that PID is still the process
 ``up`` started (its start time in /proc matches); never by name.
 """
@@ -56,13 +57,26 @@ HOST = "127.0.0.1"
 ENGINES = ("flink", "prism", "kafka")
 #: the cached parts (streameval.commands.engines) each engine needs
 PARTS = {"flink": ("flink", "job_server", "expansion_service"), "prism": ("prism",), "kafka": ("kafka", "kafka_io")}
+#: the JVM options Flink 1.19's distribution gives every process it starts on Java 17 (``env.java.opts.all``
+#: of its conf/config.yaml, which the cache does not keep: only bin/ and lib/). Without them a task that
+#: ran out of memory took its TaskManager down: Flink's own handler could not update the error's message
+#: (InaccessibleObjectException: "module java.base does not opens java.lang"), left the task in no final
+#: state and exited the TaskManager (IllegalStateException in Task.notifyFinalState), so the job waited for
+#: slots that never came (the batch job at 10 M impressions, 2026-12-05)
+FLINK_JAVA17_OPTS = tuple(
+    [f"--add-exports={m}=ALL-UNNAMED" for m in (
+        "java.base/sun.net.util", "java.rmi/sun.rmi.registry", "jdk.compiler/com.sun.tools.javac.api",
+        "jdk.compiler/com.sun.tools.javac.file", "jdk.compiler/com.sun.tools.javac.parser",
+        "jdk.compiler/com.sun.tools.javac.tree", "jdk.compiler/com.sun.tools.javac.util",
+        "java.security.jgss/sun.security.krb5")]
+    + [f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
+        "java.lang", "java.net", "java.io", "java.nio", "sun.nio.ch", "java.lang.reflect", "java.text", "java.time",
+        "java.util", "java.util.concurrent", "java.util.concurrent.atomic", "java.util.concurrent.locks")])
 #: the broker's heap (Kafka's own scripts give it 1 GB; a test broker needs far less)
 KAFKA_HEAP = "512m"
 #: the line Kafka logs once the broker and controller serve
 _KAFKA_STARTED = "Kafka Server started"
 _POOL_LINE = "Started worker pool servicer at port: "
-_POOL_MAIN = ("import logging; logging.basicConfig(level=logging.INFO); "
-              "from apache_beam.runners.worker import worker_pool_main; worker_pool_main.main()")
 
 
 class ClusterError(RuntimeError):
@@ -274,11 +288,10 @@ def _grpc_ready(endpoint: str) -> bool:
 
 def _start_pool(c: Cluster, logs: Path, state: Path, name: str = "worker_pool-1", extra: tuple = ()) -> str:
     """An EXTERNAL SDK worker pool on a port of its choosing; returns HOST:PORT. ``extra``: more
-    flags for ``worker_pool_main`` (``--container_executable``)."""
-    # worker_pool_main logs its port at INFO but adds no log handler: under Beam 2.62 nothing else did
-    # and the line never reached the log (2.77's printed it), so one is configured first
-    # (worker_pool_main reads sys.argv[1:], the flags after -c's program)
-    argv = [sys.executable, "-c", _POOL_MAIN, "--service_port", "0", *extra]
+    flags for the pool (``--container_executable``)."""
+    # our pool (streameval.commands.worker_pool), not Beam's worker_pool_main: Beam's keeps one worker
+    # per id, and the TaskManagers sharing the pool number their workers alike (the module says more)
+    argv = [sys.executable, "-m", "streameval.commands.worker_pool", "--service_port", "0", *extra]
     proc = _spawn(name, argv, logs, _env(), state / "workers")
     c.processes[name] = proc
 
@@ -426,7 +439,7 @@ def _start_kafka_io(c: Cluster, logs: Path, state: Path, java: str) -> str:
     """Beam's Java expansion service with its Kafka IO, whose transforms run in an EXTERNAL environment
     at a worker pool started beside it (no Docker); returns the expansion service's HOST:PORT.
 
-    The pool is Beam's Python ``worker_pool_main`` with a boot program (:data:`_JAVA_BOOT`) that starts
+    The pool is the cluster's (:mod:`.worker_pool`) with a boot program (:data:`_JAVA_BOOT`) that starts
     each Java worker as a JVM of its own. Beam's Java ``ExternalWorkerService`` (workers as threads of
     one JVM) serves one job only: the first worker's shutdown stops an executor the next one needs
     (``RejectedExecutionException`` from ``ExecutionStateSampler``; the second job waits for its
@@ -471,8 +484,14 @@ def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int) -> N
         # taskmanager.network.sort-shuffle.min-buffers (512) network buffers: neither the 3481 buffers
         # (108 MB) of a 1.5 GB TaskManager nor 8192 (256 MB) were enough ("Insufficient number of
         # network buffers: required 512"); 64 per partition, and 256 MB of network memory
-        "taskmanager.memory.process.size": "2048m",
+        "taskmanager.memory.process.size": "2560m",
         "taskmanager.memory.network.min": "256m", "taskmanager.memory.network.max": "256m",
+        # Beam's data plane to the SDK workers (gRPC over netty) takes direct memory outside Flink's
+        # pools: with the defaults (no task off-heap memory, 128 MB of framework off-heap) the batch job at
+        # 10 M impressions failed its tasks with "OutOfMemoryError: Cannot reserve 2097152 bytes of direct
+        # buffer memory (allocated: 400844913, limit: 402653184)"; 512 MB more for it, the managed memory
+        # (sorts of the batch job's groupings) a quarter of Flink's memory instead of 0.4
+        "taskmanager.memory.task.off-heap.size": "512m", "taskmanager.memory.managed.fraction": 0.25,
         "taskmanager.network.sort-shuffle.min-buffers": 64,
         "rest.address": HOST, "rest.bind-address": HOST, "rest.port": rest,
         "blob.server.port": "0", "taskmanager.rpc.port": "0", "taskmanager.data.port": "0",
@@ -528,7 +547,7 @@ def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
     log4j = f"-Dlog4j.configurationFile=file:{conf / 'log4j-console.properties'}"
     env = _env()
     jm_jvm, jm_dyn = _bash_java_utils(home, conf, "GET_JM_RESOURCE_PARAMS")
-    jm = _spawn("jobmanager", ["java", *jm_jvm, log4j, "-cp", classpath,
+    jm = _spawn("jobmanager", ["java", *jm_jvm, *FLINK_JAVA17_OPTS, log4j, "-cp", classpath,
                                "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint",
                                "--configDir", conf, *jm_dyn], logs, env, state / "jobmanager")
     c.processes["jobmanager"] = jm
@@ -538,7 +557,7 @@ def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
     tm_jvm, tm_dyn = _bash_java_utils(home, conf, "GET_TM_RESOURCE_PARAMS")
     for i in range(1, args.taskmanagers + 1):
         name = f"taskmanager-{i}"
-        c.processes[name] = _spawn(name, ["java", *tm_jvm, log4j, "-cp", classpath,
+        c.processes[name] = _spawn(name, ["java", *tm_jvm, *FLINK_JAVA17_OPTS, log4j, "-cp", classpath,
                                           "org.apache.flink.runtime.taskexecutor.TaskManagerRunner",
                                           "--configDir", conf, *tm_dyn,
                                           "-D", f"taskmanager.resource-id={name}"], logs, env, state / name)
@@ -564,7 +583,8 @@ def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
         main = [log4j, "-cp", cp, engines.JOB_SERVER_MAIN]
     else:
         main = ["-jar", jar]
-    js = _spawn("job_server", ["java", *main, "--flink-master", f"{HOST}:{rest}", "--job-host", HOST,
+    js = _spawn("job_server", ["java", *FLINK_JAVA17_OPTS, *main, "--flink-master", f"{HOST}:{rest}",
+                               "--job-host", HOST,
                                "--job-port", job_port, "--artifact-port", artifact_port,
                                "--expansion-port", expansion_port, "--flink-conf-dir", conf,
                                "--artifacts-dir", state / "job_server" / "artifacts"],
