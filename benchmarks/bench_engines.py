@@ -21,6 +21,21 @@ the ranking case on the same input (wall, CPU, memory). ``--base DIR`` runs anot
 
 Targets (issue 22): ``online`` >= 800,000 impressions/s at 10 M; ``bootstrap`` <= 2 x ``ranking``;
 ``compare`` <= 1.2 x ``ranking``; peak memory within 1.3 x of ``ranking``.
+
+Off the in-process runner (issue 37 item 5)::
+
+    python benchmarks/bench_engines.py --runner flink --impressions 10000000 --cases ranking --dir DIR
+    python benchmarks/bench_engines.py --runner local --local-workers 2 --impressions 10000000 --cases ranking --dir DIR
+
+``--runner flink`` or ``prism`` starts the engine with ``streameval cluster up`` (its state in a
+temporary directory; Flink: ``--taskmanagers``, ``--slots``) before the first run and stops it by
+PID after the last; every run appends the cluster's ``runner_args``. ``--runner local`` runs Beam's
+local runner with ``--workers N`` (``--local-workers``; N > 1: its multi-process mode). While each run
+goes, the peak RSS of each cluster process with all its descendants (``taskmanager-1``,
+``worker_pool-1`` with the SDK workers it started, ...; for ``local``, the job's process tree) is
+sampled from /proc every 0.2 s and printed after the run (``--json FILE`` keeps the results). The
+target of issue 37: each TaskManager's and worker pool's peak grows at most 1.2 x from 10 M to 30 M,
+and Flink's wall time is within 1.5 x of the local multi-process runner's at 10 M.
 """
 
 from __future__ import annotations
@@ -33,6 +48,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,7 +80,7 @@ def child(spec: dict) -> dict:
 
     os.environ.setdefault("STREAMEVAL_PROGRESS", "0")
     args = ["batch", "--judgments", spec["jpath"], "--slices", "device", "--output", spec["out"], "--quiet",
-            "--engine", spec["engine"], *CASES[spec["case"]]]
+            "--engine", spec["engine"], *CASES[spec["case"]], *spec.get("runner_args", [])]
     for p in spec["paths"]:
         args += ["--impressions", p]
     t = time.perf_counter()
@@ -85,14 +101,107 @@ def _once(spec: dict, tree: str) -> dict:
     and every process it waited for, from this process's RUSAGE_CHILDREN before and after."""
     env = dict(os.environ, PYTHONPATH=tree)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run([sys.executable, os.path.join(tree, "benchmarks", "bench_engines.py"), "--child",
-                          json.dumps(spec)], capture_output=True, text=True, cwd=tree, env=env)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if out.returncode != 0:
-        raise SystemExit(out.stderr[-3000:])
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryFile("w+") as so, tempfile.TemporaryFile("w+") as se:
+        proc = subprocess.Popen([sys.executable, os.path.join(tree, "benchmarks", "bench_engines.py"), "--child",
+                                 json.dumps(spec)], stdout=so, stderr=se, text=True, cwd=tree, env=env)
+        sampler = Peaks({**spec.get("processes", {}), "job": proc.pid})
+        sampler.start()
+        code = proc.wait()
+        sampler.stop()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        so.seek(0)
+        se.seek(0)
+        stdout, stderr = so.read(), se.read()
+    if code != 0:
+        raise SystemExit(stderr[-3000:])
+    res = json.loads(stdout.strip().splitlines()[-1])
     res["cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    res["tree_peak_mb"] = sampler.peaks
+    # off the in-process runner the work is the cluster's: its processes' CPU time is added
+    res["cpu"] += sum(v for k, v in sampler.cpu.items() if k != "job")
     return res
+
+
+def _children() -> dict:
+    """{pid: [child pid, ...]} of every process, from /proc/PID/stat."""
+    kids: dict = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid``: its own and its reaped children's (user + system)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / _TICK
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def tree_usage(pid: int, kids: dict) -> tuple[float, float]:
+    """(resident MB, CPU seconds) of ``pid`` and all its descendants, now (a descendant that ended is
+    in its parent's CPU once reaped)."""
+    rss, cpu, todo = 0.0, 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        rss += _rss_mb(p)
+        cpu += _cpu_s(p)
+        todo.extend(kids.get(p, ()))
+    return rss, cpu
+
+
+class Peaks(threading.Thread):
+    """Samples, every ``every`` seconds until :meth:`stop`, the RSS and CPU time of each named process
+    with its descendants; ``peaks``: {name: highest MB seen}; ``cpu``: {name: CPU seconds between the
+    first and the last sample}."""
+
+    def __init__(self, pids: dict, every: float = 0.2):
+        super().__init__(daemon=True)
+        self.pids, self.every, self.peaks = pids, every, {n: 0.0 for n in pids}
+        self._first: dict = {}
+        self.cpu: dict = {}
+        self._done = threading.Event()
+
+    def run(self):
+        while True:
+            kids = _children()
+            for name, pid in self.pids.items():
+                rss, cpu = tree_usage(pid, kids)
+                self.peaks[name] = max(self.peaks[name], rss)
+                self._first.setdefault(name, cpu)
+                if cpu:
+                    self.cpu[name] = cpu - self._first[name]
+            if self._done.is_set():
+                return
+            self._done.wait(self.every)
+
+    def stop(self):
+        self._done.set()
+        self.join()
 
 
 def _run(spec: dict, repeat: int, trees=(ROOT,)) -> list[dict]:
@@ -109,11 +218,37 @@ def _run(spec: dict, repeat: int, trees=(ROOT,)) -> list[dict]:
     return best
 
 
+def _cluster(args, work: str):
+    """Start ``args.runner``'s engine (``streameval cluster up``): (runner_args, {name: pid}, state dir),
+    or the local runner's options and no cluster."""
+    if args.runner == "local":
+        return (["--workers", str(args.local_workers)] if args.local_workers else []), {}, None
+    state = tempfile.mkdtemp(prefix=f"cluster-{args.runner}-", dir=work)
+    extra = ["--taskmanagers", str(args.taskmanagers), "--slots", str(args.slots)] if args.runner == "flink" else []
+    done = subprocess.run([sys.executable, "-m", "streameval.cli", "cluster", "up", args.runner, "--state-dir", state,
+                           *extra], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+    if done.returncode != 0:
+        raise SystemExit(f"cluster up {args.runner}: {done.stderr[-2000:]}")
+    info = json.loads(done.stdout)
+    return info["runner_args"], info["processes"], state
+
+
+def _print_row(case, label, res, ref):
+    print(f"{case:<10} {label:<4} {res['engine']:<9} {res['records']:>11,} {res['best_wall']:>8.2f} "
+          f"{res['cpu']:>8.2f} {res['records'] / res['cpu']:>10,.0f} {res['peak_mb']:>8.0f} "
+          f"{res['best_wall'] / ref['best_wall']:>9.2f} {res['cpu'] / ref['cpu']:>8.2f} "
+          f"{res['peak_mb'] / ref['peak_mb']:>8.2f}", flush=True)
+    print("           peak RSS with descendants (MB): "
+          + ", ".join(f"{n} {mb:,.0f}" for n, mb in res["tree_peak_mb"].items()), flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--impressions", type=int, default=1_000_000)
     ap.add_argument("--records-impressions", type=int, default=200_000,
-                    help="input of the per-record engine's runs (0: skip them)")
+                    help="input of the per-record engine's runs (0: skip them; always skipped off the "
+                         "in-process runner)")
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--dir", default=None, help="keep the generated logs here (default: a temporary directory)")
@@ -121,6 +256,16 @@ def main(argv=None) -> int:
                     help="another checkout (e.g. `git archive main | tar -x -C DIR`): its code runs side by side, "
                          "alternating with this one's, on the same logs")
     ap.add_argument("--no-ranking", action="store_true", help="do not add the ranking case (no x ranking ratios)")
+    ap.add_argument("--runner", choices=("local", "flink", "prism"), default="local",
+                    help="local: Beam's local runner (default); flink, prism: a cluster started by "
+                         "`streameval cluster up` for these runs and stopped after them")
+    ap.add_argument("--local-workers", type=int, default=0,
+                    help="--runner local: the job's --workers (default: the job's own default, in-process)")
+    ap.add_argument("--taskmanagers", type=int, default=2, help="--runner flink: TaskManagers (default 2)")
+    ap.add_argument("--slots", type=int, default=1, help="--runner flink: slots per TaskManager (default 1)")
+    ap.add_argument("--job-args", default="", help="more options for every run of the job, e.g. \"--parallelism 2\" "
+                                                   "(Flink: one task per slot of each stage)")
+    ap.add_argument("--json", default=None, help="write every result to this file")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -132,26 +277,42 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown cases {sorted(unknown)}")
     runs = [(args.impressions, "auto")]
-    if args.records_impressions:
+    if args.records_impressions and args.runner == "local" and not args.local_workers:
         runs.append((args.records_impressions, "records"))
     trees = [ROOT] + ([os.path.abspath(args.base)] if args.base else [])
     labels = ["new", "base"] if args.base else [""]
+    for n, _ in runs:  # the logs first: not while a cluster waits
+        _logs(n, os.path.join(work, str(n)))
+    runner_args, processes, state = _cluster(args, work)
+    runner_args = [*runner_args, *args.job_args.split()]
+    print(f"runner {args.runner}: {' '.join(runner_args) or '(defaults)'}", flush=True)
     print(f"{'case':<10} {'code':<4} {'engine':<9} {'impressions':>11} {'wall s':>8} {'cpu s':>8} {'impr/s':>10} "
           f"{'peak MB':>8} {'x ranking':>9} {'x rk cpu':>8} {'x rk mem':>8}")
-    for n, engine in runs:
-        paths, jpath = _logs(n, os.path.join(work, str(n)))
-        refs = None
-        for case in (["ranking"] if "ranking" not in cases and not args.no_ranking else []) + cases:
-            results = _run({"case": case, "engine": engine, "paths": paths, "jpath": jpath,
-                            "out": os.path.join(work, f"out-{n}-{engine}-{case}")}, args.repeat, trees)
-            if case == "ranking":
-                refs = results
-            nan = {"best_wall": math.nan, "cpu": math.nan, "peak_mb": math.nan}
-            for label, res, ref in zip(labels, results, refs or [nan] * len(results)):
-                print(f"{case:<10} {label:<4} {res['engine']:<9} {res['records']:>11,} {res['best_wall']:>8.2f} "
-                      f"{res['cpu']:>8.2f} {res['records'] / res['cpu']:>10,.0f} {res['peak_mb']:>8.0f} "
-                      f"{res['best_wall'] / ref['best_wall']:>9.2f} {res['cpu'] / ref['cpu']:>8.2f} "
-                      f"{res['peak_mb'] / ref['peak_mb']:>8.2f}", flush=True)
+    out = []
+    try:
+        for n, engine in runs:
+            paths, jpath = _logs(n, os.path.join(work, str(n)))
+            refs = None
+            for case in (["ranking"] if "ranking" not in cases and not args.no_ranking else []) + cases:
+                results = _run({"case": case, "engine": engine, "paths": paths, "jpath": jpath,
+                                "runner_args": runner_args, "processes": processes,
+                                "out": os.path.join(work, f"out-{n}-{engine}-{case}-{args.runner}")},
+                               args.repeat, trees)
+                if case == "ranking":
+                    refs = results
+                nan = {"best_wall": math.nan, "cpu": math.nan, "peak_mb": math.nan}
+                for label, res, ref in zip(labels, results, refs or [nan] * len(results)):
+                    _print_row(case, label, res, ref)
+                    out.append(dict(res, case=case, tree=label, runner=args.runner, runner_args=runner_args))
+    finally:
+        if state:
+            done = subprocess.run([sys.executable, "-m", "streameval.cli", "cluster", "down", "--state-dir", state],
+                                  capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+            if done.returncode != 0:
+                print(f"cluster down: {done.stderr.strip()}", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
     return 0
 
 
