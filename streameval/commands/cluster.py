@@ -1,7 +1,8 @@
 """``streameval cluster``: fetch the engines, start a local Flink cluster, Prism or a Kafka broker, stop it.
 
     streameval cluster fetch [flink] [prism] [kafka] [--retry]
-    streameval cluster up flink --state-dir DIR [--taskmanagers N] [--slots S] [--job-server-jar JAR]
+    streameval cluster up flink --state-dir DIR [--taskmanagers N] [--slots S] [--taskmanager-memory M]
+                               [--job-server-jar JAR]
     streameval cluster up prism --state-dir DIR
     streameval cluster up kafka --state-dir DIR [--expansion-service]
     streameval cluster status --state-dir DIR
@@ -472,7 +473,7 @@ logger.netty.level = OFF
 """
 
 
-def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int) -> None:
+def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int, tm_memory: str = "2560m") -> None:
     conf.mkdir(parents=True, exist_ok=True)
     tmp = state / "flink-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -484,7 +485,7 @@ def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int) -> N
         # taskmanager.network.sort-shuffle.min-buffers (512) network buffers: neither the 3481 buffers
         # (108 MB) of a 1.5 GB TaskManager nor 8192 (256 MB) were enough ("Insufficient number of
         # network buffers: required 512"); 64 per partition, and 256 MB of network memory
-        "taskmanager.memory.process.size": "2560m",
+        "taskmanager.memory.process.size": tm_memory,
         "taskmanager.memory.network.min": "256m", "taskmanager.memory.network.max": "256m",
         # Beam's data plane to the SDK workers (gRPC over netty) takes direct memory outside Flink's
         # pools: with the defaults (no task off-heap memory, 128 MB of framework off-heap) the batch job at
@@ -542,7 +543,7 @@ def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
     home = engines.flink_home()
     conf = state / "flink-conf"
     rpc, rest = _free_port(), _free_port()
-    _flink_config(conf, state, rpc, rest, args.slots)
+    _flink_config(conf, state, rpc, rest, args.slots, getattr(args, "taskmanager_memory", None) or "2560m")
     classpath = f"{home / 'lib'}/*"
     log4j = f"-Dlog4j.configurationFile=file:{conf / 'log4j-console.properties'}"
     env = _env()
@@ -698,6 +699,8 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--state-dir", required=True, help="folder for the cluster's state, config and logs")
     u.add_argument("--taskmanagers", type=int, default=2, help="Flink TaskManagers (default 2)")
     u.add_argument("--slots", type=int, default=2, help="task slots per TaskManager (default 2)")
+    u.add_argument("--taskmanager-memory", default="2560m",
+                   help="each TaskManager's process memory, in Flink's units (default 2560m)")
     u.add_argument("--job-server-jar", default=None,
                    help="Beam's Flink job server jar, or a folder of the unshaded runner's jars (its classpath) "
                         "(default: the one `cluster fetch` cached)")
