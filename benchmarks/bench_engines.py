@@ -117,6 +117,7 @@ def _once(spec: dict, tree: str) -> dict:
     res = json.loads(stdout.strip().splitlines()[-1])
     res["cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     res["tree_peak_mb"] = sampler.peaks
+    res["tree_cpu_s"] = sampler.cpu
     # off the in-process runner the work is the cluster's: its processes' CPU time is added
     res["cpu"] += sum(v for k, v in sampler.cpu.items() if k != "job")
     return res
@@ -224,7 +225,8 @@ def _cluster(args, work: str):
     if args.runner == "local":
         return (["--workers", str(args.local_workers)] if args.local_workers else []), {}, None
     state = tempfile.mkdtemp(prefix=f"cluster-{args.runner}-", dir=work)
-    extra = ["--taskmanagers", str(args.taskmanagers), "--slots", str(args.slots)] if args.runner == "flink" else []
+    extra = ["--taskmanagers", str(args.taskmanagers), "--slots", str(args.slots),
+             "--taskmanager-memory", args.taskmanager_memory] if args.runner == "flink" else []
     done = subprocess.run([sys.executable, "-m", "streameval.cli", "cluster", "up", args.runner, "--state-dir", state,
                            *extra], capture_output=True, text=True, cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=ROOT))
@@ -241,6 +243,8 @@ def _print_row(case, label, res, ref):
           f"{res['peak_mb'] / ref['peak_mb']:>8.2f}", flush=True)
     print("           peak RSS with descendants (MB): "
           + ", ".join(f"{n} {mb:,.0f}" for n, mb in res["tree_peak_mb"].items()), flush=True)
+    print("           CPU s with descendants: "
+          + ", ".join(f"{n} {s:,.1f}" for n, s in res["tree_cpu_s"].items()), flush=True)
 
 
 def main(argv=None) -> int:
@@ -263,6 +267,7 @@ def main(argv=None) -> int:
                     help="--runner local: the job's --workers (default: the job's own default, in-process)")
     ap.add_argument("--taskmanagers", type=int, default=2, help="--runner flink: TaskManagers (default 2)")
     ap.add_argument("--slots", type=int, default=1, help="--runner flink: slots per TaskManager (default 1)")
+    ap.add_argument("--taskmanager-memory", default="2560m", help="--runner flink: each TaskManager's process memory")
     ap.add_argument("--job-args", default="", help="more options for every run of the job, e.g. \"--parallelism 2\" "
                                                    "(Flink: one task per slot of each stage)")
     ap.add_argument("--json", default=None, help="write every result to this file")
