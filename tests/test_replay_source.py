@@ -104,7 +104,7 @@ def _logs(d):
 
 
 def _config(d, pace=1.0, chunk=1000):
-    return ReplayConfig({"impressions": [str(d / n) for n in ("b.avro", "c-cut.avro", "a.avro")],
+    return ReplayConfig({"impressions": [str(d / n) for n in ("a.avro", "b.avro", "c-cut.avro")],
                          "judgments": [str(d / "j.avro")]}, HOUR, pace, chunk)
 
 

@@ -64,6 +64,33 @@ def ms_floor(us: int) -> int:
     return int(us) - int(us) % 1000
 
 
+#: the kinds of a replay step, in playing order (a request scored before its query's judgments would
+#: be rescored without them)
+PLAY_ORDER = ("judgments", "impressions", "clicks")
+
+
+def replay_steps(files: dict, step_us: int) -> list:
+    """The order in which a replay plays recorded events, on every runner: ``files`` ``{kind: {path or
+    None: [record, ...]}}`` as ``[(step, [(kind, path, records), ...]), ...]``, the steps (event time //
+    ``step_us``; records without a usable time at time 0) in order, in each step the judgments, then
+    the impressions, then the clicks, each kind's files in the order given, each file's records in
+    event-time order."""
+    groups: dict = defaultdict(lambda: {k: defaultdict(list) for k in PLAY_ORDER})
+    for kind, by_path in files.items():
+        for path, recs in by_path.items():
+            for r in recs:
+                groups[(usable_time(r) or 0) // step_us][kind][path].append(r)
+    out = []
+    for s in sorted(groups):
+        parts = []
+        for kind in PLAY_ORDER:
+            for path, recs in groups[s][kind].items():
+                recs.sort(key=lambda r: usable_time(r) or 0)
+                parts.append((kind, path, recs))
+        out.append((s, parts))
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # the replay source (TestStream)
 
@@ -120,18 +147,11 @@ class Replay(beam.PTransform):
         records are a list, or ``{path: records}`` for records read from files (the events of one
         step and file are one element ``(path, records)``, so a dead letter names its file)."""
         step_us = parse_duration(step, "step")
-        groups: dict = defaultdict(lambda: {k: defaultdict(list) for k in cls.KINDS})
-        for kind, given in (("impressions", impressions), ("judgments", judgments), ("clicks", clicks)):
-            by_file = given.items() if isinstance(given, dict) else [(None, given)]
-            for path, recs in by_file:
-                for r in recs:
-                    groups[(usable_time(r) or 0) // step_us][kind][path].append(r)
+        files = {kind: given if isinstance(given, dict) else {None: given}
+                 for kind, given in (("impressions", impressions), ("judgments", judgments), ("clicks", clicks))}
         steps = []
-        for s in sorted(groups):
-            for kind in ("judgments", "impressions", "clicks"):
-                for path, recs in groups[s][kind].items():
-                    recs.sort(key=lambda r: usable_time(r) or 0)
-                    steps.append((kind, recs if path is None else (path, recs)))
+        for s, parts in replay_steps(files, step_us):
+            steps += [(kind, recs if path is None else (path, recs)) for kind, path, recs in parts]
             steps.append(("watermark", (s + 1) * step_us))
             if pace:
                 steps.append(("advance", float(pace)))

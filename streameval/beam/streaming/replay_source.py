@@ -26,7 +26,6 @@ Beam's local runner (``BundleBasedDirectRunner``) runs no splittable DoFn; there
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -34,17 +33,11 @@ from apache_beam import pvalue
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from ...io import avro
-from ..sources import read_avro_blocks, unreadable_letter
-from .polling import SCHEMA_OF
-from .replay import element_time, usable_time
+from .replay import PLAY_ORDER, element_time, replay_steps
+from .sources import read_files
 from .watch_source import WATCH_KINDS, WatchRestrictions, WatchWatermarks
 
 __all__ = ["ReplayConfig", "ReplayPlan", "ReplayEvents", "replay_plan"]
-
-#: the kinds of a step, in playing order (a request scored before its query's judgments would be
-#: rescored without them)
-PLAY_ORDER = ("judgments", "impressions", "clicks")
 
 
 class ReplayConfig(NamedTuple):
@@ -69,28 +62,16 @@ class ReplayPlan(NamedTuple):
 
 
 def replay_plan(cfg: ReplayConfig) -> ReplayPlan:
-    """Read ``cfg``'s files into a :class:`ReplayPlan` (each kind's files in name order). Raises
-    :class:`~streameval.beam.sources.InputUnavailableError` for a file the environment does not
+    """Read ``cfg``'s files into a :class:`ReplayPlan` (:func:`~.sources.read_files`, in the order
+    given, each once; played in :func:`~.replay.replay_steps`'s order, as the local runner's replay).
+    Raises :class:`~streameval.beam.sources.InputUnavailableError` for a file the environment does not
     deliver (a missing file is a usage error of the job, checked before it starts)."""
-    groups: dict = defaultdict(lambda: defaultdict(list))  # step -> (kind, path) -> records
-    letters = []
+    files, letters = {}, []
     for kind in PLAY_ORDER:
-        for path in sorted(set(cfg.paths.get(kind) or ())):
-            n = 0
-            try:
-                for block in read_avro_blocks(path, SCHEMA_OF[kind]):
-                    n += len(block)
-                    for rec in block:
-                        groups[(usable_time(rec) or 0) // cfg.step][(kind, str(path))].append(rec)
-            except avro.AvroInputError as e:  # damaged bytes: the records before the damage and a letter
-                letters.append(unreadable_letter(path, kind, e, n))
-    steps = []
-    for s in sorted(groups):
-        parts = sorted(groups[s].items(), key=lambda kv: (PLAY_ORDER.index(kv[0][0]), kv[0][1]))
-        for _, recs in parts:
-            recs.sort(key=lambda r: usable_time(r) or 0)
-        steps.append((s, [(kind, path, recs) for (kind, path), recs in parts]))
-    return ReplayPlan(steps, letters)
+        if cfg.paths.get(kind):
+            files[kind], bad = read_files(list(dict.fromkeys(cfg.paths[kind])), kind)
+            letters.extend(bad)
+    return ReplayPlan(replay_steps(files, cfg.step), letters)
 
 
 class _ReplayFn(beam.DoFn):

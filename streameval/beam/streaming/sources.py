@@ -23,10 +23,10 @@ from ..sources import read_avro_blocks, unreadable_letter
 from .polling import SCHEMA_OF
 from .replay import Replay, usable_time
 
-__all__ = ["ReplayAvro", "WatchAvro", "ReadPubSubEvents", "ReadKafkaEvents", "KAFKA_TIMESTAMP_POLICIES"]
+__all__ = ["ReplayAvro", "WatchAvro", "read_files", "ReadPubSubEvents", "ReadKafkaEvents", "KAFKA_TIMESTAMP_POLICIES"]
 
 
-def _read_local(paths, kind):
+def read_files(paths, kind):
     """``({path: records}, dead letters of unreadable files)``: a damaged file (truncated, corrupt,
     an incompatible schema) gives the records of its complete blocks before the damage
     (:func:`streameval.io.avro.read_blocks`, as the batch job reads it) and one dead letter."""
@@ -64,7 +64,7 @@ class ReplayAvro(beam.PTransform):
         recs = {}
         self.unreadable = []
         for k, v in self.paths.items():
-            recs[k], bad = _read_local(v, k)
+            recs[k], bad = read_files(v, k)
             self.unreadable.extend(bad)
         self.counts = {k: sum(map(len, v.values())) for k, v in recs.items()}
         return pbegin | "Replay" >> Replay.from_records(recs["impressions"], recs["judgments"], recs["clicks"],
