@@ -58,6 +58,8 @@ HOST = "127.0.0.1"
 ENGINES = ("flink", "prism", "kafka")
 #: the cached parts (streameval.commands.engines) each engine needs
 PARTS = {"flink": ("flink", "job_server", "expansion_service"), "prism": ("prism",), "kafka": ("kafka", "kafka_io")}
+#: each TaskManager's process memory (``--taskmanager-memory``; docs/deploy.md says how it is split)
+TASKMANAGER_MEMORY = "2560m"
 #: the JVM options Flink 1.19's distribution gives every process it starts on Java 17 (``env.java.opts.all``
 #: of its conf/config.yaml, which the cache does not keep: only bin/ and lib/). Without them a task that
 #: ran out of memory took its TaskManager down: Flink's own handler could not update the error's message
@@ -473,7 +475,8 @@ logger.netty.level = OFF
 """
 
 
-def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int, tm_memory: str = "2560m") -> None:
+def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int,
+                  tm_memory: str = TASKMANAGER_MEMORY) -> None:
     conf.mkdir(parents=True, exist_ok=True)
     tmp = state / "flink-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -543,7 +546,7 @@ def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
     home = engines.flink_home()
     conf = state / "flink-conf"
     rpc, rest = _free_port(), _free_port()
-    _flink_config(conf, state, rpc, rest, args.slots, getattr(args, "taskmanager_memory", None) or "2560m")
+    _flink_config(conf, state, rpc, rest, args.slots, getattr(args, "taskmanager_memory", TASKMANAGER_MEMORY))
     classpath = f"{home / 'lib'}/*"
     log4j = f"-Dlog4j.configurationFile=file:{conf / 'log4j-console.properties'}"
     env = _env()
@@ -699,8 +702,8 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--state-dir", required=True, help="folder for the cluster's state, config and logs")
     u.add_argument("--taskmanagers", type=int, default=2, help="Flink TaskManagers (default 2)")
     u.add_argument("--slots", type=int, default=2, help="task slots per TaskManager (default 2)")
-    u.add_argument("--taskmanager-memory", default="2560m",
-                   help="each TaskManager's process memory, in Flink's units (default 2560m)")
+    u.add_argument("--taskmanager-memory", default=TASKMANAGER_MEMORY,
+                   help=f"each TaskManager's process memory, in Flink's units (default {TASKMANAGER_MEMORY})")
     u.add_argument("--job-server-jar", default=None,
                    help="Beam's Flink job server jar, or a folder of the unshaded runner's jars (its classpath) "
                         "(default: the one `cluster fetch` cached)")
