@@ -1,6 +1,6 @@
 """``streameval cluster``: fetch the engines, start a local Flink cluster, Prism or a Kafka broker, stop it.
 
-    streameval cluster fetch [flink] [prism] [kafka] [--retry]
+    streameval cluster fetch [flink] [prism] [kafka] [dashboard] [--retry]
     streameval cluster up flink --state-dir DIR [--taskmanagers N] [--slots S] [--taskmanager-memory M]
                                [--job-server-jar JAR]
     streameval cluster up prism --state-dir DIR
@@ -57,7 +57,10 @@ STATE_FILE = "cluster.json"
 HOST = "127.0.0.1"
 ENGINES = ("flink", "prism", "kafka")
 #: the cached parts (streameval.commands.engines) each engine needs
-PARTS = {"flink": ("flink", "job_server", "expansion_service"), "prism": ("prism",), "kafka": ("kafka", "kafka_io")}
+PARTS = {"flink": ("flink", "job_server", "expansion_service"), "prism": ("prism",), "kafka": ("kafka", "kafka_io"),
+         "dashboard": ("uplot",)}
+#: what ``fetch`` takes: the engines, and the dashboard's chart library (uPlot, from npm)
+FETCHABLE = (*ENGINES, "dashboard")
 #: each TaskManager's process memory (``--taskmanager-memory``; docs/deploy.md says how it is split)
 TASKMANAGER_MEMORY = "2560m"
 #: the JVM options Flink 1.19's distribution gives every process it starts on Java 17 (``env.java.opts.all``
@@ -690,12 +693,12 @@ def status(state_dir) -> dict:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="streameval cluster", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="action", required=True)
-    f = sub.add_parser("fetch", help="fetch Flink's jars, Beam's Flink job server, Prism and Kafka into the cache "
-                                     "($STREAMEVAL_CACHE, else ~/.cache/streameval)")
+    f = sub.add_parser("fetch", help="fetch Flink's jars, Beam's Flink job server, Prism, Kafka and the dashboard's "
+                                     "chart library into the cache ($STREAMEVAL_CACHE, else ~/.cache/streameval)")
     f.add_argument("engines", nargs="*", metavar="ENGINE",
-                   help="flink, prism and/or kafka (default all): flink needs Flink's jars and Beam's Flink job "
-                        "server (and the Java expansion service), prism the Prism binary, kafka the broker's "
-                        "classpath and Beam's Kafka IO (expansion service) classpath")
+                   help="flink, prism, kafka and/or dashboard (default all): flink needs Flink's jars and Beam's "
+                        "Flink job server (and the Java expansion service), prism the Prism binary, kafka the broker's "
+                        "classpath and Beam's Kafka IO (expansion service) classpath, dashboard uPlot (npm)")
     f.add_argument("--retry", action="store_true", help="ask again for parts a previous fetch could not have")
     u = sub.add_parser("up", help="start a local cluster; prints its runner_args as JSON")
     u.add_argument("engine", help="flink, prism or kafka")
@@ -731,12 +734,12 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.action == "fetch":
-            bad = [e for e in args.engines if e not in ENGINES]
+            bad = [e for e in args.engines if e not in FETCHABLE]
             if bad:
-                print(f"streameval cluster fetch: unknown engine {bad[0]!r}{_closest(bad[0], ENGINES)}; "
-                      f"choose from {', '.join(ENGINES)}", file=sys.stderr)
+                print(f"streameval cluster fetch: unknown engine {bad[0]!r}{_closest(bad[0], FETCHABLE)}; "
+                      f"choose from {', '.join(FETCHABLE)}", file=sys.stderr)
                 return EXIT_USAGE
-            wanted = tuple(p for e in (args.engines or ENGINES) for p in PARTS[e])
+            wanted = tuple(p for e in (args.engines or FETCHABLE) for p in PARTS[e])
             parts = {n: p for n, p in engines.fetch(retry=args.retry, only=wanted).items() if n in wanted}
             print(json.dumps({"cache": str(engines.cache_dir()), "beam": engines.beam_version(),
                               "parts": {n: asdict(p) for n, p in parts.items()}}, indent=1))

@@ -22,6 +22,10 @@ Everything comes from a package registry through its own client, never at run ti
   artifacts (their repository, packages.confluent.io, is not Maven Central), with ``kafka-clients``,
   ``jamm`` (the Java SDK harness needs it and declares it ``provided``) and ``slf4j-simple``. It runs
   both the expansion service and each Java SDK worker (``FnHarness``, one JVM per worker).
+* **uPlot** (``uplot``), the chart library of ``streameval dashboard``: its npm package at
+  :data:`UPLOT_VERSION` (``npm pack`` from the npm registry, which checks the tarball's integrity); only
+  ``dist/uPlot.iife.min.js``, ``dist/uPlot.min.css`` and its ``LICENSE`` (MIT) are kept, under
+  ``uplot/<version>``. The page loads them from the dashboard's own server, never from a CDN.
 
 The cache is ``$STREAMEVAL_CACHE``, else ``~/.cache/streameval``. Each part lands in a folder of its
 own version and is marked complete only once whole, so a second call finds it and returns in
@@ -46,7 +50,7 @@ from pathlib import Path
 
 __all__ = ["FLINK_VERSION", "FLINK_MINOR", "Part", "cache_dir", "beam_version", "flink_home", "prism_binary",
            "job_server_jar", "job_server_classpath", "expansion_service_jar", "fetch", "status", "missing",
-           "KAFKA_VERSION", "kafka_classpath", "kafka_io_classpath"]
+           "KAFKA_VERSION", "kafka_classpath", "kafka_io_classpath", "UPLOT_VERSION", "UPLOT_FILES", "uplot_dir"]
 
 
 def _flink_for_beam() -> str:
@@ -69,6 +73,9 @@ PRISM_PACKAGE = "github.com/apache/beam/sdks/v2/go/cmd/prism"
 KAFKA_VERSION = "4.1.0"
 #: the Kafka client inside Beam's Kafka IO classpath (Beam 2.62's io-kafka declares it ``provided``)
 KAFKA_CLIENTS_FOR_BEAM = "3.9.1"
+#: uPlot's npm version (the dashboard's charts) and the files kept of its package
+UPLOT_VERSION = "1.6.32"
+UPLOT_FILES = ("dist/uPlot.iife.min.js", "dist/uPlot.min.css", "LICENSE")
 _COMPLETE = ".complete"
 
 
@@ -142,6 +149,11 @@ def kafka_io_classpath(root: Path | None = None, version: str | None = None) -> 
     """The folder of Beam's expansion service, its Kafka IO and the Java SDK harness (their runtime
     classpath): ``ExpansionService PORT`` and the Java workers (``FnHarness``) run from it."""
     return (root or cache_dir()) / "beam" / (version or beam_version()) / "kafka-io-classpath"
+
+
+def uplot_dir(root: Path | None = None) -> Path:
+    """The folder of uPlot's kept files (``uPlot.iife.min.js``, ``uPlot.min.css``, ``LICENSE``)."""
+    return (root or cache_dir()) / "uplot" / UPLOT_VERSION
 
 
 def _tail(text: str, lines: int = 3) -> str:
@@ -316,6 +328,32 @@ def _fetch_prism(root: Path, version: str) -> Part:
     return Part("prism", version, True, str(binary))
 
 
+def _fetch_uplot(root: Path) -> Part:
+    folder = uplot_dir(root)
+    if (folder / _COMPLETE).exists():
+        return Part("uplot", UPLOT_VERSION, True, str(folder))
+    npm = shutil.which("npm")
+    if not npm:
+        return Part("uplot", UPLOT_VERSION, False, reason="no npm on PATH (uPlot comes from the npm registry)")
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        done = subprocess.run([npm, "pack", f"uplot@{UPLOT_VERSION}", "--pack-destination", tmp, "--silent"],
+                              capture_output=True, text=True, cwd=tmp)
+        tarballs = list(Path(tmp).glob("uplot-*.tgz"))
+        if done.returncode != 0 or len(tarballs) != 1:
+            return Part("uplot", UPLOT_VERSION, False,
+                        reason=f"npm pack uplot@{UPLOT_VERSION} failed: {_tail(done.stderr or done.stdout)}")
+        staging = Path(tmp) / "staging"
+        staging.mkdir()
+        with tarfile.open(tarballs[0]) as tar:
+            for name in UPLOT_FILES:
+                member = tar.extractfile(f"package/{name}")
+                if member is None:
+                    return Part("uplot", UPLOT_VERSION, False, reason=f"uplot {UPLOT_VERSION}'s package has no {name}")
+                (staging / Path(name).name).write_bytes(member.read())
+        _put_in_place(staging, folder)
+    return Part("uplot", UPLOT_VERSION, True, str(folder))
+
+
 def _record_path(root: Path) -> Path:
     return root / "fetch.json"
 
@@ -344,6 +382,7 @@ def fetch(root: Path | None = None, retry: bool = False, only: tuple[str, ...] =
         "prism": lambda: _fetch_prism(root, version),
         "kafka": lambda: _fetch_kafka(root),
         "kafka_io": lambda: _fetch_kafka_io(root, version),
+        "uplot": lambda: _fetch_uplot(root),
     }
     parts = {}
     for name, job in jobs.items():
@@ -352,7 +391,7 @@ def fetch(root: Path | None = None, retry: bool = False, only: tuple[str, ...] =
                 parts[name] = before[name]
             continue
         old = before.get(name)
-        expected = {"flink": FLINK_VERSION, "kafka": KAFKA_VERSION}.get(name, version)
+        expected = {"flink": FLINK_VERSION, "kafka": KAFKA_VERSION, "uplot": UPLOT_VERSION}.get(name, version)
         if old is not None and not old.ok and old.version == expected and not retry:
             parts[name] = old  # refused before: not asked again on a warm call
             continue
@@ -371,7 +410,8 @@ def missing(names, root: Path | None = None) -> list[str]:
     version = beam_version()
     where = {"flink": flink_home(root) / _COMPLETE, "prism": prism_binary(root, version),
              "job_server": job_server_jar(root, version), "expansion_service": expansion_service_jar(root, version),
-             "kafka": kafka_classpath(root) / _COMPLETE, "kafka_io": kafka_io_classpath(root, version) / _COMPLETE}
+             "kafka": kafka_classpath(root) / _COMPLETE, "kafka_io": kafka_io_classpath(root, version) / _COMPLETE,
+             "uplot": uplot_dir(root) / _COMPLETE}
     known = status(root)
     lines = []
     for name in names:
