@@ -44,7 +44,8 @@ from .metric_table import rows_frame as _table_frame
 from .results import parse_float_fields
 
 __all__ = ["MANIFEST", "METRIC_FIELDS", "KEY_FIELDS", "MetricsTableError", "read_metrics", "final_panes",
-           "select_metrics", "metric_files", "rows_frame", "SLICE_PREFIX", "slice_attributes"]
+           "select_metrics", "metric_files", "rows_frame", "SLICE_PREFIX", "slice_attributes", "file_sizes",
+           "file_rows", "read_bytes"]
 
 #: the completion marker the jobs write last (``streameval.beam.sinks.MANIFEST``)
 MANIFEST = "manifest.json"
@@ -85,7 +86,9 @@ def _fs_error(path: str, e: Exception) -> MetricsTableError:
     return MetricsTableError(f"{path}: cannot read: {type(e).__name__}: {' '.join(str(e).split())}")
 
 
-def _read_bytes(path: str) -> bytes:
+def read_bytes(path: str) -> bytes:
+    """The bytes of a local file or of any Beam file system's file; ``MetricsTableError`` (one line)
+    when it cannot be read."""
     try:
         if not _remote(path):
             with open(path, "rb") as fo:
@@ -98,7 +101,7 @@ def _read_bytes(path: str) -> bytes:
         raise _fs_error(path, e) from None
 
 
-def _sizes(directory: str) -> dict[str, int]:
+def file_sizes(directory: str) -> dict[str, int]:
     """``{file name: size in bytes}`` of the files directly in ``directory`` (one listing)."""
     if not _remote(directory):
         out = {}
@@ -138,7 +141,7 @@ def _manifest_bytes(directory: str) -> bytes:
     if not exists:
         raise MetricsTableError(f"{directory}: no {MANIFEST}: the job did not finish (killed or failed half way) "
                                 "or this is not a job's output directory; its files are not read as a table")
-    return _read_bytes(marker)
+    return read_bytes(marker)
 
 
 def _parse_manifest(directory: str, data: bytes) -> dict:
@@ -199,7 +202,7 @@ def metric_files(path, manifest: dict | None = None) -> list[str]:
         raise MetricsTableError(f"{_join(directory, MANIFEST)}: lists no metric output (metrics.jsonl or metrics-*)")
     chosen = sorted(chosen)
     if chosen:
-        present = _sizes(directory)
+        present = file_sizes(directory)
         for n in chosen:
             if n not in present:
                 raise MetricsTableError(f"{_join(directory, n)}: listed in {MANIFEST} but missing")
@@ -231,7 +234,7 @@ def _check(rec, where: str) -> dict:
 def _jsonl_rows(path: str) -> list[dict]:
     rows = []
     try:
-        text = _read_bytes(path).decode("utf-8")
+        text = read_bytes(path).decode("utf-8")
     except UnicodeDecodeError as e:
         raise MetricsTableError(f"{path}: not UTF-8 text ({e.reason})") from None
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -253,7 +256,7 @@ def _avro_rows(path: str) -> list[dict]:
         if _remote(path):
             fd, tmp = tempfile.mkstemp(suffix=".avro", prefix="streameval-metrics-")
             with os.fdopen(fd, "wb") as fo:
-                fo.write(_read_bytes(path))
+                fo.write(read_bytes(path))
             local = tmp
         try:
             recs = avro.read_records(local, "metric_result")
@@ -274,7 +277,7 @@ def _parquet_rows(path: str) -> list[dict]:
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(pa.BufferReader(_read_bytes(path)))
+        table = pq.read_table(pa.BufferReader(read_bytes(path)))
     except (pa.ArrowException, OSError) as e:
         raise MetricsTableError(f"{path}: not a Parquet file ({' '.join(str(e).split())})") from None
     for i, field in enumerate(table.schema):
@@ -284,7 +287,9 @@ def _parquet_rows(path: str) -> list[dict]:
     return [parse_float_fields(_check(plain_row(r), f"{path}: row {i + 1}")) for i, r in enumerate(table.to_pylist())]
 
 
-def _file_rows(path: str) -> list[dict]:
+def file_rows(path: str) -> list[dict]:
+    """The metric rows of one file (Avro, Parquet, else JSON lines) as metric_result dicts;
+    ``MetricsTableError`` (one line, naming the file and line) for what is not a metric row."""
     if path.endswith(".avro"):
         return _avro_rows(path)
     return _parquet_rows(path) if path.endswith(".parquet") else _jsonl_rows(path)
@@ -348,7 +353,7 @@ def _directory_rows(path: str) -> list[dict]:
         try:
             rows = []
             for f in metric_files(path, _parse_manifest(directory, data)):
-                rows.extend(_file_rows(f))
+                rows.extend(file_rows(f))
             error = None
         except MetricsTableError as e:  # a file replaced or removed by a run that published meanwhile?
             rows, error = None, e
@@ -395,7 +400,7 @@ def read_metrics(path, final_only: bool = False, as_frame: bool = False, metrics
     if not path:
         raise MetricsTableError("no path given")
     if _is_file(path):
-        rows = _file_rows(path)
+        rows = file_rows(path)
     else:
         rows = _directory_rows(path)
     if metrics is not None:
