@@ -6,7 +6,7 @@
 #               benchmarks/run.py --quick (a smoke run of every benchmark) and the regression gate --check
 #   make check  the static checks alone (.ci/checks.py: ruff, import-linter, mypy and vulture against their
 #               baselines, module and function sizes; docs/checks.md), about 15 s
-#   make engines      fetches the engines (Flink's jars, Prism) into ~/.cache/streameval
+#   make engines      fetches the engines (Flink's jars, Prism, Kafka) and the dashboard's uPlot into ~/.cache/streameval
 #   make test-engines the engine tier alone (tests/test_engines.py: Prism and a local Flink cluster)
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv

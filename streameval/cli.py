@@ -680,6 +680,8 @@ COMMANDS = {
                   "compare two metric tables: differences, one-sided rows, correlation"),
     "compare": ("streameval.commands.compare", "main", False, "paired comparison of two runs on the same queries"),
     "report": ("streameval.commands.report", "main", False, "PNG plots and an HTML page from metric rows"),
+    "dashboard": ("streameval.commands.dashboard", "main", False,
+                  "a live page of a job's panes, alerts and record accounting (streameval dashboard -h)"),
     "fuse": ("streameval.commands.fuse", "main", False,
              "rank fusion of TREC runs (RRF, CombSUM, CombMNZ, ISR, Borda, ...) into one TREC run, as ranx"),
     "alerts-to-prometheus": ("streameval.commands.alerts_to_prometheus", "main", False,

@@ -91,6 +91,10 @@ def test_the_wheel_installs_streameval_only_and_the_command(installed):
     assert (venv / "bin" / "streameval").is_file()
     version = _run([venv / "bin" / "streameval", "--version"], cwd=work).stdout
     assert version.startswith("streameval 0.1.0"), version
+    # the dashboard's page is package data: installed beside its module
+    page = _run([py, "-c", "from streameval.commands import dashboard as d; "
+                 "print(*(len(d._page_file(n)) for n in d.PAGE_FILES))"], cwd=work).stdout.split()
+    assert len(page) == 3 and all(int(n) > 500 for n in page), page
 
 
 def _write_logs(d: Path):
