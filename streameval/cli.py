@@ -736,6 +736,8 @@ def main(argv=None) -> int:
         staged = argv[:1] in (["batch"], ["ope"]) or (argv[:1] == ["stream"] and "--replay" in argv)
         note = (": nothing of this run was published (an output folder keeps its previous run's outputs)"
                 if staged else "")
+        # what the job did on the way out, e.g. "the job on the runner was cancelled" (a job on Flink, Prism)
+        note += "".join(f"; {n}" for n in getattr(e, "__notes__", ()))
         print(f"{name}: stopped by {stop.name}{note}", file=sys.stderr)
         if own_process:  # a thread Beam left running cannot keep the process from ending
             interrupts.exit_within(128 + stop.signum)

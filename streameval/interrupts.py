@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 
-__all__ = ["Interrupted", "exit_within", "install", "received", "restore"]
+__all__ = ["Interrupted", "exit_within", "install", "received", "restore", "stop_for"]
 
 _RECEIVED: list[int] = []
 
@@ -67,6 +67,19 @@ def restore(previous: dict) -> None:
 def received() -> Interrupted | None:
     """The first SIGINT or SIGTERM received since :func:`install`, as the exception to raise; None."""
     return Interrupted(_RECEIVED[0]) if _RECEIVED else None
+
+
+def stop_for(error: BaseException) -> BaseException | None:
+    """What to raise for ``error``, caught while a job ran: the interrupt received (a runner may have
+    wrapped it in an exception of its own), with ``error``'s notes (``add_note``: what the job did on
+    the way out, such as cancelling itself on its runner); ``error`` itself when it is a
+    ``KeyboardInterrupt`` and no signal was recorded; None when it is no interrupt at all."""
+    stop = received()
+    if stop is None:
+        return error if isinstance(error, KeyboardInterrupt) else None
+    for note in getattr(error, "__notes__", ()):
+        stop.add_note(note)
+    return stop
 
 
 def exit_within(status: int, seconds: float = 10.0) -> None:

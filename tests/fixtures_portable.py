@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from streameval.commands.cluster import listening_inodes
+from streameval.commands.processes import listening_inodes
 
 __all__ = ["Service", "PortableRunner", "start_job_service", "start_worker_pool", "stop_service", "worker_pool",
            "portable_runner"]

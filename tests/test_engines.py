@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from streameval.commands import cluster, engines
+from streameval.commands import engines, processes
 from streameval.io import avro
 
 from .test_columnar import _messy_logs
@@ -313,7 +313,7 @@ def test_flink_cluster_runs_its_taskmanagers(flink):
     names = {"jobmanager", "taskmanager-1", "taskmanager-2", "worker_pool-1"}
     assert names <= set(flink["processes"])
     assert ("job_server" in flink["processes"]) == flink["has_job_server"]
-    assert all(cluster._start_ticks(pid) is not None for pid in flink["processes"].values())
+    assert all(processes.start_ticks(pid) is not None for pid in flink["processes"].values())
     master = flink["runner_args"][flink["runner_args"].index("--flink_master") + 1] \
         if "--flink_master" in flink["runner_args"] else None
     assert master is None or f"http://{master}" == flink["web_ui"]
@@ -604,8 +604,8 @@ def kafka(tmp_path_factory):
     _need("kafka_io", "java")
     state = tmp_path_factory.mktemp("kafka-cluster")
     info = _up_kafka(state, "--expansion-service")
-    assert set(info) == KAFKA_KEYS | {"expansion_service"}
-    assert set(info["processes"]) == {"kafka", "java_worker_pool", "expansion_service"}
+    assert set(info) == KAFKA_KEYS | {"expansion_service", "flink_expansion_service"}
+    assert set(info["processes"]) == {"kafka", "java_worker_pool", "expansion_service", "expansion_service_flink"}
     try:
         yield info
     finally:
@@ -621,7 +621,7 @@ def test_kafka_up_produce_consume_status_down_leaves_no_process(tmp_path):
     try:
         assert set(info) == KAFKA_KEYS and set(info["processes"]) == {"kafka"}
         host, port = info["bootstrap_servers"].rsplit(":", 1)
-        assert host == "127.0.0.1" and cluster.listening_inodes(int(port))
+        assert host == "127.0.0.1" and processes.listening_inodes(int(port))
         lines = _records(40, "events")
         _produce(info["bootstrap_servers"], "events", lines)
         done = _kafka_tool("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
@@ -707,7 +707,7 @@ def test_stop_kills_what_a_dead_leader_left_in_its_group(tmp_path):
     import signal
     import time
 
-    proc = cluster._spawn("leader", ["sh", "-c", "sleep 300 & echo $! > child.pid; wait"], tmp_path, dict(os.environ),
+    proc = processes.spawn("leader", ["sh", "-c", "sleep 300 & echo $! > child.pid; wait"], tmp_path, dict(os.environ),
                           tmp_path / "cwd")
     pid_file = tmp_path / "cwd" / "child.pid"
     deadline = time.monotonic() + 30
@@ -716,13 +716,13 @@ def test_stop_kills_what_a_dead_leader_left_in_its_group(tmp_path):
     child = int(pid_file.read_text())
     os.kill(proc.pid, signal.SIGKILL)
     os.waitpid(proc.pid, 0)
-    assert not cluster.alive(proc) and cluster._start_ticks(child) is not None
-    assert cluster._ours(proc)
-    cluster._stop(proc, grace=5)
-    assert cluster._start_ticks(child) is None and not cluster._ours(proc)
-    stranger = cluster.Proc(os.getpid(), (cluster._start_ticks(os.getpid()) or 0) + 1, [], "")
-    assert not cluster._ours(stranger)
-    cluster._stop(stranger, grace=1)  # not ours: no signal (this process is still here)
+    assert not processes.alive(proc) and processes.start_ticks(child) is not None
+    assert processes.ours(proc)
+    processes.stop(proc, grace=5)
+    assert processes.start_ticks(child) is None and not processes.ours(proc)
+    stranger = processes.Proc(os.getpid(), (processes.start_ticks(os.getpid()) or 0) + 1, [], "")
+    assert not processes.ours(stranger)
+    processes.stop(stranger, grace=1)  # not ours: no signal (this process is still here)
 
 
 def test_down_without_a_cluster_is_a_usage_error(tmp_path):

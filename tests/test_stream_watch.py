@@ -358,3 +358,41 @@ def test_pane_file_names_never_collide():
     assert stem("A") == "metrics-1970-01-01T000000Z-1970-01-01T010000Z-A-pane000-on_time-final"  # plain names as before
     assert stem("sys_1").endswith("-sys_1-pane000-on_time-final")
     assert stem("A", "user=u/1") != stem("A", "user=u_1")
+
+
+def test_an_interrupted_launcher_cancels_its_job_on_a_portable_runner():
+    """Ctrl-C or SIGTERM while the launcher waits for a job on Flink or Prism (a portable job): the job
+    is cancelled there (an unbounded one would run on for ever without its launcher) and the interrupt
+    carries a note saying so, which ``interrupts.stop_for`` keeps on the interrupt it raises."""
+    from apache_beam.runners.portability.portable_runner import PipelineResult as PortableResult
+
+    from streameval import interrupts
+    from streameval.beam.accounting import wait_for_job
+
+    class Job(PortableResult):
+        def __init__(self, fail_cancel=False):  # no job service: the state and cancel of a fake job
+            self.cancelled, self.fail_cancel = 0, fail_cancel
+
+        @property
+        def state(self):
+            return "CANCELLED" if self.cancelled else "RUNNING"
+
+        def cancel(self):
+            if self.fail_cancel:
+                raise RuntimeError("job service gone")
+            self.cancelled += 1
+
+    def ctrl_c(_seconds):
+        raise interrupts.Interrupted(2)
+
+    for wait in (lambda job: wait_for_job(job, sleep=ctrl_c), lambda job: stream_cli.wait_reporting(job, 30, sleep=ctrl_c)):
+        job = Job()
+        with pytest.raises(interrupts.Interrupted) as got:
+            wait(job)
+        assert job.cancelled == 1 and got.value.__notes__ == ["the job on the runner was cancelled"]
+        job = Job(fail_cancel=True)
+        with pytest.raises(interrupts.Interrupted) as got:
+            wait(job)
+        assert got.value.__notes__ == ["cancelling the job on the runner failed (RuntimeError): it may still run"]
+    # no signal recorded: the interrupt itself, notes and all; not an interrupt: nothing to raise
+    assert interrupts.stop_for(got.value) is got.value and interrupts.stop_for(ValueError("x")) is None

@@ -51,7 +51,7 @@ from ..io.counters import KINDS, NAMESPACE
 
 __all__ = ["job_counters", "job_distributions", "account", "POST_VALIDATION_REASONS", "KINDS", "format_accounting",
            "exit_status", "InputChecks", "check_inputs", "add_input_check_arguments", "EXIT_OK", "EXIT_FAILED",
-           "EXIT_USAGE", "EXIT_INPUT_CHECK"]
+           "EXIT_USAGE", "EXIT_INPUT_CHECK", "cancel_on_interrupt"]
 
 # EXIT_*: the exit statuses of every command (streameval/exits.py), also importable from here
 
@@ -461,6 +461,26 @@ def _metrics_digest(options):
     return digest
 
 
+def cancel_on_interrupt(result, error: BaseException) -> None:
+    """The launcher was interrupted (Ctrl-C, SIGTERM: ``error``) while it waited for a job on a
+    portable runner (Flink, Prism): cancel the job there, which would otherwise go on without its
+    launcher (an unbounded one for ever), and say so as a note of ``error`` (``add_note``: the
+    command's one line shows it). Other runners' jobs (in-process) end with the launcher."""
+    from apache_beam.runners.portability.portable_runner import PipelineResult as PortableResult
+    from apache_beam.runners.runner import PipelineState
+
+    if not isinstance(result, PortableResult):
+        return
+    try:
+        if PipelineState.is_terminal(result.state):
+            return
+        result.cancel()
+    except Exception as e:  # noqa: BLE001 (the job service gone, a deadline): said, not raised over the interrupt
+        error.add_note(f"cancelling the job on the runner failed ({type(e).__name__}): it may still run")
+        return
+    error.add_note("the job on the runner was cancelled")
+
+
 def wait_for_job(result, *, poll: float = 0.5, sleep=None, options=None, stall_timeout: float | None = None,
                  clock=None, digest=None):
     """Wait until the job of ``result`` (a Beam ``PipelineResult`` of any runner) ends; returns its
@@ -492,6 +512,20 @@ def wait_for_job(result, *, poll: float = 0.5, sleep=None, options=None, stall_t
     sleep = sleep or time.sleep
     digest = digest or (_metrics_digest(options) if stall_timeout else None)
     watch = _ProgressWatch(digest, stall_timeout, clock or time.monotonic) if digest and stall_timeout else None
+    try:
+        state = _wait_portable(result, poll, sleep, watch)
+    except KeyboardInterrupt as e:
+        cancel_on_interrupt(result, e)
+        raise
+    if state == PipelineState.DONE:
+        return state
+    return result.wait_until_finish()
+
+
+def _wait_portable(result, poll, sleep, watch):
+    """:func:`wait_for_job`'s loop: the portable job's terminal state."""
+    from apache_beam.runners.runner import PipelineState
+
     state = result.state
     while not PipelineState.is_terminal(state):
         sleep(poll)
@@ -505,6 +539,4 @@ def wait_for_job(result, *, poll: float = 0.5, sleep=None, options=None, stall_t
                 f"no progress for {watch.timeout:g} s: the runner still reports the job {state} but its metrics "
                 f"have not changed (a lost SDK worker the runner waits for?); the job was cancelled "
                 f"(--stall-timeout {watch.timeout:g}s; none waits for ever)")
-    if state == PipelineState.DONE:
-        return state
-    return result.wait_until_finish()
+    return state

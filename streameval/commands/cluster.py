@@ -12,7 +12,10 @@
 ``up kafka`` starts one Kafka broker in KRaft mode (broker and controller in one process, its storage
 formatted in ``DIR/kafka``) and prints ``bootstrap_servers`` instead of ``runner_args``; with
 ``--expansion-service`` also Beam's Java expansion service and a Java SDK worker pool, the pair that
-``apache_beam.io.kafka.ReadFromKafka(..., expansion_service=...)`` needs (printed as ``expansion_service``).
+``apache_beam.io.kafka.ReadFromKafka(..., expansion_service=...)`` needs (printed as ``expansion_service``),
+and a second expansion service for jobs on Flink (``flink_expansion_service``: Kafka's read as the
+primitive Read Flink runs itself; see :func:`_start_kafka_io`). The broker keeps every record
+(``log.retention.ms=-1``): events of the past are not deleted before a job reads them.
 
 ``up`` starts every process on 127.0.0.1 with ports the kernel found free, each the leader of a
 process group of its own (its output in ``DIR/logs/NAME.log``), waits until the cluster accepts
@@ -35,26 +38,19 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE, one_line
 from . import engines
+from .processes import (HOST, START_TIMEOUT, ClusterError, Proc, accepts, alive, child_env, free_port, http_json,
+                        listens, ours, spawn, stop, wait_ready)
 
 __all__ = ["main", "up", "down", "status", "ClusterError"]
 
-#: seconds a process gets to answer (a JVM or Beam's imports on a busy 2-core machine)
-START_TIMEOUT = 120.0
-#: seconds between SIGTERM and SIGKILL at ``down``
-STOP_GRACE = 20.0
 STATE_FILE = "cluster.json"
-HOST = "127.0.0.1"
 ENGINES = ("flink", "prism", "kafka")
 #: the cached parts (streameval.commands.engines) each engine needs
 PARTS = {"flink": ("flink", "job_server", "expansion_service"), "prism": ("prism",), "kafka": ("kafka", "kafka_io"),
@@ -80,24 +76,11 @@ FLINK_JAVA17_OPTS = tuple(
         "java.util", "java.util.concurrent", "java.util.concurrent.atomic", "java.util.concurrent.locks")])
 #: the broker's heap (Kafka's own scripts give it 1 GB; a test broker needs far less)
 KAFKA_HEAP = "512m"
+#: each expansion service's heap (it only expands transforms)
+EXPANSION_HEAP = "384m"
 #: the line Kafka logs once the broker and controller serve
 _KAFKA_STARTED = "Kafka Server started"
 _POOL_LINE = "Started worker pool servicer at port: "
-
-
-class ClusterError(RuntimeError):
-    """A cluster that could not be started, read or stopped (one line for the user)."""
-
-
-@dataclass
-class Proc:
-    """A process we started: its PID, its start time (clock ticks after boot, /proc/PID/stat
-    field 22: a PID the kernel reused for another process has another), command and log."""
-
-    pid: int
-    start_ticks: int
-    argv: list
-    log: str
 
 
 @dataclass
@@ -111,181 +94,7 @@ class Cluster:
     ports: dict = field(default_factory=dict)
     bootstrap_servers: str = ""  # kafka
     expansion_service: str = ""  # kafka --expansion-service
-
-
-# ------------------------------------------------------------------------------------------------
-# processes
-
-
-def _start_ticks(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the command name (field 2) is in parentheses and may hold spaces: split after its last ')'
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] == "Z":  # a zombie has exited
-        return None
-    return int(fields[19])
-
-
-def alive(proc: Proc) -> bool:
-    """The process ``up`` started is still running (same PID and start time, not a zombie)."""
-    return _start_ticks(proc.pid) == proc.start_ticks
-
-
-def _free_port() -> int:
-    """A TCP port no socket is bound to now (the kernel's choice for port 0). A process started on
-    it is checked to be the one listening there (:func:`_listens`)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def listening_inodes(port: int) -> set[int]:
-    """Socket inodes listening on TCP ``port`` (any address, IPv4 and IPv6), from /proc/net."""
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                found.add(int(cols[9]))
-    return found
-
-
-def _group_socket_inodes(pgid: int) -> set[int]:
-    """Socket inodes held by the processes of process group ``pgid``."""
-    found = set()
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            if os.getpgid(int(d.name)) != pgid:
-                continue
-            fds = list((d / "fd").iterdir())
-        except OSError:
-            continue
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                target = os.readlink(fd)
-                if target.startswith("socket:["):
-                    found.add(int(target[8:-1]))
-    return found
-
-
-def _listens(proc: Proc, port: int) -> bool:
-    """Only the process (group) ``proc`` listens on ``port``."""
-    listeners = listening_inodes(port)
-    return bool(listeners) and listeners <= _group_socket_inodes(proc.pid)
-
-
-def _spawn(name: str, argv: list, logs: Path, env: dict, cwd: Path) -> Proc:
-    cwd.mkdir(parents=True, exist_ok=True)
-    log = logs / f"{name}.log"
-    with open(log, "ab") as out:
-        p = subprocess.Popen([str(a) for a in argv], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
-    ticks = _start_ticks(p.pid)
-    return Proc(p.pid, ticks if ticks is not None else -1, [str(a) for a in argv], str(log))
-
-
-def _log_tail(proc: Proc, lines: int = 5) -> str:
-    try:
-        text = Path(proc.log).read_text(errors="replace")
-    except OSError:
-        return ""
-    return " | ".join(line.strip() for line in text.splitlines()[-lines:] if line.strip())
-
-
-def _wait(name: str, proc: Proc, ready, timeout: float = START_TIMEOUT):
-    """Poll ``ready()`` until it returns a true value (returned), the process dies or time runs out."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if not alive(proc):
-            raise ClusterError(f"{name} exited while starting (log {proc.log}: {_log_tail(proc)[-400:]})")
-        with contextlib.suppress(OSError, ValueError):
-            got = ready()
-            if got:
-                return got
-        if time.monotonic() > deadline:
-            raise ClusterError(f"{name} did not answer within {timeout:.0f} s (log {proc.log})")
-        time.sleep(0.25)
-
-
-def _ours(proc: Proc) -> bool:
-    """The process group ``proc`` leads still holds a process we started: the leader itself (same
-    PID and start time), or, the leader gone, members of its group (its SDK workers). Linux does not
-    give a PID that is still some group's ID to a new process, so such a group is still ours."""
-    ticks = _start_ticks(proc.pid)
-    if ticks is not None:
-        return ticks == proc.start_ticks
-    return _group_alive(proc.pid)
-
-
-def _stop(proc: Proc, grace: float = STOP_GRACE) -> None:
-    """SIGTERM to the process group the PID leads, SIGKILL to what is left of it after ``grace``;
-    nothing when neither the PID nor its group is still what we started (:func:`_ours`)."""
-    if not _ours(proc):
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while alive(proc) and time.monotonic() < deadline:
-        _reap(proc.pid)
-        time.sleep(0.2)
-    # the leader lingering, or its children (SDK workers) left behind by a leader that exited
-    if _ours(proc):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    deadline = time.monotonic() + grace
-    while _ours(proc) and time.monotonic() < deadline:
-        _reap(proc.pid)
-        time.sleep(0.1)
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a group whose members are all zombies counts as gone
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.getpgid(int(d.name)) == pgid and _start_ticks(int(d.name)) is not None:
-                    return True
-    return False
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    # the worker pool starts each SDK worker with `python` from PATH: this interpreter's comes first
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _http_json(url: str):
-    with urllib.request.urlopen(url, timeout=3) as r:
-        return json.loads(r.read().decode())
-
-
-def _grpc_ready(endpoint: str) -> bool:
-    """Something accepts TCP connections at ``endpoint`` (HOST:PORT)."""
-    host, port = endpoint.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=2):
-        return True
+    flink_expansion_service: str = ""  # kafka --expansion-service: the one for Flink (Kafka read natively)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -298,7 +107,7 @@ def _start_pool(c: Cluster, logs: Path, state: Path, name: str = "worker_pool-1"
     # our pool (streameval.commands.worker_pool), not Beam's worker_pool_main: Beam's keeps one worker
     # per id, and the TaskManagers sharing the pool number their workers alike (the module says more)
     argv = [sys.executable, "-m", "streameval.commands.worker_pool", "--service_port", "0", *extra]
-    proc = _spawn(name, argv, logs, _env(), state / "workers")
+    proc = spawn(name, argv, logs, child_env(), state / "workers")
     c.processes[name] = proc
 
     def port():
@@ -307,9 +116,9 @@ def _start_pool(c: Cluster, logs: Path, state: Path, name: str = "worker_pool-1"
         if i < 0:
             return 0
         p = int(text[i + len(_POOL_LINE):].split()[0].rsplit(":", 1)[1])
-        return p if _listens(proc, p) and _grpc_ready(f"{HOST}:{p}") else 0
+        return p if listens(proc, p) and accepts(f"{HOST}:{p}") else 0
 
-    p = _wait(name, proc, port)
+    p = wait_ready(name, proc, port)
     c.ports[name] = p
     return f"{HOST}:{p}"
 
@@ -320,11 +129,11 @@ def _up_prism(c: Cluster, logs: Path, state: Path, args) -> None:
     if lacking:
         raise ClusterError(lacking[0])
     pool = _start_pool(c, logs, state)
-    web = _free_port()
+    web = free_port()
     # Prism listens on every address (its flags choose ports only); the job port is the kernel's choice
     argv = [binary, "--job_port", "0", "--web_port", web, "--serve_http=true", "--log_kind", "text",
             "--log_level", "info", "--idle_shutdown_timeout", "-1s"]
-    proc = _spawn("prism", argv, logs, _env(), state / "prism")
+    proc = spawn("prism", argv, logs, child_env(), state / "prism")
     c.processes["prism"] = proc
 
     def port():
@@ -334,9 +143,9 @@ def _up_prism(c: Cluster, logs: Path, state: Path, args) -> None:
             return 0
         line = text[i:].splitlines()[0]
         p = int(line.rsplit(":", 1)[1].strip().strip('"').split()[0].strip('"'))
-        return p if _listens(proc, p) and _grpc_ready(f"{HOST}:{p}") else 0
+        return p if listens(proc, p) and accepts(f"{HOST}:{p}") else 0
 
-    job_port = _wait("prism", proc, port)
+    job_port = wait_ready("prism", proc, port)
     c.ports.update(job=job_port, web=web)
     c.web_ui = f"http://{HOST}:{web}"
     c.runner_args = ["--runner", "PortableRunner", "--job_endpoint", f"{HOST}:{job_port}",
@@ -357,6 +166,9 @@ def _kafka_properties(path: Path, data: Path, broker: int, controller: int) -> N
         "offsets.topic.replication.factor": 1, "transaction.state.log.replication.factor": 1,
         "transaction.state.log.min.isr": 1, "share.coordinator.state.topic.replication.factor": 1,
         "share.coordinator.state.topic.min.isr": 1, "group.initial.rebalance.delay.ms": 0,
+        # records are kept: retention by time goes by the records' own timestamps, so a backlog of past
+        # events (a day, a year ago) would be deleted within minutes of being produced, before a job read it
+        "log.retention.ms": -1,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
@@ -388,32 +200,32 @@ def _up_kafka(c: Cluster, logs: Path, state: Path, args) -> None:
         raise ClusterError("no java on PATH (the Kafka broker needs Java 17)")
     classpath = f"{engines.kafka_classpath()}/*"
     props = state / "kafka" / "server.properties"
-    broker, controller = _free_port(), _free_port()
+    broker, controller = free_port(), free_port()
     while controller == broker:
-        controller = _free_port()
+        controller = free_port()
     _kafka_properties(props, state / "kafka" / "data", broker, controller)
     # the storage must be formatted before the first start (`kafka-storage format`); a second `up` on
     # the same folder keeps it (--ignore-formatted)
     fmt = subprocess.run([java, "-cp", classpath, "kafka.tools.StorageTool", "format", "--ignore-formatted",
                           "-t", _kafka_cluster_id(state), "-c", str(props)],
-                         capture_output=True, text=True, timeout=START_TIMEOUT, env=_env())
+                         capture_output=True, text=True, timeout=START_TIMEOUT, env=child_env())
     (logs / "kafka-storage-format.log").write_text(fmt.stdout + fmt.stderr)
     if fmt.returncode != 0:
         raise ClusterError(f"formatting Kafka's storage failed (exit {fmt.returncode}): "
                            f"{one_line(fmt.stderr or fmt.stdout)[-400:]}")
     argv = [java, f"-Xms{KAFKA_HEAP}", f"-Xmx{KAFKA_HEAP}", "-cp", classpath, "kafka.Kafka", props]
-    proc = _spawn("kafka", argv, logs, _env(), state / "kafka")
+    proc = spawn("kafka", argv, logs, child_env(), state / "kafka")
     c.processes["kafka"] = proc
 
     def ready():
-        return (_KAFKA_STARTED in Path(proc.log).read_text(errors="replace") and _listens(proc, broker)
-                and _grpc_ready(f"{HOST}:{broker}"))
+        return (_KAFKA_STARTED in Path(proc.log).read_text(errors="replace") and listens(proc, broker)
+                and accepts(f"{HOST}:{broker}"))
 
-    _wait("kafka", proc, ready)
+    wait_ready("kafka", proc, ready)
     c.ports.update(kafka=broker, controller=controller)
     c.bootstrap_servers = f"{HOST}:{broker}"
     if getattr(args, "expansion_service", False):
-        c.expansion_service = _start_kafka_io(c, logs, state, java)
+        c.expansion_service, c.flink_expansion_service = _start_kafka_io(c, logs, state, java)
 
 
 #: the boot program Beam's Python worker pool runs (``--container_executable``) for each Java worker:
@@ -441,9 +253,15 @@ os.execvpe({java!r}, [{java!r}, "-Xmx{heap}", "-cp", {classpath!r}, "org.apache.
 """
 
 
-def _start_kafka_io(c: Cluster, logs: Path, state: Path, java: str) -> str:
+def _start_kafka_io(c: Cluster, logs: Path, state: Path, java: str) -> tuple[str, str]:
     """Beam's Java expansion service with its Kafka IO, whose transforms run in an EXTERNAL environment
-    at a worker pool started beside it (no Docker); returns the expansion service's HOST:PORT.
+    at a worker pool started beside it (no Docker), twice: ``expansion_service`` expands Kafka's read
+    as a splittable DoFn (Prism, Dataflow); ``expansion_service_flink`` (``--experiments=
+    use_deprecated_read``) as Beam's primitive unbounded Read, which Flink's portable runner executes
+    itself in the TaskManagers (:data:`KAFKA_READ_JARS` on the job server's classpath): it never
+    checkpoints an unbounded splittable DoFn running in an SDK worker, so that read's bundle never ends
+    and no record leaves it (Beam issue #20979; seen here: the job RUNNING, nothing read). Returns
+    both addresses (HOST:PORT).
 
     The pool is the cluster's (:mod:`.worker_pool`) with a boot program (:data:`_JAVA_BOOT`) that starts
     each Java worker as a JVM of its own. Beam's Java ``ExternalWorkerService`` (workers as threads of
@@ -455,15 +273,32 @@ def _start_kafka_io(c: Cluster, logs: Path, state: Path, java: str) -> str:
     boot.write_text(_JAVA_BOOT.format(python=sys.executable, java=java, heap=KAFKA_HEAP, classpath=classpath))
     boot.chmod(0o755)
     pool = _start_pool(c, logs, state, "java_worker_pool", ("--container_executable", boot))
-    port = _free_port()
-    service = _spawn("expansion_service", [java, f"-Xmx{KAFKA_HEAP}", "-cp", classpath,
-                                           "org.apache.beam.sdk.expansion.service.ExpansionService", port,
-                                           "--defaultEnvironmentType=EXTERNAL",
-                                           f"--defaultEnvironmentConfig={pool}"], logs, _env(), state / "expansion")
-    c.processes["expansion_service"] = service
-    _wait("expansion_service", service, lambda: _listens(service, port) and _grpc_ready(f"{HOST}:{port}"))
-    c.ports["expansion_service"] = port
-    return f"{HOST}:{port}"
+    addresses = []
+    for name, extra in (("expansion_service", []), ("expansion_service_flink", ["--experiments=use_deprecated_read"])):
+        port = free_port()
+        service = spawn(name, [java, f"-Xmx{EXPANSION_HEAP}", "-cp", classpath,
+                                "org.apache.beam.sdk.expansion.service.ExpansionService", port,
+                                "--defaultEnvironmentType=EXTERNAL", f"--defaultEnvironmentConfig={pool}", *extra],
+                         logs, child_env(), state / name)
+        c.processes[name] = service
+        wait_ready(name, service, lambda s=service, q=port: listens(s, q) and accepts(f"{HOST}:{q}"))
+        c.ports[name] = port
+        addresses.append(f"{HOST}:{port}")
+    return addresses[0], addresses[1]
+
+
+#: the jars Flink's own (native) read of Kafka needs beside the job server's (when ``kafka_io`` is in the cache):
+#: Beam's KafkaIO, the Kafka client and what they load (spring-expression: KafkaUnboundedReader.start). The job
+#: server stages its own classpath as the job's jars, so the TaskManagers load them from there
+KAFKA_READ_JARS = ("beam-sdks-java-io-kafka-", "kafka-clients-", "beam-sdks-java-extensions-avro-", "avro-",
+                   "zstd-jni-", "snappy-java-", "spring-core-", "spring-expression-", "spring-jcl-")
+
+
+def _kafka_read_jars() -> list[str]:
+    folder = engines.kafka_io_classpath()
+    if not (folder / ".complete").exists():
+        return []
+    return [str(j) for j in sorted(folder.glob("*.jar")) if j.name.startswith(KAFKA_READ_JARS)]
 
 
 _LOG4J = """\
@@ -548,23 +383,23 @@ def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
         raise ClusterError("; ".join(lacking))
     home = engines.flink_home()
     conf = state / "flink-conf"
-    rpc, rest = _free_port(), _free_port()
+    rpc, rest = free_port(), free_port()
     _flink_config(conf, state, rpc, rest, args.slots, getattr(args, "taskmanager_memory", TASKMANAGER_MEMORY))
     classpath = f"{home / 'lib'}/*"
     log4j = f"-Dlog4j.configurationFile=file:{conf / 'log4j-console.properties'}"
-    env = _env()
+    env = child_env()
     jm_jvm, jm_dyn = _bash_java_utils(home, conf, "GET_JM_RESOURCE_PARAMS")
-    jm = _spawn("jobmanager", ["java", *jm_jvm, *FLINK_JAVA17_OPTS, log4j, "-cp", classpath,
+    jm = spawn("jobmanager", ["java", *jm_jvm, *FLINK_JAVA17_OPTS, log4j, "-cp", classpath,
                                "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint",
                                "--configDir", conf, *jm_dyn], logs, env, state / "jobmanager")
     c.processes["jobmanager"] = jm
     c.web_ui = f"http://{HOST}:{rest}"
     c.ports.update(rpc=rpc, rest=rest)
-    _wait("jobmanager", jm, lambda: _listens(jm, rest) and _http_json(f"{c.web_ui}/overview"))
+    wait_ready("jobmanager", jm, lambda: listens(jm, rest) and http_json(f"{c.web_ui}/overview"))
     tm_jvm, tm_dyn = _bash_java_utils(home, conf, "GET_TM_RESOURCE_PARAMS")
     for i in range(1, args.taskmanagers + 1):
         name = f"taskmanager-{i}"
-        c.processes[name] = _spawn(name, ["java", *tm_jvm, *FLINK_JAVA17_OPTS, log4j, "-cp", classpath,
+        c.processes[name] = spawn(name, ["java", *tm_jvm, *FLINK_JAVA17_OPTS, log4j, "-cp", classpath,
                                           "org.apache.flink.runtime.taskexecutor.TaskManagerRunner",
                                           "--configDir", conf, *tm_dyn,
                                           "-D", f"taskmanager.resource-id={name}"], logs, env, state / name)
@@ -573,31 +408,31 @@ def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
         for i in range(1, args.taskmanagers + 1):
             if not alive(c.processes[f"taskmanager-{i}"]):
                 raise ClusterError(f"taskmanager-{i} exited while starting (log {c.processes[f'taskmanager-{i}'].log})")
-        o = _http_json(f"{c.web_ui}/overview")
+        o = http_json(f"{c.web_ui}/overview")
         return o.get("taskmanagers") == args.taskmanagers and o.get("slots-total") == args.taskmanagers * args.slots
 
-    _wait("the taskmanagers", jm, registered)
+    wait_ready("the taskmanagers", jm, registered)
     pool = _start_pool(c, logs, state)
     flink = ["--flink_master", f"{HOST}:{rest}", "--flink_version", engines.FLINK_MINOR,
              "--environment_type", "EXTERNAL", "--environment_config", pool]
     if args.no_job_server:
         c.runner_args = ["--runner", "FlinkRunner", *flink]
         return
-    job_port, artifact_port, expansion_port = _free_port(), _free_port(), _free_port()
+    job_port, artifact_port, expansion_port = free_port(), free_port(), free_port()
     if jar.is_dir():
         # the unshaded runner's classpath (engines.job_server_classpath), logging through Flink's log4j jars
-        cp = os.pathsep.join([f"{jar}/*", *map(str, sorted((home / "lib").glob("log4j-*.jar")))])
+        cp = os.pathsep.join([f"{jar}/*", *map(str, sorted((home / "lib").glob("log4j-*.jar"))), *_kafka_read_jars()])
         main = [log4j, "-cp", cp, engines.JOB_SERVER_MAIN]
-    else:
-        main = ["-jar", jar]
-    js = _spawn("job_server", ["java", *FLINK_JAVA17_OPTS, *main, "--flink-master", f"{HOST}:{rest}",
+    else:  # the shaded jar (its main class named, so that Kafka's read can join its classpath)
+        main = ["-cp", os.pathsep.join([str(jar), *_kafka_read_jars()]), engines.JOB_SERVER_MAIN]
+    js = spawn("job_server", ["java", *FLINK_JAVA17_OPTS, *main, "--flink-master", f"{HOST}:{rest}",
                                "--job-host", HOST,
                                "--job-port", job_port, "--artifact-port", artifact_port,
                                "--expansion-port", expansion_port, "--flink-conf-dir", conf,
                                "--artifacts-dir", state / "job_server" / "artifacts"],
                 logs, env, state / "job_server")
     c.processes["job_server"] = js
-    _wait("job_server", js, lambda: _listens(js, job_port) and _grpc_ready(f"{HOST}:{job_port}"))
+    wait_ready("job_server", js, lambda: listens(js, job_port) and accepts(f"{HOST}:{job_port}"))
     c.ports.update(job=job_port)
     c.runner_args = ["--runner", "PortableRunner", "--job_endpoint", f"{HOST}:{job_port}",
                      "--environment_type", "EXTERNAL", "--environment_config", pool]
@@ -635,6 +470,7 @@ def report(c: Cluster, liveness: bool = False) -> dict:
     if c.engine == "kafka":
         out = {"engine": c.engine, "bootstrap_servers": c.bootstrap_servers,
                **({"expansion_service": c.expansion_service} if c.expansion_service else {}),
+               **({"flink_expansion_service": c.flink_expansion_service} if c.flink_expansion_service else {}),
                "processes": {n: p.pid for n, p in c.processes.items()}, "logs": c.logs}
     else:
         out = {"engine": c.engine, "runner_args": c.runner_args,
@@ -661,7 +497,7 @@ def up(engine: str, state_dir, args) -> Cluster:
         {"flink": _up_flink, "prism": _up_prism, "kafka": _up_kafka}[engine](c, logs, state, args)
     except BaseException:
         for p in reversed(list(c.processes.values())):
-            _stop(p, grace=5)
+            stop(p, grace=5)
         c.processes = {}
         raise
     finally:
@@ -675,8 +511,8 @@ def down(state_dir) -> list[str]:
     (none, normally)."""
     c = load(state_dir)
     for p in reversed(list(c.processes.values())):
-        _stop(p)
-    left = [n for n, p in c.processes.items() if _ours(p)]
+        stop(p)
+    left = [n for n, p in c.processes.items() if ours(p)]
     if not left:
         _state_path(state_dir).unlink(missing_ok=True)
     return left

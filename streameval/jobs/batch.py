@@ -579,9 +579,9 @@ def _main(argv, held: list) -> int:
         except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 (the runner reports a failed job as an exception)
             line.enable = False
             line.stop()
-            stop = interrupts.received()  # Ctrl-C or SIGTERM, which the runner may have wrapped
-            if stop is not None or isinstance(e, KeyboardInterrupt):
-                raise stop or e  # streameval.cli says so in one line; close_output removes the run's folder
+            stop = interrupts.stop_for(e)  # Ctrl-C or SIGTERM, which the runner may have wrapped
+            if stop is not None:
+                raise stop  # streameval.cli says so in one line; close_output removes the run's folder
             print(f"error: the job failed: {failure_reason(e)}", file=sys.stderr)
             return 1  # close_output removes the run's folder: the previous run's outputs stay
         finally:

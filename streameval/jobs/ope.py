@@ -450,8 +450,8 @@ def _main(argv, held: list) -> int:
         try:
             result = p.run()
             wait_for_job(result, options=options, stall_timeout=stall)  # (not wait_until_finish: its deadline, see there)
-        except Exception:
-            stop = interrupts.received()  # Ctrl-C or SIGTERM, which the runner wrapped: streameval.cli says so
+        except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 (re-raised)
+            stop = interrupts.stop_for(e)  # Ctrl-C or SIGTERM (maybe wrapped by the runner): streameval.cli says so
             if stop is not None:
                 raise stop from None
             raise

@@ -76,7 +76,8 @@ from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.io.metric_table import MetricTable, slice_columns
 from streameval.beam.sources import (expand_inputs, failure_reason, runner_thread_errors_reported_once,
                                      set_file_system_options)
-from streameval.beam.accounting import check_inputs, exit_status, format_accounting, input_checks_from_args, job_counters
+from streameval.beam.accounting import (cancel_on_interrupt, check_inputs, exit_status, format_accounting,
+                                        input_checks_from_args, job_counters)
 from streameval.beam.online import split_metric_names
 from streameval.beam.streaming.coarse import ColumnarStreamMetrics
 from streameval.beam.streaming.coarse_replay import ReplayColumns
@@ -439,17 +440,21 @@ def wait_reporting(result, every: float, out=None, sleep=time.sleep, options=Non
     from apache_beam.runners.runner import PipelineState
 
     out = out or sys.stdout
-    while not PipelineState.is_terminal(result.state):
-        sleep(every)
-        try:
-            counters = job_counters(result, options=options)
-        except Exception as e:  # noqa: BLE001 - a runner that cannot report metrics while running
-            counters, note = {}, f" (metrics unavailable: {type(e).__name__})"
-        else:
-            note = ""
-        out.write(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {result.state}: "
-                  f"{running_totals_line(counters)}{note}\n")
-        out.flush()
+    try:
+        while not PipelineState.is_terminal(result.state):
+            sleep(every)
+            try:
+                counters = job_counters(result, options=options)
+            except Exception as e:  # noqa: BLE001 - a runner that cannot report metrics while running
+                counters, note = {}, f" (metrics unavailable: {type(e).__name__})"
+            else:
+                note = ""
+            out.write(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {result.state}: "
+                      f"{running_totals_line(counters)}{note}\n")
+            out.flush()
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: the job on the runner does not go on without us
+        cancel_on_interrupt(result, e)
+        raise
     if result.state == PipelineState.DONE:
         # finished: Beam 2.62's wait_until_finish on a finished portable job waits for its message
         # stream until the call's deadline (DEADLINE_EXCEEDED after 60 s on Prism); a failed job's
@@ -609,9 +614,9 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - the runner's error, reported in one line
         line.enable = False
         line.stop()
-        stop = interrupts.received()  # Ctrl-C or SIGTERM (not --watch's), which the runner may have wrapped
-        if stop is not None or isinstance(e, KeyboardInterrupt):
-            raise stop or e  # streameval.cli says so in one line; close_output removes what the run wrote
+        stop = interrupts.stop_for(e)  # Ctrl-C or SIGTERM (not --watch's), which the runner may have wrapped
+        if stop is not None:
+            raise stop  # streameval.cli says so in one line; close_output removes what the run wrote
         reason = failure_reason(e)
         print(f"error: the job failed: {reason}", file=sys.stderr)
         return 1  # close_output removes what the run wrote (--replay: its folder; the previous run's outputs stay)
