@@ -680,6 +680,8 @@ COMMANDS = {
                   "compare two metric tables: differences, one-sided rows, correlation"),
     "compare": ("streameval.commands.compare", "main", False, "paired comparison of two runs on the same queries"),
     "report": ("streameval.commands.report", "main", False, "PNG plots and an HTML page from metric rows"),
+    "produce": ("streameval.commands.produce", "main", False,
+                "impression, judgment or click records from Avro files into a Kafka topic (streameval produce -h)"),
     "dashboard": ("streameval.commands.dashboard", "main", False,
                   "a live page of a job's panes, alerts and record accounting (streameval dashboard -h)"),
     "fuse": ("streameval.commands.fuse", "main", False,

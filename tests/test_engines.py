@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -674,6 +676,184 @@ def test_beam_kafka_read(kafka, engine, request, tmp_path):
                           capture_output=True, text=True, timeout=420, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(out.read_text().splitlines()) == sorted(lines)
+
+
+def _stream_on_kafka(tmp_path, kafka, engine_info, engine: str, topic: str, imps: list[dict]) -> list[dict]:
+    """``streameval produce`` the impressions into ``topic`` (record timestamps = event times), run
+    ``streameval stream --kafka-impressions`` on the engine until every (window, system) has its final
+    pane file, stop it with SIGINT; returns the final panes' rows. The launcher's line says the job on
+    the runner was cancelled."""
+    src = tmp_path / "imps.avro"
+    avro.write_records(src, "impression", imps)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "streameval.cli", "produce", "--bootstrap-servers",
+                           kafka["bootstrap_servers"], "--topic", topic, "--create-topic", "2", str(src)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and json.loads(done.stdout)["produced"] == len(imps), done.stderr[-2000:]
+    expansion = kafka["flink_expansion_service" if engine == "flink" else "expansion_service"]
+    out = tmp_path / "out"
+    days = {r["timestamp"] // 86_400_000_000 for r in imps}
+    systems = {r["system_id"] for r in imps}
+    log = tmp_path / "stream.log"
+    with open(log, "w") as fo:
+        job = subprocess.Popen([sys.executable, "-m", "streameval.cli", "stream", "--kafka-bootstrap",
+                                kafka["bootstrap_servers"], "--kafka-impressions", topic, "--kafka-expansion-service",
+                                expansion, "--metrics", "ctr", "--window", "1d", "--report-every", "10", "--quiet",
+                                "--output", str(out), *engine_info["runner_args"]],
+                               stdout=fo, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 420
+        while len(list(out.glob("metrics-*-final.jsonl"))) < len(days) * len(systems):
+            assert job.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"final panes: {sorted(f.name for f in out.glob('*final.jsonl'))}\n" \
+                                                f"{log.read_text()[-3000:]}"
+            time.sleep(2)
+        job.send_signal(signal.SIGINT)
+        assert job.wait(120) == 130
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
+    said = log.read_text()
+    assert "streameval stream: stopped by SIGINT; the job on the runner was cancelled" in said, said[-3000:]
+    assert not list(out.glob("late_data-*")) and not list(out.glob("dead_letters-*"))  # a backlog is not late
+    return [json.loads(line) for f in sorted(out.glob("metrics-*-final.jsonl")) for line in f.read_text().splitlines()]
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("engine", ["prism", "flink"])
+def test_stream_job_reads_kafka_live_equal_to_the_batch_job(kafka, engine, request, tmp_path):
+    """The stream job on the engine reads a Kafka topic (a week of Open Bandit impressions of two
+    logging policies produced ahead in event-time order, two partitions; Kafka's record timestamps =
+    event times, the watermark follows them; nothing of the backlog is late):
+    Prism runs Beam's KafkaIO as a splittable DoFn in a Java SDK worker, Flink as its own unbounded
+    source (the Flink expansion service). Every day's final pane is written while the job still
+    runs; each equals the batch job's row on the same records, bit for bit; SIGINT cancels the job
+    on the runner."""
+    from .test_stream import assert_final_equals_batch, run_batch
+
+    engine_info = request.getfixturevalue(engine)
+    if engine == "flink":
+        _need_job_server(engine_info["has_job_server"])
+    imps = [r for f in ("obd_bts_men.avro", "obd_random_men.avro")
+            for r in avro.read_records(str(SAMPLE / "impressions" / f), "impression")]
+    rows = _stream_on_kafka(tmp_path, kafka, engine_info, engine, f"stream-{engine}", imps)
+    assert {r["metric"] for r in rows} == {"ctr", "ctr@pos1", "ctr@pos2", "ctr@pos3"}
+    assert_final_equals_batch(rows, run_batch(imps, [], window="1d"))
+
+
+def _live_requests(n0: int, now_us: int, rng, queries: int = 20, docs: int = 30, depth: int = 10) -> list[dict]:
+    """One request's impressions: ``depth`` of ``docs`` items for one of ``queries`` queries, system A or
+    B, all at ``now_us``, clicked with a probability falling with the position."""
+    q, system = f"q{rng.integers(queries)}", "AB"[rng.integers(2)]
+    items = rng.choice(docs, size=depth, replace=False)
+    return [{"event_id": f"e{n0}-{pos}", "request_id": f"r{n0}", "query_id": q, "user_id": f"u{rng.integers(50)}",
+             "system_id": system, "item_id": f"d{int(d)}", "position": pos, "score": float(depth - pos),
+             "clicked": bool(rng.random() < 0.3 / pos), "timestamp": now_us, "propensity": None, "attributes": {},
+             "dwell_ms": None}
+            for pos, d in enumerate(items, 1)]
+
+
+@pytest.mark.kafka
+def test_stream_job_on_flink_scores_kafka_events_produced_live(kafka, flink, tmp_path):
+    """Two minutes of live events into Kafka while the stream job runs on Flink (10 s windows, 10 s
+    allowed lateness, early panes every 3 s): 40 requests a second stamped with the wall clock minus up
+    to 3 s (out of order within a bound), 3% of the requests sent twice (duplicates), one request in 40
+    stamped 12 s back (late: a late pane, or late data past the lateness) and one in 80 stamped 40 s back
+    (late data). Early, on-time and late panes are written while the job runs; every window's final pane
+    equals the batch job on the events the job did not send to late data (duplicates kept: both jobs
+    keep one copy), bit for bit; the delay from a window's end to its on-time pane file is measured."""
+    import numpy as np
+    from confluent_kafka import Producer
+
+    from streameval.commands.produce import create_topic, produce
+    from .test_stream import assert_final_equals_batch
+
+    _need_job_server(flink["has_job_server"])
+    bootstrap = kafka["bootstrap_servers"]
+    rng = np.random.default_rng(11)
+    judg = [{"query_id": f"q{q}", "item_id": f"d{d}", "grade": int(rng.integers(4)), "timestamp": 0, "source": "live",
+             "subtopic": None}
+            for q in range(20) for d in range(30)]
+    for topic in ("live-impressions", "live-judgments"):
+        create_topic(bootstrap, topic, 2)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, "log_level": 3})
+    produce(bootstrap, "live-judgments", judg, "judgment", producer=producer)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    out, log = tmp_path / "out", tmp_path / "stream.log"
+    with open(log, "w") as fo:
+        job = subprocess.Popen([sys.executable, "-m", "streameval.cli", "stream", "--kafka-bootstrap", bootstrap,
+                                "--kafka-impressions", "live-impressions", "--kafka-judgments", "live-judgments",
+                                "--kafka-expansion-service", kafka["flink_expansion_service"],
+                                "--metrics", "ndcg@10,ctr",
+                                "--window", "10s", "--allowed-lateness", "10s", "--early-every", "3s",
+                                "--report-every", "10", "--quiet", "--output", str(out), *flink["runner_args"]],
+                               stdout=fo, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    sent: list[dict] = []
+    try:
+        # the job reads once its Kafka reader has started (Flink deploys it in 20-60 s): events produced
+        # before that are a backlog, read first, not late
+        start = time.monotonic()
+        n = 0
+        while time.monotonic() - start < 120:
+            assert job.poll() is None, log.read_text()[-3000:]
+            now = time.time_ns() // 1000
+            batch = []
+            for _ in range(20):
+                n += 1
+                back = 40_000_000 if n % 80 == 0 and time.monotonic() - start > 45 else \
+                    12_000_000 if n % 40 == 0 and time.monotonic() - start > 45 else int(rng.integers(3_000_000))
+                recs = _live_requests(n, now - back, rng)
+                batch += recs + (recs if rng.random() < 0.03 else [])
+            produce(bootstrap, "live-impressions", batch, "impression", producer=producer)
+            sent += batch
+            time.sleep(0.5)
+        last_end = (max(r["timestamp"] for r in sent) // 10_000_000 + 1) * 10_000_000
+        windows = {(r["timestamp"] // 10_000_000 * 10_000_000, r["system_id"]) for r in sent}
+        # every window's final pane: the watermark passes the last window's end plus the lateness once
+        # the partitions are idle (Kafka's reader then moves it to the wall clock)
+        deadline = time.monotonic() + 240
+        while True:
+            finals = {f.name for f in out.glob("metrics-*-final.jsonl")}
+            if len(finals) >= len(windows) and time.time_ns() // 1000 > last_end + 20_000_000:
+                break
+            assert job.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, \
+                f"{len(finals)} of {len(windows)} final panes\n{log.read_text()[-3000:]}"
+            time.sleep(2)
+        job.send_signal(signal.SIGINT)
+        assert job.wait(120) == 130, log.read_text()[-3000:]
+    finally:
+        producer.flush(10)
+        del producer  # librdkafka's client closes (else it retries the broker the fixture stops)
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
+    rows = [dict(json.loads(line), _file=f.name, _mtime=f.stat().st_mtime)
+            for f in out.glob("metrics-*.jsonl") for line in f.read_text().splitlines()]
+    assert {r["pane"] for r in rows} >= {"early", "on_time", "late"}, sorted({r["pane"] for r in rows})
+    late_ids = {json.loads(json.loads(line)["raw"])["event_id"] for f in out.glob("late_data-*.jsonl")
+                for line in f.read_text().splitlines()}
+    assert late_ids and not list(out.glob("dead_letters-*"))
+    # the reference: the batch job on the events the stream did not send to late data, duplicates included
+    avro.write_records(tmp_path / "kept.avro", "impression", [r for r in sent if r["event_id"] not in late_ids])
+    avro.write_records(tmp_path / "judgments.avro", "judgment", judg)
+    done = subprocess.run([sys.executable, "-m", "streameval.cli", "batch", "--impressions",
+                           str(tmp_path / "kept.avro"), "--judgments", str(tmp_path / "judgments.avro"),
+                           "--metrics", "ndcg@10,ctr", "--window", "10s", "--quiet",
+                           "--output", str(tmp_path / "batch")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    batch_rows = [json.loads(line) for line in (tmp_path / "batch" / "metrics.jsonl").read_text().splitlines()]
+    final = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows if r["is_final"]]
+    assert_final_equals_batch(final, batch_rows)
+    # the delay from a window's end (wall clock = event time here) to its on-time pane file
+    delays = sorted(r["_mtime"] - r["window_end"] / 1e6 for r in rows
+                    if r["pane"] == "on_time" and r["metric"] == "ctr")
+    med, p90 = float(np.median(delays)), float(np.percentile(delays, 90))
+    print(f"\nlive Kafka on Flink: {len(sent)} impressions ({len(late_ids)} late data), {len(windows)} windows x "
+          f"system; window end -> on-time pane file: median {med:.1f} s, p90 {p90:.1f} s")
+    assert 0 < med < 60
 
 
 # ------------------------------------------------------------------------------------------------

@@ -385,7 +385,8 @@ def test_an_interrupted_launcher_cancels_its_job_on_a_portable_runner():
     def ctrl_c(_seconds):
         raise interrupts.Interrupted(2)
 
-    for wait in (lambda job: wait_for_job(job, sleep=ctrl_c), lambda job: stream_cli.wait_reporting(job, 30, sleep=ctrl_c)):
+    waits = (lambda job: wait_for_job(job, sleep=ctrl_c), lambda job: stream_cli.wait_reporting(job, 30, sleep=ctrl_c))
+    for wait in waits:
         job = Job()
         with pytest.raises(interrupts.Interrupted) as got:
             wait(job)
