@@ -158,20 +158,20 @@ def stop(proc: Proc, grace: float = STOP_GRACE) -> None:
     nothing when neither the PID nor its group is still what we started (:func:`ours`)."""
     if not ours(proc):
         return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while alive(proc) and time.monotonic() < deadline:
-        _reap(proc.pid)
-        time.sleep(0.2)
+    _signal_until(proc, signal.SIGTERM, lambda: alive(proc), grace, 0.2)
     # the leader lingering, or its children (SDK workers) left behind by a leader that exited
     if ours(proc):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _signal_until(proc, signal.SIGKILL, lambda: ours(proc), grace, 0.1)
+
+
+def _signal_until(proc: Proc, sig: int, running, grace: float, step: float) -> None:
+    """``sig`` to the process group ``proc`` leads, then wait while ``running()``, at most ``grace`` s."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
     deadline = time.monotonic() + grace
-    while ours(proc) and time.monotonic() < deadline:
+    while running() and time.monotonic() < deadline:
         _reap(proc.pid)
-        time.sleep(0.1)
+        time.sleep(step)
 
 
 def _reap(pid: int) -> None:
