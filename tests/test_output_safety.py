@@ -387,7 +387,7 @@ def test_a_reader_never_mixes_two_runs(tmp_path, monkeypatch):
                                                        "outputs": {"metrics.jsonl": files}}))
 
     publish("run-1", 0.25)
-    real = tables._file_rows
+    real = tables.file_rows
     calls = []
 
     def reading(path):
@@ -397,5 +397,5 @@ def test_a_reader_never_mixes_two_runs(tmp_path, monkeypatch):
             publish("run-2", 0.75)
         return rows
 
-    monkeypatch.setattr(tables, "_file_rows", reading)
+    monkeypatch.setattr(tables, "file_rows", reading)
     assert sorted((r["system"], r["value"]) for r in read_metrics(out)) == [("S0", 0.75), ("S1", 0.75)]
