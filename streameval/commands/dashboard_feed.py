@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..io import tables
+from ..io.outdir import RUNNING_TOTALS
 from ..io.tables import MetricsTableError
 
 __all__ = ["OutputFeed", "ALERTS_KEPT", "ROW_FIELDS"]
@@ -42,7 +43,6 @@ ALERTS_KEPT = 50
 ROW_FIELDS = ("window_start", "window_end", "slice", "system", "metric", "value", "num_queries", "stderr",
               "ci_low", "ci_high", "ci_level", "pane", "pane_index", "is_final")
 _RUNS = "runs"
-_RUNNING_TOTALS = "running_totals.jsonl"  # streameval.jobs.stream.RUNNING_TOTALS (a job module: not imported)
 _SIDE = {"late_data-": "late_data_records", "dead_letters-": "dead_letters"}
 
 
@@ -163,7 +163,7 @@ class OutputFeed:
             elif name.endswith(".jsonl") and name.startswith(tuple(_SIDE)):
                 counter = next(v for k, v in _SIDE.items() if name.startswith(k))
                 run.side[name] = (counter, len(self._json_lines(_join(folder, name))))
-            elif name == _RUNNING_TOTALS:
+            elif name == RUNNING_TOTALS:
                 records = self._json_lines(_join(folder, name))
                 run.totals = records[-1].get("counts", {}) if records else {}
             elif name == "summary.json":

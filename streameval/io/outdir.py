@@ -28,11 +28,14 @@ import sys
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
-__all__ = ["LOCK_FILE", "OutputOverlapError", "OutputInUseError", "LockHolder", "OutputLock", "check_overlap",
+__all__ = ["LOCK_FILE", "RUNNING_TOTALS", "OutputOverlapError", "OutputInUseError", "LockHolder", "OutputLock",
+           "check_overlap",
            "is_remote", "normal_path", "pattern_reaches"]
 
 #: the lock file in a local output folder
 LOCK_FILE = ".streameval.lock"
+#: the stream job's accounting as of each pane in a local --output (the job writes it, the dashboard reads it)
+RUNNING_TOTALS = "running_totals.jsonl"
 
 _MAGIC = ("*", "?", "[")
 

@@ -70,6 +70,7 @@ from streameval.beam.arguments import (
 )
 from streameval.beam.sinks import DEFAULT_FORMATS, holding_outputs, parse_formats, publish, start_output
 from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, one_line
+from streameval.io.outdir import RUNNING_TOTALS  # in --output: the accounting as of each pane
 from streameval.io.selection import names_without_rows, without_rows_line
 from streameval.beam.arguments import parse_grades as _grades
 from streameval.beam.arguments import parse_slice_args as _slices_from_args
@@ -116,7 +117,6 @@ LOCAL_STREAM_RUNNERS = ("BundleBasedDirectRunner", "DirectRunner")
 #: Python), where every shard a file is cut into costs a call of each batch stage per window it touches
 #: (a fixed cost of milliseconds) and a key's state and timers: one shard (docs/scale.md, 2026-11-27)
 COLUMNAR_SHARDS = 1
-RUNNING_TOTALS = "running_totals.jsonl"  # in --output (a local directory): the accounting as of each pane
 #: the outputs in --output: a new run's replace a previous run's, the manifest lists them last
 OUTPUTS = ("metrics-*", PARQUET_DATASET, "late_data-*", "dead_letters-*", "alerts-*", RUNNING_TOTALS)
 
