@@ -200,9 +200,9 @@ def test_batch_on_prism_equals_local(prism, launch, name, capsys):
 
 def test_stream_replay_on_prism_equals_local(prism, launch):
     """``streameval stream --replay`` with the cluster's runner_args (the replay source, a splittable
-    DoFn that reads the logs on a worker: no data in the pipeline graph, no TestStream; the per-event
-    engine, as the job notes) against the local streaming runner (the columnar engine): the same pane
-    files, each with the same rows."""
+    DoFn that reads the logs on a worker: no data in the pipeline graph, no TestStream; its records
+    enter the columnar engine as blocks without a watermark) against the local streaming runner (the
+    columnar engine on its own replay): the same pane files, each with the same rows."""
     from streameval.jobs import stream
 
     from .conftest import fail_after
@@ -678,7 +678,8 @@ def test_beam_kafka_read(kafka, engine, request, tmp_path):
     assert sorted(out.read_text().splitlines()) == sorted(lines)
 
 
-def _stream_on_kafka(tmp_path, kafka, engine_info, engine: str, topic: str, imps: list[dict]) -> list[dict]:
+def _stream_on_kafka(tmp_path, kafka, engine_info, engine: str, topic: str, imps: list[dict],
+                     metrics: str = "ctr") -> list[dict]:
     """``streameval produce`` the impressions into ``topic`` (record timestamps = event times), run
     ``streameval stream --kafka-impressions`` on the engine until every (window, system) has its final
     pane file, stop it with SIGINT; returns the final panes' rows. The launcher's line says the job on
@@ -698,7 +699,7 @@ def _stream_on_kafka(tmp_path, kafka, engine_info, engine: str, topic: str, imps
     with open(log, "w") as fo:
         job = subprocess.Popen([sys.executable, "-m", "streameval.cli", "stream", "--kafka-bootstrap",
                                 kafka["bootstrap_servers"], "--kafka-impressions", topic, "--kafka-expansion-service",
-                                expansion, "--metrics", "ctr", "--window", "1d", "--report-every", "10", "--quiet",
+                                expansion, "--metrics", metrics, "--window", "1d", "--report-every", "10", "--quiet",
                                 "--output", str(out), *engine_info["runner_args"]],
                                stdout=fo, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
@@ -725,21 +726,32 @@ def _stream_on_kafka(tmp_path, kafka, engine_info, engine: str, topic: str, imps
 def test_stream_job_reads_kafka_live_equal_to_the_batch_job(kafka, engine, request, tmp_path):
     """The stream job on the engine reads a Kafka topic (a week of Open Bandit impressions of two
     logging policies produced ahead in event-time order, two partitions; Kafka's record timestamps =
-    event times, the watermark follows them; nothing of the backlog is late):
+    event times, the watermark follows them; nothing of the backlog is late) on the columnar engine
+    (a bundle's records enter as one block of columns), with online metrics (click metrics beside CTR):
     Prism runs Beam's KafkaIO as a splittable DoFn in a Java SDK worker, Flink as its own unbounded
     source (the Flink expansion service). Every day's final pane is written while the job still
     runs; each equals the batch job's row on the same records, bit for bit; SIGINT cancels the job
     on the runner."""
-    from .test_stream import assert_final_equals_batch, run_batch
+    from .test_stream import assert_final_equals_batch
 
     engine_info = request.getfixturevalue(engine)
     if engine == "flink":
         _need_job_server(engine_info["has_job_server"])
     imps = [r for f in ("obd_bts_men.avro", "obd_random_men.avro")
             for r in avro.read_records(str(SAMPLE / "impressions" / f), "impression")]
-    rows = _stream_on_kafka(tmp_path, kafka, engine_info, engine, f"stream-{engine}", imps)
-    assert {r["metric"] for r in rows} == {"ctr", "ctr@pos1", "ctr@pos2", "ctr@pos3"}
-    assert_final_equals_batch(rows, run_batch(imps, [], window="1d"))
+    metrics = "ctr,clicks@3,rr_first_click,abandonment"
+    rows = _stream_on_kafka(tmp_path, kafka, engine_info, engine, f"stream-{engine}", imps, metrics)
+    # (online metrics: the per-event engine refuses them, so the columnar one ran)
+    assert {r["metric"] for r in rows} == {"ctr", "ctr@pos1", "ctr@pos2", "ctr@pos3", "clicks@3", "rr_first_click",
+                                           "abandonment"}
+    avro.write_records(tmp_path / "imps.avro", "impression", imps)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "streameval.cli", "batch", "--impressions",
+                           str(tmp_path / "imps.avro"), "--metrics", metrics, "--window", "1d", "--quiet",
+                           "--output", str(tmp_path / "batch")], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    batch_rows = [json.loads(x) for x in (tmp_path / "batch" / "metrics.jsonl").read_text().splitlines()]
+    assert_final_equals_batch(rows, batch_rows)
 
 
 def _live_requests(n0: int, now_us: int, rng, queries: int = 20, docs: int = 30, depth: int = 10) -> list[dict]:
@@ -755,39 +767,51 @@ def _live_requests(n0: int, now_us: int, rng, queries: int = 20, docs: int = 30,
 
 
 @pytest.mark.kafka
-def test_stream_job_on_flink_scores_kafka_events_produced_live(kafka, flink, tmp_path):
-    """Two minutes of live events into Kafka while the stream job runs on Flink (10 s windows, 10 s
+@pytest.mark.parametrize("engine, judgments", [("flink", "topic"), ("flink", "file")])
+def test_stream_job_scores_kafka_events_produced_live(kafka, engine, judgments, request, tmp_path):
+    """Two minutes of live events into Kafka while the stream job runs on the engine (10 s windows, 10 s
     allowed lateness, early panes every 3 s): 40 requests a second stamped with the wall clock minus up
     to 3 s (out of order within a bound), 3% of the requests sent twice (duplicates), one request in 40
     stamped 12 s back (late: a late pane, or late data past the lateness) and one in 80 stamped 40 s back
     (late data). Early, on-time and late panes are written while the job runs; every window's final pane
     equals the batch job on the events the job did not send to late data (duplicates kept: both jobs
-    keep one copy), bit for bit; the delay from a window's end to its on-time pane file is measured."""
+    keep one copy), bit for bit; the delay from a window's end to its on-time pane file is measured.
+    Judgments from a topic: the per-event engine (ndcg@10 and CTR); from a file: the columnar engine,
+    with online metrics beside them. (Not on Prism: docs/deploy.md, "Kafka on Prism".)"""
     import numpy as np
     from confluent_kafka import Producer
 
     from streameval.commands.produce import create_topic, produce
     from .test_stream import assert_final_equals_batch
 
-    _need_job_server(flink["has_job_server"])
+    cluster = request.getfixturevalue(engine)
+    if engine == "flink":
+        _need_job_server(cluster["has_job_server"])
+    metrics = "ndcg@10,ctr" + (",clicks@3,rr_first_click,auc" if judgments == "file" else "")
     bootstrap = kafka["bootstrap_servers"]
     rng = np.random.default_rng(11)
     judg = [{"query_id": f"q{q}", "item_id": f"d{d}", "grade": int(rng.integers(4)), "timestamp": 0, "source": "live",
              "subtopic": None}
             for q in range(20) for d in range(30)]
-    for topic in ("live-impressions", "live-judgments"):
+    topics = {k: f"live-{k}-{engine}-{judgments}" for k in ("impressions", "judgments")}
+    for topic in topics.values():
         create_topic(bootstrap, topic, 2)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, "log_level": 3})
-    produce(bootstrap, "live-judgments", judg, "judgment", producer=producer)
+    avro.write_records(tmp_path / "judgments.avro", "judgment", judg)
+    if judgments == "topic":
+        produce(bootstrap, topics["judgments"], judg, "judgment", producer=producer)
+        source = ["--kafka-judgments", topics["judgments"]]
+    else:
+        source = ["--judgments", str(tmp_path / "judgments.avro")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     out, log = tmp_path / "out", tmp_path / "stream.log"
     with open(log, "w") as fo:
         job = subprocess.Popen([sys.executable, "-m", "streameval.cli", "stream", "--kafka-bootstrap", bootstrap,
-                                "--kafka-impressions", "live-impressions", "--kafka-judgments", "live-judgments",
-                                "--kafka-expansion-service", kafka["flink_expansion_service"],
-                                "--metrics", "ndcg@10,ctr",
+                                "--kafka-impressions", topics["impressions"], *source, "--kafka-expansion-service",
+                                kafka["flink_expansion_service" if engine == "flink" else "expansion_service"],
+                                "--metrics", metrics,
                                 "--window", "10s", "--allowed-lateness", "10s", "--early-every", "3s",
-                                "--report-every", "10", "--quiet", "--output", str(out), *flink["runner_args"]],
+                                "--report-every", "10", "--quiet", "--output", str(out), *cluster["runner_args"]],
                                stdout=fo, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     sent: list[dict] = []
     try:
@@ -805,7 +829,7 @@ def test_stream_job_on_flink_scores_kafka_events_produced_live(kafka, flink, tmp
                     12_000_000 if n % 40 == 0 and time.monotonic() - start > 45 else int(rng.integers(3_000_000))
                 recs = _live_requests(n, now - back, rng)
                 batch += recs + (recs if rng.random() < 0.03 else [])
-            produce(bootstrap, "live-impressions", batch, "impression", producer=producer)
+            produce(bootstrap, topics["impressions"], batch, "impression", producer=producer)
             sent += batch
             time.sleep(0.5)
         last_end = (max(r["timestamp"] for r in sent) // 10_000_000 + 1) * 10_000_000
@@ -831,28 +855,31 @@ def test_stream_job_on_flink_scores_kafka_events_produced_live(kafka, flink, tmp
             job.wait(30)
     rows = [dict(json.loads(line), _file=f.name, _mtime=f.stat().st_mtime)
             for f in out.glob("metrics-*.jsonl") for line in f.read_text().splitlines()]
-    assert {r["pane"] for r in rows} >= {"early", "on_time", "late"}, sorted({r["pane"] for r in rows})
     late_ids = {json.loads(json.loads(line)["raw"])["event_id"] for f in out.glob("late_data-*.jsonl")
                 for line in f.read_text().splitlines()}
-    assert late_ids and not list(out.glob("dead_letters-*"))
+    assert not list(out.glob("dead_letters-*"))
+    assert {r["pane"] for r in rows} >= {"early", "on_time", "late"}, sorted({r["pane"] for r in rows})
+    assert late_ids
     # the reference: the batch job on the events the stream did not send to late data, duplicates included
     avro.write_records(tmp_path / "kept.avro", "impression", [r for r in sent if r["event_id"] not in late_ids])
-    avro.write_records(tmp_path / "judgments.avro", "judgment", judg)
     done = subprocess.run([sys.executable, "-m", "streameval.cli", "batch", "--impressions",
                            str(tmp_path / "kept.avro"), "--judgments", str(tmp_path / "judgments.avro"),
-                           "--metrics", "ndcg@10,ctr", "--window", "10s", "--quiet",
+                           "--metrics", metrics, "--window", "10s", "--labels", "clicks", "--quiet",
                            "--output", str(tmp_path / "batch")],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     batch_rows = [json.loads(line) for line in (tmp_path / "batch" / "metrics.jsonl").read_text().splitlines()]
     final = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows if r["is_final"]]
     assert_final_equals_batch(final, batch_rows)
+    if judgments == "file":  # online metrics: the per-event engine refuses them, so the columnar one ran
+        assert {"clicks@3", "rr_first_click", "auc"} <= {r["metric"] for r in final}
     # the delay from a window's end (wall clock = event time here) to its on-time pane file
     delays = sorted(r["_mtime"] - r["window_end"] / 1e6 for r in rows
                     if r["pane"] == "on_time" and r["metric"] == "ctr")
     med, p90 = float(np.median(delays)), float(np.percentile(delays, 90))
-    print(f"\nlive Kafka on Flink: {len(sent)} impressions ({len(late_ids)} late data), {len(windows)} windows x "
-          f"system; window end -> on-time pane file: median {med:.1f} s, p90 {p90:.1f} s")
+    print(f"\nlive Kafka on {engine} (judgments from a {judgments}): {len(sent)} impressions ({len(late_ids)} "
+          f"late data), {len(windows)} windows x system; window end -> on-time pane file: median {med:.1f} s, "
+          f"p90 {p90:.1f} s")
     assert 0 < med < 60
 
 

@@ -411,3 +411,93 @@ def test_columnar_replay_equals_the_batch_job(tmp_path):
     # a replay plays in event-time order: nothing is late, the replays meet their earlier copies
     assert summary["accounting"] == json.loads((bout / "summary.json").read_text())["accounting"]
     assert_final_equals_batch(_jsonl(out, "metrics-*.jsonl"), _jsonl(bout, "metrics.jsonl"))
+
+
+def test_event_blocks_on_the_columnar_engine_equal_the_batch_job(tmp_path):
+    """Events of a source that runs on the runner (Kafka's ``(key, JSON value)`` pairs, here from a
+    TestStream whose watermark follows the events 7 h behind, as a Kafka reader's would with a bound
+    of disorder) enter the columnar engine as blocks without a watermark
+    (:class:`~streameval.beam.streaming.coarse_events.EventBlocks`, ``source_watermark=False``): the
+    shards learn which windows closed from their timers alone. The final panes equal the batch job's
+    per-record engine on the records that were not late, bit for bit; its record accounting and dead
+    letters are the stream's; values that are not JSON, or not impressions, are dead letters named by
+    the topic; three records of a window that closed hours before are late data, with their reason."""
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms.window import TimestampedValue
+    from apache_beam.utils.timestamp import Timestamp
+
+    from streameval.beam.streaming.coarse import ColumnarStreamMetrics
+    from streameval.beam.streaming.coarse_events import EventBlocks
+
+    from .test_stream import run_stream
+
+    files, judg = _log(seed=5, n_requests=300)
+    events = [r for f in files for r in f]  # arrival order: the files' (replays, split requests)
+    avro.write_records(str(tmp_path / "judgments.avro"), "judgment", judg)
+    late = [imp(f"late{i}", f"d{i}", 1, T0 + 60 + i, system="A", query="q3", clicked=True,
+                attrs={"device": "mobile"}) for i in range(3)]
+    bad = [b"{not json", b"[1, 2]", json.dumps({**events[0], "position": "first", "event_id": "bad"}).encode()]
+
+    def value(rec):
+        return json.dumps(rec).encode()
+
+    stream = TestStream()
+    latest = T0
+    for i in range(0, len(events), 100):
+        chunk = events[i:i + 100]
+        stream = stream.add_elements([TimestampedValue((r["request_id"].encode(), value(r)),
+                                                       Timestamp(micros=r["timestamp"])) for r in chunk])
+        latest = max([latest] + [r["timestamp"] for r in chunk])
+        stream = stream.advance_watermark_to(Timestamp(micros=(latest - 7 * HOUR) // 1000 * 1000))
+    stream = stream.add_elements([TimestampedValue((b"k", v), Timestamp(micros=latest)) for v in bad])
+    stream = stream.advance_watermark_to(Timestamp(micros=T0 + 8 * HOUR))  # every window of the log closed
+    stream = stream.add_elements([TimestampedValue((b"k", value(r)), Timestamp(micros=r["timestamp"])) for r in late])
+    stream = stream.advance_watermark_to_infinity()
+
+    def build(p):
+        sm = ColumnarStreamMetrics([str(tmp_path / "judgments.avro")], ["ndcg@10", "map", "P@5"], window="1h",
+                                   slices=["device"], source_watermark=False, request_shards=4)
+        rows = p | stream | EventBlocks("kafka:impressions", max_records=64) | sm
+        return {"rows": rows, "late": sm.late, "dead": sm.dead_letters}
+
+    got = run_stream(build)
+    mine_late = [r for r in got["late"] if json.loads(r["raw"])["request_id"].startswith("late")]
+    assert sorted(json.loads(r["raw"])["request_id"] for r in mine_late) == ["late0", "late1", "late2"]
+    assert all("in a window that closed at" in r["reason"] for r in mine_late)
+    avro.write_records(str(tmp_path / "kept.avro"), "impression", events)
+    bout = _batch(tmp_path, str(tmp_path / "kept.avro"))
+    assert_final_equals_batch(got["rows"], _jsonl(bout, "metrics.jsonl"))
+    mine = [r for r in got["dead"] if r["source"] == "kafka:impressions"]
+    assert sorted(r["reason"].split(" (")[0].split(",")[0] for r in mine) == [
+        "position must be an integer", "record is not a mapping but list", "value is not JSON"]
+    assert {r["raw"] for r in mine} >= {"{not json", "[1,2]"}  # the text, or the value as JSON text
+
+    def letters(rs):
+        return sorted((r["raw"], r["reason"]) for r in rs)
+
+    # the log's own dead letters (reused event ids, items served twice) and the late items of its
+    # requests, as the batch job writes them
+    assert letters([r for r in got["dead"] + got["late"] if r["source"] != "kafka:impressions"
+                    and r not in mine_late]) == letters(_jsonl(bout, "dead_letters*.jsonl"))
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--clicks", "c.avro"], "--clicks names files: with --kafka-impressions, click events come from a topic"),
+    (["--impressions", "i.avro"], "--impressions names files: --kafka-impressions is the impressions' source"),
+    (["--judgments", "j.avro", "--kafka-judgments", "tj"], "give judgments as files (--judgments) or as a topic"),
+    (["--judgments", "j.avro", "--engine", "events"],
+     "--judgments files with --kafka-impressions need the columnar engine"),
+    (["--kafka-judgments", "tj", "--engine", "columnar"],
+     "--engine columnar: judgments from a topic need the per-event engine"),
+    (["--judgments", "nothing-here-*.avro"], "nothing-here-*.avro"),
+])
+def test_topic_source_refuses_files_it_would_not_read_in_one_line(tmp_path, capsys, monkeypatch, extra, message):
+    """Impressions from a topic: judgment files are read when the job starts (the columnar engine);
+    files of impressions or clicks, which such a job would not read, are refused before anything starts
+    (exit 2, one line), as is a judgments pattern that matches nothing."""
+    monkeypatch.chdir(tmp_path)
+    avro.write_records("j.avro", "judgment", [jdg("q1", "d1", 1)])
+    code = stream_cli.main(["--kafka-bootstrap", "127.0.0.1:1", "--kafka-impressions", "t", "--metrics", "map",
+                            "--window", "1h", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0], err

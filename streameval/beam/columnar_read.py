@@ -15,9 +15,9 @@ from apache_beam import pvalue
 from ..io import avro, dwell, records
 from ..io import counters as cn
 from ..io.counters import DECODER_NAMESPACE, NAMESPACE
-from .columnar_columns import (_HELD, SHARDS, _judgment_records, _no_nul, _nonempty, _shards_of, _split, _take,
-                               columns_records, impression_columns, impression_columns_arrow, judgment_columns,
-                               judgment_columns_arrow)
+from .columnar_columns import (_HELD, IMPRESSION_FIELDS, SHARDS, _judgment_records, _no_nul, _nonempty, _shards_of,
+                               _split, _take, columns_records, impression_columns, impression_columns_arrow,
+                               judgment_columns, judgment_columns_arrow)
 from .sources import UNREADABLE_PARQUET, read_avro_blocks, read_parquet_blocks, unreadable_letter
 from .threads import ThreadedDoFn, _collect, _pool, counter
 from .transforms import reason_key
@@ -212,6 +212,34 @@ class _ReadImpressionColumns(_ReadColumns):
         ok = self._screen(chunk, fine["score"], fine["propensity"]) & nulls["dwell_ok"]
         bad = np.flatnonzero(~ok)
         yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path, where)
+
+    def events(self, values, source):
+        """JSON values of an event source (Kafka's, Pub/Sub's; ``source`` names their dead letters):
+        each decoded and checked by the record check (:func:`streameval.io.records.check_impression`),
+        as the per-event engine checks them; the valid ones screened and split as an Avro block is.
+        A value that is not JSON is a dead letter (``value is not JSON``) with its text as ``raw``."""
+        import json
+
+        recs = []
+        for value in values:
+            text = value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
+            try:
+                rec = json.loads(text)
+            except ValueError as e:
+                reason = f"value is not JSON ({getattr(e, 'msg', e)}), got {text[:60]!r}"
+                rec = None
+            else:
+                reason = self._check(rec)
+            if reason is not None:
+                counter(NAMESPACE, cn.rejected(self.kind, reason_key(reason))).inc()
+                yield pvalue.TaggedOutput("dead_letters", {
+                    "source": source, "raw": text if rec is None else records.to_json_text(rec), "reason": reason})
+                continue
+            shaped = {f: rec.get(f) for f in IMPRESSION_FIELDS}  # the optional fields as the Avro reader's
+            shaped["attributes"] = rec.get("attributes") or {}
+            recs.append(shaped)
+        if recs:
+            yield from self._block(recs, source)
 
     def _table(self, table, path, attributes=None, where=None):
         chunk, score_null, prop_null = impression_columns_arrow(table)

@@ -81,6 +81,7 @@ from streameval.beam.accounting import (cancel_on_interrupt, check_inputs, exit_
                                         input_checks_from_args, job_counters)
 from streameval.beam.online import split_metric_names
 from streameval.beam.streaming.coarse import ColumnarStreamMetrics
+from streameval.beam.streaming.coarse_events import EventBlocks
 from streameval.beam.streaming.coarse_replay import ReplayColumns
 from streameval.beam.streaming.coarse_online import online_refusal
 from streameval.beam.streaming.live import KINDS, WatchFiles
@@ -146,14 +147,26 @@ def _live_watch(args) -> bool:
     return bool(args.watch) and _on_local_runner(args)
 
 
+def _event_blocks(args) -> bool:
+    """The impressions come from a source the runner runs (Kafka, Pub/Sub, or ``--watch`` and
+    ``--replay`` off the local runner): on the columnar engine, as blocks without a watermark
+    (:class:`~streameval.beam.streaming.coarse_events.EventBlocks`)."""
+    if getattr(args, "kafka_impressions", None) or getattr(args, "pubsub_impressions", None):
+        return True
+    return bool(args.watch or args.replay) and not _on_local_runner(args)
+
+
 def columnar_refusal(args) -> str | None:
     """Why the columnar streaming engine cannot run this job (None: it can)."""
-    if not (_live_watch(args) or (args.replay and _on_local_runner(args))):
-        return "the columnar engine reads --watch and --replay on the local runner only"
+    if not (_live_watch(args) or (args.replay and _on_local_runner(args)) or _event_blocks(args)):
+        return "the columnar engine needs an impressions source"
     if args.every or args.sessions:
         return "the columnar engine has fixed windows only"
-    if args.clicks:
+    if args.clicks or any(getattr(args, f"{s}_clicks", None) for s in ("kafka", "pubsub")):
         return "click events (--clicks) need the per-event engine (the columnar one reads the impressions' clicked field)"
+    if any(getattr(args, f"{s}_judgments", None) for s in ("kafka", "pubsub")):
+        return ("judgments from a topic need the per-event engine (the columnar one reads judgment files "
+                "when the job starts)")
     return None
 
 
@@ -182,6 +195,8 @@ def _engine(args) -> str:
 
 def _sources(p, args, paths):
     """({kind: PCollection or None}, replay or live source or None)"""
+    if getattr(args, "engine_used", None) == "columnar" and _event_blocks(args):
+        return _event_block_sources(p, args, paths)
     if getattr(args, "engine_used", None) == "columnar" and args.replay:
         rep = ReplayColumns(paths["impressions"], step=args.replay_step, pace=args.replay_pace)
         out = p | "Replay" >> rep
@@ -235,6 +250,67 @@ def _sources(p, args, paths):
     return out, None
 
 
+def _input_paths(args) -> dict:
+    """``{kind: [path or pattern, ...]}`` of the job's files: a replay's files (checked here), the
+    patterns ``--watch`` follows, or, with a topic, the judgment files read when the job starts.
+    Raises ValueError (a usage error) or FileNotFoundError."""
+    paths = {k: [] for k in KINDS}
+    if args.replay:
+        if not args.impressions:
+            raise ValueError("--replay needs --impressions")
+        check_local_inputs(args)  # a CSV given as Avro, a glob that matches nothing (streameval.cli: before Beam)
+        return {k: expand_inputs(getattr(args, k)) if getattr(args, k) else [] for k in KINDS}
+    if args.watch:
+        return _watched_patterns(args)
+    if not (args.pubsub_impressions or args.kafka_impressions):
+        raise ValueError("choose a source: --replay, --watch, --pubsub-impressions or --kafka-impressions")
+    _check_topic_files(args)
+    paths["judgments"] = expand_inputs(args.judgments) if args.judgments else []
+    return paths
+
+
+def _check_topic_files(args) -> None:
+    """With impressions from a topic: files are given only for judgments, and not beside a judgments
+    topic. Raises ValueError."""
+    topic = "--kafka-impressions" if args.kafka_impressions else "--pubsub-impressions"
+    if args.impressions:
+        raise ValueError(f"--impressions names files: {topic} is the impressions' source (files: --watch or --replay)")
+    if args.clicks:
+        raise ValueError(f"--clicks names files: with {topic}, click events come from a topic "
+                         "(--kafka-clicks, --pubsub-clicks)")
+    if args.judgments and (args.kafka_judgments or args.pubsub_judgments):
+        raise ValueError("give judgments as files (--judgments) or as a topic, not both")
+    if args.judgments and args.engine == "events":
+        raise ValueError(f"--judgments files with {topic} need the columnar engine (the per-event engine reads "
+                         "judgments from a topic: --kafka-judgments, --pubsub-judgments)")
+
+
+def _event_block_sources(p, args, paths):
+    """The columnar engine's impressions from a source the runner runs, as blocks without a watermark
+    (judgments are read from their files when the job starts): ``({kind: PCollection or None}, None)``."""
+    srcs = {"judgments": None, "clicks": None, "watchers": []}
+    if args.kafka_impressions:
+        read = ReadKafkaEvents(args.kafka_bootstrap, args.kafka_impressions,
+                               expansion_service=args.kafka_expansion_service,
+                               timestamp_policy=args.kafka_timestamp_policy)
+        # Kafka's (key, value) pairs: the values are decoded in the blocks (a damaged one is a dead letter)
+        events, form = p | "KafkaImpressions" >> read.read, "json"
+    elif args.pubsub_impressions:
+        events, form = p | "PubSubImpressions" >> ReadPubSubEvents(args.pubsub_impressions,
+                                                                   args.pubsub_timestamp_attribute).read, "json"
+    else:  # --watch or --replay on Flink, Prism, ...: their sources' (path, records) pairs
+        imps = {"impressions": paths["impressions"]}
+        source = (ReplayEvents(ReplayConfig(imps, parse_duration(args.replay_step, "--replay-step"), args.replay_pace))
+                  if args.replay else
+                  WatchEvents(WatchConfig(imps, interval=args.watch_interval or 10.0,
+                                          delay=parse_duration(args.watch_delay, "--watch-delay", allow_zero=True),
+                                          idle_stop=args.watch_idle_stop)))
+        events, form = (p | ("Replay" if args.replay else "Watch") >> source)["impressions"], "records"
+        srcs["watchers"].append(source)
+    srcs["impressions"] = events | "Blocks" >> EventBlocks(_source_labels(args)["impressions"], form)
+    return srcs, None
+
+
 def _watched_patterns(args) -> dict:
     """``{kind: [pattern, ...]}`` of ``--watch``, local ones made absolute: workers in another working
     directory (Prism's, Flink's) match the same files."""
@@ -280,7 +356,8 @@ def build_pipeline(p, args, paths):
         grade_range=_grades(args.grades), time_range=parse_time_range(args.event_time_range),
         ci_level=args.ci_level, intervals=args.intervals, ci_bounded=getattr(args, "ci_bounded", "logit"),
         **(dict(ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed, hist_bins=args.hist_bins,
-                hist_range=hist_range(args.hist_range), cluster=args.cluster) if columnar else {}))
+                hist_range=hist_range(args.hist_range), cluster=args.cluster, source_watermark=not _event_blocks(args))
+             if columnar else {}))
     rows = srcs["impressions"] | "StreamMetrics" >> sm
     ranking_names = split_metric_names(args.metrics, diversity=True)[0]
     names = [s.name for s in parse_metrics(ranking_names, arithmetic="the Beam jobs", diversity=True)] \
@@ -514,16 +591,7 @@ def _main(argv, held: list) -> int:
             why = online_refusal(args.online_names)
             if why:
                 raise ValueError(why)
-        paths = {k: [] for k in KINDS}
-        if args.replay:
-            if not args.impressions:
-                raise ValueError("--replay needs --impressions")
-            check_local_inputs(args)  # a CSV given as Avro, a glob that matches nothing (streameval.cli: before Beam)
-            paths = {k: expand_inputs(getattr(args, k)) if getattr(args, k) else [] for k in KINDS}
-        elif args.watch:
-            paths = _watched_patterns(args)
-        elif not (args.pubsub_impressions or args.kafka_impressions):
-            raise ValueError("choose a source: --replay, --watch, --pubsub-impressions or --kafka-impressions")
+        paths = _input_paths(args)
         if any(getattr(args, f"kafka_{k}") for k in KINDS) and not args.kafka_bootstrap:
             raise ValueError("Kafka topics need --kafka-bootstrap")
         checks = input_checks_from_args(args)
@@ -658,7 +726,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
     print(line)
     print(format_accounting(accounting))
     if args.output:
-        summary = {"state": str(state), "wall_seconds": round(wall, 3), "runner": runner,
+        summary = {"state": str(state), "wall_seconds": round(wall, 3), "runner": runner, "engine": args.engine_used,
                    "window": sm.cfg.spec.describe(), "allowed_lateness": args.allowed_lateness, "retention": args.retention, "ci_level": args.ci_level, "intervals": args.intervals,
                    "early_every": args.early_every, "early_count": args.early_count,
                    "judgment_conflicts": args.judgment_conflicts, "grades": args.grades, "inputs": paths,

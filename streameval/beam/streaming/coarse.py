@@ -84,6 +84,8 @@ COUNT_EVERY = 4 * 3600 * 1_000_000
 _JUDGMENTS: dict = {}  # token -> {query shard: [held resolved judgments]}: one copy per process and job
 _JUDGMENTS_LOCK = threading.Lock()
 _INT64_MAX = np.iinfo(np.int64).max
+#: the tag of a notice to the shards: ``(SEEN, [window index, ...])``, windows with data (see _ReadBlocks)
+SEEN = "seen"
 
 
 def _add_clicks(into: dict, by_label: dict) -> None:
@@ -108,6 +110,18 @@ def _apply_counts(run: str, counts: dict) -> None:
             Metrics.counter(*key).inc(n)
 
 
+def _values(p, label: str, values: list):
+    """A PCollection of ``values`` from an Impulse (Beam's ``Create`` adds a composite that Prism
+    refuses in a streaming job: ``MaybeReshuffle``, a pickled transform with no parts)."""
+    return p | label >> beam.Impulse() | f"{label}Values" >> beam.FlatMap(lambda _, vs: vs, values)
+
+
+def _count_judgments(counts: list, run: str) -> None:
+    """The judgments' counter increments (``[[key, n], ...]``, :meth:`ColumnarStreamMetrics._judgments`)
+    applied by the job: :func:`_apply_counts`."""
+    _apply_counts(run, {tuple(k): n for k, n in counts})
+
+
 class _Tallied(beam.DoFn):
     """A batch stage (a :class:`~..threads.ThreadedDoFn`'s ``work``) whose counts go to the stream's
     tally (the local streaming runner reports Beam counters of a step's first bundle only)."""
@@ -129,10 +143,13 @@ class _ReadBlocks(beam.DoFn):
     """``(path, block, records, watermark)`` -> ``(request shard, (watermark, frozen columns))`` and
     dead letters (tag ``side``) of the records the batch reader rejects."""
 
-    def __init__(self, shards: int, time_range, run: str, hold: bool = False):
+    def __init__(self, shards: int, time_range, run: str, hold: bool = False, notice_period: int | None = None):
         # hold: the pieces stay in this process (not pickled), for the in-process local runner only
         self.reader = _ReadImpressionColumns(shards, decoder="datafusion", time_range=time_range, hold=hold)
         self.run = run
+        self.shards = shards
+        # blocks without a watermark (EventBlocks): every shard is told the windows a block has data in
+        self.notice_period = notice_period
 
     def process(self, element):
         path, (form, block), n, wm = element
@@ -144,16 +161,25 @@ class _ReadBlocks(beam.DoFn):
         elif form == "arrow":
             table = pa.ipc.open_stream(block).read_all()
             outs, counts = _collect(self.reader._table, (table, path))
+        elif form == "json":  # an event source's values (.coarse_events)
+            outs, counts = _collect(self.reader.events, (block, path))
         else:
             outs, counts = _collect(self.reader._block, (block, path))
         _tally(self.run, cn.IMPRESSIONS_READ, n)
         _apply_counts(self.run, counts)
+        windows: set = set()
         for o in outs:
             if isinstance(o, pvalue.TaggedOutput):
                 yield pvalue.TaggedOutput("side", o.value)
             else:
                 shard, frozen = o
+                if self.notice_period is not None:
+                    windows.update((thaw(frozen, keep=True)["timestamp"] // self.notice_period).tolist())
                 yield shard, (wm, frozen)
+        if windows:  # a notice: ("seen", [window index, ...]), to every shard
+            notice = (SEEN, sorted(windows))
+            for shard in range(self.shards):
+                yield shard, notice
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,7 +224,11 @@ class _ShardFn(beam.DoFn):
     META = ReadModifyWriteStateSpec("meta", FastPrimitivesCoder())
     EXPIRY = TimerSpec("expiry", TimeDomain.WATERMARK)
 
-    def __init__(self, cfg, batch: dict, judgments: dict | None, online=None, boot=None, hold: bool = False):
+    def __init__(self, cfg, batch: dict, judgments: dict | None, online=None, boot=None, hold: bool = False,
+                 source_watermark: bool = True):
+        #: False: the blocks carry no watermark (EventBlocks): the shard learns which windows closed from
+        #: its timers alone, each set at a window's expiry (not rounded up: see _counted_at)
+        self.source_watermark = source_watermark
         #: the bag's pieces held in this process (its state holds their keys; nothing pickled): for
         #: the in-process local runner only
         self.hold = hold
@@ -295,8 +325,10 @@ class _ShardFn(beam.DoFn):
         """When window k's requests are counted and their dead letters written: its expiry rounded
         up to :data:`COUNT_EVERY` of event time (whole windows), so that one timer counts several
         windows (the panes do not wait for it: the aggregate fires them)."""
-        step = self.cfg.spec.period * max(1, COUNT_EVERY // self.cfg.spec.period)
         t = self._expiry(k)
+        if not self.source_watermark:  # the timer is how this shard knows the window closed: on time
+            return t
+        step = self.cfg.spec.period * max(1, COUNT_EVERY // self.cfg.spec.period)
         return -(-t // step) * step
 
     @staticmethod
@@ -311,6 +343,9 @@ class _ShardFn(beam.DoFn):
         shard, (wm, frozen) = element
         cfg = self.cfg
         m = _ShardMeta.read(meta)
+        if wm == SEEN:  # a notice (_ReadBlocks): windows with data somewhere, whose close this shard times
+            self._noticed(m, frozen, meta, expiry)
+            return
         closed = m.closed if wm is None else (wm if m.closed is None else max(m.closed, wm))
         new = thaw(frozen)
         old = self._buffer(pieces)
@@ -363,6 +398,20 @@ class _ShardFn(beam.DoFn):
             yield system, [("part", int(shard), version, subs, updated)]
         armed = self._arm(expiry, m.armed, [self._counted_at(k) for k in sent if k not in m.final])
         _ShardMeta(closed, version, armed, sent, m.final, tally).write(meta)
+
+    def _noticed(self, m: _ShardMeta, windows, meta, expiry) -> None:
+        """A notice's windows that this shard does not time yet join ``sent`` with no system (nothing
+        of theirs was sent from here), so its timer fires at their expiry; windows already closed here
+        are left alone."""
+        new = [int(k) for k in windows if int(k) not in m.sent and int(k) not in m.final
+               and (m.closed is None or self._expiry(int(k)) > m.closed)]
+        if not new:
+            return
+        sent = dict(m.sent)
+        for k in new:
+            sent[k] = []
+        armed = self._arm(expiry, m.armed, [self._counted_at(k) for k in sent if k not in m.final])
+        m._replace(sent=sent, armed=armed).write(meta)
 
     def _score_windows(self, shard, chunk, rwin, touched: set, tally: dict):
         """The batch stages on ``chunk`` (requests whose request window is ``rwin`` per row), one
@@ -588,14 +637,16 @@ class ColumnarStreamMetrics(StreamMetrics):
     metrics' Poisson bootstrap intervals (ValueError without ranking metrics); ``in_process``: the
     blocks' columns and the shards' pieces stay in this process's memory instead of being pickled
     between the steps and into the shards' state (None: when the pipeline's runner is the in-process
-    ``BundleBasedDirectRunner``; True needs a runner that runs every step in one process). Outputs and counts as
+    ``BundleBasedDirectRunner``; True needs a runner that runs every step in one process);
+    ``source_watermark``: False for blocks that carry no watermark (:class:`~.coarse_events.EventBlocks`:
+    Kafka, Pub/Sub, the file sources that run on the runner). Outputs and counts as
     :class:`StreamMetrics` (``panes``, ``side``, ``late``, ``dead_letters``, :meth:`counts`,
     :meth:`accounting`)."""
 
     def __init__(self, judgment_paths=None, metrics=None, window="1h", *, order="score", tie_break="docno",
                  score_precision=DEFAULT_SCORE_PRECISION, depth=None, request_shards=16, decoder=None, ci="t",
                  replicates=DEFAULT_REPLICATES, ci_seed=0, hist_bins=1000, hist_range=(0.0, 1.0), in_process=None,
-                 cluster="none", **kw):
+                 cluster="none", source_watermark=True, **kw):
         from ..online import split_metric_names
         from .coarse_online import StreamBootstrap, StreamOnline
 
@@ -636,19 +687,25 @@ class ColumnarStreamMetrics(StreamMetrics):
         #: the blocks' columns and the shards' pieces held in this process instead of pickled (None:
         #: when the pipeline's runner is the in-process BundleBasedDirectRunner)
         self.in_process = in_process
+        #: False: the blocks carry no watermark (:class:`~.coarse_events.EventBlocks`)
+        self.source_watermark = bool(source_watermark)
 
     def _judgments(self):
         """The judgments, read and resolved when the pipeline is built (the batch job's reader and
-        conflict policy): ``({query shard: [frozen resolved columns]}, dead letters)``; their counts
-        go to the run's tally. Read here, not by a side input: Beam's local streaming runner does not
-        hold the main input until a side input is complete."""
+        conflict policy): ``({query shard: [frozen resolved columns]}, dead letters, counts)``; the
+        counts (``[[counter key, n], ...]``) go to the run's tally in a step of the job
+        (:meth:`expand`), so that a runner elsewhere reports them with the job's counters. Read here,
+        not by a side input: Beam's local streaming runner does not hold the main input until a side
+        input is complete."""
         reader = _ReadJudgmentColumns(QUERY_SHARDS, self.grade_range, self.decoder, input_format="avro")
         by_shard: dict = {}
         dead: list = []
+        tally: dict = {}
 
         def run(work, args):
             outs, counts = _collect(work, args)
-            _apply_counts(self.cfg.run, counts)
+            for k, n in counts.items():
+                tally[k] = tally.get(k, 0) + n if len(k) == 2 else tally.get(k, []) + list(n)
             for o in outs:
                 if isinstance(o, pvalue.TaggedOutput):
                     dead.append(o.value)
@@ -663,7 +720,7 @@ class ColumnarStreamMetrics(StreamMetrics):
         for shard, values in sorted(by_shard.items()):
             for s, frozen in run(resolver.work, ((shard, values),)):
                 resolved.setdefault(int(s), []).append(frozen)
-        return resolved, dead
+        return resolved, dead, [[list(k), n] for k, n in tally.items()]
 
     def expand(self, blocks):
         cfg = self.cfg
@@ -671,20 +728,24 @@ class ColumnarStreamMetrics(StreamMetrics):
         side = []
         judgments = None
         if self.judgment_paths:
-            judgments, dead = self._judgments()
+            judgments, dead, counts = self._judgments()
             if dead:
-                side.append(p | "JudgmentDeadLetters" >> beam.Create(dead))
+                side.append(_values(p, "JudgmentDeadLetters", dead))
+            if counts:  # counted by the job (on a worker elsewhere), once
+                _ = _values(p, "JudgmentCounts", [counts]) | "CountJudgments" >> beam.Map(_count_judgments, cfg.run)
         hold = self.in_process
         if hold is None:
             from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 
             hold = isinstance(getattr(p, "runner", None), BundleBasedDirectRunner)
-        pieces = blocks | "ReadBlocks" >> beam.ParDo(_ReadBlocks(cfg.shards, self.time_range, cfg.run, hold)).with_outputs(
+        pieces = blocks | "ReadBlocks" >> beam.ParDo(_ReadBlocks(
+            cfg.shards, self.time_range, cfg.run, hold, None if self.source_watermark else cfg.spec.period)).with_outputs(
             "side", main="pieces")
         side.append(pieces.side)
         keyed = pieces.pieces
         keyed.element_type = typehints.Tuple[int, typehints.Any]
-        shards = keyed | "Shards" >> beam.ParDo(_ShardFn(cfg, self.batch, judgments, self.online, self.boot, hold)).with_outputs(
+        shards = keyed | "Shards" >> beam.ParDo(_ShardFn(
+            cfg, self.batch, judgments, self.online, self.boot, hold, self.source_watermark)).with_outputs(
             "side", main="systems")
         side.append(shards.side)
         to_agg = shards.systems

@@ -98,7 +98,11 @@ class WatchAvro(beam.PTransform):
 def _json_event(data, ts_field="timestamp"):
     from apache_beam.transforms.window import TimestampedValue
 
-    rec = json.loads(data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data)
+    text = data.decode("utf-8", "replace") if isinstance(data, (bytes, bytearray)) else data
+    try:
+        rec = json.loads(text)
+    except ValueError:  # damaged bytes: the preparation stage makes the text a dead letter
+        return text
     ts = usable_time({"timestamp": rec.get(ts_field)}) if isinstance(rec, dict) else None
     if ts is not None:
         return TimestampedValue(rec, Timestamp(micros=ts))
@@ -116,11 +120,14 @@ class ReadPubSubEvents(beam.PTransform):
         self.source = source
         self.timestamp_attribute = timestamp_attribute
 
-    def expand(self, pbegin):
+    @property
+    def read(self):
+        """The Pub/Sub read alone (payloads as bytes, not decoded)."""
         kw = {"subscription": self.source} if "/subscriptions/" in self.source else {"topic": self.source}
-        return (pbegin
-                | "ReadPubSub" >> beam.io.ReadFromPubSub(timestamp_attribute=self.timestamp_attribute, **kw)
-                | "Decode" >> beam.Map(_json_event))
+        return beam.io.ReadFromPubSub(timestamp_attribute=self.timestamp_attribute, **kw)
+
+    def expand(self, pbegin):
+        return pbegin | "ReadPubSub" >> self.read | "Decode" >> beam.Map(_json_event)
 
 
 from ..arguments import KAFKA_TIMESTAMP_POLICIES  # noqa: E402  (the command line's, Beam-free)
