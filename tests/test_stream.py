@@ -778,6 +778,12 @@ def test_pubsub_kafka_and_directory_sources_are_constructed():
         sources.ReadKafkaEvents("localhost:9092", "impressions", timestamp_policy="now")
     ev = sources._json_event(json.dumps({"timestamp": 1_000_123, "x": 1}).encode())
     assert ev.timestamp.micros == 1_000_123 and ev.value["x"] == 1
+    # damaged bytes do not fail the bundle: the text goes on, and the per-event engine's check makes
+    # it a dead letter
+    assert sources._json_event(b"{not json\xff") == "{not json\ufffd"
+    from streameval.io.records import check_impression
+
+    assert check_impression(sources._json_event(b"{not json")) == "record is not a mapping but str"
 
 
 def test_stream_command_replays_the_sample_and_writes_panes(stream_replay):
