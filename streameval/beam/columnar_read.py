@@ -214,10 +214,34 @@ class _ReadImpressionColumns(_ReadColumns):
         yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, path, where)
 
     def events(self, values, source):
-        """JSON values of an event source (Kafka's, Pub/Sub's; ``source`` names their dead letters):
-        each decoded and checked by the record check (:func:`streameval.io.records.check_impression`),
-        as the per-event engine checks them; the valid ones screened and split as an Avro block is.
-        A value that is not JSON is a dead letter (``value is not JSON``) with its text as ``raw``."""
+        """JSON values of an event source (Kafka's, Pub/Sub's; ``source`` names their dead letters),
+        with the record check's decisions (:func:`streameval.io.records.check_impression`, as the
+        per-event engine checks each value): parsed as columns at once
+        (:func:`streameval.io.json_events.impression_json_table`) and screened as an Avro block is,
+        the rows the screen does not clear checked on their values as sent; a block Arrow's reader
+        would read otherwise than the record check goes value by value (:meth:`events_one_by_one`)."""
+        import json
+
+        from ..io.json_events import impression_json_table
+
+        block = impression_json_table(values)
+        if block is None:
+            yield from self.events_one_by_one(values, source)
+            return
+        chunk, score_null, prop_null = impression_columns_arrow(block.table)
+        chunk["attributes"] = block.attributes
+        prop = chunk["propensity"]
+        ok = ~block.check & self._screen(chunk, np.isfinite(chunk["score"]) | score_null,
+                                         ((prop > 0) & (prop <= 1)) | prop_null)
+        ok &= dwell.dwell_columns_arrow(block.table.column("dwell_ms"), chunk["clicked"])[1]
+        bad = np.flatnonzero(~ok)
+        recs = {i: json.loads(values[i]) for i in bad.tolist()}  # as sent: the record check decides
+        yield from self._finish(recs, chunk, ok, bad, self._check, self._shards, source)
+
+    def events_one_by_one(self, values, source):
+        """:meth:`events`, each value decoded (``json.loads``) and checked alone; the valid ones
+        screened and split as an Avro block is. A value that is not JSON is a dead letter (``value is
+        not JSON``) with its text as ``raw``."""
         import json
 
         recs = []
