@@ -27,6 +27,11 @@ its own process (``--child``), as a user would run it, with NDCG@10, MAP, MRR@10
     python benchmarks/bench_stream.py --mode session
 
 Printed as a table and, with ``--json``, as one JSON object per mode.
+
+``--source kafka --runner flink|prism``: the same log produced ahead into a Kafka topic and read by the
+job on that engine (benchmarks/bench_stream_kafka.py says what is measured)::
+
+    python benchmarks/bench_stream.py --source kafka --runner flink --impressions 1000000
 """
 
 from __future__ import annotations
@@ -146,6 +151,12 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default="/tmp/streameval-bench-stream")
     ap.add_argument("--engine", choices=("auto", "columnar", "events"), default="auto",
                     help="the streaming job's engine for --watch (default: the job's choice, columnar here)")
+    ap.add_argument("--source", choices=("files", "kafka"), default="files",
+                    help="kafka: the log produced into a topic, read on --runner (bench_stream_kafka.py)")
+    ap.add_argument("--runner", choices=("flink", "prism"), default="flink", help="the engine of --source kafka")
+    ap.add_argument("--partitions", type=int, default=2, help="the topic's partitions (--source kafka)")
+    ap.add_argument("--job-arg", action="append", default=[],
+                    help="an option for the stream job with --source kafka (e.g. --job-arg=--max_bundle_time_millis=50)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
@@ -154,6 +165,12 @@ def main(argv=None) -> int:
         print(json.dumps(session_child(a.session_impressions, a.out)))
         return 0
     root = None if a.mode == "session" else make_data(a.data, a.impressions, a.files)
+    if a.source == "kafka":
+        import bench_stream_kafka
+
+        res = bench_stream_kafka.run(root, a.runner, a.partitions, a.data, METRICS, job_args=a.job_arg)
+        print(json.dumps(res) if a.json else "\n".join(f"{k:>28}: {v}" for k, v in res.items()))
+        return 0
     if a.child:
         print(json.dumps(child(a.mode, root, a.out, a.engine)))
         return 0
