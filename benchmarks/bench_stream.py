@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runner", choices=("flink", "prism"), default="flink", help="the engine of --source kafka")
     ap.add_argument("--partitions", type=int, default=2, help="the topic's partitions (--source kafka)")
     ap.add_argument("--job-arg", action="append", default=[],
-                    help="an option for the stream job with --source kafka (e.g. --job-arg=--max_bundle_time_millis=50)")
+                    help="an option for the stream job with --source kafka (e.g. --job-arg=--parallelism=2)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
