@@ -730,7 +730,8 @@ def test_io_imports_only_numpy_fastavro_and_stdlib():
     the I/O layer at import time; pyarrow and datafusion only in the Arrow decoder
     (arrow_avro), pyarrow in ``convert table``'s reader (convert_table, imported by that command only)
     and in the batch job's Parquet reader that uses its rules (parquet_blocks), in evaluate()'s reader of
-    a DataFrame's Arrow text columns (arrow_text, imported when such a column is read). Inside a function (imported when called), Beam's FileSystems for remote paths and
+    a DataFrame's Arrow text columns (arrow_text, imported when such a column is read), in the stream's
+    reader of JSON events (json_events, imported by its read stage). Inside a function (imported when called), Beam's FileSystems for remote paths and
     pandas (an optional DataFrame result) and pyarrow (Parquet outputs: warehouse, tables) are allowed:
     importing streameval.io never loads them."""
     import sys
@@ -760,7 +761,7 @@ def test_io_imports_only_numpy_fastavro_and_stdlib():
                 # Arrow modules: the Arrow decoder, and `convert table` (pyarrow reads CSV, JSON lines and
                 # Parquet; loaded only by that command, never by `import streameval.io`)
                 arrow = {"arrow_avro.py": {"pyarrow", "datafusion"}, "convert_table.py": {"pyarrow"},
-                         "parquet_blocks.py": {"pyarrow"}, "arrow_text.py": {"pyarrow"}}
+                         "parquet_blocks.py": {"pyarrow"}, "arrow_text.py": {"pyarrow"}, "json_events.py": {"pyarrow"}}
                 allowed = allowed_third_party | arrow.get(py.name, set())
                 assert top in allowed or top in sys.stdlib_module_names, f"{py.name} imports {name}"
 
