@@ -283,9 +283,11 @@ class _Bag:
 class _Timer:
     def __init__(self):
         self.at = None
+        self.tags = {}
 
-    def set(self, t):
+    def set(self, t, dynamic_timer_tag=""):
         self.at = t
+        self.tags[dynamic_timer_tag] = t
 
 
 def _drive(logic, batches, fire_at):

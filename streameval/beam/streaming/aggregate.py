@@ -33,7 +33,7 @@ from ...io import counters as cn
 from ...metrics import stats
 from ..combiners import CtrByPositionCombineFn, MeanCombineFn
 from ..transforms import metric_row
-from .common import _SIDE_KEY, _micros, _tally, _when
+from .common import _SIDE_KEY, _micros, _tally, _when, arm
 from .windows import _Config
 
 
@@ -113,12 +113,13 @@ class _PaneState:
 
 
 class _Schedule(NamedTuple):
-    """The aggregate's firing book-keeping (per system): ``armed``, the time (micros) the event
-    timer is set for, or None; ``proc_armed``, the processing time (seconds) the early-pane timer
-    is set for, or None; ``proc_now``, the latest processing time seen (seconds); ``count``,
-    updates since the last early pane. State: ``[armed, proc_armed, proc_now, count]``."""
+    """The aggregate's firing book-keeping (per system): ``armed``, the times (micros, ascending)
+    event timers are set for (one timer per time, tagged by it: see :func:`~.common.arm`);
+    ``proc_armed``, the processing time (seconds) the early-pane timer is set for, or None;
+    ``proc_now``, the latest processing time seen (seconds); ``count``, updates since the last early
+    pane. State: ``[armed, proc_armed, proc_now, count]``."""
 
-    armed: int | None
+    armed: list
     proc_armed: float | None
     proc_now: float
     count: int
@@ -126,7 +127,7 @@ class _Schedule(NamedTuple):
     @classmethod
     def read(cls, state) -> "_Schedule":
         value = state.read()
-        return cls(None, None, 0.0, 0) if value is None else cls(*value)
+        return cls([], None, 0.0, 0) if value is None else cls(*value)
 
     def write(self, state) -> None:
         state.write(list(self))
@@ -166,10 +167,7 @@ class _AggregateBase:
         inbox.add(msgs)
         armed, parmed, pnow, count = _Schedule.read(sched)
         count += self.updates(msgs)
-        cand = self.candidate(msgs)
-        if cand is not None and (armed is None or cand < armed):
-            armed = cand
-            event.set(_when(armed))
+        armed = arm(event, armed, self.candidates(msgs))
         cfg = self.cfg
         if cfg.early_seconds and parmed is None:
             parmed = max(self.clock(), pnow) + cfg.early_seconds
@@ -181,6 +179,28 @@ class _AggregateBase:
             armed = self._rearm(c, event, armed)
             core.write(c.to_state())
         _Schedule(armed, parmed, pnow, count).write(sched)
+
+    def candidate(self, msgs) -> int | None:
+        """The earliest event time (micros) at which a window ``msgs`` touch may fire, or None
+        (each subclass says)."""
+        raise NotImplementedError
+
+    def next_deadline(self, c) -> int | None:
+        """The earliest event time (micros) at which one of ``c``'s panes fires, or None (each
+        subclass says)."""
+        raise NotImplementedError
+
+    def candidates(self, msgs) -> list:
+        """The event times (micros) at which the windows ``msgs`` touch may fire (here: the
+        earliest of them, ``candidate``; the next ones are armed as earlier ones fire)."""
+        cand = self.candidate(msgs)
+        return [] if cand is None else [cand]
+
+    def deadlines(self, c) -> list:
+        """The event times (micros) at which ``c``'s panes fire (here: the next one,
+        ``next_deadline``: one timer at a time)."""
+        nxt = self.next_deadline(c)
+        return [] if nxt is None else [nxt]
 
     def updates(self, msgs) -> int:
         """How many updates ``msgs`` bring, for ``early_count`` (here: one per message, a request
@@ -249,16 +269,13 @@ class _AggregateBase:
         c = self._fold(key, inbox, core)
         out = list(self._late_out(ts))
         out.extend(self.fire_deadlines(key, c, now, ts))
-        armed = self._rearm(c, event, None)
+        armed = self._rearm(c, event, [a for a in armed if a > now])  # the times up to now fired
         core.write(c.to_state())
         _Schedule(armed, parmed, pnow, count).write(sched)
         yield from out
 
     def _rearm(self, c, event, armed):
-        nxt = self.next_deadline(c)
-        if nxt is not None and nxt != armed:
-            event.set(_when(nxt))
-        return nxt
+        return arm(event, armed, self.deadlines(c))
 
     # -- rows ----------------------------------------------------------------------------------
     def _pane(self, system, c, wid, pane, final, ts):

@@ -72,7 +72,7 @@ from ...io.counters import NAMESPACE
 from ...metrics.prepare import DEFAULT_SCORE_PRECISION
 from .aggregate import _AggregateFn, _PaneState
 from .window_aggregate import _WindowAggregate
-from .common import _fmt_us, _late_record, _tally, _when
+from .common import _fmt_us, _late_record, _tally, arm
 from .transform import StreamMetrics
 
 #: query shards of the resolved judgments and of the cleaned requests: one (a shard scores all its
@@ -188,7 +188,8 @@ class _ReadBlocks(beam.DoFn):
 class _ShardMeta(NamedTuple):
     """A shard's book-keeping: ``closed``, the watermark (micros) known here (windows whose end plus
     the allowed lateness is at or before it are final), or None; ``version`` of its latest
-    partials; ``armed``, the time its timer is set for, or None; ``sent``, ``{window: [system,
+    partials; ``armed``, the times (micros, ascending) its timers are set for (one per time:
+    :func:`~.common.arm`); ``sent``, ``{window: [system,
     ...]}``: the systems whose partials of an open window were sent (an emptied one is sent as an
     empty partial); ``final``, the windows already counted (records kept for the retention);
     ``tally``, ``{window: [counts, dead letters]}`` of the open windows' requests as their latest
@@ -197,7 +198,7 @@ class _ShardMeta(NamedTuple):
 
     closed: int | None
     version: int
-    armed: int | None
+    armed: list
     sent: dict
     final: list
     tally: dict
@@ -205,7 +206,7 @@ class _ShardMeta(NamedTuple):
     @classmethod
     def read(cls, state) -> "_ShardMeta":
         v = state.read()
-        return cls(None, 0, None, {}, [], {}) if v is None else cls(*v)
+        return cls(None, 0, [], {}, [], {}) if v is None else cls(*v)
 
     def write(self, state) -> None:
         state.write(list(self))
@@ -396,7 +397,7 @@ class _ShardFn(beam.DoFn):
         updated = int(len(np.unique(req[n_old:])))  # requests this piece changed (early_count counts them)
         for system, subs in sorted(by_system.items()):
             yield system, [("part", int(shard), version, subs, updated)]
-        armed = self._arm(expiry, m.armed, [self._counted_at(k) for k in sent if k not in m.final])
+        armed = arm(expiry, m.armed, [self._counted_at(k) for k in sent if k not in m.final])
         _ShardMeta(closed, version, armed, sent, m.final, tally).write(meta)
 
     def _noticed(self, m: _ShardMeta, windows, meta, expiry) -> None:
@@ -410,7 +411,7 @@ class _ShardFn(beam.DoFn):
         sent = dict(m.sent)
         for k in new:
             sent[k] = []
-        armed = self._arm(expiry, m.armed, [self._counted_at(k) for k in sent if k not in m.final])
+        armed = arm(expiry, m.armed, [self._counted_at(k) for k in sent if k not in m.final])
         m._replace(sent=sent, armed=armed).write(meta)
 
     def _score_windows(self, shard, chunk, rwin, touched: set, tally: dict):
@@ -458,14 +459,6 @@ class _ShardFn(beam.DoFn):
                           f"{_fmt_us(rc)}")
             yield pvalue.TaggedOutput("side", _late_record(cn.LATE_IMPRESSION, rec, reason))
 
-    @staticmethod
-    def _arm(expiry, armed, times):
-        nxt = min(times, default=None)
-        if nxt is not None and nxt != armed:
-            expiry.set(_when(nxt))
-            return nxt
-        return armed if nxt is not None else None
-
     @on_timer(EXPIRY)
     def on_expiry(self, pieces=beam.DoFn.StateParam(PIECES), meta=beam.DoFn.StateParam(META),
                   expiry=beam.DoFn.TimerParam(EXPIRY), key=beam.DoFn.KeyParam, ts=beam.DoFn.TimestampParam):
@@ -501,10 +494,8 @@ class _ShardFn(beam.DoFn):
                 sent.pop(k, None)
             final = [k for k in final if k not in gone]
         times = [self._expiry(k) + keep_for if k in final else self._counted_at(k) for k in sent]
-        nxt = min(times, default=None)
-        if nxt is not None:
-            expiry.set(_when(nxt))
-        _ShardMeta(closed, m.version, nxt, sent, final, tally).write(meta)
+        armed = arm(expiry, [a for a in m.armed if a > now], times)  # the times up to now fired
+        _ShardMeta(closed, m.version, armed, sent, final, tally).write(meta)
 
 
 # --------------------------------------------------------------------------------------------
@@ -556,6 +547,12 @@ class _PartialAggregate(_WindowAggregate):
     def candidate(self, msgs):
         ends = [self.cfg.spec.bounds(int(k))[1] for m in msgs for k in m[3]]
         return min(ends, default=None)
+
+    def candidates(self, msgs):
+        """The end and the expiry of every window the messages touch: each a timer of its own, so
+        that a watermark passing many windows at once closes them all in one step."""
+        ends = {self.cfg.spec.bounds(int(k))[1] for m in msgs for k in m[3]}
+        return sorted(ends | {e + self.cfg.lateness for e in ends})
 
     def _fresh(self, c, m):
         _, shard, version, subs, _n = m

@@ -9,6 +9,7 @@ names, the record accounting (counts), and the small conversions of times and st
   so replacing the package's ``_tally`` (tests do, to simulate a broken count) reaches every stage.
 * Times are integer microseconds since the epoch (``_micros`` of a Beam ``Timestamp``,
   ``_when`` back); ``_fmt_us`` renders them as ISO 8601 UTC text for dead-letter reasons.
+* Event-time timers: :func:`arm` sets one timer per deadline (Beam's dynamic timer tags).
 * State entries are kept encoded (``_encode`` / ``_decode``: ``FastPrimitivesCoder``, plain
   primitives only, never pickled objects).
 """
@@ -111,6 +112,22 @@ def _micros(ts) -> int:
 
 def _when(micros) -> Timestamp:
     return Timestamp(micros=int(micros))
+
+
+def arm(timer, armed: list, times) -> list:
+    """Sets an event-time timer at each of ``times`` (micros) not in ``armed`` (the times already
+    set), each under its own dynamic tag (the time as text), and returns the times set, ascending.
+
+    One timer per pending deadline, not one timer re-armed for the next deadline: when the watermark
+    passes several deadlines at once, every one of them fires in that step. (A timer set from a
+    timer callback behind the watermark fires on Flink only at a later watermark or bundle, so a
+    chain of one timer per key closed about one window per step.) A timer whose deadline no longer
+    applies still fires, and finds nothing due at its time."""
+    have = set(armed)
+    new = sorted({int(t) for t in times} - have)
+    for t in new:
+        timer.set(_when(t), dynamic_timer_tag=str(t))
+    return sorted(have.union(new)) if new else list(armed)
 
 
 def _shard(request_id: str, shards: int) -> int:

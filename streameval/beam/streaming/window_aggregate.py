@@ -260,6 +260,19 @@ class _WindowAggregate(_AggregateBase):
             best = d if best is None else min(best, d)
         return best
 
+    def deadlines(self, c):
+        """Every pane's deadlines (micros): its window's end while its on-time pane has not fired
+        or it changed since its last pane, and its expiry (end plus the allowed lateness), each
+        armed as a timer of its own (:func:`~.common.arm`)."""
+        spec, lateness = self.cfg.spec, self.cfg.lateness
+        out = set()
+        for j, p in self.panes(c).items():
+            end = spec.bounds(j)[1]
+            out.add(end + lateness)
+            if not p.on_time or p.dirty:
+                out.add(end)
+        return sorted(out)
+
     def fire_deadlines(self, system, c, now, ts):
         spec, cfg = self.cfg.spec, self.cfg
         c.closed_upto = now if c.closed_upto is None else max(c.closed_upto, now)
