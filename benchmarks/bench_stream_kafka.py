@@ -79,7 +79,8 @@ def run(root: str, runner: str, partitions: int, work: str, metrics: str, timeou
         for f in files:
             produce(bootstrap, topic, avro.read_records(f, "impression"))
         produce_s = time.monotonic() - t0
-        out = os.path.join(work, f"out-kafka-{runner}")
+        # a new folder each run: a previous run's pane files would count as this run's
+        out = tempfile.mkdtemp(prefix=f"out-kafka-{runner}-", dir=work)
         expansion = kafka["flink_expansion_service" if runner == "flink" else "expansion_service"]
         peaks = bench_engines.Peaks({**engine["processes"], **{f"kafka:{k}": v for k, v in kafka["processes"].items()}},
                                     every=0.5)
