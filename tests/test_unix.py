@@ -94,6 +94,33 @@ def test_batch_passes_beams_own_options_through(tmp_path):
     assert "unparseable" not in r.stderr.lower() and "unknown option" not in r.stderr
 
 
+def test_flink_runner_options_are_known_and_checked(tmp_path):
+    """Beam's Java Flink runner reads options its Python SDK does not declare (``--max_bundle_size``,
+    ``--checkpointing_interval``, ...): the jobs accept them (streameval/beam/flink_options.py), Beam's
+    options hold them with their types (the portable runner sends every option they hold to the job
+    server; on Flink, tests/test_engines.py checks that the job got them), a misspelling names the
+    option, and a value of the wrong type is refused in one line."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from streameval.beam import flink_options  # noqa: F401  (registers the options)
+
+    got = PipelineOptions(["--max_bundle_size", "5000", "--checkpointing_interval=2000",
+                           "--allow_non_restored_state", "false"]).get_all_options()
+    assert got["max_bundle_size"] == 5000 and got["checkpointing_interval"] == 2000
+    assert got["allow_non_restored_state"] is False
+    assert got["savepoint_path"] is None  # not given: Beam's Java default
+    imps = impressions(tmp_path / "imps.avro")
+    r = streameval("batch", "--impressions", imps, "--output", tmp_path / "out", "--quiet",
+                   "--max_bundle_size", "5000", "--max_bundle_time_mills", "500")
+    assert r.returncode == 0, r.stderr
+    assert "impressions: read 60 = accepted 60" in r.stdout and "unknown option" not in r.stderr
+    r = streameval("batch", "--impressions", imps, "--output", tmp_path / "out2", "--max_bundle_sise", "5000")
+    assert r.returncode == 2 and "unknown option --max_bundle_sise" in r.stderr and "--max_bundle_size" in r.stderr
+    r = streameval("batch", "--impressions", imps, "--output", tmp_path / "out3", "--checkpointing_interval", "often")
+    assert r.returncode == 2 and "invalid int value: 'often'" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "out3").exists()
+
+
 # ---- --help and argument errors before Beam is imported ----------------------------------------
 
 def _beam_imported_after(*args) -> tuple[subprocess.CompletedProcess, bool]:

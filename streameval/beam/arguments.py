@@ -475,6 +475,8 @@ def _beam_options_parser():
     import apache_beam  # noqa: F401  (registers every runner's options class)
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from . import flink_options  # noqa: F401  (registers the Java Flink runner's options: FlinkJavaOptions)
+
     def grab(parser):
         raise _BeamParser(parser)
 
