@@ -413,7 +413,8 @@ def test_columnar_replay_equals_the_batch_job(tmp_path):
     assert_final_equals_batch(_jsonl(out, "metrics-*.jsonl"), _jsonl(bout, "metrics.jsonl"))
 
 
-def test_event_blocks_on_the_columnar_engine_equal_the_batch_job(tmp_path):
+@pytest.mark.parametrize("timers", ["one", "per_deadline"])
+def test_event_blocks_on_the_columnar_engine_equal_the_batch_job(tmp_path, timers):
     """Events of a source that runs on the runner (Kafka's ``(key, JSON value)`` pairs, here from a
     TestStream whose watermark follows the events 7 h behind, as a Kafka reader's would with a bound
     of disorder) enter the columnar engine as blocks without a watermark
@@ -421,7 +422,8 @@ def test_event_blocks_on_the_columnar_engine_equal_the_batch_job(tmp_path):
     shards learn which windows closed from their timers alone. The final panes equal the batch job's
     per-record engine on the records that were not late, bit for bit; its record accounting and dead
     letters are the stream's; values that are not JSON, or not impressions, are dead letters named by
-    the topic; three records of a window that closed hours before are late data, with their reason."""
+    the topic; three records of a window that closed hours before are late data, with their reason.
+    The same with one event-time timer per key and with one per pending deadline (Flink's choice)."""
     from apache_beam.testing.test_stream import TestStream
     from apache_beam.transforms.window import TimestampedValue
     from apache_beam.utils.timestamp import Timestamp
@@ -456,7 +458,7 @@ def test_event_blocks_on_the_columnar_engine_equal_the_batch_job(tmp_path):
 
     def build(p):
         sm = ColumnarStreamMetrics([str(tmp_path / "judgments.avro")], ["ndcg@10", "map", "P@5"], window="1h",
-                                   slices=["device"], source_watermark=False, request_shards=4)
+                                   slices=["device"], source_watermark=False, request_shards=4, timers=timers)
         rows = p | stream | EventBlocks("kafka:impressions", max_records=64) | sm
         return {"rows": rows, "late": sm.late, "dead": sm.dead_letters}
 

@@ -121,6 +121,41 @@ def test_flink_runner_options_are_known_and_checked(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "out3").exists()
 
 
+def test_event_timers_per_deadline_on_flink_only():
+    """``--event-timers auto`` gives one timer per pending deadline on Flink (``--runner FlinkRunner``, or
+    ``--flink_master`` as ``cluster up flink``'s runner_args give it) and one per key elsewhere (Prism
+    2.62 fires a key's later tagged timers early); the option overrides it."""
+    from streameval.jobs.stream_args import build_arg_parser, engine_options
+
+    def timers(argv, runner=None):
+        args, beam_args = build_arg_parser().parse_known_args(["--replay", "--impressions", "x.avro", *argv])
+        return engine_options(args, beam_args, runner)
+
+    assert timers(["--flink_master", "127.0.0.1:8081"], "PortableRunner") == "per_deadline"
+    assert timers([], "FlinkRunner") == "per_deadline"
+    assert timers(["--job_endpoint", "127.0.0.1:8099"], "PortableRunner") == "one"
+    assert timers([], "BundleBasedDirectRunner") == timers([], None) == "one"
+    assert timers(["--event-timers", "per-deadline"]) == "per_deadline"
+    assert timers(["--event-timers", "one", "--flink_master", "127.0.0.1:8081"], "PortableRunner") == "one"
+
+
+def test_stream_that_ends_refuses_checkpointing(tmp_path):
+    """With Flink's checkpoints on, a replay on Flink never ended (15 minutes, against 61 s without;
+    docs/deploy.md): ``--checkpointing_interval`` with ``--replay`` or ``--watch-idle-stop`` is refused in
+    one line before anything runs; 0 (off) is not."""
+    imps = impressions(tmp_path / "imps.avro")
+    for source in (["--replay", "--impressions", imps], ["--watch", "--impressions", tmp_path / "*.avro",
+                                                         "--watch-idle-stop", "5"]):
+        r = streameval("stream", *source, "--window", "1d", "--output", tmp_path / "out",
+                       "--checkpointing_interval", "5000")
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "--checkpointing_interval" in r.stderr and "never ended" in r.stderr, r.stderr
+        assert not (tmp_path / "out").exists()
+    r = streameval("stream", "--replay", "--impressions", imps, "--window", "1d", "--output", tmp_path / "out",
+                   "--quiet", "--checkpointing_interval", "0")
+    assert r.returncode == 0, r.stderr
+
+
 # ---- --help and argument errors before Beam is imported ----------------------------------------
 
 def _beam_imported_after(*args) -> tuple[subprocess.CompletedProcess, bool]:

@@ -109,7 +109,13 @@ from streameval.metrics.diversity import is_diversity_name
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.online import parse_online_metric
 
-from streameval.jobs.stream_args import build_arg_parser, check_local_inputs, window_spec
+from streameval.jobs.stream_args import (
+    build_arg_parser,
+    check_local_inputs,
+    check_prometheus,
+    engine_options,
+    window_spec,
+)
 
 __all__ = ["main", "build_arg_parser"]  # the library's transforms: streameval.beam.streaming.sources, .sinks, .console
 
@@ -355,6 +361,7 @@ def build_pipeline(p, args, paths):
         source=_source_labels(args), judgment_conflicts=args.judgment_conflicts,
         grade_range=_grades(args.grades), time_range=parse_time_range(args.event_time_range),
         ci_level=args.ci_level, intervals=args.intervals, ci_bounded=getattr(args, "ci_bounded", "logit"),
+        timers=getattr(args, "timers_used", "one"),
         **(dict(ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed, hist_bins=args.hist_bins,
                 hist_range=hist_range(args.hist_range), cluster=args.cluster, source_watermark=not _event_blocks(args))
              if columnar else {}))
@@ -563,13 +570,7 @@ def _main(argv, held: list) -> int:
         if args.retention is not None:
             parse_duration(args.retention, "--retention")
         args.alert_rules, args.formats = load_rules(args.alerts) if args.alerts else None, parse_formats(args.formats)
-        if args.prometheus_port is not None and not 0 <= args.prometheus_port <= 65535:
-            raise ValueError(f"--prometheus-port must be 0..65535, got {args.prometheus_port}")
-        if not (0 <= args.prometheus_linger <= 86400):  # also NaN
-            raise ValueError(f"--prometheus-linger must be 0..86400 seconds, got {args.prometheus_linger}")
-        if args.prometheus_port is not None and not _on_local_runner(args):
-            raise ValueError("--prometheus-port serves from the launcher's process: the local runner only "
-                             f"(got --runner {args.runner})")
+        check_prometheus(args, _on_local_runner(args))
         if not 0 < args.ci_level < 1:
             raise ValueError(f"--ci-level must be in (0, 1), got {args.ci_level}")
         if not 0 < args.progress_interval <= 86400:  # also NaN
@@ -602,6 +603,7 @@ def _main(argv, held: list) -> int:
                 parse_metrics(ranking_names, arithmetic="the Beam jobs", diversity=True) if ranking_names else [],
                 paths["judgments"], _grades(args.grades))
         args.engine_used = _engine(args)
+        args.timers_used = engine_options(args, beam_args, _runner(args))  # Flink's: checkpoints, timers
     except (ValueError, TypeError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
@@ -728,7 +730,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
     if args.output:
         summary = {"state": str(state), "wall_seconds": round(wall, 3), "runner": runner, "engine": args.engine_used,
                    "window": sm.cfg.spec.describe(), "allowed_lateness": args.allowed_lateness, "retention": args.retention, "ci_level": args.ci_level, "intervals": args.intervals,
-                   "early_every": args.early_every, "early_count": args.early_count,
+                   "early_every": args.early_every, "early_count": args.early_count, "event_timers": args.timers_used,
                    "judgment_conflicts": args.judgment_conflicts, "grades": args.grades, "inputs": paths,
                    "replayed": replayed, "counts": dict(sorted(counts.items())),
                    "counters": dict(sorted(counters.items())), "counted_here": dict(sorted(local_seen.items())),

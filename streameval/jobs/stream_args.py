@@ -91,6 +91,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "columns (--watch, --replay; the local runner, fixed windows, judgments read at the start, clicks in the impression "
                         "records); events: one event at a time (every source and window); auto (default): "
                         "columnar where it applies, saying why when it does not")
+    m.add_argument("--event-timers", choices=("auto", "one", "per-deadline"), default="auto",
+                   help="event-time timers of the window stages: one per key, set for its next deadline; or one "
+                        "per pending deadline (Beam's dynamic timer tags: a watermark step closes every due window "
+                        "at once). auto (default): per-deadline on Flink (--runner FlinkRunner or --flink_master), "
+                        "one elsewhere (Prism 2.62 fires tagged timers early, apache/beam#35090)")
     m.add_argument("--request-shards", type=int, default=None,
                    help="keyed states holding the open requests: 0 keys them by request id (each element reads "
                         "and writes only its requests' state); default 16 on the local runner, 0 on others")
@@ -194,3 +199,39 @@ def check_local_inputs(args) -> None:
         return
     for kind, schema in (("impressions", "impression"), ("judgments", "judgment"), ("clicks", None)):
         check(f"--{kind}", getattr(args, kind), schema)
+
+
+def check_prometheus(args, local: bool) -> None:
+    """ValueError for ``--prometheus-port`` / ``--prometheus-linger`` out of range, or the port off the
+    local runner (``local``: whether the job runs on it)."""
+    if args.prometheus_port is not None and not 0 <= args.prometheus_port <= 65535:
+        raise ValueError(f"--prometheus-port must be 0..65535, got {args.prometheus_port}")
+    if not (0 <= args.prometheus_linger <= 86400):  # also NaN
+        raise ValueError(f"--prometheus-linger must be 0..86400 seconds, got {args.prometheus_linger}")
+    if args.prometheus_port is not None and not local:
+        raise ValueError("--prometheus-port serves from the launcher's process: the local runner only "
+                         f"(got --runner {args.runner})")
+
+
+def engine_options(args, beam_args, runner: str | None) -> str:
+    """The stream transforms' ``timers`` for ``--event-timers`` (``"one"`` or ``"per_deadline"``; auto:
+    per deadline on Flink, ``runner`` ``FlinkRunner`` or ``--flink_master`` naming a Flink cluster as
+    ``cluster up flink``'s runner_args do, where one timer per key closes one window per watermark
+    step; one per key elsewhere). ValueError for Flink's checkpoints (``--checkpointing_interval``
+    above 0, :mod:`streameval.beam.flink_options`) on a job that ends (``--replay``,
+    ``--watch-idle-stop``): such a job never ended on Flink with checkpoints on."""
+    from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions
+
+    from streameval.beam import flink_options  # noqa: F401  (declares --checkpointing_interval)
+
+    options = PipelineOptions(beam_args)
+    ends = args.replay or (args.watch and args.watch_idle_stop is not None)
+    if ends and (options.get_all_options().get("checkpointing_interval") or 0) > 0:
+        raise ValueError("--checkpointing_interval: a job that ends (--replay, --watch-idle-stop) never ended on "
+                         "Flink with checkpoints on (Beam keeps its sources running for checkpoints); "
+                         "checkpoint the jobs that run until stopped (Kafka, Pub/Sub, --watch)")
+    if args.event_timers != "auto":
+        return args.event_timers.replace("-", "_")
+    master = options.view_as(FlinkRunnerOptions).flink_master
+    flink = runner == "FlinkRunner" or (master and master not in ("[auto]", "[local]"))
+    return "per_deadline" if flink else "one"

@@ -33,7 +33,7 @@ from ...io import counters as cn
 from ...metrics import stats
 from ..combiners import CtrByPositionCombineFn, MeanCombineFn
 from ..transforms import metric_row
-from .common import _SIDE_KEY, _micros, _tally, _when, arm
+from .common import _SIDE_KEY, _micros, _pending, _tally, _when, arm
 from .windows import _Config
 
 
@@ -167,7 +167,7 @@ class _AggregateBase:
         inbox.add(msgs)
         armed, parmed, pnow, count = _Schedule.read(sched)
         count += self.updates(msgs)
-        armed = arm(event, armed, self.candidates(msgs))
+        armed = arm(event, armed, self.candidates(msgs), self.cfg.timer_per_deadline)
         cfg = self.cfg
         if cfg.early_seconds and parmed is None:
             parmed = max(self.clock(), pnow) + cfg.early_seconds
@@ -269,13 +269,13 @@ class _AggregateBase:
         c = self._fold(key, inbox, core)
         out = list(self._late_out(ts))
         out.extend(self.fire_deadlines(key, c, now, ts))
-        armed = self._rearm(c, event, [a for a in armed if a > now])  # the times up to now fired
+        armed = self._rearm(c, event, _pending(armed, now, self.cfg.timer_per_deadline))
         core.write(c.to_state())
         _Schedule(armed, parmed, pnow, count).write(sched)
         yield from out
 
     def _rearm(self, c, event, armed):
-        return arm(event, armed, self.deadlines(c))
+        return arm(event, armed, self.deadlines(c), self.cfg.timer_per_deadline)
 
     # -- rows ----------------------------------------------------------------------------------
     def _pane(self, system, c, wid, pane, final, ts):

@@ -72,7 +72,7 @@ from ...io.counters import NAMESPACE
 from ...metrics.prepare import DEFAULT_SCORE_PRECISION
 from .aggregate import _AggregateFn, _PaneState
 from .window_aggregate import _WindowAggregate
-from .common import _fmt_us, _late_record, _tally, arm
+from .common import _fmt_us, _late_record, _pending, _tally, arm
 from .transform import StreamMetrics
 
 #: query shards of the resolved judgments and of the cleaned requests: one (a shard scores all its
@@ -397,7 +397,8 @@ class _ShardFn(beam.DoFn):
         updated = int(len(np.unique(req[n_old:])))  # requests this piece changed (early_count counts them)
         for system, subs in sorted(by_system.items()):
             yield system, [("part", int(shard), version, subs, updated)]
-        armed = arm(expiry, m.armed, [self._counted_at(k) for k in sent if k not in m.final])
+        armed = arm(expiry, m.armed, [self._counted_at(k) for k in sent if k not in m.final],
+                    self.cfg.timer_per_deadline)
         _ShardMeta(closed, version, armed, sent, m.final, tally).write(meta)
 
     def _noticed(self, m: _ShardMeta, windows, meta, expiry) -> None:
@@ -411,7 +412,8 @@ class _ShardFn(beam.DoFn):
         sent = dict(m.sent)
         for k in new:
             sent[k] = []
-        armed = arm(expiry, m.armed, [self._counted_at(k) for k in sent if k not in m.final])
+        armed = arm(expiry, m.armed, [self._counted_at(k) for k in sent if k not in m.final],
+                    self.cfg.timer_per_deadline)
         m._replace(sent=sent, armed=armed).write(meta)
 
     def _score_windows(self, shard, chunk, rwin, touched: set, tally: dict):
@@ -494,7 +496,7 @@ class _ShardFn(beam.DoFn):
                 sent.pop(k, None)
             final = [k for k in final if k not in gone]
         times = [self._expiry(k) + keep_for if k in final else self._counted_at(k) for k in sent]
-        armed = arm(expiry, [a for a in m.armed if a > now], times)  # the times up to now fired
+        armed = arm(expiry, _pending(m.armed, now, self.cfg.timer_per_deadline), times, self.cfg.timer_per_deadline)
         _ShardMeta(closed, m.version, armed, sent, final, tally).write(meta)
 
 

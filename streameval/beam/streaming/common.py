@@ -9,7 +9,8 @@ names, the record accounting (counts), and the small conversions of times and st
   so replacing the package's ``_tally`` (tests do, to simulate a broken count) reaches every stage.
 * Times are integer microseconds since the epoch (``_micros`` of a Beam ``Timestamp``,
   ``_when`` back); ``_fmt_us`` renders them as ISO 8601 UTC text for dead-letter reasons.
-* Event-time timers: :func:`arm` sets one timer per deadline (Beam's dynamic timer tags).
+* Event-time timers: :func:`arm` sets one timer per key, or one per deadline (Beam's dynamic timer
+  tags).
 * State entries are kept encoded (``_encode`` / ``_decode``: ``FastPrimitivesCoder``, plain
   primitives only, never pickled objects).
 """
@@ -29,6 +30,8 @@ from ...io.counters import NAMESPACE
 
 #: pane names of the ``pane`` field
 PANES = ("early", "on_time", "late")
+#: how a stage keeps its event-time timers (:func:`arm`): one per key, or one per pending deadline
+TIMER_MODES = ("one", "per_deadline")
 
 _SEP = "\x1f"  # joins system and request id in a request key
 _SIDE_KEY = "\x00side"  # the key under which late data and dead letters travel to the output
@@ -114,20 +117,38 @@ def _when(micros) -> Timestamp:
     return Timestamp(micros=int(micros))
 
 
-def arm(timer, armed: list, times) -> list:
-    """Sets an event-time timer at each of ``times`` (micros) not in ``armed`` (the times already
-    set), each under its own dynamic tag (the time as text), and returns the times set, ascending.
+def arm(timer, armed: list, times, per_deadline: bool = False) -> list:
+    """Sets the event-time timers for the deadlines ``times`` (micros) of a key whose timers are
+    set for ``armed`` (its pending times, ascending); returns the new pending times.
 
-    One timer per pending deadline, not one timer re-armed for the next deadline: when the watermark
-    passes several deadlines at once, every one of them fires in that step. (A timer set from a
-    timer callback behind the watermark fires on Flink only at a later watermark or bundle, so a
-    chain of one timer per key closed about one window per step.) A timer whose deadline no longer
-    applies still fires, and finds nothing due at its time."""
-    have = set(armed)
-    new = sorted({int(t) for t in times} - have)
-    for t in new:
-        timer.set(_when(t), dynamic_timer_tag=str(t))
-    return sorted(have.union(new)) if new else list(armed)
+    ``per_deadline``: a timer for each of ``times`` not pending yet, each under its own dynamic tag
+    (the time as text), so that a watermark passing several deadlines at once fires every one of
+    them in that step (on Flink a timer set from a timer callback behind the watermark fires only at
+    a later watermark or bundle: one timer re-armed for the next deadline closed about one window
+    per step). Otherwise one timer per key, set for the earliest of ``times`` and ``armed``
+    (Prism 2.62 fires a key's later tagged timers before the watermark reaches them:
+    apache/beam#35090, fixed in Prism 2.66). A timer whose deadline no longer applies still fires,
+    and finds nothing due at its time."""
+    if per_deadline:
+        have = set(armed)
+        new = sorted({int(t) for t in times} - have)
+        for t in new:
+            timer.set(_when(t), dynamic_timer_tag=str(t))
+        return sorted(have.union(new)) if new else list(armed)
+    nxt = min([int(t) for t in times] + list(armed), default=None)
+    if nxt is None:
+        return []
+    if list(armed) != [nxt]:
+        timer.set(_when(nxt))
+    return [nxt]
+
+
+def _pending(armed: list, now: int, per_deadline: bool) -> list:
+    """The times of ``armed`` still pending when a timer fires at ``now`` (micros), for :func:`arm`:
+    per deadline, those after ``now``; with one timer per key, none (the timer is set again: Beam's
+    local runner may apply a timer set while processing an element after the firing of the same
+    timer in that bundle, so the key's single timer is not known to be set for the time recorded)."""
+    return [a for a in armed if a > now] if per_deadline else []
 
 
 def _shard(request_id: str, shards: int) -> int:

@@ -28,7 +28,7 @@ from ...metrics.prepare import DEFAULT_SCORE_PRECISION
 from ..keys import MAX_WINDOWS_PER_RECORD
 from ..transforms import ScoreRankings, judgment_grade_range, parse_slices
 from .aggregate import _AggregateFn
-from .common import stream_counts
+from .common import TIMER_MODES, stream_counts
 from .gate import _GateFn
 from .prepare import GATE_SHARDS, _PrepareClicks, _PrepareImpressions, _PrepareJudgments
 from .queries import _QueriesFn
@@ -90,6 +90,14 @@ class StreamMetrics(beam.PTransform):
       16 shards).
     * ``retention``: how long a final request is remembered (its later pieces are late data);
       default the window size or the allowed lateness, whichever is longer.
+    * ``timers``: ``"one"`` (default): each key's stages keep one event-time timer, set for their
+      next deadline; ``"per_deadline"``: a timer for each pending deadline (a window's end, its
+      expiry), Beam's dynamic timer tags, so that a watermark step closes every due window at once.
+      On Flink, where a timer set behind the watermark from a timer callback fires only at a later
+      watermark, "one" closes about one window per step (1 M impressions from Kafka: 337 s against
+      87 s, docs/benchmarks.md); Prism 2.62 fires a key's later tagged timers early (apache/beam#35090),
+      so "one" there. The window aggregate and the columnar shards follow it; the session aggregate
+      and the per-event stages keep one timer.
     * ``clock``: processing-time source for ``early_every`` (default wall time; pass
       :func:`replay_clock` when replaying on the local runner).
     * ``judgment_conflicts``: ``"latest"`` (default), ``"max"`` or ``"reject"``: how judgments of one
@@ -127,12 +135,15 @@ class StreamMetrics(beam.PTransform):
                  tie_break="docno", depth=None, score_precision=DEFAULT_SCORE_PRECISION, ctr=True, request_shards=16,
                  retention=None, clock=None, source="stream", judgment_conflicts="latest", grade_range=None,
                  time_range=None, ci_level=stats.DEFAULT_LEVEL, intervals="fixed",
-                 max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None, ci_bounded="logit"):
+                 max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None, ci_bounded="logit",
+                 timers="one"):
         super().__init__(label)
         if intervals not in stats.INTERVAL_KINDS:
             raise ValueError(f"intervals must be one of {stats.INTERVAL_KINDS}, got {intervals!r}")
         if ci_bounded not in stats.BOUNDED_METHODS:
             raise ValueError(f"ci_bounded must be one of {stats.BOUNDED_METHODS}, got {ci_bounded!r}")
+        if timers not in TIMER_MODES:
+            raise ValueError(f"timers must be one of {TIMER_MODES}, got {timers!r}")
         if judgment_conflicts not in cleaning.JUDGMENT_POLICIES:
             raise ValueError(f"judgment_conflicts must be one of {cleaning.JUDGMENT_POLICIES}, "
                              f"got {judgment_conflicts!r}")
@@ -169,7 +180,8 @@ class StreamMetrics(beam.PTransform):
             shards=int(request_shards), clock=clock,
             cleanup=spec.period if spec.windowed else spec.size,
             run=uuid.uuid4().hex, policy=judgment_conflicts, ci_level=stats.check_level(ci_level),
-            intervals=intervals, click_events=clicks is not None, bounded=ci_bounded)
+            intervals=intervals, click_events=clicks is not None, bounded=ci_bounded,
+            timer_per_deadline=timers == "per_deadline")
         # the dead-letter source of records that come without their file (see prepare.file_records)
         self.sources = {k: str(source.get(k, "stream") if isinstance(source, dict) else source)
                         for k in ("impressions", "judgments", "clicks")}

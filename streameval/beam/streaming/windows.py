@@ -168,6 +168,7 @@ class _Config:
     intervals: str = "fixed"
     click_events: bool = False
     bounded: str = "logit"
+    timer_per_deadline: bool = False
 
     """The settings of one :class:`~streameval.beam.streaming.StreamMetrics`, shared by its stages.
 
@@ -184,7 +185,8 @@ class _Config:
     ``"t"``, the fixed interval of a metric in [0, 1] whose t interval leaves it
     (:func:`~streameval.metrics.stats.row_interval`); ``click_events``: whether
     clicks come as separate events (then an impression's null ``clicked`` is "not clicked unless
-    a click matches": :func:`streameval.io.records.impression_clicked`).
+    a click matches": :func:`streameval.io.records.impression_clicked`); ``timer_per_deadline``:
+    an event-time timer per pending deadline instead of one per key (:func:`.common.arm`).
     """
 
     def round_up(self, t: int) -> int:
