@@ -26,6 +26,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -412,8 +413,11 @@ def test_stream_watch_on_engine_ends_and_equals_local_and_batch(engine, request,
     cluster = request.getfixturevalue(engine)
     if engine == "flink":
         _need_job_server(cluster["has_job_server"])
-    # the engines start the source 10-30 s after the launch; the local runner in a few seconds
-    got, files = _watch_job(Path(f"watch-{engine}"), cluster["runner_args"], later_after=30, idle_stop=30)
+    # the engines start the source 2-30 s after the launch (Prism on a warm machine in 2 s); the local
+    # runner in a few seconds. The idle stop counts from the last new file: once the backlog is read it
+    # must outlast the later file's delay (30 s, and a writer thread that may wait for the GIL: 7 s seen),
+    # or the watch ends before that file and its events are late (seen on Prism with idle_stop=30)
+    got, files = _watch_job(Path(f"watch-{engine}"), cluster["runner_args"], later_after=30, idle_stop=50)
     ref, _ = _watch_job(Path(f"watch-{engine}-local"), [], later_after=8, idle_stop=15)
 
     def panes(out):
@@ -458,6 +462,12 @@ def test_batch_on_flink_equals_local(flink, launch, name):
         assert len(ref["comparisons.jsonl"]) == 3
     pool_log = Path(flink["logs"]) / "worker_pool-1.log"
     assert "Starting worker with command" in pool_log.read_text(errors="replace")
+
+
+def _flink_get(web_ui: str, path: str) -> dict:
+    """A JSON answer of Flink's REST API."""
+    with urllib.request.urlopen(f"{web_ui}{path}", timeout=10) as r:
+        return json.loads(r.read())
 
 
 def _flink_job_running_on(web_ui: str) -> set:
@@ -766,34 +776,38 @@ def _live_requests(n0: int, now_us: int, rng, queries: int = 20, docs: int = 30,
             for pos, d in enumerate(items, 1)]
 
 
-@pytest.mark.kafka
-@pytest.mark.parametrize("engine, judgments", [("flink", "topic"), ("flink", "file")])
-def test_stream_job_scores_kafka_events_produced_live(kafka, engine, judgments, request, tmp_path):
-    """Two minutes of live events into Kafka while the stream job runs on the engine (10 s windows, 10 s
-    allowed lateness, early panes every 3 s): 40 requests a second stamped with the wall clock minus up
-    to 3 s (out of order within a bound), 3% of the requests sent twice (duplicates), one request in 40
-    stamped 12 s back (late: a late pane, or late data past the lateness) and one in 80 stamped 40 s back
-    (late data). Early, on-time and late panes are written while the job runs; every window's final pane
-    equals the batch job on the events the job did not send to late data (duplicates kept: both jobs
-    keep one copy), bit for bit; the delay from a window's end to its on-time pane file is measured.
-    Judgments from a topic: the per-event engine (ndcg@10 and CTR); from a file: the columnar engine,
-    with online metrics beside them. (Not on Prism: docs/deploy.md, "Kafka on Prism".)"""
+class _Live(NamedTuple):
+    """What :func:`_stream_live` saw: every pane row (with its file's ``_file`` name and ``_mtime``),
+    the events sent, the event ids the job sent to late data (``late_lines``: each late-data line's
+    event id, repeats kept), the (window start, system) pairs, the metrics and the job's log."""
+
+    rows: list
+    sent: list
+    late_lines: list
+    windows: set
+    metrics: str
+    log: str
+
+
+def _stream_live(kafka, cluster, engine: str, judgments: str, tmp_path, extra=(), during=None) -> _Live:
+    """Two minutes of live events into Kafka while the stream job runs on ``cluster`` (10 s windows,
+    10 s allowed lateness, early panes every 3 s): 40 requests a second stamped with the wall clock minus
+    up to 3 s (out of order within a bound), 3% of the requests sent twice (duplicates), after 45 s one
+    request in 40 stamped 12 s back (late: a late pane, or late data past the lateness) and one in 80
+    stamped 40 s back (late data). ``during(elapsed seconds)`` is called between batches. Waits until
+    every window's final pane is written, then stops the job with SIGINT."""
     import numpy as np
     from confluent_kafka import Producer
 
     from streameval.commands.produce import create_topic, produce
-    from .test_stream import assert_final_equals_batch
 
-    cluster = request.getfixturevalue(engine)
-    if engine == "flink":
-        _need_job_server(cluster["has_job_server"])
     metrics = "ndcg@10,ctr" + (",clicks@3,rr_first_click,auc" if judgments == "file" else "")
     bootstrap = kafka["bootstrap_servers"]
     rng = np.random.default_rng(11)
     judg = [{"query_id": f"q{q}", "item_id": f"d{d}", "grade": int(rng.integers(4)), "timestamp": 0, "source": "live",
              "subtopic": None}
             for q in range(20) for d in range(30)]
-    topics = {k: f"live-{k}-{engine}-{judgments}" for k in ("impressions", "judgments")}
+    topics = {k: f"live-{k}-{engine}-{judgments}-{tmp_path.name}" for k in ("impressions", "judgments")}
     for topic in topics.values():
         create_topic(bootstrap, topic, 2)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, "log_level": 3})
@@ -811,7 +825,8 @@ def test_stream_job_scores_kafka_events_produced_live(kafka, engine, judgments, 
                                 kafka["flink_expansion_service" if engine == "flink" else "expansion_service"],
                                 "--metrics", metrics,
                                 "--window", "10s", "--allowed-lateness", "10s", "--early-every", "3s",
-                                "--report-every", "10", "--quiet", "--output", str(out), *cluster["runner_args"]],
+                                "--report-every", "10", "--quiet", "--output", str(out), *extra,
+                                *cluster["runner_args"]],
                                stdout=fo, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     sent: list[dict] = []
     try:
@@ -831,12 +846,14 @@ def test_stream_job_scores_kafka_events_produced_live(kafka, engine, judgments, 
                 batch += recs + (recs if rng.random() < 0.03 else [])
             produce(bootstrap, topics["impressions"], batch, "impression", producer=producer)
             sent += batch
+            if during is not None:
+                during(time.monotonic() - start)
             time.sleep(0.5)
         last_end = (max(r["timestamp"] for r in sent) // 10_000_000 + 1) * 10_000_000
         windows = {(r["timestamp"] // 10_000_000 * 10_000_000, r["system_id"]) for r in sent}
         # every window's final pane: the watermark passes the last window's end plus the lateness once
         # the partitions are idle (Kafka's reader then moves it to the wall clock)
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 300
         while True:
             finals = {f.name for f in out.glob("metrics-*-final.jsonl")}
             if len(finals) >= len(windows) and time.time_ns() // 1000 > last_end + 20_000_000:
@@ -855,32 +872,123 @@ def test_stream_job_scores_kafka_events_produced_live(kafka, engine, judgments, 
             job.wait(30)
     rows = [dict(json.loads(line), _file=f.name, _mtime=f.stat().st_mtime)
             for f in out.glob("metrics-*.jsonl") for line in f.read_text().splitlines()]
-    late_ids = {json.loads(json.loads(line)["raw"])["event_id"] for f in out.glob("late_data-*.jsonl")
-                for line in f.read_text().splitlines()}
+    late_lines = [json.loads(json.loads(line)["raw"])["event_id"] for f in out.glob("late_data-*.jsonl")
+                  for line in f.read_text().splitlines()]
     assert not list(out.glob("dead_letters-*"))
-    assert {r["pane"] for r in rows} >= {"early", "on_time", "late"}, sorted({r["pane"] for r in rows})
-    assert late_ids
-    # the reference: the batch job on the events the stream did not send to late data, duplicates included
-    avro.write_records(tmp_path / "kept.avro", "impression", [r for r in sent if r["event_id"] not in late_ids])
+    return _Live(rows, sent, late_lines, windows, metrics, log.read_text())
+
+
+def _assert_final_equals_batch_of_kept(live: _Live, tmp_path) -> list[dict]:
+    """Every window's final pane equals the batch job on the events the stream did not send to late
+    data (duplicates included: both jobs keep one copy), bit for bit. Returns the final rows."""
+    from .test_stream import assert_final_equals_batch
+
+    late_ids = set(live.late_lines)
+    avro.write_records(tmp_path / "kept.avro", "impression", [r for r in live.sent if r["event_id"] not in late_ids])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-m", "streameval.cli", "batch", "--impressions",
                            str(tmp_path / "kept.avro"), "--judgments", str(tmp_path / "judgments.avro"),
-                           "--metrics", metrics, "--window", "10s", "--labels", "clicks", "--quiet",
+                           "--metrics", live.metrics, "--window", "10s", "--labels", "clicks", "--quiet",
                            "--output", str(tmp_path / "batch")],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     batch_rows = [json.loads(line) for line in (tmp_path / "batch" / "metrics.jsonl").read_text().splitlines()]
-    final = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows if r["is_final"]]
+    final = [{k: v for k, v in r.items() if not k.startswith("_")} for r in live.rows if r["is_final"]]
     assert_final_equals_batch(final, batch_rows)
+    return final
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("engine, judgments", [("flink", "topic"), ("flink", "file")])
+def test_stream_job_scores_kafka_events_produced_live(kafka, engine, judgments, request, tmp_path):
+    """Two minutes of live events into Kafka while the stream job runs on the engine (:func:`_stream_live`:
+    out of order within a bound, duplicates, late panes, late data). Early, on-time and late panes are
+    written while the job runs; every window's final pane equals the batch job on the events the job
+    did not send to late data, bit for bit; the delay from a window's end to its on-time pane file is
+    measured. Judgments from a topic: the per-event engine (ndcg@10 and CTR); from a file: the
+    columnar engine, with online metrics beside them. (Not on Prism: docs/deploy.md, "Kafka on Prism".)"""
+    import numpy as np
+
+    cluster = request.getfixturevalue(engine)
+    if engine == "flink":
+        _need_job_server(cluster["has_job_server"])
+    live = _stream_live(kafka, cluster, engine, judgments, tmp_path)
+    rows = live.rows
+    assert {r["pane"] for r in rows} >= {"early", "on_time", "late"}, sorted({r["pane"] for r in rows})
+    assert live.late_lines
+    final = _assert_final_equals_batch_of_kept(live, tmp_path)
     if judgments == "file":  # online metrics: the per-event engine refuses them, so the columnar one ran
         assert {"clicks@3", "rr_first_click", "auc"} <= {r["metric"] for r in final}
     # the delay from a window's end (wall clock = event time here) to its on-time pane file
     delays = sorted(r["_mtime"] - r["window_end"] / 1e6 for r in rows
                     if r["pane"] == "on_time" and r["metric"] == "ctr")
     med, p90 = float(np.median(delays)), float(np.percentile(delays, 90))
-    print(f"\nlive Kafka on {engine} (judgments from a {judgments}): {len(sent)} impressions ({len(late_ids)} "
-          f"late data), {len(windows)} windows x system; window end -> on-time pane file: median {med:.1f} s, "
-          f"p90 {p90:.1f} s")
+    print(f"\nlive Kafka on {engine} (judgments from a {judgments}): {len(live.sent)} impressions "
+          f"({len(set(live.late_lines))} late data), {len(live.windows)} windows x system; window end -> on-time "
+          f"pane file: median {med:.1f} s, p90 {p90:.1f} s")
     assert 0 < med < 60
+
+
+@pytest.mark.kafka
+def test_stream_on_kafka_with_checkpoints_survives_a_killed_taskmanager(kafka, tmp_path):
+    """The live stream of :func:`_stream_live` on a Flink cluster of its own with checkpoints every
+    2 s (``--checkpointing_interval``); 50 s into the production, once a checkpoint is complete, SIGKILL
+    to the TaskManager running the job. Flink restores the job from its latest checkpoint on the other
+    TaskManager (its exception history names the lost one; the checkpoint statistics a restore) and
+    the job goes on reading Kafka from the checkpointed offsets. Exactly once: every window's final
+    pane equals the batch job on the events not sent to late data, bit for bit (an event read twice,
+    or lost with the state, would change a count); one final pane file per window and system; no
+    event in late data twice."""
+    import collections
+    import threading
+
+    _need("flink", "java")
+    _need_job_server(not engines.missing(["job_server"]))
+    state = tmp_path / "state"
+    cluster = _up("flink", state, "--taskmanagers", "2", "--slots", "2")
+    killed: list = []
+    started: list = []
+    try:
+        def kill_once_checkpointed() -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    [job] = [j["jid"] for j in _flink_get(cluster["web_ui"], "/jobs/overview")["jobs"]
+                             if j["state"] == "RUNNING"]
+                    done = _flink_get(cluster["web_ui"], f"/jobs/{job}/checkpoints")["counts"]["completed"]
+                    where = _flink_job_running_on(cluster["web_ui"])
+                except (OSError, ValueError, KeyError):
+                    done, where = 0, set()
+                if done and where:
+                    name = sorted(where)[0]
+                    os.killpg(cluster["processes"][name], signal.SIGKILL)  # each leads its own group
+                    killed.append((name, job, done))
+                    return
+                time.sleep(0.5)
+
+        def killer(elapsed: float) -> None:  # once, off the producer's loop: REST calls take a while
+            if not started and elapsed >= 50:
+                started.append(threading.Thread(target=kill_once_checkpointed, daemon=True))
+                started[0].start()
+
+        live = _stream_live(kafka, cluster, "flink", "file", tmp_path,
+                            extra=("--checkpointing_interval", "2000"), during=killer)
+        assert killed, "no checkpoint was complete in the two minutes: the TaskManager was not killed"
+        name, job, _ = killed[0]
+        history = _flink_get(cluster["web_ui"], f"/jobs/{job}/exceptions").get("exceptionHistory", {})
+        assert any(name in json.dumps(e) for e in history.get("entries", [])), history
+        restored = _flink_get(cluster["web_ui"], f"/jobs/{job}/checkpoints")["latest"]["restored"]
+        assert restored and restored.get("id"), "Flink restored no checkpoint"
+    finally:
+        _down(state, cluster)
+    _assert_final_equals_batch_of_kept(live, tmp_path)
+    finals = collections.Counter(f.split("-pane")[0] for f in {r["_file"] for r in live.rows if r["is_final"]})
+    assert finals and set(finals.values()) == {1}, [k for k, v in finals.items() if v > 1]
+    twice = [e for e, k in collections.Counter(live.late_lines).items() if k > 1]
+    assert not twice, f"{len(twice)} events in late data twice: {twice[:5]}"
+    print(f"\nlive Kafka on Flink, {name} killed after {killed[0][2]} checkpoints: {len(live.sent)} impressions, "
+          f"{len(set(live.late_lines))} late data, {len(live.windows)} windows x system; restored checkpoint "
+          f"{restored['id']}")
 
 
 # ------------------------------------------------------------------------------------------------
