@@ -934,9 +934,9 @@ def test_stream_job_scores_kafka_events_produced_live(kafka, engine, judgments, 
 
 @pytest.mark.kafka
 @pytest.mark.xfail(reason="known defect (issue 40 item 5, docs/deploy.md 'Checkpoints and a killed TaskManager'): "
-                          "after the restore a shard's updates reached the aggregate after their windows closed "
-                          "(late:update), so final panes may miss requests the no-fault run counts (seen 2026-12-06)",
-                   strict=False)
+                          "with checkpoints on, a shard's updates may reach the aggregate after their windows closed "
+                          "(late:update, also without a fault), so final panes may miss requests the batch job "
+                          "counts (seen 2026-12-06)", strict=False)
 def test_stream_on_kafka_with_checkpoints_survives_a_killed_taskmanager(kafka, tmp_path):
     """The live stream of :func:`_stream_live` on a Flink cluster of its own with checkpoints every
     2 s (``--checkpointing_interval``); 50 s into the production, once a checkpoint is complete, SIGKILL
