@@ -98,7 +98,8 @@ def test_flink_runner_options_are_known_and_checked(tmp_path):
     """Beam's Java Flink runner reads options its Python SDK does not declare (``--max_bundle_size``,
     ``--checkpointing_interval``, ...): the jobs accept them (streameval/beam/flink_options.py), Beam's
     options hold them with their types (the portable runner sends every option they hold to the job
-    server; on Flink, tests/test_engines.py checks that the job got them), a misspelling names the
+    server; on Flink, the Kafka fault test in tests/test_engines.py waits for a completed checkpoint,
+    which Flink takes only when --checkpointing_interval reached it), a misspelling names the
     option, and a value of the wrong type is refused in one line."""
     from apache_beam.options.pipeline_options import PipelineOptions
 

@@ -435,7 +435,7 @@ def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
     wait_ready("job_server", js, lambda: listens(js, job_port) and accepts(f"{HOST}:{job_port}"))
     c.ports.update(job=job_port)
     # --flink_master: the cluster the job server submits to (the same), and the stream job's sign that
-    # it runs on Flink (its event timers: jobs/stream.py _event_timers)
+    # it runs on Flink (its event timers: jobs/stream_args.py engine_options)
     c.runner_args = ["--runner", "PortableRunner", "--job_endpoint", f"{HOST}:{job_port}",
                      "--flink_master", f"{HOST}:{rest}", "--environment_type", "EXTERNAL", "--environment_config", pool]
 
