@@ -1,8 +1,13 @@
 """The regression gate of ``benchmarks/run.py --check`` (issue 38 item 5), run by ``make test`` in CI.
 
 Every criterion is a ratio of two things measured in the same run on the same machine, so a slow or
-busy CI machine slows both sides; each side is the median of ``--repeat`` runs (3), the two sides
-interleaved run by run, each run a process of its own (peak memory is the process's own VmHWM):
+busy CI machine slows both sides. Each side runs ``--repeat`` times (5), the two sides interleaved
+run by run, each run a process of its own; a time is the best of its runs, a peak memory (the
+process's own VmHWM) the median. The best, not the median: a busy virtual machine only ever adds
+time, and on the 2-core VM the gate runs on, one form's five runs took 0.41 to 1.29 s for the same
+code (evaluate()'s two threads waiting on each other under the host's memory reclaim), so a median
+of 3 failed a limit that every form's fastest run met by half; a regression slows every run, the
+fastest too:
 
 * ``evaluate()`` from arrays against pytrec_eval on the same collection (``_data.ranking(30000,
   seed=7)``: 30,000 queries x 100 documents, 40 graded judgments each), with integer ids, string
@@ -151,7 +156,7 @@ def child(what: str, rest: list, emit, peak_bytes) -> None:
 # parent side
 
 
-def _median_runs(repeat, fns):
+def _interleaved_runs(repeat, fns):
     """Run each of ``fns`` (name -> callable returning a dict with "wall") ``repeat`` times,
     interleaved; {name: [results]}."""
     out = {k: [] for k in fns}
@@ -162,7 +167,8 @@ def _median_runs(repeat, fns):
 
 
 def _med(runs, key="wall"):
-    return statistics.median(r[key] for r in runs)
+    """The best wall time of ``runs`` (noise only adds time), or the median of another ``key``."""
+    return min(r[key] for r in runs) if key == "wall" else statistics.median(r[key] for r in runs)
 
 
 def _agree(means_a, means_b, tol, skip=()):
@@ -187,7 +193,7 @@ def run_check(run_mod, workdir: str, repeat: int, replay: bool = False) -> tuple
              "string ids": (str_dir, "arrays"), "DataFrame, integer ids": (data_dir, "dataframe"),
              "DataFrame, string ids": (str_dir, "dataframe")}
     log(f"check: evaluate() and pytrec_eval from arrays, {repeat} runs each, interleaved ...")
-    runs = _median_runs(repeat, {k: (lambda d=d, f=f: R.run_child("gate-evaluate", d, f)) for k, (d, f) in forms.items()})
+    runs = _interleaved_runs(repeat, {k: (lambda d=d, f=f: R.run_child("gate-evaluate", d, f)) for k, (d, f) in forms.items()})
     ref = runs["pytrec_eval"]
     facts["timings"]["pytrec_eval from arrays"] = (_med(ref), _med(ref, "peak"))
     for k in forms:
@@ -221,7 +227,7 @@ def run_check(run_mod, workdir: str, repeat: int, replay: bool = False) -> tuple
         return {"wall": wall, "peak": peak, "means": means}
 
     log(f"check: streameval trec-eval and pytrec_eval from files, {repeat} runs each ...")
-    runs = _median_runs(repeat, {"pytrec_eval": time_ref, "trec-eval": time_cli})
+    runs = _interleaved_runs(repeat, {"pytrec_eval": time_ref, "trec-eval": time_cli})
     ok = all(_agree(r["means"], runs["pytrec_eval"][0]["means"], 1e-4) for r in runs["trec-eval"])
     facts["timings"]["pytrec_eval from TREC files (whole process)"] = (_med(runs["pytrec_eval"]),
                                                                         _med(runs["pytrec_eval"], "peak"))
@@ -248,7 +254,7 @@ def run_check(run_mod, workdir: str, repeat: int, replay: bool = False) -> tuple
             n = json.load(f)["accounting"]["impression"]["read"]
         return {"wall": wall, "peak": peak, "records": n}
 
-    runs = _median_runs(repeat, {"batch": time_batch})
+    runs = _interleaved_runs(repeat, {"batch": time_batch})
     b = _med(runs["batch"])
     n_read = runs["batch"][0]["records"]
     facts["timings"][f"streameval batch, {IMPRESSIONS / 1e6:g} M impressions (whole process)"] = (b, _med(runs["batch"], "peak"))
@@ -282,7 +288,7 @@ def print_check(crit, facts, load_before, load_after) -> None:
         v = "-" if c.value is None else f"{c.value:.3f}"
         lim = "-" if c.report_only else f"{c.limit:.2f}"
         print(f"{c.name:<{w}} {v:>7} {c.target:>7.2f} {lim:>7}  {c.result}{'  (' + c.detail + ')' if c.detail else ''}")
-    print("\ntimings (median of the runs): wall s, peak MB")
+    print("\ntimings (best wall of the runs, median peak): wall s, peak MB")
     for k, (t, p) in facts["timings"].items():
         print(f"  {k:<62} {t:7.2f} {'' if p is None else f'{p / 1e6:8.0f}'}")
     failed = [c.name for c in crit if c.failed]
@@ -320,8 +326,9 @@ def write_docs(crit, facts, command: str, load_before, load_after, path: str = D
     lines = [BEGIN, "",
              f"Written by `{command}` from one run: commit `{_git('rev-parse', '--short=12', 'HEAD')}`{dirty}, "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {_machine()}; load average "
-             f"{load_before} before, {load_after} after; {facts['seconds']:.0f} s. Each value is the median of the "
-             "runs, the two sides of a ratio interleaved; a criterion fails above twice its target.", "",
+             f"{load_before} before, {load_after} after; {facts['seconds']:.0f} s. Each time is the best of the "
+             "runs, each peak memory their median, the two sides of a ratio interleaved; a criterion fails above "
+             "twice its target.", "",
              "| criterion | value | target | limit | result |", "| --- | --- | --- | --- | --- |"]
     for c in crit:
         v = "-" if c.value is None else f"{c.value:.3f}"
