@@ -31,6 +31,9 @@ OPTIONS = (
     ("max_bundle_time_mills", int, "Flink: the longest a bundle stays open, in milliseconds (Beam's default "
      "1000; the name is Beam's)"),
     ("checkpointing_interval", int, "Flink: milliseconds between checkpoints (off unless given)"),
+    ("finish_bundle_before_checkpointing", _bool,
+     "Flink: finish the open bundles before a checkpoint is taken (true/false; Beam's default false: a "
+     "bundle's outputs are held back until the checkpoint is taken)"),
     ("checkpointing_mode", str, "Flink: EXACTLY_ONCE (default) or AT_LEAST_ONCE"),
     ("externalized_checkpoints_enabled", _bool,
      "Flink: keep the checkpoints when the job stops (true/false)"),

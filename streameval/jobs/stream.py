@@ -113,6 +113,7 @@ from streameval.jobs.stream_args import (
     build_arg_parser,
     check_local_inputs,
     check_prometheus,
+    checkpoint_options,
     engine_options,
     window_spec,
 )
@@ -604,6 +605,7 @@ def _main(argv, held: list) -> int:
                 paths["judgments"], _grades(args.grades))
         args.engine_used = _engine(args)
         args.timers_used = engine_options(args, beam_args, _runner(args))  # Flink's: checkpoints, timers
+        beam_args = checkpoint_options(beam_args)  # Flink's checkpoints: bundles finished before the barrier
     except (ValueError, TypeError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
