@@ -215,8 +215,7 @@ def _sources(p, args, paths):
         out = p | "Watch" >> live
         return {"impressions": out["impressions"], "judgments": None, "clicks": None, "watchers": [live]}, live
     if args.replay and not _on_local_runner(args):  # a source the runner executes: read on a worker
-        source = ReplayEvents(ReplayConfig({k: paths[k] for k in KINDS if paths[k]},
-                                           parse_duration(args.replay_step, "--replay-step"), args.replay_pace))
+        source = _runner_source(args, {k: paths[k] for k in KINDS if paths[k]})
         out = p | "Replay" >> source
         srcs = {k: out[k] if paths[k] else None for k in KINDS}
         srcs["watchers"] = [source]
@@ -236,10 +235,7 @@ def _sources(p, args, paths):
     out = {"watchers": []}
     watched = None
     if args.watch:  # one source for every kind: its watermark follows the local watcher's policy
-        source = WatchEvents(WatchConfig({k: paths[k] for k in KINDS if paths[k]},
-                                         interval=args.watch_interval or 10.0,
-                                         delay=parse_duration(args.watch_delay, "--watch-delay", allow_zero=True),
-                                         idle_stop=args.watch_idle_stop))
+        source = _runner_source(args, {k: paths[k] for k in KINDS if paths[k]})
         watched = p | "Watch" >> source
         out["watchers"].append(source)
     for k in KINDS:
@@ -255,6 +251,17 @@ def _sources(p, args, paths):
         else:
             out[k] = None
     return out, None
+
+
+def _runner_source(args, paths: dict):
+    """The replay (``--replay``) or the watch (``--watch``) of ``paths`` (``{kind: [path or pattern,
+    ...]}``) as a source the runner executes on its workers (Flink, Prism, ...): one definition of its
+    options for the per-event and the columnar engine."""
+    if args.replay:
+        return ReplayEvents(ReplayConfig(paths, parse_duration(args.replay_step, "--replay-step"), args.replay_pace))
+    return WatchEvents(WatchConfig(paths, interval=args.watch_interval or 10.0,
+                                   delay=parse_duration(args.watch_delay, "--watch-delay", allow_zero=True),
+                                   idle_stop=args.watch_idle_stop))
 
 
 def _input_paths(args) -> dict:
@@ -306,12 +313,7 @@ def _event_block_sources(p, args, paths):
         events, form = p | "PubSubImpressions" >> ReadPubSubEvents(args.pubsub_impressions,
                                                                    args.pubsub_timestamp_attribute).read, "json"
     else:  # --watch or --replay on Flink, Prism, ...: their sources' (path, records) pairs
-        imps = {"impressions": paths["impressions"]}
-        source = (ReplayEvents(ReplayConfig(imps, parse_duration(args.replay_step, "--replay-step"), args.replay_pace))
-                  if args.replay else
-                  WatchEvents(WatchConfig(imps, interval=args.watch_interval or 10.0,
-                                          delay=parse_duration(args.watch_delay, "--watch-delay", allow_zero=True),
-                                          idle_stop=args.watch_idle_stop)))
+        source = _runner_source(args, {"impressions": paths["impressions"]})
         events, form = (p | ("Replay" if args.replay else "Watch") >> source)["impressions"], "records"
         srcs["watchers"].append(source)
     srcs["impressions"] = events | "Blocks" >> EventBlocks(_source_labels(args)["impressions"], form)
