@@ -5,7 +5,7 @@
     python benchmarks/run.py --quick       # small sizes: a smoke run of every step (~1 minute)
     python benchmarks/run.py --repeat 3    # best of 3 timings of streameval and the references
     python benchmarks/run.py --beam        # also benchmarks/bench_beam.py, bench_stream_memory.py
-    python benchmarks/run.py --check       # the regression gate (CI, ~2 minutes; benchmarks/_check.py)
+    python benchmarks/run.py --check       # the regression gate (CI, ~3 minutes; benchmarks/_check.py)
     python benchmarks/run.py --check --write-docs  # ... and rewrite docs/benchmarks.md's marked section
 
 Comparisons (sizes of the full run; --quick divides them):
@@ -371,10 +371,9 @@ def main() -> int:
                     help="where the data files are made (kept between runs; default %(default)s)")
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
     ap.add_argument("--check", action="store_true",
-                    help="the regression gate (benchmarks/_check.py; ~2 minutes): ratios against references measured "
-                         "in the same run, the best time (median peak memory) of --repeat (default 5) runs; exit status 1 "
-                         "when one is worse "
-                         "than twice its target")
+                    help="the regression gate (benchmarks/_check.py; ~3 minutes): ratios against references measured "
+                         "in the same run, the best time (median peak memory) of --repeat (default 5) runs; exit "
+                         "status 1 when one is worse than twice its target")
     ap.add_argument("--with-replay", action="store_true",
                     help="--check also times the stream's --replay on the batch job's log (reported, never failing; "
                          "20-60 s today)")

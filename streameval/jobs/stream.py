@@ -607,7 +607,6 @@ def _main(argv, held: list) -> int:
                 paths["judgments"], _grades(args.grades))
         args.engine_used = _engine(args)
         args.timers_used = engine_options(args, beam_args, _runner(args))  # Flink's: checkpoints, timers
-        beam_args = checkpoint_options(beam_args)  # Flink's checkpoints: bundles finished before the barrier
     except (ValueError, TypeError, MetricNameError, FileNotFoundError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
@@ -617,7 +616,7 @@ def _main(argv, held: list) -> int:
         print("error: name a streaming runner with --runner (e.g. DataflowRunner, FlinkRunner, PrismRunner)",
               file=sys.stderr)
         return 2
-    options = PipelineOptions(["--runner", runner, *beam_args])
+    options = PipelineOptions(["--runner", runner, *checkpoint_options(beam_args)])  # (Flink's checkpoints)
     options.view_as(StandardOptions).streaming = True
     try:
         p = make_pipeline(options)
