@@ -791,13 +791,39 @@ class _Live(NamedTuple):
     log: str
 
 
-def _stream_live(kafka, cluster, engine: str, judgments: str, tmp_path, extra=(), during=None) -> _Live:
+def _flink_stop_with_savepoint(web_ui: str, target: str, drain: bool = False) -> str:
+    """Stop the cluster's running job with a savepoint in ``target`` (Flink's REST API: ``POST
+    /jobs/ID/stop``, the savepoint taken, then the job FINISHED; ``drain``: the sources send the
+    largest watermark first, so every window closes); the savepoint's location."""
+    [job] = [j["jid"] for j in _flink_get(web_ui, "/jobs/overview")["jobs"] if j["state"] == "RUNNING"]
+    req = urllib.request.Request(f"{web_ui}/jobs/{job}/stop", method="POST",
+                                 data=json.dumps({"targetDirectory": target, "drain": drain}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        trigger = json.loads(r.read())["request-id"]
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        got = _flink_get(web_ui, f"/jobs/{job}/savepoints/{trigger}")
+        if got["status"]["id"] == "COMPLETED":
+            op = got.get("operation") or {}
+            assert "location" in op, op  # else "failure-cause"
+            return op["location"]
+        time.sleep(1)
+    raise AssertionError(f"the savepoint of job {job} was not complete in 3 minutes")
+
+
+def _stream_live(kafka, cluster, engine: str, judgments: str, tmp_path, extra=(), during=None,
+                 resume_at: float | None = None) -> _Live:
     """Two minutes of live events into Kafka while the stream job runs on ``cluster`` (10 s windows,
     10 s allowed lateness, early panes every 3 s): 40 requests a second stamped with the wall clock minus
     up to 3 s (out of order within a bound), 3% of the requests sent twice (duplicates), after 45 s one
     request in 40 stamped 12 s back (late: a late pane, or late data past the lateness) and one in 80
-    stamped 40 s back (late data). ``during(elapsed seconds)`` is called between batches. Waits until
-    every window's final pane is written, then stops the job with SIGINT."""
+    stamped 40 s back (late data). ``during(elapsed seconds)`` is called between batches. ``resume_at``
+    (Flink): that many seconds in, the job is stopped with a savepoint (its launcher must end with exit
+    status 0) and the same command started again with ``--savepoint_path`` (its log ``stream-2.log``),
+    the events going on meanwhile. Waits until every window's final pane is written, then stops the job
+    with SIGINT (resumed: stops it with a drained savepoint, its launcher ending with exit status 0 and
+    its summary)."""
     import numpy as np
     from confluent_kafka import Producer
 
@@ -821,15 +847,14 @@ def _stream_live(kafka, cluster, engine: str, judgments: str, tmp_path, extra=()
         source = ["--judgments", str(tmp_path / "judgments.avro")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     out, log = tmp_path / "out", tmp_path / "stream.log"
+    command = [sys.executable, "-m", "streameval.cli", "stream", "--kafka-bootstrap", bootstrap,
+               "--kafka-impressions", topics["impressions"], *source, "--kafka-expansion-service",
+               kafka["flink_expansion_service" if engine == "flink" else "expansion_service"],
+               "--metrics", metrics,
+               "--window", "10s", "--allowed-lateness", "10s", "--early-every", "3s",
+               "--report-every", "10", "--quiet", "--output", str(out), *extra, *cluster["runner_args"]]
     with open(log, "w") as fo:
-        job = subprocess.Popen([sys.executable, "-m", "streameval.cli", "stream", "--kafka-bootstrap", bootstrap,
-                                "--kafka-impressions", topics["impressions"], *source, "--kafka-expansion-service",
-                                kafka["flink_expansion_service" if engine == "flink" else "expansion_service"],
-                                "--metrics", metrics,
-                                "--window", "10s", "--allowed-lateness", "10s", "--early-every", "3s",
-                                "--report-every", "10", "--quiet", "--output", str(out), *extra,
-                                *cluster["runner_args"]],
-                               stdout=fo, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        job = subprocess.Popen(command, stdout=fo, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     sent: list[dict] = []
     try:
         # the job reads once its Kafka reader has started (Flink deploys it in 20-60 s): events produced
@@ -850,6 +875,13 @@ def _stream_live(kafka, cluster, engine: str, judgments: str, tmp_path, extra=()
             sent += batch
             if during is not None:
                 during(time.monotonic() - start)
+            if resume_at is not None and time.monotonic() - start >= resume_at and log.name == "stream.log":
+                where = _flink_stop_with_savepoint(cluster["web_ui"], str(tmp_path / "savepoints"))
+                assert job.wait(120) == 0, log.read_text()[-3000:]  # the stopped job's launcher ends well
+                log = tmp_path / "stream-2.log"
+                with open(log, "w") as fo:
+                    job = subprocess.Popen([*command, "--savepoint_path", where], stdout=fo,
+                                           stderr=subprocess.STDOUT, env=env, start_new_session=True)
             time.sleep(0.5)
         last_end = (max(r["timestamp"] for r in sent) // 10_000_000 + 1) * 10_000_000
         windows = {(r["timestamp"] // 10_000_000 * 10_000_000, r["system_id"]) for r in sent}
@@ -864,8 +896,12 @@ def _stream_live(kafka, cluster, engine: str, judgments: str, tmp_path, extra=()
             assert time.monotonic() < deadline, \
                 f"{len(finals)} of {len(windows)} final panes\n{log.read_text()[-3000:]}"
             time.sleep(2)
-        job.send_signal(signal.SIGINT)
-        assert job.wait(120) == 130, log.read_text()[-3000:]
+        if resume_at is None:
+            job.send_signal(signal.SIGINT)
+            assert job.wait(120) == 130, log.read_text()[-3000:]
+        else:
+            _flink_stop_with_savepoint(cluster["web_ui"], str(tmp_path / "savepoints"), drain=True)
+            assert job.wait(120) == 0, log.read_text()[-3000:]
     finally:
         producer.flush(10)
         del producer  # librdkafka's client closes (else it retries the broker the fixture stops)
@@ -1003,6 +1039,48 @@ def test_stream_on_kafka_with_checkpoints_survives_a_killed_taskmanager(kafka, t
           f"{len(set(live.late_lines))} late data ({len(twice)} of them written twice), {len(live.windows)} windows "
           f"x system; restored checkpoint {restored['id']}; other late records: "
           f"{[(d['source'], d['reason'], d['raw']) for d in live.late_other]}")
+
+
+@pytest.mark.kafka
+def test_stream_on_kafka_stopped_with_a_savepoint_and_resumed(kafka, tmp_path):
+    """The live stream of :func:`_stream_live` on a Flink cluster of its own, 70 s into the production
+    stopped with a savepoint (Flink's REST API, as ``flink stop --savepointPath`` does; the launcher
+    ends with exit status 0 and publishes) and started again with ``--savepoint_path``, as a user
+    upgrading or moving a job does, while the events go on. The resumed job restores the windows'
+    state and the Kafka offsets and writes into the same ``--output`` (the stopped run's pane files
+    stay; its summary is kept as ``previous_run``). Every window's final pane equals the batch job on
+    the events not sent to late data, bit for bit, one final file per window and system; no
+    late:update."""
+    import collections
+
+    _need("flink", "java")
+    _need_job_server(not engines.missing(["job_server"]))
+    state = tmp_path / "state"
+    cluster = _up("flink", state, "--taskmanagers", "2", "--slots", "2")
+    try:
+        live = _stream_live(kafka, cluster, "flink", "file", tmp_path, resume_at=70)
+    finally:
+        _down(state, cluster)
+    assert (tmp_path / "stream-2.log").exists(), "the job was not resumed"
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert "savepoint-" in summary["resumed_from"], summary["resumed_from"]
+    assert summary["previous_run"]["state"] == "DONE", summary["previous_run"]
+    # every record accounted for across the two runs: the valid impressions the stopped run held in its
+    # open windows (in the savepoint) are the ones the resumed run counted without reading them
+    held = summary["previous_run"]["accounting"]["impression"]["held_in_state"]
+    assert held > 0 and summary["accounting"]["impression"]["held_in_state"] == -held, summary["accounting"]
+    assert not summary["accounting_problems"] and not summary["previous_run"]["accounting_problems"]
+    assert not live.late_other, live.late_other[:3]
+    _assert_final_equals_batch_of_kept(live, tmp_path)
+    finals = collections.Counter(f.split("-pane")[0] for f in {r["_file"] for r in live.rows if r["is_final"]})
+    assert finals and set(finals.values()) == {1}, [k for k, v in finals.items() if v > 1]
+    twice = [e for e, k in collections.Counter(live.late_lines).items() if k > 1]
+    before = summary["previous_run"]["accounting"]["impression"]["read"]
+    after = summary["accounting"]["impression"]["read"]
+    print(f"\nlive Kafka on Flink, stopped with a savepoint and resumed: {len(live.sent)} impressions sent, read "
+          f"{before:,} before the stop ({held:,} held in its windows) and {after:,} after, "
+          f"{len(set(live.late_lines))} late data "
+          f"({len(twice)} written twice), {len(live.windows)} windows x system; {summary['resumed_from']}")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -147,3 +147,31 @@ def test_the_running_summary_is_written_before_the_folder_is_cleared(tmp_path, m
         sinks.start_output(str(out), ["metrics-*"], live=live, command="test")
     assert _summary(out) == (done if not live else None)
     assert not (out / ".streameval.lock").exists()
+
+
+def test_a_resumed_live_run_keeps_the_stopped_runs_files(tmp_path):
+    """A streaming job restored from a savepoint (Flink's ``--savepoint_path``) goes on with the stopped
+    job's windows and pane indexes: its output folder keeps the stopped run's pane files (a fresh live
+    run removes them), loses only the manifest while it runs, and keeps the stopped run's summary
+    (``previous_summary``; a resumed run that fails writes it into its FAILED summary). A remote folder
+    (each run's panes in a folder of its own) and a staged output are refused."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stopped = {"state": "DONE", "run_id": "r1", "accounting": {"impression": {"read": 40}}}
+    (out / "summary.json").write_text(json.dumps(stopped))
+    (out / "manifest.json").write_text(json.dumps({"complete": True, "run_id": "r1", "outputs": {}}))
+    (out / "metrics-20191124T000000-pane0-final.jsonl").write_text('{"metric": "ctr"}\n')
+    run = sinks.start_output(str(out), ["metrics-*"], live=True, resume=True, command="streameval stream")
+    assert (out / "metrics-20191124T000000-pane0-final.jsonl").exists() and not (out / "manifest.json").exists()
+    assert json.loads(run.previous_summary) == stopped and _summary(out)["state"] == "RUNNING"
+    sinks.close_output(run)
+    failed = _summary(out)
+    assert failed["state"] == "FAILED" and failed["previous_run"] == stopped
+
+    fresh = sinks.start_output(str(out), ["metrics-*"], live=True, command="streameval stream")
+    assert not (out / "metrics-20191124T000000-pane0-final.jsonl").exists() and fresh.previous_summary is None
+    sinks.close_output(fresh)
+    for where, live in (("s3://bucket/out", True), (str(tmp_path / "staged"), False)):
+        with pytest.raises(ValueError, match="a resumed streaming job goes on writing a local --output"):
+            sinks.start_output(where, ["metrics-*"], live=live, resume=True)
+    assert not (tmp_path / "staged").exists()

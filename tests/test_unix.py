@@ -163,7 +163,7 @@ def test_checkpoints_finish_bundles_before_the_barrier():
 def test_stream_that_ends_refuses_checkpointing(tmp_path):
     """With Flink's checkpoints on, a replay on Flink never ended (15 minutes, against 61 s without;
     docs/deploy.md): ``--checkpointing_interval`` with ``--replay`` or ``--watch-idle-stop`` is refused in
-    one line before anything runs; 0 (off) is not."""
+    one line before anything runs; 0 (off) is not. A replay with ``--savepoint_path`` is refused too."""
     imps = impressions(tmp_path / "imps.avro")
     for source in (["--replay", "--impressions", imps], ["--watch", "--impressions", tmp_path / "*.avro",
                                                          "--watch-idle-stop", "5"]):
@@ -172,6 +172,10 @@ def test_stream_that_ends_refuses_checkpointing(tmp_path):
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "--checkpointing_interval" in r.stderr and "never ended" in r.stderr, r.stderr
         assert not (tmp_path / "out").exists()
+    r = streameval("stream", "--replay", "--impressions", imps, "--window", "1d", "--output", tmp_path / "out",
+                   "--savepoint_path", tmp_path / "savepoint-1")  # a replay starts from its files' beginning
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "--savepoint_path: a replay starts from its files' beginning" in r.stderr and not (tmp_path / "out").exists()
     r = streameval("stream", "--replay", "--impressions", imps, "--window", "1d", "--output", tmp_path / "out",
                    "--quiet", "--checkpointing_interval", "0")
     assert r.returncode == 0, r.stderr

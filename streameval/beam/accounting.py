@@ -30,7 +30,9 @@ Identities checked (a term missing from the counters counts as 0):
 
 * ``read = valid + rejected at validation`` (per kind; unreadable file tails are reported apart, their
   records cannot be counted);
-* ``valid = accepted + duplicates + superseded + late + rejected after validation`` (per kind);
+* ``valid = accepted + duplicates + superseded + late + rejected after validation`` (per kind; a
+  streaming job stopped with a savepoint or resumed from one adds ``held_in_state``, the records
+  its windows' state carried across the savepoint, see :func:`account`);
 * ranking metrics: ``accepted impressions = ranked + unjudged + unrankable``;
 * CTR: ``accepted impressions = click_impressions + click_impressions_not_logged``.
 
@@ -82,13 +84,18 @@ def _rejected(counters: dict, kind: str) -> tuple[dict, dict]:
     return at, after
 
 
-def account(counters: dict, *, ranking: bool = False, ctr: bool = False, unreadable: list | None = None):
+def account(counters: dict, *, ranking: bool = False, ctr: bool = False, unreadable: list | None = None,
+            carried: bool = False):
     """``(summary, problems)`` from a job's counter values.
 
     ``counters``: ``{counter name: int}`` (see the module docstring); ``ranking`` / ``ctr``: whether
     the job computed ranking metrics / CTR (the corresponding identities are then checked);
     ``unreadable``: descriptions of files whose content could not be read to the end (their remaining
-    records are unknown; listed in the summary, not an accounting failure).
+    records are unknown; listed in the summary, not an accounting failure); ``carried``: a streaming
+    job whose windows' state crossed a savepoint (it was stopped with one, or resumed from one): the
+    valid records neither accepted nor set aside here are ``held_in_state`` (positive: read here and
+    held in the open windows at the stop, counted by the run resumed from the savepoint; negative:
+    read by the stopped run and counted here), not a failed identity.
 
     ``summary`` is ``{kind: {"read", "valid", "accepted", "duplicates", "superseded", "late",
     "rejected": {reason: n}, ...}}`` for each kind with any record, plus ``"unreadable_files"``;
@@ -112,7 +119,9 @@ def account(counters: dict, *, ranking: bool = False, ctr: bool = False, unreada
         n_at, n_after = sum(at.values()), sum(after.values())
         if read != valid + n_at:
             problems.append(f"{kind}s: read {read} != valid {valid} + rejected at validation {n_at}")
-        if valid != accepted + dup + sup + late + n_after:
+        if carried:
+            entry["held_in_state"] = valid - (accepted + dup + sup + late + n_after)
+        elif valid != accepted + dup + sup + late + n_after:
             problems.append(f"{kind}s: valid {valid} != accepted {accepted} + duplicates {dup} + superseded {sup}"
                             f" + late {late} + rejected after validation {n_after}")
         if kind == "impression":
@@ -149,6 +158,11 @@ def format_accounting(summary: dict) -> str:
         for key in ("duplicates", "superseded", "late"):
             if e[key]:
                 parts.append(f"{key} {e[key]}")
+        held = e.get("held_in_state", 0)
+        if held > 0:
+            parts.append(f"held in the open windows at the stop {held} (counted by the run resumed from its savepoint)")
+        elif held < 0:
+            parts = [f"{parts[0]} (of them {-held} read before the savepoint this run resumed from)", *parts[1:]]
         line = f"{kind}s: read {e['read']} = " + " + ".join(parts)
         used = [f"{k.replace('_', ' ')} {e[k]}" for k in ("ranked", "unjudged", "unrankable", "click_impressions",
                                                           "click_impressions_not_logged") if k in e]

@@ -122,7 +122,8 @@ class OutputRun:
     lock: OutputLock | None = None
     published: bool = False
     closed: bool = False
-    #: the published run's ``summary.json`` (bytes) that this run's RUNNING one replaced (staged), or None
+    #: the published run's ``summary.json`` (bytes) that this run's RUNNING one replaced (staged; live
+    #: and resumed: the stopped run's), or None
     previous_summary: bytes | None = None
 
     @property
@@ -140,7 +141,8 @@ def _new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
 
 
-def start_output(out_dir: str, names, inputs=(), live: bool = False, command: str = "") -> OutputRun:
+def start_output(out_dir: str, names, inputs=(), live: bool = False, command: str = "",
+                 resume: bool = False) -> OutputRun:
     """Take the output folder ``out_dir`` for one run, before the pipeline is built.
 
     1. Refuse an ``out_dir`` that overlaps an input (``inputs``: ``(option, patterns, files)``;
@@ -149,7 +151,11 @@ def start_output(out_dir: str, names, inputs=(), live: bool = False, command: st
     2. A local folder: make it and take its lock (``OutputInUseError`` when another job holds it);
        remove what killed runs left (their staging folders, Beam's temporary folders); then with
        ``live`` remove the previous run's outputs (manifest first), else make this run's staging
-       folder. A remote folder: this run's folder ``runs/<run id>/``.
+       folder. ``live`` and ``resume`` (a streaming job restored from a savepoint or checkpoint:
+       it goes on with the stopped job's windows and pane indexes): the previous run's outputs stay
+       and only its manifest goes; its ``summary.json`` is kept in ``previous_summary``. A remote
+       folder: this run's folder ``runs/<run id>/`` (``resume``: ValueError, a run's panes are in
+       its own folder).
 
     ``names`` are the outputs a run of this job may write (:func:`output_files`' names), removed
     when a new run publishes (or, ``live``, when it starts). Returns the :class:`OutputRun`; call
@@ -157,6 +163,9 @@ def start_output(out_dir: str, names, inputs=(), live: bool = False, command: st
     outdir.check_overlap(out_dir, inputs)
     names = tuple(dict.fromkeys([*names, "summary.json"]))
     run_id = _new_run_id()
+    if resume and (_remote(out_dir) or not live):
+        raise ValueError(f"{out_dir}: a resumed streaming job goes on writing a local --output folder (a remote one "
+                         "keeps each run's panes in a folder of its own): give a local folder")
     if _remote(out_dir):
         out_dir = out_dir.rstrip("/")
         if not FileSystems.exists(out_dir):
@@ -172,7 +181,7 @@ def start_output(out_dir: str, names, inputs=(), live: bool = False, command: st
         # publishing puts the previous summary back
         previous = None
         summary = os.path.join(out_dir, SUMMARY)
-        if not live and os.path.isfile(summary):
+        if (not live or resume) and os.path.isfile(summary):
             with open(summary, "rb") as fo:
                 data = fo.read()
             if _state(data) != "RUNNING":  # a killed run's RUNNING summary is not put back
@@ -183,8 +192,11 @@ def start_output(out_dir: str, names, inputs=(), live: bool = False, command: st
             shutil.rmtree(d, ignore_errors=True)
         _remove_beam_temp(out_dir)
         if live:
-            _clear(out_dir, [n for n in names if n != SUMMARY])  # the summary is this run's already
-            return OutputRun(out_dir, out_dir, run_id, "live", names, lock)
+            # the summary is this run's already; a resumed run keeps the stopped run's files
+            _clear(out_dir, [] if resume else [n for n in names if n != SUMMARY])
+            run = OutputRun(out_dir, out_dir, run_id, "live", names, lock)
+            run.previous_summary = previous if resume else None
+            return run
         staging = os.path.join(out_dir, STAGING_PREFIX + run_id)
         os.mkdir(staging)
         run = OutputRun(out_dir, staging, run_id, "staged", names, lock)
@@ -325,9 +337,14 @@ def _end_running_summary(run: OutputRun) -> None:
     if not mine:  # the job wrote its own (a live run that failed after its summary), or none is there
         return
     if run.mode == "live":
-        _write_summary(run.output, {"state": "FAILED", "run_id": run.run_id,
-                                    "note": "this run ended without finishing: its files here are incomplete "
-                                            "(no manifest.json)"}, run.run_id)
+        failed = {"state": "FAILED", "run_id": run.run_id,
+                  "note": "this run ended without finishing: its files here are incomplete (no manifest.json)"}
+        if run.previous_summary is not None:  # a resumed run: the stopped run's summary stays readable
+            try:
+                failed["previous_run"] = json.loads(run.previous_summary.decode("utf-8"))
+            except ValueError:
+                pass
+        _write_summary(run.output, failed, run.run_id)
     elif run.previous_summary is not None:
         _write_summary(run.output, run.previous_summary, run.run_id)
     else:

@@ -113,8 +113,11 @@ from streameval.jobs.stream_args import (
     build_arg_parser,
     check_local_inputs,
     check_prometheus,
+    carries_state,
     checkpoint_options,
     engine_options,
+    resume_from,
+    resumed_summary,
     window_spec,
 )
 
@@ -623,7 +626,7 @@ def _main(argv, held: list) -> int:
         if args.output:  # refuse an output that overlaps the inputs, lock it, give the run its folder
             run = start_output(args.output, OUTPUTS, live=not args.replay, command="streameval stream",
                                inputs=[(f"--{k}", getattr(args, k) or [], paths[k] if args.replay else [])
-                                       for k in KINDS])
+                                       for k in KINDS], resume=resume_from(options) is not None)
             held.append(run)
             if run.notice:
                 print(run.notice, file=sys.stderr)
@@ -713,7 +716,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
     # the local runner reports Beam counters of a step's first bundle only: count in this process
     counts = sm.counts() if in_process else counters
     local_seen = dict(local)
-    accounting, problems = sm.accounting(unreadable=sorted(unreadable), counts=counts)
+    accounting, problems = sm.accounting(sorted(unreadable), counts, carries_state(args, p.options, in_process))
     checked = {k: v for k, v in replayed.items() if paths[k]}
     if getattr(args, "engine_used", None) == "columnar" and paths["judgments"]:
         # the columnar engine reads the judgments when it starts (not through the watcher)
@@ -721,8 +724,8 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         replayed = {**replayed, "judgments": counts.get(cn.JUDGMENTS_READ, 0)}
     if in_process:
         problems += check_outputs(counts, local_seen, checked)
-    failed_checks = check_inputs(accounting, checks, judgments=sm.cfg.ranking,
-                                 inputs=paths.get("impressions") or [])
+    failed_checks = check_inputs(accounting, checks, judgments=sm.cfg.ranking and resume_from(p.options) is None,
+                                 inputs=paths.get("impressions") or [])  # (resumed: read before the savepoint)
     # a metric asked for that produced no row (gauc[user,...] on a log without user ids) is a failed
     # check (issue 41); known from the panes seen here on the local runner
     without_rows = names_without_rows(_asked_metrics(args, sm.cfg.ranking), _row_dicts(ROW_KEYS),
@@ -739,7 +742,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
                    "counters": dict(sorted(counters.items())), "counted_here": dict(sorted(local_seen.items())),
                    "accounting": accounting, "accounting_problems": problems,
                    "input_checks_failed": failed_checks, "metrics_without_rows": without_rows,
-                   "summary": line}
+                   "summary": line, **resumed_summary(p.options, args.output_run)}
         try:
             totals = os.path.join(args.write_dir, RUNNING_TOTALS)
             if in_process and "://" not in args.write_dir and os.path.exists(totals):

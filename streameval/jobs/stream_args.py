@@ -6,6 +6,7 @@ before Beam is imported (``streameval.cli`` parses with it first). The job itsel
 from __future__ import annotations
 
 import argparse
+import json
 
 from streameval.beam.accounting import add_input_check_arguments
 from streameval.beam.arguments import (
@@ -241,7 +242,8 @@ def engine_options(args, beam_args, runner: str | None) -> str:
     ``cluster up flink``'s runner_args do, where one timer per key closes one window per watermark
     step; one per key elsewhere). ValueError for Flink's checkpoints (``--checkpointing_interval``
     above 0, :mod:`streameval.beam.flink_options`) on a job that ends (``--replay``,
-    ``--watch-idle-stop``): such a job never ended on Flink with checkpoints on."""
+    ``--watch-idle-stop``): such a job never ended on Flink with checkpoints on; and for
+    ``--savepoint_path`` with ``--replay`` (a replay starts from its files' beginning)."""
     from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions
 
     from streameval.beam import flink_options  # noqa: F401  (declares --checkpointing_interval)
@@ -252,8 +254,45 @@ def engine_options(args, beam_args, runner: str | None) -> str:
         raise ValueError("--checkpointing_interval: a job that ends (--replay, --watch-idle-stop) never ended on "
                          "Flink with checkpoints on (Beam keeps its sources running for checkpoints); "
                          "checkpoint the jobs that run until stopped (Kafka, Pub/Sub, --watch)")
+    if args.replay and options.get_all_options().get("savepoint_path"):
+        raise ValueError("--savepoint_path: a replay starts from its files' beginning; resume the jobs that run "
+                         "until stopped (Kafka, Pub/Sub, --watch)")
     if args.event_timers != "auto":
         return args.event_timers.replace("-", "_")
     master = options.view_as(FlinkRunnerOptions).flink_master
     flink = runner == "FlinkRunner" or (master and master not in ("[auto]", "[local]"))
     return "per_deadline" if flink else "one"
+
+
+def resume_from(options) -> str | None:
+    """The savepoint or checkpoint the job is restored from (Flink's ``--savepoint_path``), or None."""
+    from streameval.beam import flink_options  # noqa: F401  (declares --savepoint_path)
+
+    return options.get_all_options(retain_unknown_options=True).get("savepoint_path") or None
+
+
+def resumed_summary(options, run) -> dict:
+    """``summary.json``'s ``resumed_from`` (the savepoint) and ``previous_run`` (the stopped run's
+    summary, which this one replaces) of a job restored from a savepoint; empty otherwise."""
+    where = resume_from(options)
+    if where is None:
+        return {}
+    previous = getattr(run, "previous_summary", None)
+    try:
+        previous = json.loads(previous.decode("utf-8")) if previous is not None else None
+    except ValueError:
+        previous = None
+    return {"resumed_from": where, "previous_run": previous}
+
+
+def carries_state(args, options, in_process: bool) -> bool:
+    """Whether the job's windows' state may cross a savepoint, so that its record accounting has
+    records held in state (:func:`streameval.beam.accounting.account`'s ``carried``): a job resumed
+    from a savepoint (``--savepoint_path``), or one off this process on a source that never ends by
+    itself (Kafka, Pub/Sub, ``--watch`` without an idle stop), which ends only when stopped, maybe
+    with a savepoint. A job that ends by itself (a replay, an idle stop) or on the local runner
+    (whose open windows close when it is stopped) keeps the identity strict."""
+    if resume_from(options) is not None:
+        return True
+    endless = args.kafka_impressions or args.pubsub_impressions or (args.watch and args.watch_idle_stop is None)
+    return bool(endless) and not in_process

@@ -246,13 +246,13 @@ class StreamMetrics(beam.PTransform):
         (the local runners). The same counts go to Beam counters for other runners."""
         return stream_counts(self.cfg.run)
 
-    def accounting(self, unreadable=None, counts=None):
+    def accounting(self, unreadable=None, counts=None, carried: bool = False):
         """``(summary, problems)`` of :func:`streameval.beam.accounting.account` on
-        :meth:`counts` (or ``counts``)."""
+        :meth:`counts` (or ``counts``); ``carried``: the windows' state crossed a savepoint."""
         from ..accounting import account
 
         return account(self.counts() if counts is None else counts, ranking=self.cfg.ranking, ctr=self.cfg.ctr,
-                       unreadable=unreadable)
+                       unreadable=unreadable, carried=carried)
 
     @property
     def late(self):
