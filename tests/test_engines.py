@@ -1087,6 +1087,26 @@ def test_stream_on_kafka_stopped_with_a_savepoint_and_resumed(kafka, tmp_path):
 # the command line's refusals (no engine needed)
 
 
+def test_kafka_cluster_id_never_starts_with_a_dash(tmp_path, monkeypatch):
+    """Kafka's storage tool took a cluster ID starting with ``-`` for an option and refused to format
+    (``argument --cluster-id/-t: expected one argument``; one start of the Kafka tier in 64): the ID is
+    drawn again until it does not, as Kafka's ``Uuid.randomUuid`` does, and such a kept ID is replaced."""
+    import base64
+    import uuid
+
+    from streameval.commands import cluster
+
+    draws = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x10" * 16)])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(draws))
+    assert base64.urlsafe_b64encode(b"\xf8" + bytes(15)).decode().startswith("-")  # the first draw would start so
+    cid = cluster._kafka_cluster_id(tmp_path)
+    assert cid == base64.urlsafe_b64encode(b"\x10" * 16).decode().rstrip("=") and len(cid) == 22
+    assert cluster._kafka_cluster_id(tmp_path) == cid  # kept
+    (tmp_path / "kafka" / "cluster.id").write_text("-bad\n")
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(bytes=b"\x20" * 16))
+    assert not cluster._kafka_cluster_id(tmp_path).startswith("-")
+
+
 def test_unknown_engine_is_a_usage_error(tmp_path):
     done = _cli("up", "flinc", "--state-dir", str(tmp_path), timeout=60)
     assert done.returncode == 2

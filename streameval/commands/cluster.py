@@ -177,14 +177,19 @@ def _kafka_properties(path: Path, data: Path, broker: int, controller: int) -> N
 def _kafka_cluster_id(state: Path) -> str:
     """The KRaft cluster ID (22 characters of URL-safe base64 of a random UUID, as
     ``kafka-storage random-uuid``), made once per state folder and kept, so a second ``up`` on the
-    same folder finds its formatted storage and topics."""
+    same folder finds its formatted storage and topics. Never starting with ``-`` (as Kafka's own
+    ``Uuid.randomUuid``): the storage tool took such an ID for an option and refused to format
+    (one start in 64 failed so). A kept ID starting with ``-`` never formatted a storage: made again."""
     import base64
     import uuid
 
     path = state / "kafka" / "cluster.id"
-    if not path.exists():
+    if not path.exists() or path.read_text().startswith("-"):
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=") + "\n")
+        cid = "-"
+        while cid.startswith("-"):
+            cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        path.write_text(cid + "\n")
     return path.read_text().strip()
 
 
