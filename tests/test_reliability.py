@@ -123,22 +123,27 @@ def test_account_checks_each_identity():
 def test_account_of_a_stream_whose_state_crossed_a_savepoint():
     """A streaming job stopped with a savepoint holds the valid records of its open windows in the
     savepoint (``held_in_state``, positive); the job resumed from it counts them (negative). Neither is
-    a failed identity then, and the two runs add up; the other identities stay checked."""
+    a failed identity then, and the two runs add up; the other identities stay checked, and more
+    counted than read fails in a run not resumed."""
     from streameval.beam.accounting import format_accounting
 
     stopped = {"impressions_read": 10, "impressions_valid": 10, "impressions_accepted": 6, "impressions_ranked": 6}
     resumed = {"impressions_read": 5, "impressions_valid": 5, "impressions_accepted": 9, "impressions_ranked": 9}
     assert account(stopped, ranking=True)[1] == ["impressions: valid 10 != accepted 6 + duplicates 0 + superseded 0 "
                                                  "+ late 0 + rejected after validation 0"]
-    (s1, p1), (s2, p2) = account(stopped, ranking=True, carried=True), account(resumed, ranking=True, carried=True)
+    s1, p1 = account(stopped, ranking=True, carried="stop")
+    s2, p2 = account(resumed, ranking=True, carried="resume")
     assert p1 == p2 == []
     assert s1["impression"]["held_in_state"] == 4 and s2["impression"]["held_in_state"] == -4
     assert format_accounting(s1).startswith("impressions: read 10 = accepted 6 + held in the open windows at the "
                                             "stop 4 (counted by the run resumed from its savepoint)")
     assert format_accounting(s2).startswith("impressions: read 5 = accepted 9 (of them 4 read before the savepoint "
                                             "this run resumed from)")
-    assert account(dict(stopped, impressions_read=11), carried=True)[1][0].startswith("impressions: read 11")
-    assert "ranked 5" in account(dict(stopped, impressions_ranked=5), ranking=True, carried=True)[1][0]
+    assert account(dict(stopped, impressions_read=11), carried="stop")[1][0].startswith("impressions: read 11")
+    assert "ranked 5" in account(dict(stopped, impressions_ranked=5), ranking=True, carried="stop")[1][0]
+    # more counted than read, in a run not resumed from a savepoint: still a failed identity
+    assert account(resumed, carried="stop")[1] == ["impressions: valid 5 != accepted 9 + duplicates 0 + superseded 0 "
+                                                   "+ late 0 + rejected after validation 0"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -85,17 +85,18 @@ def _rejected(counters: dict, kind: str) -> tuple[dict, dict]:
 
 
 def account(counters: dict, *, ranking: bool = False, ctr: bool = False, unreadable: list | None = None,
-            carried: bool = False):
+            carried: str | None = None):
     """``(summary, problems)`` from a job's counter values.
 
     ``counters``: ``{counter name: int}`` (see the module docstring); ``ranking`` / ``ctr``: whether
     the job computed ranking metrics / CTR (the corresponding identities are then checked);
     ``unreadable``: descriptions of files whose content could not be read to the end (their remaining
     records are unknown; listed in the summary, not an accounting failure); ``carried``: a streaming
-    job whose windows' state crossed a savepoint (it was stopped with one, or resumed from one): the
-    valid records neither accepted nor set aside here are ``held_in_state`` (positive: read here and
-    held in the open windows at the stop, counted by the run resumed from the savepoint; negative:
-    read by the stopped run and counted here), not a failed identity.
+    job whose windows' state may cross a savepoint: ``"stop"`` (it may have been stopped with one) or
+    ``"resume"`` (it was resumed from one). The valid records neither accepted nor set aside here
+    are then ``held_in_state`` (positive: read here and held in the open windows at the stop, counted
+    by the run resumed from the savepoint; negative, ``"resume"`` only: read by the stopped run and
+    counted here), not a failed identity; a negative one in a run not resumed still fails.
 
     ``summary`` is ``{kind: {"read", "valid", "accepted", "duplicates", "superseded", "late",
     "rejected": {reason: n}, ...}}`` for each kind with any record, plus ``"unreadable_files"``;
@@ -119,9 +120,10 @@ def account(counters: dict, *, ranking: bool = False, ctr: bool = False, unreada
         n_at, n_after = sum(at.values()), sum(after.values())
         if read != valid + n_at:
             problems.append(f"{kind}s: read {read} != valid {valid} + rejected at validation {n_at}")
-        if carried:
-            entry["held_in_state"] = valid - (accepted + dup + sup + late + n_after)
-        elif valid != accepted + dup + sup + late + n_after:
+        held = valid - (accepted + dup + sup + late + n_after)
+        if carried and (held >= 0 or carried == "resume"):
+            entry["held_in_state"] = held
+        elif held:
             problems.append(f"{kind}s: valid {valid} != accepted {accepted} + duplicates {dup} + superseded {sup}"
                             f" + late {late} + rejected after validation {n_after}")
         if kind == "impression":

@@ -285,14 +285,14 @@ def resumed_summary(options, run) -> dict:
     return {"resumed_from": where, "previous_run": previous}
 
 
-def carries_state(args, options, in_process: bool) -> bool:
+def carries_state(args, options, in_process: bool) -> str | None:
     """Whether the job's windows' state may cross a savepoint, so that its record accounting has
-    records held in state (:func:`streameval.beam.accounting.account`'s ``carried``): a job resumed
-    from a savepoint (``--savepoint_path``), or one off this process on a source that never ends by
-    itself (Kafka, Pub/Sub, ``--watch`` without an idle stop), which ends only when stopped, maybe
-    with a savepoint. A job that ends by itself (a replay, an idle stop) or on the local runner
-    (whose open windows close when it is stopped) keeps the identity strict."""
+    records held in state (:func:`streameval.beam.accounting.account`'s ``carried``): ``"resume"``
+    for a job resumed from a savepoint (``--savepoint_path``); ``"stop"`` for one off this process on
+    a source that never ends by itself (Kafka, Pub/Sub, ``--watch`` without an idle stop), which ends
+    only when stopped, maybe with a savepoint; None for a job that ends by itself (a replay, an idle
+    stop) or on the local runner (whose open windows close when it is stopped): the identity strict."""
     if resume_from(options) is not None:
-        return True
+        return "resume"
     endless = args.kafka_impressions or args.pubsub_impressions or (args.watch and args.watch_idle_stop is None)
-    return bool(endless) and not in_process
+    return "stop" if endless and not in_process else None

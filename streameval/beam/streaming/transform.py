@@ -246,9 +246,10 @@ class StreamMetrics(beam.PTransform):
         (the local runners). The same counts go to Beam counters for other runners."""
         return stream_counts(self.cfg.run)
 
-    def accounting(self, unreadable=None, counts=None, carried: bool = False):
+    def accounting(self, unreadable=None, counts=None, carried: str | None = None):
         """``(summary, problems)`` of :func:`streameval.beam.accounting.account` on
-        :meth:`counts` (or ``counts``); ``carried``: the windows' state crossed a savepoint."""
+        :meth:`counts` (or ``counts``); ``carried``: whether the windows' state may cross a savepoint
+        (``"stop"``, ``"resume"`` or None: see ``account``)."""
         from ..accounting import account
 
         return account(self.counts() if counts is None else counts, ranking=self.cfg.ranking, ctr=self.cfg.ctr,
