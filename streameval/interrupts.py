@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 
-__all__ = ["Interrupted", "exit_within", "install", "received", "restore", "stop_for", "unless_received"]
+__all__ = ["Interrupted", "exit_within", "install", "received", "restore", "stop_for"]
 
 _RECEIVED: list[int] = []
 
@@ -60,27 +60,13 @@ def install() -> dict:
 
 
 def restore(previous: dict) -> None:
-    """Put back the handlers :func:`install` replaced; the interrupt received is forgotten (a later
-    job in this process, run without :func:`install`, does not see it: :func:`unless_received`)."""
     for signum, handler in previous.items():
         signal.signal(signum, handler)
-    _RECEIVED.clear()
 
 
 def received() -> Interrupted | None:
     """The first SIGINT or SIGTERM received since :func:`install`, as the exception to raise; None."""
     return Interrupted(_RECEIVED[0]) if _RECEIVED else None
-
-
-def unless_received(value):
-    """``value``, or the interrupt received since :func:`install`, raised. For a job that the runner
-    ran to its end: an interrupt raised inside the in-process runner's work may be caught there and
-    lost (a batch job signalled while its pipeline ran once ended with exit status 0 and published,
-    in CI), so a job asks after the run whether one came."""
-    stop = received()
-    if stop is not None:
-        raise stop
-    return value
 
 
 def stop_for(error: BaseException) -> BaseException | None:

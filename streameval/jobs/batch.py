@@ -575,7 +575,7 @@ def _main(argv, held: list) -> int:
             runner_thread_errors_reported_once():
         try:
             result = p.run()
-            state = interrupts.unless_received(wait_for_job(result, options=options, stall_timeout=stall))
+            state = wait_for_job(result, options=options, stall_timeout=stall)  # (not wait_until_finish: its deadline, see there)
         except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 (the runner reports a failed job as an exception)
             line.enable = False
             line.stop()

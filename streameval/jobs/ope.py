@@ -449,7 +449,7 @@ def _main(argv, held: list) -> int:
         write_records(tuple(deads) | "Dead" >> beam.Flatten(), out_dir, "dead_letters", "dead_letter", "Dead")
         try:
             result = p.run()
-            interrupts.unless_received(wait_for_job(result, options=options, stall_timeout=stall))
+            wait_for_job(result, options=options, stall_timeout=stall)  # (not wait_until_finish: its deadline, see there)
         except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 (re-raised)
             stop = interrupts.stop_for(e)  # Ctrl-C or SIGTERM (maybe wrapped by the runner): streameval.cli says so
             if stop is not None:
