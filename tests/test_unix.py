@@ -321,6 +321,14 @@ def _beam_temp(out: Path) -> list[str]:
     return [os.path.join(d, n) for d, dirs, _ in os.walk(out) for n in dirs if n.startswith("beam-temp-")]
 
 
+def _default_signals() -> None:
+    """(In the child, before exec) SIGINT and SIGTERM back to their default actions."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _batch_stopped_by(sig, imps: Path, out: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Start ``streameval batch`` on ``imps``, wait until its pipeline runs (Beam's file sinks made
     their ``beam-temp-*`` folders in the output), freeze it there (SIGSTOP), send ``sig`` and let it
@@ -331,9 +339,12 @@ def _batch_stopped_by(sig, imps: Path, out: Path) -> tuple[subprocess.CompletedP
 
     code = "import sys; from streameval.cli import main; sys.exit(main())"
     args = [a for _ in range(20) for a in ("--impressions", str(imps))]
+    # the job's SIGINT and SIGTERM as an interactive shell gives them: a suite started in the background
+    # of a non-interactive shell has SIGINT ignored, and a child inherits that (the job then ran to its
+    # end, exit status 0: two fresh-clone trials, 2026-12-06)
     p = subprocess.Popen([sys.executable, "-c", code, "batch", *args, "--window", "1d", "--output", str(out),
                           "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=_default_signals)
     try:
         seen, deadline = [], time.monotonic() + 240
         while not seen and p.poll() is None and time.monotonic() < deadline:
