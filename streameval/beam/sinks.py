@@ -127,6 +127,16 @@ class OutputRun:
     previous_summary: bytes | None = None
 
     @property
+    def previous_run(self) -> dict | None:
+        """:attr:`previous_summary` as JSON, or None (none, or not JSON)."""
+        if self.previous_summary is None:
+            return None
+        try:
+            return json.loads(self.previous_summary.decode("utf-8"))
+        except ValueError:
+            return None
+
+    @property
     def result_dir(self) -> str:
         """Where the outputs are once published: ``output``, or the run's own folder (remote)."""
         return self.write_dir if self.mode == "folder" else self.output
@@ -337,13 +347,10 @@ def _end_running_summary(run: OutputRun) -> None:
     if not mine:  # the job wrote its own (a live run that failed after its summary), or none is there
         return
     if run.mode == "live":
-        failed = {"state": "FAILED", "run_id": run.run_id,
+        failed: dict = {"state": "FAILED", "run_id": run.run_id,
                   "note": "this run ended without finishing: its files here are incomplete (no manifest.json)"}
-        if run.previous_summary is not None:  # a resumed run: the stopped run's summary stays readable
-            try:
-                failed["previous_run"] = json.loads(run.previous_summary.decode("utf-8"))
-            except ValueError:
-                pass
+        if run.previous_run is not None:  # a resumed run: the stopped run's summary stays readable
+            failed["previous_run"] = run.previous_run
         _write_summary(run.output, failed, run.run_id)
     elif run.previous_summary is not None:
         _write_summary(run.output, run.previous_summary, run.run_id)

@@ -6,7 +6,6 @@ before Beam is imported (``streameval.cli`` parses with it first). The job itsel
 from __future__ import annotations
 
 import argparse
-import json
 
 from streameval.beam.accounting import add_input_check_arguments
 from streameval.beam.arguments import (
@@ -277,12 +276,7 @@ def resumed_summary(options, run) -> dict:
     where = resume_from(options)
     if where is None:
         return {}
-    previous = getattr(run, "previous_summary", None)
-    try:
-        previous = json.loads(previous.decode("utf-8")) if previous is not None else None
-    except ValueError:
-        previous = None
-    return {"resumed_from": where, "previous_run": previous}
+    return {"resumed_from": where, "previous_run": getattr(run, "previous_run", None)}
 
 
 def carries_state(args, options, in_process: bool) -> str | None:
