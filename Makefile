@@ -17,6 +17,9 @@ BIN := $(VENV)/bin
 # scikit-learn only (the test stands a stub in for torch's type hints)
 OBP := obp==0.4.1
 
+# installing the test extras also compiles the numba code of ranx (an oracle) once: tests/warm_oracles.py
+# (about 4 minutes of one core in a fresh environment, which the suite's ranx tests paid before)
+
 .PHONY: demo check test test-engines test-kafka engines bench clean
 
 $(BIN)/python:
@@ -34,6 +37,7 @@ $(VENV)/.installed-report: pyproject.toml | $(BIN)/python
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	$(BIN)/python -m pip install --quiet --no-deps $(OBP)
+	$(BIN)/python -m tests.warm_oracles
 	touch $@ $(VENV)/.installed $(VENV)/.installed-report
 
 demo: $(VENV)/.installed-report
@@ -86,6 +90,7 @@ test-kafka: $(VENV)/.installed-test engines
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
 	$(BIN)/python -m pip install --quiet --no-deps $(OBP)
+	$(BIN)/python -m tests.warm_oracles
 	touch $@ $(VENV)/.installed $(VENV)/.installed-test $(VENV)/.installed-report
 
 bench: $(VENV)/.installed-bench
