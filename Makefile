@@ -37,7 +37,7 @@ $(VENV)/.installed-report: pyproject.toml | $(BIN)/python
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	$(BIN)/python -m pip install --quiet --no-deps $(OBP)
-	$(BIN)/python -m tests.warm_oracles
+	$(BIN)/python -m tests.warm_oracles || echo "tests/warm_oracles.py failed (above): the suite compiles ranx's code itself"
 	touch $@ $(VENV)/.installed $(VENV)/.installed-report
 
 demo: $(VENV)/.installed-report
@@ -90,7 +90,7 @@ test-kafka: $(VENV)/.installed-test engines
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
 	$(BIN)/python -m pip install --quiet --no-deps $(OBP)
-	$(BIN)/python -m tests.warm_oracles
+	$(BIN)/python -m tests.warm_oracles || echo "tests/warm_oracles.py failed (above): the suite compiles ranx's code itself"
 	touch $@ $(VENV)/.installed $(VENV)/.installed-test $(VENV)/.installed-report
 
 bench: $(VENV)/.installed-bench
