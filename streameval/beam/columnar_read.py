@@ -158,7 +158,12 @@ class _ReadColumns(ThreadedDoFn):
         if not ok.all():
             chunk = _take(chunk, ok)
         self.valid.inc(chunk["n"])
+        self.passed(chunk)
         yield from _split(chunk, shards(chunk), self.runs, self.hold)
+
+    def passed(self, chunk: dict) -> None:
+        """Called with the columns of each block's valid rows before they are split by shard (a
+        subclass's look at them, as the stream's reader takes their windows); nothing here."""
 
     def _reject(self, recs, rows, check, path, where=None):
         """Run the record check on ``rows`` (read from ``path``; ``where(row)`` names a row's

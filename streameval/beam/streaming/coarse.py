@@ -139,13 +139,29 @@ class _Tallied(beam.DoFn):
 # --------------------------------------------------------------------------------------------
 # stage 1: read a block
 
+class _NoticedImpressionColumns(_ReadImpressionColumns):
+    """The batch reader's rules, and ``seen``: the windows (event time // ``notice_period``, in
+    microseconds) that the valid rows of the blocks read since it was last cleared are in (none
+    when ``notice_period`` is None), taken from the columns before they are split and frozen."""
+
+    def __init__(self, *args, notice_period: int | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.notice_period = notice_period
+        self.seen: set = set()
+
+    def passed(self, chunk: dict) -> None:
+        if self.notice_period is not None and chunk["n"]:
+            self.seen.update(np.unique(chunk["timestamp"] // self.notice_period).tolist())
+
+
 class _ReadBlocks(beam.DoFn):
     """``(path, block, records, watermark)`` -> ``(request shard, (watermark, frozen columns))`` and
     dead letters (tag ``side``) of the records the batch reader rejects."""
 
     def __init__(self, shards: int, time_range, run: str, hold: bool = False, notice_period: int | None = None):
         # hold: the pieces stay in this process (not pickled), for the in-process local runner only
-        self.reader = _ReadImpressionColumns(shards, decoder="datafusion", time_range=time_range, hold=hold)
+        self.reader = _NoticedImpressionColumns(shards, decoder="datafusion", time_range=time_range, hold=hold,
+                                                notice_period=notice_period)
         self.run = run
         self.shards = shards
         # blocks without a watermark (EventBlocks): every shard is told the windows a block has data in
@@ -153,6 +169,7 @@ class _ReadBlocks(beam.DoFn):
 
     def process(self, element):
         path, (form, block), n, wm = element
+        self.reader.seen.clear()
         if form == "held":  # a block the live source holds in this process (the local runner)
             from .live import HELD_BLOCKS
 
@@ -167,17 +184,14 @@ class _ReadBlocks(beam.DoFn):
             outs, counts = _collect(self.reader._block, (block, path))
         _tally(self.run, cn.IMPRESSIONS_READ, n)
         _apply_counts(self.run, counts)
-        windows: set = set()
         for o in outs:
             if isinstance(o, pvalue.TaggedOutput):
                 yield pvalue.TaggedOutput("side", o.value)
             else:
                 shard, frozen = o
-                if self.notice_period is not None:
-                    windows.update((thaw(frozen, keep=True)["timestamp"] // self.notice_period).tolist())
                 yield shard, (wm, frozen)
-        if windows:  # a notice: ("seen", [window index, ...]), to every shard
-            notice = (SEEN, sorted(windows))
+        if self.reader.seen:  # a notice: ("seen", [window index, ...]), to every shard
+            notice = (SEEN, sorted(self.reader.seen))
             for shard in range(self.shards):
                 yield shard, notice
 
