@@ -68,7 +68,8 @@ def test_touched_counters_are_reported_from_the_bundle_start(threads):
     # ``touched``: incremented by 0 at each bundle's start, so the runner has them before any element
     # counts (Prism names counters from progress reports: docs/deploy.md, "Known defect of Prism");
     # an untouched counter no element increments is not reported at all
-    p = beam.Pipeline(options=PipelineOptions(["--runner", "apache_beam.runners.portability.fn_api_runner.FnApiRunner"]))
+    runner = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
+    p = beam.Pipeline(options=PipelineOptions(["--runner", runner]))
     _ = p | beam.Create([1, 2, 3]) | beam.ParDo(_Touched(threads))
     idle = _Work(threads)
     idle.idle = counter(NS, "idle")
