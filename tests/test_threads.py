@@ -53,30 +53,3 @@ def test_every_output_and_count_arrives(threads):
 def test_an_error_in_the_work_fails_the_job():
     with pytest.raises(Exception, match="element 17"):
         _run(2, fail_on=17)
-
-
-class _Touched(_Work):
-    touched = ("elements", "never")
-
-    def __init__(self, threads):
-        super().__init__(threads)
-        self.never = counter(NS, "never")  # no element increments it
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_touched_counters_are_reported_from_the_bundle_start(threads):
-    # ``touched``: incremented by 0 at each bundle's start, so the runner has them before any element
-    # counts (Prism names counters from progress reports: docs/deploy.md, "Known defect of Prism");
-    # an untouched counter no element increments is not reported at all
-    runner = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
-    p = beam.Pipeline(options=PipelineOptions(["--runner", runner]))
-    _ = p | beam.Create([1, 2, 3]) | beam.ParDo(_Touched(threads))
-    idle = _Work(threads)
-    idle.idle = counter(NS, "idle")
-    _ = p | "other" >> beam.Create([4]) | "untouched" >> beam.ParDo(idle)
-    result = p.run()
-    result.wait_until_finish()
-    got: dict = {}
-    for c in result.metrics().query(MetricsFilter().with_namespace(NS))["counters"]:  # both steps' added up
-        got[c.key.metric.name] = got.get(c.key.metric.name, 0) + c.committed
-    assert got == {"summed": 10, "elements": 4, "never": 0}

@@ -91,8 +91,6 @@ def _first_min(values: pa.Array, starts: np.ndarray, ends: np.ndarray) -> pa.Arr
 
 
 class _CleanShard(ThreadedDoFn):
-    touched = ("accepted", "duplicates")  # every shard with impressions counts both (ThreadedDoFn.touched)
-
     def __init__(self, source: str, ranking: bool, ctr: bool, window_micros, slice_specs, order: str, shards: int,
                  hold: bool = False, threads: int = 1, lateness_micros: int | None = None, online=None, systems: bool = False,
                  hot_fraction: float = 0.0, hot_min: int | None = None, units: bool = False, cluster: str = "none",

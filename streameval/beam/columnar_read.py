@@ -70,9 +70,6 @@ class _ReadColumns(ThreadedDoFn):
     #: with :meth:`start_early`: the key prefix of this DoFn's early work in ``_HELD``
     early = None
 
-    #: every file counts its read and valid records (ThreadedDoFn.touched)
-    touched = ("read", "valid")
-
     def start_early(self, paths, token: str) -> None:
         """Start this DoFn's work on ``paths`` now, on its pool of threads, while Beam still builds
         and starts the pipeline (about 1 s of start-up in which one core waits); ``process`` then

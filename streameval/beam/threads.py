@@ -56,13 +56,6 @@ class Counter:
         self.key = (namespace, name)
         self._beam = Metrics.counter(namespace, name)
 
-    def touch(self) -> None:
-        """Make the counter known to the runner now (an increment by 0, on the DoFn's thread: in
-        ``start_bundle``). Prism names a counter from a bundle's progress reports; a counter first
-        reported by two bundles that end together can lose one bundle's count (docs/deploy.md,
-        "Known defect of Prism")."""
-        self._beam.inc(0)
-
     def inc(self, n: int = 1) -> None:
         pending = getattr(_local, "counts", None)
         if pending is None:
@@ -125,15 +118,9 @@ class ThreadedDoFn(beam.DoFn):
     elements are waited for at a time, so a bundle's outputs are not all held at once."""
 
     threads = 1
-    #: names of this DoFn's :class:`Counter` attributes that (nearly) every element increments:
-    #: touched at the start of each bundle (:meth:`Counter.touch`), so that the runner knows them from
-    #: the bundle's first progress report, before Prism splits a slow bundle and the parts end together
-    touched: tuple = ()
 
     def start_bundle(self):
         self._pending = collections.deque()
-        for name in self.touched:
-            getattr(self, name).touch()
 
     def work(self, *args):  # pragma: no cover (abstract)
         raise NotImplementedError
