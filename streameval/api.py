@@ -237,18 +237,27 @@ def resolve_qrels(jq, jd, jg, times, policy: str = "error"):
     return jq[keep], jd[keep], jg[keep]
 
 
-def score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str = "linear",
-                  ideal: str = "judgments", err_max_grade: float = 4, complete: bool = False,
-                  depth: int | None = None, tie_break: str = "docno", score_precision: str = DEFAULT_SCORE_PRECISION,
-                  judgment_conflicts: str = "error", judged_only: bool = False, num_docs_in_coll: int = 0,
-                  warn: bool = True, columns: dict | None = None) -> tuple[list[MetricSpec], Prepared, np.ndarray]:
+def score_queries(qrels, run, metrics, **options) -> tuple[list[MetricSpec], Prepared, np.ndarray]:
     """Per-query scores: (specs, prepared lists, scores of shape (len(specs), n_queries)).
 
-    Options are those of :func:`evaluate`, and trec_eval's: ``judged_only`` (``-J``: unjudged
-    ranked documents are removed before scoring, :func:`~streameval.metrics.prepare.judged_only`;
-    the returned lists are the filtered ones) and ``num_docs_in_coll`` (``-N``: the collection's
-    size, used by utility's fourth coefficient). Raises ValueError / MetricNameError on bad input.
-    """
+    Options (keywords) are those of :func:`evaluate`, and trec_eval's: ``judged_only`` (``-J``:
+    unjudged ranked documents are removed before scoring,
+    :func:`~streameval.metrics.prepare.judged_only`; the returned lists are the filtered ones) and
+    ``num_docs_in_coll`` (``-N``: the collection's size, used by utility's fourth coefficient); and
+    ``warn`` (False: no warning of queries left out). Raises ValueError / MetricNameError on bad
+    input, TypeError on an unknown option. numpy asks for no transparent huge pages during the call
+    (:func:`streameval.tuning.no_numpy_hugepages`)."""
+    from .tuning import no_numpy_hugepages
+
+    with no_numpy_hugepages():
+        return _score_queries(qrels, run, metrics, **options)
+
+
+def _score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str = "linear",
+                   ideal: str = "judgments", err_max_grade: float = 4, complete: bool = False,
+                   depth: int | None = None, tie_break: str = "docno", score_precision: str = DEFAULT_SCORE_PRECISION,
+                   judgment_conflicts: str = "error", judged_only: bool = False, num_docs_in_coll: int = 0,
+                   warn: bool = True, columns: dict | None = None) -> tuple[list[MetricSpec], Prepared, np.ndarray]:
     specs = parse_metrics(metrics)
     opts = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal, err_max_grade=err_max_grade,
                          num_docs_in_coll=num_docs_in_coll)
@@ -263,10 +272,10 @@ def score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str 
                    score_precision=score_precision)
     if warn and len(prep.unjudged_qids):
         warnings.warn(f"{len(prep.unjudged_qids)} run queries have no judgments and are left out of the "
-                      f"averages (first: {str(prep.unjudged_qids[0])!r})", stacklevel=3)
+                      f"averages (first: {str(prep.unjudged_qids[0])!r})", stacklevel=4)
     if warn and len(prep.missing_qids) and not complete:
         warnings.warn(f"{len(prep.missing_qids)} judged queries have no results and are skipped "
-                      "(pass complete=True to score them 0, as trec_eval -c)", stacklevel=3)
+                      "(pass complete=True to score them 0, as trec_eval -c)", stacklevel=4)
     rows = [i for i, s in enumerate(specs) if s.family in WITHOUT_RESULTS]
     if not judged_only and not (complete and rows):
         return specs, prep, compute(prep.lists, specs, opts)

@@ -3,13 +3,15 @@
 On the benchmark machine (a VM) page faults cost seconds: faulting in numpy's 2 MB transparent
 huge pages for arrays touched once or twice, and glibc unmapping every freed chunk-sized temporary
 so that the next one is faulted in afresh. ``streameval trec-eval`` and the batch job on the local
-runner (in-process) use both settings below; the batch job on the local runner also keeps numpy's
+runner (in-process) use both settings below (``evaluate()`` and ``compare()`` the first, for the
+time of the call); the batch job on the local runner also keeps numpy's
 BLAS on one thread (:func:`one_blas_thread`). Standard library and numpy only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 
 
@@ -70,19 +72,38 @@ def for_children() -> Iterator[None]:
             os.environ.pop(k, None)
 
 
+_hugepages_lock = threading.Lock()
+_hugepages_users = 0  # blocks of no_numpy_hugepages running now (any thread)
+_hugepages_before = None  # numpy's setting before the first of them
+
+
 @contextlib.contextmanager
 def no_numpy_hugepages() -> Iterator[None]:
-    """While in the block, numpy does not madvise transparent huge pages for its large arrays
-    (restored after; a no-op on numpy builds without the switch)."""
+    """While in the block, numpy does not madvise transparent huge pages for its large arrays; the
+    setting is restored when the last such block of any thread ends (blocks on several threads at
+    once, as ``evaluate()`` called from several threads, leave numpy's setting as they found it). A
+    no-op on numpy builds without the switch. Why: on a VM whose freed memory goes back to the host
+    (Firecracker's free page reporting: docs/benchmarks.md, "Huge pages"), faulting in a fresh 2 MB
+    huge page costs far more than the 4 kB pages of the same bytes (``evaluate()`` with string ids:
+    1.9 s, 1.5 s of it system time, against 0.6 s)."""
+    global _hugepages_users, _hugepages_before
     import numpy as np
 
     set_hugepage = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
-    before = set_hugepage(False) if set_hugepage is not None else None
+    if set_hugepage is None:
+        yield
+        return
+    with _hugepages_lock:
+        if _hugepages_users == 0:
+            _hugepages_before = set_hugepage(False)
+        _hugepages_users += 1
     try:
         yield
     finally:
-        if set_hugepage is not None:
-            set_hugepage(before)
+        with _hugepages_lock:
+            _hugepages_users -= 1
+            if _hugepages_users == 0:
+                set_hugepage(_hugepages_before)
 
 
 #: the environment variables that set a BLAS's threads: when one is set, :func:`one_blas_thread` leaves
