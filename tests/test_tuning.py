@@ -49,3 +49,43 @@ def test_trec_eval_starts_numpy_with_one_blas_thread(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "q"), str(tmp_path / "r")], env=env,
                          capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == "3"
+
+
+def test_no_numpy_hugepages_blocks_on_two_threads_leave_the_setting_as_found():
+    # two overlapping blocks (as evaluate() on two threads): the first ending must not turn huge pages
+    # back on under the second, and the last ending restores the setting found before the first
+    import threading
+
+    import numpy as np
+
+    from streameval.tuning import no_numpy_hugepages
+
+    setting = np._core.multiarray._set_madvise_hugepage
+    before = setting(True)
+    try:
+        a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+        seen = {}
+
+        def a():
+            with no_numpy_hugepages():
+                a_in.set()
+                b_in.wait(10)
+            a_out.set()
+
+        def b():
+            a_in.wait(10)
+            with no_numpy_hugepages():
+                b_in.set()
+                a_out.wait(10)
+                cur = setting(False)  # read it (and leave it as it was)
+                seen["inside b after a ended"] = cur
+
+        ts = [threading.Thread(target=f) for f in (a, b)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(20)
+        assert seen == {"inside b after a ended": False}
+        assert setting(True) is True  # restored to what it was before both
+    finally:
+        setting(before)
