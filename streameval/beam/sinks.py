@@ -348,9 +348,10 @@ def _end_running_summary(run: OutputRun) -> None:
         return
     if run.mode == "live":
         failed: dict = {"state": "FAILED", "run_id": run.run_id,
-                  "note": "this run ended without finishing: its files here are incomplete (no manifest.json)"}
-        if run.previous_run is not None:  # a resumed run: the stopped run's summary stays readable
-            failed["previous_run"] = run.previous_run
+                        "note": "this run ended without finishing: its files here are incomplete (no manifest.json)"}
+        previous = run.previous_run
+        if previous is not None:  # a resumed run: the stopped run's summary stays readable
+            failed["previous_run"] = previous
         _write_summary(run.output, failed, run.run_id)
     elif run.previous_summary is not None:
         _write_summary(run.output, run.previous_summary, run.run_id)

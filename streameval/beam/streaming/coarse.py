@@ -164,8 +164,8 @@ class _ReadBlocks(beam.DoFn):
                                                 notice_period=notice_period)
         self.run = run
         self.shards = shards
-        # blocks without a watermark (EventBlocks): every shard is told the windows a block has data in
-        self.notice_period = notice_period
+        # blocks without a watermark (EventBlocks, notice_period set): every shard is told the windows
+        # a block has data in (the reader's ``seen``)
 
     def process(self, element):
         path, (form, block), n, wm = element
