@@ -234,6 +234,24 @@ def test_prism_up_status_down_leaves_no_process(tmp_path):
     assert done.returncode == 2 and "no cluster in" in done.stderr
 
 
+def test_the_stall_watch_tells_a_job_service_reporting_while_running(prism, flink):
+    """The launcher's watchdog (accounting.wait_for_job) arms at RUNNING on a job service that reports
+    metrics while a job runs (Prism) and at a first change elsewhere (Beam's Flink job server reports
+    them at the end: a long healthy job there must not be taken for stalled)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from streameval.beam.accounting import reports_while_running
+
+    def endpoint(info):
+        args = info["runner_args"]
+        return args[args.index("--job_endpoint") + 1]
+
+    assert reports_while_running(PipelineOptions(["--job_endpoint", endpoint(prism), "--job_name", "x"]))
+    if flink["has_job_server"]:
+        assert not reports_while_running(PipelineOptions(["--job_endpoint", endpoint(flink), "--job_name", "x"]))
+    assert not reports_while_running(PipelineOptions(["--job_endpoint", "127.0.0.1:1", "--job_name", "x"]))
+
+
 @pytest.mark.parametrize("victim,reason", [
     ("prism", "the runner's service stopped answering (UNAVAILABLE: "),
     # Prism 2.77 failed the job with its reason; Prism 2.62 either fails it (SDK worker disconnected)
@@ -461,6 +479,64 @@ def test_batch_on_flink_equals_local(flink, launch, name):
         assert len(ref["comparisons.jsonl"]) == 3
     pool_log = Path(flink["logs"]) / "worker_pool-1.log"
     assert "Starting worker with command" in pool_log.read_text(errors="replace")
+
+
+def test_a_stopped_worker_pool_under_the_batch_job_on_flink_is_cancelled_by_the_stall_watch(flink, launch, tmp_path,
+                                                                                           capsys):
+    """The worker pool's process group SIGSTOPped once the job's first SDK worker has started: Flink
+    keeps the job RUNNING with nothing moving (as with a TaskManager's gRPC thread out of memory at
+    30 M, docs/benchmarks.md), and Beam's Flink job server reports metrics only at the end; the
+    launcher's watch reads the job's progress from Flink's REST API (its vertices' I/O counters),
+    cancels the job after ``--stall-timeout`` and exits 1 with one line; nothing is published, and
+    the cluster's slots are free again for the next job."""
+    import threading
+
+    from streameval.jobs import batch
+
+    from .conftest import fail_after
+
+    _need_job_server(flink["has_job_server"])
+    pool = flink["processes"]["worker_pool-1"]
+    pool_log = Path(flink["logs"]) / "worker_pool-1.log"
+    started = pool_log.read_text(errors="replace").count("Starting worker with command")
+    stopped = threading.Event()
+
+    def stop_when_running():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if pool_log.read_text(errors="replace").count("Starting worker with command") > started:
+                time.sleep(3)
+                os.killpg(pool, signal.SIGSTOP)
+                stopped.set()
+                return
+            time.sleep(0.05)
+
+    stopper = threading.Thread(target=stop_when_running, daemon=True)
+    stopper.start()
+    out = tmp_path / "out"
+    capsys.readouterr()
+    try:
+        with fail_after(400, "the batch job on Flink with its worker pool stopped"):
+            code = batch.main([*SAMPLE_COLUMNAR, "--output", str(out), "--quiet", "--stall-timeout", "30s",
+                               *flink["runner_args"]])
+    finally:
+        stopper.join(5)
+        os.killpg(pool, signal.SIGCONT)
+    assert stopped.is_set(), "no SDK worker started: the pool was not stopped under the job"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err == [e for e in err if e.startswith("error:")] and len(err) == 1, err
+    assert err[0].startswith("error: the job failed: no progress for 30 s: the runner still reports the job "
+                             "RUNNING"), err
+    assert not (out / "manifest.json").exists() and not list(out.glob("metrics*"))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the cancelled job gives its slots back
+        o = _flink_get(flink["web_ui"], "/overview")
+        if o["slots-available"] == o["slots-total"] and o["jobs-running"] == 0:
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError(f"the cancelled job still holds slots: {o}")
 
 
 def _flink_get(web_ui: str, path: str) -> dict:

@@ -47,9 +47,9 @@ class _Clock:
         self.now += s
 
 
-def _wait(job, clock, digest, timeout=60.0):
+def _wait(job, clock, digest, timeout=60.0, live=None):
     return accounting.wait_for_job(job, poll=0.5, sleep=clock.sleep, clock=clock, digest=digest,
-                                   stall_timeout=timeout)
+                                   stall_timeout=timeout, live=live)
 
 
 def test_a_job_whose_metrics_stop_changing_is_cancelled_after_the_timeout():
@@ -78,6 +78,32 @@ def test_metrics_that_never_change_or_cannot_be_read_never_arm_it(digest):
     clock = _Clock()
     job = _Job(clock, done_at=2000.0)
     assert _wait(job, clock, digest) == "DONE" and not job.cancelled
+
+
+def test_on_a_job_service_reporting_while_running_metrics_that_never_change_stall_it():
+    """Prism reports metrics from its bundles' progress: a job whose worker pool was killed before
+    its first progress report keeps empty metrics, RUNNING for ever (seen in the engine tier: the
+    launcher waited past the test's 400 s). Armed when the job is first seen RUNNING, not before."""
+    clock = _Clock()
+    starting_until = 100.0
+
+    class _Starting(_Job):
+        @property
+        def state(self):
+            return "STARTING" if clock.now < starting_until and not self.cancelled else super().state
+
+    job = _Starting(clock)
+    with pytest.raises(accounting.JobStalledError):
+        _wait(job, clock, lambda: b"", live=True)
+    assert job.cancelled
+    # first seen RUNNING at 100 s (a look every 5 s): cancelled 60 s after that look, not 60 s after the start
+    assert starting_until + 60.0 <= clock.now <= starting_until + 60.0 + 2 * accounting.PROGRESS_EVERY_S
+
+
+def test_on_a_job_service_reporting_while_running_changing_metrics_run_on():
+    clock = _Clock()
+    job = _Job(clock, done_at=1000.0)
+    assert _wait(job, clock, lambda: str(clock.now // 30).encode(), live=True) == "DONE" and not job.cancelled
 
 
 def test_a_job_service_that_fails_to_answer_for_metrics_is_no_stall():
@@ -132,3 +158,59 @@ def test_a_go_runners_panic_is_reported_by_its_message_not_a_stack_frame():
             "created by golang.org/x/sync/errgroup.(*Group).Go in goroutine 40\n"
             "/root/.cache/streameval/go/mod/golang.org/x/sync@v0.10.0/errgroup/errgroup.go:75 +0x95")
     assert failure_reason(RuntimeError(text)) == text.splitlines()[0]
+
+
+def test_flink_progress_is_the_named_running_jobs_vertex_io_from_the_rest_api():
+    """On Flink (Beam's job server reports metrics only at the end) the watch reads the job's
+    progress from Flink's REST API: the one running job named after the pipeline's job_name, its
+    vertices' status and I/O counters (not their busy and idle times, which grow in a stuck task)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    state = {"busy": 0.0, "records": 10, "jobs": [
+        {"jid": "a1", "name": "streameval-x", "state": "RUNNING"},
+        {"jid": "b2", "name": "streameval-x", "state": "FINISHED"},  # an earlier run of that name: not it
+        {"jid": "c3", "name": "other", "state": "RUNNING"}]}
+
+    class Rest(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            if self.path == "/jobs/overview":
+                body = {"jobs": state["jobs"]}
+            elif self.path == "/jobs/a1":
+                body = {"state": "RUNNING", "vertices": [
+                    {"id": "v1", "status": "RUNNING", "metrics": {"read-records": state["records"], "write-bytes": 5,
+                                                                  "accumulated-busy-time": state["busy"]}}]}
+            else:
+                self.send_error(404)
+                return
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Rest)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        master = f"127.0.0.1:{server.server_address[1]}"
+        progress = accounting._flink_progress(PipelineOptions(["--flink_master", master]), "streameval-x")
+        first = progress()
+        assert first is not None
+        state["busy"] = 99.0  # a stuck task stays busy: no progress
+        assert progress() == first
+        state["records"] = 11
+        assert progress() != first
+        state["jobs"].append({"jid": "d4", "name": "streameval-x", "state": "RUNNING"})  # two: none known
+        assert progress() is None
+        assert accounting._flink_progress(PipelineOptions([]), "streameval-x") is None
+        assert accounting._flink_progress(PipelineOptions(["--flink_master", "[auto]"]), "streameval-x") is None
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert progress() is None  # the REST API gone: not known (never a stall by itself)

@@ -417,9 +417,10 @@ def add_stall_timeout_argument(parser) -> None:
     """``--stall-timeout``: the batch and off-policy jobs' watchdog of a portable job (:func:`wait_for_job`)."""
     parser.add_argument("--stall-timeout", default=STALL_TIMEOUT, metavar="DURATION",
                         help="on a portable runner (Prism, Flink, a job service): cancel the job and fail when its "
-                             "runner reports it running but its metrics have not changed for this long, once they "
-                             "have changed at least once (a runner waiting for a lost SDK worker: Prism 2.62 waits "
-                             f"for ever); default {STALL_TIMEOUT}; none waits for ever")
+                             "runner reports it running but its metrics (on Flink with --flink_master: its tasks' I/O "
+                             "counters) have not changed for this long (on Prism: since the job runs) "
+                             "(a runner waiting for a lost SDK worker: Prism 2.62 waits for ever); default "
+                             f"{STALL_TIMEOUT}; none waits for ever")
 
 
 def stall_timeout_from_args(args) -> float | None:
@@ -431,16 +432,24 @@ def stall_timeout_from_args(args) -> float | None:
 
 class _ProgressWatch:
     """Whether a running job's metrics (``digest()``: bytes, or None when not known) have stood still
-    for ``timeout`` seconds since they last changed. Armed by a first change only: a runner whose job
-    service reports metrics only at the end (Beam's Flink job server) is never taken for stalled."""
+    for ``timeout`` seconds since they last changed.
 
-    def __init__(self, digest, timeout: float, clock, every: float = PROGRESS_EVERY_S):
-        self.digest, self.timeout, self.clock, self.every = digest, timeout, clock, every
+    ``live`` (the job service reports metrics while the job runs: Prism) arms it when the job is
+    first seen RUNNING: a job whose SDK worker was lost before its first progress report keeps the
+    same (empty) metrics from its start, and Prism 2.62 keeps such a job RUNNING for ever. Otherwise
+    it is armed by a first change only: a job service that reports metrics only at the end (Beam's
+    Flink job server; on Flink the digest also holds the job's progress from Flink's REST API) is
+    never taken for stalled on metrics that have not changed since the start."""
+
+    def __init__(self, digest, timeout: float, clock, every: float = PROGRESS_EVERY_S, live: bool = False):
+        self.digest, self.timeout, self.clock, self.every, self.live = digest, timeout, clock, every, live
         self.last = None
         self.changed_at = None
         self.next_look = clock()
 
-    def stalled(self) -> bool:
+    def stalled(self, running: bool = True) -> bool:
+        """Looks (at most every ``every`` seconds) while the job is not in a terminal state;
+        ``running``: its state is RUNNING (not STARTING, STOPPED)."""
         now = self.clock()
         if now < self.next_look:
             return False
@@ -452,9 +461,12 @@ class _ProgressWatch:
         if d is None:
             return False
         if self.last is None or d != self.last:
-            if self.last is not None:
+            if self.last is not None or (self.live and running):
                 self.changed_at = now
             self.last = d
+            return False
+        if self.changed_at is None and self.live and running:
+            self.changed_at = now  # first seen RUNNING (the metrics as at the first look)
             return False
         return self.changed_at is not None and now - self.changed_at >= self.timeout
 
@@ -466,15 +478,82 @@ def _metrics_digest(options):
     if job is None:
         return None
 
+    flink = _flink_progress(options, job[1])
+
     def digest():
         metrics = _job_service_metrics(*job)
-        if metrics is None:
+        tasks = flink() if flink is not None else None
+        if metrics is None and tasks is None:
             return None
         # each list sorted: Prism lists the same monitoring infos in a new order at every call
-        return b"\0".join(b"\1".join(sorted(info.SerializeToString(deterministic=True) for info in infos))
-                          for infos in (metrics.committed, metrics.attempted))
+        return b"\0".join([*(b"\1".join(sorted(info.SerializeToString(deterministic=True) for info in infos))
+                             for infos in ((metrics.committed, metrics.attempted) if metrics is not None else ())),
+                           tasks or b""])
 
     return digest
+
+
+#: the I/O counters of a Flink job's vertices that tell progress (not its busy and idle times:
+#: those grow in a task that has stopped too)
+_FLINK_PROGRESS = ("read-bytes", "write-bytes", "read-records", "write-records")
+
+
+def _flink_progress(options, name: str):
+    """A function giving, as bytes, each vertex's status and I/O counters of the running Flink job
+    named ``name`` (Beam's Flink runner names the Flink job after the pipeline's ``job_name``), from
+    the REST API of ``--flink_master`` (``/jobs/overview``, ``/jobs/<jid>``; None when it does not
+    answer or has no such running job); None when ``options`` name no Flink master. Beam's Flink job
+    server reports a job's metrics only at its end: this is the progress of a job on Flink, so that a
+    task left RUNNING with nothing to do (a TaskManager's gRPC thread out of memory: docs/benchmarks.md)
+    is seen standing still."""
+    import json
+    import urllib.request
+
+    master = (options.get_all_options().get("flink_master") or "").strip()
+    if not master or master.startswith("["):  # [auto], [local], [collection]: no cluster to ask
+        return None
+    base = master.rstrip("/") if "://" in master else f"http://{master.rstrip('/')}"
+
+    def get(path):
+        with urllib.request.urlopen(base + path, timeout=30) as r:  # noqa: S310 (the job's own master)
+            return json.load(r)
+
+    def progress():
+        try:
+            jids = [j["jid"] for j in get("/jobs/overview").get("jobs", [])
+                    if j.get("name") == name and j.get("state") not in ("FINISHED", "FAILED", "CANCELED")]
+            if len(jids) != 1:
+                return None
+            job = get(f"/jobs/{jids[0]}")
+        except (OSError, ValueError, KeyError):
+            return None
+        return json.dumps([job.get("state"), sorted(
+            [v.get("id"), v.get("status"), *((v.get("metrics") or {}).get(k) for k in _FLINK_PROGRESS)]
+            for v in job.get("vertices", []))]).encode()
+
+    return progress
+
+
+def reports_while_running(options) -> bool:
+    """Whether the job service of ``options`` is one that reports a job's metrics while it runs,
+    told by its description of pipeline options (public job API: ``DescribePipelineOptions``): Beam's
+    Java job servers (Flink's, Spark's), which report metrics only when a job ends, describe their
+    runner's options; Prism 2.62, which reports them from its bundles' progress, describes none.
+    False when ``options`` name no job service or it does not answer (the watch then waits for a
+    first change: never taken for stalled without one)."""
+    job = _portable_job(options)
+    if job is None:
+        return False
+    import grpc
+    from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
+
+    try:
+        with grpc.insecure_channel(job[0]) as channel:
+            described = beam_job_api_pb2_grpc.JobServiceStub(channel).DescribePipelineOptions(
+                beam_job_api_pb2.DescribePipelineOptionsRequest(), timeout=30)
+    except grpc.RpcError:
+        return False
+    return len(described.options) == 0
 
 
 def cancel_on_interrupt(result, error: BaseException) -> None:
@@ -498,7 +577,7 @@ def cancel_on_interrupt(result, error: BaseException) -> None:
 
 
 def wait_for_job(result, *, poll: float = 0.5, sleep=None, options=None, stall_timeout: float | None = None,
-                 clock=None, digest=None):
+                 clock=None, digest=None, live=None):
     """Wait until the job of ``result`` (a Beam ``PipelineResult`` of any runner) ends; returns its
     final state. A job that ended in another state than DONE: its error, as ``wait_until_finish``
     raises it.
@@ -513,7 +592,10 @@ def wait_for_job(result, *, poll: float = 0.5, sleep=None, options=None, stall_t
 
     ``stall_timeout`` (seconds; None: no watchdog) with ``options`` (the job's pipeline options: its
     job endpoint and name): every :data:`PROGRESS_EVERY_S` seconds the job service's metrics of the
-    job are read (``digest``, for tests: a function giving them as bytes); when they changed once and
+    job (and with ``--flink_master``, the Flink job's progress from Flink's REST API:
+    :func:`_flink_progress`) are read (``digest``, for tests: a function giving them as bytes); when
+    they changed once (on a job service that reports metrics while a job runs,
+    :func:`reports_while_running`, or ``live`` for tests: since the job was first seen RUNNING) and
     then not for ``stall_timeout`` seconds while the job is still RUNNING, the job is cancelled
     (``result.cancel()``) and :class:`JobStalledError` raised. Prism 2.62 keeps a job RUNNING for ever
     when an SDK worker it waits for is lost (its worker pool killed: about one run in three here); Beam's 60 s
@@ -526,8 +608,12 @@ def wait_for_job(result, *, poll: float = 0.5, sleep=None, options=None, stall_t
     if not isinstance(result, PortableResult):
         return result.wait_until_finish()
     sleep = sleep or time.sleep
-    digest = digest or (_metrics_digest(options) if stall_timeout else None)
-    watch = _ProgressWatch(digest, stall_timeout, clock or time.monotonic) if digest and stall_timeout else None
+    if digest is None and stall_timeout:
+        digest = _metrics_digest(options)
+    if live is None:
+        live = bool(digest and stall_timeout) and reports_while_running(options)
+    watch = (_ProgressWatch(digest, stall_timeout, clock or time.monotonic, live=live)
+             if digest and stall_timeout else None)
     try:
         state = _wait_portable(result, poll, sleep, watch)
     except KeyboardInterrupt as e:
@@ -546,7 +632,8 @@ def _wait_portable(result, poll, sleep, watch):
     while not PipelineState.is_terminal(state):
         sleep(poll)
         state = result.state
-        if watch is not None and not PipelineState.is_terminal(state) and watch.stalled():
+        if watch is not None and not PipelineState.is_terminal(state) and \
+                watch.stalled(running=str(state).rsplit(".", 1)[-1] == "RUNNING"):
             try:
                 result.cancel()
             except Exception:  # noqa: BLE001 (cancelled or not, the job is reported failed)
