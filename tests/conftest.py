@@ -28,13 +28,20 @@ def data_path(*parts) -> Path:
     return p
 
 
+class Hang(BaseException):
+    """A block that ran past :func:`fail_after`'s limit. Not an ``Exception``: code under test that
+    catches every ``Exception`` (a job's launcher waiting on its runner, a watchdog's look at the
+    job's metrics) cannot swallow it; a TimeoutError raised there was, and a hung Prism job held
+    the engine tier for minutes past the limit."""
+
+
 @contextmanager
 def fail_after(seconds: int, what: str):
-    """Raise TimeoutError (SIGALRM) if the block runs longer than ``seconds``: a hang fails the test
+    """Raise :class:`Hang` (SIGALRM) if the block runs longer than ``seconds``: a hang fails the test
     instead of blocking the run."""
 
     def timeout(signum, frame):
-        raise TimeoutError(f"{what} did not finish in {seconds} s (hang?)")
+        raise Hang(f"{what} did not finish in {seconds} s (hang?)")
 
     previous = signal.signal(signal.SIGALRM, timeout)
     signal.alarm(seconds)
@@ -69,3 +76,43 @@ def trec_eval_bin(tmp_path_factory):
     if done.returncode != 0 or not (src / "trec_eval").exists():
         pytest.skip(f"could not build trec_eval: {done.stderr.strip()[-300:]}")
     return str(src / "trec_eval")
+
+
+# ---- the engines' logs beside a failed engine test (CI shows only what pytest prints) ------------
+
+#: the lines of an engine's log kept beside a failed test: its errors and warnings, the last of them
+ENGINE_LOG_LINES = 25
+
+
+def engine_log_excerpt(logs: Path, lines: int = ENGINE_LOG_LINES) -> str:
+    """The last ``lines`` lines with ERROR, WARN, Exception or panic of each ``*.log`` file in the
+    folder ``logs`` (a cluster's ``logs`` of ``streameval cluster up``), each under its name."""
+    import re
+
+    pattern = re.compile(r"ERROR|WARN|Exception|panic|level=(ERROR|WARN)")
+    parts = []
+    for f in sorted(Path(logs).glob("*.log")):
+        try:
+            hits = [ln for ln in f.read_text(errors="replace").splitlines() if pattern.search(ln)]
+        except OSError:
+            continue
+        if hits:
+            parts.append(f"--- {f.name} (last {min(lines, len(hits))} of {len(hits)} such lines)\n"
+                         + "\n".join(ln[:400] for ln in hits[-lines:]))
+    return "\n".join(parts)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that used a cluster fixture (a dict with the ``logs`` of ``cluster up``: the
+    engine tier's ``flink``, ``prism``, ``kafka``) gets the tail of its engines' errors and warnings
+    as a section of its report, so that a failure in CI can be read from CI's output alone."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    for name, value in getattr(item, "funcargs", {}).items():
+        if isinstance(value, dict) and isinstance(value.get("logs"), str) and Path(value["logs"]).is_dir():
+            text = engine_log_excerpt(Path(value["logs"]))
+            if text:
+                report.sections.append((f"{name} cluster's logs: errors and warnings", text))
