@@ -234,21 +234,22 @@ def test_prism_up_status_down_leaves_no_process(tmp_path):
     assert done.returncode == 2 and "no cluster in" in done.stderr
 
 
-def test_the_stall_watch_tells_a_job_service_reporting_while_running(prism, flink):
-    """The launcher's watchdog (accounting.wait_for_job) arms at RUNNING on a job service that reports
-    metrics while a job runs (Prism) and at a first change elsewhere (Beam's Flink job server reports
-    them at the end: a long healthy job there must not be taken for stalled)."""
+def _job_endpoint_options(info):
+    """Pipeline options naming the job service of a cluster of ``cluster up`` (its runner_args)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    args = info["runner_args"]
+    return PipelineOptions(["--job_endpoint", args[args.index("--job_endpoint") + 1], "--job_name", "x"])
+
+
+def test_the_stall_watch_arms_at_running_on_prism(prism):
+    """The launcher's watchdog (accounting.wait_for_job) arms when the job is first seen RUNNING on a
+    job service that reports metrics while a job runs (Prism; Flink's: the Flink test below)."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from streameval.beam.accounting import reports_while_running
 
-    def endpoint(info):
-        args = info["runner_args"]
-        return args[args.index("--job_endpoint") + 1]
-
-    assert reports_while_running(PipelineOptions(["--job_endpoint", endpoint(prism), "--job_name", "x"]))
-    if flink["has_job_server"]:
-        assert not reports_while_running(PipelineOptions(["--job_endpoint", endpoint(flink), "--job_name", "x"]))
+    assert reports_while_running(_job_endpoint_options(prism))
     assert not reports_while_running(PipelineOptions(["--job_endpoint", "127.0.0.1:1", "--job_name", "x"]))
 
 
@@ -346,6 +347,23 @@ def _need_job_server(has: bool) -> None:
                     f"{why.reason if why and why.reason else 'not fetched'}")
 
 
+def _flink_idle(cluster: dict, timeout: float = 120) -> None:
+    """Wait until the shared Flink cluster runs no job and has every slot free (the test before may
+    have left a job cancelling); fail naming what still runs and the slots when it does not, so that
+    a job refused for want of slots (``NoResourceAvailableException``, once in a CI trial of
+    2026-12-06) says why."""
+    deadline = time.monotonic() + timeout
+    while True:
+        o = _flink_get(cluster["web_ui"], "/overview")
+        if o["jobs-running"] == 0 and o["slots-available"] == o["slots-total"] > 0:
+            return
+        if time.monotonic() > deadline:
+            jobs = [(j["name"], j["state"]) for j in _flink_get(cluster["web_ui"], "/jobs/overview")["jobs"]
+                    if j["state"] not in ("FINISHED", "FAILED", "CANCELED")]
+            raise AssertionError(f"the Flink cluster is not idle after {timeout:g} s: {o}; jobs {jobs}")
+        time.sleep(1)
+
+
 def test_stream_replay_on_flink_equals_local(flink, launch):
     """``streameval stream --replay`` through Beam's Flink job server: the replay source (a splittable
     DoFn) with its default pace, one second of processing time between steps (a checkpoint of the
@@ -357,6 +375,7 @@ def test_stream_replay_on_flink_equals_local(flink, launch):
     from .conftest import fail_after
 
     _need_job_server(flink["has_job_server"])
+    _flink_idle(flink)
     argv = ["--replay", "--impressions", "sample/impressions/letor_*.avro", "--judgments",
             "sample/judgments/letor_test_labels.avro", "--window", "1d", "--metrics", "ndcg@10,map,P@5", "--quiet"]
     with fail_after(600, "the stream job on Flink"):
@@ -430,6 +449,7 @@ def test_stream_watch_on_engine_ends_and_equals_local_and_batch(engine, request,
     cluster = request.getfixturevalue(engine)
     if engine == "flink":
         _need_job_server(cluster["has_job_server"])
+        _flink_idle(cluster)
     # the engines start the source 2-30 s after the launch (Prism on a warm machine in 2 s); the local
     # runner in a few seconds. The idle stop counts from the last new file: once the backlog is read it
     # must outlast the later file's delay (30 s, and a writer thread that may wait for the GIL: 7 s seen),
@@ -470,6 +490,7 @@ def test_batch_on_flink_equals_local(flink, launch, name):
     the counters equal to the local runner's (the counters summed over every report of the job
     service: a transform after a flatten reports once per fused stage on Flink)."""
     _need_job_server(flink["has_job_server"])
+    _flink_idle(flink)
     got, ref = _pair(name, "flink", flink["runner_args"], "PortableRunner")
     assert_same(got, ref)
     if name == "messy-columnar":
@@ -495,7 +516,12 @@ def test_a_stopped_worker_pool_under_the_batch_job_on_flink_is_cancelled_by_the_
 
     from .conftest import fail_after
 
+    from streameval.beam.accounting import reports_while_running
+
     _need_job_server(flink["has_job_server"])
+    # Beam's Flink job server reports metrics only at a job's end: the watch arms at a first change
+    # (of the job's progress read from Flink's REST API), never at RUNNING (a long job is no stall)
+    assert not reports_while_running(_job_endpoint_options(flink))
     pool = flink["processes"]["worker_pool-1"]
     pool_log = Path(flink["logs"]) / "worker_pool-1.log"
     started = pool_log.read_text(errors="replace").count("Starting worker with command")
@@ -529,14 +555,7 @@ def test_a_stopped_worker_pool_under_the_batch_job_on_flink_is_cancelled_by_the_
     assert err[0].startswith("error: the job failed: no progress for 30 s: the runner still reports the job "
                              "RUNNING"), err
     assert not (out / "manifest.json").exists() and not list(out.glob("metrics*"))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # the cancelled job gives its slots back
-        o = _flink_get(flink["web_ui"], "/overview")
-        if o["slots-available"] == o["slots-total"] and o["jobs-running"] == 0:
-            break
-        time.sleep(2)
-    else:
-        raise AssertionError(f"the cancelled job still holds slots: {o}")
+    _flink_idle(flink)  # the cancelled job gave its slots back
 
 
 def _flink_get(web_ui: str, path: str) -> dict:
@@ -1026,6 +1045,7 @@ def test_stream_job_scores_kafka_events_produced_live(kafka, engine, judgments, 
     cluster = request.getfixturevalue(engine)
     if engine == "flink":
         _need_job_server(cluster["has_job_server"])
+        _flink_idle(cluster)
     live = _stream_live(kafka, cluster, engine, judgments, tmp_path)
     rows = live.rows
     assert {r["pane"] for r in rows} >= {"early", "on_time", "late"}, sorted({r["pane"] for r in rows})
