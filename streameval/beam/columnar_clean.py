@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam import pvalue
 
-from ..io import cleaning, records
+from ..io import cleaning
 from ..io import counters as cn
 from .columnar_columns import (_concat, _concat_attributes, _encode, _factorize, _group_bounds, _obj, _pair_codes,
                                _part, _pick, _repeats, _several, _shards_of, _take, _unique_codes, columns_records,
@@ -17,6 +17,7 @@ from .columnar_columns import (_concat, _concat_attributes, _encode, _factorize,
 from .keys import window_start
 from .threads import ThreadedDoFn, counter, distribution
 from .transforms import ALL, NAMESPACE, _category, slice_part
+from ..io.dead_letters import dead_letter
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,8 +161,7 @@ class _CleanShard(ThreadedDoFn):
                 n_dup += d
                 for rec, reason in rejected:
                     counter(NAMESPACE, cn.rejected("impression", _category(reason))).inc()
-                    yield pvalue.TaggedOutput("dead_letters", {"source": self.source,
-                                                               "raw": records.to_json_text(rec), "reason": reason})
+                    yield pvalue.TaggedOutput("dead_letters", dead_letter(self.source, rec, reason))
             chunk = _concat([clean_part, impression_columns(kept)]) if kept else clean_part
         self.duplicates.inc(n_dup)
         self.accepted.inc(chunk["n"])
@@ -191,9 +191,8 @@ class _CleanShard(ThreadedDoFn):
         if not late.any():
             return chunk, []
         rows = np.flatnonzero(late)
-        letters = [pvalue.TaggedOutput("dead_letters", {
-            "source": cn.LATE_IMPRESSION, "raw": records.to_json_text(rec),
-            "reason": cleaning.after_close_reason(int(ts[i]), int(close[req[i]]))})
+        letters = [pvalue.TaggedOutput("dead_letters", dead_letter(
+            cn.LATE_IMPRESSION, rec, cleaning.after_close_reason(int(ts[i]), int(close[req[i]]))))
             for rec, i in zip(columns_records(chunk, rows), rows.tolist())]
         self.late.inc(len(rows))
         return _take(chunk, ~late), letters

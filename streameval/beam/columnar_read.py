@@ -15,6 +15,7 @@ from apache_beam import pvalue
 from ..io import avro, dwell, records
 from ..io import counters as cn
 from ..io.counters import DECODER_NAMESPACE, NAMESPACE
+from ..io.dead_letters import dead_letter
 from .columnar_columns import (_HELD, IMPRESSION_FIELDS, SHARDS, _judgment_records, _no_nul, _nonempty, _shards_of,
                                _split, _take, columns_records, impression_columns, impression_columns_arrow,
                                judgment_columns, judgment_columns_arrow)
@@ -175,8 +176,8 @@ class _ReadColumns(ThreadedDoFn):
                 passed.append(i)
                 continue
             counter(NAMESPACE, cn.rejected(self.kind, reason_key(reason))).inc()
-            dead.append(pvalue.TaggedOutput("dead_letters", {"source": str(path) if where is None else where(i),
-                                                             "raw": records.to_json_text(recs[i]), "reason": reason}))
+            dead.append(pvalue.TaggedOutput("dead_letters", dead_letter(str(path) if where is None else where(i),
+                                                                        recs[i], reason)))
         return passed, dead
 
 
@@ -261,8 +262,7 @@ class _ReadImpressionColumns(_ReadColumns):
                 reason = self._check(rec)
             if reason is not None:
                 counter(NAMESPACE, cn.rejected(self.kind, reason_key(reason))).inc()
-                yield pvalue.TaggedOutput("dead_letters", {
-                    "source": source, "raw": text if rec is None else records.to_json_text(rec), "reason": reason})
+                yield pvalue.TaggedOutput("dead_letters", dead_letter(source, text if rec is None else rec, reason))
                 continue
             shaped = {f: rec.get(f) for f in IMPRESSION_FIELDS}  # the optional fields as the Avro reader's
             shaped["attributes"] = rec.get("attributes") or {}

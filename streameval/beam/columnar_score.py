@@ -20,6 +20,7 @@ from .columnar_columns import (_concat, _concat_attributes, _encode, _factorize,
 from .columnar_clean import _concat_requests, _labels, _take_requests, _windows
 from .threads import ThreadedDoFn, counter, distribution
 from .transforms import ALL, NAMESPACE, SOURCE_UNRANKABLE, conflict_key, score_values, window_bounds
+from ..io.dead_letters import dead_letter
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,10 +101,10 @@ class _ResolveShard(ThreadedDoFn):
                     self.j_rejected.inc()
                     recs = _judgment_records(jc, rows[key])
                     rec = min(recs, key=records.to_json_text)
-                    dead.append({
-                        "source": self.judg_source, "raw": records.to_json_text(rec),
-                        "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} ({conflict_key(qid, subtopic, item)}: "
-                                  f"grades {distinct}; policy reject)"})
+                    dead.append(dead_letter(
+                        self.judg_source, rec,
+                        f"{cleaning.REASON_JUDGMENT_CONFLICT} ({conflict_key(qid, subtopic, item)}: "
+                        f"grades {distinct}; policy reject)"))
                 if grade is None:
                     keep[g] = False
                 else:
@@ -229,13 +230,12 @@ class _ScoreShard(ThreadedDoFn):
             total = int(r["records"][i])
             self.unscorable.inc(missing)
             self.imp_unrankable.inc(total)
-            yield pvalue.TaggedOutput("dead_letters", {
-                "source": SOURCE_UNRANKABLE,
-                "raw": records.to_json_text({"query_id": qid, "system_id": system,
-                                             "request_id": rid, "impressions": total,
-                                             "without_score": missing}),
-                "reason": f"{missing} of the request's {total} impressions have no score: "
-                          "order='score' needs a finite score to rank them (use order='position')"})
+            yield pvalue.TaggedOutput("dead_letters", dead_letter(
+                SOURCE_UNRANKABLE,
+                {"query_id": qid, "system_id": system, "request_id": rid, "impressions": total,
+                 "without_score": missing},
+                f"{missing} of the request's {total} impressions have no score: "
+                "order='score' needs a finite score to rank them (use order='position')"))
         sel = np.flatnonzero(judged & ~unrankable)
         if not len(sel):
             if systems is not None:

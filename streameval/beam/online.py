@@ -52,7 +52,7 @@ from ..accumulators.online import (
 )
 from ..accumulators.online_ope import DrOps
 from ..io import counters as cn
-from ..io import records
+from ..io.dead_letters import dead_letter
 from ..metrics import interleaving as il
 from ..metrics import online as om
 from ..metrics import online_names
@@ -647,7 +647,7 @@ class _OpeKeys(beam.DoFn):
     @staticmethod
     def _dead_letter(rec, reason):
         Metrics.counter(NAMESPACE, cn.rejected("impression", reason_key(reason))).inc()
-        return {"source": "OffPolicyCtr", "raw": records.to_json_text(rec), "reason": reason}
+        return dead_letter("OffPolicyCtr", rec, reason)
 
     def process(self, rec):
         clicked = rec.get("clicked")

@@ -21,12 +21,12 @@ from apache_beam.metrics import Metrics
 
 from ..accumulators.online_slate import SlateImpression, SlateOpeOps, SlateRequestOps
 from ..io import counters as cn
-from ..io import records
 from ..metrics.online_slate import SLATE_ESTIMATORS
 from ..metrics.rows import metric_row, with_interval
 from .combiners import OpsCombineFn
 from .keys import reason_key, slice_labels, window_bounds
 from .transforms import NAMESPACE
+from ..io.dead_letters import dead_letter
 
 __all__ = ["SlateRequestCombineFn", "SlateOpeCombineFn", "slate_input", "slate_rows", "slate_row_names"]
 
@@ -81,8 +81,7 @@ class _SlateTerms(beam.DoFn):
             Metrics.counter(NAMESPACE, cn.rejected("slate", reason_key(reason))).inc()
             positions = sorted(i.position for i in state.impressions)
             raw = {"system_id": system, "request_id": request, "positions": positions}
-            yield pvalue.TaggedOutput("rejected", {"source": "OffPolicyCtr", "raw": records.to_json_text(raw),
-                                                   "reason": reason})
+            yield pvalue.TaggedOutput("rejected", dead_letter("OffPolicyCtr", raw, reason))
             return
         self.counted.inc()
         ws, we = window_bounds(state.timestamp, self.window_micros)

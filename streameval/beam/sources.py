@@ -39,6 +39,7 @@ from ..io import avro
 from ..io import counters as cn
 from ..io.counters import NAMESPACE  # noqa: F401 (re-exported: its former home)
 from .threads import counter
+from ..io.dead_letters import dead_letter
 
 __all__ = ["UNREADABLE", "InputUnavailableError", "failure_reason", "runner_thread_errors_reported_once", "expand_inputs", "input_bytes", "set_file_system_options", "is_remote",
            "local_copy", "unreadable_letter", "read_avro_blocks", "read_parquet_blocks", "is_unreadable_letter",
@@ -263,8 +264,8 @@ def unreadable_letter(path: str, kind: str, error: avro.AvroInputError, records_
     ``"impressions"``, ``"judgments"``, ``"clicks"``; ``prefix``: :data:`UNREADABLE` for Avro,
     :data:`UNREADABLE_PARQUET` for Parquet)."""
     reason = getattr(error, "reason", None) or f"{type(error).__name__}: {error}"
-    return {"source": str(path), "raw": json.dumps({"file": str(path), "records_read": int(records_read)}),
-            "reason": f"{prefix} ({kind}): {reason}; {records_read} records before the damage were read"}
+    return dead_letter(str(path), json.dumps({"file": str(path), "records_read": int(records_read)}),
+                       f"{prefix} ({kind}): {reason}; {records_read} records before the damage were read")
 
 
 def is_unreadable_letter(letter: dict) -> bool:

@@ -38,6 +38,7 @@ from .keys import (  # noqa: F401 (re-exported: the window and slice keys' forme
     ALL, MISSING, SLICE_MISSING, keep_slice_row, label_has_missing, parse_lateness, parse_slices,
     parse_window, reason_key, slice_labels, slice_part, slide_keys, sliding_windows, window_bounds)
 from .stats import BootstrapMeanCombineFn
+from ..io.dead_letters import dead_letter
 
 __all__ = [
     "NAMESPACE",
@@ -111,8 +112,7 @@ class _ValidateFn(beam.DoFn):
             yield rec
             return
         Metrics.counter(NAMESPACE, cn.rejected(self.kind, reason_key(reason))).inc()
-        yield pvalue.TaggedOutput("dead_letters", {"source": source, "raw": records.to_json_text(rec),
-                                                   "reason": reason})
+        yield pvalue.TaggedOutput("dead_letters", dead_letter(source, rec, reason))
 
 
 class _Validate(beam.PTransform):
@@ -176,11 +176,9 @@ class _CleanRequestFn(beam.DoFn):
         self.late.inc(len(late))
         for rec, reason in rejected:
             Metrics.counter(NAMESPACE, cn.rejected("impression", _category(reason))).inc()
-            yield pvalue.TaggedOutput("dead_letters", {"source": self.source, "raw": records.to_json_text(rec),
-                                                       "reason": reason})
+            yield pvalue.TaggedOutput("dead_letters", dead_letter(self.source, rec, reason))
         for rec, reason in late:  # as the streaming job's late data (docs/metrics.md, "Windows")
-            yield pvalue.TaggedOutput("dead_letters", {"source": cn.LATE_IMPRESSION, "raw": records.to_json_text(rec),
-                                                       "reason": reason})
+            yield pvalue.TaggedOutput("dead_letters", dead_letter(cn.LATE_IMPRESSION, rec, reason))
         yield from kept
 
 
@@ -249,10 +247,10 @@ class _ResolveJudgmentFn(beam.DoFn):
             grades = sorted({g for _, g in entries})
             for key in rejected:
                 self.rejected.inc()
-                yield pvalue.TaggedOutput("dead_letters", {
-                    "source": self.source, "raw": records.to_json_text(first[key]),
-                    "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} ({conflict_key(qid, subtopic, item)}: grades "
-                              f"{grades}; policy reject)"})
+                yield pvalue.TaggedOutput("dead_letters", dead_letter(
+                    self.source, first[key],
+                    f"{cleaning.REASON_JUDGMENT_CONFLICT} ({conflict_key(qid, subtopic, item)}: grades "
+                    f"{grades}; policy reject)"))
             if grade is not None:
                 n_acc += 1
                 yield first[next(k for k in entries if k not in superseded)]
@@ -416,12 +414,12 @@ class _ScoreQueries(beam.DoFn):
                 # only requests that would be scored need scores; unjudged ones went out above
                 self.unscorable.inc(missing)
                 self.imp_unrankable.inc(acc[3])
-                yield pvalue.TaggedOutput("rejected", {
-                    "source": SOURCE_UNRANKABLE,
-                    "raw": records.to_json_text({"query_id": qid, "system_id": system, "request_id": request_id,
-                                                 "impressions": len(st[0]), "without_score": missing}),
-                    "reason": f"{missing} of the request's {len(st[0])} impressions have no score: "
-                              "order='score' needs a finite score to rank them (use order='position')"})
+                yield pvalue.TaggedOutput("rejected", dead_letter(
+                    SOURCE_UNRANKABLE,
+                    {"query_id": qid, "system_id": system, "request_id": request_id,
+                     "impressions": len(st[0]), "without_score": missing},
+                    f"{missing} of the request's {len(st[0])} impressions have no score: "
+                    "order='score' needs a finite score to rank them (use order='position')"))
                 continue
             states.append([st[0], judged, st[2], st[3]])
             ws, we = window_bounds(st[3], self.window_micros)

@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 
 from . import records
 from .avro import load_schema_json, write_records
+from .dead_letters import dead_letter
 
 __all__ = ["FORMATS", "TIMESTAMP_UNITS", "KINDS", "MAX_JSON_DEPTH", "TableConvertError", "TableConversion", "TablePlan", "Converted",
            "parse_mapping", "detect_format", "check_options", "plan_table", "integer_timestamps", "convert_rows",
@@ -203,9 +204,9 @@ def _too_deep_lines(path: str, limit: int = MAX_JSON_DEPTH) -> dict:
     with open(path, "rb") as f:
         for n, line in enumerate(f, 1):
             if n in wanted and (depth := _json_depth(line)) > limit:
-                deep[n] = {"source": f"{path}:{n}", "raw": line.rstrip(b"\r\n").decode("utf-8", "replace"),
-                           "reason": f"JSON nested {depth} levels deep (arrays and objects), over the limit of "
-                                     f"{limit}"}
+                deep[n] = dead_letter(f"{path}:{n}", line.rstrip(b"\r\n").decode("utf-8", "replace"),
+                                      f"JSON nested {depth} levels deep (arrays and objects), over the limit of "
+                                      f"{limit}")
     return deep
 
 
@@ -257,8 +258,8 @@ def _read_csv(path: str, needed: list[str], header: list[str]) -> _Read:
     dead = []
     if invalid[0]:
         for line, row in scan()[1]:
-            dead.append({"source": f"{path}:{line}", "raw": records.to_json_text(row),
-                         "reason": f"expected {len(header)} CSV fields (the header's), got {len(row)}"})
+            dead.append(dead_letter(f"{path}:{line}", records.to_json_text(row),
+                                    f"expected {len(header)} CSV fields (the header's), got {len(row)}"))
     return _Read(table, np.zeros(table.num_rows, dtype=bool), lambda i: _pyrow(table, i),
                  lambda i: _line_of(path, scan()[0], i, table.num_rows), dead)
 
@@ -337,11 +338,11 @@ def _read_jsonl_lines(path: str, too_deep: dict | None = None) -> _Read:
                 try:
                     value = json.loads(line)
                 except ValueError as e:
-                    dead.append({"source": f"{path}:{n}", "raw": line.rstrip("\r\n"), "reason": f"not JSON ({e})"})
+                    dead.append(dead_letter(f"{path}:{n}", line.rstrip("\r\n"), f"not JSON ({e})"))
                     continue
                 if not isinstance(value, dict):
-                    dead.append({"source": f"{path}:{n}", "raw": line.rstrip("\r\n"),
-                                 "reason": f"not a JSON object but {type(value).__name__}"})
+                    dead.append(dead_letter(f"{path}:{n}", line.rstrip("\r\n"),
+                                            f"not a JSON object but {type(value).__name__}"))
                     continue
                 rows.append(value)
                 numbers.append(n)
@@ -446,8 +447,7 @@ def _convert_column(col, kind: str, is_csv: bool, unit: str | None, optional: bo
     return out, ~present | _valid(out)
 
 
-_ARROW = {"string": pa.string(), "int": pa.int64(), "double": pa.float64(), "bool": pa.bool_(),
-          "timestamp": pa.int64()}
+_ARROW = {"string": pa.string(), "int": pa.int64(), "double": pa.float64(), "bool": pa.bool_(), "timestamp": pa.int64()}
 
 
 def _timestamp_column(col, is_csv: bool, unit: str | None):
@@ -740,7 +740,7 @@ def convert_rows(read: _Read, plan: TablePlan, is_csv: bool = False) -> Converte
             rescued[i] = rec
             ok[i] = True
         else:
-            dead.append({"source": read.where(i), "raw": records.to_json_text(raw), "reason": reason})
+            dead.append(dead_letter(read.where(i), records.to_json_text(raw), reason))
     return Converted(cols, attr_cols, ok, rescued, dead)
 
 

@@ -25,8 +25,8 @@ from apache_beam.coders import FastPrimitivesCoder
 from apache_beam.metrics import Metrics
 from apache_beam.utils.timestamp import Timestamp
 
-from ...io import records
 from ...io.counters import NAMESPACE
+from ...io.dead_letters import dead_letter
 
 #: pane names of the ``pane`` field
 PANES = ("early", "on_time", "late")
@@ -156,7 +156,7 @@ def _shard(request_id: str, shards: int) -> int:
 
 
 def _late_record(source: str, raw, reason: str) -> dict:
-    return {"source": source, "raw": raw if isinstance(raw, str) else records.to_json_text(raw), "reason": reason}
+    return dead_letter(source, raw, reason)
 
 
 def _fmt_us(us) -> str:

@@ -27,6 +27,7 @@ from apache_beam import pvalue
 from ...io import counters as cn
 from ...io import records
 from .common import _SEP, _SIDE_KEY, _shard, _tally
+from ...io.dead_letters import dead_letter
 
 # the fate of a click event (_Click.fate)
 _PENDING, _ACCEPTED, _DEAD = 0, 1, 2
@@ -111,7 +112,7 @@ class _PrepareEvents(beam.DoFn):
             reason = self.check(rec)
             if reason is not None:
                 _tally(self.run, cn.rejected(self.kind, _reason_key(reason)))
-                dead.append({"source": source, "raw": records.to_json_text(rec), "reason": reason})
+                dead.append(dead_letter(source, rec, reason))
                 continue
             by_req.setdefault(rec["request_id"], []).append(self.entry(rec))
             if self.gate:
@@ -233,7 +234,7 @@ class _PrepareJudgments(beam.DoFn):
             reason = records.check_judgment(rec, self.grade_range)
             if reason is not None:
                 _tally(self.run, cn.rejected("judgment", _reason_key(reason)))
-                dead.append({"source": source, "raw": records.to_json_text(rec), "reason": reason})
+                dead.append(dead_letter(source, rec, reason))
                 continue
             by_q.setdefault(rec["query_id"], []).append(
                 [rec["item_id"], int(rec.get("timestamp") or 0), int(rec["grade"]), records.to_json_text(rec)])

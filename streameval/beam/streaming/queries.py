@@ -26,12 +26,13 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from ...io import cleaning, records
+from ...io import cleaning
 from ...io import counters as cn
 from ..transforms import SOURCE_UNRANKABLE
 from ...metrics.kernel import compute
 from .common import _SEP, _SIDE_KEY, _fmt_us, _late_record, _micros, _tally, _when
 from .windows import _Config
+from ...io.dead_letters import dead_letter
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,9 +209,9 @@ class _Queries:
                 by_key = {(e.ts, e.grade): e for e in entries}
                 for key in sorted(new_rejected):
                     _tally(run, cn.rejected("judgment", cleaning.REASON_JUDGMENT_CONFLICT))
-                    dead.append({"source": "ResolveJudgments", "raw": by_key[key].raw or raw,
-                                 "reason": f"{cleaning.REASON_JUDGMENT_CONFLICT} (query {query!r}, item {item!r}: "
-                                           f"grades {grades}; policy reject)"})
+                    dead.append(dead_letter("ResolveJudgments", by_key[key].raw or raw,
+                                            f"{cleaning.REASON_JUDGMENT_CONFLICT} (query {query!r}, item {item!r}: "
+                                            f"grades {grades}; policy reject)"))
             old = judged.get(item)
             if after.grade is None:
                 judged.pop(item, None)
@@ -370,12 +371,12 @@ class _Queries:
                     served = e.served
                     missing = cfg.ops.unrankable(served)
                     _tally(cfg.run, cn.IMPRESSIONS_UNSCORABLE, missing)
-                    dead.append({"source": SOURCE_UNRANKABLE, "reason":
-                                 f"{missing} of the request's {len(served[0])} impressions have no score: "
-                                 "order='score' needs a finite score to rank them (use order='position')",
-                                 "raw": records.to_json_text({"query_id": query, "system_id": e.system,
-                                                              "request_id": e.key.split(_SEP, 1)[1],
-                                                              "impressions": e.impressions, "without_score": missing})})
+                    dead.append(dead_letter(
+                        SOURCE_UNRANKABLE,
+                        {"query_id": query, "system_id": e.system, "request_id": e.key.split(_SEP, 1)[1],
+                         "impressions": e.impressions, "without_score": missing},
+                        f"{missing} of the request's {len(served[0])} impressions have no score: "
+                        "order='score' needs a finite score to rank them (use order='position')"))
             else:
                 keep.append(e)
                 d = cfg.round_up(e.close)

@@ -52,6 +52,7 @@ from .common import (
 )
 from .prepare import _ACCEPTED, _DEAD, _PENDING, _Click
 from .windows import _Config
+from ...io.dead_letters import dead_letter
 
 
 # --------------------------------------------------------------------------------------------
@@ -552,7 +553,7 @@ class _Requests:
             _tally(run, cn.DUPLICATE_IMPRESSION, n_dup)
             for rec, reason in rejected:
                 _tally(run, cn.rejected("impression", _category(reason)))
-                dead.append({"source": "CleanImpressions", "raw": records.to_json_text(rec), "reason": reason})
+                dead.append(dead_letter("CleanImpressions", rec, reason))
             if late:
                 _tally(run, cn.LATE_IMPRESSION, len(late))
                 dead.extend(_late_record(cn.LATE_IMPRESSION, rec, reason) for rec, reason in late)
