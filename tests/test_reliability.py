@@ -871,3 +871,29 @@ def test_grades_the_measures_cannot_score_and_ids_with_nul_are_dead_letters(tmp_
         se.evaluate({"q": {"d1": 2000, "d2": 1}}, {"q": {"d1": 2.0, "d2": 1.0}}, "ndcg", gain="exponential")
     with pytest.raises(ValueError, match="ids must not contain NUL"):
         se.evaluate({"q": {"d2": 1}}, {"q": {"d2\x00": 2.0, "d1": 1.0}}, "P@1")
+
+
+def test_an_unknown_judgment_policy_is_refused_alike_everywhere():
+    """One check of the judgment conflict policy (io/cleaning.check_judgment_policy) for the
+    columnar and per-record batch transforms, the stream transform and the record rule: the same
+    one line, naming the choices and the closest."""
+    from streameval.beam.columnar import ColumnarMetrics
+    from streameval.beam.streaming.transform import StreamMetrics
+    from streameval.beam.transforms import ResolveJudgments
+    from streameval.io import cleaning
+
+    want = "must be one of latest, max, reject, got 'lastest' (did you mean latest?)"
+    with pytest.raises(ValueError) as e:
+        cleaning.resolve_judgment({(1, 2): 1}, "lastest")
+    assert str(e.value) == f"judgment conflict policy {want}"
+    with pytest.raises(ValueError) as e:
+        ResolveJudgments("lastest")
+    assert str(e.value) == f"judgment conflict policy {want}"
+    for make in (lambda: ColumnarMetrics(["i.avro"], ["j.avro"], ["map"], judgment_conflicts="lastest"),
+                 lambda: StreamMetrics(metrics=["map"], judgment_conflicts="lastest")):
+        with pytest.raises(ValueError) as e:
+            make()
+        assert str(e.value) == f"judgment_conflicts {want}"
+    assert cleaning.check_judgment_policy("max") == "max"
+    assert str(pytest.raises(ValueError, cleaning.check_judgment_policy, "zzz").value) == \
+        "judgment conflict policy must be one of latest, max, reject, got 'zzz'"

@@ -256,8 +256,7 @@ class ColumnarMetrics(beam.PTransform):
         from ..metrics.prepare import check_ranking_options
 
         check_ranking_options(depth=depth, score_precision=score_precision, tie_break=tie_break, order=order)
-        if judgment_conflicts not in cleaning.JUDGMENT_POLICIES:
-            raise ValueError(f"judgment conflict policy must be one of {cleaning.JUDGMENT_POLICIES}")
+        cleaning.check_judgment_policy(judgment_conflicts, "judgment_conflicts")
         self.order, self.tie_break, self.score_precision, self.depth = order, tie_break, score_precision, depth
         self.policy = judgment_conflicts
         self.grade_range = judgment_grade_range(grade_range, self.specs, self.options)

@@ -279,8 +279,7 @@ class ResolveJudgments(beam.PTransform):
 
     def __init__(self, policy: str = "latest", source: str = "ResolveJudgments", label: str | None = None):
         super().__init__(label)
-        if policy not in cleaning.JUDGMENT_POLICIES:
-            raise ValueError(f"judgment conflict policy must be one of {cleaning.JUDGMENT_POLICIES}, got {policy!r}")
+        cleaning.check_judgment_policy(policy)
         self.policy = policy
         self.source = str(source)
 

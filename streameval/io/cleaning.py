@@ -37,6 +37,7 @@ import json
 
 __all__ = [
     "JUDGMENT_POLICIES",
+    "check_judgment_policy",
     "REASON_EVENT_CONFLICT",
     "REASON_ITEM_TWICE",
     "REASON_AFTER_CLOSE",
@@ -51,6 +52,19 @@ __all__ = [
 ]
 
 JUDGMENT_POLICIES = ("latest", "max", "reject")
+
+
+def check_judgment_policy(policy, name: str = "judgment conflict policy") -> str:
+    """``policy`` when it is one of :data:`JUDGMENT_POLICIES`; else ValueError (one line) naming the
+    choices and the closest of them. The one check of the policy for both jobs, both engines and
+    the transforms (``name``: the option or parameter as its caller knows it)."""
+    if policy in JUDGMENT_POLICIES:
+        return policy
+    import difflib
+
+    near = difflib.get_close_matches(str(policy), JUDGMENT_POLICIES, n=1)
+    raise ValueError(f"{name} must be one of {', '.join(JUDGMENT_POLICIES)}, got {policy!r}"
+                     + (f" (did you mean {near[0]}?)" if near else ""))
 REASON_EVENT_CONFLICT = "event_id repeated with different content"
 REASON_ITEM_TWICE = "item served twice in one request"
 REASON_JUDGMENT_CONFLICT = "conflicting judgments for one (query, item)"
@@ -160,8 +174,7 @@ def resolve_judgment(entries: dict, policy: str = "latest"):
     ``rejected`` are lists of ``(timestamp, grade)`` (one per record) and ``grade`` is None when the
     policy rejected the pair. Raises ValueError on an unknown policy.
     """
-    if policy not in JUDGMENT_POLICIES:
-        raise ValueError(f"judgment conflict policy must be one of {JUDGMENT_POLICIES}, got {policy!r}")
+    check_judgment_policy(policy)
     n_dup = sum(c - 1 for c in entries.values())
     keys = list(entries)
     grades = {g for _, g in keys}

@@ -144,9 +144,7 @@ class StreamMetrics(beam.PTransform):
             raise ValueError(f"ci_bounded must be one of {stats.BOUNDED_METHODS}, got {ci_bounded!r}")
         if timers not in TIMER_MODES:
             raise ValueError(f"timers must be one of {TIMER_MODES}, got {timers!r}")
-        if judgment_conflicts not in cleaning.JUDGMENT_POLICIES:
-            raise ValueError(f"judgment_conflicts must be one of {cleaning.JUDGMENT_POLICIES}, "
-                             f"got {judgment_conflicts!r}")
+        cleaning.check_judgment_policy(judgment_conflicts, "judgment_conflicts")
         self.grade_range = _ordered_pair(grade_range, "grade_range")
         self.time_range = _ordered_pair(time_range, "time_range")
         self.judgments = judgments
