@@ -416,8 +416,7 @@ def evaluate_log(impressions, metrics, *, by=(), window=None, columns=None, attr
     slice_specs = parse_slices(parse_slice_args([by] if isinstance(by, str) else list(by or ())))
     if slice_missing not in ("show", "skip"):
         raise ValueError(f"slice_missing must be 'show' or 'skip', got {slice_missing!r}")
-    if ci_bounded not in stats.BOUNDED_METHODS:
-        raise ValueError(f"ci_bounded must be one of {stats.BOUNDED_METHODS}, got {ci_bounded!r}")
+    stats.check_bounded(ci_bounded)
     level = stats.check_level(ci_level)
     lo_hi = parse_hist_range(hist_range) if isinstance(hist_range, str) else tuple(hist_range)
     hist = HistAucOps(lo_hi[0], lo_hi[1], hist_bins)

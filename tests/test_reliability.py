@@ -897,3 +897,26 @@ def test_an_unknown_judgment_policy_is_refused_alike_everywhere():
     assert cleaning.check_judgment_policy("max") == "max"
     assert str(pytest.raises(ValueError, cleaning.check_judgment_policy, "zzz").value) == \
         "judgment conflict policy must be one of latest, max, reject, got 'zzz'"
+
+
+def test_the_interval_options_are_checked_once_with_one_message(tmp_path, capsys):
+    """--ci-level and ci_bounded: one check each (metrics/stats.check_level, check_bounded) for the
+    API, the transforms of both engines and both jobs' command lines."""
+    from streameval.beam.columnar import ColumnarMetrics
+    from streameval.beam.streaming.transform import StreamMetrics
+    from streameval.metrics import stats
+
+    from .test_first_day import _write_small
+
+    assert batch.main([*_write_small(tmp_path), "--metrics", "map", "--output", str(tmp_path / "o"),
+                       "--ci-level", "1.5"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "error: --ci-level must be in (0, 1), got 1.5"
+    for make in (lambda: ColumnarMetrics(["i.avro"], ["j.avro"], ["map"], ci_bounded="logt"),
+                 lambda: StreamMetrics(metrics=["map"], ci_bounded="logt")):
+        with pytest.raises(ValueError) as e:
+            make()
+        assert str(e.value) == "ci_bounded must be one of logit, t, got 'logt'"
+    with pytest.raises(ValueError, match="^bounded must be one of logit, t, got 'x'$"):
+        stats.row_interval("map", 0.5, 10, 0.1, bounded="x")
+    with pytest.raises(ValueError, match=r"^confidence level must be in \(0, 1\), got 0$"):
+        stats.check_level(0)

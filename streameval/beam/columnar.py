@@ -199,8 +199,7 @@ class ColumnarMetrics(beam.PTransform):
         self.covariate_values = covariate_values  # --covariate-log: {cluster id: x}, else None (the attribute)
         #: {system: share} of --expected-split: srm rows (streameval.beam.srm), or None
         self.srm_split = dict(srm_split) if srm_split else None
-        if ci_bounded not in stats.BOUNDED_METHODS:
-            raise ValueError(f"ci_bounded must be one of {stats.BOUNDED_METHODS}, got {ci_bounded!r}")
+        stats.check_bounded(ci_bounded)
         self.ci_bounded = ci_bounded
         self.input_format = input_format
         self.impression_table, self.judgment_table = impression_table, judgment_table

@@ -547,8 +547,7 @@ class ScoreRankings(beam.PTransform):
         super().__init__(label)
         if ci not in ("t", "bootstrap"):
             raise ValueError("ci must be 't' or 'bootstrap'")
-        if ci_bounded not in stats.BOUNDED_METHODS:
-            raise ValueError(f"ci_bounded must be one of {stats.BOUNDED_METHODS}, got {ci_bounded!r}")
+        stats.check_bounded(ci_bounded)
         self.ci = ci
         self.ci_bounded = ci_bounded
         self.ci_level = float(ci_level)

@@ -81,7 +81,7 @@ from streameval.jobs.batch_args import ENGINES, build_arg_parser, check_local_in
 from streameval.jobs.batch_table import format_comparisons, format_table, report_line, sort_rows
 from streameval.metrics.online import parse_online_metric
 from streameval.metrics.online_names import parse_online_metrics
-from streameval.metrics.stats import parse_expected_split
+from streameval.metrics.stats import check_level, parse_expected_split
 
 __all__ = ["main", "build_arg_parser", "build_pipeline", "ReadAvro", "format_table", "sort_rows", "split_metrics",
            "OUTPUT_FILES"]
@@ -474,8 +474,7 @@ def _main(argv, held: list) -> int:
             raise ValueError(f"--shards wants a positive number or auto, got {args.shards!r}")
         if not 0 <= args.hot_query_fraction <= 1:
             raise ValueError(f"--hot-query-fraction must be between 0 and 1 (0: no fan-out), got {args.hot_query_fraction}")
-        if not 0 < args.ci_level < 1:
-            raise ValueError("--ci-level must be in (0, 1)")
+        check_level(args.ci_level, "--ci-level")
         args.srm_split = parse_expected_split(args.expected_split) if args.expected_split is not None else None
         if args.cluster != "none" and args.no_ctr:
             raise ValueError(f"--cluster {args.cluster} gives clustered ctr rows: not with --no-ctr")

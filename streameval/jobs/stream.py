@@ -108,6 +108,7 @@ from streameval.io.records import parse_time_range
 from streameval.metrics.diversity import is_diversity_name
 from streameval.metrics.names import MetricNameError, parse_metrics
 from streameval.metrics.online import parse_online_metric
+from streameval.metrics.stats import check_level
 
 from streameval.jobs.stream_args import (
     build_arg_parser,
@@ -577,8 +578,7 @@ def _main(argv, held: list) -> int:
             parse_duration(args.retention, "--retention")
         args.alert_rules, args.formats = load_rules(args.alerts) if args.alerts else None, parse_formats(args.formats)
         check_prometheus(args, _on_local_runner(args))
-        if not 0 < args.ci_level < 1:
-            raise ValueError(f"--ci-level must be in (0, 1), got {args.ci_level}")
+        check_level(args.ci_level, "--ci-level")
         if not 0 < args.progress_interval <= 86400:  # also NaN
             raise ValueError(f"--progress-interval must be a number of seconds in (0, 86400], got {args.progress_interval}")
         if args.early_every:

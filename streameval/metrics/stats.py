@@ -123,12 +123,22 @@ BOOTSTRAP_STREAM = b"streameval-boot"
 FLIP_STREAM = b"streameval-flip"
 
 
-def check_level(level: float) -> float:
-    """``level`` as a float; ValueError unless it is in (0, 1) (NaN is not)."""
+def check_level(level: float, name: str = "confidence level") -> float:
+    """``level`` as a float; ValueError unless it is in (0, 1) (NaN is not). ``name``: the option or
+    parameter as the caller knows it (``--ci-level``)."""
     level = float(level)
     if not 0.0 < level < 1.0:
-        raise ValueError(f"confidence level must be in (0, 1), got {level}")
+        raise ValueError(f"{name} must be in (0, 1), got {level:g}")
     return level
+
+
+def check_bounded(method: str, name: str = "ci_bounded") -> str:
+    """``method`` when it is one of :data:`BOUNDED_METHODS` (the interval of a metric bounded in
+    [0, 1]); else ValueError naming the choices. The one check for the API, both jobs' transforms
+    and :func:`row_interval`."""
+    if method not in BOUNDED_METHODS:
+        raise ValueError(f"{name} must be one of {', '.join(BOUNDED_METHODS)}, got {method!r}")
+    return method
 
 
 _check_level = check_level
@@ -601,8 +611,7 @@ def row_interval(metric: str, value, num_queries, stderr, level: float = DEFAULT
     (``ci_method`` ``"logit"``), ``"t"`` keeps the t interval."""
     if kind not in INTERVAL_KINDS:
         raise ValueError(f"kind must be one of {INTERVAL_KINDS}, got {kind!r}")
-    if bounded not in BOUNDED_METHODS:
-        raise ValueError(f"bounded must be one of {BOUNDED_METHODS}, got {bounded!r}")
+    check_bounded(bounded, "bounded")
     none = {"ci_low": None, "ci_high": None, "ci_level": None, "ci_method": None}
     if value is None or num_queries is None or not math.isfinite(value) or num_queries < 1:
         return none

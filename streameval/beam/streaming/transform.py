@@ -140,8 +140,7 @@ class StreamMetrics(beam.PTransform):
         super().__init__(label)
         if intervals not in stats.INTERVAL_KINDS:
             raise ValueError(f"intervals must be one of {stats.INTERVAL_KINDS}, got {intervals!r}")
-        if ci_bounded not in stats.BOUNDED_METHODS:
-            raise ValueError(f"ci_bounded must be one of {stats.BOUNDED_METHODS}, got {ci_bounded!r}")
+        stats.check_bounded(ci_bounded)
         if timers not in TIMER_MODES:
             raise ValueError(f"timers must be one of {TIMER_MODES}, got {timers!r}")
         cleaning.check_judgment_policy(judgment_conflicts, "judgment_conflicts")
