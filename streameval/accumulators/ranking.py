@@ -24,14 +24,15 @@ from every served item's grade): then ``keep`` is None (:func:`keep_for`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..metrics import registry
-from ..metrics.kernel import RankedLists
+from ..metrics.kernel import MetricOptions, RankedLists
 from ..metrics.prepare import DEFAULT_SCORE_PRECISION, judgment_histogram, rank_order
 
-__all__ = ["RankingOps", "keep_for"]
+__all__ = ["RankingOps", "RankingSetup", "keep_for", "ranking_setup"]
 
 
 def keep_for(specs, ideal: str = "judgments") -> int | None:
@@ -196,3 +197,34 @@ def _put(d: dict, item, value, key) -> int:
 def _total(rec):
     """A total order on served records (None score sorts lowest) for deterministic conflicts."""
     return (-math.inf if rec[0] is None else rec[0], rec[1], -1 if rec[2] is None else int(rec[2]))
+
+
+@dataclass(frozen=True)
+class RankingSetup:
+    """The ranking part of an evaluation, built and checked once (:func:`ranking_setup`): the
+    metric specs (``metrics.names.MetricSpec``), the kernel's options and the operations on request
+    states (which keep the top K the specs need)."""
+
+    specs: tuple
+    options: MetricOptions
+    ops: RankingOps
+
+
+def ranking_setup(metrics, *, relevance_level=1, gain="linear", ideal="judgments", err_max_grade=4,
+                  order="score", tie_break="docno", depth=None, score_precision=DEFAULT_SCORE_PRECISION,
+                  arithmetic: str = "the Beam jobs") -> RankingSetup:
+    """:class:`RankingSetup` of metric names (``metrics``: as :func:`streameval.metrics.names.
+    parse_metrics` takes them, diversity measures included; ``arithmetic``: the consumer that
+    aggregates arithmetic means only) and the ranking options (trec_eval's conventions by default:
+    docs/metrics.md). Raises :class:`~streameval.metrics.names.MetricNameError` for an unknown name,
+    ValueError for an option out of its range (:func:`streameval.metrics.prepare.check_ranking_options`,
+    :class:`~streameval.metrics.kernel.MetricOptions`)."""
+    from ..metrics.names import parse_metrics
+    from ..metrics.prepare import check_ranking_options
+
+    specs = tuple(parse_metrics(metrics, arithmetic=arithmetic, diversity=True))
+    options = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal, err_max_grade=err_max_grade)
+    check_ranking_options(depth=depth, score_precision=score_precision, tie_break=tie_break, order=order)
+    ops = RankingOps(order=order, tie_break=tie_break, keep=keep_for(specs, ideal), depth=depth,
+                     score_precision=score_precision)
+    return RankingSetup(specs, options, ops)

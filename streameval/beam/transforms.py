@@ -24,13 +24,12 @@ import numpy as np
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from ..accumulators.ranking import RankingOps, keep_for
+from ..accumulators.ranking import RankingOps, ranking_setup
 from ..io import cleaning, records
 from ..io import counters as cn
 from ..io.counters import NAMESPACE  # noqa: F401 (re-exported: its former home)
 from ..metrics.kernel import MetricOptions, compute, usable_grade_limit
 from ..metrics import stats
-from ..metrics.names import parse_metrics
 from ..metrics.prepare import DEFAULT_SCORE_PRECISION
 from .combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn
 from .keys import (  # noqa: F401 (re-exported: the window and slice keys' former home)
@@ -555,14 +554,10 @@ class ScoreRankings(beam.PTransform):
         self.ci_seed = int(ci_seed)
         self.scores = None
         self.judgments = judgments
-        self.specs = parse_metrics(metrics, arithmetic="the Beam jobs", diversity=True)
-        self.options = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal,
-                                     err_max_grade=err_max_grade)
-        from ..metrics.prepare import check_ranking_options
-
-        check_ranking_options(depth=depth, score_precision=score_precision, tie_break=tie_break, order=order)
-        self.ops = RankingOps(order=order, tie_break=tie_break, keep=keep_for(self.specs, ideal), depth=depth,
+        setup = ranking_setup(metrics, relevance_level=relevance_level, gain=gain, ideal=ideal,
+                              err_max_grade=err_max_grade, order=order, tie_break=tie_break, depth=depth,
                               score_precision=score_precision)
+        self.specs, self.options, self.ops = list(setup.specs), setup.options, setup.ops
         self.order = order
         self.window_micros, self.slide = sliding_windows(window, every, max_windows_per_record)
         self.slice_specs = parse_slices(slices)

@@ -21,12 +21,13 @@ import uuid
 import apache_beam as beam
 from apache_beam import typehints
 
+from ...accumulators.ranking import ranking_setup
 from ...io import cleaning
 from ...io import counters as cn
 from ...metrics import stats
 from ...metrics.prepare import DEFAULT_SCORE_PRECISION
 from ..keys import MAX_WINDOWS_PER_RECORD
-from ..transforms import ScoreRankings, judgment_grade_range, parse_slices
+from ..transforms import judgment_grade_range, parse_slices
 from .aggregate import _AggregateFn
 from .common import TIMER_MODES, stream_counts
 from .gate import _GateFn
@@ -154,9 +155,9 @@ class StreamMetrics(beam.PTransform):
             raise ValueError("metrics are required with judgments")
         if not ranking and not ctr:
             raise ValueError("nothing to compute: no judgments and ctr=False")
-        sr = ScoreRankings(None, metrics or ["P@1"], slices=slices, relevance_level=relevance_level, gain=gain,
-                           ideal=ideal, err_max_grade=err_max_grade, order=order, tie_break=tie_break,
-                           depth=depth, score_precision=score_precision)
+        sr = ranking_setup(metrics or ["P@1"], relevance_level=relevance_level, gain=gain, ideal=ideal,
+                           err_max_grade=err_max_grade, order=order, tie_break=tie_break, depth=depth,
+                           score_precision=score_precision)
         if ranking:
             self.grade_range = judgment_grade_range(self.grade_range, sr.specs, sr.options)
         lateness = parse_duration(allowed_lateness, "allowed_lateness", allow_zero=True)
@@ -172,7 +173,7 @@ class StreamMetrics(beam.PTransform):
             delay=parse_duration(attribution_delay, "attribution_delay", allow_zero=True),
             retention=parse_duration(retention, "retention") if retention else max(window_us, lateness, 1),
             early_seconds=early_seconds, early_count=int(early_count) if early_count else None,
-            ranking=ranking, ctr=bool(ctr), specs=sr.specs if ranking else [], options=sr.options, ops=sr.ops,
+            ranking=ranking, ctr=bool(ctr), specs=list(sr.specs) if ranking else [], options=sr.options, ops=sr.ops,
             slice_specs=parse_slices(slices), attr_keys=sorted({n for s in parse_slices(slices) for n in s}),
             shards=int(request_shards), clock=clock,
             cleanup=spec.period if spec.windowed else spec.size,
