@@ -49,6 +49,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .errors import MetricNameError
+
 __all__ = ["DiversitySpec", "MEASURES", "NDEVAL_COLUMNS", "parse_diversity", "is_diversity_name",
            "ranking_gains", "ideal_gains", "query_values", "evaluate_lists", "request_values",
            "batch_values", "spec_of", "DIVERSITY_ACCEPTED"]
@@ -75,15 +77,7 @@ DIVERSITY_ACCEPTED = ("diversity (subtopic qrels): alpha_nDCG(alpha=a,rel=r)@k a
                       "ndeval's spellings alpha-nDCG@k ERR-IA@k MAP-IA strec@k also work")
 
 
-class _NameError(ValueError):
-    pass
-
-
 def _error(message):
-    try:
-        from .names import MetricNameError
-    except ImportError:  # pragma: no cover
-        return _NameError(message)
     return MetricNameError(message)
 
 

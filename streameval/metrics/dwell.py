@@ -19,7 +19,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .names import MetricNameError
+from .errors import MetricNameError
 
 __all__ = ["DWELL_FAMILIES", "DEFAULT_SAT_SECONDS", "seconds_text", "threshold_ms", "dwell_request_terms"]
 

@@ -60,6 +60,7 @@ from __future__ import annotations
 import re
 
 from . import registry
+from .errors import MetricNameError
 
 __all__ = ["parse", "looks_like", "NAMES"]
 
@@ -118,8 +119,6 @@ _ACCEPTED = ("ir_measures: P(rel=r)@k R@k AP(rel=r)[@k] RR(rel=r)[@k] nDCG(dcg='
 
 
 def _error(message):
-    from .names import MetricNameError
-
     return MetricNameError(message)
 
 

@@ -43,6 +43,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from . import diversity, irm_names, registry, trec_names
+from .errors import MetricNameError
 from . import diversity as _diversity
 
 __all__ = [
@@ -70,14 +71,6 @@ MAX_CUTOFF = 2**31 - 1
 # trec_eval's default cutoffs for P, recall, map_cut and ndcg_cut; success has its own.
 TREC_DEFAULT_CUTOFFS = registry.TREC_CUTOFFS
 TREC_SUCCESS_CUTOFFS = registry.SUCCESS_CUTOFFS
-
-
-class MetricNameError(ValueError):
-    """An unknown or malformed metric name. ``unknown`` is True when the name is no accepted name
-    at all (the message then names the closest accepted ones), False for a known measure written
-    with a bad cutoff or parameter."""
-
-    unknown = False
 
 
 @dataclass(frozen=True, order=True)

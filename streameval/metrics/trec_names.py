@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 from . import registry
+from .errors import MetricNameError
 
 __all__ = ["FAMILIES", "GEOMETRIC", "MIN_GEO_MEAN", "parse", "trec_name", "values", "defaults",
            "all_trec_extras", "ACCEPTED"]
@@ -48,8 +49,6 @@ ACCEPTED = " ".join(f.forms for f in _TREC)
 
 
 def _error(message):
-    from .names import MetricNameError
-
     return MetricNameError(message)
 
 

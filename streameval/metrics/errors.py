@@ -1,0 +1,15 @@
+"""The metrics layer's error types, in a module of their own so that every name parser
+(:mod:`~streameval.metrics.names`, :mod:`~streameval.metrics.diversity`, the trec_eval and
+ir_measures spellings) imports them without importing the others."""
+
+from __future__ import annotations
+
+__all__ = ["MetricNameError"]
+
+
+class MetricNameError(ValueError):
+    """An unknown or malformed metric name. ``unknown`` is True when the name is no accepted name
+    at all (the message then names the closest accepted ones), False for a known measure written
+    with a bad cutoff or parameter."""
+
+    unknown = False
