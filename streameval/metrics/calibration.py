@@ -35,6 +35,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from .online_sums import ratio_from_sums
+
 __all__ = ["EPS", "MAX_BINS", "DEFAULT_BINS", "CALIBRATION_FAMILIES", "probability_mask", "example_terms",
            "bin_index", "logloss", "brier", "calibration_ratio", "ece", "reliability_bins", "ratio_result",
            "ece_from_bins"]
@@ -113,8 +115,6 @@ def ratio_result(n: int, clicks: int, sp, sp2, spy) -> tuple[float, float]:
     ``sp`` = sum p, ``sp2`` = sum p^2 and ``spy`` = sum of p over the clicks (floats or exact
     Fractions). Linearisation (Cochran 1977, 6.4) with a_i = p_i, b_i = y_i:
     se^2 = n / (n - 1) * sum (a_i - R b_i)^2 / (sum b_i)^2. NaN without clicks; stderr NaN for n < 2."""
-    from .online import ratio_from_sums
-
     if n == 0 or clicks == 0:
         return (math.nan, math.nan)
     return ratio_from_sums(n, clicks, sp, clicks, spy, sp2)
