@@ -4,7 +4,7 @@ comparisons, win/tie/loss counts per query and a table to Markdown, LaTeX and HT
 
 The kernels are the CLI's (``streameval compare``), one definition each: the paired t-test and the
 sign-flip (Fisher) randomization test come from
-:class:`~streameval.accumulators.bootstrap.PairedComparison` (the state the Beam jobs merge: the
+:class:`~streameval.accumulators.paired.PairedComparison` (the state the Beam jobs merge: the
 exact mean and standard error of the differences, :func:`~streameval.metrics.stats.t_test`,
 :func:`~streameval.metrics.stats.sign_flip_pvalue_exact` up to ``exact_max`` queries, else
 ``n_permutations`` hash-seeded sign patterns), the corrections from
@@ -238,7 +238,7 @@ def compare(qrels, runs, metrics, *, test: str = "t", correction: str | None = "
     Returns a :class:`Comparison`. Raises ValueError (one line) for an unknown test, correction or
     baseline (naming the closest accepted values), fewer than two runs, or with Tukey fewer than two
     queries every run scored; MetricNameError for unknown metric names."""
-    from .accumulators import bootstrap
+    from .accumulators import bootstrap, paired
     from .metrics import multiple
     from .metrics.names import parse_metrics
     from .metrics.stats import check_level
@@ -285,7 +285,7 @@ def compare(qrels, runs, metrics, *, test: str = "t", correction: str | None = "
     if kind == "tukey":
         rows = _tukey(specs, names, scored, pairs, level)
     else:
-        pc = bootstrap.PairedComparison(len(specs), replicates=0, flips=flips if kind == "fisher" else 0,
+        pc = paired.PairedComparison(len(specs), replicates=0, flips=flips if kind == "fisher" else 0,
                                         exact_max=exact if kind == "fisher" else 0, seed=seed)
         for i, j in pairs:
             a, b = scored[i], scored[j]

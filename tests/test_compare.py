@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from scipy import stats as sst
 
 from streameval import api
-from streameval.accumulators.bootstrap import PairedComparison
+from streameval.accumulators.paired import PairedComparison
 from streameval.commands import compare
 from streameval.metrics import stats
 

@@ -106,7 +106,7 @@ def test_identical_metric_columns_are_computed_once():
     """distinct_rows groups bit-identical rows only (-0.0 and NaN payloads apart), and a comparison
     computed on the distinct rows then expanded (PairedComparison.expand) extracts the same as the
     comparison of every row, whether its flips are kept as float sums or folded into exact limbs."""
-    from streameval.accumulators.bootstrap import PairedComparison
+    from streameval.accumulators.paired import PairedComparison
     from streameval.beam.columnar_compare import distinct_rows
 
     rng = np.random.default_rng(11)
@@ -142,7 +142,7 @@ def test_states_from_one_pass_over_the_sign_table_equal_the_states_key_by_key():
     """PairedComparison.add_many_keys (every part's flip sums in one pass over an int8 sign table)
     extracts the same as add_many part by part: dense parts, a part with few of the table's queries
     (gathered), and parts folded into the exact limbs (keep_max)."""
-    from streameval.accumulators.bootstrap import PairedComparison
+    from streameval.accumulators.paired import PairedComparison
 
     rng = np.random.default_rng(5)
     nq, m = 400, 3

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from streameval.accumulators.bootstrap import PairedComparison
+from streameval.accumulators.paired import PairedComparison
 from streameval.accumulators.moments import MeanMoments, partials_value
 
 

@@ -7,7 +7,7 @@ each system's value of a metric is the mean of its requests' values (NaN skipped
 :func:`math.fsum`, over the count, as :func:`streameval.beam.stats._system_means`); every system
 present with the baseline is paired with it (``B - A``, A the baseline), and the shard's queries of a
 (window, slice, A, B) key are added to one
-:class:`~streameval.accumulators.bootstrap.PairedComparison` state, merged across shards by
+:class:`~streameval.accumulators.paired.PairedComparison` state, merged across shards by
 :class:`PairedStatesCombineFn`.
 """
 
@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..accumulators.bootstrap import PairedComparison
+from ..accumulators.paired import PairedComparison
 from .columnar_clean import _labels, _windows
 from .columnar_columns import _encode, _group_bounds, _ordered
 from .combiners import BatchedStatesMixin

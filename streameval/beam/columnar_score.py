@@ -140,7 +140,7 @@ class _ScoreShard(ThreadedDoFn):
         #: (baseline system, replicates, seed) of the paired comparisons, or None
         self.compare = compare
         if compare is not None:
-            from ..accumulators.bootstrap import PairedComparison
+            from ..accumulators.paired import PairedComparison
 
             self.pc = PairedComparison(len(specs), compare[1], seed=compare[2])
         #: (replicates, seed) of the Poisson bootstrap, or None (means only)

@@ -25,9 +25,9 @@ from ..accumulators.bootstrap import (
     DEFAULT_EXACT_MAX,
     DEFAULT_FLIPS,
     DEFAULT_REPLICATES,
-    PairedComparison,
     PoissonBootstrap,
 )
+from ..accumulators.paired import PairedComparison
 from ..accumulators.moments import partials_value
 from ..metrics.stats import DEFAULT_LEVEL
 
@@ -98,7 +98,7 @@ class BootstrapMeanCombineFn(beam.CombineFn):
 
 
 class PairedCombineFn(beam.CombineFn):
-    """Paired comparison of two systems (:class:`~streameval.accumulators.bootstrap.PairedComparison`).
+    """Paired comparison of two systems (:class:`~streameval.accumulators.paired.PairedComparison`).
 
     Inputs: ``(query_key, a_values, b_values)``. Output: one dict per metric with ``num_queries,
     mean_a, mean_b, diff`` (``b - a``)``, stderr, ci_level, t_low, t_high, boot_low, boot_high, t,

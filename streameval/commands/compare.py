@@ -4,7 +4,7 @@ run A with each other run on the queries they share.
 Per metric and pair: both means, the mean difference ``B - A``, its Student t interval and Poisson
 bootstrap percentile interval, the paired t-test and the two-sided sign-flip randomization test
 (exact up to ``--exact-max`` queries, else ``--flips`` hash-seeded sign patterns). The numbers come
-from :class:`streameval.accumulators.bootstrap.PairedComparison`, the state the Beam jobs merge,
+from :class:`streameval.accumulators.paired.PairedComparison`, the state the Beam jobs merge,
 fed with :func:`streameval.api.score_queries`' per-query scores, so they equal the jobs' to the bit.
 Metric options are trec_eval's flags (``-l``, ``-c``, ``-M``). Does not import Beam.
 
@@ -100,7 +100,7 @@ def compare_runs(qrels, run_a, runs_b, metrics, *, names=None, level: float = 0.
     (as groups) on the queries all of them scored with a finite score for that metric; and
     ``"tukey_queries"``, the number of queries all systems scored. ValueError for an unknown
     ``adjust``, or with ``tukey`` when fewer than two queries are shared by all systems."""
-    from ..accumulators import bootstrap
+    from ..accumulators import bootstrap, paired
     from ..api_compare import scores_by_query
     from ..metrics import multiple
     from ..metrics.names import parse_metrics
@@ -120,7 +120,7 @@ def compare_runs(qrels, run_a, runs_b, metrics, *, names=None, level: float = 0.
     for i, j in pairs:
         a, b, name_a, name_b = scored[i], scored[j], names[i], names[j]
         shared = sorted(set(a) & set(b))
-        pc = bootstrap.PairedComparison(len(specs), **kw)
+        pc = paired.PairedComparison(len(specs), **kw)
         state = pc.create()
         for q in shared:
             pc.add(state, q, a[q], b[q])
