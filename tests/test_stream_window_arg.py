@@ -7,7 +7,7 @@ that depend on the window kind (the columnar engine's refusal) must see the rewr
 import pytest
 
 from streameval.jobs import stream, stream_args
-from streameval.beam.streaming.windows import WindowSpec
+from streameval.plan.windows import WindowSpec
 
 H, M = 3_600_000_000, 60_000_000  # an hour and a minute in microseconds
 

@@ -394,7 +394,7 @@ def sliding_window_spec(args):
     count in more than ``--max-windows-per-record`` windows: ValueError, one line naming the count
     (``--window 7d/1s puts each record in 604,800 windows; the limit is 1,000
     (--max-windows-per-record)``). Shared by the batch and streaming jobs."""
-    from .streaming.windows import WindowSpec, parse_duration
+    from ..plan.windows import WindowSpec, parse_duration
 
     parse_duration(args.window, "--window")  # its message names the option (e.g. a size without a unit)
     parse_duration(args.every, "--every")

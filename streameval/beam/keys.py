@@ -6,11 +6,19 @@ and the streaming job (split from :mod:`streameval.beam.transforms`, which re-ex
 
 from __future__ import annotations
 
-import math
-import numbers
 import re
 
 from ..io.metric_table import label_parts
+from ..plan.windows import (  # noqa: F401 (re-exported: their former home)
+    DURATION_FORMS,
+    MAX_DURATION_SECONDS,
+    MAX_WINDOWS_PER_RECORD,
+    WindowSpec,
+    check_window_limit,
+    check_windows_per_record,
+    parse_window,
+    window_micros,
+)
 
 #: slice value of a request that lacks a slice attribute
 MISSING = "(missing)"
@@ -18,86 +26,6 @@ ALL = "all"
 
 # --------------------------------------------------------------------------------------------
 # small helpers (pure Python, shared with streameval/jobs/batch.py)
-
-# the longest window, lateness or retention: the years 1 to 9999 that event times may span (so that
-# an event time plus a window, a lateness and a retention stays far inside Beam's timestamps)
-MAX_DURATION_SECONDS = 10_000 * 366 * 86400
-
-_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-#: the most sliding windows (size / period) a record may count in unless the caller raises it
-#: (``max_windows_per_record``, the jobs' ``--max-windows-per-record``): every record's states are
-#: sent to each of its windows, so ``7d/1s`` (604,800 windows per record) would run for ever
-MAX_WINDOWS_PER_RECORD = 1_000
-
-
-def check_windows_per_record(count: int, limit=MAX_WINDOWS_PER_RECORD, what: str = "a sliding window",
-                             option: str = "max_windows_per_record") -> None:
-    """Raises ValueError, one line naming ``count`` and the option that raises ``limit``, when a
-    sliding window puts each record in more than ``limit`` windows (``what``: how the caller wrote
-    the window, e.g. ``--window 7d/1s``); also when ``limit`` is not a positive whole number."""
-    check_window_limit(limit, option)
-    if count > limit:
-        raise ValueError(f"{what} puts each record in {count:,} windows; the limit is {limit:,} ({option})")
-
-
-def check_window_limit(limit, option: str = "max_windows_per_record") -> int:
-    """``limit`` when it is a positive whole number of windows per record, else ValueError naming ``option``."""
-    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1:
-        raise ValueError(f"{option} must be a positive whole number of windows, got {limit!r}")
-    return limit
-
-
-#: the forms of a duration, for messages
-DURATION_FORMS = "1s, 90s, 30m, 1h, 1d or 1w"
-
-
-def parse_window(window, name: str = "window") -> float | None:
-    """Window size in seconds from ``None``/``"none"``, a Python number of seconds, or text with a
-    unit: ``"3600s"``, ``"30m"``, ``"1h"``, ``"1d"``, ``"1w"``. Text without a unit (``"1"``,
-    ``"3600"``) is refused: it meant seconds, and ``--window 1`` gave one-second windows where a day or
-    an hour was meant; only ``"0"`` (the same in every unit) stands alone. Raises ValueError, one
-    line naming ``name`` (the option, e.g. ``--allowed-lateness``) and the valid forms (also for more
-    than :data:`MAX_DURATION_SECONDS`, 10000 years)."""
-    if window is None:
-        return None
-    if isinstance(window, (int, float)) and not isinstance(window, bool):
-        size = float(window)
-    else:
-        text = str(window).strip().lower()
-        if text in ("", "none", "global", "0"):
-            return None
-        m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", text)
-        if not m and ("/" in text or text.startswith(("session:", "sessions:"))):
-            raise ValueError(f"cannot parse {name} {window!r} here: this one takes a fixed size such as 1h or 1d "
-                             f"(sliding windows: the size and every='10m'; session windows (session:30m) are the "
-                             f"streaming job's: streameval stream, StreamMetrics)")
-        if m and not m.group(2):
-            raise ValueError(f"{name} {window!r} has no unit: write it with one, e.g. {DURATION_FORMS} "
-                             f"(s seconds, m minutes, h hours, d days, w weeks)")
-        if not m or m.group(2) not in _UNITS:
-            raise ValueError(f"cannot parse {name} {window!r}: use a number and a unit, e.g. {DURATION_FORMS}"
-                             + (", or none" if name == "window" else ""))
-        size = float(m.group(1)) * _UNITS[m.group(2)]
-    if not size > 0 or not math.isfinite(size):
-        raise ValueError(f"{name} must be a positive duration, got {window!r}")
-    if size > MAX_DURATION_SECONDS:
-        raise ValueError(f"a duration must be at most 10000 years (the span of event times a job can window), "
-                         f"got {name} {window!r}")
-    return size
-
-
-def window_micros(window) -> int | None:
-    """The size in microseconds of ``window`` as :func:`parse_window` reads it (None: the global
-    window); ValueError as there, and for a window shorter than a microsecond."""
-    size = parse_window(window)
-    if size is None:
-        return None
-    micros = int(round(size * 1_000_000))
-    if micros < 1:
-        raise ValueError(f"window {window!r} is shorter than a microsecond")
-    return micros
-
 
 _window_micros = window_micros  # its former name (the engines import it)
 
@@ -117,8 +45,6 @@ def sliding_windows(window, every=None, max_windows_per_record=MAX_WINDOWS_PER_R
         return size, None
     if size is None:
         raise ValueError(f"a sliding period (every={every!r}) needs a window size")
-    from .streaming.windows import WindowSpec
-
     spec = WindowSpec.sliding(window, every, max_windows_per_record=max_windows_per_record)
     if spec.kind != "sliding":
         return size, None

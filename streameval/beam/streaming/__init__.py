@@ -71,7 +71,7 @@ from .common import PANES, REASON_CLICK_UNMATCHED, stream_counts
 from .prepare import check_click, click_event_key
 from .replay import Replay, replay_clock
 from .transform import StreamMetrics
-from .windows import WindowSpec, parse_duration
+from ...plan.windows import WindowSpec, parse_duration
 
 __all__ = [
     "WindowSpec",

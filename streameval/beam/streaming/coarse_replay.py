@@ -50,7 +50,7 @@ class ReplayColumns(beam.PTransform):
         from ..sources import read_avro_blocks, unreadable_letter
         from .live import event_micros, ipc_bytes
         from .replay import usable_time
-        from .windows import parse_duration
+        from ...plan.windows import parse_duration
 
         step_us = parse_duration(self.step, "step")
         per_step: dict = defaultdict(list)  # step -> [(path, block, records)]

@@ -23,7 +23,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 from ...io import counters as cn
 from .common import _fmt_us, _late_record, _micros, _tally_late, _when
 from .prepare import _by_shard, _Click, side_key
-from .windows import WindowSpec
+from ...plan.windows import WindowSpec
 
 
 # --------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ from ..sources import read_avro_blocks, unreadable_letter
 from . import replay as _replay
 from .polling import SCHEMA_OF, poll
 from .replay import END_OF_TIME_US, ms_floor, usable_time
-from .windows import parse_duration
+from ...plan.windows import parse_duration
 
 _LOG = logging.getLogger(__name__)
 

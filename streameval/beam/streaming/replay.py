@@ -22,7 +22,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 
 from ...io import records
 from .common import _when
-from .windows import parse_duration
+from ...plan.windows import parse_duration
 
 # The replay's processing time. Replay sets it as it plays each step (the local runner's test
 # clock advances by the same amounts), so processing-time timers set from it fire in step with

@@ -36,7 +36,8 @@ from .queries import _QueriesFn
 from .requests import _RequestsFn
 from .session_aggregate import _SessionAggregate
 from .window_aggregate import _WindowAggregate
-from .windows import WindowSpec, _Config, parse_duration
+from ...plan.windows import WindowSpec, parse_duration
+from .windows import _Config
 
 
 def _ordered_pair(pair, name: str):
