@@ -254,7 +254,7 @@ def add_hist_arguments(group) -> None:
 
 def add_window_limit_argument(group) -> None:
     """``--max-windows-per-record N`` (both jobs): the most sliding windows a record may count in."""
-    from .keys import MAX_WINDOWS_PER_RECORD
+    from ..plan.windows import MAX_WINDOWS_PER_RECORD
 
     group.add_argument("--max-windows-per-record", type=int, default=MAX_WINDOWS_PER_RECORD, metavar="N",
                        help=f"refuse sliding windows that put each record in more than N windows (SIZE / PERIOD; "
@@ -414,8 +414,7 @@ def batch_window_spec(args, online=()):
     metrics (names) or ``args.compare_baseline``, whose states are not sums over a sub-window's
     requests (GAUC's groups, a query's paired means may span sub-windows), and for more windows per
     record than ``--max-windows-per-record`` (:func:`sliding_window_spec`)."""
-    from .keys import check_window_limit
-    from .transforms import parse_window
+    from ..plan.windows import check_window_limit, parse_window
 
     split_window_arg(args)
     check_window_limit(args.max_windows_per_record, "--max-windows-per-record")

@@ -56,7 +56,7 @@ from .columnar_columns import (AVRO_BYTES_PER_IMPRESSION, IMPRESSION_FIELDS, JUD
 from .columnar_read import DECODER_NAMESPACE, DECODERS, ReadImpressionColumns, ReadJudgmentColumns, default_decoder
 from .columnar_score import (_CompletingScoreShard, _HotCompletingScoreShard, _HotScoreShard, _ResolveShard,
                              _ScoreShard, mean_states)
-from .combiners import BatchedStatesMixin, CtrByPositionCombineFn, MeanCombineFn
+from .combiners import BatchedStatesMixin, CtrByPositionCombineFn, MeanStatesCombineFn
 from .stats import BootstrapMeanCombineFn
 from .sources import UNREADABLE
 from .keys import MAX_WINDOWS_PER_RECORD, _window_micros
@@ -87,13 +87,6 @@ def _as_kv():
 
 # --------------------------------------------------------------------------------------------
 # stage 4: merge the partial states
-
-class _MergeMeans(MeanCombineFn):
-    """:class:`MeanCombineFn` whose inputs are MeanMoments states (already summed per shard)."""
-
-    def add_input(self, acc, state):
-        return self.merge_accumulators([acc, list(state) + [[]]])
-
 
 class _MergeBootstrap(BatchedStatesMixin, BootstrapMeanCombineFn):
     """:class:`BootstrapMeanCombineFn` whose inputs are PoissonBootstrap states (summed per shard)."""
@@ -408,7 +401,7 @@ class ColumnarMetrics(beam.PTransform):
                             | "Rows" >> beam.FlatMap(_bootstrap_rows, names))
             else:
                 rows.append(means
-                            | "MergeMeans" >> beam.CombinePerKey(_MergeMeans(len(self.specs), totals))
+                            | "MergeMeans" >> beam.CombinePerKey(MeanStatesCombineFn(len(self.specs), totals))
                             | "Rows" >> beam.FlatMap(_rows, names, self.ci_level, self.ci_bounded))
         self.dead_letters = tuple(dead) | "DeadLetters" >> beam.Flatten()
         if not rows:

@@ -50,7 +50,7 @@ from ..metrics.kernel import RankedLists
 from ..metrics.prepare import judgment_histogram
 from .columnar_columns import _concat, _encode, _factorize, _pick, _shards_of, shard_of, thaw
 from .threads import counter
-from .transforms import ALL, NAMESPACE
+from .transforms import ALL, NAMESPACE, empty_ranking_values
 
 __all__ = ["HOT_FRACTION", "HOT_MIN_REQUESTS", "fan_out", "element_key", "element_shard", "hot_summaries",
            "HotQueries"]
@@ -158,8 +158,6 @@ class HotQueries(beam.DoFn):
         k = len(missing)
         lists = RankedLists(offsets=np.zeros(k + 1, dtype=np.int64), grades=np.zeros(0), judged_offsets=qoff,
                             judged_values=hv, judged_counts=hc, judged_index=np.zeros(k, np.int64))
-        from .columnar_score import _empty_rankings
-
-        values = _empty_rankings(self.specs, self.options, lists, k)
+        values = empty_ranking_values(self.specs, self.options, lists, k)
         self.completed.inc(k)
         return {s: values[:, i] for i, s in enumerate(missing)}

@@ -55,7 +55,7 @@ from ..io import dwell as dwell_io
 from ..metrics import calibration as cal
 from ..metrics import interleaving as il
 from ..metrics import online as om
-from .columnar import _MergeMeans
+from .combiners import MeanStatesCombineFn
 from .columnar_clean import _first_min, _grouped, _labels, _windows
 from .columnar_columns import (_HELD, _concat, _encode, _factorize, _group_bounds, _held_keys, _key_shards, _nonempty,
                                _pair_codes, _pick, _shards_of, _sorted_codes, _split, _take, _unique_codes, freeze, thaw)
@@ -560,11 +560,11 @@ def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: floa
     if online.request_specs:
         names = [s.name for s in online.request_specs]
         parts.append(outputs[TAG_REQUESTS]
-                     | "MergeRequestMeans" >> beam.CombinePerKey(_MergeMeans(len(names)))
+                     | "MergeRequestMeans" >> beam.CombinePerKey(MeanStatesCombineFn(len(names)))
                      | "RequestRows" >> beam.FlatMap(_request_rows, names))
     if online.interleaving:
         parts.append(outputs[TAG_INTERLEAVING]
-                     | "MergeInterleaving" >> beam.CombinePerKey(_MergeMeans(3, totals=[True] * 3))
+                     | "MergeInterleaving" >> beam.CombinePerKey(MeanStatesCombineFn(3, totals=[True] * 3))
                      | "InterleavingRows" >> beam.FlatMap(interleaving_rows, ci_level))
     return [p | f"OnlineIntervals{i}" >> beam.Map(with_interval, ci_level, ci_bounded) for i, p in enumerate(parts)]
 

@@ -19,7 +19,8 @@ from .columnar_columns import (_concat, _concat_attributes, _encode, _factorize,
                                _pick, _pylist, _sorted_codes, _strings, freeze, thaw)
 from .columnar_clean import _concat_requests, _labels, _take_requests, _windows
 from .threads import ThreadedDoFn, counter, distribution
-from .transforms import ALL, NAMESPACE, SOURCE_UNRANKABLE, conflict_key, score_values, window_bounds
+from .transforms import (ALL, NAMESPACE, SOURCE_UNRANKABLE, conflict_key, empty_ranking_values, score_values,
+                         window_bounds)
 from ..io.dead_letters import dead_letter
 
 
@@ -302,7 +303,7 @@ class _ScoreShard(ThreadedDoFn):
         qoff, hv, hc = judgment_histogram(jcode, np.asarray(jg, dtype=np.float64), len(qnames))
         lists = RankedLists(offsets=np.zeros(len(pairs) + 1, dtype=np.int64), grades=np.zeros(0),
                             judged_offsets=qoff, judged_values=hv, judged_counts=hc, judged_index=qidx)
-        values = _empty_rankings(self.specs, self.options, lists, len(pairs))
+        values = empty_ranking_values(self.specs, self.options, lists, len(pairs))
         self.completed.inc(len(pairs))
         counted = set(scored_query.to_pylist())
         self.queries.inc(len({qnames[qi] for qi, _ in pairs} - counted))
@@ -372,12 +373,6 @@ class _ScoreShard(ThreadedDoFn):
     def _means(self, r, values):
         return mean_states(self.mm, r["min_ts"], r["system_id"], r["attributes"], values, self.window_micros,
                            self.slice_specs, r["query_id"] if self.bootstrap else None)
-
-
-def _empty_rankings(specs, options, lists, n) -> np.ndarray:
-    """Values of ``n`` empty rankings (``complete``): the kernel's on ``lists``; diversity measures 0."""
-    return score_values(specs, options, lambda sp: compute(lists, sp, options),
-                        lambda: ([""] * n, np.zeros(n + 1, dtype=np.int64), []), ([], [], [], np.zeros(0)))
 
 
 def mean_states(mm, min_ts, system_id, attributes: dict, values, window_micros, slice_specs, query_id=None):

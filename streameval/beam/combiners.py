@@ -27,6 +27,7 @@ __all__ = [
     "BatchedStatesMixin",
     "RankingStateCombineFn",
     "MeanCombineFn",
+    "MeanStatesCombineFn",
     "CtrCombineFn",
     "CtrByPositionCombineFn",
     "request_query_id",
@@ -268,6 +269,14 @@ class MeanCombineFn(beam.CombineFn):
 
 # --------------------------------------------------------------------------------------------
 # clicks
+
+class MeanStatesCombineFn(MeanCombineFn):
+    """:class:`MeanCombineFn` whose inputs are MeanMoments states already summed over a shard's
+    queries (the columnar engine's shards), not one query's values."""
+
+    def add_input(self, acc, state):
+        return self.merge_accumulators([acc, list(state) + [[]]])
+
 
 class CtrCombineFn(beam.CombineFn):
     """Click-through rate. Inputs: clicked flags. Output: ``(ctr, impressions, stderr)``."""

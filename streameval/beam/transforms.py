@@ -489,6 +489,14 @@ def score_values(specs, options: MetricOptions, adhoc, rankings, judgments) -> n
     return out
 
 
+def empty_ranking_values(specs, options: MetricOptions, lists, n: int) -> np.ndarray:
+    """(len(specs), n) values of ``n`` empty rankings (``complete``: a query with judgments that a
+    system did not serve): the kernel's on ``lists`` (``RankedLists`` without served items);
+    diversity measures 0. The columnar engine's completion and its hot queries' use it."""
+    return score_values(specs, options, lambda sp: compute(lists, sp, options),
+                        lambda: ([""] * n, np.zeros(n + 1, dtype=np.int64), []), ([], [], [], np.zeros(0)))
+
+
 def _rows(element, names, level, bounded="logit"):
     (ws, we, label, system), results = element
     for name, (value, n, se) in zip(names, results):
