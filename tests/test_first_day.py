@@ -243,7 +243,7 @@ def test_progress_line_repeats_while_counts_change_and_ends_with_a_final_line():
     import io
     import time
 
-    from streameval import progress
+    from streameval.io import progress
 
     out, n = io.StringIO(), [0]
 

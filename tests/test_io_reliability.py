@@ -712,7 +712,7 @@ def test_count_records_reads_block_headers_only(tmp_path):
     (tmp_path / "cut.avro").write_bytes(data[: len(data) // 2])
     with pytest.raises(AvroInputError, match="truncated file"):
         avro.count_records(tmp_path / "cut.avro")
-    from streameval import progress
+    from streameval.io import progress
 
     assert progress.count_avro_records(tmp_path / "cut.avro") is None
 

@@ -17,7 +17,7 @@ import pytest
 from scipy import stats as sst
 
 from streameval.jobs import batch
-from streameval import progress
+from streameval.io import progress
 from streameval.beam.transforms import metric_row
 from streameval.commands import report
 from streameval.io import avro, convert, records, trec

@@ -262,7 +262,7 @@ class ColumnarMetrics(beam.PTransform):
         self.unjudged = None
 
     def expand(self, pbegin):
-        from .. import progress
+        from ..io import progress
 
         read = ReadImpressionColumns(self.impression_paths, self.shards,
                                      decoder=self.decoder, hold=self.in_process, threads=self.threads,

@@ -422,7 +422,7 @@ def write_report(rows, out_dir: str, title: str = "streameval report", level: fl
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .. import progress
+    from ..io import progress
 
     rows = prepare_rows(rows, level)
     if metrics:

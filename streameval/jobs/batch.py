@@ -62,7 +62,8 @@ from streameval.beam.sources import (UNREADABLE, UNREADABLE_PARQUET, ReadAvro, e
                                      input_bytes, is_unreadable_letter, set_file_system_options)
 from streameval.beam.table_inputs import count_parquet_rows, parquet_paths, table_options
 from streameval.beam.online import OnlineMetrics, split_metric_names
-from streameval import interrupts, progress, tuning
+from streameval import interrupts, tuning
+from streameval.io import progress
 from streameval.beam.stats import CompareSystems
 from streameval.beam.threads import default_threads
 from streameval.io import counters as cn

@@ -102,7 +102,8 @@ from streameval.beam.streaming import (
     replay_clock,
     stream_counts,
 )
-from streameval import interrupts, progress
+from streameval import interrupts
+from streameval.io import progress
 from streameval.io import counters as cn
 from streameval.io.records import parse_time_range
 from streameval.metrics.diversity import is_diversity_name

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 import apache_beam as beam
 
-from ... import progress
+from ...io import progress
 from ...alerts import format_alert
 from ...io import counters as cn
 from ..sources import UNREADABLE

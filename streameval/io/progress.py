@@ -145,7 +145,7 @@ def count_avro_records(paths) -> int | None:
     """Records in the given Avro files (paths or globs), from their block headers
     (:func:`streameval.io.avro.count_records`); None when a file cannot be read to its end (the job's
     reader reports that file; the progress bar has no total)."""
-    from .io.avro import AvroInputError, count_records
+    from .avro import AvroInputError, count_records
 
     try:
         return count_records(paths)
