@@ -253,6 +253,30 @@ def test_the_stall_watch_arms_at_running_on_prism(prism):
     assert not reports_while_running(PipelineOptions(["--job_endpoint", "127.0.0.1:1", "--job_name", "x"]))
 
 
+def _signal_once_a_worker_starts(pool_log: Path, pgid: int, sig: int, delay: float):
+    """A started daemon thread that sends ``sig`` to the process group ``pgid`` ``delay`` seconds
+    after the worker pool's log (``pool_log``) says a new SDK worker started (within 300 s), and the
+    event it sets once it has."""
+    import threading
+
+    started = pool_log.read_text(errors="replace").count("Starting worker with command")
+    sent = threading.Event()
+
+    def watch():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if pool_log.read_text(errors="replace").count("Starting worker with command") > started:
+                time.sleep(delay)
+                os.killpg(pgid, sig)
+                sent.set()
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread, sent
+
+
 @pytest.mark.parametrize("victim,reason", [
     ("prism", "the runner's service stopped answering (UNAVAILABLE: "),
     # Prism 2.77 failed the job with its reason; Prism 2.62 either fails it (SDK worker disconnected)
@@ -268,10 +292,6 @@ def test_a_process_killed_under_the_batch_job_on_prism_fails_it(tmp_path, launch
     ``SDK worker disconnected`` or, a minute later, a new worker's missing control connection), nothing is published under --output (no manifest, no metric
     rows), and ``cluster down`` still stops the rest. Prism does not retry a bundle whose worker
     died, so no run finishes after such a fault."""
-    import signal
-    import threading
-    import time
-
     from streameval.jobs import batch
 
     from .conftest import fail_after
@@ -280,22 +300,9 @@ def test_a_process_killed_under_the_batch_job_on_prism_fails_it(tmp_path, launch
     state = tmp_path / "state"
     info = _up("prism", state)
     try:
-        pool_log = Path(info["logs"]) / "worker_pool-1.log"
-        started = pool_log.read_text(errors="replace").count("Starting worker with command")
-        killed = threading.Event()
-
-        def kill_when_running():
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                if pool_log.read_text(errors="replace").count("Starting worker with command") > started:
-                    time.sleep(1)
-                    os.killpg(info["processes"][victim], signal.SIGKILL)  # each leads its own group
-                    killed.set()
-                    return
-                time.sleep(0.05)
-
-        killer = threading.Thread(target=kill_when_running, daemon=True)
-        killer.start()
+        # each process leads its own group
+        killer, killed = _signal_once_a_worker_starts(Path(info["logs"]) / "worker_pool-1.log",
+                                                      info["processes"][victim], signal.SIGKILL, 1)
         out = tmp_path / "out"
         capsys.readouterr()
         with fail_after(400, f"the batch job on Prism with {victim} killed"):
@@ -510,35 +517,18 @@ def test_a_stopped_worker_pool_under_the_batch_job_on_flink_is_cancelled_by_the_
     launcher's watch reads the job's progress from Flink's REST API (its vertices' I/O counters),
     cancels the job after ``--stall-timeout`` and exits 1 with one line; nothing is published, and
     the cluster's slots are free again for the next job."""
-    import threading
-
+    from streameval.beam.accounting import reports_while_running
     from streameval.jobs import batch
 
     from .conftest import fail_after
-
-    from streameval.beam.accounting import reports_while_running
 
     _need_job_server(flink["has_job_server"])
     # Beam's Flink job server reports metrics only at a job's end: the watch arms at a first change
     # (of the job's progress read from Flink's REST API), never at RUNNING (a long job is no stall)
     assert not reports_while_running(_job_endpoint_options(flink))
     pool = flink["processes"]["worker_pool-1"]
-    pool_log = Path(flink["logs"]) / "worker_pool-1.log"
-    started = pool_log.read_text(errors="replace").count("Starting worker with command")
-    stopped = threading.Event()
-
-    def stop_when_running():
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if pool_log.read_text(errors="replace").count("Starting worker with command") > started:
-                time.sleep(3)
-                os.killpg(pool, signal.SIGSTOP)
-                stopped.set()
-                return
-            time.sleep(0.05)
-
-    stopper = threading.Thread(target=stop_when_running, daemon=True)
-    stopper.start()
+    stopper, stopped = _signal_once_a_worker_starts(Path(flink["logs"]) / "worker_pool-1.log", pool,
+                                                    signal.SIGSTOP, 3)
     out = tmp_path / "out"
     capsys.readouterr()
     try:
