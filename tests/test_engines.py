@@ -256,7 +256,7 @@ def test_the_stall_watch_arms_at_running_on_prism(prism):
 def _signal_once_a_worker_starts(pool_log: Path, pgid: int, sig: int, delay: float):
     """A started daemon thread that sends ``sig`` to the process group ``pgid`` ``delay`` seconds
     after the worker pool's log (``pool_log``) says a new SDK worker started (within 300 s), and the
-    event it sets once it has."""
+    event it sets once it has (its ``at``: when, ``time.monotonic()``)."""
     import threading
 
     started = pool_log.read_text(errors="replace").count("Starting worker with command")
@@ -268,6 +268,7 @@ def _signal_once_a_worker_starts(pool_log: Path, pgid: int, sig: int, delay: flo
             if pool_log.read_text(errors="replace").count("Starting worker with command") > started:
                 time.sleep(delay)
                 os.killpg(pgid, sig)
+                sent.at = time.monotonic()
                 sent.set()
                 return
             time.sleep(0.05)
@@ -535,6 +536,7 @@ def test_a_stopped_worker_pool_under_the_batch_job_on_flink_is_cancelled_by_the_
         with fail_after(400, "the batch job on Flink with its worker pool stopped"):
             code = batch.main([*SAMPLE_COLUMNAR, "--output", str(out), "--quiet", "--stall-timeout", "30s",
                                *flink["runner_args"]])
+        ended = time.monotonic()
     finally:
         stopper.join(5)
         os.killpg(pool, signal.SIGCONT)
@@ -545,6 +547,9 @@ def test_a_stopped_worker_pool_under_the_batch_job_on_flink_is_cancelled_by_the_
     assert err[0].startswith("error: the job failed: no progress for 30 s: the runner still reports the job "
                              "RUNNING"), err
     assert not (out / "manifest.json").exists() and not list(out.glob("metrics*"))
+    # cancelled for the stop, not before it: at least the timeout after it, less Flink's 10 s between two
+    # refreshes of its tasks' counters (the last change seen may predate the stop by that much)
+    assert ended - stopped.at >= 30 - 10, f"cancelled {ended - stopped.at:.0f} s after the stop"
     _flink_idle(flink)  # the cancelled job gave its slots back
 
 
