@@ -477,8 +477,8 @@ def _metrics_digest(options):
     job = _portable_job(options)
     if job is None:
         return None
-
-    flink = _flink_progress(options, job[1])
+    _, name = job
+    flink = _flink_progress(options, name)
 
     def digest():
         metrics = _job_service_metrics(*job)
@@ -524,7 +524,8 @@ def _flink_progress(options, name: str):
                     if j.get("name") == name and j.get("state") not in ("FINISHED", "FAILED", "CANCELED")]
             if len(jids) != 1:
                 return None
-            job = get(f"/jobs/{jids[0]}")
+            (jid,) = jids
+            job = get(f"/jobs/{jid}")
         except (OSError, ValueError, KeyError):
             return None
         return json.dumps([job.get("state"), sorted(
@@ -544,11 +545,12 @@ def reports_while_running(options) -> bool:
     job = _portable_job(options)
     if job is None:
         return False
+    endpoint, _ = job
     import grpc
     from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
 
     try:
-        with grpc.insecure_channel(job[0]) as channel:
+        with grpc.insecure_channel(endpoint) as channel:
             described = beam_job_api_pb2_grpc.JobServiceStub(channel).DescribePipelineOptions(
                 beam_job_api_pb2.DescribePipelineOptionsRequest(), timeout=30)
     except grpc.RpcError:

@@ -62,9 +62,8 @@ def check_judgment_policy(policy, name: str = "judgment conflict policy") -> str
         return policy
     import difflib
 
-    near = difflib.get_close_matches(str(policy), JUDGMENT_POLICIES, n=1)
-    raise ValueError(f"{name} must be one of {', '.join(JUDGMENT_POLICIES)}, got {policy!r}"
-                     + (f" (did you mean {near[0]}?)" if near else ""))
+    hint = "".join(f" (did you mean {n}?)" for n in difflib.get_close_matches(str(policy), JUDGMENT_POLICIES, n=1))
+    raise ValueError(f"{name} must be one of {', '.join(JUDGMENT_POLICIES)}, got {policy!r}{hint}")
 REASON_EVENT_CONFLICT = "event_id repeated with different content"
 REASON_ITEM_TWICE = "item served twice in one request"
 REASON_JUDGMENT_CONFLICT = "conflicting judgments for one (query, item)"
