@@ -214,3 +214,59 @@ def test_flink_progress_is_the_named_running_jobs_vertex_io_from_the_rest_api():
         server.shutdown()
         server.server_close()
     assert progress() is None  # the REST API gone: not known (never a stall by itself)
+
+
+def test_a_flink_job_the_job_server_left_running_is_cancelled_through_flinks_rest_api():
+    """Beam 2.62's Flink job server answers a cancel of a streaming job without cancelling it on the
+    cluster (the engine tier's Kafka job went on for minutes after the launcher said it was
+    cancelled): the launcher asks Flink itself (PATCH /jobs/ID?mode=cancel) and says so only when the
+    job is gone; a job Flink will not cancel is named."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    jobs = {"a1": {"jid": "a1", "name": "streameval-x", "state": "RUNNING"},
+            "b2": {"jid": "b2", "name": "other", "state": "RUNNING"}}
+    stubborn = set()
+    patched = []
+
+    class Rest(BaseHTTPRequestHandler):
+        def _send(self, body):
+            data = json.dumps(body).encode()
+            self.send_response(200 if body is not None else 202)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self._send({"jobs": list(jobs.values())})
+
+        def do_PATCH(self):  # noqa: N802
+            jid = self.path.split("/")[2].split("?")[0]
+            patched.append(self.path)
+            if jid not in stubborn:
+                jobs[jid]["state"] = "CANCELED"
+            self._send({})
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Rest)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        options = PipelineOptions(["--job_endpoint", "127.0.0.1:1", "--job_name", "streameval-x",
+                                   "--flink_master", f"127.0.0.1:{server.server_address[1]}"])
+        clock = _Clock()
+        assert accounting._flink_jobs_left(options, timeout=5, sleep=clock.sleep) == []
+        assert patched == ["/jobs/a1?mode=cancel"] and jobs["b2"]["state"] == "RUNNING"  # another job untouched
+        jobs["c3"] = {"jid": "c3", "name": "streameval-x", "state": "RUNNING"}
+        stubborn.add("c3")
+        assert accounting._flink_jobs_left(options, timeout=1, sleep=lambda s: None) == ["c3"]
+        assert patched.count("/jobs/c3?mode=cancel") == 1  # asked once, then waited
+        assert accounting._flink_jobs_left(PipelineOptions(["--job_endpoint", "127.0.0.1:1", "--job_name", "x"])) \
+            is None  # no Flink master: nothing to ask
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -509,10 +509,9 @@ def _flink_progress(options, name: str):
     import json
     import urllib.request
 
-    master = (options.get_all_options().get("flink_master") or "").strip()
-    if not master or master.startswith("["):  # [auto], [local], [collection]: no cluster to ask
+    base = _flink_master_url(options)
+    if base is None:
         return None
-    base = master.rstrip("/") if "://" in master else f"http://{master.rstrip('/')}"
 
     def get(path):
         with urllib.request.urlopen(base + path, timeout=30) as r:  # noqa: S310 (the job's own master)
@@ -558,10 +557,75 @@ def reports_while_running(options) -> bool:
     return len(described.options) == 0
 
 
-def cancel_on_interrupt(result, error: BaseException) -> None:
+def _flink_master_url(options) -> str | None:
+    """``http://HOST:PORT`` of ``--flink_master`` in ``options``, or None (none given, or ``[auto]``,
+    ``[local]``: no cluster to ask)."""
+    master = (options.get_all_options().get("flink_master") or "").strip() if options is not None else ""
+    if not master or master.startswith("["):
+        return None
+    return master.rstrip("/") if "://" in master else f"http://{master.rstrip('/')}"
+
+
+#: Flink's job states that hold the cluster's slots
+_FLINK_LIVE = ("CREATED", "RUNNING", "FAILING", "CANCELLING", "RESTARTING", "RECONCILING", "INITIALIZING",
+               "SUSPENDED")
+
+
+def _flink_jobs_left(options, timeout: float = 30.0, sleep=None) -> list[str] | None:
+    """After the job service was asked to cancel the job of ``options``: the ids of the Flink jobs
+    named after its ``job_name`` that the Flink cluster of ``--flink_master`` still runs ``timeout``
+    seconds later, each asked to cancel through Flink's REST API (``PATCH /jobs/ID?mode=cancel``)
+    on the way. Beam 2.62's Flink job server answers a cancel of a streaming job without cancelling
+    it on the cluster: the job went on reading Kafka, holding a slot, after the launcher had said it
+    was cancelled (engine tier, 2026-12-06). None when ``options`` name no Flink master or job, or
+    the REST API does not answer."""
+    import json
+    import time
+    import urllib.request
+
+    base, job = _flink_master_url(options), _portable_job(options)
+    if base is None or job is None:
+        return None
+    _, name = job
+    sleep = sleep or time.sleep
+
+    def live() -> list[str]:
+        with urllib.request.urlopen(f"{base}/jobs/overview", timeout=10) as r:  # noqa: S310 (the job's own master)
+            return [j["jid"] for j in json.load(r).get("jobs", [])
+                    if j.get("name") == name and j.get("state") in _FLINK_LIVE]
+
+    try:
+        deadline = time.monotonic() + timeout
+        asked: set = set()
+        while True:
+            left = live()
+            if not left or time.monotonic() >= deadline:
+                return left
+            for jid in set(left) - asked:
+                req = urllib.request.Request(f"{base}/jobs/{jid}?mode=cancel", method="PATCH")
+                with urllib.request.urlopen(req, timeout=10):  # noqa: S310
+                    asked.add(jid)
+            sleep(1.0)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def cancel_job(result, options=None) -> str | None:
+    """Cancel the portable job of ``result`` (``result.cancel()``: its job service) and, on Flink,
+    see it gone from the cluster (:func:`_flink_jobs_left`); returns None when cancelled, else why
+    it may still run (one clause). Raises what ``result.cancel()`` raises."""
+    result.cancel()
+    left = _flink_jobs_left(options)
+    if left:
+        return f"the Flink cluster still runs it (job {', '.join(left)}) 30 s after it was asked to cancel"
+    return None
+
+
+def cancel_on_interrupt(result, error: BaseException, options=None) -> None:
     """The launcher was interrupted (Ctrl-C, SIGTERM: ``error``) while it waited for a job on a
-    portable runner (Flink, Prism): cancel the job there, which would otherwise go on without its
-    launcher (an unbounded one for ever), and say so as a note of ``error`` (``add_note``: the
+    portable runner (Flink, Prism): cancel the job there (:func:`cancel_job`; ``options``: the job's
+    pipeline options, for the Flink cluster's own view of it), which would otherwise go on without
+    its launcher (an unbounded one for ever), and say so as a note of ``error`` (``add_note``: the
     command's one line shows it). Other runners' jobs (in-process) end with the launcher."""
     from apache_beam.runners.portability.portable_runner import PipelineResult as PortableResult
     from apache_beam.runners.runner import PipelineState
@@ -571,11 +635,12 @@ def cancel_on_interrupt(result, error: BaseException) -> None:
     try:
         if PipelineState.is_terminal(result.state):
             return
-        result.cancel()
+        why = cancel_job(result, options)
     except Exception as e:  # noqa: BLE001 (the job service gone, a deadline): said, not raised over the interrupt
         error.add_note(f"cancelling the job on the runner failed ({type(e).__name__}): it may still run")
         return
-    error.add_note("the job on the runner was cancelled")
+    error.add_note("the job on the runner was cancelled" if why is None
+                   else f"cancelling the job on the runner did not end it: {why}")
 
 
 def wait_for_job(result, *, poll: float = 0.5, sleep=None, options=None, stall_timeout: float | None = None,
@@ -617,16 +682,16 @@ def wait_for_job(result, *, poll: float = 0.5, sleep=None, options=None, stall_t
     watch = (_ProgressWatch(digest, stall_timeout, clock or time.monotonic, live=live)
              if digest and stall_timeout else None)
     try:
-        state = _wait_portable(result, poll, sleep, watch)
+        state = _wait_portable(result, poll, sleep, watch, options)
     except KeyboardInterrupt as e:
-        cancel_on_interrupt(result, e)
+        cancel_on_interrupt(result, e, options)
         raise
     if state == PipelineState.DONE:
         return state
     return result.wait_until_finish()
 
 
-def _wait_portable(result, poll, sleep, watch):
+def _wait_portable(result, poll, sleep, watch, options=None):
     """:func:`wait_for_job`'s loop: the portable job's terminal state."""
     from apache_beam.runners.runner import PipelineState
 
@@ -637,11 +702,12 @@ def _wait_portable(result, poll, sleep, watch):
         if watch is not None and not PipelineState.is_terminal(state) and \
                 watch.stalled(running=str(state).rsplit(".", 1)[-1] == "RUNNING"):
             try:
-                result.cancel()
-            except Exception:  # noqa: BLE001 (cancelled or not, the job is reported failed)
-                pass
+                why = cancel_job(result, options)
+            except Exception as e:  # noqa: BLE001 (cancelled or not, the job is reported failed)
+                why = f"the cancel failed ({type(e).__name__})"
             raise JobStalledError(
                 f"no progress for {watch.timeout:g} s: the runner still reports the job {state} but its metrics "
-                f"have not changed (a lost SDK worker the runner waits for?); the job was cancelled "
-                f"(--stall-timeout {watch.timeout:g}s; none waits for ever)")
+                f"have not changed (a lost SDK worker the runner waits for?); "
+                + ("the job was cancelled" if why is None else f"cancelling it did not end it: {why}")
+                + f" (--stall-timeout {watch.timeout:g}s; none waits for ever)")
     return state

@@ -545,7 +545,7 @@ def wait_reporting(result, every: float, out=None, sleep=time.sleep, options=Non
                       f"{running_totals_line(counters)}{note}\n")
             out.flush()
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: the job on the runner does not go on without us
-        cancel_on_interrupt(result, e)
+        cancel_on_interrupt(result, e, options)
         raise
     if result.state == PipelineState.DONE:
         # finished: Beam 2.62's wait_until_finish on a finished portable job waits for its message
