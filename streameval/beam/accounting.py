@@ -507,24 +507,18 @@ def _flink_progress(options, name: str):
     task left RUNNING with nothing to do (a TaskManager's gRPC thread out of memory: docs/benchmarks.md)
     is seen standing still."""
     import json
-    import urllib.request
 
     base = _flink_master_url(options)
     if base is None:
         return None
 
-    def get(path):
-        with urllib.request.urlopen(base + path, timeout=30) as r:  # noqa: S310 (the job's own master)
-            return json.load(r)
-
     def progress():
         try:
-            jids = [j["jid"] for j in get("/jobs/overview").get("jobs", [])
-                    if j.get("name") == name and j.get("state") not in ("FINISHED", "FAILED", "CANCELED")]
+            jids = _flink_named_jobs(base, name, _FLINK_LIVE)
             if len(jids) != 1:
                 return None
             (jid,) = jids
-            job = get(f"/jobs/{jid}")
+            job = _flink_rest(base, f"/jobs/{jid}")
         except (OSError, ValueError, KeyError):
             return None
         return json.dumps([job.get("state"), sorted(
@@ -571,6 +565,22 @@ _FLINK_LIVE = ("CREATED", "RUNNING", "FAILING", "CANCELLING", "RESTARTING", "REC
                "SUSPENDED")
 
 
+def _flink_rest(base: str, path: str):
+    """A JSON answer of the Flink REST API at ``base`` (``http://HOST:PORT``); OSError, ValueError."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(base + path, timeout=10) as r:  # noqa: S310 (the job's own master)
+        return json.load(r)
+
+
+def _flink_named_jobs(base: str, name: str, states) -> list[str]:
+    """The ids of the Flink jobs named ``name`` (Beam's Flink runner names a job after the pipeline's
+    ``job_name``) in one of ``states``, from ``/jobs/overview``."""
+    return [j["jid"] for j in _flink_rest(base, "/jobs/overview").get("jobs", [])
+            if j.get("name") == name and j.get("state") in states]
+
+
 def _flink_jobs_left(options, timeout: float = 30.0, sleep=None) -> list[str] | None:
     """After the job service was asked to cancel the job of ``options``: the ids of the Flink jobs
     named after its ``job_name`` that the Flink cluster of ``--flink_master`` still runs ``timeout``
@@ -579,7 +589,6 @@ def _flink_jobs_left(options, timeout: float = 30.0, sleep=None) -> list[str] | 
     it on the cluster: the job went on reading Kafka, holding a slot, after the launcher had said it
     was cancelled (engine tier, 2026-12-06). None when ``options`` name no Flink master or job, or
     the REST API does not answer."""
-    import json
     import time
     import urllib.request
 
@@ -589,16 +598,11 @@ def _flink_jobs_left(options, timeout: float = 30.0, sleep=None) -> list[str] | 
     _, name = job
     sleep = sleep or time.sleep
 
-    def live() -> list[str]:
-        with urllib.request.urlopen(f"{base}/jobs/overview", timeout=10) as r:  # noqa: S310 (the job's own master)
-            return [j["jid"] for j in json.load(r).get("jobs", [])
-                    if j.get("name") == name and j.get("state") in _FLINK_LIVE]
-
     try:
         deadline = time.monotonic() + timeout
         asked: set = set()
         while True:
-            left = live()
+            left = _flink_named_jobs(base, name, _FLINK_LIVE)
             if not left or time.monotonic() >= deadline:
                 return left
             for jid in set(left) - asked:
