@@ -189,17 +189,21 @@ def _segsum_reference(lists, opts, family, k):
     raise AssertionError(family)
 
 
-@pytest.mark.parametrize("skewed", [False, True])
-def test_running_counts_and_row_sums_equal_one_bincount(skewed):
+@pytest.mark.parametrize("layout", ["varied", "skewed", "uniform"])
+def test_running_counts_and_row_sums_equal_one_bincount(layout):
     """count_top (running counts at each query's k-th item) and sum_top (running sums along the rows
-    of a queries x longest matrix; np.bincount when that matrix would be too large: ``skewed``, one
-    long list among short ones) give the bits of one np.bincount over the items."""
+    of a queries x longest matrix, made as far as the largest cutoff asked so far and extended for a
+    larger one; np.bincount when that matrix would be too large: ``skewed``, one long list among
+    short ones; a view of the items when every list has the same length: ``uniform``) give the bits
+    of one np.bincount over the items."""
+    skewed = layout == "skewed"
     specs = parse_metrics(["P@1", "P@3", "P@20", "recall@2", "recall@50", "success@1", "success@4", "num_rel_ret",
-                           "Rprec", "recip_rank", "mrr@2", "map", "map@3", "dcg", "dcg@1", "dcg@5"])
+                           "Rprec", "recip_rank", "mrr@2", "mrr@7", "map", "map@3", "map@2", "dcg", "dcg@1",
+                           "dcg@5", "dcg@3", "dcg@30"])
     rng = np.random.default_rng(11)
     for trial in range(30):
         n = int(rng.integers(20 if skewed else 1, 40))
-        lengths = rng.integers(0, 12, n)
+        lengths = rng.integers(0, 12, n) if layout != "uniform" else np.full(n, int(rng.integers(1, 12)))
         if skewed:
             lengths[0] = 400
         off = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)

@@ -301,6 +301,10 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
 
     # -- the run's blocks of evaluated queries, one padded row each, a chunk of blocks at a time
     kb = np.flatnonzero(eval_pos[rbc] >= 0)
+    # ... in the evaluated queries' order (the output's): a chunk then joins with one stretch of the
+    # sorted qrels and writes one stretch of the output (a run whose queries are not in text order,
+    # such as integer ids 1, 2, ..., 10, has its blocks gathered, not sliced)
+    kb = kb[np.argsort(eval_pos[rbc[kb]], kind="stable")]
     lens, bstart, qrow = rbl[kb], rbs[kb], rbc[kb]
     nb = len(lens)
     L = int(lens.max()) if nb else 0
@@ -371,13 +375,20 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
         del flat
     del neg, d
 
-    # docno order inside each row: a docno ranked twice for one query is refused
-    Ds = np.sort(D, axis=1)
+    # docno order inside each row (``dorder``; None: the rows list their docnos in order already,
+    # the padding last): a docno ranked twice for one query is refused, and the join below searches
+    # the qrels with each row's keys in this order (in-order needles walk the qrels forward: about
+    # twice as fast as needles in rank order)
+    if bool(((D[:, 1:] >= D[:, :-1]) | (D[:, 1:] < 0)).all()):
+        dorder, Ds = None, D
+    else:
+        dorder = np.argsort(D, axis=1)
+        Ds = np.take_along_axis(D, dorder, axis=1)
     dupmask = (Ds[:, 1:] == Ds[:, :-1]) & (Ds[:, 1:] >= 0)
     if dupmask.any():
         r, c = np.argwhere(dupmask)[0]
         raise ValueError(f"run ranks docno {str(docno_of(Ds[r, c]))!r} twice for query {str(qvocab[cq[r]])!r}")
-    del Ds, dupmask
+    del dupmask
 
     # rank order: score descending (the padding, NaN, sorts last and ties nothing), first as float32;
     # ties there (rare) by the doubles (``doubles``) and by docno descending, on the rows that have them. Run files usually list each query's documents
@@ -414,16 +425,11 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
         del St
     del S
     width = Lc if depth is None else min(Lc, depth)
-    if perm is None:
-        keys = D[:, :width] + (cq * nd)[:, None]  # (D may be a view of the codes: a new array)
-    else:
-        if width < Lc:
-            perm = perm[:, :width]
-        keys = np.take_along_axis(D, perm, axis=1)  # docno codes in rank order
-        keys += (cq * nd)[:, None]  # join keys (query, docno); padding never reaches the output
-    del D, perm
+    del D
 
-    # -- join with the sorted qrels
+    # -- join with the sorted qrels, in docno order: the grades of each row's docnos
+    keys = Ds + (cq * nd)[:, None]  # join keys (query, docno); (Ds may be a view of the codes: a new array)
+    del Ds
     keys = keys.ravel()
     if len(jkey_s):
         # search only the qrels of the chunk's queries (a slice: fewer cache misses)
@@ -441,6 +447,20 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
     else:
         g = np.full(len(keys), np.nan)
         del keys
+    # ... back to the run's order of each row, then to rank order (the padding's grades, whatever
+    # they are, sort last there and never reach the output)
+    g = g.reshape(nbc, Lc)
+    if dorder is not None:
+        back = np.empty_like(g)
+        np.put_along_axis(back, dorder, g, axis=1)
+        g = back
+        del back, dorder
+    if perm is None:
+        g = g[:, :width] if width < Lc else g
+    else:
+        g = np.take_along_axis(g, perm[:, :width] if width < Lc else perm, axis=1)
+    del perm
+    g = g.ravel()
     ccut = lens_cut[sel]
     n_out = int(ccut.sum())
     if n_out != nbc * width:

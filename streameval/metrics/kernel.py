@@ -245,25 +245,39 @@ class _Batch:
 
     def sum_top(self, name, weights, k=None) -> np.ndarray:
         """Per query, the sum of ``weights`` (float per item, none of them -0.0) over its first
-        ``k`` items, added in rank order as ``np.bincount`` adds them (equal bits): the running sums
-        along the rows of a (queries, longest) matrix, kept for the other cutoffs of the same
-        weights; :meth:`segsum` of the weights cut at ``k`` when that matrix would be much larger
-        than the items themselves."""
+        ``k`` items, added in rank order as ``np.bincount`` adds them (equal bits). Without a cutoff,
+        :meth:`segsum`; with one, the running sums along the rows of a (queries, longest) matrix,
+        made only as far as the largest cutoff asked so far and kept for the other cutoffs of the
+        same weights; :meth:`segsum` of the weights cut at ``k`` when that matrix would be much
+        larger than the items themselves."""
+        if k is None:
+            return self.cached(("total", name), lambda: self.segsum(weights))
         key = ("rows", name)
         if key not in self._cache:
             longest = int(self.lengths.max()) if self.n else 0
-            sums = None
-            if self.N and self.n * longest <= 4 * self.N + 1024:
-                m = np.zeros((self.n, longest))
-                m[self.qidx, self.rank - 1] = weights
-                sums = np.cumsum(m, axis=1).ravel()
-            self._cache[key] = (sums, longest)
-        sums, longest = self._cache[key]
-        if sums is None:
-            return self.segsum(weights if k is None else np.where(self.top(k), weights, 0.0))
-        take = self.lengths if k is None else np.minimum(self.lengths, k)
-        at = np.arange(self.n, dtype=np.int64) * longest + np.maximum(take - 1, 0)
-        return np.where(take > 0, sums[at], 0.0)
+            m = None
+            if self.N and self.n * longest == self.N:  # every list as long as the longest: a view
+                m = np.asarray(weights, dtype=np.float64).reshape(self.n, longest)
+            elif self.N and self.n * longest <= 4 * self.N + 1024:
+                m = np.zeros(self.n * longest)
+                m[self.qidx * longest + (self.rank - 1)] = weights
+                m = m.reshape(self.n, longest)
+            self._cache[key] = [m, None, longest]
+        entry = self._cache[key]
+        m, sums, longest = entry
+        if m is None:
+            return self.segsum(np.where(self.top(k), weights, 0.0))
+        need = max(min(int(k), longest), 1)
+        have = 0 if sums is None else sums.shape[1]
+        if have < need:  # the running sums of columns have..need-1, continuing from column have-1
+            if sums is None:
+                sums = np.cumsum(m[:, :need], axis=1)
+            else:
+                more = np.cumsum(np.concatenate([sums[:, -1:], m[:, have:need]], axis=1), axis=1)
+                sums = np.concatenate([sums, more[:, 1:]], axis=1)
+            entry[1] = sums
+        take = np.minimum(self.lengths, k)
+        return np.where(take > 0, sums[np.arange(self.n), np.maximum(take - 1, 0)], 0.0)
 
     def within(self, name, values) -> np.ndarray:
         """Inclusive cumulative sum of ``values`` inside each query."""
