@@ -141,9 +141,11 @@ def _ids(values) -> np.ndarray:
     return arr.astype(str)
 
 
-def _columns(obj, kind: str, columns: dict | None = None):
+def _columns(obj, kind: str, columns: dict | None = None, check: bool = True):
     """(qid, docno, value) arrays from any accepted input; kind is 'run' or 'qrels'; ``columns``: a
-    DataFrame's column names by role (:data:`COLUMN_ROLES`)."""
+    DataFrame's column names by role (:data:`COLUMN_ROLES`); ``check`` False: a run file is read
+    without refusing its non-finite scores and repeated documents (the caller leaves them to
+    :func:`prepare` and locates its refusal: :func:`_located`)."""
     if _is_frame(obj):
         columns = columns or {}
         q = _ids(_pick(obj, _Q_COLS, "query id", kind, columns.get("query_id")))
@@ -158,7 +160,7 @@ def _columns(obj, kind: str, columns: dict | None = None):
 
         # a run is read with check=True: a NaN score or a repeated document is reported with its line
         # (qrels repeats are left to the judgment_conflicts policy)
-        obj = trec.read_run(obj, check=True) if kind == "run" else trec.read_qrels(obj)
+        obj = trec.read_run(obj, check=check) if kind == "run" else trec.read_qrels(obj)
     if hasattr(obj, "qid") and hasattr(obj, "docno"):
         val = obj.score if kind == "run" else obj.grade
         qid = obj.qid if hasattr(obj.qid, "blocks") else np.asarray(obj.qid)  # runs of qids: kept so
@@ -185,6 +187,21 @@ def _columns(obj, kind: str, columns: dict | None = None):
     raise TypeError(f"cannot read a {kind} from {type(obj).__name__}: expected a dict of dicts, a TREC file "
                     "path, a TrecRun/TrecQrels, a ranx Qrels/Run, ir_measures records, a (qid, docno, value) "
                     "tuple of arrays or a pandas DataFrame")
+
+
+def _located(err: ValueError, run) -> ValueError:
+    """The error to raise for ``err``, raised by :func:`prepare`: for a run given as a file path, a
+    non-finite score or a repeated document found at its line (``trec.check_run``, as ``read_run(...,
+    check=True)`` reports it: the file read again, only on this path), else ``err`` itself."""
+    if not isinstance(run, (str, os.PathLike)):
+        return err
+    from .io import trec
+
+    try:
+        trec.check_run(trec.read_run(run), run)
+    except trec.InputFormatError as located:
+        return located
+    return err
 
 
 def run_columns(run, columns: dict | None = None):
@@ -262,14 +279,17 @@ def _score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str
     opts = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal, err_max_grade=err_max_grade,
                          num_docs_in_coll=num_docs_in_coll)
     columns = _check_columns(columns)
-    rq, rd, rs = _columns(run, "run", columns)
+    rq, rd, rs = _columns(run, "run", columns, check=False)
     jq, jd, jg = _columns(qrels, "qrels", columns)
     if judgment_conflicts != "error":
         jq, jd, jg = resolve_qrels(jq, jd, jg, _qrels_times(qrels, len(jq)), judgment_conflicts)
     elif judgment_conflicts not in QRELS_CONFLICTS:
         raise ValueError(f"judgment_conflicts must be one of {QRELS_CONFLICTS}, got {judgment_conflicts!r}")
-    prep = prepare(rq, rd, rs, jq, jd, jg, depth=depth, complete=complete, tie_break=tie_break,
-                   score_precision=score_precision)
+    try:
+        prep = prepare(rq, rd, rs, jq, jd, jg, depth=depth, complete=complete, tie_break=tie_break,
+                       score_precision=score_precision)
+    except ValueError as e:
+        raise _located(e, run) from None
     if warn and len(prep.unjudged_qids):
         warnings.warn(f"{len(prep.unjudged_qids)} run queries have no judgments and are left out of the "
                       f"averages (first: {str(prep.unjudged_qids[0])!r})", stacklevel=4)

@@ -775,3 +775,42 @@ def test_convert_refuses_grades_the_jobs_would_reject(tmp_path, capsys):
     q.write_text("q1 0 d1 1\nq1 0 d3 -2147483648\nq1 0 d4 2147483647\n")  # the limits themselves fit
     assert _convert(capsys, "qrels", q, out)[0] == 0
     assert [r["grade"] for r in read_records(str(out), "judgment")] == [1, -2147483648, 2147483647]
+
+
+@pytest.mark.parametrize(
+    "run_text, lineno, reason",
+    [
+        (RUN + "q2 Q0 d3 2 NaN t\n", 4, "score is not a finite number (nan)"),
+        (RUN + "q1 Q0 d2 3 0.5 t\n", 4, "docno 'd2' ranked twice for query 'q1' (first at line 2)"),
+    ],
+)
+def test_evaluate_on_a_run_file_reports_the_line(tmp_path, run_text, lineno, reason):
+    """evaluate() reads a run file without checking it first (the check cost 5 s at 3 M lines) and,
+    when the metric layer refuses the run, raises the error read_run(check=True) gives: its line."""
+    import streameval
+
+    run = _write(tmp_path, "x.run", run_text)
+    qrels = _write(tmp_path, "x.qrels", QRELS)
+    with pytest.raises(InputFormatError) as info:
+        streameval.evaluate(str(qrels), str(run), "map")
+    assert (info.value.path, info.value.lineno, info.value.reason) == (str(run), lineno, reason)
+    assert streameval.evaluate(str(qrels), _write(tmp_path, "ok.run", RUN), "map").value() == 1.0  # both queries: their relevant document first
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_first_repeat_by_hashes_equals_sorting_the_ids(monkeypatch, collide):
+    """trec._first_repeat (hashes of the rows; exact only on the rows whose hash repeats) finds the
+    row and earlier row that sorting the ids themselves finds, for str, bytes and integer ids, also
+    when every hash collides (``collide``)."""
+    if collide:
+        monkeypatch.setattr(trec, "_row_hashes", lambda columns: np.zeros(len(columns[0]), dtype=np.uint64))
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        n = int(rng.integers(0, 50))
+        q = rng.integers(0, 4, n)
+        d = rng.integers(0, 30 if trial % 3 else 200, n)
+        forms = [(q, d), (q.astype(str), np.char.add("d", d.astype(str))),
+                 (q.astype(str).astype("S"), np.char.add("doc-", d.astype(str)).astype("S")), (q, d.astype(str))]
+        for cols in forms:
+            assert trec._first_repeat(*cols) == trec._first_repeat_exact(*cols), (trial, cols)
+    assert trec._first_repeat(np.array(["a", "a"]), np.array(["", ""])) == (1, 0)

@@ -1124,7 +1124,55 @@ def _row_lines(path: PathLike, rows: list[int]) -> dict[int, tuple[int, str]]:
 
 
 def _first_repeat(*columns: np.ndarray) -> tuple[int, int] | None:
-    """``(row, earlier row)`` of the first row (in row order) whose key columns repeat an earlier row's."""
+    """``(row, earlier row)`` of the first row (in row order) whose key columns repeat an earlier row's.
+
+    First a 64-bit hash of each row's keys, sorted: no two equal means no repeat (the usual case,
+    about 0.2 s for 3 M rows, where sorting the ids themselves took 5 s); otherwise only the rows
+    whose hash occurs twice are compared exactly (:func:`_first_repeat_exact`)."""
+    n = len(columns[0])
+    if n < 2:
+        return None
+    key = _row_hashes(columns)
+    if key is None:
+        return _first_repeat_exact(*columns)
+    s = np.sort(key)
+    twice = s[1:][s[1:] == s[:-1]]
+    if not len(twice):
+        return None
+    cand = np.flatnonzero(np.isin(key, twice))
+    found = _first_repeat_exact(*(np.asarray(c)[cand] for c in columns))
+    return None if found is None else (int(cand[found[0]]), int(cand[found[1]]))
+
+
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+def _row_hashes(columns) -> np.ndarray | None:
+    """A uint64 hash of each row's values of ``columns`` (integer, ``bytes`` or ``str`` arrays; equal
+    values hash equal), or None for another kind of column."""
+    h = np.full(len(columns[0]), 0xCBF29CE484222325, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for col in columns:
+            a = np.ascontiguousarray(col)
+            if a.dtype.kind in "iu":
+                words = a.astype(np.uint64).reshape(-1, 1)
+            elif a.dtype.kind in "SU" and a.dtype.itemsize:
+                unit = np.uint32 if a.dtype.kind == "U" else np.uint8
+                words = a.view(unit).reshape(len(a), -1)
+            elif a.dtype.kind in "SU":
+                continue  # empty strings only: nothing to tell rows apart
+            else:
+                return None
+            for j in range(words.shape[1]):
+                h ^= words[:, j]
+                h *= _FNV_PRIME
+            h ^= np.uint64(0xFF)  # the column's end (so ("ab", "c") and ("a", "bc") differ more often)
+            h *= _FNV_PRIME
+    return h
+
+
+def _first_repeat_exact(*columns: np.ndarray) -> tuple[int, int] | None:
+    """:func:`_first_repeat` by sorting the values themselves."""
     n = len(columns[0])
     if n < 2:
         return None
