@@ -248,3 +248,35 @@ def test_shared_judgment_histograms_equal_one_per_list(monkeypatch, chunk):
                              judged_index=gidx)
         for opts in (MetricOptions(), MetricOptions(gain="exponential", ideal="served", relevance_level=2)):
             assert compute(shared, specs, opts).tobytes() == compute(own, specs, opts).tobytes(), trial
+
+
+def test_run_length_blocks_of_text_ids_equal_comparing_the_strings():
+    """grouped._differs compares ``str`` and ``bytes`` ids as words of their storage: the same
+    answer as comparing the strings, for widths that take 32- and 64-bit words, a prefix of another
+    id, empty ids and more than 8 words (compared as strings)."""
+    from streameval.metrics.grouped import _differs
+
+    rng = np.random.default_rng(3)
+    for width in (1, 2, 3, 5, 8, 9, 16, 17, 40):
+        pool = np.array(["".join(rng.choice(list("ab\u00e9"), size=int(rng.integers(0, width + 1))))
+                         for _ in range(6)] + ["a" * width, "a" * max(width - 1, 0), ""])
+        ids = np.sort(rng.choice(pool, size=200))
+        for arr in (ids, np.char.encode(ids, "utf-8")):
+            assert _differs(arr).tolist() == [bool(x != y) for x, y in zip(arr[1:].tolist(), arr[:-1].tolist())]
+
+
+def test_queries_out_of_text_order_in_the_middle_of_the_run():
+    """prepare's chunks take the run's query blocks in the output's (text) order: a run listing
+    q1, q3, q2, q4 has its first and last blocks in place and the middle two swapped; each query
+    must keep its own rows (a check that looked only at the first block's start and the last one's
+    end took the four as one slice of the run, and gave q2 the rows of q3)."""
+    rq = np.repeat([1, 3, 2, 4], [2, 3, 2, 2])
+    rd = np.array([10, 11, 30, 31, 32, 20, 21, 40, 41])
+    rs = np.array([2.0, 1.0, 3.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0])
+    jq, jd, jg = np.array([1, 2, 3, 4]), np.array([11, 20, 32, 40]), np.array([1.0, 2.0, 3.0, 4.0])
+    fast = prepare(rq, rd, rs, jq, jd, jg)
+    assert list(fast.qids) == [1, 2, 3, 4]
+    want = [[np.nan, 1.0], [2.0, np.nan], [np.nan, np.nan, 3.0], [4.0, np.nan]]  # by hand, rank order
+    np.testing.assert_array_equal(fast.lists.grades, np.concatenate(want))
+    np.testing.assert_array_equal(fast.lists.offsets, [0, 2, 4, 7, 9])
+    assert_same_lists(fast, prepare(rq, rd, rs, jq, jd, jg, fast_path=False))
