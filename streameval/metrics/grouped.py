@@ -64,23 +64,37 @@ def _blocks(a: np.ndarray):
     return a[starts], np.diff(np.append(starts, n)), starts
 
 
-def _byte_matrix(a: np.ndarray):
-    """(strings x positions) uint8 matrix of a ``bytes`` array, or of a ``str`` array when it is
-    ASCII (else None); zero-padded, as numpy stores both."""
-    if a.dtype.kind == "S":
-        w = a.dtype.itemsize
-        return np.ascontiguousarray(a).view(np.uint8).reshape(len(a), w)
-    w = a.dtype.itemsize // 4
-    if w == 0:
-        return np.zeros((len(a), 0), np.uint8)
-    m = np.ascontiguousarray(a).view(np.uint32).reshape(len(a), w)
-    if m.size and int(m.max()) >= 128:
-        return None
-    out = np.empty(m.shape, dtype=np.uint8)
-    # (a pass over every character: in parts, on two threads)
-    step = max(-(-len(m) // 8), 1 << 16)
-    _run_tasks([(np.copyto, (out[r:r + step], m[r:r + step], "unsafe")) for r in range(0, len(m), step)])
-    return out
+class _Bytes:
+    """The bytes of a ``bytes`` array, or the code points of a ``str`` array, as a (ids x
+    positions) view of numpy's storage (zero past each id's end: numpy's padding), handed out a
+    block of ids at a time laid out by position (:meth:`block`): no matrix of the whole array is
+    made (its fresh pages cost more than the work; and memory)."""
+
+    def __init__(self, a: np.ndarray):
+        n = len(a)
+        if a.dtype.kind == "S":
+            self.width = a.dtype.itemsize
+            unit = np.uint8
+        else:
+            self.width = a.dtype.itemsize // 4
+            unit = np.uint32
+        self.n = n
+        self.src = np.ascontiguousarray(a).view(unit).reshape(n, self.width) if self.width and n else None
+
+    def block(self, rows) -> np.ndarray:
+        """(positions x ids) uint8 of the ids ``rows`` (a slice or indices); code points above 255
+        wrap (ASCII is checked by :meth:`top`)."""
+        if self.src is None:
+            return np.zeros((self.width, len(range(self.n)[rows]) if isinstance(rows, slice) else len(rows)),
+                            dtype=np.uint8)
+        sub = self.src[rows]
+        out = np.empty((self.width, len(sub)), dtype=np.uint8)
+        np.copyto(out, sub.T, casting="unsafe")
+        return out
+
+    def top(self, rows) -> int:
+        """The largest code point of the ids ``rows`` (a ``str`` array is ASCII when it is below 128)."""
+        return int(self.src[rows].max()) if self.src is not None and self.src.dtype != np.uint8 else 0
 
 
 def _ascii_codes(*arrays: np.ndarray, lazy: bool = False):
@@ -95,32 +109,29 @@ def _ascii_codes(*arrays: np.ndarray, lazy: bool = False):
     ``d1234567890`` or ``clueweb09-en0000-00-00000`` take a few bits per varying position. First
     each position numbers the whole range of bytes between its smallest and its largest (no table
     of which occur: cheaper); when that needs more than 62 bits, only the bytes that occur. O(n x
-    length), no sort, a cache-sized chunk of rows at a time.
+    length), no sort, a cache-sized block of ids at a time.
 
     ``lazy``: ``(numbering, byte matrices, codes of the arrays but the first)``, the first array's
-    codes made later, a chunk at a time, where they are used (:class:`_Codes`; every code is below
-    ``numbering.nd``)."""
-    mats = []
-    for a in arrays:
-        m = _byte_matrix(a)
-        if m is None:
-            return None
-        mats.append(m)
-    width = max((m.shape[1] for m in mats), default=0)
+    codes made later, a block at a time, where they are used (:class:`_Codes`; every code is below
+    ``numbering.nd``; the arrays' bytes as :class:`_Bytes`)."""
+    mats = [_Bytes(a) for a in arrays]
+    width = max((m.width for m in mats), default=0)
     if width == 0:
-        return [np.zeros(len(m), dtype=np.int64) for m in mats]
+        return [np.zeros(m.n, dtype=np.int64) for m in mats]
     step = _CODE_CHUNK
-    # per position: smallest non-NUL byte, largest byte, whether NUL (end of string) occurs; a chunk
-    # of rows at a time, transposed (one contiguous row per position: fast reductions)
+    # per position: smallest non-NUL byte, largest byte, whether NUL (end of string) occurs; a block
+    # of ids at a time (one contiguous row per position: fast reductions)
     lo = np.full(width, 256, dtype=np.int64)
     hi = np.zeros(width, dtype=np.int64)
     nul = np.zeros(width, dtype=bool)
 
-    def stats(m, r0):  # (16 chunks of rows)
-        w = m.shape[1]
+    def stats(m, r0):  # (16 blocks of ids) -> also the largest code point, None past 127
+        w = m.width
         top, low, has_nul = np.zeros(w, np.uint8), np.full(w, 255, np.uint8), np.zeros(w, bool)
-        for r in range(r0, min(r0 + step * 16, len(m)), step):
-            sub = m[r:r + step].T.copy()  # (a copy: changed below)
+        for r in range(r0, min(r0 + step * 16, m.n), step):
+            if m.top(slice(r, r + step)) >= 128:
+                return None
+            sub = m.block(slice(r, r + step))
             np.maximum(top, sub.max(axis=1), out=top)
             sub -= np.uint8(1)  # NUL wraps to 255: the minimum is the smallest non-NUL byte - 1
             np.minimum(low, sub.min(axis=1), out=low)
@@ -128,10 +139,13 @@ def _ascii_codes(*arrays: np.ndarray, lazy: bool = False):
         return top, low.astype(np.int64) + 1, has_nul
 
     for m in mats:
-        w = m.shape[1]
-        if w < width and len(m):
+        w = m.width
+        if w < width and m.n:
             nul[w:] = True
-        for top, low, has_nul in _run_tasks([(stats, (m, r)) for r in range(0, len(m), step * 16)]):
+        for part in _run_tasks([(stats, (m, r)) for r in range(0, m.n, step * 16)]):
+            if part is None:
+                return None  # a str that is not ASCII
+            top, low, has_nul = part
             np.maximum(hi[:w], top, out=hi[:w])
             np.minimum(lo[:w], low, out=lo[:w])
             nul[:w] |= has_nul
@@ -142,11 +156,11 @@ def _ascii_codes(*arrays: np.ndarray, lazy: bool = False):
         # only the bytes that occur, numbered through a table
         present = np.zeros((width, 256), dtype=bool)
         for m in mats:
-            w = m.shape[1]
-            base = np.arange(w, dtype=np.intp) * 256
+            w = m.width
+            base = (np.arange(w, dtype=np.intp) * 256)[:, None]
             flat = present[:w].reshape(-1)
-            for r in range(0, len(m), step):
-                flat[(m[r:r + step] + base).ravel()] = True
+            for r in range(0, m.n, step):
+                flat[(m.block(slice(r, r + step)) + base).ravel()] = True
         present[:, 0] |= nul
         table = (np.cumsum(present, axis=1) - 1).clip(0).astype(np.uint8)
         counts = present.sum(axis=1)
@@ -164,8 +178,8 @@ def _ascii_codes(*arrays: np.ndarray, lazy: bool = False):
                 groups.append([j])
     codes = _Codes(bits, groups, lo, nul, table)
     # (lazy: no codes for the first array)
-    keys = [np.zeros(len(m) if i or not lazy else 0, dtype=np.uint64) for i, m in enumerate(mats)]
-    _run_tasks([(codes.encode, (m[r:r + step * 16], k[r:r + step * 16]))
+    keys = [np.zeros(m.n if i or not lazy else 0, dtype=np.uint64) for i, m in enumerate(mats)]
+    _run_tasks([(codes.encode_rows, (m, slice(r, r + step * 16), k[r:r + step * 16]))
                 for m, k in zip(mats, keys) for r in range(0, len(k), step * 16)])
     if lazy:
         return codes, mats, [k.view(np.int64) for k in keys[1:]]
@@ -174,20 +188,33 @@ def _ascii_codes(*arrays: np.ndarray, lazy: bool = False):
 
 class _Codes:
     """How :func:`_ascii_codes` numbers ids (per position: bits, first byte, whether NUL occurs,
-    or a byte table); ``encode`` applies it to rows of a byte matrix, so that the codes of a big
-    array can be made a chunk at a time where they are used. ``nd``: every code is below it."""
+    or a byte table); ``encode`` applies it to columns of a byte matrix, so that the codes of a big
+    array can be made a block at a time where they are used. ``nd``: every code is below it."""
 
     def __init__(self, bits, groups, lo, nul, table):
         self.bits, self.groups, self.lo, self.nul, self.table = bits, groups, lo, nul, table
         self.nd = 1 << sum(bits)
 
+    def encode_rows(self, ids: _Bytes, rows, out: np.ndarray | None = None) -> np.ndarray:
+        """Codes (uint64) of the ids ``rows`` (a slice or indices) of ``ids``, a block at a time,
+        written into ``out`` (zeros) if given."""
+        n = len(range(ids.n)[rows]) if isinstance(rows, slice) else len(rows)
+        k = np.zeros(n, dtype=np.uint64) if out is None else out
+        start = (rows.start or 0) if isinstance(rows, slice) else 0
+        for r in range(0, n, _CODE_CHUNK):
+            part = slice(start + r, start + min(r + _CODE_CHUNK, n)) if isinstance(rows, slice) \
+                else rows[r:r + _CODE_CHUNK]
+            self.encode(ids.block(part), k[r:r + _CODE_CHUNK])
+        return k
+
     def encode(self, m: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Codes (uint64) of the rows of byte matrix ``m``, written into ``out`` (zeros) if given."""
+        """Codes (uint64) of the ids (columns) of byte matrix ``m`` (positions x ids, as
+        :meth:`_Bytes.block` lays it out), written into ``out`` (zeros) if given."""
         bits, lo, nul, table = self.bits, self.lo, self.nul, self.table
-        w = m.shape[1]
-        k = np.zeros(len(m), dtype=np.uint64) if out is None else out
-        for r in range(0, len(m), _CODE_CHUNK):
-            sub = np.ascontiguousarray(m[r:r + _CODE_CHUNK].T)  # one row per position
+        w, n = m.shape
+        k = np.zeros(n, dtype=np.uint64) if out is None else out
+        for r in range(0, n, _CODE_CHUNK):
+            sub = m[:, r:r + _CODE_CHUNK]  # one row per position
             kr = k[r:r + _CODE_CHUNK]
             for g in self.groups:
                 gv = None
@@ -260,11 +287,11 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
             nd = numbering.nd
 
             def run_codes(rows):
-                return numbering.encode(rmat[rows]).view(np.int64)
+                return numbering.encode_rows(rmat, rows).view(np.int64)
 
             def docno_of(code):  # only for error messages
                 for ids, m in ((rd, rmat), (jd, jmat)):
-                    c = numbering.encode(m).view(np.int64)
+                    c = numbering.encode_rows(m, slice(0, m.n)).view(np.int64)
                     hit = np.flatnonzero(c == code)
                     if len(hit):
                         return ids[hit[0]]
