@@ -14,6 +14,7 @@ are recognised by their attributes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import os
@@ -114,7 +115,7 @@ def _values(v, kind):
         raise ValueError(f"{kind} {what} must be numbers: {e}") from None
 
 
-def _ids(values) -> np.ndarray:
+def _ids(values, as_bytes: bool = False) -> np.ndarray:
     """Query or document ids that order as their text (``str(id)``), whatever the container: ids
     order as strings (trec_eval's strcmp), so ``10`` sorts before ``2`` from a dict, a DataFrame or a
     numpy array. Integer ids stay integers (``metrics.prepare`` orders them as their decimal text
@@ -126,7 +127,7 @@ def _ids(values) -> np.ndarray:
         from .io.arrow_text import arrow_strings, text_array
 
         a = arrow_strings(values)
-        t = text_array(a) if a is not None else None
+        t = text_array(a, as_bytes=as_bytes) if a is not None else None
         if t is not None:
             return t
         if _is_column(values):
@@ -141,15 +142,17 @@ def _ids(values) -> np.ndarray:
     return arr.astype(str)
 
 
-def _columns(obj, kind: str, columns: dict | None = None, check: bool = True):
+def _columns(obj, kind: str, columns: dict | None = None, check: bool = True, text_as_bytes: bool = False):
     """(qid, docno, value) arrays from any accepted input; kind is 'run' or 'qrels'; ``columns``: a
     DataFrame's column names by role (:data:`COLUMN_ROLES`); ``check`` False: a run file is read
     without refusing its non-finite scores and repeated documents (the caller leaves them to
-    :func:`prepare` and locates its refusal: :func:`_located`)."""
+    :func:`prepare` and locates its refusal: :func:`_located`); ``text_as_bytes``: a DataFrame's
+    ASCII Arrow string columns as numpy ``bytes`` (:func:`_score_queries` decodes the ids it
+    returns), else ``str``."""
     if _is_frame(obj):
         columns = columns or {}
-        q = _ids(_pick(obj, _Q_COLS, "query id", kind, columns.get("query_id")))
-        d = _ids(_pick(obj, _D_COLS, "document id", kind, columns.get("doc_id")))
+        q = _ids(_pick(obj, _Q_COLS, "query id", kind, columns.get("query_id")), text_as_bytes)
+        d = _ids(_pick(obj, _D_COLS, "document id", kind, columns.get("doc_id")), text_as_bytes)
         if kind == "run":
             v = _pick(obj, _S_COLS, "score", kind, columns.get("score"))
         else:
@@ -187,6 +190,17 @@ def _columns(obj, kind: str, columns: dict | None = None, check: bool = True):
     raise TypeError(f"cannot read a {kind} from {type(obj).__name__}: expected a dict of dicts, a TREC file "
                     "path, a TrecRun/TrecQrels, a ranx Qrels/Run, ir_measures records, a (qid, docno, value) "
                     "tuple of arrays or a pandas DataFrame")
+
+
+def _same_text_kind(a: np.ndarray, b: np.ndarray):
+    """``(a, b)``, a ``bytes`` one as ``str`` when the other is ``str`` (ASCII: the same text)."""
+    kinds = (getattr(a, "dtype", None) is not None and a.dtype.kind, getattr(b, "dtype", None) is not None
+             and b.dtype.kind)
+    if kinds == ("S", "U"):
+        return a.astype(str), b
+    if kinds == ("U", "S"):
+        return a, b.astype(str)
+    return a, b
 
 
 def _located(err: ValueError, run) -> ValueError:
@@ -279,8 +293,11 @@ def _score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str
     opts = MetricOptions(relevance_level=relevance_level, gain=gain, ideal=ideal, err_max_grade=err_max_grade,
                          num_docs_in_coll=num_docs_in_coll)
     columns = _check_columns(columns)
-    rq, rd, rs = _columns(run, "run", columns, check=False)
-    jq, jd, jg = _columns(qrels, "qrels", columns)
+    rq, rd, rs = _columns(run, "run", columns, check=False, text_as_bytes=True)
+    jq, jd, jg = _columns(qrels, "qrels", columns, text_as_bytes=True)
+    # ids read as bytes (a DataFrame's ASCII Arrow strings) meet str ids of the other input as str
+    rq, jq = _same_text_kind(rq, jq)
+    rd, jd = _same_text_kind(rd, jd)
     if judgment_conflicts != "error":
         jq, jd, jg = resolve_qrels(jq, jd, jg, _qrels_times(qrels, len(jq)), judgment_conflicts)
     elif judgment_conflicts not in QRELS_CONFLICTS:
@@ -290,6 +307,9 @@ def _score_queries(qrels, run, metrics, *, relevance_level: float = 1, gain: str
                        score_precision=score_precision)
     except ValueError as e:
         raise _located(e, run) from None
+    if prep.qids.dtype.kind == "S":  # the ids as str, as every other input gives them
+        prep = dataclasses.replace(prep, qids=prep.qids.astype(str), unjudged_qids=prep.unjudged_qids.astype(str),
+                                   missing_qids=prep.missing_qids.astype(str))
     if warn and len(prep.unjudged_qids):
         warnings.warn(f"{len(prep.unjudged_qids)} run queries have no judgments and are left out of the "
                       f"averages (first: {str(prep.unjudged_qids[0])!r})", stacklevel=4)

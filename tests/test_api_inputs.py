@@ -172,3 +172,37 @@ def test_bad_inputs_give_one_line_errors():
     with pytest.raises(ValueError, match="qrels DataFrame has no grade column") as e:
         streameval.evaluate(pd.DataFrame({"q_id": ["q"], "doc_id": ["a"]}), run, "map")
     _one_line(e)
+
+
+def test_dataframes_with_arrow_string_ids_give_the_numbers_and_ids_of_str_arrays():
+    """A DataFrame's Arrow string columns are read as numpy bytes inside evaluate() (no widening to
+    str): the means and per-query numbers equal those of the same ids as numpy str arrays, the
+    per-query ids are str, a mix with str ids (a dict of qrels) gives the same, and an error names
+    an id as its text."""
+    pd = pytest.importorskip("pandas")
+    pa = pytest.importorskip("pyarrow")
+    rng = np.random.default_rng(4)
+    n_q, n_d = 40, 30
+    rq = np.repeat([f"q{i}" for i in range(n_q)], n_d)
+    rd = np.array([f"d{int(x)}" for x in rng.integers(0, 10**6, n_q * n_d)])
+    rd = np.char.add(rd, np.tile(np.array([f"-{j}" for j in range(n_d)]), n_q))  # unique per query
+    rs = rng.random(n_q * n_d).round(2)  # ties among the scores: broken by docno, as trec_eval
+    pick = rng.random(n_q * n_d) < 0.4
+    jq, jd, jg = rq[pick], rd[pick], rng.integers(0, 4, int(pick.sum())).astype(float)
+    metrics = ["map", "ndcg@10", "P@5", "recip_rank"]
+    want = streameval.evaluate((jq, jd, jg), (rq, rd, rs), metrics, per_query=True)
+    arrow = pd.ArrowDtype(pa.string())
+    run = pd.DataFrame({"query_id": pd.array(rq, dtype=arrow), "doc_id": pd.array(rd, dtype=arrow), "score": rs})
+    qrels = pd.DataFrame({"query_id": pd.array(jq, dtype=arrow), "doc_id": pd.array(jd, dtype=arrow),
+                          "relevance": jg})
+    got = streameval.evaluate(qrels, run, metrics, per_query=True)
+    assert dict(got.means) == dict(want.means)
+    assert got.per_query == want.per_query and all(type(q) is str for q in got.per_query)
+    as_dict: dict = {}
+    for q, d, g in zip(jq.tolist(), jd.tolist(), jg.tolist()):
+        as_dict.setdefault(q, {})[d] = int(g)
+    assert dict(streameval.evaluate(as_dict, run, metrics).means) == dict(want.means)
+    # the repeat inside the query's rows (the grouped path) and after another query's (the general one)
+    for twice in (pd.concat([run.iloc[:1], run], ignore_index=True), pd.concat([run, run.iloc[:1]], ignore_index=True)):
+        with pytest.raises(ValueError, match=f"run ranks docno '{rd[0]}' twice for query 'q0'"):
+            streameval.evaluate(qrels, twice, metrics)

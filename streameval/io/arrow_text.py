@@ -40,9 +40,11 @@ def _offsets(a: pa.Array) -> np.ndarray:
     return np.frombuffer(offsets, dtype=dt, count=len(a) + 1, offset=a.offset * np.dtype(dt).itemsize)
 
 
-def text_array(a: pa.Array) -> np.ndarray | None:
+def text_array(a: pa.Array, as_bytes: bool = False) -> np.ndarray | None:
     """A numpy ``str`` array (``<U{w}``, ``w`` the longest id) equal to the Arrow string array ``a``,
     or None when ``a`` has nulls or a non-ASCII id (the caller converts those row by row).
+    ``as_bytes``: the ASCII ids as a numpy ``bytes`` array (``S{w}``) instead, a view of Arrow's
+    padded buffer (a quarter of the ``str`` array's memory, and no widening pass).
 
     Raises ValueError when an id holds a NUL character: numpy's string arrays drop trailing NULs,
     so ``"d1\\x00"`` would become ``"d1"`` (as :func:`streameval.metrics.prepare.refuse_nul`)."""
@@ -50,7 +52,7 @@ def text_array(a: pa.Array) -> np.ndarray | None:
     if a.null_count:
         return None
     if n == 0:
-        return np.zeros(0, dtype="<U1")
+        return np.zeros(0, dtype="S1" if as_bytes else "<U1")
     offs = _offsets(a)
     lo, hi = int(offs[0]), int(offs[-1])
     data = a.buffers()[2]
@@ -59,7 +61,7 @@ def text_array(a: pa.Array) -> np.ndarray | None:
         raise ValueError(f"ids must not contain NUL characters, got {bad!r}")
     w = int(np.diff(offs).max())
     if w == 0:
-        return np.zeros(n, dtype="<U1")
+        return np.zeros(n, dtype="S1" if as_bytes else "<U1")
     padded = pc.utf8_rpad(a, width=w, padding="\x00")
     poffs = _offsets(padded)
     # ASCII exactly when every padded row is w bytes (a non-ASCII row has fewer code points than
@@ -67,4 +69,6 @@ def text_array(a: pa.Array) -> np.ndarray | None:
     if int(poffs[-1]) - int(poffs[0]) != n * w:
         return None
     m = np.frombuffer(padded.buffers()[2], dtype=np.uint8, count=n * w, offset=int(poffs[0])).reshape(n, w)
+    if as_bytes:
+        return m.view(f"S{w}").reshape(n)
     return m.astype(np.uint32).view(f"<U{w}").reshape(n)

@@ -4,7 +4,7 @@ ir_measures spellings) imports them without importing the others."""
 
 from __future__ import annotations
 
-__all__ = ["MetricNameError"]
+__all__ = ["MetricNameError", "id_text"]
 
 
 class MetricNameError(ValueError):
@@ -13,3 +13,9 @@ class MetricNameError(ValueError):
     with a bad cutoff or parameter."""
 
     unknown = False
+
+
+def id_text(value) -> str:
+    """A query or document id as its text for an error message: ``bytes`` ids (ASCII, as the fast
+    readers and DataFrames' Arrow strings give them) decoded, any other id as ``str()``."""
+    return value.decode("ascii", "replace") if isinstance(value, (bytes, bytearray)) else str(value)

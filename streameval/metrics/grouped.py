@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import id_text
 from .kernel import RankedLists
 from .parallel import run_tasks as _run_tasks
 
@@ -332,7 +333,7 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
         dup = np.flatnonzero(jkey_s[1:] == jkey_s[:-1])
         if len(dup):
             key = jkey_s[dup[0]]
-            raise ValueError(f"qrels judge docno {str(docno_of(key % nd))!r} twice for query {str(qvocab[key // nd])!r} "
+            raise ValueError(f"qrels judge docno {id_text(docno_of(key % nd))!r} twice for query {id_text(qvocab[key // nd])!r} "
                              "(evaluate(..., judgment_conflicts='latest' or 'max') to resolve)")
 
     # -- the run's blocks of evaluated queries, one padded row each, a chunk of blocks at a time
@@ -423,7 +424,7 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
     dupmask = (Ds[:, 1:] == Ds[:, :-1]) & (Ds[:, 1:] >= 0)
     if dupmask.any():
         r, c = np.argwhere(dupmask)[0]
-        raise ValueError(f"run ranks docno {str(docno_of(Ds[r, c]))!r} twice for query {str(qvocab[cq[r]])!r}")
+        raise ValueError(f"run ranks docno {id_text(docno_of(Ds[r, c]))!r} twice for query {id_text(qvocab[cq[r]])!r}")
     del dupmask
 
     # rank order: score descending (the padding, NaN, sorts last and ties nothing), first as float32;
