@@ -444,8 +444,24 @@ def _watch_job(engine_dir: Path, runner_args, later_after: float, idle_stop: int
     return out, [*backlog, last]
 
 
+@pytest.fixture(scope="module")
+def watch_reference(launch):
+    """The local runner's ``--watch`` on the same log as the engines' (the log is made from a fixed
+    seed) and the batch job on its files: (stream output folder, batch output folder), made once for
+    both engines' tests."""
+    from streameval.jobs import batch as batch_cli
+
+    ref, _ = _watch_job(Path("watch-local"), [], later_after=8, idle_stop=15)
+    bout = Path("watch-local-batch").resolve()
+    assert batch_cli.main(["--impressions", "watch-local/watch/*.avro", "--judgments", "watch-local/judgments.avro",
+                           "--metrics", "ndcg@10,map,P@5", "--window", "1h", "--slices", "device",
+                           "--allowed-lateness", "0", "--runner", "FnApiRunner", "--engine", "records",
+                           "--output", str(bout)]) == 0
+    return ref, bout
+
+
 @pytest.mark.parametrize("engine", ["prism", "flink"])
-def test_stream_watch_on_engine_ends_and_equals_local_and_batch(engine, request, launch):
+def test_stream_watch_on_engine_ends_and_equals_local_and_batch(engine, request, launch, watch_reference):
     """``--watch`` on Prism and on Flink (issue 37 item 2): the watch source, a splittable DoFn with an
     event-time watermark (streameval/beam/streaming/watch_source.py), reads a backlog written out of
     date order and a file added while the job runs; nothing is late by arrival; the job ends after
@@ -460,10 +476,11 @@ def test_stream_watch_on_engine_ends_and_equals_local_and_batch(engine, request,
         _flink_idle(cluster)
     # the engines start the source 2-30 s after the launch (Prism on a warm machine in 2 s); the local
     # runner in a few seconds. The idle stop counts from the last new file: once the backlog is read it
-    # must outlast the later file's delay (30 s, and a writer thread that may wait for the GIL: 7 s seen),
-    # or the watch ends before that file and its events are late (seen on Prism with idle_stop=30)
-    got, files = _watch_job(Path(f"watch-{engine}"), cluster["runner_args"], later_after=30, idle_stop=50)
-    ref, _ = _watch_job(Path(f"watch-{engine}-local"), [], later_after=8, idle_stop=15)
+    # must outlast the later file's delay (20 s, and a writer thread that may wait for the GIL: 7 s seen),
+    # or the watch ends before that file and its events are late (seen on Prism with idle_stop 0 s after
+    # the file's delay); 20 s to spare (a file that comes before the source's first look is backlog)
+    got, files = _watch_job(Path(f"watch-{engine}"), cluster["runner_args"], later_after=20, idle_stop=40)
+    ref, bout = watch_reference  # (the same log: files of the same records, in another folder)
 
     def panes(out):
         return {p.name: sorted(p.read_text().splitlines()) for p in Path(out).glob("metrics-*.jsonl")}
@@ -471,13 +488,6 @@ def test_stream_watch_on_engine_ends_and_equals_local_and_batch(engine, request,
     assert panes(got) == panes(ref) and len(panes(ref)) > 6
     summary = json.loads((got / "summary.json").read_text())
     assert summary["counters"]["impressions_read"] == sum(len(f) for f in files)
-    bout = Path(f"watch-{engine}-batch")
-    from streameval.jobs import batch as batch_cli
-
-    assert batch_cli.main(["--impressions", f"watch-{engine}/watch/*.avro", "--judgments",
-                           f"watch-{engine}/judgments.avro", "--metrics", "ndcg@10,map,P@5", "--window", "1h",
-                           "--slices", "device", "--allowed-lateness", "0", "--runner", "FnApiRunner",
-                           "--engine", "records", "--output", str(bout)]) == 0
     assert_final_equals_batch(_jsonl(got, "metrics-*.jsonl"), _jsonl(bout, "metrics.jsonl"))
     # nothing is late by arrival: the only late impressions are those the batch job sets aside too (a
     # request's items after its first hour's end, lateness 0 in both)
