@@ -12,7 +12,8 @@ fastest too:
 * ``evaluate()`` from arrays against pytrec_eval on the same collection (``_data.ranking(30000,
   seed=7)``: 30,000 queries x 100 documents, 40 graded judgments each), with integer ids, string
   ids (numpy str arrays) and DataFrames with integer ids and with string ids: time <= 0.1 x, peak
-  memory <= 0.35 x (each side's peak counted from its inputs loaded: :func:`_reset_peak`); where that is not met today (string ids' time, a DataFrame's string columns) an
+  memory <= 0.35 x (each side's peak counted from its inputs loaded: :func:`_reset_peak`); where that
+  is not met today (string ids' time, a DataFrame's string columns) an
   interim target holds today's level (:data:`INTERIM`), so a regression still fails;
 * ``streameval trec-eval`` against pytrec_eval reading the same TREC files (``parse_qrel`` /
   ``parse_run``), whole processes: time <= 0.2 x;

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from streameval import cli
-from streameval.io import avro, convert, trec
+from streameval.io import avro, convert, repeats, trec
 from streameval.io.avro import AvroInputError, read_blocks, read_records, write_records
 from streameval.io.trec import InputFormatError, TrecFormatError
 from .conftest import fail_after
@@ -794,16 +794,17 @@ def test_evaluate_on_a_run_file_reports_the_line(tmp_path, run_text, lineno, rea
     with pytest.raises(InputFormatError) as info:
         streameval.evaluate(str(qrels), str(run), "map")
     assert (info.value.path, info.value.lineno, info.value.reason) == (str(run), lineno, reason)
-    assert streameval.evaluate(str(qrels), _write(tmp_path, "ok.run", RUN), "map").value() == 1.0  # both queries: their relevant document first
+    ok = _write(tmp_path, "ok.run", RUN)
+    assert streameval.evaluate(str(qrels), ok, "map").value() == 1.0  # each query's relevant document first
 
 
 @pytest.mark.parametrize("collide", [False, True])
 def test_first_repeat_by_hashes_equals_sorting_the_ids(monkeypatch, collide):
-    """trec._first_repeat (hashes of the rows; exact only on the rows whose hash repeats) finds the
+    """io.repeats.first_repeat (hashes of the rows; exact only on the rows whose hash repeats) finds the
     row and earlier row that sorting the ids themselves finds, for str, bytes and integer ids, also
     when every hash collides (``collide``)."""
     if collide:
-        monkeypatch.setattr(trec, "_row_hashes", lambda columns: np.zeros(len(columns[0]), dtype=np.uint64))
+        monkeypatch.setattr(repeats, "row_hashes", lambda columns: np.zeros(len(columns[0]), dtype=np.uint64))
     rng = np.random.default_rng(5)
     for trial in range(60):
         n = int(rng.integers(0, 50))
@@ -812,5 +813,5 @@ def test_first_repeat_by_hashes_equals_sorting_the_ids(monkeypatch, collide):
         forms = [(q, d), (q.astype(str), np.char.add("d", d.astype(str))),
                  (q.astype(str).astype("S"), np.char.add("doc-", d.astype(str)).astype("S")), (q, d.astype(str))]
         for cols in forms:
-            assert trec._first_repeat(*cols) == trec._first_repeat_exact(*cols), (trial, cols)
-    assert trec._first_repeat(np.array(["a", "a"]), np.array(["", ""])) == (1, 0)
+            assert repeats.first_repeat(*cols) == repeats.first_repeat_exact(*cols), (trial, cols)
+    assert repeats.first_repeat(np.array(["a", "a"]), np.array(["", ""])) == (1, 0)

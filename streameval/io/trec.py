@@ -48,6 +48,8 @@ from typing import Union
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .repeats import first_repeat
+
 __all__ = [
     "InputFormatError",
     "TrecFormatError",
@@ -1123,77 +1125,6 @@ def _row_lines(path: PathLike, rows: list[int]) -> dict[int, tuple[int, str]]:
     return out
 
 
-def _first_repeat(*columns: np.ndarray) -> tuple[int, int] | None:
-    """``(row, earlier row)`` of the first row (in row order) whose key columns repeat an earlier row's.
-
-    First a 64-bit hash of each row's keys, sorted: no two equal means no repeat (the usual case,
-    about 0.2 s for 3 M rows, where sorting the ids themselves took 5 s); otherwise only the rows
-    whose hash occurs twice are compared exactly (:func:`_first_repeat_exact`)."""
-    n = len(columns[0])
-    if n < 2:
-        return None
-    key = _row_hashes(columns)
-    if key is None:
-        return _first_repeat_exact(*columns)
-    s = np.sort(key)
-    twice = s[1:][s[1:] == s[:-1]]
-    if not len(twice):
-        return None
-    cand = np.flatnonzero(np.isin(key, twice))
-    found = _first_repeat_exact(*(np.asarray(c)[cand] for c in columns))
-    return None if found is None else (int(cand[found[0]]), int(cand[found[1]]))
-
-
-_FNV_PRIME = np.uint64(0x100000001B3)
-
-
-def _row_hashes(columns) -> np.ndarray | None:
-    """A uint64 hash of each row's values of ``columns`` (integer, ``bytes`` or ``str`` arrays; equal
-    values hash equal), or None for another kind of column."""
-    h = np.full(len(columns[0]), 0xCBF29CE484222325, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for col in columns:
-            a = np.ascontiguousarray(col)
-            if a.dtype.kind in "iu":
-                words = a.astype(np.uint64).reshape(-1, 1)
-            elif a.dtype.kind in "SU" and a.dtype.itemsize:
-                unit = np.uint32 if a.dtype.kind == "U" else np.uint8
-                words = a.view(unit).reshape(len(a), -1)
-            elif a.dtype.kind in "SU":
-                continue  # empty strings only: nothing to tell rows apart
-            else:
-                return None
-            for j in range(words.shape[1]):
-                h ^= words[:, j]
-                h *= _FNV_PRIME
-            h ^= np.uint64(0xFF)  # the column's end (so ("ab", "c") and ("a", "bc") differ more often)
-            h *= _FNV_PRIME
-    return h
-
-
-def _first_repeat_exact(*columns: np.ndarray) -> tuple[int, int] | None:
-    """:func:`_first_repeat` by sorting the values themselves."""
-    n = len(columns[0])
-    if n < 2:
-        return None
-    key = np.zeros(n, dtype=np.int64)
-    for col in columns:
-        _, inv = np.unique(col, return_inverse=True)
-        inv = inv.reshape(-1).astype(np.int64)
-        key = key * (int(inv.max()) + 1) + inv
-        _, key = np.unique(key, return_inverse=True)  # keep the codes small (no overflow)
-        key = key.reshape(-1).astype(np.int64)
-    order = np.argsort(key, kind="stable")
-    ks = key[order]
-    same = np.flatnonzero(ks[1:] == ks[:-1])
-    if same.size == 0:
-        return None
-    later = order[same + 1]
-    row = int(later.min())
-    first = int(order[np.searchsorted(ks, key[row], side="left")])
-    return row, first
-
-
 def check_run(run: TrecRun, path: PathLike) -> None:
     """Raise :class:`TrecFormatError` for the first line of ``path`` with a non-finite score
     (``nan``, ``inf``) or a docno ranked a second time for its query.
@@ -1206,7 +1137,7 @@ def check_run(run: TrecRun, path: PathLike) -> None:
     if nonfinite.size:
         r = int(nonfinite[0])
         bad.append((r, f"score is not a finite number ({float(run.score[r])!r})", None))
-    rep = _first_repeat(run.qid, run.docno)
+    rep = first_repeat(run.qid, run.docno)
     if rep is not None:
         r, first = rep
         bad.append((r, f"docno {str(run.docno[r])!r} ranked twice for query {str(run.qid[r])!r}", first))
@@ -1227,7 +1158,7 @@ def check_qrels(qrels: TrecQrels, path: PathLike) -> None:
     ``qrels`` must be what :func:`read_qrels` read from ``path``.
     """
     p = os.fspath(path)
-    rep = _first_repeat(qrels.qid, qrels.docno)
+    rep = first_repeat(qrels.qid, qrels.docno)
     if rep is None:
         return
     r, first = rep

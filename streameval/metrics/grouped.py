@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import id_text
+from .errors import judged_twice, ranked_twice
 from .kernel import RankedLists
 from .parallel import run_tasks as _run_tasks
 
@@ -317,24 +317,8 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     eval_pos[evaluated] = np.arange(len(evaluated))
 
     # -- qrels sorted by (query, docno); duplicates refused
-    jkey = np.multiply(jqc, nd)
-    jkey += jdc
+    jkey_s, jgrade_s, jqc = _sorted_qrels(jqc, jdc, jgrade, nd, qvocab, docno_of)
     del jdc
-    jgrade = np.asarray(jgrade, dtype=np.float64)
-    if len(jkey) < 2 or bool(np.all(jkey[1:] > jkey[:-1])):
-        jkey_s, jgrade_s = jkey, jgrade  # already in order (qrels files usually are): no sort
-    else:
-        jorder = np.argsort(jkey, kind="stable")  # (timsort: fast on qrels grouped by query)
-        jkey_s = jkey[jorder]
-        jgrade_s = jgrade[jorder]
-        jqc = jqc[jorder]
-        del jorder, jkey
-    if len(jkey_s):
-        dup = np.flatnonzero(jkey_s[1:] == jkey_s[:-1])
-        if len(dup):
-            key = jkey_s[dup[0]]
-            raise ValueError(f"qrels judge docno {id_text(docno_of(key % nd))!r} twice for query {id_text(qvocab[key // nd])!r} "
-                             "(evaluate(..., judgment_conflicts='latest' or 'max') to resolve)")
 
     # -- the run's blocks of evaluated queries, one padded row each, a chunk of blocks at a time
     kb = np.flatnonzero(eval_pos[rbc] >= 0)
@@ -375,6 +359,39 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     )
 
 
+def _sorted_qrels(jqc, jdc, jgrade, nd, qvocab, docno_of):
+    """The qrels' join keys (query code x ``nd`` + docno code) sorted, their grades (float64) and
+    query codes in that order; ValueError for a (query, docno) judged twice."""
+    jkey = np.multiply(jqc, nd)
+    jkey += jdc
+    jgrade = np.asarray(jgrade, dtype=np.float64)
+    if len(jkey) >= 2 and not bool(np.all(jkey[1:] > jkey[:-1])):  # (qrels files are usually in order)
+        jorder = np.argsort(jkey, kind="stable")  # (timsort: fast on qrels grouped by query)
+        jkey, jgrade, jqc = jkey[jorder], jgrade[jorder], jqc[jorder]
+    if len(jkey):
+        dup = np.flatnonzero(jkey[1:] == jkey[:-1])
+        if len(dup):
+            key = jkey[dup[0]]
+            raise judged_twice(docno_of(key % nd), qvocab[key // nd])
+    return jkey, jgrade, jqc
+
+
+def _join(keys: np.ndarray, cq: np.ndarray, nd: int, jkey_s: np.ndarray, jgrade_s: np.ndarray) -> np.ndarray:
+    """The grades (float64, NaN: not judged) of the join keys ``keys`` (1-D) of a chunk whose query
+    codes are ``cq``: searched only in the qrels of those queries (a slice: fewer cache misses)."""
+    if not len(jkey_s):
+        return np.full(len(keys), np.nan)
+    lo, hi = np.searchsorted(jkey_s, [int(cq.min()) * nd, (int(cq.max()) + 1) * nd])
+    lo, hi = int(lo), max(int(hi), int(lo) + 1)
+    hit = np.searchsorted(jkey_s[lo:hi], keys)
+    hit += lo
+    np.minimum(hit, len(jkey_s) - 1, out=hit)
+    found = jkey_s[hit] == keys
+    g = jgrade_s[hit]
+    g[~found] = np.nan
+    return g
+
+
 def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_codes, nd, jkey_s, jgrade_s,
            doubles, depth, qvocab, docno_of):
     """Lay out the run blocks ``sel`` (consecutive kept blocks) and write their grades, in rank
@@ -412,10 +429,9 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
         del flat
     del neg, d
 
-    # docno order inside each row (``dorder``; None: the rows list their docnos in order already,
-    # the padding last): a docno ranked twice for one query is refused, and the join below searches
-    # the qrels with each row's keys in this order (in-order needles walk the qrels forward: about
-    # twice as fast as needles in rank order)
+    # docno order inside each row (``dorder``; None: the rows list their docnos in order already, the
+    # padding last): a docno ranked twice for one query is refused; the join below searches with each
+    # row's keys in this order (in-order needles walk the qrels forward)
     if bool(((D[:, 1:] >= D[:, :-1]) | (D[:, 1:] < 0)).all()):
         dorder, Ds = None, D
     else:
@@ -424,7 +440,7 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
     dupmask = (Ds[:, 1:] == Ds[:, :-1]) & (Ds[:, 1:] >= 0)
     if dupmask.any():
         r, c = np.argwhere(dupmask)[0]
-        raise ValueError(f"run ranks docno {id_text(docno_of(Ds[r, c]))!r} twice for query {id_text(qvocab[cq[r]])!r}")
+        raise ranked_twice(docno_of(Ds[r, c]), qvocab[cq[r]])
     del dupmask
 
     # rank order: score descending (the padding, NaN, sorts last and ties nothing), first as float32;
@@ -467,23 +483,8 @@ def _chunk(sel, lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_
     # -- join with the sorted qrels, in docno order: the grades of each row's docnos
     keys = Ds + (cq * nd)[:, None]  # join keys (query, docno); (Ds may be a view of the codes: a new array)
     del Ds
-    keys = keys.ravel()
-    if len(jkey_s):
-        # search only the qrels of the chunk's queries (a slice: fewer cache misses)
-        lo, hi = np.searchsorted(jkey_s, [int(cq.min()) * nd, (int(cq.max()) + 1) * nd])
-        lo, hi = int(lo), max(int(hi), int(lo) + 1)
-        hit = np.searchsorted(jkey_s[lo:hi], keys)
-        hit += lo
-        np.minimum(hit, len(jkey_s) - 1, out=hit)
-        found = jkey_s[hit] == keys
-        del keys
-        g = jgrade_s[hit]
-        del hit
-        g[~found] = np.nan
-        del found
-    else:
-        g = np.full(len(keys), np.nan)
-        del keys
+    g = _join(keys.ravel(), cq, nd, jkey_s, jgrade_s)
+    del keys
     # ... back to the run's order of each row, then to rank order (the padding's grades, whatever
     # they are, sort last there and never reach the output)
     g = g.reshape(nbc, Lc)

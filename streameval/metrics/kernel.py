@@ -255,13 +255,13 @@ class _Batch:
         key = ("rows", name)
         if key not in self._cache:
             longest = int(self.lengths.max()) if self.n else 0
-            m = None
+            m: np.ndarray | None = None
             if self.N and self.n * longest == self.N:  # every list as long as the longest: a view
                 m = np.asarray(weights, dtype=np.float64).reshape(self.n, longest)
             elif self.N and self.n * longest <= 4 * self.N + 1024:
-                m = np.zeros(self.n * longest)
-                m[self.qidx * longest + (self.rank - 1)] = weights
-                m = m.reshape(self.n, longest)
+                flat = np.zeros(self.n * longest)
+                flat[self.qidx * longest + (self.rank - 1)] = weights
+                m = flat.reshape(self.n, longest)
             self._cache[key] = [m, None, longest]
         entry = self._cache[key]
         m, sums, longest = entry

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import id_text
+from .errors import judged_twice, ranked_twice
 from .kernel import RankedLists
 from .names import MAX_CUTOFF as MAX_RANK
 
@@ -436,7 +436,7 @@ def prepare(
         dup = np.flatnonzero(sk[1:] == sk[:-1])
         if len(dup):
             key = sk[dup[0]]
-            raise ValueError(f"run ranks docno {id_text(dvocab[key % nd])!r} twice for query {id_text(qvocab[key // nd])!r}")
+            raise ranked_twice(dvocab[key % nd], qvocab[key // nd])
 
     # -- qrels sorted by key, duplicates refused
     jkey = jq * nd + jd
@@ -446,8 +446,7 @@ def prepare(
         dup = np.flatnonzero(jkey_s[1:] == jkey_s[:-1])
         if len(dup):
             key = jkey_s[dup[0]]
-            raise ValueError(f"qrels judge docno {id_text(dvocab[key % nd])!r} twice for query {id_text(qvocab[key // nd])!r} "
-                             "(evaluate(..., judgment_conflicts='latest' or 'max') to resolve)")
+            raise judged_twice(dvocab[key % nd], qvocab[key // nd])
 
     # -- which queries are evaluated
     run_queries = np.unique(rq)
