@@ -197,9 +197,9 @@ def _same_text_kind(a: np.ndarray, b: np.ndarray):
     kinds = (getattr(a, "dtype", None) is not None and a.dtype.kind, getattr(b, "dtype", None) is not None
              and b.dtype.kind)
     if kinds == ("S", "U"):
-        return a.astype(str), b
+        return np.asarray(a).astype(str), b  # (a run's query ids may be runs of equal ids: laid out)
     if kinds == ("U", "S"):
-        return a, b.astype(str)
+        return a, np.asarray(b).astype(str)
     return a, b
 
 

@@ -815,3 +815,17 @@ def test_first_repeat_by_hashes_equals_sorting_the_ids(monkeypatch, collide):
         for cols in forms:
             assert repeats.first_repeat(*cols) == repeats.first_repeat_exact(*cols), (trial, cols)
     assert repeats.first_repeat(np.array(["a", "a"]), np.array(["", ""])) == (1, 0)
+
+
+def test_trec_eval_with_one_file_on_the_fast_reader_and_one_on_the_general(tmp_path, capsys):
+    """A regular run file (the fast reader: bytes ids, the query ids as runs of equal ids) with qrels
+    that the general reader reads (a blank line: str ids): the ids meet as text and the numbers are
+    those of two regular files (found by tests/test_fuzz.py)."""
+    run = _write(tmp_path, "x.run", RUN)
+    plain = _write(tmp_path, "plain.qrels", QRELS)
+    blank = _write(tmp_path, "blank.qrels", "\n" + QRELS)
+    outs = []
+    for qrels in (plain, blank):
+        assert cli.main(["trec-eval", "-q", "-m", "map", "-m", "P.1", str(qrels), str(run)]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and "map                   \tq1\t1.0000" in outs[0]
