@@ -176,6 +176,17 @@ class RankedLists:
         )
 
 
+@dataclass
+class _RowSums:
+    """:meth:`_Batch.sum_top`'s state for one weight: the (queries x longest) matrix of the weights
+    (None: too large, summed per cutoff instead), its running sums along the rows as far as made so
+    far (None: none yet), and the longest list's length."""
+
+    matrix: np.ndarray | None
+    sums: np.ndarray | None
+    longest: int
+
+
 class _Batch:
     """Lazily computed intermediate arrays shared by the metrics of one call."""
 
@@ -262,9 +273,9 @@ class _Batch:
                 flat = np.zeros(self.n * longest)
                 flat[self.qidx * longest + (self.rank - 1)] = weights
                 m = flat.reshape(self.n, longest)
-            self._cache[key] = [m, None, longest]
+            self._cache[key] = _RowSums(m, None, longest)
         entry = self._cache[key]
-        m, sums, longest = entry
+        m, sums, longest = entry.matrix, entry.sums, entry.longest
         if m is None:
             return self.segsum(np.where(self.top(k), weights, 0.0))
         need = max(min(int(k), longest), 1)
@@ -275,7 +286,7 @@ class _Batch:
             else:
                 more = np.cumsum(np.concatenate([sums[:, -1:], m[:, have:need]], axis=1), axis=1)
                 sums = np.concatenate([sums, more[:, 1:]], axis=1)
-            entry[1] = sums
+            entry.sums = sums
         take = np.minimum(self.lengths, k)
         return np.where(take > 0, sums[np.arange(self.n), np.maximum(take - 1, 0)], 0.0)
 
