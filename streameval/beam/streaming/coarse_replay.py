@@ -1,8 +1,11 @@
 """A replay of impression files as column blocks (``stream --replay`` on the columnar engine):
 :class:`ReplayColumns`, the input of :class:`~.coarse.ColumnarStreamMetrics` on the local streaming
-runner (a ``TestStream`` of the files' Arrow blocks per step of event time)."""
+runner (a ``TestStream`` of one descriptor per step of event time; the files' Arrow blocks stay in the
+process that read them, out of the pipeline graph)."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -15,24 +18,102 @@ from .common import _when
 NO_TIME = np.iinfo(np.int64).min  # the replay step of records without a usable time (played first)
 
 
-def _set_clock(element):
-    """(path, block, records, watermark, processing seconds) -> the first four; the replay's
-    processing time (:func:`~.replay.replay_clock`) moves to the element's."""
-    from . import replay as _replay
+class ColumnReplayConfig(NamedTuple):
+    """What a columnar replay reads: ``paths`` (files, in the order given), ``step`` microseconds of
+    event time per step, ``block`` rows at most per element."""
 
-    _replay._REPLAY_NOW[0] = float(element[4])
-    return element[:4]
+    paths: tuple
+    step: int
+    block: int
+
+
+class ColumnReplayPlan(NamedTuple):
+    """A columnar replay read: ``steps`` ``{step number (event time // step, :data:`NO_TIME` for records
+    without a usable time): [(path, payload, rows), ...]}`` (payload ``("arrow", Arrow IPC bytes)`` or,
+    from the fallback decoder, ``("records", [record, ...])``), ``counts`` records read per kind and
+    ``unreadable`` one dead letter per file that could not be read to its end."""
+
+    steps: dict
+    counts: dict
+    unreadable: list
+
+
+def column_plan(cfg: ColumnReplayConfig) -> ColumnReplayPlan:
+    """Read ``cfg``'s impression files into a :class:`ColumnReplayPlan`: each file's Arrow blocks
+    (:func:`~streameval.beam.sources.read_avro_blocks`, the batch job's reader) cut by step of event
+    time, in blocks of at most ``cfg.block`` rows. Raises
+    :class:`~streameval.beam.sources.InputUnavailableError` for a file the environment does not
+    deliver."""
+    from collections import defaultdict
+
+    from ...io import avro
+    from ..sources import read_avro_blocks, unreadable_letter
+    from .live import event_micros, ipc_bytes
+    from .replay import usable_time
+
+    step_us = cfg.step
+    per_step: dict = defaultdict(list)  # step -> [(path, block, records)]
+    unreadable: list = []
+    total = 0
+    for path in cfg.paths:
+        n = 0
+        try:
+            for block in read_avro_blocks(path, "impression", "datafusion"):
+                if isinstance(block, list):  # the fallback decoder's records
+                    n += len(block)
+                    groups: dict = defaultdict(list)
+                    for rec in block:
+                        t = usable_time(rec)
+                        groups[NO_TIME if t is None else t // step_us].append(rec)
+                    for s, recs in groups.items():
+                        per_step[s].append((str(path), ("records", recs), len(recs)))
+                    continue
+                n += block.num_rows
+                ts = event_micros(block)
+                usable = (ts >= records.EVENT_TIME_MIN) & (ts <= records.EVENT_TIME_MAX)
+                step = np.where(usable, ts // step_us, NO_TIME)
+                order = np.argsort(step, kind="stable")
+                s_sorted = step[order]
+                cuts = np.flatnonzero(np.diff(s_sorted)) + 1
+                for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(order)].tolist()):
+                    part = block.take(pa.array(order[lo:hi]))
+                    for a in range(0, part.num_rows, cfg.block):
+                        piece = part.slice(a, cfg.block)
+                        per_step[int(s_sorted[lo])].append((str(path), ("arrow", ipc_bytes(piece)), piece.num_rows))
+        except avro.AvroInputError as e:
+            unreadable.append(unreadable_letter(path, "impressions", e, n))
+        total += n
+    return ColumnReplayPlan(dict(per_step), {"impressions": total, "judgments": 0, "clicks": 0}, unreadable)
+
+
+class _PlayStep(beam.DoFn):
+    """``(token, paths, step, block, step number, watermark, processing seconds)`` -> the step's
+    ``(path, block, rows, watermark)`` elements from the plan held in this process
+    (:func:`~.replay.held_plan`; read again from the files elsewhere), each with the step's timestamp;
+    the replay's processing time (:func:`~.replay.replay_clock`) moves to the element's."""
+
+    def process(self, element):
+        from . import replay as _replay
+
+        token, paths, step_us, block, s, wm, ptime = element
+        _replay._REPLAY_NOW[0] = float(ptime)
+        plan = _replay.held_plan(token, ColumnReplayConfig(tuple(paths), step_us, block), column_plan)
+        for path, payload, n in plan.steps[s]:
+            yield (path, payload, n, wm)
 
 
 class ReplayColumns(beam.PTransform):
     """``p | ReplayColumns(paths, step="1h", pace=1.0)``: impression files replayed in event-time
-    order as :class:`ColumnarStreamMetrics`'s input, a ``TestStream`` for the local streaming runner:
-    the records of each ``step`` of event time (per file, in blocks of at most ``block`` rows, Arrow
-    columns) with the watermark of the previous step, then the watermark moves to the step's end and
-    processing time advances by ``pace`` seconds. Records without a usable time play in the first step
-    (the reader makes them dead letters). The files are read when the pipeline is built (a replay
-    holds the log in memory): ``self.counts`` (records per kind) and ``self.unreadable`` (a dead letter
-    per file that could not be read to its end) are known then."""
+    order as :class:`ColumnarStreamMetrics`'s input, on the local streaming runner: the records of each
+    ``step`` of event time (per file, in blocks of at most ``block`` rows, Arrow columns) with the
+    watermark of the previous step, then the watermark moves to the step's end and processing time
+    advances by ``pace`` seconds. Records without a usable time play in the first step (the reader
+    makes them dead letters). The files are read when the pipeline is built (a replay holds the log in
+    memory; :func:`column_plan`), and the plan stays in this process: the pipeline's ``TestStream``
+    carries one small descriptor per step (the replay's token and files, the step), which
+    :class:`_PlayStep` turns into the step's blocks, never the records themselves. ``self.counts``
+    (records per kind) and ``self.unreadable`` (a dead letter per file that could not be read to its
+    end) are known once the transform is applied."""
 
     def __init__(self, paths, step="1h", pace=1.0, block: int = 65_536, label=None):
         super().__init__(label)
@@ -43,73 +124,33 @@ class ReplayColumns(beam.PTransform):
         self.counts: dict = {}
         self.unreadable: list = []
 
-    def _steps(self):
-        from collections import defaultdict
-
-        from ...io import avro
-        from ..sources import read_avro_blocks, unreadable_letter
-        from .live import event_micros, ipc_bytes
-        from .replay import usable_time
-        from ...plan.windows import parse_duration
-
-        step_us = parse_duration(self.step, "step")
-        per_step: dict = defaultdict(list)  # step -> [(path, block, records)]
-        total = 0
-        for path in self.paths:
-            n = 0
-            try:
-                for block in read_avro_blocks(path, "impression", "datafusion"):
-                    if isinstance(block, list):  # the fallback decoder's records
-                        n += len(block)
-                        groups: dict = defaultdict(list)
-                        for rec in block:
-                            t = usable_time(rec)
-                            groups[NO_TIME if t is None else t // step_us].append(rec)
-                        for s, recs in groups.items():
-                            per_step[s].append((str(path), ("records", recs), len(recs)))
-                        continue
-                    n += block.num_rows
-                    ts = event_micros(block)
-                    usable = (ts >= records.EVENT_TIME_MIN) & (ts <= records.EVENT_TIME_MAX)
-                    step = np.where(usable, ts // step_us, NO_TIME)
-                    order = np.argsort(step, kind="stable")
-                    s_sorted = step[order]
-                    cuts = np.flatnonzero(np.diff(s_sorted)) + 1
-                    for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(order)].tolist()):
-                        part = block.take(pa.array(order[lo:hi]))
-                        for a in range(0, part.num_rows, self.block):
-                            piece = part.slice(a, self.block)
-                            per_step[int(s_sorted[lo])].append((str(path), ("arrow", ipc_bytes(piece)),
-                                                                piece.num_rows))
-            except avro.AvroInputError as e:
-                self.unreadable.append(unreadable_letter(path, "impressions", e, n))
-            total += n
-        self.counts = {"impressions": total, "judgments": 0, "clicks": 0}
-        return per_step, step_us
-
     def expand(self, pbegin):
         from apache_beam.testing.test_stream import TestStream
         from apache_beam.transforms.window import TimestampedValue
 
-        from .replay import END_OF_TIME_US, ms_floor
+        from ...plan.windows import parse_duration
+        from .replay import END_OF_TIME_US, held_plan, ms_floor, new_token
 
-        per_step, step_us = self._steps()
+        cfg = ColumnReplayConfig(tuple(str(x) for x in self.paths), parse_duration(self.step, "step"), self.block)
+        token = new_token()
+        plan = held_plan(token, cfg, column_plan)
+        self.counts, self.unreadable = dict(plan.counts), list(plan.unreadable)
         stream = TestStream(coder=FastPrimitivesCoder())
         wm = None
         ptime = 0.0
-        for s in sorted(per_step):
-            for path, payload, n in per_step[s]:
-                # stamped with the step's start (records without a usable time: 0), never after a record
-                stream = stream.add_elements([TimestampedValue(
-                    (path, payload, n, wm, ptime), _when(ms_floor(s * step_us) if s != NO_TIME else 0))])
+        for s in sorted(plan.steps):
+            # stamped with the step's start (records without a usable time: 0), never after a record
+            stream = stream.add_elements([TimestampedValue(
+                (token, cfg.paths, cfg.step, cfg.block, s, wm, ptime),
+                _when(ms_floor(s * cfg.step) if s != NO_TIME else 0))])
             if s != NO_TIME:
-                wm = ms_floor((s + 1) * step_us)
+                wm = ms_floor((s + 1) * cfg.step)
                 stream = stream.advance_watermark_to(_when(wm))
             if self.pace:
                 ptime += self.pace
                 stream = stream.advance_processing_time(self.pace)
         stream = stream.advance_watermark_to(_when(END_OF_TIME_US)).advance_watermark_to_infinity()
-        return pbegin | "TestStream" >> stream | "Clock" >> beam.Map(_set_clock)
+        return pbegin | "TestStream" >> stream | "Play" >> beam.ParDo(_PlayStep())
 
 
-__all__ = ["ReplayColumns", "NO_TIME"]
+__all__ = ["ReplayColumns", "ColumnReplayConfig", "ColumnReplayPlan", "column_plan", "NO_TIME"]

@@ -9,7 +9,9 @@ rounded down to milliseconds (a ``TestStream`` keeps milliseconds). An unknown s
 
 from __future__ import annotations
 
-from collections import defaultdict
+import threading
+import uuid
+from collections import OrderedDict, defaultdict
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -89,6 +91,41 @@ def replay_steps(files: dict, step_us: int) -> list:
                 parts.append((kind, path, recs))
         out.append((s, parts))
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# replay plans held in the process that plays them (the local runner's replays)
+
+#: the plans read when a local replay's pipeline was built, by the replay's token (the latest few)
+_HELD: OrderedDict = OrderedDict()
+_HELD_LOCK = threading.Lock()
+HELD_PLANS = 8
+
+
+def new_token() -> str:
+    """A fresh token naming one replay's plan in :func:`held_plan`."""
+    return uuid.uuid4().hex
+
+
+def held_plan(token: str, config, build):
+    """The plan of the replay ``token``: ``build(config)`` the first time this process asks for it
+    (the launcher, when it builds the pipeline), the same object afterwards (the local runner's
+    replay DoFn, in the same process). Only the latest :data:`HELD_PLANS` plans stay held; a plan
+    asked for again after it was let go (or in another process) is built again from ``config``
+    (``build`` must give the same plan from the same files). Keeps the replayed data out of the
+    pipeline graph: the graph carries the token and the config, never the records (issue 38 item 3:
+    Beam pickled and bz2-compressed a graph holding them, 45 % of a replay's time)."""
+    with _HELD_LOCK:
+        plan = _HELD.get(token)
+        if plan is not None:
+            _HELD.move_to_end(token)
+            return plan
+    plan = build(config)
+    with _HELD_LOCK:
+        _HELD[token] = plan
+        while len(_HELD) > HELD_PLANS:
+            _HELD.popitem(last=False)
+    return plan
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,14 +14,19 @@ passed on unstamped, for the preparation stage to make it a dead letter.
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.coders import FastPrimitivesCoder
+from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from ...io import avro
 from ..sources import read_avro_blocks, unreadable_letter
 from .polling import SCHEMA_OF
-from .replay import Replay, usable_time
+from .common import _when
+from .replay import element_time, ms_floor, replay_steps, usable_time
 
 __all__ = ["ReplayAvro", "WatchAvro", "read_files", "ReadPubSubEvents", "ReadKafkaEvents", "KAFKA_TIMESTAMP_POLICIES"]
 
@@ -44,13 +49,66 @@ def read_files(paths, kind):
     return recs, unreadable
 
 
+class RecordReplayConfig(NamedTuple):
+    """What a per-event replay reads: ``paths`` ``((kind, (file, ...)), ...)`` (impressions, judgments,
+    clicks; files in the order given) and ``step`` microseconds of event time per step."""
+
+    paths: tuple
+    step: int
+
+
+class RecordReplayPlan(NamedTuple):
+    """A per-event replay read: ``steps`` as :func:`~.replay.replay_steps` gives them, ``counts``
+    records read per kind, ``unreadable`` one dead letter per file that could not be read to its end."""
+
+    steps: list
+    counts: dict
+    unreadable: list
+
+
+def record_plan(cfg: RecordReplayConfig) -> RecordReplayPlan:
+    """Read ``cfg``'s files (:func:`read_files`) into a :class:`RecordReplayPlan`. Raises
+    :class:`~streameval.beam.sources.InputUnavailableError` for a file the environment does not
+    deliver."""
+    recs, unreadable = {}, []
+    for kind, paths in cfg.paths:
+        recs[kind], bad = read_files(list(paths), kind)
+        unreadable.extend(bad)
+    counts = {k: sum(map(len, v.values())) for k, v in recs.items()}
+    return RecordReplayPlan(replay_steps(recs, cfg.step), counts, unreadable)
+
+
+class _PlayRecords(beam.DoFn):
+    """``(token, paths, step, index, processing seconds)`` -> the records of the plan's step ``index``
+    (held in this process, :func:`~.replay.held_plan`; read again from the files elsewhere) as
+    ``(path, [record, ...])`` on the output of their kind, timestamped with their earliest event time
+    (in whole milliseconds, as a ``TestStream`` element keeps it); the replay's processing time
+    (:func:`~.replay.replay_clock`) moves to the element's."""
+
+    def process(self, element):
+        from . import replay as _replay
+
+        token, paths, step_us, i, ptime = element
+        _replay._REPLAY_NOW[0] = float(ptime)
+        plan = _replay.held_plan(token, RecordReplayConfig(paths, step_us), record_plan)
+        for kind, path, recs in plan.steps[i][1]:
+            yield pvalue.TaggedOutput(kind, TimestampedValue(
+                (path, list(recs)), Timestamp(micros=ms_floor(element_time(recs)))))
+
+
 class ReplayAvro(beam.PTransform):
     """``p | ReplayAvro(impressions=[paths], judgments=[paths], clicks=[paths])``: the logs
-    replayed in event-time order with a watermark (:class:`~streameval.beam.streaming.Replay`);
-    returns ``{"impressions", "judgments", "clicks"}`` PCollections of record lists. The files
-    are read when the pipeline is built (a replay holds the log in memory). A file that cannot be
-    read to its end contributes the records before the damage; ``self.unreadable`` holds one dead
-    letter per such file and ``self.counts`` the records read per kind."""
+    replayed in event-time order with a watermark, on the local streaming runner, as
+    :meth:`~streameval.beam.streaming.Replay.from_records` plays them (each step's judgments, then
+    impressions, then clicks; the watermark to the step's end; ``pace`` seconds of processing time);
+    returns ``{"impressions", "judgments", "clicks"}`` PCollections of ``(path, records)``. The files
+    are read when the pipeline is built (a replay holds the log in memory, :func:`record_plan`) and
+    the plan stays in this process: the pipeline's ``TestStream`` carries one descriptor per step,
+    never the records (:class:`_PlayRecords`). A file that cannot be read to its end contributes the
+    records before the damage; ``self.unreadable`` holds one dead letter per such file and
+    ``self.counts`` the records read per kind."""
+
+    KINDS = ("impressions", "judgments", "clicks")
 
     def __init__(self, impressions=(), judgments=(), clicks=(), step="1h", pace=1.0, label=None):
         super().__init__(label)
@@ -61,14 +119,30 @@ class ReplayAvro(beam.PTransform):
         self.unreadable = []
 
     def expand(self, pbegin):
-        recs = {}
-        self.unreadable = []
-        for k, v in self.paths.items():
-            recs[k], bad = read_files(v, k)
-            self.unreadable.extend(bad)
-        self.counts = {k: sum(map(len, v.values())) for k, v in recs.items()}
-        return pbegin | "Replay" >> Replay.from_records(recs["impressions"], recs["judgments"], recs["clicks"],
-                                                        step=self.step, pace=self.pace)
+        from apache_beam.testing.test_stream import TestStream
+
+        from ...plan.windows import parse_duration
+        from .replay import END_OF_TIME_US, held_plan, new_token
+
+        cfg = RecordReplayConfig(tuple((k, tuple(str(x) for x in v)) for k, v in self.paths.items()),
+                                 parse_duration(self.step, "step"))
+        token = new_token()
+        plan = held_plan(token, cfg, record_plan)
+        self.counts, self.unreadable = dict(plan.counts), list(plan.unreadable)
+        stream = TestStream(coder=FastPrimitivesCoder())
+        ptime = 0.0
+        for i, (s, parts) in enumerate(plan.steps):
+            first = min(ms_floor(element_time(recs)) for _, _, recs in parts)
+            stream = stream.add_elements([TimestampedValue((token, cfg.paths, cfg.step, i, ptime), _when(first))])
+            stream = stream.advance_watermark_to(_when(ms_floor((s + 1) * cfg.step)))
+            if self.pace:
+                ptime += float(self.pace)
+                stream = stream.advance_processing_time(float(self.pace))
+        # close every window while the watermark is still finite, then end
+        stream = stream.advance_watermark_to(_when(END_OF_TIME_US)).advance_watermark_to_infinity()
+        out = (pbegin | "TestStream" >> stream
+               | "Fanout" >> beam.ParDo(_PlayRecords()).with_outputs(*self.KINDS))
+        return {k: out[k] for k in self.KINDS}
 
 
 class WatchAvro(beam.PTransform):

@@ -1,0 +1,90 @@
+"""The local runner's replays keep the replayed records out of the pipeline graph (issue 38 item 3):
+the graph carries one descriptor per step, the plan read when the pipeline was built stays in the
+process (``replay.held_plan``), and a plan let go is read again from the files with the same result."""
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from streameval.beam.streaming import replay
+from streameval.beam.streaming.coarse_replay import ColumnReplayConfig, ReplayColumns, _PlayStep, column_plan
+from streameval.beam.streaming.sources import RecordReplayConfig, ReplayAvro, _PlayRecords, record_plan
+from streameval.io import avro
+from tests.test_stream_columnar import _log
+
+
+def _files(tmp_path, n_requests):
+    files, judg = _log(seed=5, n_requests=n_requests)
+    paths = []
+    for i, recs in enumerate(files):
+        paths.append(str(tmp_path / f"part-{i:03d}.avro"))
+        avro.write_records(paths[-1], "impression", recs)
+    avro.write_records(str(tmp_path / "judgments.avro"), "judgment", judg)
+    return paths, [str(tmp_path / "judgments.avro")], sum(map(len, files))
+
+
+def _shard_fn(p):
+    """The columnar engine's shards DoFn in pipeline ``p``."""
+    from apache_beam.pipeline import PipelineVisitor
+
+    from streameval.beam.streaming.coarse import _ShardFn
+
+    found = []
+
+    class Find(PipelineVisitor):
+        def visit_transform(self, node):
+            fn = getattr(node.transform, "fn", None)
+            if isinstance(fn, _ShardFn):
+                found.append(fn)
+
+    p.visit(Find())
+    assert len(found) == 1
+    return found[0]
+
+
+def _graph_bytes(make) -> int:
+    p = beam.Pipeline(options=PipelineOptions(streaming=True))
+    p.options.view_as(StandardOptions).streaming = True
+    make(p)
+    return len(p.to_runner_api().SerializeToString())
+
+
+@pytest.mark.parametrize("kind", ["columns", "records"])
+def test_the_graph_does_not_grow_with_the_replayed_log(tmp_path, kind):
+    small, large = tmp_path / "small", tmp_path / "large"
+    small.mkdir(), large.mkdir()
+    sizes = {}
+    for folder, n in ((small, 40), (large, 2000)):
+        imps, judg, records = _files(folder, n)
+        replay_of = ReplayColumns(imps, step="1h", pace=0) if kind == "columns" else ReplayAvro(imps, judg, step="1h", pace=0)
+        sizes[n] = _graph_bytes(lambda p, r=replay_of: p | r)
+    # 50 times the records (about 9,000 against 180): the graph's size stays within its descriptors' few
+    # hundred bytes (the files' names are as long, the steps as many: 6 hours in steps of 1 h)
+    assert abs(sizes[2000] - sizes[40]) < 2_000, sizes
+
+
+def test_a_plan_let_go_is_read_again_from_the_files(tmp_path):
+    imps, judg, _ = _files(tmp_path, 300)
+    cfg = ColumnReplayConfig(tuple(imps), 3_600_000_000, 100)
+    token = replay.new_token()
+    held = replay.held_plan(token, cfg, column_plan)
+    step = sorted(held.steps)[2]
+    element = (token, cfg.paths, cfg.step, cfg.block, step, 123, 0.0)
+    first = list(_PlayStep().process(element))
+    assert [(p, n, wm) for p, _, n, wm in first] == [(p, n, 123) for p, _, n in held.steps[step]]
+    for _ in range(replay.HELD_PLANS):  # later replays push it out
+        replay.held_plan(replay.new_token(), cfg, column_plan)
+    assert token not in replay._HELD
+    again = list(_PlayStep().process(element))
+    assert again == first and again[0][1] is not first[0][1]  # read again, equal
+
+    rcfg = RecordReplayConfig((("impressions", tuple(imps)), ("judgments", tuple(judg))), 3_600_000_000)
+    token = replay.new_token()
+    plan = replay.held_plan(token, rcfg, record_plan)
+    first = [(o.tag, o.value.value, o.value.timestamp) for o in _PlayRecords().process((token, rcfg.paths, rcfg.step, 1, 0.0))]
+    assert first and {t for t, _, _ in first} <= {"impressions", "judgments"}
+    assert [v for _, v, _ in first] == [(path, recs) for _, path, recs in plan.steps[1][1]]
+    replay._HELD.clear()
+    again = [(o.tag, o.value.value, o.value.timestamp) for o in _PlayRecords().process((token, rcfg.paths, rcfg.step, 1, 0.0))]
+    assert again == first
+
