@@ -3,13 +3,16 @@ the graph carries one descriptor per step, the plan read when the pipeline was b
 process (``replay.held_plan``), and a plan let go is read again from the files with the same result."""
 
 import apache_beam as beam
+import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from streameval.beam.streaming import replay
 from streameval.beam.streaming.coarse_replay import ColumnReplayConfig, ReplayColumns, _PlayStep, column_plan
 from streameval.beam.streaming.sources import RecordReplayConfig, ReplayAvro, _PlayRecords, record_plan
+from streameval.beam.columnar_columns import thaw
 from streameval.io import avro
+from tests.test_stream import jdg
 from tests.test_stream_columnar import _log
 
 
@@ -88,3 +91,39 @@ def test_a_plan_let_go_is_read_again_from_the_files(tmp_path):
     again = [(o.tag, o.value.value, o.value.timestamp) for o in _PlayRecords().process((token, rcfg.paths, rcfg.step, 1, 0.0))]
     assert again == first
 
+
+def test_the_shards_carry_a_reference_to_the_judgments_on_the_local_runner(tmp_path):
+    """The columnar engine's judgments (read when the pipeline is built) are held in the process on the
+    in-process runner: the graph does not grow with them, and judgments let go are read again, equal."""
+    from streameval.beam.streaming.coarse import ColumnarStreamMetrics
+    from streameval.beam.streaming.coarse_judgments import HeldJudgments, held_judgments
+
+    imps, _, _ = _files(tmp_path, 40)
+    sizes, refs = {}, []
+    for n in (30, 3000):
+        path = str(tmp_path / f"judgments-{n}.avro")
+        avro.write_records(path, "judgment", [jdg(f"q{i % 30}", f"d{i}", i % 3) for i in range(n)])
+        for in_process in (True, False):
+            p = beam.Pipeline(options=PipelineOptions(streaming=True))
+            sm = ColumnarStreamMetrics([path], ["ndcg@10"], "1h", in_process=in_process)
+            _ = p | ReplayColumns(imps, step="1h", pace=0) | sm
+            sizes[n, in_process] = len(p.to_runner_api().SerializeToString())
+            refs.append(_shard_fn(p).judgments)
+    assert abs(sizes[3000, True] - sizes[30, True]) < 2_000, sizes
+    assert sizes[3000, False] - sizes[30, False] > 10_000, sizes  # elsewhere the DoFn carries them
+    held = refs[2]
+    assert isinstance(held, HeldJudgments) and isinstance(refs[3], dict)
+    first = held_judgments(held, "unused")
+    assert sum(len(v) for v in first.values()) >= 1
+    replay._HELD.clear()
+    again = held_judgments(held, "unused")
+    assert again is not first
+
+    def columns(by_shard):
+        def plain(x):
+            return {a: plain(y) for a, y in x.items()} if isinstance(x, dict) else np.asarray(x).tolist()
+
+        return {q: [plain(thaw(v, keep=True)) for v in vals] for q, vals in by_shard.items()}
+
+    assert columns(again) == columns(first)
+    assert sum(len(c["query_id"]) for vals in columns(first).values() for c in vals) == 3000  # one grade each

@@ -44,7 +44,6 @@ records and a small number of shards (default 16) keep it low.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import uuid
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -65,14 +64,16 @@ from ...accumulators.moments import MeanMoments
 from ...io import counters as cn
 from ..columnar_clean import _CleanShard
 from ..columnar_columns import _concat, _pair_codes, _take, freeze, thaw
-from ..columnar_read import _ReadImpressionColumns, _ReadJudgmentColumns, default_decoder
-from ..columnar_score import _ResolveShard, _ScoreShard
+from ..columnar_read import _ReadImpressionColumns, default_decoder
+from ..columnar_score import _ScoreShard
 from ..threads import _collect
 from ...io.counters import NAMESPACE
 from ...metrics.prepare import DEFAULT_SCORE_PRECISION
 from .aggregate import _AggregateFn, _PaneState
 from .window_aggregate import _WindowAggregate
+from .coarse_judgments import HeldJudgments, JudgmentRead, held_judgments, read_judgments
 from .common import _fmt_us, _late_record, _pending, _tally, arm
+from .replay import held_plan, new_token
 from .transform import StreamMetrics
 
 #: query shards of the resolved judgments and of the cleaned requests: one (a shard scores all its
@@ -81,8 +82,6 @@ QUERY_SHARDS = 1
 #: event time (micros) over which final windows are counted together (see _ShardFn._counted_at): the
 #: shards hold up to this much more data; one timer and one cleaning per group instead of per window
 COUNT_EVERY = 4 * 3600 * 1_000_000
-_JUDGMENTS: dict = {}  # token -> {query shard: [held resolved judgments]}: one copy per process and job
-_JUDGMENTS_LOCK = threading.Lock()
 _INT64_MAX = np.iinfo(np.int64).max
 #: the tag of a notice to the shards: ``(SEEN, [window index, ...])``, windows with data (see _ReadBlocks)
 SEEN = "seen"
@@ -266,13 +265,8 @@ class _ShardFn(beam.DoFn):
             clean = _CleanShard("CleanImpressions", cfg.ranking, cfg.ctr, cfg.spec.size, cfg.slice_specs,
                                 b["order"], QUERY_SHARDS, hold=True, lateness_micros=cfg.lateness,
                                 online=on.columns() if on and on.specs else None, cluster=on.cluster if on else "none")
-            if self.judgments is not None:  # unpickled once per process (the runner copies DoFns), then held
-                with _JUDGMENTS_LOCK:
-                    held = _JUDGMENTS.get(self.token)
-                    if held is None:
-                        held = _JUDGMENTS[self.token] = {q: [freeze(thaw(v), hold=True) for v in vals]
-                                                         for q, vals in self.judgments.items()}
-                self._held = held
+            if self.judgments is not None:  # made once per process and job (the runner copies DoFns), then held
+                self._held = held_judgments(self.judgments, self.token)
             score = _ScoreShard(cfg.specs, cfg.options, b["order"], b["tie_break"], b["score_precision"],
                                 b["depth"], cfg.spec.size, cfg.slice_specs,
                                 bootstrap=b.get("bootstrap")) if cfg.ranking else None
@@ -715,54 +709,34 @@ class ColumnarStreamMetrics(StreamMetrics):
         #: False: the blocks carry no watermark (:class:`~.coarse_events.EventBlocks`)
         self.source_watermark = bool(source_watermark)
 
-    def _judgments(self):
-        """The judgments, read and resolved when the pipeline is built (the batch job's reader and
-        conflict policy): ``({query shard: [frozen resolved columns]}, dead letters, counts)``; the
-        counts (``[[counter key, n], ...]``) go to the run's tally in a step of the job
-        (:meth:`expand`), so that a runner elsewhere reports them with the job's counters. Read here,
-        not by a side input: Beam's local streaming runner does not hold the main input until a side
-        input is complete."""
-        reader = _ReadJudgmentColumns(QUERY_SHARDS, self.grade_range, self.decoder, input_format="avro")
-        by_shard: dict = {}
-        dead: list = []
-        tally: dict = {}
-
-        def run(work, args):
-            outs, counts = _collect(work, args)
-            for k, n in counts.items():
-                tally[k] = tally.get(k, 0) + n if len(k) == 2 else tally.get(k, []) + list(n)
-            for o in outs:
-                if isinstance(o, pvalue.TaggedOutput):
-                    dead.append(o.value)
-                else:
-                    yield o
-
-        for path in self.judgment_paths:
-            for shard, frozen in run(reader.work, (path,)):
-                by_shard.setdefault(shard, []).append(frozen)
-        resolver = _ResolveShard(self.cfg.policy, "ResolveJudgments")
-        resolved: dict = {}
-        for shard, values in sorted(by_shard.items()):
-            for s, frozen in run(resolver.work, ((shard, values),)):
-                resolved.setdefault(int(s), []).append(frozen)
-        return resolved, dead, [[list(k), n] for k, n in tally.items()]
+    def _judgment_read(self) -> JudgmentRead:
+        """How the judgments are read (:func:`~.coarse_judgments.read_judgments`, when the pipeline is
+        built; the counts go to the run's tally in a step of the job, :meth:`expand`, so that a runner
+        elsewhere reports them with the job's counters)."""
+        return JudgmentRead(tuple(self.judgment_paths), QUERY_SHARDS, self.grade_range, self.decoder, self.cfg.policy)
 
     def expand(self, blocks):
         cfg = self.cfg
         p = blocks.pipeline
         side = []
         judgments = None
-        if self.judgment_paths:
-            judgments, dead, counts = self._judgments()
-            if dead:
-                side.append(_values(p, "JudgmentDeadLetters", dead))
-            if counts:  # counted by the job (on a worker elsewhere), once
-                _ = _values(p, "JudgmentCounts", [counts]) | "CountJudgments" >> beam.Map(_count_judgments, cfg.run)
         hold = self.in_process
         if hold is None:
             from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 
             hold = isinstance(getattr(p, "runner", None), BundleBasedDirectRunner)
+        if self.judgment_paths:
+            read = self._judgment_read()
+            if hold:  # held in this process: the shards' DoFn carries a reference (coarse_judgments)
+                token = new_token()
+                judgments, dead, counts = held_plan(token, read, read_judgments)
+                judgments = HeldJudgments(token, read)
+            else:
+                judgments, dead, counts = read_judgments(read)
+            if dead:
+                side.append(_values(p, "JudgmentDeadLetters", dead))
+            if counts:  # counted by the job (on a worker elsewhere), once
+                _ = _values(p, "JudgmentCounts", [counts]) | "CountJudgments" >> beam.Map(_count_judgments, cfg.run)
         pieces = blocks | "ReadBlocks" >> beam.ParDo(_ReadBlocks(
             cfg.shards, self.time_range, cfg.run, hold, None if self.source_watermark else cfg.spec.period)).with_outputs(
             "side", main="pieces")
