@@ -280,3 +280,30 @@ def test_queries_out_of_text_order_in_the_middle_of_the_run():
     np.testing.assert_array_equal(fast.lists.grades, np.concatenate(want))
     np.testing.assert_array_equal(fast.lists.offsets, [0, 2, 4, 7, 9])
     assert_same_lists(fast, prepare(rq, rd, rs, jq, jd, jg, fast_path=False))
+
+
+def test_smallest_value_of_each_request_equals_pythons_min():
+    """The columnar clean stage's request query and attributes (``_first_min``, vectorised) against
+    Python's ``min`` over each request's non-null values, the first of equal ones; null when a request
+    has none. Runs of one value, mixed runs, unicode beyond ASCII and the byte order of UTF-8."""
+    import pyarrow as pa
+
+    from streameval.beam.columnar_clean import _first_min
+
+    rng = np.random.default_rng(11)
+    words = ["b", "a", "ab", "B", "é", "z", "Ω", "a\u0301", "10", "9", "", "\U0001f600", None]
+    for trial in range(200):
+        lengths = rng.integers(1, 6, size=int(rng.integers(1, 40)))
+        if trial % 3 == 0:  # long runs of one value (the coder's run-length path)
+            vals = [w for n in lengths for w in [words[int(rng.integers(len(words)))]] * int(n) * 20]
+            lengths = lengths * 20
+        else:
+            vals = [words[int(i)] for i in rng.integers(len(words), size=int(lengths.sum()))]
+        ends = np.cumsum(lengths).astype(np.int64)
+        starts = ends - lengths
+        got = _first_min(pa.array(vals, type=pa.string()), starts, ends).to_pylist()
+        want = []
+        for lo, hi in zip(starts.tolist(), ends.tolist()):
+            present = [v for v in vals[lo:hi] if v is not None]
+            want.append(min(present) if present else None)
+        assert got == want

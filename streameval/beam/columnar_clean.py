@@ -73,21 +73,27 @@ def _grouped(chunk: dict, req: np.ndarray, fields=None):
 # stage 2: clean the requests, count clicks, re-shard by query
 
 def _first_min(values: pa.Array, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
-    """Per run [start, end) of a string column (null = absent): the smallest non-null value."""
+    """Per run [start, end) of a string column (null = absent; the runs follow each other, each
+    ending where the next starts): the smallest non-null value (code-point order, as Python compares
+    str), its first row when it repeats; a run of nulls only gives null."""
     n = len(values)
     if n == 0 or not len(starts):
         return values.slice(0, 0)
-    codes, _ = _encode(values)
+    codes, vocab = _encode(values)
     same = np.ones(n, dtype=bool)
     same[1:] = codes[1:] == codes[:-1]
     same[starts] = True
     pick = starts.copy()
-    for r in np.flatnonzero(np.add.reduceat(~same, starts) > 0).tolist():
-        lo = int(starts[r])
-        vals = values.slice(lo, int(ends[r]) - lo).to_pylist()
-        present = [(v, j) for j, v in enumerate(vals) if v is not None]
-        if present:
-            pick[r] = lo + min(present)[1]
+    mixed = np.flatnonzero(np.add.reduceat(~same, starts) > 0)
+    if len(mixed):
+        # the codes in the values' order, null last (Arrow sorts UTF-8 bytes: code-point order)
+        order = np.asarray(pc.sort_indices(vocab).to_numpy(), dtype=np.int64)
+        rank = np.empty(len(vocab), dtype=np.int64)
+        rank[order] = np.arange(len(vocab), dtype=np.int64)
+        ranked = rank[codes]
+        least = np.minimum.reduceat(ranked, starts)
+        hits = np.flatnonzero(ranked == np.repeat(least, ends - starts))
+        pick[mixed] = hits[np.searchsorted(hits, starts[mixed])]
     return _pick(values, pick)
 
 
