@@ -21,9 +21,12 @@ fastest too:
   (``bench_beam.py``'s logs, NDCG@10, MAP, MRR@10, P@10 and CTR): its time per impression against
   pytrec_eval's time per run row above (a reference measured in the same run: a slow machine slows
   both): <= BATCH_TARGET;
-* with ``--with-replay``, the stream's ``--replay`` on the same log against the batch job:
-  reported, never failing (issue 38 item 3, another change, makes it fast; today it is about 7 x the
-  batch job, 20-60 s, past the CI budget, so CI leaves it out).
+* the stream's ``--replay`` (``--replay-step 30m --replay-pace 0``, 30-minute windows) on the same
+  log, whole process, against the batch job: issue 38's target is 500,000 impressions/s, about 0.6 x
+  the batch job's time (:data:`REPLAY_TARGET`); today's level (about 2.3 x: Beam's local streaming
+  runner pays a few ms for each of its bundles) is held by an interim target of 3 x
+  (:data:`REPLAY_INTERIM`), so the replay's records travelling in the pipeline graph again (12.4 x)
+  fails. ``--no-replay`` leaves it out.
 
 A criterion fails when its ratio is worse than twice its target (room for a noisy machine: the
 regression this gate was made for was 9 x). Every criterion is printed with its value, target and
@@ -57,6 +60,10 @@ BATCH_METRICS = "ndcg@10,map,mrr@10,P@10"
 INTERIM = {"string ids": (0.15, 0.35), "DataFrame, string ids": (0.2, 0.65)}
 #: the batch job's time per impression / pytrec_eval's per run row (see the module docstring)
 BATCH_TARGET = 3.0
+#: the stream's replay of the batch job's log / the batch job's time: issue 38's 500,000 impressions/s
+REPLAY_TARGET = 0.6
+#: ... and the interim target that holds today's level (2.3 x; 12.4 x while the records travelled in the graph)
+REPLAY_INTERIM = 3.0
 DOCS = os.path.join(ROOT, "docs", "benchmarks.md")
 BEGIN = "<!-- benchmarks/run.py --check --write-docs: begin (written by the script; do not edit) -->"
 END = "<!-- benchmarks/run.py --check --write-docs: end -->"
@@ -277,17 +284,29 @@ def run_check(run_mod, workdir: str, repeat: int, replay: bool = False) -> tuple
                           "per run row", b / IMPRESSIONS / per_row if n_read == IMPRESSIONS else None, BATCH_TARGET,
                           detail=f"{n_read / b:,.0f} impressions/s, whole process"))
 
-    # -- the stream's replay on the same log: reported only (issue 38 item 3 is another change)
+    # -- the stream's replay on the same log against the batch job
     if replay:
-        log("check: the stream's --replay on the same log (once; reported, not failing) ...")
+        log(f"check: the stream's --replay on the same log, {min(repeat, 2)} runs ...")
         sout = os.path.join(workdir, "stream-out")
         args = [sys.executable, "-m", "streameval.cli", "stream", "--replay", "--replay-step", "30m", "--replay-pace",
                 "0", "--judgments", logs["judgments"], "--metrics", BATCH_METRICS, "--window", "30m", "--quiet",
                 "--output", sout, "--impressions", os.path.join(os.path.dirname(logs["paths"][0]), "impressions-*.avro")]
-        _, wall, peak = R.spawn(args, env=env)
-        facts["timings"][f"streameval stream --replay, {IMPRESSIONS / 1e6:g} M impressions (whole process)"] = (wall, peak)
-        crit.append(Criterion(f"stream --replay, {IMPRESSIONS / 1e6:g} M impressions: time / the batch job's", wall / b,
-                              0.6, report_only=True, detail=f"{IMPRESSIONS / wall:,.0f} impressions/s, whole process"))
+
+        def time_replay():
+            _, wall, peak = R.spawn(args, env=env)
+            with open(os.path.join(sout, "summary.json")) as f:
+                n = json.load(f)["replayed"]["impressions"]
+            return {"wall": wall, "peak": peak, "records": n}
+
+        runs = _interleaved_runs(min(repeat, 2), {"replay": time_replay})
+        wall = _med(runs["replay"])
+        n_rep = runs["replay"][0]["records"]
+        facts["timings"][f"streameval stream --replay, {IMPRESSIONS / 1e6:g} M impressions (whole process)"] = (
+            wall, _med(runs["replay"], "peak"))
+        crit.append(Criterion(f"stream --replay, {IMPRESSIONS / 1e6:g} M impressions: time / the batch job's",
+                              wall / b if n_rep == IMPRESSIONS else None, REPLAY_INTERIM,
+                              detail=f"{n_rep / wall:,.0f} impressions/s, whole process; issue 38's target "
+                                     f"{REPLAY_TARGET} x, 500,000/s"))
     facts["seconds"] = time.perf_counter() - t_start
     return crit, facts
 
