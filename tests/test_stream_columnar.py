@@ -407,6 +407,8 @@ def test_columnar_replay_equals_the_batch_job(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["accounting_problems"] == []
     assert summary["replayed"]["impressions"] == sum(map(len, files))
+    # the counts the job used are its own; the local runner's counters (a step's first bundle) are not written
+    assert summary["counts"]["impressions_read"] == sum(map(len, files)) and summary["counters"] is None
     bout = _batch(tmp_path, str(watch / "*.avro"), ["--allowed-lateness", "1h"])
     # a replay plays in event-time order: nothing is late, the replays meet their earlier copies
     assert summary["accounting"] == json.loads((bout / "summary.json").read_text())["accounting"]

@@ -740,7 +740,9 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
                    "early_every": args.early_every, "early_count": args.early_count, "event_timers": args.timers_used,
                    "judgment_conflicts": args.judgment_conflicts, "grades": args.grades, "inputs": paths,
                    "replayed": replayed, "counts": dict(sorted(counts.items())),
-                   "counters": dict(sorted(counters.items())), "counted_here": dict(sorted(local_seen.items())),
+                   # the runner's counters: on the local runner a step's first bundle only (not the job's
+                   # counts, which are "counts"), so none are written there
+                   "counters": None if in_process else dict(sorted(counters.items())), "counted_here": dict(sorted(local_seen.items())),
                    "accounting": accounting, "accounting_problems": problems,
                    "input_checks_failed": failed_checks, "metrics_without_rows": without_rows,
                    "summary": line, **resumed_summary(p.options, args.output_run)}
