@@ -59,7 +59,10 @@ def test_the_graph_does_not_grow_with_the_replayed_log(tmp_path, kind):
     sizes = {}
     for folder, n in ((small, 40), (large, 2000)):
         imps, judg, records = _files(folder, n)
-        replay_of = ReplayColumns(imps, step="1h", pace=0) if kind == "columns" else ReplayAvro(imps, judg, step="1h", pace=0)
+        if kind == "columns":
+            replay_of = ReplayColumns(imps, step="1h", pace=0)
+        else:
+            replay_of = ReplayAvro(imps, judg, step="1h", pace=0)
         sizes[n] = _graph_bytes(lambda p, r=replay_of: p | r)
     # 50 times the records (about 9,000 against 180): the graph's size stays within its descriptors' few
     # hundred bytes (the files' names are as long, the steps as many: 6 hours in steps of 1 h)
@@ -84,11 +87,12 @@ def test_a_plan_let_go_is_read_again_from_the_files(tmp_path):
     rcfg = RecordReplayConfig((("impressions", tuple(imps)), ("judgments", tuple(judg))), 3_600_000_000)
     token = replay.new_token()
     plan = replay.held_plan(token, rcfg, record_plan)
-    first = [(o.tag, o.value.value, o.value.timestamp) for o in _PlayRecords().process((token, rcfg.paths, rcfg.step, 1, 0.0))]
+    element = (token, rcfg.paths, rcfg.step, 1, 0.0)
+    first = [(o.tag, o.value.value, o.value.timestamp) for o in _PlayRecords().process(element)]
     assert first and {t for t, _, _ in first} <= {"impressions", "judgments"}
     assert [v for _, v, _ in first] == [(path, recs) for _, path, recs in plan.steps[1][1]]
     replay._HELD.clear()
-    again = [(o.tag, o.value.value, o.value.timestamp) for o in _PlayRecords().process((token, rcfg.paths, rcfg.step, 1, 0.0))]
+    again = [(o.tag, o.value.value, o.value.timestamp) for o in _PlayRecords().process(element)]
     assert again == first
 
 

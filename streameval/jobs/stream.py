@@ -69,7 +69,7 @@ from streameval.beam.arguments import (
     unknown_arguments_error,
 )
 from streameval.beam.sinks import DEFAULT_FORMATS, holding_outputs, parse_formats, publish, start_output
-from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, one_line
+from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, exit_status, one_line
 from streameval.io.outdir import RUNNING_TOTALS  # in --output: the accounting as of each pane
 from streameval.io.selection import names_without_rows, without_rows_line
 from streameval.beam.arguments import parse_grades as _grades
@@ -77,7 +77,7 @@ from streameval.beam.arguments import parse_slice_args as _slices_from_args
 from streameval.io.metric_table import MetricTable, slice_columns
 from streameval.beam.sources import (expand_inputs, failure_reason, runner_thread_errors_reported_once,
                                      set_file_system_options)
-from streameval.beam.accounting import (cancel_on_interrupt, check_inputs, exit_status, format_accounting,
+from streameval.beam.accounting import (cancel_on_interrupt, check_inputs, format_accounting,
                                         input_checks_from_args, job_counters)
 from streameval.beam.online import split_metric_names
 from streameval.beam.streaming.coarse import ColumnarStreamMetrics
@@ -91,7 +91,7 @@ from streameval.beam.streaming.sinks import PARQUET_DATASET, WriteRecords, Write
 from streameval.beam.streaming.sources import ReadKafkaEvents, ReadPubSubEvents, ReplayAvro
 from streameval.beam.streaming.watch_source import WatchConfig, WatchEvents
 from streameval.beam.streaming.replay_source import ReplayConfig, ReplayEvents
-from streameval.alerts import check_rules_match, load_rules
+from streameval.plan.alerts import check_rules_match, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, StreamAlerts
 from streameval.beam.prometheus import STORE as PROMETHEUS
 from streameval.beam.prometheus import serve
@@ -486,6 +486,12 @@ def _export_look(look):
     PROMETHEUS.update_look(look)
 
 
+def _runner_counters(counters: dict, in_process: bool) -> dict | None:
+    """summary.json's ``counters``: the runner's counters of the job, or None on the local runner (they
+    cover a step's first bundle there; the job's counts are its own tally, ``counts``)."""
+    return None if in_process else dict(sorted(counters.items()))
+
+
 def _summary_line(c: dict, replayed: dict, local: dict, verb: str = "replayed") -> str:
     """The one-line summary: records replayed, panes, late data, unmatched clicks, invalid records
     (``c``: the record counts; ``local``: what the command's own steps counted)."""
@@ -740,9 +746,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
                    "early_every": args.early_every, "early_count": args.early_count, "event_timers": args.timers_used,
                    "judgment_conflicts": args.judgment_conflicts, "grades": args.grades, "inputs": paths,
                    "replayed": replayed, "counts": dict(sorted(counts.items())),
-                   # the runner's counters: on the local runner a step's first bundle only (not the job's
-                   # counts, which are "counts"), so none are written there
-                   "counters": None if in_process else dict(sorted(counters.items())), "counted_here": dict(sorted(local_seen.items())),
+                   "counters": _runner_counters(counters, in_process), "counted_here": dict(sorted(local_seen.items())),
                    "accounting": accounting, "accounting_problems": problems,
                    "input_checks_failed": failed_checks, "metrics_without_rows": without_rows,
                    "summary": line, **resumed_summary(p.options, args.output_run)}

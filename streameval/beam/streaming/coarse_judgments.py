@@ -29,8 +29,8 @@ class JudgmentRead(NamedTuple):
 
     paths: tuple
     shards: int
-    grade_range: object
-    decoder: object
+    grade_range: tuple | None
+    decoder: str
     policy: str
 
 
