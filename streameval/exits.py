@@ -14,7 +14,7 @@ Documented in docs/cli.md ("`streameval batch`") and docs/metrics.md ("Input che
   check (:class:`streameval.beam.accounting.InputChecks`), or a metric it was asked for produced no
   row (summary.json's ``metrics_without_rows``);
 * 4 (:data:`EXIT_ALERT`): the job ran, its outputs are complete and its input passed the checks,
-  and an alert rule fired (``--alerts``; :mod:`streameval.alerts`);
+  and an alert rule fired (``--alerts``; :mod:`streameval.plan.alerts`);
 * 130 (:data:`EXIT_INTERRUPTED`) and 143 (:data:`EXIT_TERMINATED`): stopped by Ctrl-C (SIGINT) or
   SIGTERM (128 + the signal's number, the shell's convention), with one line on stderr; a job's
   output folder keeps its previous run's outputs (nothing of the stopped run is published);
@@ -27,7 +27,7 @@ Errors go to stderr as one line (:func:`one_line`), never as a traceback.
 from __future__ import annotations
 
 __all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INPUT_CHECK", "EXIT_ALERT", "EXIT_INTERRUPTED",
-           "EXIT_TERMINATED", "EXIT_BROKEN_PIPE", "one_line"]
+           "EXIT_TERMINATED", "EXIT_BROKEN_PIPE", "one_line", "exit_status"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -43,3 +43,21 @@ def one_line(err) -> str:
     """An exception (or text) as one line: its message with runs of white space (newlines too)
     made one space; the exception's type name when it has no message."""
     return " ".join(str(err).split()) or type(err).__name__
+
+
+def exit_status(problems: list, failed_checks: list | None = None) -> int:
+    """A job's exit status from the accounting's problems
+    (:func:`streameval.beam.accounting.account`) and the failed input checks
+    (:func:`streameval.beam.accounting.check_inputs`): :data:`EXIT_OK`; :data:`EXIT_FAILED` (1) after
+    saying on stderr which identities failed; or :data:`EXIT_INPUT_CHECK` (3) after saying, on one
+    line, which input checks failed."""
+    import sys
+
+    if problems:
+        print("error: the record counts do not add up: " + "; ".join(problems), file=sys.stderr)
+        return EXIT_FAILED
+    if failed_checks:
+        print("error: the input failed a check (the outputs are written, exit status 3): " + "; ".join(failed_checks),
+              file=sys.stderr)
+        return EXIT_INPUT_CHECK
+    return EXIT_OK

@@ -14,7 +14,7 @@ import pytest
 from scipy import stats as sst
 
 from streameval.jobs import batch
-from streameval import alerts
+from streameval.plan import alerts
 from streameval.io import avro, results
 
 HOUR = 3_600_000_000

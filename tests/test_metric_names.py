@@ -83,7 +83,7 @@ import json  # noqa: E402
 
 import ir_measures  # noqa: E402
 
-from streameval import alerts  # noqa: E402
+from streameval.plan import alerts  # noqa: E402
 from streameval.beam.transforms import metric_row  # noqa: E402
 from streameval.commands import reconcile, report  # noqa: E402
 from streameval.io import avro  # noqa: E402

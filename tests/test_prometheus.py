@@ -126,8 +126,8 @@ def test_a_real_prometheus_scrapes_the_msprt_p_values_of_the_alert_rules(tmp_pat
     """Issue 43, item 5: the always-valid p-value of a ``test = "msprt"`` rule was only in the alert
     records of the panes where the rule fired. Now every look is exported: Prometheus holds, for the
     latest window, the running p-value and the always-valid interval of the difference that
-    :func:`streameval.alerts.change_look` gives on the job's own pane rows (B's CTR against A's)."""
-    from streameval import alerts
+    :func:`streameval.plan.alerts.change_look` gives on the job's own pane rows (B's CTR against A's)."""
+    from streameval.plan import alerts
 
     web, target = prometheus_server
     imps, judg = _logs()
@@ -304,13 +304,13 @@ def _row(metric, slice_, system, value, se, n, start=0, ci=None):
 def test_alert_rules_as_prometheus_alerting_rules(tmp_path, capsys):
     """``alerts-to-prometheus``: promtool accepts the file, a threshold rule's expression is the
     interval gauge against the threshold, and Prometheus' own rule evaluation (``promtool test
-    rules``) on the gauges of some rows fires exactly the alerts ``streameval.alerts.evaluate``
+    rules``) on the gauges of some rows fires exactly the alerts ``streameval.plan.alerts.evaluate``
     raises on those rows; what the gauges cannot express is refused in one line."""
     import yaml
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from streameval.alerts import evaluate, load_rules
+    from streameval.plan.alerts import evaluate, load_rules
     from streameval.cli import main as cli
 
     promtool = shutil.which("promtool")

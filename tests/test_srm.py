@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.stats as st
 
-from streameval import alerts
+from streameval.plan import alerts
 from streameval.beam.prometheus import rule_expressions
 from streameval.io import avro
 from streameval.metrics import stats

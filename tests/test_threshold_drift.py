@@ -166,7 +166,7 @@ def test_pr_auc_state_merges_in_any_order_and_large_ks_is_asymptotic():
 
 
 def test_names_and_alert_rules():
-    from streameval.alerts import unknown_measure
+    from streameval.plan.alerts import unknown_measure
     from streameval.metrics.names import MetricNameError
     from streameval.metrics.online import parse_online_metric
 

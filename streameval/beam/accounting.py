@@ -46,16 +46,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..exits import EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE
 from ..io import cleaning
 from ..io import counters as cn
 from ..io.counters import KINDS, NAMESPACE
 
 __all__ = ["job_counters", "job_distributions", "account", "POST_VALIDATION_REASONS", "KINDS", "format_accounting",
-           "exit_status", "InputChecks", "check_inputs", "add_input_check_arguments", "EXIT_OK", "EXIT_FAILED",
-           "EXIT_USAGE", "EXIT_INPUT_CHECK", "cancel_on_interrupt"]
+           "InputChecks", "check_inputs", "add_input_check_arguments", "cancel_on_interrupt"]
 
-# EXIT_*: the exit statuses of every command (streameval/exits.py), also importable from here
+# a job's exit status from the problems found here: streameval.exits.exit_status
 
 DEFAULT_MAX_REJECTED_FRACTION = 0.05
 
@@ -176,25 +174,9 @@ def format_accounting(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def exit_status(problems: list, failed_checks: list | None = None) -> int:
-    """A job's exit status from :func:`account`'s problems and :func:`check_inputs`' failures:
-    :data:`EXIT_OK`; :data:`EXIT_FAILED` (1) after saying on stderr which identities failed; or
-    :data:`EXIT_INPUT_CHECK` (3) after saying, on one line, which input checks failed."""
-    import sys
-
-    if problems:
-        print("error: the record counts do not add up: " + "; ".join(problems), file=sys.stderr)
-        return EXIT_FAILED
-    if failed_checks:
-        print("error: the input failed a check (the outputs are written, exit status 3): " + "; ".join(failed_checks),
-              file=sys.stderr)
-        return EXIT_INPUT_CHECK
-    return EXIT_OK
-
-
 @dataclass(frozen=True)
 class InputChecks:
-    """What makes a job that ran fail on its input (exit status :data:`EXIT_INPUT_CHECK`), so that a
+    """What makes a job that ran fail on its input (exit status 3, :data:`streameval.exits.EXIT_INPUT_CHECK`), so that a
     scheduler can tell a garbage or truncated input from a good run (docs/metrics.md, "Input checks"):
 
     * ``max_rejected_fraction``: the largest share of a kind's records read (impressions,

@@ -1,4 +1,4 @@
-"""``alerts = rows | EvaluateAlerts(rules)``: the alert rules of :mod:`streameval.alerts` over a job's
+"""``alerts = rows | EvaluateAlerts(rules)``: the alert rules of :mod:`streameval.plan.alerts` over a job's
 metric rows, in Beam. Every rule compares rows of one metric and one slice (a row with its threshold,
 with another system's row of the same window, or with the earlier windows of its series), so the
 rows are grouped by (metric, slice): as many keys as the rules' metrics times the slices, each holding
@@ -11,7 +11,7 @@ from apache_beam.coders import FastPrimitivesCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
-from .. import alerts as alert_rules
+from ..plan import alerts as alert_rules
 from ..io.counters import ALERTS_FIRED, NAMESPACE
 from ..metrics.online_names import canonical_metric
 
@@ -48,7 +48,7 @@ class _WithRules(beam.PTransform):
 
 class EvaluateAlerts(_WithRules):
     """Metric rows (metric_result dicts) -> alert records (schema ``alert``) of ``rules``
-    (:class:`streameval.alerts.Rule`, e.g. from :func:`streameval.alerts.load_rules`)."""
+    (:class:`streameval.plan.alerts.Rule`, e.g. from :func:`streameval.plan.alerts.load_rules`)."""
 
     def expand(self, rows):
         metrics = {canonical_metric(r.metric) for r in self.rules}  # a rule's metric in any spelling
@@ -126,9 +126,9 @@ class StreamAlerts(_WithRules):
     """Pane rows (metric_result dicts with ``pane`` and ``pane_index``, or lists of them: the
     panes of :class:`~streameval.beam.streaming.StreamMetrics`) -> alert records, each with the
     pane that raised it. A rule fires once per window, slice and system, when it has held on
-    ``for_panes`` consecutive panes of the window (:mod:`streameval.alerts`). Keyed by (metric,
+    ``for_panes`` consecutive panes of the window (:mod:`streameval.plan.alerts`). Keyed by (metric,
     slice), like :class:`EvaluateAlerts`. After it is applied, ``.looks`` holds every look of a
-    ``test = "msprt"`` rule (:func:`streameval.alerts.change_look`: the running always-valid
+    ``test = "msprt"`` rule (:func:`streameval.plan.alerts.change_look`: the running always-valid
     p-value and the interval of the difference at each pane, fired or not), for monitoring."""
 
     def expand(self, panes):

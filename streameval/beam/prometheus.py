@@ -14,7 +14,7 @@ early pane of the open window, as it fires):
   global window of a batch job without ``--window``, so that ``baseline = "system:NAME"`` rules,
   which pair the two systems' series on it, hold there too).
 
-With ``test = "msprt"`` alert rules, each rule's latest look (:func:`streameval.alerts.change_look`),
+With ``test = "msprt"`` alert rules, each rule's latest look (:func:`streameval.plan.alerts.change_look`),
 one series per (rule, metric, slice, system), the latest window's:
 
 * ``streameval_msprt_p_value``: the always-valid p-value (the running minimum over the window's
@@ -28,7 +28,7 @@ a late pane of an old window never hides a newer window's value. Rows with a NaN
 emptied by a late update) are left out. The store lives in the process that runs the panes' last
 step: on the local runner the launcher itself.
 
-:func:`alerting_rules` writes alert rules (``streameval.alerts``) as Prometheus alerting rules over
+:func:`alerting_rules` writes alert rules (``streameval.plan.alerts``) as Prometheus alerting rules over
 these gauges.
 """
 
@@ -74,7 +74,7 @@ class LatestValues:
                     held[key] = (end, record)
 
     def update_look(self, look: dict) -> None:
-        """Take an mSPRT rule's look (:func:`streameval.alerts.change_look`): kept when its window is
+        """Take an mSPRT rule's look (:func:`streameval.plan.alerts.change_look`): kept when its window is
         at least as late as the one its (rule, metric, slice, system) series holds."""
         self._keep(self._looks, [tuple(look[k] for k in LOOK_LABELS)], look)
 
@@ -292,7 +292,7 @@ _DURATION = __import__("re").compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
 
 def rule_expressions(rule, pane: str = "latest") -> list[tuple[str, str, str]]:
-    """The PromQL expressions of one ``streameval.alerts.Rule`` over the gauges of ``pane``
+    """The PromQL expressions of one ``streameval.plan.alerts.Rule`` over the gauges of ``pane``
     ("latest": every pane, as the streaming job evaluates rules; "final": final panes only):
     [(condition, expression, summary)], one per condition (``below`` and ``above`` are two).
 
@@ -363,7 +363,7 @@ def rule_expressions(rule, pane: str = "latest") -> list[tuple[str, str, str]]:
 def _msprt_expression(rule, baseline: str) -> tuple[str, str, str]:
     """A ``test = "msprt"`` rule over the stream's look gauges (``streameval_msprt_*``, labelled with
     the rule's name): the always-valid p-value at most ``1 - level`` and the difference on the rule's
-    side of its null, as the job's own evaluation (:mod:`streameval.alerts`); a look exists only for
+    side of its null, as the job's own evaluation (:mod:`streameval.plan.alerts`); a look exists only for
     rows the rule applies to (``min_n`` included). The looks are every pane's: ``pane`` does not
     apply."""
     look = {"rule": ("=", rule.name), "metric": ("=", rule.metric)}
@@ -387,7 +387,7 @@ def _system(rule, baseline: str | None = None) -> dict:
 
 
 def alerting_rules(rules, pane: str = "latest", for_: str | None = None, group: str = "streameval") -> str:
-    """A Prometheus alerting rules file (YAML text, one group) of ``rules`` (``streameval.alerts.Rule``):
+    """A Prometheus alerting rules file (YAML text, one group) of ``rules`` (``streameval.plan.alerts.Rule``):
     one alerting rule per condition (:func:`rule_expressions`), the alert named after the rule, labels
     ``rule`` and ``condition``, ``for: for_`` (a Prometheus duration such as "5m") when given.
     Raises ValueError (one line) for a rule the gauges cannot express or a bad ``for_``."""

@@ -1,5 +1,5 @@
 """``streameval alerts-to-prometheus RULES.toml [-o rules.yml]``: the alert rules of a TOML file
-(``streameval.alerts``, docs/metrics.md "Alert rules") as a Prometheus alerting rules file over the
+(``streameval.plan.alerts``, docs/metrics.md "Alert rules") as a Prometheus alerting rules file over the
 gauges that ``stream --prometheus-port`` serves and ``batch --prometheus-textfile`` writes
 (:func:`streameval.beam.prometheus.alerting_rules`). Check it with ``promtool check rules``.
 
@@ -37,7 +37,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from ..alerts import load_rules, unknown_measure
+    from ..plan.alerts import load_rules, unknown_measure
     from ..beam.prometheus import alerting_rules
 
     args = build_arg_parser().parse_args(argv)

@@ -27,13 +27,13 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from streameval.beam.accounting import (account, check_inputs, stall_timeout_from_args, exit_status, format_accounting, input_checks_from_args,
+from streameval.beam.accounting import (account, check_inputs, stall_timeout_from_args, format_accounting, input_checks_from_args,
                                         wait_for_job,
                                         job_counters, job_distributions)
-from streameval.alerts import check_rules_match, format_alert, load_rules
+from streameval.plan.alerts import check_rules_match, format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
 from streameval.beam.prometheus import write_textfile
-from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, one_line
+from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, exit_status, one_line
 from streameval.beam.arguments import (GDEVAL_ERR_MAX_GRADE, auto_err_max_grade, batch_window_spec,
                                        check_bootstrap_arguments, hist_range, make_pipeline, parse_err_max_grade,
                                        split_metrics, unknown_arguments_error)

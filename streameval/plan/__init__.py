@@ -2,5 +2,7 @@
 every engine (issue 39). Pure Python, no Beam; the layer between ``io`` and ``beam``.
 
 * :mod:`streameval.plan.windows`: durations and event-time windows
-  (:class:`~streameval.plan.windows.WindowSpec`).
+  (:class:`~streameval.plan.windows.WindowSpec`);
+* :mod:`streameval.plan.alerts`: the alert rules (``--alerts``), checked up front and evaluated on
+  metric rows.
 """

@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from .metrics.online_names import same_metric
+from ..metrics.online_names import same_metric
 
 __all__ = ["Rule", "load_rules", "parse_rules", "evaluate", "evaluate_row", "change_pvalue", "format_alert",
            "check_rules_match", "unknown_measure", "ALERT_FIELDS", "RULE_KEYS", "TESTS"]
@@ -83,17 +83,12 @@ def load_rules(path: str) -> list[Rule]:
     Raises ValueError with one line naming the file, the rule and the problem."""
     import tomllib
 
-    try:
-        if "://" in str(path):
-            from apache_beam.io.filesystems import FileSystems
+    from ..io.tables import read_bytes
 
-            with FileSystems.open(str(path)) as fo:
-                data = fo.read()
-        else:
-            with open(path, "rb") as fo:
-                data = fo.read()
-    except Exception as e:  # noqa: BLE001 (missing file, a directory, Beam's wrapped errors)
-        raise ValueError(f"alerts file {path}: cannot read it ({type(e).__name__}: {e})") from None
+    try:
+        data = read_bytes(str(path))  # a local file, or any Beam file system's
+    except ValueError as e:  # one line naming the path and why (missing file, a directory, Beam's errors)
+        raise ValueError(f"alerts file {e}") from None
     try:
         doc = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
@@ -296,7 +291,7 @@ def _eligible(rule, row) -> bool:
 
 def _msprt_look(rule, row, base):
     """(p of this look alone, difference, its variance, theta0, tau), or None without standard errors."""
-    from .metrics import stats
+    from ..metrics import stats
 
     value, se, (b, b_se, _) = row["value"], row.get("stderr"), base
     if not (_finite(se) and _finite(b_se)) or se * se + b_se * b_se <= 0:
@@ -329,7 +324,7 @@ def change_look(rule: Rule, row: dict, others: Iterable[dict], p_prev: float = 1
     look = None if base is None else _msprt_look(rule, row, base)
     if look is None:
         return None
-    from .metrics import stats
+    from ..metrics import stats
 
     p_look, d, var, theta0, tau = look
     lo, hi = stats.msprt_cs(d, var, tau, rule.level)
@@ -340,7 +335,7 @@ def change_look(rule: Rule, row: dict, others: Iterable[dict], p_prev: float = 1
 
 
 def _msprt(rule, row, base, p_prev):
-    from .metrics import stats
+    from ..metrics import stats
 
     look = _msprt_look(rule, row, base)
     if look is None:
@@ -411,7 +406,7 @@ def check_rules_match(rules: Iterable[Rule], rows: Iterable[dict], where: str = 
     output): its metric (any spelling) is no row's, or, among that metric's rows, its ``system``
     is none's, or, among those, its ``slice`` is none's. The message names the rule and the three
     closest values present (issue 41: a rule on ``ndgc@10`` gave "0 fired", exit 0)."""
-    from .io.selection import check_metrics, check_selects
+    from ..io.selection import check_metrics, check_selects
 
     rows = [r for r in rows if r.get("metric") is not None]
     for rule in rules:
@@ -445,8 +440,8 @@ def unknown_measure(name: str):
     :class:`~streameval.metrics.names.MetricNameError` naming the three closest measure names
     (``alerts-to-prometheus`` refuses such a rule: it could never match a series); a reliability
     diagram's ``calibration_bin[...]:observed`` rows are known too."""
-    from .metrics.online_names import is_online_metric, unknown_metric_error
-    from .metrics.names import MetricNameError, parse_metric
+    from ..metrics.online_names import is_online_metric, unknown_metric_error
+    from ..metrics.names import MetricNameError, parse_metric
 
     def known(n: str) -> bool:
         if n in _OTHER_ROWS or (n.startswith(_ESTIMATES) and n.endswith("]")) or is_online_metric(n) \
@@ -466,7 +461,7 @@ def unknown_measure(name: str):
 
 def format_alert(a: dict) -> str:
     """The one-line ``ALERT`` text of an alert record, as the jobs print it."""
-    from .io.records import format_time_range
+    from ..io.records import format_time_range
 
     ws = "all" if a["window_start"] is None else format_time_range([a["window_start"]])
     pane = "" if a.get("pane") is None else f" pane {a['pane']} #{a['pane_index']}"

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 import apache_beam as beam
 
 from ...io import progress
-from ...alerts import format_alert
+from ...plan.alerts import format_alert
 from ...io import counters as cn
 from ..sources import UNREADABLE
 from ..transforms import SOURCE_UNRANKABLE
