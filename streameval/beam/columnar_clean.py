@@ -11,9 +11,9 @@ from apache_beam import pvalue
 
 from ..io import cleaning
 from ..io import counters as cn
-from .columnar_columns import (_concat, _concat_attributes, _encode, _factorize, _group_bounds, _obj, _pair_codes,
-                               _part, _pick, _repeats, _several, _shards_of, _take, _unique_codes, columns_records,
-                               freeze, impression_columns, thaw)
+from .columnar_columns import (_concat, _concat_attributes, _encode, _factorize, _group_bounds, _in_value_order, _obj,
+                               _pair_codes, _part, _pick, _repeats, _several, _shards_of, _take, _unique_codes,
+                               columns_records, freeze, impression_columns, thaw)
 from .keys import window_start
 from .threads import ThreadedDoFn, counter, distribution
 from .transforms import ALL, NAMESPACE, _category, slice_part
@@ -86,11 +86,7 @@ def _first_min(values: pa.Array, starts: np.ndarray, ends: np.ndarray) -> pa.Arr
     pick = starts.copy()
     mixed = np.flatnonzero(np.add.reduceat(~same, starts) > 0)
     if len(mixed):
-        # the codes in the values' order, null last (Arrow sorts UTF-8 bytes: code-point order)
-        order = np.asarray(pc.sort_indices(vocab).to_numpy(), dtype=np.int64)
-        rank = np.empty(len(vocab), dtype=np.int64)
-        rank[order] = np.arange(len(vocab), dtype=np.int64)
-        ranked = rank[codes]
+        ranked, _ = _in_value_order(codes, vocab)  # null last
         least = np.minimum.reduceat(ranked, starts)
         hits = np.flatnonzero(ranked == np.repeat(least, ends - starts))
         pick[mixed] = hits[np.searchsorted(hits, starts[mixed])]

@@ -473,6 +473,12 @@ def _ordered(a) -> tuple[np.ndarray, pa.Array]:
     codes, vocab = _encode(a)
     if len(vocab) < 2:
         return codes, vocab
+    return _in_value_order(codes, vocab)
+
+
+def _in_value_order(codes: np.ndarray, vocab: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """:func:`_encode`'s ``(codes, vocab)`` renumbered in the sorted order of the values (UTF-8 byte
+    order, which is code-point order; null last), with the vocabulary in that order."""
     order = np.asarray(pc.sort_indices(vocab).to_numpy(), dtype=np.int64)
     rank = np.empty(len(vocab), dtype=np.int64)
     rank[order] = np.arange(len(vocab), dtype=np.int64)

@@ -82,25 +82,19 @@ def read_judgments(cfg: JudgmentRead) -> ResolvedJudgments:
     return ResolvedJudgments(resolved, dead, [[list(k), n] for k, n in tally.items()])
 
 
+def _held_columns(judgments) -> dict:
+    """The resolved columns of ``judgments`` (see :func:`held_judgments`), each held in this process."""
+    if isinstance(judgments, HeldJudgments):
+        judgments = held_plan(judgments.token, judgments.read, read_judgments).resolved
+    return {q: [freeze(thaw(v), hold=True) for v in vals] for q, vals in judgments.items()}
+
+
 def held_judgments(judgments, token: str) -> dict:
     """``{query shard: [resolved columns held in this process]}`` of ``judgments`` (a
     :class:`HeldJudgments`, or ``{query shard: [frozen resolved columns]}`` carried by the DoFn, then
     named by the DoFn's ``token``): made once per process and job (the runner copies DoFns)."""
-    if isinstance(judgments, HeldJudgments):
-        ref = judgments
-        key = f"{ref.token}/held"
-
-        def resolved(_):
-            return held_plan(ref.token, ref.read, read_judgments).resolved
-    else:
-        key = f"{token}/held"
-
-        def resolved(_):
-            return judgments
-
-    return held_plan(
-        key, None, lambda _: {q: [freeze(thaw(v), hold=True) for v in vals] for q, vals in resolved(None).items()}
-    )
+    key = judgments.token if isinstance(judgments, HeldJudgments) else token
+    return held_plan(f"{key}/held", judgments, _held_columns)
 
 
 __all__ = ["JudgmentRead", "ResolvedJudgments", "HeldJudgments", "read_judgments", "held_judgments"]
