@@ -87,7 +87,9 @@ def _up(engine: str, state: Path, *extra) -> dict:
     done = _cli("up", engine, "--state-dir", str(state), *extra)
     assert done.returncode == 0, f"cluster up {engine}: exit {done.returncode}: {done.stderr[-2000:]}"
     info = json.loads(done.stdout)
-    assert set(info) == {"engine", "runner_args", "processes", "web_ui", "logs"}
+    assert set(info) == {"engine", "runner_args", "processes", "web_ui", "logs"} | (
+        {"job_jars"} if engine == "flink" and "--no-job-server" not in extra else set())
+    info["state"] = state
     return info
 
 
@@ -342,6 +344,9 @@ def test_flink_cluster_runs_its_taskmanagers(flink):
     names = {"jobmanager", "taskmanager-1", "taskmanager-2", "worker_pool-1"}
     assert names <= set(flink["processes"])
     assert ("job_server" in flink["processes"]) == flink["has_job_server"]
+    if flink["has_job_server"] and engines.job_server_ready().is_dir():
+        # the unshaded runner classpath (served at Beam 2.62): the launcher that stages no jars, compiled
+        assert flink["job_jars"] == "none", flink["job_jars"]
     assert all(processes.start_ticks(pid) is not None for pid in flink["processes"].values())
     master = flink["runner_args"][flink["runner_args"].index("--flink_master") + 1] \
         if "--flink_master" in flink["runner_args"] else None
@@ -511,6 +516,12 @@ def test_batch_on_flink_equals_local(flink, launch, name):
     _flink_idle(flink)
     got, ref = _pair(name, "flink", flink["runner_args"], "PortableRunner")
     assert_same(got, ref)
+    if flink["job_jars"] == "none":
+        # Beam's runner is on the TaskManagers' classpath: the jobs brought no jars (Beam's own job server
+        # stages its whole classpath, 173 MB, with every job: each TaskManager keeps a copy per job)
+        per_job = [sum(f.stat().st_size for f in d.iterdir())
+                   for d in (flink["state"] / "flink-tmp").glob("tm_*/blobStorage/job_*")]
+        assert all(n < 1 << 20 for n in per_job), per_job
     if name == "messy-columnar":
         assert [json.loads(x)["source"] for x in got["unreadable_files.jsonl"]] == \
             [str(launch / "messy" / "imps-cut.avro")]

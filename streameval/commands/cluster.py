@@ -95,6 +95,9 @@ class Cluster:
     bootstrap_servers: str = ""  # kafka
     expansion_service: str = ""  # kafka --expansion-service
     flink_expansion_service: str = ""  # kafka --expansion-service: the one for Flink (Kafka read natively)
+    #: flink: what Flink receives with each job: "none" (Beam's runner is on the Flink processes' classpath,
+    #: the job server's launcher stages nothing) or why the job server's classpath is staged instead
+    job_jars: str = ""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -360,6 +363,14 @@ def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int,
     (conf / "log4j-console.properties").write_text(_LOG4J)
 
 
+def _runner_jars(folder: Path) -> list[str]:
+    """Beam's Flink runner for the JobManager's and TaskManagers' classpath: the cached runner classpath
+    (``folder``) without Flink's own jars and logging (the distribution's ``lib/`` has them), and Kafka's
+    read, whose classes run on the TaskManagers when a job reads Kafka natively."""
+    jars = [str(j) for j in sorted(folder.glob("*.jar")) if not j.name.startswith(("flink-", "log4j-"))]
+    return jars + _kafka_read_jars()
+
+
 def _bash_java_utils(home: Path, conf: Path, what: str) -> tuple[list[str], list[str]]:
     """Flink's BashJavaUtils (what Flink's scripts run): the JVM flags and ``-D`` options of a
     TaskManager (GET_TM_RESOURCE_PARAMS) or JobManager (GET_JM_RESOURCE_PARAMS)."""
@@ -390,7 +401,14 @@ def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
     conf = state / "flink-conf"
     rpc, rest = free_port(), free_port()
     _flink_config(conf, state, rpc, rest, args.slots, getattr(args, "taskmanager_memory", TASKMANAGER_MEMORY))
-    classpath = f"{home / 'lib'}/*"
+    # Beam's runner on the Flink processes' own classpath, and a job server that stages no jars with each
+    # job (java/StreamevalFlinkJobServer.java; docs/deploy.md, "Jobs without jars"); else Beam's own driver
+    launcher, why = None, "the shaded job server jar or --job-server-jar"
+    if not args.no_job_server and not args.job_server_jar and jar.is_dir():
+        launcher, why = engines.job_server_launcher()
+    runner = _runner_jars(jar) if launcher is not None else []
+    c.job_jars = "none" if launcher is not None else f"the job server's classpath, staged with each job ({why})"
+    classpath = os.pathsep.join([f"{home / 'lib'}/*", *runner])
     log4j = f"-Dlog4j.configurationFile=file:{conf / 'log4j-console.properties'}"
     env = child_env()
     jm_jvm, jm_dyn = _bash_java_utils(home, conf, "GET_JM_RESOURCE_PARAMS")
@@ -427,7 +445,8 @@ def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
     if jar.is_dir():
         # the unshaded runner's classpath (engines.job_server_classpath), logging through Flink's log4j jars
         cp = os.pathsep.join([f"{jar}/*", *map(str, sorted((home / "lib").glob("log4j-*.jar"))), *_kafka_read_jars()])
-        main = [log4j, "-cp", cp, engines.JOB_SERVER_MAIN]
+        main = ([log4j, "-cp", cp, engines.JOB_SERVER_MAIN] if launcher is None
+                else [log4j, "-cp", os.pathsep.join([cp, str(launcher)]), engines.JOB_SERVER_LAUNCHER])
     else:  # the shaded jar (its main class named, so that Kafka's read can join its classpath)
         main = ["-cp", os.pathsep.join([str(jar), *_kafka_read_jars()]), engines.JOB_SERVER_MAIN]
     js = spawn("job_server", ["java", *FLINK_JAVA17_OPTS, *main, "--flink-master", f"{HOST}:{rest}",
@@ -482,6 +501,8 @@ def report(c: Cluster, liveness: bool = False) -> dict:
     else:
         out = {"engine": c.engine, "runner_args": c.runner_args,
                "processes": {n: p.pid for n, p in c.processes.items()}, "web_ui": c.web_ui, "logs": c.logs}
+        if c.job_jars:
+            out["job_jars"] = c.job_jars
     if liveness:
         out["alive"] = {n: alive(p) for n, p in c.processes.items()}
         out["running"] = all(out["alive"].values()) and bool(out["alive"])

@@ -10,6 +10,9 @@ Everything comes from a package registry through its own client, never at run ti
   when the shaded job server jar is not served, the unshaded runner ``beam-runners-flink-<minor>``
   with its runtime classpath (``mvn dependency:copy-dependencies``; served at 2.62.0), whose
   ``FlinkJobServerDriver`` is the same job server;
+* **the job server's launcher** (not fetched: compiled): ``java/StreamevalFlinkJobServer.java``, Beam's
+  ``FlinkJobServerDriver`` with a job invoker that stages no jars, compiled with ``javac`` against the
+  runner classpath above (:func:`job_server_launcher`);
 * **Prism** at the installed Beam's version: ``go install
   github.com/apache/beam/sdks/v2/go/cmd/prism@v<version>`` with GOPATH, GOMODCACHE and GOCACHE in
   the cache (the Go module proxy);
@@ -36,6 +39,7 @@ This module imports no Beam (it asks the installed distribution's metadata for B
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -49,7 +53,8 @@ from importlib import metadata
 from pathlib import Path
 
 __all__ = ["FLINK_VERSION", "FLINK_MINOR", "Part", "cache_dir", "beam_version", "flink_home", "prism_binary",
-           "job_server_jar", "job_server_classpath", "expansion_service_jar", "fetch", "status", "missing",
+           "job_server_jar", "job_server_classpath", "job_server_launcher", "expansion_service_jar", "fetch", "status",
+           "missing",
            "KAFKA_VERSION", "kafka_classpath", "kafka_io_classpath", "UPLOT_VERSION", "UPLOT_FILES", "uplot_dir"]
 
 
@@ -68,6 +73,10 @@ FLINK_VERSION = _flink_for_beam()
 FLINK_MINOR = FLINK_VERSION.rsplit(".", 1)[0]
 #: the job server's main class, in the unshaded runner's jar
 JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
+#: the same job server with a job invoker that stages no jars (``java/StreamevalFlinkJobServer.java``,
+#: compiled into the cache by :func:`job_server_launcher`)
+JOB_SERVER_LAUNCHER = "streameval.flink.StreamevalFlinkJobServer"
+_LAUNCHER_SOURCE = Path(__file__).resolve().parent / "java" / "StreamevalFlinkJobServer.java"
 PRISM_PACKAGE = "github.com/apache/beam/sdks/v2/go/cmd/prism"
 #: Apache Kafka's broker (KRaft mode; Java 17 for 4.x brokers), from Maven Central
 KAFKA_VERSION = "4.1.0"
@@ -134,6 +143,33 @@ def job_server_ready(root: Path | None = None, version: str | None = None) -> Pa
         return jar
     cp = job_server_classpath(root, version)
     return cp if (cp / _COMPLETE).exists() else None
+
+
+def job_server_launcher(root: Path | None = None, version: str | None = None) -> tuple[Path | None, str]:
+    """``(folder, "")``: the compiled :data:`JOB_SERVER_LAUNCHER` (``javac`` against the cached runner
+    classpath, once per version of its source: ``beam/<version>/job-server-launcher-<hash>``), or
+    ``(None, reason)`` when it cannot be had (no runner classpath, no ``javac``, or a Beam whose runner API
+    it does not compile against); the cluster then starts Beam's own driver, which stages its jars with
+    every job. Compiling is local: nothing is downloaded."""
+    version = version or beam_version()
+    runner = job_server_classpath(root, version)
+    if not (runner / _COMPLETE).exists():
+        return None, f"no unshaded runner classpath in the cache ({runner})"
+    source = _LAUNCHER_SOURCE.read_bytes()
+    folder = runner.parent / f"job-server-launcher-{hashlib.sha256(source).hexdigest()[:12]}"
+    if (folder / _COMPLETE).exists():
+        return folder, ""
+    javac = shutil.which("javac")
+    if not javac:
+        return None, "no javac on PATH (a JDK compiles the job server's launcher)"
+    with tempfile.TemporaryDirectory(dir=runner.parent, prefix="launcher-") as tmp:
+        staging = Path(tmp) / "classes"
+        done = subprocess.run([javac, "-nowarn", "-d", str(staging), "-cp", f"{runner}/*", str(_LAUNCHER_SOURCE)],
+                              capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            return None, f"javac could not compile {_LAUNCHER_SOURCE.name}: {_tail(done.stderr, 2)[:300]}"
+        _put_in_place(staging, folder)
+    return folder, ""
 
 
 def expansion_service_jar(root: Path | None = None, version: str | None = None) -> Path:
@@ -244,6 +280,7 @@ def _fetch_job_server(root: Path, version: str) -> Part:
         return shaded
     folder = job_server_classpath(root, version)
     if (folder / _COMPLETE).exists():
+        job_server_launcher(root, version)
         return Part("job_server", version, True, str(folder))
     if not shutil.which("mvn"):
         return shaded
@@ -259,6 +296,7 @@ def _fetch_job_server(root: Path, version: str) -> Part:
                         reason=f"{shaded.reason}; and the unshaded org.apache.beam:{artifact}:{version}'s runtime "
                                f"classpath could not be had: {_tail(why[0] if why else done.stdout, 1)[:300]}")
         _put_in_place(staging, folder)
+    job_server_launcher(root, version)  # compiled now, so that `cluster up` finds it (or says why not)
     return Part("job_server", version, True, str(folder))
 
 
