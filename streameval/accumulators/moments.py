@@ -10,15 +10,17 @@ pairwise update maintains, here with no rounding anywhere), so the standard erro
 rounded value of the exact sample statistic, order-independent, with no cancellation even when the
 variance is tiny next to the mean.
 
-State (a plain list, so Beam's FastPrimitivesCoder encodes it without pickling):
-``[counts, sums, sumsqs]`` with one entry per metric: ``counts[m]`` an int, ``sums[m]`` and
-``sumsqs[m]`` lists of float partials. Non-finite values are refused with ``ValueError``.
+State (a plain list, so Beam's FastPrimitivesCoder encodes it without pickling): the list of a
+:class:`MomentsState`'s fields ``(counts, sums, squares)`` with one entry per metric: ``counts[m]`` an
+int, ``sums[m]`` and ``squares[m]`` lists of float partials. Non-finite values are refused with
+``ValueError``.
 """
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,6 +37,7 @@ __all__ = [
     "exact_sum_floats",
     "exact_row_sums",
     "MeanMoments",
+    "MomentsState",
 ]
 
 
@@ -294,6 +297,25 @@ def _exact(partials: list) -> Fraction:
     return sum((Fraction(p) for p in partials), Fraction(0))
 
 
+class MomentsState(NamedTuple):
+    """A :class:`MeanMoments` state's fields, one entry per metric each: ``counts`` ints, ``sums``
+    and ``squares`` lists of Shewchuk partials (a metric's sum of squares stays empty when it is not
+    wanted). The state: their list (every field is updated in place)."""
+
+    counts: list
+    sums: list
+    squares: list
+
+    @classmethod
+    def of(cls, state) -> "MomentsState":
+        """The fields of ``state``, a MeanMoments state whose list may go on past them (e.g.
+        :class:`~streameval.beam.combiners.MeanCombineFn`'s buffer of pending inputs)."""
+        return cls._make(state[:_MOMENTS_FIELDS])
+
+
+_MOMENTS_FIELDS = len(MomentsState._fields)
+
+
 class MeanMoments:
     """Operations on the mergeable mean state of ``n_metrics`` metrics (see module docstring)."""
 
@@ -301,26 +323,23 @@ class MeanMoments:
         self.n = n_metrics
 
     def create(self) -> list:
-        return [[0] * self.n, [[] for _ in range(self.n)], [[] for _ in range(self.n)]]
-
-    @staticmethod
-    def _add_value(state: list, m: int, x, square: bool = True) -> None:
-        x = float(x)
-        if math.isnan(x):
-            return
-        if math.isinf(x):
-            raise ValueError(f"metric value {x} is not finite")
-        state[0][m] += 1
-        partials_add(state[1][m], x)
-        if square:
-            partials_add_square(state[2][m], x)
+        return list(MomentsState([0] * self.n, [[] for _ in range(self.n)], [[] for _ in range(self.n)]))
 
     def add(self, state: list, values, squares_from: int = 0) -> list:
         """Add one observation per metric (``values`` has ``n_metrics`` floats; NaN skips a metric).
         ``squares_from``: the metrics before it get no sum of squares (their standard error is not
         wanted: :meth:`extract` gives 0 for it), as :meth:`add_many`."""
+        counts, sums, squares = state[:_MOMENTS_FIELDS]  # a MomentsState's (unpacked: one a record)
         for m, x in enumerate(values):
-            self._add_value(state, m, x, m >= squares_from)
+            x = float(x)
+            if math.isnan(x):
+                continue
+            if math.isinf(x):
+                raise ValueError(f"metric value {x} is not finite")
+            counts[m] += 1
+            partials_add(sums[m], x)
+            if m >= squares_from:
+                partials_add_square(squares[m], x)
         return state
 
     def add_many(self, state: list, matrix, squares_from: int = 0) -> list:
@@ -351,19 +370,20 @@ class MeanMoments:
             rest = exact_row_sums(_square_terms(np.where(odd, sq, 0.0).ravel()).reshape(3, rows, -1)
                                   .transpose(1, 0, 2).reshape(rows, -1))
             scale = Fraction(2) ** s2
+        st = MomentsState.of(state)
         for m in range(self.n):
             if not counts[m]:
                 continue
-            state[0][m] += counts[m]
+            st.counts[m] += counts[m]
             for f in _floats_of_scaled(sums[m], shift[m]):
-                partials_add(state[1][m], f)
+                partials_add(st.sums[m], f)
             if m < k:
                 continue
             j = m - k
             fs = _floats_of_scaled(sqs[j], s2) if odd is None or not rest[j] else \
                 _floats_of(sqs[j] * scale + rest[j])
             for f in fs:
-                partials_add(state[2][m], f)
+                partials_add(st.squares[m], f)
         return state
 
     def merge(self, states) -> list:
@@ -372,22 +392,21 @@ class MeanMoments:
         of the union; no Python loop per partial), made short again by :func:`partials_compact`
         when a list passes :data:`MAX_PARTIALS`."""
         out = None
-        for s in states:
+        for s in map(MomentsState.of, states):
             if out is None:
-                out = [list(s[0]), [list(p) for p in s[1]], [list(p) for p in s[2]]]
+                out = MomentsState(list(s.counts), [list(p) for p in s.sums], [list(p) for p in s.squares])
                 continue
-            counts, sums, sqs = out
-            for m, (c, p, q) in enumerate(zip(s[0], s[1], s[2])):
-                counts[m] += c
-                sums[m] += p
-                sqs[m] += q
+            for m, (c, p, q) in enumerate(zip(s.counts, s.sums, s.squares)):
+                out.counts[m] += c
+                out.sums[m] += p
+                out.squares[m] += q
         if out is None:
             return self.create()
-        for group in (out[1], out[2]):
+        for group in (out.sums, out.squares):
             for m, p in enumerate(group):
                 if len(p) > MAX_PARTIALS:
                     group[m] = partials_compact(p)
-        return out
+        return list(out)
 
     def extract(self, state: list) -> list[tuple[float, int, float]]:
         """Per metric: (mean, count, standard error of the mean). Empty: (NaN, 0, NaN);

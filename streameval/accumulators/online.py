@@ -13,16 +13,22 @@ ops                state
 =================  ==========================================================================
 :class:`AucOps`    ``{score: [positives, negatives]}`` (one entry per distinct score: exact)
 :class:`HistAucOps` ``{bin: [positives, negatives]}`` (at most ``bins`` entries: bounded)
-:class:`GaucOps`   ``[groups_used, groups_excluded, [[sum w, sum y, sum w^2, sum w y,
-                   sum y^2] partials per weighting]]`` over groups' AUCs a, y = w a
-:class:`ClickRequestOps` ``[min_timestamp, attributes, {clicked item: position}, logged]`` of
-                   one request (with ``dwell=True``: ``{clicked item: [position, dwell_ms
-                   or -1]}``)
-:class:`OpeOps`    ``[n, [sum w, sum w^2, sum y, sum w y, sum y^2] partials]``, y = w r
-:class:`CalibrationOps` ``[MeanMoments state of (log loss term, Brier term, p), clicks,
-                   sum of p over clicks (partials), [{bin: [n, clicks, sum p partials]} per ECE
-                   bins]]``
+:class:`GaucOps`   :class:`GaucState` ``(used, excluded, sums)``: groups used and excluded,
+                   per weighting a :class:`GaucSums` ``(w, y, ww, wy, yy)`` of partials (sum w,
+                   sum y, sum w^2, sum w y, sum y^2) over groups' AUCs a, y = w a
+:class:`ClickRequestOps` :class:`ClickRequestState` ``(min_timestamp, attributes, clicked,
+                   logged)`` of one request, ``clicked`` ``{clicked item: position}`` (with
+                   ``dwell=True``: ``{clicked item: [position, dwell_ms or -1]}``)
+:class:`OpeOps`    :class:`OpeState` ``(n, sums)``, ``sums`` an :class:`OpeSums` ``(w, ww, y,
+                   wy, yy)`` of partials (sum w, sum w^2, sum y, sum w y, sum y^2), y = w r
+:class:`CalibrationOps` :class:`CalibrationState` ``(moments, clicks, clicked_p, bins)``: the
+                   MeanMoments state (:class:`~.moments.MomentsState`) of (log loss term, Brier
+                   term, p), clicks, sum of p over clicks (partials), per ECE bin count
+                   ``{bin: CalibrationBin (examples, clicks, p partials)}``
 =================  ==========================================================================
+
+The named tuples are in :mod:`streameval.accumulators.online_states` (re-exported here); a state is
+the *list* of its named tuple's fields, what Beam's coder encodes.
 """
 
 from __future__ import annotations
@@ -36,11 +42,15 @@ from ..metrics import calibration as cal
 from ..metrics import interleaving as il
 from ..metrics import online as om
 from ..metrics import online_auc
-from .moments import (MeanMoments, exact_sum_floats, partials_add, partials_add_product, partials_add_square,
-                      partials_merge, product_terms)
+from .moments import (MeanMoments, MomentsState, exact_sum_floats, partials_add, partials_add_product,
+                      partials_add_square, partials_merge, product_terms)
+from .online_states import (CalibrationBin, CalibrationState, ClickRequestState, GaucState, GaucSums, OpeState,
+                            OpeSums)
 
-__all__ = ["AucOps", "HistAucOps", "GaucOps", "ClickRequestOps", "InterleavingRequestOps", "OpeOps", "CountArrays", "exact_sum", "auc_result",
-           "hist_auc_result", "gauc_group_sums", "CalibrationOps", "ScoreCountMetrics"]
+__all__ = ["AucOps", "HistAucOps", "GaucOps", "GaucState", "GaucSums", "ClickRequestOps", "ClickRequestState",
+           "InterleavingRequestOps", "OpeOps", "OpeState", "OpeSums", "CountArrays", "exact_sum", "auc_result",
+           "hist_auc_result", "gauc_group_sums", "CalibrationOps", "CalibrationState", "CalibrationBin",
+           "ScoreCountMetrics"]
 
 
 def exact_sum(partials: list) -> Fraction:
@@ -362,6 +372,16 @@ class CountArrays:
 # --------------------------------------------------------------------------------------------
 # GAUC over group summaries
 
+
+def _fresh_sums(names) -> list:
+    """A list of empty partials per field of a named tuple of sums (``names``: its ``_fields``)."""
+    return [[] for _ in names]
+
+
+#: GaucState's positions in a state, for the updates in place (one a group)
+_GAUC_USED, _GAUC_EXCLUDED, _GAUC_SUMS = (GaucState._fields.index(f) for f in ("used", "excluded", "sums"))
+
+
 class GaucOps:
     """Weighted mean of group AUCs, for several weightings at once
     (:data:`~streameval.metrics.online.GAUC_WEIGHTINGS`). Add one group at a time (its AUC and
@@ -381,44 +401,46 @@ class GaucOps:
                 raise ValueError(f"weighting must be one of {om.GAUC_WEIGHTINGS}, got {w!r}")
 
     def create(self) -> list:
-        return [0, 0, [[[] for _ in range(5)] for _ in self.weightings]]
+        return list(GaucState(0, 0, [_fresh_sums(GaucSums._fields) for _ in self.weightings]))
 
     def add_group(self, state: list, auc, n_pos: int, n_neg: int) -> list:
         if n_pos == 0 or n_neg == 0 or auc is None or math.isnan(auc):
-            state[1] += 1
+            state[_GAUC_EXCLUDED] += 1
             return state
-        state[0] += 1
+        state[_GAUC_USED] += 1
         a = float(auc)
-        for i, wname in enumerate(self.weightings):
+        for sums, wname in zip(state[_GAUC_SUMS], self.weightings):
             w = float(om.gauc_weights(n_pos, n_neg, wname))
-            sums = state[2][i]
+            sw, sy, sww, swy, syy = sums  # a GaucSums' fields
             y = w * a
-            partials_add(sums[0], w)
-            partials_add(sums[1], y)
-            partials_add_square(sums[2], w)
-            partials_add_product(sums[3], w, y)
-            partials_add_square(sums[4], y)
+            partials_add(sw, w)
+            partials_add(sy, y)
+            partials_add_square(sww, w)
+            partials_add_product(swy, w, y)
+            partials_add_square(syy, y)
         return state
 
     def merge(self, states) -> list:
-        out = self.create()
-        for s in states:
-            out[0] += s[0]
-            out[1] += s[1]
-            for i in range(len(self.weightings)):
-                for j in range(5):
-                    partials_merge(out[2][i][j], s[2][i][j])
-        return out
+        out = GaucState._make(self.create())
+        used = excluded = 0
+        for s in map(GaucState._make, states):
+            used += s.used
+            excluded += s.excluded
+            for into, other in zip(out.sums, s.sums):
+                for a, b in zip(into, other):
+                    partials_merge(a, b)
+        return list(out._replace(used=used, excluded=excluded))
 
     def extract(self, state: list) -> tuple[list[tuple[float, int, float]], int]:
         """``([(gauc, groups_used, stderr) per weighting], groups_excluded)``; the sums are taken
         exactly (Fractions), so the value does not depend on merge order."""
-        n = state[0]
+        s = GaucState._make(state)
         out = []
-        for i in range(len(self.weightings)):
-            value, se = om.ratio_from_sums(n, *(exact_sum(p) for p in state[2][i]))
-            out.append((value, n, se))
-        return out, state[1]
+        for sums in s.sums:
+            t = GaucSums._make(exact_sum(p) for p in sums)
+            value, se = om.ratio_from_sums(s.used, t.w, t.y, t.ww, t.wy, t.yy)
+            out.append((value, s.used, se))
+        return out, s.excluded
 
 
 def gauc_group_sums(auc, n_pos, n_neg, weightings) -> list:
@@ -433,13 +455,13 @@ def gauc_group_sums(auc, n_pos, n_neg, weightings) -> list:
     n_neg = np.asarray(n_neg)
     ok = ~np.isnan(auc) & (n_pos > 0) & (n_neg > 0)
     a = auc[ok]
-    out = [int(ok.sum()), int((~ok).sum()), []]
+    sums = []
     for wname in weightings:
         w = om.gauc_weights(n_pos[ok], n_neg[ok], wname)
         y = w * a
-        out[2].append([exact_sum_floats(x) if len(x) else []
-                       for x in (w, y, product_terms(w, w), product_terms(w, y), product_terms(y, y))])
-    return out
+        terms = {"w": w, "y": y, "ww": product_terms(w, w), "wy": product_terms(w, y), "yy": product_terms(y, y)}
+        sums.append([exact_sum_floats(terms[f]) if len(terms[f]) else [] for f in GaucSums._fields])
+    return list(GaucState(used=int(ok.sum()), excluded=int((~ok).sum()), sums=sums))
 
 
 # --------------------------------------------------------------------------------------------
@@ -454,7 +476,8 @@ def _merge_attrs(into: dict, other: dict) -> None:
 
 
 class ClickRequestOps:
-    """One request's clicks: ``[min_timestamp, attributes, {clicked item_id: position}, logged]``.
+    """One request's clicks: a :class:`ClickRequestState` ``(min_timestamp, attributes, {clicked
+    item_id: position}, logged)``.
 
     ``logged`` is true once an impression with a logged click flag (not None) arrived; requests
     that never log clicks are left out of click metrics. The clicked items merge by union (the
@@ -469,7 +492,7 @@ class ClickRequestOps:
 
     @staticmethod
     def create() -> list:
-        return [None, {}, {}, False]
+        return list(ClickRequestState(None, {}, {}, False))
 
     @staticmethod
     def clicked_value(position: int, attributes):
@@ -479,35 +502,43 @@ class ClickRequestOps:
     def add_impression(self, state: list, item_id, position: int, clicked, timestamp=None,
                        attributes=None, dwell_ms=None) -> list:
         """Add one impression (``dwell_ms``: its click's dwell, kept with ``dwell=True``)."""
-        if timestamp is not None and (state[0] is None or timestamp < state[0]):
-            state[0] = int(timestamp)
+        # the ClickRequestState's fields unpacked (this runs per impression; the list is written
+        # again only when a field that is not updated in place changed)
+        first, attrs, items, logged = state
+        changed = False
+        if timestamp is not None and (first is None or timestamp < first):
+            first, changed = int(timestamp), True
         if clicked is not None:
-            state[3] = True
+            if not logged:
+                logged = changed = True
             if clicked:
                 value = self.clicked_value(position, attributes)
                 if self.dwell:
                     value = [value, -1 if dwell_ms is None else int(dwell_ms)]
-                old = state[2].get(item_id)
+                old = items.get(item_id)
                 if old is None or value < old:
-                    state[2][item_id] = value
+                    items[item_id] = value
         if attributes:
             if self.attribute_keys is not None:
                 attributes = {k: v for k, v in attributes.items() if k in self.attribute_keys}
-            _merge_attrs(state[1], attributes)
+            _merge_attrs(attrs, attributes)
+        if changed:
+            state[:] = ClickRequestState(first, attrs, items, logged)
         return state
 
     def merge(self, states) -> list:
-        out = self.create()
-        for s in states:
-            if s[0] is not None and (out[0] is None or s[0] < out[0]):
-                out[0] = s[0]
-            _merge_attrs(out[1], s[1])
-            for item, p in s[2].items():
-                old = out[2].get(item)
+        out = ClickRequestState._make(self.create())
+        first, logged = out.min_timestamp, out.logged
+        for s in map(ClickRequestState._make, states):
+            if s.min_timestamp is not None and (first is None or s.min_timestamp < first):
+                first = s.min_timestamp
+            _merge_attrs(out.attributes, s.attributes)
+            for item, p in s.clicked.items():
+                old = out.clicked.get(item)
                 if old is None or p < old:
-                    out[2][item] = p
-            out[3] = out[3] or s[3]
-        return out
+                    out.clicked[item] = p
+            logged = logged or s.logged
+        return list(out._replace(min_timestamp=first, logged=logged))
 
     @staticmethod
     def terms(states, specs) -> np.ndarray:
@@ -516,11 +547,12 @@ class ClickRequestOps:
         ``ClickRequestOps(dwell=True)``."""
         req, pos, dwell = [], [], []
         for i, s in enumerate(states):
-            for p in s[2].values():
+            for p in ClickRequestState._make(s).clicked.values():
                 req.append(i)
                 if isinstance(p, list):
-                    pos.append(p[0])
-                    dwell.append(math.nan if p[1] < 0 else float(p[1]))
+                    position, dwell_ms = p
+                    pos.append(position)
+                    dwell.append(math.nan if dwell_ms < 0 else float(dwell_ms))
                 else:
                     pos.append(p)
                     dwell.append(math.nan)
@@ -529,12 +561,17 @@ class ClickRequestOps:
     @staticmethod
     def clicks_without_dwell(state) -> int:
         """Clicked items of a ``dwell=True`` state whose dwell was not logged."""
-        return sum(1 for v in state[2].values() if isinstance(v, list) and v[1] < 0)
+        missing = 0
+        for v in ClickRequestState._make(state).clicked.values():
+            if isinstance(v, list):
+                _, dwell_ms = v
+                missing += dwell_ms < 0
+        return missing
 
 
 class InterleavingRequestOps(ClickRequestOps):
-    """One interleaved request's clicks: ``[min_timestamp, attributes, {clicked item_id: team},
-    logged]``, the team the impression's ``attributes["team"]`` ("" when absent). Merged by union as
+    """One interleaved request's clicks: a :class:`ClickRequestState` ``(min_timestamp, attributes,
+    {clicked item_id: team}, logged)``, the team the impression's ``attributes["team"]`` ("" when absent). Merged by union as
     :class:`ClickRequestOps` (an item clicked twice keeps the smaller team text)."""
 
     @staticmethod
@@ -545,7 +582,7 @@ class InterleavingRequestOps(ClickRequestOps):
     @staticmethod
     def credit(state) -> tuple[int, int, bool]:
         """``(clicks on A's items, clicks on B's items, a click on an item without a team)``."""
-        teams = list(state[2].values())
+        teams = list(ClickRequestState._make(state).clicked.values())
         return teams.count("A"), teams.count("B"), any(t not in il.TEAMS for t in teams)
 
 
@@ -563,8 +600,13 @@ def check_probabilities(logging_prob, target_prob) -> tuple[float, float]:
     return pb, pe
 
 
+#: OpeState's positions in a state, for :meth:`OpeOps.add` (one an impression)
+_OPE_N, _OPE_SUMS = (OpeState._fields.index(f) for f in ("n", "sums"))
+
+
 class OpeOps:
-    """Sums for IPS and SNIPS: ``[n, [sum w, sum w^2, sum y, sum w y, sum y^2]]`` with
+    """Sums for IPS and SNIPS: an :class:`OpeState` ``(n, sums)``, ``sums`` an :class:`OpeSums` of
+    sum w, sum w^2, sum y, sum w y, sum y^2, with
     w = target probability / logging probability, r the reward (click) and y = w r the weighted
     reward (the double ``w * r``, as numpy computes it). The squares and the product are added
     exactly (:func:`~.moments.partials_add_square`, :func:`~.moments.partials_add_product`), so the
@@ -576,7 +618,7 @@ class OpeOps:
 
     @staticmethod
     def create() -> list:
-        return [0, [[] for _ in range(5)]]
+        return list(OpeState(0, _fresh_sums(OpeSums._fields)))
 
     @staticmethod
     def add(state: list, reward, target_prob, logging_prob) -> list:
@@ -590,30 +632,31 @@ class OpeOps:
         y = w * r
         if not math.isfinite(y) or not math.isfinite(w):
             raise ValueError(f"importance weight {pe!r} / {pb!r} times reward {r!r} is not a finite number")
-        state[0] += 1
-        sums = state[1]
-        partials_add(sums[0], w)
-        partials_add_square(sums[1], w)
-        partials_add(sums[2], y)
-        partials_add_product(sums[3], w, y)
-        partials_add_square(sums[4], y)
+        state[_OPE_N] += 1
+        sw, sww, sy, swy, syy = state[_OPE_SUMS]  # an OpeSums' fields
+        partials_add(sw, w)
+        partials_add_square(sww, w)
+        partials_add(sy, y)
+        partials_add_product(swy, w, y)
+        partials_add_square(syy, y)
         return state
 
     @staticmethod
     def merge(states) -> list:
-        out = OpeOps.create()
-        for s in states:
-            out[0] += s[0]
-            for j in range(5):
-                partials_merge(out[1][j], s[1][j])
-        return out
+        out = OpeState._make(OpeOps.create())
+        n = 0
+        for s in map(OpeState._make, states):
+            n += s.n
+            for into, other in zip(out.sums, s.sums):
+                partials_merge(into, other)
+        return list(out._replace(n=n))
 
     @staticmethod
     def extract(state: list) -> dict:
         """``{"ips": (V, n, se), "snips": (V, n, se), "mean_weight": (w, n, None),
         "ess": (ess, n, None)}``; NaN with n = 0 when empty."""
-        n = state[0]
-        sums = [exact_sum(p) for p in state[1]]
+        n, partials = state  # the OpeState's fields
+        sums = OpeSums._make(exact_sum(p) for p in partials)
         ips_v, ips_se = om.ips_from_sums(n, *sums)
         sn_v, sn_se = om.snips_from_sums(n, *sums)
         mw, ess = om.ess_from_sums(n, *sums)
@@ -624,21 +667,28 @@ class OpeOps:
 # --------------------------------------------------------------------------------------------
 # calibration of predicted probabilities
 
+
+#: the MeanMoments(3) metrics of a CalibrationState's ``moments``: the log loss term, the Brier
+#: term and the probability
+_LOGLOSS, _BRIER, _P = range(3)
+
+
 class CalibrationOps:
     """Log loss, Brier score, calibration ratio and ECE over fixed-width bins
     (:mod:`streameval.metrics.calibration`) of examples (probability p in [0, 1], label), for the
-    ECE bin counts ``bins`` (several at once). State: ``[MeanMoments(3) state of (log loss term,
-    Brier term, p), clicks, sum of p over the clicks as partials, [{bin: [examples, clicks, sum p
-    partials]} per bin count]]``: integer counts and exact sums, so any split and merge order
-    gives the same values to the last bit. :meth:`add` (one example) and :meth:`by_key`
-    (vectorised, many keys) give states of equal value."""
+    ECE bin counts ``bins`` (several at once). State: a :class:`CalibrationState` ``(moments, clicks,
+    clicked_p, bins)``: the MeanMoments(3) state of (log loss term, Brier term, p), clicks, sum of p
+    over the clicks as partials, per bin count ``{bin: CalibrationBin (examples, clicks, sum p
+    partials)}``: integer counts and exact sums, so any split and merge order gives the same values
+    to the last bit. :meth:`add` (one example) and :meth:`by_key` (vectorised, many keys) give
+    states of equal value."""
 
     def __init__(self, bins=()):
         self.bins = tuple(sorted({cal.check_bins(b) for b in bins}))
         self.mm = MeanMoments(3)
 
     def create(self) -> list:
-        return [self.mm.create(), 0, [], [{} for _ in self.bins]]
+        return list(CalibrationState(self.mm.create(), 0, [], [{} for _ in self.bins]))
 
     def add(self, state: list, p, label) -> list:
         """Add one example. Raises ValueError when p is not in [0, 1] or the label not 0/1."""
@@ -647,39 +697,38 @@ class CalibrationOps:
             raise ValueError(f"probability must be in [0, 1], got {p!r}")
         y = _label(label)
         pa, ya = np.array([p]), np.array([bool(y)])
-        ll, br = cal.example_terms(pa, ya)
-        self.mm.add(state[0], (float(ll[0]), float(br[0]), p))
+        (ll,), (br,) = cal.example_terms(pa, ya)
+        s = CalibrationState._make(state)
+        self.mm.add(s.moments, (float(ll), float(br), p))
         if y:
-            state[1] += 1
-            partials_add(state[2], p)
-        for i, bins in enumerate(self.bins):
-            b = int(cal.bin_index(pa, bins)[0])
-            e = state[3][i].get(b)
-            if e is None:
-                e = state[3][i][b] = [0, 0, []]
-            e[0] += 1
-            e[1] += y
-            partials_add(e[2], p)
+            partials_add(s.clicked_p, p)
+            state[:] = s._replace(clicks=s.clicks + 1)
+        for entries, bins in zip(s.bins, self.bins):
+            (b,) = cal.bin_index(pa, bins).tolist()
+            e = CalibrationBin._make(entries.get(b) or (0, 0, []))
+            partials_add(e.p, p)
+            entries[b] = list(e._replace(examples=e.examples + 1, clicks=e.clicks + y))
         return state
 
     def merge(self, states) -> list:
-        out = self.create()
-        mms = [out[0]]
-        for s in states:
-            mms.append(s[0])
-            out[1] += s[1]
-            partials_merge(out[2], s[2])
-            for i in range(len(self.bins)):
-                for b, (n, c, ps) in s[3][i].items():
-                    e = out[3][i].get(b)
-                    if e is None:
-                        out[3][i][b] = [n, c, list(ps)]
+        out = CalibrationState._make(self.create())
+        mms = [out.moments]
+        clicks = 0
+        for s in map(CalibrationState._make, states):
+            mms.append(s.moments)
+            clicks += s.clicks
+            partials_merge(out.clicked_p, s.clicked_p)
+            for into, entries in zip(out.bins, s.bins):
+                for b, entry in entries.items():
+                    e = CalibrationBin._make(entry)
+                    old = into.get(b)
+                    if old is None:
+                        into[b] = list(e._replace(p=list(e.p)))
                     else:
-                        e[0] += n
-                        e[1] += c
-                        partials_merge(e[2], ps)
-        out[0] = self.mm.merge(mms)
-        return out
+                        o = CalibrationBin._make(old)
+                        partials_merge(o.p, e.p)
+                        into[b] = list(o._replace(examples=o.examples + e.examples, clicks=o.clicks + e.clicks))
+        return list(out._replace(moments=self.mm.merge(mms), clicks=clicks))
 
     def by_key(self, key, p, labels):
         """``(key, state)`` per distinct key, keys ascending (vectorised). ``key``: int64 codes,
@@ -700,32 +749,38 @@ class CalibrationOps:
             m = order[lo:hi]
             pm, ym = p[m], y[m]
             clicked = pm[ym]
-            state = [self.mm.add_many(self.mm.create(), matrix[:, m]), int(ym.sum()),
-                     exact_sum_floats(clicked) if len(clicked) else [], []]
+            state = CalibrationState(self.mm.add_many(self.mm.create(), matrix[:, m]), int(ym.sum()),
+                                     exact_sum_floats(clicked) if len(clicked) else [], [])
             for b_all in bin_of:
                 b = b_all[m]
                 bo = np.argsort(b, kind="stable")
                 bs, ps, ys = b[bo], pm[bo], ym[bo]
                 bstart = np.flatnonzero(np.concatenate(([True], bs[1:] != bs[:-1])))
                 bend = np.append(bstart[1:], len(bs))
-                state[3].append({int(bs[a]): [int(z - a), int(ys[a:z].sum()), exact_sum_floats(ps[a:z])]
-                                 for a, z in zip(bstart.tolist(), bend.tolist())})
-            yield int(k[lo]), state
+                state.bins.append({int(bs[a]): list(CalibrationBin(int(z - a), int(ys[a:z].sum()),
+                                                                   exact_sum_floats(ps[a:z])))
+                                   for a, z in zip(bstart.tolist(), bend.tolist())})
+            yield int(k[lo]), list(state)
 
     def extract(self, state: list) -> dict:
         """``{"logloss": (mean, n, stderr), "brier": (mean, n, stderr), "calibration": (ratio, n,
         stderr), "ece": {bins: (ece, n, None)}, "bins": {bins: [(bin, examples, mean p, click
         rate, stderr of the click rate), ...]}}``; NaN values with n = 0 when empty."""
-        (ll, n, ll_se), (br, _, br_se), _ = self.mm.extract(state[0])
-        sp = exact_sum(state[0][1][2])
-        sp2 = exact_sum(state[0][2][2])
-        ratio, ratio_se = cal.ratio_result(n, state[1], sp, sp2, exact_sum(state[2]))
+        s = CalibrationState._make(state)
+        moments = self.mm.extract(s.moments)
+        ll, n, ll_se = moments[_LOGLOSS]
+        br, _, br_se = moments[_BRIER]
+        mm = MomentsState._make(s.moments)
+        sp = exact_sum(mm.sums[_P])
+        sp2 = exact_sum(mm.squares[_P])
+        ratio, ratio_se = cal.ratio_result(n, s.clicks, sp, sp2, exact_sum(s.clicked_p))
         out = {"logloss": (ll, n, ll_se), "brier": (br, n, br_se), "calibration": (ratio, n, ratio_se),
                "ece": {}, "bins": {}}
-        for i, bins in enumerate(self.bins):
-            entries = sorted(state[3][i].items())
-            sums = [exact_sum(e[2]) for _, e in entries]
-            out["ece"][bins] = (cal.ece_from_bins(n, [e[1] for _, e in entries], sums), n, None)
-            out["bins"][bins] = [(b, e[0], float(s / e[0]), e[1] / e[0], om.mean_from_sums(e[0], e[1], e[1])[1])
+        for counts, bins in zip(s.bins, self.bins):
+            entries = [(b, CalibrationBin._make(e)) for b, e in sorted(counts.items())]
+            sums = [exact_sum(e.p) for _, e in entries]
+            out["ece"][bins] = (cal.ece_from_bins(n, [e.clicks for _, e in entries], sums), n, None)
+            out["bins"][bins] = [(b, e.examples, float(s / e.examples), e.clicks / e.examples,
+                                  om.mean_from_sums(e.examples, e.clicks, e.clicks)[1])
                                  for (b, e), s in zip(entries, sums)]
         return out

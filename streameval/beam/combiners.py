@@ -203,10 +203,12 @@ class MeanCombineFn(beam.CombineFn):
     num_ret / num_rel / num_rel_ret). Empty: ``(NaN, 0, NaN)``.
 
     Accumulator: a :class:`MeanMoments` state with a fourth element, the inputs not yet added
-    (``[counts, sums, sumsqs, pending]``): inputs are buffered and added :data:`BUFFER` at a time
-    with the vectorised exact :meth:`MeanMoments.add_many` (about 20 x faster than one by one, the
-    same exact sums). ``compact`` (before an accumulator is encoded), ``merge_accumulators`` and
-    ``extract_output`` add the pending inputs first; ``extract_output`` also takes a bare
+    (``[counts, sums, squares, pending]``: a
+    :class:`~streameval.accumulators.moments.MomentsState`'s fields, then the pending inputs):
+    inputs are buffered and added :data:`BUFFER` at a time with the vectorised exact
+    :meth:`MeanMoments.add_many` (about 20 x faster than one by one, the same exact sums).
+    ``compact`` (before an accumulator is encoded), ``merge_accumulators`` and ``extract_output``
+    add the pending inputs first; ``extract_output`` also takes a bare
     three-element :class:`MeanMoments` state.
     """
 
