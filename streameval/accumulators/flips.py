@@ -33,26 +33,27 @@ Beyond ``keep_max`` rows the state folds its rows into a :class:`ReplicateSums` 
 every flip, the cost of the limbs) and keeps no rows: memory stays O(flips x metrics) whatever the
 number of queries. The two kinds merge (the rows of the other are folded).
 
-State (Beam's FastPrimitivesCoder, no pickling): ``[approx, absum, terms, seeds, rows, pending,
-exact]`` - ``approx`` bytes of (n_metrics, R) float64 (empty before the first product); ``absum`` a
-list of n_metrics floats; ``terms`` an int; ``seeds`` bytes of the kept rows' uint64 seeds (stream
-:data:`~streameval.metrics.stats.FLIP_STREAM`); ``rows`` bytes of (n_rows, n_metrics) float64 (NaN:
-not counted); ``pending`` how many of the last rows are not yet in ``approx``; ``exact`` None, or the
-:class:`ReplicateSums` state everything was folded into (then ``approx``, ``absum``, ``rows`` are
-empty).
+State (Beam's FastPrimitivesCoder, no pickling): the list of a :class:`FlipState`'s fields
+``(approx, absum, terms, seeds, rows, pending, exact)`` - ``approx`` bytes of (n_metrics, R) float64
+(empty before the first product); ``absum`` a list of n_metrics floats; ``terms`` an int; ``seeds``
+bytes of the kept rows' uint64 seeds (stream :data:`~streameval.metrics.stats.FLIP_STREAM`);
+``rows`` bytes of (n_rows, n_metrics) float64 (NaN: not counted); ``pending`` how many of the last
+rows are not yet in ``approx``; ``exact`` None, or the :class:`ReplicateSums` state everything was
+folded into (then ``approx``, ``absum``, ``rows`` are empty).
 """
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import NamedTuple
 
 import numpy as np
 
 from ..metrics import stats
 from .bootstrap import ReplicateSums, dense_blocks
 
-__all__ = ["FlipSums", "error_bound"]
+__all__ = ["FlipSums", "FlipState", "error_bound"]
 
 _U = Fraction(1, 1 << 53)
 _TINY = Fraction(1, 1 << 1022)
@@ -83,6 +84,28 @@ def _sign_columns(seeds: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return 1.0 - 2.0 * b.astype(np.float64)
 
 
+class FlipState(NamedTuple):
+    """A :class:`FlipSums` state's fields (see the module docstring): ``approx`` bytes of the float
+    sums, (n_metrics, R) float64; ``absum`` per metric the float sum of ``|d|``; ``terms`` the rows
+    every sum was added from; ``seeds`` and ``rows`` bytes of the kept rows' seeds (uint64) and
+    differences ((n_rows, n_metrics) float64); ``pending`` the last rows not yet in ``approx``;
+    ``exact`` None or the :class:`ReplicateSums` state everything was folded into. The state: their
+    list."""
+
+    approx: bytes
+    absum: list
+    terms: int
+    seeds: bytes
+    rows: bytes
+    pending: int
+    exact: list | None
+
+
+#: FlipState's positions in a state, for the updates in place
+_ABSUM, _TERMS, _SEEDS, _ROWS, _PENDING, _EXACT, _APPROX = (
+    FlipState._fields.index(f) for f in ("absum", "terms", "seeds", "rows", "pending", "exact", "approx"))
+
+
 class FlipSums:
     """The sign-flip counts of ``n_metrics`` metrics over ``flips`` hash-seeded sign patterns (see
     the module docstring): :meth:`add`, :meth:`add_many`, :meth:`merge`, then :meth:`counts` with the
@@ -108,8 +131,10 @@ class FlipSums:
         self.batch = self.exact.batch
 
     # ---------------------------------------------------------------- state
-    def create(self) -> list:
-        return [b"", [0.0] * self.n, 0, b"", b"", 0, None]
+    def create(self, exact: list | None = None) -> list:
+        """An empty state, or (``exact``) one whose sums were all folded into that
+        :class:`ReplicateSums` state."""
+        return list(FlipState(b"", [0.0] * self.n, 0, b"", b"", 0, exact))
 
     def weights(self, keys, dtype=np.int64) -> np.ndarray:
         """(len(keys), R) of ``dtype``: the signs of these keys in every flip."""
@@ -119,8 +144,14 @@ class FlipSums:
         return stats.query_seeds(keys, stats.FLIP_STREAM, self.seed)
 
     def _rows(self, state):
-        seeds = np.frombuffer(state[3], dtype="<u8")
-        return seeds, np.frombuffer(state[4], dtype="<f8").reshape(len(seeds), self.n)
+        s = FlipState._make(state)
+        seeds = np.frombuffer(s.seeds, dtype="<u8")
+        return seeds, np.frombuffer(s.rows, dtype="<f8").reshape(len(seeds), self.n)
+
+    @staticmethod
+    def _n_rows(state) -> int:
+        """How many rows a state (or its FlipState) keeps."""
+        return len(state[_SEEDS]) // 8
 
     def _approx_add(self, state: list, x: np.ndarray, signs: np.ndarray) -> None:
         """Add the float products of rows ``x`` (n, n_metrics; NaN as 0) with their signs (n, R)."""
@@ -128,33 +159,41 @@ class FlipSums:
             return
         z = np.where(np.isnan(x), 0.0, x)
         prod = z.T @ np.asarray(signs, dtype=np.float64)
-        state[0] = (prod if not state[0] else np.frombuffer(state[0], dtype="<f8").reshape(self.n, self.r) + prod
-                    ).astype("<f8").tobytes()
-        state[1] = (np.asarray(state[1], dtype=np.float64) + np.abs(z).sum(axis=0)).tolist()
-        state[2] += len(x)
+        self._sums_add(state, prod, np.abs(z).sum(axis=0), len(x))
 
-    def _keep(self, state: list, seeds: np.ndarray, x: np.ndarray) -> None:
-        state[3] += np.asarray(seeds, dtype="<u8").tobytes()
-        state[4] += np.ascontiguousarray(x, dtype="<f8").tobytes()
+    def _sums_add(self, state: list, prod: np.ndarray, absum: np.ndarray, terms: int) -> None:
+        """Add to the float sums ``prod`` (n_metrics, R), the sums of ``|d|`` ``absum`` (n_metrics,),
+        from ``terms`` more rows."""
+        approx = state[_APPROX]
+        state[_APPROX] = (prod if not approx else np.frombuffer(approx, dtype="<f8").reshape(self.n, self.r) + prod
+                          ).astype("<f8").tobytes()
+        state[_ABSUM] = (np.asarray(state[_ABSUM], dtype=np.float64) + absum).tolist()
+        state[_TERMS] += terms
+
+    @staticmethod
+    def _keep(state: list, seeds: np.ndarray, x: np.ndarray) -> None:
+        state[_SEEDS] += np.asarray(seeds, dtype="<u8").tobytes()
+        state[_ROWS] += np.ascontiguousarray(x, dtype="<f8").tobytes()
 
     def _fold(self, state: list) -> list:
         """Everything to exact limbs: the kept rows folded (their signs drawn from the seeds)."""
-        ex = self.exact.create() if state[6] is None else state[6]
+        ex = FlipState._make(state).exact
+        ex = self.exact.create() if ex is None else ex
         seeds, x = self._rows(state)
         for lo in range(0, len(x), self.STEP):
             hi = min(len(x), lo + self.STEP)
             self.exact.add_many(ex, x[lo:hi].T, weights=stats.sign_flips(seeds[lo:hi], self.r, dtype=np.float64))
-        return [b"", [0.0] * self.n, 0, b"", b"", 0, ex]
+        return self.create(ex)
 
     def flush(self, state: list) -> list:
         """Add the pending rows to the float sums (the state's value does not change)."""
-        p = state[5]
+        p = FlipState._make(state).pending
         if p:
             seeds, x = self._rows(state)
             for lo in range(len(x) - p, len(x), self.STEP):
                 hi = min(len(x), lo + self.STEP)
                 self._approx_add(state, x[lo:hi], stats.sign_flips(seeds[lo:hi], self.r, dtype=np.float64))
-            state[5] = 0
+            state[_PENDING] = 0
         return state
 
     def add(self, state: list, key, values) -> list:
@@ -164,14 +203,15 @@ class FlipSums:
             raise ValueError(f"expected {self.n} values, got {len(vals)}")
         if any(math.isinf(v) for v in vals):
             raise ValueError(f"metric value {next(v for v in vals if math.isinf(v))} is not finite")
-        if state[6] is not None:
-            self.exact.add(state[6], key, vals)
+        ex = state[_EXACT]
+        if ex is not None:
+            self.exact.add(ex, key, vals)
             return state
         self._keep(state, self.seeds([key]), np.array([vals], dtype=np.float64))
-        state[5] += 1
-        if state[5] >= self.batch:
+        state[_PENDING] += 1
+        if state[_PENDING] >= self.batch:
             self.flush(state)
-        if len(state[3]) // 8 > self.keep_max:
+        if self._n_rows(state) > self.keep_max:
             return self._replace(state, self._fold(state))
         return state
 
@@ -195,10 +235,13 @@ class FlipSums:
             raise ValueError("add_many needs the queries' keys or weights")
         if self.r == 0 or not n:
             return state
-        if state[6] is not None or (keys is None) or len(state[3]) // 8 + n > self.keep_max:
-            if state[6] is None:
+        s = FlipState._make(state)
+        if s.exact is not None or (keys is None) or self._n_rows(s) + n > self.keep_max:
+            if s.exact is None:
                 self._replace(state, self._fold(self.flush(state)))
-            self.exact.add_many(state[6], x, keys, weights, index)
+            ex = FlipState._make(state).exact
+            assert ex is not None  # folded above
+            self.exact.add_many(ex, x, keys, weights, index)
             return state
         self.flush(state)
         seeds = self.seeds(list(keys))
@@ -227,13 +270,13 @@ class FlipSums:
         """A state of this FlipSums from ``state``, one of ``k`` metrics: metric ``m`` is metric
         ``index[m]`` of ``state`` (as :meth:`ReplicateSums.expand`)."""
         idx = np.asarray(index, dtype=np.int64)
-        if state[6] is not None:
-            return [b"", [0.0] * self.n, 0, b"", b"", 0, ReplicateSums.expand(state[6], idx)]
-        approx = (np.frombuffer(state[0], dtype="<f8").reshape(k, self.r)[idx].tobytes() if state[0] else b"")
-        n = len(state[3]) // 8
-        rows = np.frombuffer(state[4], dtype="<f8").reshape(n, k)[:, idx]
-        return [approx, [state[1][i] for i in idx.tolist()], state[2], state[3],
-                np.ascontiguousarray(rows).tobytes(), state[5], None]
+        s = FlipState._make(state)
+        if s.exact is not None:
+            return self.create(ReplicateSums.expand(s.exact, idx))
+        approx = (np.frombuffer(s.approx, dtype="<f8").reshape(k, self.r)[idx].tobytes() if s.approx else b"")
+        rows = np.frombuffer(s.rows, dtype="<f8").reshape(self._n_rows(s), k)[:, idx]
+        return list(s._replace(approx=approx, absum=[s.absum[i] for i in idx.tolist()],
+                               rows=np.ascontiguousarray(rows).tobytes()))
 
     def add_many_keys(self, states: list, matrices: list, keys: list, table, indices: list) -> None:
         """Add to each of ``states`` its queries (``matrices[i]`` shape (n_metrics, n_i), ``keys[i]``,
@@ -249,7 +292,8 @@ class FlipSums:
             if self.r == 0 or not len(k):
                 continue
             idx = np.asarray(idx, dtype=np.int64)
-            if (st[6] is not None or len(st[3]) // 8 + len(k) > self.keep_max
+            s = FlipState._make(st)
+            if (s.exact is not None or self._n_rows(s) + len(k) > self.keep_max
                     or 2 * len(idx) < len(table) or len(np.unique(idx)) != len(idx)):
                 # the exact limbs; a few of the table's queries (gathered); queries sharing a row
                 self.add_many(st, x, k, table, idx)
@@ -272,39 +316,37 @@ class FlipSums:
             hi = min(q, lo + self.BLOCK)
             prod += z[:, lo:hi] @ np.asarray(table[lo:hi], dtype=np.float64)
         for i, (st, x, k, idx) in enumerate(live):
-            part = prod[i * self.n:(i + 1) * self.n]
-            st[0] = (part if not st[0] else np.frombuffer(st[0], dtype="<f8").reshape(self.n, self.r) + part
-                     ).astype("<f8").tobytes()
-            st[1] = (np.asarray(st[1], dtype=np.float64) + np.abs(z[i * self.n:(i + 1) * self.n]).sum(axis=1)).tolist()
-            st[2] += q
+            rows = slice(i * self.n, (i + 1) * self.n)
+            self._sums_add(st, prod[rows], np.abs(z[rows]).sum(axis=1), q)
             self._keep(st, self.seeds(list(k)), x.T)
 
     def merge(self, states) -> list:
         states = list(states)
         if not states:
             return self.create()
-        rows = sum(len(s[3]) // 8 for s in states)
-        if any(s[6] is not None for s in states) or rows > self.keep_max:
-            parts = [s[6] if s[6] is not None else None for s in states]
-            folded = [p if p is not None else self._fold(self.flush(list(s)))[6] for p, s in zip(parts, states)]
-            return [b"", [0.0] * self.n, 0, b"", b"", 0, self.exact.merge(folded)]
-        out = self.create()
+        views = [FlipState._make(s) for s in states]
+        if any(s.exact is not None for s in views) or sum(map(self._n_rows, views)) > self.keep_max:
+            folded = [s.exact if s.exact is not None else FlipState._make(self._fold(self.flush(list(s)))).exact
+                      for s in views]
+            return self.create(self.exact.merge(folded))
         approx = None
-        for s in states:
-            s = self.flush(list(s))
-            if s[0]:
-                a = np.frombuffer(s[0], dtype="<f8")
+        absum, terms, seeds, rows = [0.0] * self.n, 0, b"", b""
+        for s in views:
+            s = FlipState._make(self.flush(list(s)))
+            if s.approx:
+                a = np.frombuffer(s.approx, dtype="<f8")
                 approx = a.copy() if approx is None else approx + a
-            out[1] = [u + v for u, v in zip(out[1], s[1])]
-            out[2] += s[2]
-            out[3] += s[3]
-            out[4] += s[4]
-        out[0] = approx.astype("<f8").tobytes() if approx is not None else b""
-        return out
+            absum = [u + v for u, v in zip(absum, s.absum)]
+            terms += s.terms
+            seeds += s.seeds
+            rows += s.rows
+        return list(FlipState(approx.astype("<f8").tobytes() if approx is not None else b"", absum, terms, seeds, rows,
+                              0, None))
 
     def compact(self, state: list) -> list:
-        if state[6] is not None:
-            self.exact.flush(state[6])
+        ex = FlipState._make(state).exact
+        if ex is not None:
+            self.exact.flush(ex)
             return state
         return self.flush(state)
 
@@ -313,13 +355,14 @@ class FlipSums:
         """Per metric ``#{r : |round(T_r)| >= |observed[m]|}`` (``observed[m]`` a finite double,
         :func:`~streameval.metrics.stats.sign_flip_pvalue_mc`'s comparison), exact: decided from the
         float sums where their bound allows, from exact sums of the kept rows elsewhere."""
-        if state[6] is not None:
-            sums, _ = self.exact.extract(state[6])
+        ex = FlipState._make(state).exact
+        if ex is not None:
+            sums, _ = self.exact.extract(ex)
             return [int(np.count_nonzero(np.abs(sums[m]) >= abs(float(observed[m])))) for m in range(self.n)]
-        self.flush(state)
-        if not state[0]:  # no rows: every sum is 0
+        s = FlipState._make(self.flush(state))
+        if not s.approx:  # no rows: every sum is 0
             return [self.r if float(observed[m]) == 0.0 else 0 for m in range(self.n)]
-        approx = np.abs(np.frombuffer(state[0], dtype="<f8").reshape(self.n, self.r))
+        approx = np.abs(np.frombuffer(s.approx, dtype="<f8").reshape(self.n, self.r))
         seeds, x = self._rows(state)
         out = []
         for m in range(self.n):
@@ -327,7 +370,7 @@ class FlipSums:
             if t == 0.0:
                 out.append(self.r)
                 continue
-            e = error_bound(state[1][m], state[2])
+            e = error_bound(s.absum[m], s.terms)
             a = approx[m]
             if math.isfinite(e) and np.isfinite(a).all():
                 hi = np.nextafter(t + e, math.inf)  # a >= hi: |T_r| >= a - e >= t

@@ -2,20 +2,54 @@
 means, the mean difference with its t and Poisson bootstrap intervals, the paired t-test and the
 sign-flip randomization test (exact on few queries). Its state is described in
 :mod:`streameval.accumulators.bootstrap` (``PairedComparison``), on whose :class:`ReplicateSums` it
-builds, as :class:`~streameval.accumulators.flips.FlipSums` does."""
+builds, as :class:`~streameval.accumulators.flips.FlipSums` does; its fields are named by
+:class:`PairedState`."""
 
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..metrics import stats
 from .bootstrap import DEFAULT_EXACT_MAX, DEFAULT_FLIPS, DEFAULT_REPLICATES, ReplicateSums, replicate_means_of
 from .flips import FlipSums
-from .moments import MeanMoments, partials_value
+from .moments import MeanMoments, MomentsState, partials_value
 
-__all__ = ["PairedComparison"]
+__all__ = ["PairedComparison", "PairedState", "KeptQuery"]
+
+
+class PairedState(NamedTuple):
+    """A :class:`PairedComparison` state's fields: ``moments`` the MeanMoments state
+    (:class:`~.moments.MomentsState`) of A's values, B's values and the differences b - a (3 x
+    n_metrics metrics, in that order), ``boot`` the Poisson bootstrap :class:`ReplicateSums` state
+    and ``signs`` the :class:`~.flips.FlipSums` state of the differences, ``queries`` the queries
+    added, ``kept`` None or the queries' differences (:class:`KeptQuery` lists) while ``queries`` is at
+    most ``exact_max``. The state: their list."""
+
+    moments: list
+    boot: list
+    signs: list
+    queries: int
+    kept: list | None
+
+
+class KeptQuery(NamedTuple):
+    """A query kept for the exact sign-flip test: ``key`` its stable key
+    (:func:`~streameval.metrics.stats.stable_key`), ``diffs`` its differences, one per metric. In a
+    state: their list."""
+
+    key: str
+    diffs: list
+
+
+def _kept_key(kept) -> Any:
+    return KeptQuery._make(kept).key
+
+
+#: PairedState's positions in a state, for the updates in place (one a query)
+_QUERIES, _KEPT = (PairedState._fields.index(f) for f in ("queries", "kept"))
 
 
 class PairedComparison:
@@ -44,8 +78,8 @@ class PairedComparison:
         self.signs = FlipSums(self.n, self.flips, seed)
 
     def create(self) -> list:
-        return [self.mm.create(), self.boot.create(), self.signs.create(), 0,
-                [] if self.exact_max > 0 else None]
+        return list(PairedState(self.mm.create(), self.boot.create(), self.signs.create(), 0,
+                                [] if self.exact_max > 0 else None))
 
     def add(self, state: list, key, a_values, b_values) -> list:
         a = [float(v) for v in a_values]
@@ -57,15 +91,16 @@ class PairedComparison:
             if math.isnan(a[m]) or math.isnan(b[m]):
                 a[m] = b[m] = math.nan
             d.append(b[m] - a[m])
-        self.mm.add(state[0], a + b + d, squares_from=2 * self.n)  # b - a's squares only
-        self.boot.add(state[1], key, d)
-        self.signs.add(state[2], key, d)
-        state[3] += 1
-        if state[4] is not None:
-            if state[3] <= self.exact_max:
-                state[4].append([stats.stable_key(key), d])
+        s = PairedState._make(state)
+        self.mm.add(s.moments, a + b + d, squares_from=2 * self.n)  # b - a's squares only
+        self.boot.add(s.boot, key, d)
+        self.signs.add(s.signs, key, d)
+        state[_QUERIES] += 1
+        if s.kept is not None:
+            if state[_QUERIES] <= self.exact_max:
+                s.kept.append(list(KeptQuery(stats.stable_key(key), d)))
             else:
-                state[4] = None
+                state[_KEPT] = None
         return state
 
     def add_many(self, state: list, a_values, b_values, keys, boot_weights=None, sign_weights=None,
@@ -76,10 +111,11 @@ class PairedComparison:
         (:meth:`ReplicateSums.weights` of the distinct keys) and each query's row in them, so
         queries sharing a key draw their weights once (see :meth:`ReplicateSums.add_many`)."""
         d = self._add_moments(state, a_values, b_values, keys, boot_weights, index)
+        signs = PairedState._make(state).signs
         if boot_weights is None:
-            self.signs.add_many(state[2], d, keys=keys)
+            self.signs.add_many(signs, d, keys=keys)
         else:
-            self.signs.add_many(state[2], d, keys=keys, weights=sign_weights, index=index)
+            self.signs.add_many(signs, d, keys=keys, weights=sign_weights, index=index)
         return state
 
     def add_many_keys(self, parts, boot_weights, sign_weights) -> list:
@@ -87,13 +123,14 @@ class PairedComparison:
         queries' weights are rows ``index`` of the tables ``boot_weights`` and ``sign_weights`` (int8
         signs will do): the same states as :meth:`add_many` part by part, the sign-flip sums of every
         part from one pass over the sign table (:meth:`FlipSums.add_many_keys`)."""
-        states, ds = [], []
-        for a_values, b_values, keys, index in parts:
+        states, ds, keys, indices = [], [], [], []
+        for a_values, b_values, part_keys, index in parts:
             st = self.create()
-            ds.append(self._add_moments(st, a_values, b_values, keys, boot_weights, index))
+            ds.append(self._add_moments(st, a_values, b_values, part_keys, boot_weights, index))
             states.append(st)
-        self.signs.add_many_keys([s[2] for s in states], ds, [p[2] for p in parts], sign_weights,
-                                 [p[3] for p in parts])
+            keys.append(part_keys)
+            indices.append(index)
+        self.signs.add_many_keys([PairedState._make(s).signs for s in states], ds, keys, sign_weights, indices)
         return states
 
     def _add_moments(self, state: list, a_values, b_values, keys, boot_weights, index) -> np.ndarray:
@@ -107,17 +144,18 @@ class PairedComparison:
         b[nan] = np.nan
         d = b - a
         n = len(keys)
-        self.mm.add_many(state[0], np.vstack([a, b, d]), squares_from=2 * self.n)  # b - a's squares only
+        s = PairedState._make(state)
+        self.mm.add_many(s.moments, np.vstack([a, b, d]), squares_from=2 * self.n)  # b - a's squares only
         if boot_weights is None:
-            self.boot.add_many(state[1], d, keys=keys)
+            self.boot.add_many(s.boot, d, keys=keys)
         else:
-            self.boot.add_many(state[1], d, weights=boot_weights, index=index)
-        if state[4] is not None:
-            if state[3] + n <= self.exact_max:
-                state[4].extend([stats.stable_key(k), d[:, i].tolist()] for i, k in enumerate(keys))
+            self.boot.add_many(s.boot, d, weights=boot_weights, index=index)
+        if s.kept is not None:
+            if s.queries + n <= self.exact_max:
+                s.kept.extend(list(KeptQuery(stats.stable_key(k), d[:, i].tolist())) for i, k in enumerate(keys))
             else:
-                state[4] = None
-        state[3] += n
+                state[_KEPT] = None
+        state[_QUERIES] += n
         return d
 
     def expand(self, state: list, index) -> list:
@@ -128,42 +166,48 @@ class PairedComparison:
         idx = [int(i) for i in index]
         if len(idx) != self.n:
             raise ValueError(f"expected {self.n} indices, got {len(idx)}")
-        k = len(state[0][0]) // 3
+        s = PairedState._make(state)
+        old = MomentsState._make(s.moments)
+        k = len(old.counts) // 3
         mm_idx = idx + [k + i for i in idx] + [2 * k + i for i in idx]
-        mm = [[state[0][0][i] for i in mm_idx], [list(state[0][1][i]) for i in mm_idx],
-              [list(state[0][2][i]) for i in mm_idx]]
-        kept = None if state[4] is None else [[key, [d[i] for i in idx]] for key, d in state[4]]
-        return [mm, ReplicateSums.expand(state[1], idx), self.signs.expand(state[2], idx, k), state[3], kept]
+        mm = MomentsState([old.counts[i] for i in mm_idx], [list(old.sums[i]) for i in mm_idx],
+                          [list(old.squares[i]) for i in mm_idx])
+        kept = None if s.kept is None else [list(KeptQuery(key, [d[i] for i in idx])) for key, d in s.kept]
+        return list(s._replace(moments=list(mm), boot=ReplicateSums.expand(s.boot, idx),
+                               signs=self.signs.expand(s.signs, idx, k), kept=kept))
 
     def merge(self, states) -> list:
-        states = list(states)
-        if not states:
+        views = [PairedState._make(s) for s in states]
+        if not views:
             return self.create()
-        count = sum(s[3] for s in states)
+        count = sum(s.queries for s in views)
         kept = None
-        if count <= self.exact_max and all(s[4] is not None for s in states):
-            kept = [list(k) for s in states for k in s[4]]
-        return [self.mm.merge([s[0] for s in states]), self.boot.merge([s[1] for s in states]),
-                self.signs.merge([s[2] for s in states]), count, kept]
+        if count <= self.exact_max and all(s.kept is not None for s in views):
+            kept = [list(k) for s in views for k in s.kept or ()]
+        return list(PairedState(self.mm.merge([s.moments for s in views]), self.boot.merge([s.boot for s in views]),
+                                self.signs.merge([s.signs for s in views]), count, kept))
 
     def compact(self, state: list) -> list:
-        self.boot.flush(state[1])
-        self.signs.compact(state[2])
+        s = PairedState._make(state)
+        self.boot.flush(s.boot)
+        self.signs.compact(s.signs)
         return state
 
     def extract(self, state: list, level: float = stats.DEFAULT_LEVEL) -> list[dict]:
         """Per metric a dict: ``num_queries, mean_a, mean_b, diff, stderr, ci_level, t_low, t_high,
         boot_low, boot_high, t, p_t, p_perm, perm_method ("exact" | "monte-carlo" | None),
         perm_samples`` (sign patterns behind p_perm)."""
-        moments = self.mm.extract(state[0])
-        boot_sums, boot_tot = self.boot.extract(state[1])
+        s = PairedState._make(state)
+        moments = self.mm.extract(s.moments)
+        boot_sums, boot_tot = self.boot.extract(s.boot)
         assert boot_tot is not None  # Poisson weights carry their totals (only sign flips have none)
         boot_means = replicate_means_of(boot_sums, boot_tot)
-        kept = sorted(state[4], key=lambda k: k[0]) if state[4] is not None else None
-        totals = [partials_value(state[0][1][2 * self.n + m]) for m in range(self.n)]
+        kept = ([KeptQuery._make(k) for k in sorted(s.kept, key=_kept_key)] if s.kept is not None else None)
+        diff_sums = MomentsState._make(s.moments).sums[2 * self.n:]
+        totals = [partials_value(diff_sums[m]) for m in range(self.n)]
         hits = None
         if kept is None and self.flips > 0:  # #{r : |T_r| >= |T|} per metric (FlipSums.counts: exact)
-            hits = self.signs.counts(state[2], [t if math.isfinite(t) else 0.0 for t in totals])
+            hits = self.signs.counts(s.signs, [t if math.isfinite(t) else 0.0 for t in totals])
         out = []
         for m in range(self.n):
             mean_a, n, _ = moments[m]
@@ -175,7 +219,7 @@ class PairedComparison:
             if n == 0:
                 p_perm, method, samples = math.nan, None, 0
             elif kept is not None:
-                p_perm, method, samples = stats.sign_flip_pvalue_exact([k[1][m] for k in kept]), "exact", 2 ** n
+                p_perm, method, samples = stats.sign_flip_pvalue_exact([k.diffs[m] for k in kept]), "exact", 2 ** n
             elif self.flips > 0:
                 assert hits is not None  # counted above for this very case
                 p_perm = (1 + hits[m]) / (self.flips + 1) if math.isfinite(totals[m]) else math.nan
