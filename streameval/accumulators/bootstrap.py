@@ -26,21 +26,24 @@ merged or flushed. A table of sign weights covering most of a batch's queries is
 (:meth:`ReplicateSums.add_many`), 1,024 queries a product.
 
 States are plain lists of ints, floats, strings, lists and int-keyed dicts (Beam's
-FastPrimitivesCoder, no pickling):
+FastPrimitivesCoder, no pickling), each the list of a named tuple's fields:
 
-* ``ReplicateSums``: ``[totals, limbs, pending]`` - ``totals[m]`` ``R`` ints as little-endian int64
-  bytes (empty when the weights are signs), ``limbs[m]`` a dict ``{bucket: R ints as little-endian
-  int64 bytes}`` (one bytes object per row: merging and encoding do not touch R Python ints; a
-  list of ints is read as well), ``pending`` a list of
-  ``[key text, [value per metric]]``.
-* ``PoissonBootstrap``: ``[MeanMoments state, ReplicateSums state]``.
-* ``PairedComparison`` (:mod:`streameval.accumulators.paired`): ``[MeanMoments state of (a, b,
-  b - a) (the sums of squares of b - a only: the standard errors of a and b are not reported),
-  bootstrap ReplicateSums state of b - a, sign-flip :class:`~streameval.accumulators.flips.FlipSums`
-  state of b - a (float sums with an error bound, exact where it cannot decide), number of queries
-  added, kept]`` where ``kept`` is
-  the list ``[key text, [b - a per metric]]`` of every query while there are at most ``exact_max``
-  of them (so the randomization test is exact on small inputs) and ``None`` beyond.
+* ``ReplicateSums``: :class:`ReplicateState` ``(totals, limbs, pending)`` - ``totals[m]`` ``R`` ints
+  as little-endian int64 bytes (empty when the weights are signs), ``limbs[m]`` a dict ``{bucket: R
+  ints as little-endian int64 bytes}`` (one bytes object per row: merging and encoding do not touch
+  R Python ints; a list of ints is read as well), ``pending`` a list of :class:`PendingQuery` ``(key
+  text, [value per metric])``.
+* ``PoissonBootstrap``: :class:`BootstrapState` ``(moments, sums)``: the MeanMoments state and the
+  ReplicateSums state.
+* ``PairedComparison`` (:mod:`streameval.accumulators.paired`):
+  :class:`~streameval.accumulators.paired.PairedState` ``(moments, boot, signs, queries, kept)``:
+  the MeanMoments state of (a, b, b - a) (the sums of squares of b - a only: the standard errors of
+  a and b are not reported), the bootstrap ReplicateSums state of b - a, the sign-flip
+  :class:`~streameval.accumulators.flips.FlipSums` state of b - a (float sums with an error bound,
+  exact where it cannot decide), the number of queries added, and ``kept``, the
+  :class:`~streameval.accumulators.paired.KeptQuery` ``(key text, [b - a per metric])`` of every
+  query while there are at most ``exact_max`` of them (so the randomization test is exact on small
+  inputs), ``None`` beyond.
 
 Memory: O(R x metrics) per state (plus the pending batch), whatever the number of queries.
 """
@@ -48,6 +51,7 @@ Memory: O(R x metrics) per state (plus the pending batch), whatever the number o
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -60,7 +64,10 @@ __all__ = [
     "DEFAULT_EXACT_MAX",
     "MAX_REPLICATES",
     "ReplicateSums",
+    "ReplicateState",
+    "PendingQuery",
     "PoissonBootstrap",
+    "BootstrapState",
     "replicate_means_of",
 ]
 
@@ -69,6 +76,36 @@ DEFAULT_FLIPS = 10_000
 DEFAULT_EXACT_MAX = 20
 #: the most bootstrap replicates or sign flips (their weights are built in memory, a row per query)
 MAX_REPLICATES = 1_000_000
+
+class ReplicateState(NamedTuple):
+    """A :class:`ReplicateSums` state's fields (see the module docstring): ``totals`` per metric the
+    weight totals (int64 bytes; none for signs), ``limbs`` per metric ``{bucket: int64 bytes}``,
+    ``pending`` the :class:`PendingQuery` lists not yet folded. The state: their list."""
+
+    totals: list
+    limbs: list
+    pending: list
+
+
+class PendingQuery(NamedTuple):
+    """A query waiting in a :class:`ReplicateState`: ``key`` its stable key text, ``values`` one per
+    metric. In a state: their list."""
+
+    key: str
+    values: list
+
+
+#: ReplicateState's positions in a state, for the updates in place
+_TOTALS, _LIMBS, _PENDING = (ReplicateState._fields.index(f) for f in ("totals", "limbs", "pending"))
+
+
+class BootstrapState(NamedTuple):
+    """A :class:`PoissonBootstrap` state's fields: ``moments`` the MeanMoments state, ``sums`` the
+    :class:`ReplicateSums` state. The state: their list."""
+
+    moments: list
+    sums: list
+
 
 _GRID = 1126  # x * 2**1126 is an integer for every finite double x (smallest subnormal 2**-1074)
 _MASK32 = np.uint64(0xFFFFFFFF)
@@ -178,8 +215,8 @@ def _add_limbs(acc: dict, b: int, values) -> None:
 def _as_bytes(state: list) -> list:
     """The state with its totals and limbs as bytes again (little-endian int64: what Beam's coder
     gets; a row of R ints as one bytes object, not R Python ints)."""
-    state[0] = [t.astype("<i8").tobytes() if isinstance(t, np.ndarray) else t for t in state[0]]
-    for acc in state[1]:
+    state[_TOTALS] = [t.astype("<i8").tobytes() if isinstance(t, np.ndarray) else t for t in state[_TOTALS]]
+    for acc in state[_LIMBS]:
         for b, row in acc.items():
             if isinstance(row, np.ndarray):
                 acc[b] = row.astype("<i8").tobytes()
@@ -260,7 +297,7 @@ class ReplicateSums:
 
     def create(self) -> list:
         totals = [bytes(8 * self.r) for _ in range(self.n)] if self.with_totals else []
-        return [totals, [{} for _ in range(self.n)], []]
+        return list(ReplicateState(totals, [{} for _ in range(self.n)], []))
 
     def add(self, state: list, key, values) -> list:
         """Add one query (``key`` any :func:`~streameval.metrics.stats.stable_key` key) with one value
@@ -271,8 +308,9 @@ class ReplicateSums:
         for v in vals:
             if math.isinf(v):
                 raise ValueError(f"metric value {v} is not finite")
-        state[2].append([stats.stable_key(key), vals])
-        if len(state[2]) >= self.batch:
+        pending = state[_PENDING]
+        pending.append(list(PendingQuery(stats.stable_key(key), vals)))
+        if len(pending) >= self.batch:
             self.flush(state)
         return state
 
@@ -285,15 +323,16 @@ class ReplicateSums:
 
     def flush(self, state: list) -> list:
         """Fold the pending queries into the limbs (the state's value does not change)."""
-        pending = state[2]
+        pending = state[_PENDING]
         if not pending:
             return state
-        state[2] = []
+        state[_PENDING] = []
         if self.r == 0:
             return state
         n = len(pending)
-        x = np.array([p[1] for p in pending], dtype=np.float64).reshape(n, self.n)
-        return _as_bytes(self._fold(state, x, lambda: self.weights([p[0] for p in pending])))
+        # (a PendingQuery's fields unpacked: up to a batch of them)
+        x = np.array([values for _key, values in pending], dtype=np.float64).reshape(n, self.n)
+        return _as_bytes(self._fold(state, x, lambda: self.weights([key for key, _values in pending])))
 
     def add_many(self, state: list, matrix, keys=None, weights=None, index=None) -> list:
         """Add many queries at once, the same value as :meth:`add` one by one: ``matrix`` shape
@@ -362,11 +401,12 @@ class ReplicateSums:
             return state
         prod = (rows @ np.asarray(weights(), dtype=np.float64)).astype(np.int64)
         if self.with_totals:
+            totals = state[_TOTALS]
             for m, row in zip(counted.tolist(), prod[:len(counted)]):
-                state[0][m] = _ints(state[0][m]) + row
+                totals[m] = _ints(totals[m]) + row
             prod = prod[len(counted):]
         if len(owner):
-            _add_scaled_rows(state[1], counted[owner], grid, prod)
+            _add_scaled_rows(state[_LIMBS], counted[owner], grid, prod)
         return state
 
     @staticmethod
@@ -375,37 +415,39 @@ class ReplicateSums:
         ``state``): what adding each query's values taken at ``index`` would give (copies, no row
         shared)."""
         idx = [int(i) for i in index]
-        return [[state[0][i] for i in idx] if state[0] else [], [dict(state[1][i]) for i in idx],
-                [[k, [v[i] for i in idx]] for k, v in state[2]]]
+        s = ReplicateState._make(state)
+        return list(ReplicateState([s.totals[i] for i in idx] if s.totals else [], [dict(s.limbs[i]) for i in idx],
+                                   [list(PendingQuery(k, [v[i] for i in idx])) for k, v in s.pending]))
 
     def merge(self, states) -> list:
         out = None
-        for s in states:
+        for s in map(ReplicateState._make, states):
             if out is None:
-                out = [list(s[0]), [dict(a) for a in s[1]], list(s[2])]
+                out = ReplicateState(list(s.totals), [dict(a) for a in s.limbs], list(s.pending))
                 continue
             for m in range(self.n):
                 if self.with_totals:
-                    out[0][m] = _ints(out[0][m]) + _ints(s[0][m])
-                if s[1][m]:
-                    acc = out[1][m]
-                    for b, row in s[1][m].items():
+                    out.totals[m] = _ints(out.totals[m]) + _ints(s.totals[m])
+                if s.limbs[m]:
+                    acc = out.limbs[m]
+                    for b, row in s.limbs[m].items():
                         _add_limbs(acc, b, row)
                     _carry(acc)
-            out[2].extend(s[2])
+            out.pending.extend(s.pending)
         if out is None:
             return self.create()
-        if len(out[2]) >= self.batch:
-            self.flush(out)
-        return _as_bytes(out)
+        merged = list(out)
+        if len(out.pending) >= self.batch:
+            self.flush(merged)
+        return _as_bytes(merged)
 
     def extract(self, state: list) -> tuple[np.ndarray, np.ndarray | None]:
         """(sums (n_metrics, R) float64, each the correctly rounded exact sum; weight totals
         (n_metrics, R) int64 or None for signs). Flushes the state."""
-        self.flush(state)
-        sums = np.array([_limbs_value(acc, self.r) for acc in state[1]], dtype=np.float64)
+        s = ReplicateState._make(self.flush(state))
+        sums = np.array([_limbs_value(acc, self.r) for acc in s.limbs], dtype=np.float64)
         sums = sums.reshape(self.n, self.r)
-        totals = (np.array([_ints(t) for t in state[0]], dtype=np.int64).reshape(self.n, self.r)
+        totals = (np.array([_ints(t) for t in s.totals], dtype=np.int64).reshape(self.n, self.r)
                   if self.with_totals else None)
         return sums, totals
 
@@ -433,34 +475,37 @@ class PoissonBootstrap:
         self.rs = ReplicateSums(self.n, self.replicates, "poisson", seed)
 
     def create(self) -> list:
-        return [self.mm.create(), self.rs.create()]
+        return list(BootstrapState(self.mm.create(), self.rs.create()))
 
     def add(self, state: list, key, values) -> list:
         vals = [float(v) for v in values]
-        self.mm.add(state[0], vals)
-        self.rs.add(state[1], key, vals)
+        moments, sums = state  # a BootstrapState's fields (unpacked: one a query)
+        self.mm.add(moments, vals)
+        self.rs.add(sums, key, vals)
         return state
 
     def add_many(self, state: list, matrix, keys=None, weights=None, index=None) -> list:
         """Add many queries at once (:meth:`ReplicateSums.add_many`'s arguments; ``matrix`` shape
         (n_metrics, n)): the same value as :meth:`add` one by one."""
-        self.mm.add_many(state[0], matrix)
-        self.rs.add_many(state[1], matrix, keys, weights, index)
+        s = BootstrapState._make(state)
+        self.mm.add_many(s.moments, matrix)
+        self.rs.add_many(s.sums, matrix, keys, weights, index)
         return state
 
     def merge(self, states) -> list:
-        states = list(states)
-        if not states:
+        views = [BootstrapState._make(s) for s in states]
+        if not views:
             return self.create()
-        return [self.mm.merge([s[0] for s in states]), self.rs.merge([s[1] for s in states])]
+        return list(BootstrapState(self.mm.merge([s.moments for s in views]),
+                                   self.rs.merge([s.sums for s in views])))
 
     def compact(self, state: list) -> list:
-        self.rs.flush(state[1])
+        self.rs.flush(BootstrapState._make(state).sums)
         return state
 
     def replicate_means(self, state: list) -> np.ndarray:
         """(n_metrics, R) replicate means (NaN for a replicate with zero total weight)."""
-        sums, totals = self.rs.extract(state[1])
+        sums, totals = self.rs.extract(BootstrapState._make(state).sums)
         return replicate_means_of(sums, totals)
 
     def extract(self, state: list, level: float = stats.DEFAULT_LEVEL) -> list[dict]:
@@ -468,7 +513,7 @@ class PoissonBootstrap:
         (``ci_method`` ``"bootstrap"``; the keys of a metric_result row)."""
         means = self.replicate_means(state)
         out = []
-        for m, (mean, n, se) in enumerate(self.mm.extract(state[0])):
+        for m, (mean, n, se) in enumerate(self.mm.extract(BootstrapState._make(state).moments)):
             lo, hi = stats.percentile_interval(means[m], level) if n >= 2 else (math.nan, math.nan)
             out.append({"value": mean, "num_queries": n, "stderr": se, "ci_low": lo, "ci_high": hi,
                         "ci_level": level, "ci_method": "bootstrap"})
