@@ -2,10 +2,10 @@
 
 Impressions and judgments may arrive in any order and in any number of pieces; states merge by
 union, so any split and merge order gives the same state. The state is a plain list (Beam's
-FastPrimitivesCoder encodes it without pickling)::
+FastPrimitivesCoder encodes it without pickling), the fields of a :class:`RankingState`::
 
     [served, judged, conflicts, min_timestamp]
-    served:   {item_id: [score or None, position, clicked (None: clicks not logged)]}
+    served:   {item_id: ServedItem list [score or None, position, clicked (None: clicks not logged)]}
     judged:   {item_id: grade}
     conflicts: int, how many times an item came twice with different data (the larger record is
                kept, so the result does not depend on arrival order)
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,7 +33,32 @@ from ..metrics import registry
 from ..metrics.kernel import MetricOptions, RankedLists
 from ..metrics.prepare import DEFAULT_SCORE_PRECISION, judgment_histogram, rank_order
 
-__all__ = ["RankingOps", "RankingSetup", "keep_for", "ranking_setup"]
+__all__ = ["RankingOps", "RankingState", "ServedItem", "RankingSetup", "keep_for", "ranking_setup"]
+
+
+class RankingState(NamedTuple):
+    """A :class:`RankingOps` state's fields (see the module docstring): ``served`` ``{item_id:
+    ServedItem list}``, ``judged`` ``{item_id: grade}``, ``conflicts``, ``min_timestamp``. The state:
+    their list."""
+
+    served: dict
+    judged: dict
+    conflicts: int
+    min_timestamp: int | None
+
+
+class ServedItem(NamedTuple):
+    """A served item of a :class:`RankingState`: ``score`` (None: not logged), ``position``,
+    ``clicked`` (None: clicks not logged). In a state: their list."""
+
+    score: float | None
+    position: int
+    clicked: bool | None
+
+
+#: RankingState's positions in a state, for the updates in place (one an impression)
+_SERVED, _JUDGED, _CONFLICTS, _MIN_TIMESTAMP = (
+    RankingState._fields.index(f) for f in ("served", "judged", "conflicts", "min_timestamp"))
 
 
 def keep_for(specs, ideal: str = "judgments") -> int | None:
@@ -45,7 +71,7 @@ def keep_for(specs, ideal: str = "judgments") -> int | None:
 
 def _order_key(rec, item, order, tie_break, score_precision):
     """Python sort key equal to :func:`rank_order` (ascending key = better rank)."""
-    score, pos = rec[0], rec[1]
+    score, pos, _clicked = rec  # a ServedItem's fields
     if order == "score" and score_precision == "float32":
         score = float(np.float32(score))
     if order == "position":
@@ -90,7 +116,7 @@ class RankingOps:
     # -- building --------------------------------------------------------------------------
     @staticmethod
     def create() -> list:
-        return [{}, {}, 0, None]
+        return list(RankingState({}, {}, 0, None))
 
     def add_impression(self, state: list, item: str, score, position: int, clicked,
                        timestamp: int | None = None) -> list:
@@ -98,68 +124,77 @@ class RankingOps:
         ``order="position"``: see :meth:`unrankable`); ``clicked`` None means clicks not logged."""
         if score is not None and not math.isfinite(score):
             raise ValueError(f"item {item!r}: score {score!r} is not finite")
+        # a ServedItem's fields in its order (a list literal: this runs once an impression)
         rec = [None if score is None else float(score), int(position), None if clicked is None else bool(clicked)]
-        state[2] += _put(state[0], item, rec, _total)
-        if timestamp is not None and (state[3] is None or timestamp < state[3]):
-            state[3] = timestamp
+        state[_CONFLICTS] += _put(state[_SERVED], item, rec, _total)
+        if timestamp is not None:
+            first = state[_MIN_TIMESTAMP]
+            if first is None or timestamp < first:
+                state[_MIN_TIMESTAMP] = timestamp
         self._prune(state)
         return state
 
     @staticmethod
     def add_judgment(state: list, item: str, grade) -> list:
-        state[2] += _put(state[1], item, float(grade), None)
+        state[_CONFLICTS] += _put(state[_JUDGED], item, float(grade), None)
         return state
 
     def merge(self, states) -> list:
-        out = self.create()
-        served, judged = out[0], out[1]
-        for s in states:
-            for item, rec in s[0].items():
-                out[2] += _put(served, item, list(rec), _total)
-            for item, g in s[1].items():
-                out[2] += _put(judged, item, g, None)
-            out[2] += s[2]
-            if s[3] is not None and (out[3] is None or s[3] < out[3]):
-                out[3] = s[3]
-        self._prune(out)
-        return out
+        served: dict = {}
+        judged: dict = {}
+        conflicts, first = 0, None
+        for s in map(RankingState._make, states):
+            for item, rec in s.served.items():
+                conflicts += _put(served, item, list(rec), _total)
+            for item, g in s.judged.items():
+                conflicts += _put(judged, item, g, None)
+            conflicts += s.conflicts
+            if s.min_timestamp is not None and (first is None or s.min_timestamp < first):
+                first = s.min_timestamp
+        merged = list(RankingState(served, judged, conflicts, first))
+        self._prune(merged)
+        return merged
 
     def unrankable(self, state: list) -> int:
         """How many served items lack the score ``order="score"`` needs (0 when rankable)."""
         if self.order != "score":
             return 0
-        return sum(1 for r in state[0].values() if r[0] is None)
+        return sum(1 for score, _position, _clicked in state[_SERVED].values() if score is None)
 
     def _prune(self, state: list) -> None:
         k = self.keep
-        served = state[0]
+        served = state[_SERVED]
         if k is None or len(served) <= 2 * k or self.unrankable(state):
             return
-        ranked = sorted(served.items(), key=lambda kv: _order_key(kv[1], kv[0], self.order, self.tie_break,
-                                                                   self.score_precision))
-        state[0] = dict(ranked[:k])
+        def key(entry):
+            item, rec = entry
+            return _order_key(rec, item, self.order, self.tie_break, self.score_precision)
+
+        ranked = sorted(served.items(), key=key)
+        state[_SERVED] = dict(ranked[:k])
 
     # -- scoring ---------------------------------------------------------------------------
     def ranked(self, state: list) -> tuple[list[str], np.ndarray]:
         """(item ids in rank order, their clicked flags (None: not logged), cut at ``depth``. Uses
         the same ordering function as the library (:func:`rank_order`). Raises ValueError when
         ``order="score"`` and an item has no score."""
-        served = state[0]
+        served = RankingState._make(state).served
         items = list(served)
         if not items:
             return [], np.zeros(0, dtype=object)
         missing = self.unrankable(state)
         if missing:
             raise ValueError(f"{missing} served items have no score: order='score' cannot rank them")
-        recs = list(served.values())
+        recs = list(served.values())  # ServedItem lists (unpacked in its order: one a served item)
         vocab, codes = np.unique(np.asarray(items, dtype=str), return_inverse=True)
-        scores = np.array([math.nan if r[0] is None else r[0] for r in recs], dtype=np.float64)
-        pos = np.array([r[1] for r in recs], dtype=np.float64)
+        scores = np.array([math.nan if score is None else score for score, _pos, _clicked in recs], dtype=np.float64)
+        pos = np.array([position for _score, position, _clicked in recs], dtype=np.float64)
+        clicked = [c for _score, _pos, c in recs]
         perm = rank_order(np.zeros(len(items), np.int64), scores, codes, pos,
                           order=self.order, tie_break=self.tie_break, score_precision=self.score_precision)
         if self.depth is not None:
             perm = perm[: self.depth]
-        clicks = np.array([recs[i][2] for i in perm], dtype=object)
+        clicks = np.array([clicked[i] for i in perm], dtype=object)
         return [items[i] for i in perm], clicks
 
     def to_lists(self, states: list) -> RankedLists:
@@ -170,7 +205,7 @@ class RankingOps:
         jg: list = []
         for i, st in enumerate(states):
             items, _ = self.ranked(st)
-            judged = st[1]
+            judged = RankingState._make(st).judged
             grades.extend(judged.get(it, math.nan) for it in items)
             offsets[i + 1] = offsets[i] + len(items)
             jq.extend([i] * len(judged))
@@ -196,7 +231,8 @@ def _put(d: dict, item, value, key) -> int:
 
 def _total(rec):
     """A total order on served records (None score sorts lowest) for deterministic conflicts."""
-    return (-math.inf if rec[0] is None else rec[0], rec[1], -1 if rec[2] is None else int(rec[2]))
+    score, position, clicked = rec  # a ServedItem's fields
+    return (-math.inf if score is None else score, position, -1 if clicked is None else int(clicked))
 
 
 @dataclass(frozen=True)
