@@ -1,8 +1,9 @@
 """Mergeable state of the off-policy estimators with a reward model: DM, DR, SNDR and Switch-DR
 (:func:`streameval.metrics.online_ope.dr_family_from_sums`). No Beam.
 
-:class:`DrOps` state: ``[n, [partials] * (9 + 3 * len(taus))]``, Shewchuk partials of the sums
-of d, d^2, w, w^2, u, u^2, u w, d u, d w and, per switch threshold tau, of s, s^2, d s, where per
+:class:`DrOps` state: the list of a :class:`DrState`'s fields ``(n, sums)``, ``sums`` the Shewchuk
+partials of the sums of d, d^2, w, w^2, u, u^2, u w, d u, d w (:class:`DrSums`) and, per switch
+threshold tau, of s, s^2, d s (:class:`SwitchSums`), ``9 + 3 * len(taus)`` lists, where per
 round d = sum_a pi_e(a|x) q_hat(x, a) (``dm_value``), w = pi_e / pi_b, u = w (r - q_hat(x, a_logged))
 (the double, as numpy computes it) and s = u when w <= tau, else 0. The squares and products are
 added exactly (:mod:`.moments`, as :class:`~.online.OpeOps`), so every value and standard error is
@@ -11,12 +12,48 @@ the exact statistic of the rounds' (d, w, u) correctly rounded, whatever the spl
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from ..metrics import online_ope as mo
 from .online import check_probabilities
 from .moments import exact_sum, partials_add, partials_add_product, partials_add_square, partials_merge
 
-__all__ = ["DrOps"]
+__all__ = ["DrOps", "DrState", "DrSums", "SwitchSums"]
+
+
+class DrState(NamedTuple):
+    """A :class:`DrOps` state's fields: ``n`` rounds, ``sums`` the lists of partials (a
+    :class:`DrSums`' then a :class:`SwitchSums`' per threshold). The state: their list."""
+
+    n: int
+    sums: list
+
+
+class DrSums(NamedTuple):
+    """The first sums of a :class:`DrState` (partials each): of d, d^2, w, w^2, u, u^2, u w, d u, d w."""
+
+    d: list
+    dd: list
+    w: list
+    ww: list
+    u: list
+    uu: list
+    uw: list
+    du: list
+    dw: list
+
+
+class SwitchSums(NamedTuple):
+    """The sums of one Switch-DR threshold in a :class:`DrState` (partials each): of s, s^2, d s."""
+
+    s: list
+    ss: list
+    ds: list
+
+
+#: DrState's positions in a state, for the updates in place (one a round)
+_N, _SUMS = (DrState._fields.index(f) for f in ("n", "sums"))
+_FIXED, _PER_TAU = len(DrSums._fields), len(SwitchSums._fields)
 
 
 class DrOps:
@@ -30,10 +67,10 @@ class DrOps:
             if t not in out:
                 out.append(t)
         self.taus = tuple(out)
-        self.width = 9 + 3 * len(self.taus)
+        self.width = _FIXED + _PER_TAU * len(self.taus)
 
     def create(self) -> list:
-        return [0, [[] for _ in range(self.width)]]
+        return list(DrState(0, [[] for _ in range(self.width)]))
 
     def add(self, state: list, reward, target_prob, logging_prob, reward_hat, dm_value) -> list:
         """Add one round. Raises ValueError (nothing added) when the logging probability is not in
@@ -47,36 +84,39 @@ class DrOps:
         u = w * (r - q)
         if not (math.isfinite(w) and math.isfinite(u)):
             raise ValueError(f"importance weight {pe!r} / {pb!r} times residual {r - q!r} is not a finite number")
-        state[0] += 1
-        p = state[1]
-        partials_add(p[0], d)
-        partials_add_square(p[1], d)
-        partials_add(p[2], w)
-        partials_add_square(p[3], w)
-        partials_add(p[4], u)
-        partials_add_square(p[5], u)
-        partials_add_product(p[6], u, w)
-        partials_add_product(p[7], d, u)
-        partials_add_product(p[8], d, w)
+        state[_N] += 1
+        p = state[_SUMS]
+        sd, sdd, sw, sww, su, suu, suw, sdu, sdw = p[:_FIXED]  # a DrSums' fields
+        partials_add(sd, d)
+        partials_add_square(sdd, d)
+        partials_add(sw, w)
+        partials_add_square(sww, w)
+        partials_add(su, u)
+        partials_add_square(suu, u)
+        partials_add_product(suw, u, w)
+        partials_add_product(sdu, d, u)
+        partials_add_product(sdw, d, w)
         for j, t in enumerate(self.taus):
             if w <= t:
-                k = 9 + 3 * j
-                partials_add(p[k], u)
-                partials_add_square(p[k + 1], u)
-                partials_add_product(p[k + 2], d, u)
+                k = _FIXED + _PER_TAU * j
+                ss, sss, sds = p[k : k + _PER_TAU]  # a SwitchSums' fields
+                partials_add(ss, u)
+                partials_add_square(sss, u)
+                partials_add_product(sds, d, u)
         return state
 
     def merge(self, states) -> list:
-        out = self.create()
-        for s in states:
-            out[0] += s[0]
-            for j in range(self.width):
-                partials_merge(out[1][j], s[1][j])
-        return out
+        out = DrState._make(self.create())
+        n = 0
+        for s in map(DrState._make, states):
+            n += s.n
+            for into, other in zip(out.sums, s.sums):
+                partials_merge(into, other)
+        return list(out._replace(n=n))
 
     def extract(self, state: list) -> dict:
         """``{"dm": (V, n, se), "dr": ..., "sndr": ..., ("switch_dr", tau): ...}``; NaN with n = 0
         when empty."""
-        n = state[0]
-        res = mo.dr_family_from_sums(n, [exact_sum(p) for p in state[1]], self.taus)
-        return {k: (v, n, se) for k, (v, se) in res.items()}
+        s = DrState._make(state)
+        res = mo.dr_family_from_sums(s.n, [exact_sum(p) for p in s.sums], self.taus)
+        return {k: (v, s.n, se) for k, (v, se) in res.items()}
