@@ -3,16 +3,28 @@
 CTR = clicks / impressions (a ratio of sums over impressions, not a mean over requests).
 Standard error: the binomial sqrt(p (1 - p) / n). Empty: NaN with count 0.
 
-States are plain lists of ints (Beam's FastPrimitivesCoder encodes them without pickling):
-``CtrState = [impressions, clicks]``; ``CtrByPositionState = {position: [impressions, clicks]}``.
+States are plain lists of ints (Beam's FastPrimitivesCoder encodes them without pickling), the
+fields of a :class:`CtrState`: ``[impressions, clicks]``; by position ``{position: CtrState list}``.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
-__all__ = ["ctr_create", "ctr_add", "ctr_merge", "ctr_extract",
+__all__ = ["CtrState", "ctr_create", "ctr_add", "ctr_merge", "ctr_extract",
            "ctr_pos_create", "ctr_pos_add", "ctr_pos_merge", "ctr_pos_extract"]
+
+
+class CtrState(NamedTuple):
+    """A CTR state's fields: ``impressions``, ``clicks``. The state: their list."""
+
+    impressions: int
+    clicks: int
+
+
+#: CtrState's positions in a state, for the updates in place (one an impression)
+_IMPRESSIONS, _CLICKS = (CtrState._fields.index(f) for f in ("impressions", "clicks"))
 
 
 def _rate(imps: int, clicks: int) -> tuple[float, int, float]:
@@ -23,28 +35,29 @@ def _rate(imps: int, clicks: int) -> tuple[float, int, float]:
 
 
 def ctr_create() -> list:
-    return [0, 0]
+    return list(CtrState(0, 0))
 
 
 def ctr_add(state: list, clicked: bool, n: int = 1) -> list:
     """Count ``n`` impressions, clicked or not."""
-    state[0] += n
+    state[_IMPRESSIONS] += n
     if clicked:
-        state[1] += n
+        state[_CLICKS] += n
     return state
 
 
 def ctr_merge(states) -> list:
-    out = [0, 0]
-    for s in states:
-        out[0] += s[0]
-        out[1] += s[1]
-    return out
+    imps = clicks = 0
+    for s in map(CtrState._make, states):
+        imps += s.impressions
+        clicks += s.clicks
+    return list(CtrState(imps, clicks))
 
 
 def ctr_extract(state) -> tuple[float, int, float]:
     """(CTR, impressions, standard error)."""
-    return _rate(state[0], state[1])
+    s = CtrState._make(state)
+    return _rate(s.impressions, s.clicks)
 
 
 def ctr_pos_create() -> dict:
@@ -54,26 +67,27 @@ def ctr_pos_create() -> dict:
 def ctr_pos_add(state: dict, position: int, clicked: bool) -> dict:
     c = state.get(position)
     if c is None:
-        c = state[position] = [0, 0]
-    c[0] += 1
+        c = state[position] = ctr_create()
+    c[_IMPRESSIONS] += 1
     if clicked:
-        c[1] += 1
+        c[_CLICKS] += 1
     return state
 
 
 def ctr_pos_merge(states) -> dict:
     out: dict = {}
     for s in states:
-        for pos, (i, c) in s.items():
+        for pos, counts in s.items():
             o = out.get(pos)
             if o is None:
-                out[pos] = [i, c]
+                out[pos] = list(counts)
             else:
-                o[0] += i
-                o[1] += c
+                c = CtrState._make(counts)
+                o[_IMPRESSIONS] += c.impressions
+                o[_CLICKS] += c.clicks
     return out
 
 
 def ctr_pos_extract(state: dict) -> dict[int, tuple[float, int, float]]:
     """{position: (CTR, impressions, standard error)}, positions ascending."""
-    return {pos: _rate(i, c) for pos, (i, c) in sorted(state.items())}
+    return {pos: ctr_extract(counts) for pos, counts in sorted(state.items())}

@@ -1,8 +1,8 @@
 """CUPED state (``--covariate``): per system, exact sums over the experiment's units (a request or a
 user: ``--cluster``) of the unit's impressions n, clicks y and pre-period covariate x.
 
-State of one system (a plain list: Beam's FastPrimitivesCoder encodes it without pickling):
-``[g, sn, sy, snn, sny, syy, gx, sx, sxx, sxn, sxy, sn_m, sy_m]``
+State of one system (a plain list: Beam's FastPrimitivesCoder encodes it without pickling), the
+fields of a :class:`CupedState`: ``[g, sn, sy, snn, sny, syy, gx, sx, sxx, sxn, sxy, sn_m, sy_m]``
 
 * ``g``, ``sn``, ``sy``, ``snn``, ``sny``, ``syy``: integers, the units and the sums of n, y, n^2, n y,
   y^2 over all units (as ``ctr[cluster=C]``'s state);
@@ -19,42 +19,72 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import NamedTuple
 
 from .moments import partials_add, partials_add_product, partials_add_square, partials_merge
 
-__all__ = ["cuped_create", "cuped_add_unit", "cuped_merge", "cuped_exact", "cuped_states"]
+__all__ = ["CupedState", "cuped_create", "cuped_add_unit", "cuped_merge", "cuped_exact", "cuped_states"]
 
-_INTS = (0, 1, 2, 3, 4, 5, 6, 11, 12)
-_PARTIALS = (7, 8, 9, 10)
+
+class CupedState(NamedTuple):
+    """A CUPED state's fields (see the module docstring). The state: their list."""
+
+    g: int
+    sn: int
+    sy: int
+    snn: int
+    sny: int
+    syy: int
+    gx: int
+    sx: list
+    sxx: list
+    sxn: list
+    sxy: list
+    sn_m: int
+    sy_m: int
+
+
+def _at(*fields: str) -> tuple[int, ...]:
+    """The positions of ``fields`` in a state."""
+    return tuple(CupedState._fields.index(f) for f in fields)
+
+
+#: the positions of the integer fields and of the partials
+_INTS = _at("g", "sn", "sy", "snn", "sny", "syy", "gx", "sn_m", "sy_m")
+_PARTIALS = _at("sx", "sxx", "sxn", "sxy")
+#: every field's position, for the updates in place (one a unit)
+_G, _SN, _SY, _SNN, _SNY, _SYY, _GX, _SX, _SXX, _SXN, _SXY, _SN_M, _SY_M = _at(
+    "g", "sn", "sy", "snn", "sny", "syy", "gx", "sx", "sxx", "sxn", "sxy", "sn_m", "sy_m"
+)
 
 
 def cuped_create() -> list:
     """An empty state (no unit)."""
-    return [0, 0, 0, 0, 0, 0, 0, [], [], [], [], 0, 0]
+    return list(CupedState(0, 0, 0, 0, 0, 0, 0, [], [], [], [], 0, 0))
 
 
 def cuped_add_unit(state: list, n: int, y: int, x) -> list:
     """Add one unit (``n`` impressions, ``y`` clicks, covariate ``x``: a finite float, or None when the
     unit has none) in place; returns ``state``."""
     n, y = int(n), int(y)
-    state[0] += 1
-    state[1] += n
-    state[2] += y
-    state[3] += n * n
-    state[4] += n * y
-    state[5] += y * y
+    state[_G] += 1
+    state[_SN] += n
+    state[_SY] += y
+    state[_SNN] += n * n
+    state[_SNY] += n * y
+    state[_SYY] += y * y
     if x is None:
-        state[11] += n
-        state[12] += y
+        state[_SN_M] += n
+        state[_SY_M] += y
         return state
     x = float(x)
     if not math.isfinite(x):
         raise ValueError(f"a covariate value must be finite, got {x!r}")
-    state[6] += 1
-    partials_add(state[7], x)
-    partials_add_square(state[8], x)
-    partials_add_product(state[9], x, float(n))
-    partials_add_product(state[10], x, float(y))
+    state[_GX] += 1
+    partials_add(state[_SX], x)
+    partials_add_square(state[_SXX], x)
+    partials_add_product(state[_SXN], x, float(n))
+    partials_add_product(state[_SXY], x, float(y))
     return state
 
 
