@@ -11,8 +11,10 @@ last bit.
 =================  ==========================================================================
 ops                state
 =================  ==========================================================================
-:class:`AucOps`    ``{score: [positives, negatives]}`` (one entry per distinct score: exact)
-:class:`HistAucOps` ``{bin: [positives, negatives]}`` (at most ``bins`` entries: bounded)
+:class:`AucOps`    ``{score: LabelCounts (positives, negatives)}`` (one entry per distinct
+                   score: exact)
+:class:`HistAucOps` ``{bin: LabelCounts (positives, negatives)}`` (at most ``bins`` entries:
+                   bounded)
 :class:`GaucOps`   :class:`GaucState` ``(used, excluded, sums)``: groups used and excluded,
                    per weighting a :class:`GaucSums` ``(w, y, ww, wy, yy)`` of partials (sum w,
                    sum y, sum w^2, sum w y, sum y^2) over groups' AUCs a, y = w a
@@ -44,10 +46,11 @@ from ..metrics import online as om
 from ..metrics import online_auc
 from .moments import (MeanMoments, MomentsState, exact_sum_floats, partials_add, partials_add_product,
                       partials_add_square, partials_merge, product_terms)
-from .online_states import (CalibrationBin, CalibrationState, ClickRequestState, GaucState, GaucSums, OpeState,
-                            OpeSums)
+from .online_states import (CalibrationBin, CalibrationState, ClickRequestState, CountArraysState, GaucState,
+                            GaucSums, LabelCounts, OpeState, OpeSums)
 
-__all__ = ["AucOps", "HistAucOps", "GaucOps", "GaucState", "GaucSums", "ClickRequestOps", "ClickRequestState",
+__all__ = ["AucOps", "HistAucOps", "LabelCounts", "CountArraysState",
+           "GaucOps", "GaucState", "GaucSums", "ClickRequestOps", "ClickRequestState",
            "InterleavingRequestOps", "OpeOps", "OpeState", "OpeSums", "CountArrays", "exact_sum", "auc_result",
            "hist_auc_result", "gauc_group_sums", "CalibrationOps", "CalibrationState", "CalibrationBin",
            "ScoreCountMetrics"]
@@ -66,23 +69,41 @@ def _label(label) -> int:
     raise ValueError(f"label must be a boolean or 0/1, got {label!r}")
 
 
+#: LabelCounts' positions in a state's entry, for the updates in place (one an example)
+_POSITIVES, _NEGATIVES = (LabelCounts._fields.index(f) for f in ("positives", "negatives"))
+
+
+def _add_counts(state: dict, counts) -> None:
+    """Add ``(key, positives, negatives)`` of ``counts`` to the entries of their keys (inline: one a
+    distinct score; a new entry is the list of LabelCounts(p, n), built directly)."""
+    pi, ni = _POSITIVES, _NEGATIVES
+    for k, p, n in counts:
+        c = state.get(k)
+        if c is None:
+            state[k] = [p, n]
+        else:
+            c[pi] += p
+            c[ni] += n
+
+
 def _merge_counts(states) -> dict:
     out: dict = {}
+    pi, ni = _POSITIVES, _NEGATIVES
     for s in states:
-        for k, (p, n) in s.items():
+        for k, (p, n) in s.items():  # LabelCounts' fields (as _add_counts, inline)
             o = out.get(k)
             if o is None:
                 out[k] = [p, n]
             else:
-                o[0] += p
-                o[1] += n
+                o[pi] += p
+                o[ni] += n
     return out
 
 
 def _sorted_counts(state: dict) -> tuple[np.ndarray, np.ndarray]:
     keys = sorted(state)
-    pos = np.fromiter((state[k][0] for k in keys), dtype=np.int64, count=len(keys))
-    neg = np.fromiter((state[k][1] for k in keys), dtype=np.int64, count=len(keys))
+    pos = np.fromiter((state[k][_POSITIVES] for k in keys), dtype=np.int64, count=len(keys))
+    neg = np.fromiter((state[k][_NEGATIVES] for k in keys), dtype=np.int64, count=len(keys))
     return pos, neg
 
 
@@ -107,21 +128,15 @@ class AucOps:
         y = _label(label)
         c = state.get(s)
         if c is None:
-            c = state[s] = [0, 0]
-        c[1 - y] += 1
+            c = state[s] = [0, 0]  # LabelCounts(0, 0)
+        c[_POSITIVES if y else _NEGATIVES] += 1
         return state
 
     @staticmethod
     def add_many(state: dict, scores, labels) -> dict:
         """Add arrays of scores and labels (vectorised)."""
         values, pos, neg = om.auc_counts(scores, labels)
-        for v, p, n in zip(values.tolist(), pos.tolist(), neg.tolist()):
-            c = state.get(v)
-            if c is None:
-                state[v] = [p, n]
-            else:
-                c[0] += p
-                c[1] += n
+        _add_counts(state, zip(values.tolist(), pos.tolist(), neg.tolist()))
         return state
 
     @staticmethod
@@ -175,8 +190,8 @@ class HistAucOps:
         b = int(om.hist_bin_index(s, self.lo, self.hi, self.bins))
         c = state.get(b)
         if c is None:
-            c = state[b] = [0, 0]
-        c[1 - y] += 1
+            c = state[b] = [0, 0]  # LabelCounts(0, 0)
+        c[_POSITIVES if y else _NEGATIVES] += 1
         return state
 
     def add_many(self, state: dict, scores, labels) -> dict:
@@ -184,14 +199,7 @@ class HistAucOps:
         b = om.hist_bin_index(scores, self.lo, self.hi, self.bins)
         pos = np.bincount(b, weights=y, minlength=self.bins).astype(np.int64)
         tot = np.bincount(b, minlength=self.bins).astype(np.int64)
-        for k in np.flatnonzero(tot).tolist():
-            c = state.get(k)
-            p, n = int(pos[k]), int(tot[k] - pos[k])
-            if c is None:
-                state[k] = [p, n]
-            else:
-                c[0] += p
-                c[1] += n
+        _add_counts(state, ((k, int(pos[k]), int(tot[k] - pos[k])) for k in np.flatnonzero(tot).tolist()))
         return state
 
     @staticmethod
@@ -324,10 +332,11 @@ class CountArrays:
     def arrays(state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(values, positives, negatives) of a state, as bytes or as arrays (``raw``; their counts
         may be of a narrower unsigned type)."""
-        if isinstance(state[0], np.ndarray):
+        s = CountArraysState._make(state)
+        if isinstance(s.values, np.ndarray):
             return state
-        return (np.frombuffer(state[0], dtype=np.float64), np.frombuffer(state[1], dtype=np.int64),
-                np.frombuffer(state[2], dtype=np.int64))
+        return (np.frombuffer(s.values, dtype=np.float64), np.frombuffer(s.positives, dtype=np.int64),
+                np.frombuffer(s.negatives, dtype=np.int64))
 
     @classmethod
     def merge(cls, states, raw: bool = False):
@@ -336,21 +345,21 @@ class CountArrays:
         themselves, not their bytes, for a state that stays in this process, the counts in the
         narrowest unsigned type that holds them; copying a merged state of millions of values into
         bytes took about as long as the merge's sort)."""
-        states = [s for s in states if len(s[0])]
+        states = [s for s in states if len(CountArraysState._make(s).values)]
         if len(states) <= 1:
             state = states[0] if states else cls.EMPTY
             return cls.arrays(state) if raw else state
-        parts = [cls.arrays(s) for s in states]
+        parts = [CountArraysState._make(cls.arrays(s)) for s in states]
         # a stable argsort (timsort: the parts are sorted runs, merged in about linear time), then
         # the counts of each distinct value summed over its run; 1.5 x faster than np.unique's
         # inverse and np.add.at
-        allv = np.concatenate([p[0] for p in parts])
+        allv = np.concatenate([p.values for p in parts])
         allv += 0.0  # -0.0 -> 0.0: one value
         order = np.argsort(allv, kind="stable")
         values = allv[order]
         del allv
-        pos = np.concatenate([p[1] for p in parts])[order]
-        neg = np.concatenate([p[2] for p in parts])[order]
+        pos = np.concatenate([p.positives for p in parts])[order]
+        neg = np.concatenate([p.negatives for p in parts])[order]
         del order
         firsts = _firsts(values)
         if not firsts.all():  # (with distinct scores every run has one value: nothing to add)

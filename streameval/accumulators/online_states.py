@@ -10,9 +10,11 @@ position as a number.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = [
+    "LabelCounts",
+    "CountArraysState",
     "GaucSums",
     "GaucState",
     "ClickRequestState",
@@ -21,6 +23,24 @@ __all__ = [
     "CalibrationBin",
     "CalibrationState",
 ]
+
+
+class LabelCounts(NamedTuple):
+    """The counts of a score (or bin) of an :class:`~.online.AucOps` or :class:`~.online.HistAucOps`
+    state: ``positives``, ``negatives``. In a state: their list."""
+
+    positives: int
+    negatives: int
+
+
+class CountArraysState(NamedTuple):
+    """A :class:`~.online.CountArrays` state's fields: ``values`` (float64, ascending and distinct),
+    ``positives`` and ``negatives`` (int64), each as an array's bytes, or, in a state kept in one
+    process, as the arrays. The state: their tuple."""
+
+    values: Any  # bytes, or an array
+    positives: Any
+    negatives: Any
 
 
 class GaucSums(NamedTuple):
