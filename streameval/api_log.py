@@ -278,7 +278,7 @@ def _score_rows(keys, codes, score, label, gids, specs, hist, groups, weightings
 
 def _mean_states_rows(keys, codes, values, names, totals=None):
     """Rows of per-request values ``values`` (shape (metrics, requests)) averaged per key."""
-    from .accumulators.moments import MeanMoments, partials_value
+    from .accumulators.moments import MeanMoments, MomentsState, partials_value
 
     mm = MeanMoments(len(names))
     rows = []
@@ -287,10 +287,11 @@ def _mean_states_rows(keys, codes, values, names, totals=None):
         for lo, hi in zip(starts.tolist(), ends.tolist()):
             members = order[lo:hi]
             state = mm.add_many(mm.create(), values[:, members])
+            sums = MomentsState._make(state).sums
             res = []
             for m, (mean, n, se) in enumerate(mm.extract(state)):
                 if totals and totals[m]:  # a total (MeanCombineFn's totals)
-                    res.append((partials_value(state[1][m]) if n else math.nan, n, None if n else math.nan))
+                    res.append((partials_value(sums[m]) if n else math.nan, n, None if n else math.nan))
                 else:
                     res.append((mean, n, se))
             rows.append((keys.names[int(code[members[0]])], res))

@@ -44,6 +44,7 @@ from ..accumulators.online import (
     AucOps,
     CalibrationOps,
     ClickRequestOps,
+    ClickRequestState,
     GaucOps,
     HistAucOps,
     InterleavingRequestOps,
@@ -556,15 +557,16 @@ class OnlineMetrics(beam.PTransform):
 
         def terms(kv):
             (system, _), st = kv
-            if not st[3]:
+            s = ClickRequestState._make(st)
+            if not s.logged:
                 not_logged.inc()
                 return
             counted.inc()
             if dwell:
                 no_dwell.inc(ClickRequestOps.clicks_without_dwell(st))
-            col = ClickRequestOps.terms([st], specs)[:, 0].tolist()
-            ws, we = window_bounds(st[0], wm)
-            for label in slice_labels(st[1], slice_specs):
+            (col,) = ClickRequestOps.terms([st], specs).T.tolist()
+            ws, we = window_bounds(s.min_timestamp, wm)
+            for label in slice_labels(s.attributes, slice_specs):
                 yield ((ws, we, label, system), col)
 
         def rows(kv):
@@ -587,15 +589,16 @@ class OnlineMetrics(beam.PTransform):
 
         def terms(kv):
             (system, _), st = kv
-            if not st[3]:
+            s = ClickRequestState._make(st)
+            if not s.logged:
                 return
             ca, cb, missing = InterleavingRequestOps.credit(st)
             if missing:
                 no_team.inc()
                 return
-            col = il.request_terms([ca], [cb])[:, 0].tolist()
-            ws, we = window_bounds(st[0], wm)
-            for label in slice_labels(st[1], slice_specs):
+            (col,) = il.request_terms([ca], [cb]).T.tolist()
+            ws, we = window_bounds(s.min_timestamp, wm)
+            for label in slice_labels(s.attributes, slice_specs):
                 yield ((ws, we, label, system), col)
 
         return (impressions

@@ -24,6 +24,7 @@ import typing
 
 import apache_beam as beam
 
+from ..accumulators.online import ClickRequestState
 from ..metrics import stats
 from .keys import parse_slices, slice_labels, window_bounds
 from .online import ClickRequestCombineFn
@@ -45,8 +46,9 @@ def request_units(impressions, window_micros, slice_specs, label: str = "SrmRequ
 
     def keys(kv):
         (system, _), st = kv
-        ws, we = window_bounds(st[0], window_micros)
-        for lab in slice_labels(st[1], slice_specs):
+        s = ClickRequestState._make(st)
+        ws, we = window_bounds(s.min_timestamp, window_micros)
+        for lab in slice_labels(s.attributes, slice_specs):
             yield ((ws, we, lab, system), 1)
 
     return (impressions

@@ -25,10 +25,11 @@ from ..accumulators.bootstrap import (
     DEFAULT_EXACT_MAX,
     DEFAULT_FLIPS,
     DEFAULT_REPLICATES,
+    BootstrapState,
     PoissonBootstrap,
 )
 from ..accumulators.paired import PairedComparison
-from ..accumulators.moments import partials_value
+from ..accumulators.moments import MomentsState, partials_value
 from ..metrics.stats import DEFAULT_LEVEL
 
 __all__ = [
@@ -80,10 +81,11 @@ class BootstrapMeanCombineFn(beam.CombineFn):
 
     def extract_output(self, acc):
         out = []
+        sums = MomentsState._make(BootstrapState._make(acc).moments).sums
         for m, res in enumerate(self._boot.extract(acc, self.level)):
             if self.totals[m]:
                 n = res["num_queries"]
-                res = {"value": partials_value(acc[0][1][m]) if n else math.nan, "num_queries": n,
+                res = {"value": partials_value(sums[m]) if n else math.nan, "num_queries": n,
                        "stderr": None, "ci_low": None, "ci_high": None, "ci_level": None, "ci_method": None}
             else:
                 res = dict(res, stderr=_none_if_nan(res["stderr"]), ci_low=_none_if_nan(res["ci_low"]),

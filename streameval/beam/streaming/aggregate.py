@@ -28,7 +28,7 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
-from ...accumulators.moments import MeanMoments, partials_add
+from ...accumulators.moments import MeanMoments, MomentsState, partials_add
 from ...io import counters as cn
 from ...metrics import stats
 from ..combiners import CtrByPositionCombineFn, MeanCombineFn
@@ -48,20 +48,21 @@ def _mm_sub(state: list, values) -> None:
     value and the negated exact pieces of its square are added to the Shewchuk partials, so the
     partials' exact sums equal those of a state that never saw the observation, and extraction
     (which depends only on the exact sums and the count) gives the same result to the last bit."""
+    counts, sums, squares = MomentsState.of(state)
     for m, x in enumerate(values):
         x = float(x)
         if math.isnan(x):
             continue
-        state[0][m] -= 1
+        counts[m] -= 1
         if x == 0.0:
             continue
-        partials_add(state[1][m], -x)
+        partials_add(sums[m], -x)
         c = _SPLIT * x
         hi = c - (c - x)
         lo = x - hi
-        partials_add(state[2][m], -(hi * hi))
-        partials_add(state[2][m], -(2.0 * hi * lo))
-        partials_add(state[2][m], -(lo * lo))
+        partials_add(squares[m], -(hi * hi))
+        partials_add(squares[m], -(2.0 * hi * lo))
+        partials_add(squares[m], -(lo * lo))
 
 
 class _Clock:
