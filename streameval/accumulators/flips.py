@@ -395,6 +395,6 @@ class FlipSums:
             for qlo in range(0, len(d), self.STEP):
                 qhi = min(len(d), qlo + self.STEP)
                 rs.add_many(st, d[None, qlo:qhi], weights=_sign_columns(seeds[qlo:qhi], cols))
-            sums, _ = rs.extract(st)
-            count += int(np.count_nonzero(np.abs(sums[0]) >= t))
+            (metric,), _ = rs.extract(st)  # the one metric's sums
+            count += int(np.count_nonzero(np.abs(metric) >= t))
         return count

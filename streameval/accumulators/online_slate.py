@@ -91,14 +91,15 @@ class SlateRequestOps:
         imps = sorted(state.impressions, key=lambda i: i[:4])  # a repeated position: refused below
         if not imps:
             raise ValueError("a slate needs at least one impression")
-        cols = list(zip(*imps))
+        cols = dict(zip(SlateImpression._fields, zip(*imps)))  # {field: its column}
         conds = []
-        for name, col in zip(("target_cond", "logging_cond"), cols[4:6]):
+        for name in ("target_cond", "logging_cond"):
+            col = cols[name]
             given = sum(x is not None for x in col)
             if 0 < given < len(col):
                 raise ValueError(f"{name} given for {given} of the slate's {len(col)} impressions")
             conds.append(col if given else None)
-        return ms.slate_terms(list(cols[0]), cols[1], cols[2], cols[3], *conds)
+        return ms.slate_terms(list(cols["position"]), cols["reward"], cols["target_prob"], cols["logging_prob"], *conds)
 
 
 #: partial lists per estimator: sum y, sum y^2, sum u, sum u^2
