@@ -13,19 +13,21 @@ returns a fresh accumulator; extracting an empty accumulator gives NaN with coun
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.coders import FastPrimitivesCoder
 
 from ..accumulators import clicks
-from ..accumulators.moments import MeanMoments, partials_value
-from ..accumulators.ranking import RankingOps
+from ..accumulators.moments import MeanMoments, MomentsState, partials_value
+from ..accumulators.ranking import RankingOps, RankingState
 
 __all__ = [
     "OpsCombineFn",
     "BatchedStatesMixin",
     "RankingStateCombineFn",
+    "RequestAccumulator",
     "MeanCombineFn",
     "MeanStatesCombineFn",
     "CtrCombineFn",
@@ -105,14 +107,30 @@ class BatchedStatesMixin:
         return super().extract_output(self.states_ops.merge(acc))
 
 
+class RequestAccumulator(NamedTuple):
+    """A :class:`RankingStateCombineFn` accumulator's fields (see there). The accumulator: their
+    list."""
+
+    ranking_state: list
+    query_id: str | None
+    attributes: dict
+    records: int
+
+
+#: RequestAccumulator's positions in an accumulator, for the updates in place (one an impression)
+_STATE, _QUERY_ID, _ATTRIBUTES, _RECORDS = (
+    RequestAccumulator._fields.index(f) for f in ("ranking_state", "query_id", "attributes", "records"))
+
+
 class RankingStateCombineFn(beam.CombineFn):
     """Combines the impression dicts of one request into its ranking state.
 
-    Accumulator (a plain list)::
+    Accumulator (a plain list, the fields of a :class:`RequestAccumulator`)::
 
         [ranking_state, query_id, attributes, records]
 
-    ``ranking_state`` is :mod:`streameval.accumulators.ranking`'s ``[served, judged, conflicts,
+    ``ranking_state`` is :mod:`streameval.accumulators.ranking`'s
+    :class:`~streameval.accumulators.ranking.RankingState` ``[served, judged, conflicts,
     min_timestamp]`` (``judged`` stays empty here; judgments are attached when the request is
     scored); ``query_id`` is the request's query (the smallest one seen if impressions disagree,
     so the result does not depend on arrival order); ``attributes`` is the union of the
@@ -130,34 +148,48 @@ class RankingStateCombineFn(beam.CombineFn):
         self.attribute_keys = None if attribute_keys is None else frozenset(attribute_keys)
 
     def create_accumulator(self):
-        return [self.ops.create(), None, {}, 0]
+        return list(RequestAccumulator(self.ops.create(), None, {}, 0))
 
     def add_input(self, acc, imp):
-        self.ops.add_impression(acc[0], imp["item_id"], imp.get("score"), imp["position"],
+        self.ops.add_impression(acc[_STATE], imp["item_id"], imp.get("score"), imp["position"],
                                 imp.get("clicked"), imp.get("timestamp"))
-        q = imp.get("query_id")
-        if q is not None and (acc[1] is None or q < acc[1]):
-            acc[1] = q
+        q = imp.get("query_id")  # as add_query, inline (one an impression)
+        if q is not None and (acc[_QUERY_ID] is None or q < acc[_QUERY_ID]):
+            acc[_QUERY_ID] = q
         attrs = imp.get("attributes") or {}
         if attrs:
             if self.attribute_keys is not None:
                 attrs = {k: v for k, v in attrs.items() if k in self.attribute_keys}
-            _merge_attrs(acc[2], attrs)
-        acc[3] += 1
+            _merge_attrs(acc[_ATTRIBUTES], attrs)
+        acc[_RECORDS] += 1
         return acc
 
+    @staticmethod
+    def add_query(acc, query_id) -> None:
+        """Note an impression's query id (the smallest one seen is kept; None: none)."""
+        if query_id is not None:
+            q = acc[_QUERY_ID]
+            if q is None or query_id < q:
+                acc[_QUERY_ID] = query_id
+
+    @staticmethod
+    def set_min_timestamp(acc, timestamp) -> None:
+        """Set the request's earliest time (its ranking state's ``min_timestamp``) to ``timestamp``."""
+        st = acc[_STATE]
+        st[:] = RankingState._make(st)._replace(min_timestamp=timestamp)
+
     def merge_accumulators(self, accumulators):
-        accs = list(accumulators)
+        accs = [RequestAccumulator._make(a) for a in accumulators]
         if not accs:
             return self.create_accumulator()
-        state = self.ops.merge([a[0] for a in accs])
+        state = self.ops.merge([a.ranking_state for a in accs])
         qid = None
         attrs: dict = {}
         for a in accs:
-            if a[1] is not None and (qid is None or a[1] < qid):
-                qid = a[1]
-            _merge_attrs(attrs, a[2])
-        return [state, qid, attrs, sum(a[3] for a in accs)]
+            if a.query_id is not None and (qid is None or a.query_id < qid):
+                qid = a.query_id
+            _merge_attrs(attrs, a.attributes)
+        return list(RequestAccumulator(state, qid, attrs, sum(a.records for a in accs)))
 
     def compact(self, acc):
         return acc
@@ -171,28 +203,32 @@ class RankingStateCombineFn(beam.CombineFn):
 
 def request_state(acc) -> list:
     """The :class:`RankingOps` state of a :class:`RankingStateCombineFn` accumulator."""
-    return acc[0]
+    return acc[_STATE]
 
 
 def request_query_id(acc):
-    return acc[1]
+    return acc[_QUERY_ID]
 
 
 def request_attributes(acc) -> dict:
-    return acc[2]
+    return acc[_ATTRIBUTES]
 
 
 def request_min_timestamp(acc):
-    return acc[0][3]
+    return RankingState._make(acc[_STATE]).min_timestamp
 
 
 def request_records(acc) -> int:
     """How many impression records a :class:`RankingStateCombineFn` accumulator took in."""
-    return acc[3]
+    return acc[_RECORDS]
 
 
 # --------------------------------------------------------------------------------------------
 # means
+
+#: the position of MeanCombineFn's pending inputs in its accumulator: after a MomentsState's fields
+_PENDING = len(MomentsState._fields)
+
 
 class MeanCombineFn(beam.CombineFn):
     """Exact mean of per-query metric vectors (:class:`MeanMoments`).
@@ -225,9 +261,9 @@ class MeanCombineFn(beam.CombineFn):
         return self._mm.create() + [[]]
 
     def _flush(self, acc):
-        if len(acc) > 3 and acc[3]:
-            self._mm.add_many(acc, np.asarray(acc[3], dtype=np.float64).T)
-            acc[3] = []
+        if len(acc) > _PENDING and acc[_PENDING]:
+            self._mm.add_many(acc, np.asarray(acc[_PENDING], dtype=np.float64).T)
+            acc[_PENDING] = []
         return acc
 
     def add_input(self, acc, values):
@@ -237,8 +273,9 @@ class MeanCombineFn(beam.CombineFn):
         for v in row:
             if math.isinf(v):
                 raise ValueError(f"metric value {v} is not finite")
-        acc[3].append(row)
-        if len(acc[3]) >= self.BUFFER:
+        pending = acc[_PENDING]
+        pending.append(row)
+        if len(pending) >= self.BUFFER:
             self._flush(acc)
         return acc
 
@@ -249,18 +286,18 @@ class MeanCombineFn(beam.CombineFn):
 
     def merge_accumulators(self, accumulators):
         accs = [self._flush(a) for a in accumulators]
-        return self._mm.merge([a[:3] for a in accs]) + [[]]
+        return self._mm.merge([MomentsState.of(a) for a in accs]) + [[]]
 
     def compact(self, acc):
         return self._flush(acc)
 
     def extract_output(self, acc):
-        acc = self._flush(acc)
-        out = self._mm.extract(acc[:3])
+        moments = MomentsState.of(self._flush(acc))
+        out = self._mm.extract(list(moments))
         res = []
         for m, (mean, n, se) in enumerate(out):
             if self.totals[m]:
-                res.append((partials_value(acc[1][m]) if n else math.nan, n, None if n else math.nan))
+                res.append((partials_value(moments.sums[m]) if n else math.nan, n, None if n else math.nan))
             else:
                 res.append((mean, n, se))
         return res

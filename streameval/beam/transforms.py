@@ -24,14 +24,14 @@ import numpy as np
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from ..accumulators.ranking import RankingOps, ranking_setup
+from ..accumulators.ranking import RankingOps, RankingState, ranking_setup
 from ..io import cleaning, records
 from ..io import counters as cn
 from ..io.counters import NAMESPACE  # noqa: F401 (re-exported: its former home)
 from ..metrics.kernel import MetricOptions, compute, usable_grade_limit
 from ..metrics import stats
 from ..metrics.prepare import DEFAULT_SCORE_PRECISION
-from .combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn
+from .combiners import CtrByPositionCombineFn, MeanCombineFn, RankingStateCombineFn, RequestAccumulator
 from .keys import (  # noqa: F401 (re-exported: the window and slice keys' former home)
     MAX_WINDOWS_PER_RECORD,
     ALL, MISSING, SLICE_MISSING, keep_slice_row, label_has_missing, parse_lateness, parse_slices,
@@ -389,11 +389,12 @@ class _ScoreQueries(beam.DoFn):
         judged_parts = list(groups["judged"])
         if not judged_parts:
             for system, request_id, acc in reqs:
+                a = RequestAccumulator._make(acc)
                 self.unjudged.inc()
-                self.imp_unjudged.inc(acc[3])
-                ws, we = window_bounds(acc[0][3], self.window_micros)
+                self.imp_unjudged.inc(a.records)
+                ws, we = window_bounds(RankingState._make(a.ranking_state).min_timestamp, self.window_micros)
                 yield pvalue.TaggedOutput("unjudged", {"query_id": qid, "system": system, "request_id": request_id,
-                                                       "window_start": ws, "impressions": acc[3]})
+                                                       "window_start": ws, "impressions": a.records})
             return
         if len(judged_parts) == 1:
             judged, subtopics = judged_parts[0]
@@ -406,31 +407,30 @@ class _ScoreQueries(beam.DoFn):
         present = set()
         n_scored = 0
         for system, request_id, acc in reqs:
-            st = acc[0]
-            missing = self.ops.unrankable(st)
+            a = RequestAccumulator._make(acc)
+            st = RankingState._make(a.ranking_state)
+            missing = self.ops.unrankable(a.ranking_state)
             if missing:
                 # only requests that would be scored need scores; unjudged ones went out above
                 self.unscorable.inc(missing)
-                self.imp_unrankable.inc(acc[3])
+                self.imp_unrankable.inc(a.records)
                 yield pvalue.TaggedOutput("rejected", dead_letter(
                     SOURCE_UNRANKABLE,
                     {"query_id": qid, "system_id": system, "request_id": request_id,
-                     "impressions": len(st[0]), "without_score": missing},
-                    f"{missing} of the request's {len(st[0])} impressions have no score: "
+                     "impressions": len(st.served), "without_score": missing},
+                    f"{missing} of the request's {len(st.served)} impressions have no score: "
                     "order='score' needs a finite score to rank them (use order='position')"))
                 continue
-            states.append([st[0], judged, st[2], st[3]])
-            ws, we = window_bounds(st[3], self.window_micros)
-            keys.append((ws, we, system, slice_labels(acc[2], self.slice_specs)))
+            states.append(list(st._replace(judged=judged)))
+            ws, we = window_bounds(st.min_timestamp, self.window_micros)
+            keys.append((ws, we, system, slice_labels(a.attributes, self.slice_specs)))
             present.add(system)
             n_scored += 1
-            self.imp_ranked.inc(acc[3])
+            self.imp_ranked.inc(a.records)
         self.scored.inc(n_scored)
         if self.complete:
             for system in sorted(set(systems) - present):
-                st = self.ops.create()
-                st[1] = judged
-                states.append(st)
+                states.append(list(RankingState._make(self.ops.create())._replace(judged=judged)))
                 keys.append((None, None, system, [ALL]))
                 self.completed.inc()
         if not states:
@@ -452,8 +452,14 @@ class _ScoreQueries(beam.DoFn):
                             lambda: _ranked_items(self.ops, states, qid), subtopic_columns(qid, subtopics))
 
 
+def _by_query(kv):
+    """``((system, request_id), accumulator)`` -> ``(query_id, (system, request_id, accumulator))``."""
+    (system, request_id), acc = kv
+    return RequestAccumulator._make(acc).query_id, (system, request_id, acc)
+
+
 def _ranked_items(ops, states, qid):
-    ranked = [ops.ranked(st)[0] if st[0] else [] for st in states]
+    ranked = [ops.ranked(st)[0] if RankingState._make(st).served else [] for st in states]
     offsets = np.zeros(len(ranked) + 1, dtype=np.int64)
     np.cumsum([len(r) for r in ranked], out=offsets[1:])
     return [qid] * len(ranked), offsets, [it for r in ranked for it in r]
@@ -583,7 +589,7 @@ class ScoreRankings(beam.PTransform):
             | "KeyByRequest" >> beam.Map(lambda r: ((r["system_id"], r["request_id"]), r))
             | "CombineRequests" >> beam.CombinePerKey(RankingStateCombineFn(self.ops, attr_keys))
         )
-        by_query = requests | "KeyByQuery" >> beam.Map(lambda kv: (kv[1][1], (kv[0][0], kv[0][1], kv[1])))
+        by_query = requests | "KeyByQuery" >> beam.Map(_by_query)
         judged = (
             self.judgments
             | "KeyJudgments" >> beam.Map(lambda j: (j["query_id"], j))

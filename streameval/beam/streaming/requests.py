@@ -34,7 +34,8 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 
 from ...io import cleaning, records
 from ...io import counters as cn
-from ..combiners import RankingStateCombineFn
+from ..combiners import (RankingStateCombineFn, request_attributes, request_min_timestamp, request_query_id,
+                         request_state)
 from ..transforms import slice_labels
 from .common import (
     _SEP,
@@ -223,14 +224,14 @@ class _Requests:
     # -- windows and deadlines ---------------------------------------------------------------
     def _rank_place(self, rid, ent):
         cfg = self.cfg
-        t0 = ent.acc[0][3]
+        t0 = request_min_timestamp(ent.acc)
         if cfg.spec.windowed:
             return cfg.spec.sub(t0)
         return [self._session_key(rid, ent), t0, ent.last_ts]
 
     def _session_key(self, rid, ent):
         if self.cfg.spec.by == "user":
-            user = ent.acc[2].get("\x00user")
+            user = request_attributes(ent.acc).get("\x00user")
             if user is not None:
                 return f"user={user}"
         return f"request={rid}"
@@ -407,14 +408,14 @@ class _Requests:
             if cfg.ranking:
                 self.combine.add_input(acc, rec)
             else:  # click metrics only: the request's time, query and attributes, not its items
-                if acc[0][3] is None or ts < acc[0][3]:
-                    acc[0][3] = ts
-                q = rec.get("query_id")
-                if q is not None and (acc[1] is None or q < acc[1]):
-                    acc[1] = q
+                first = request_min_timestamp(acc)
+                if first is None or ts < first:
+                    self.combine.set_min_timestamp(acc, ts)
+                self.combine.add_query(acc, rec.get("query_id"))
             user = rec.get("user_id")
-            if user is not None and ("\x00user" not in acc[2] or user < acc[2]["\x00user"]):
-                acc[2]["\x00user"] = user
+            attrs = request_attributes(acc)
+            if user is not None and ("\x00user" not in attrs or user < attrs["\x00user"]):
+                attrs["\x00user"] = user
             tlast = ts if tlast is None else max(tlast, ts)
             if cfg.ctr:
                 # with click events, a null clicked is "not clicked unless a click matches"
@@ -429,7 +430,8 @@ class _Requests:
         if not kept:  # every record rejected (a request naming several query ids): it contributes nothing,
             # but keeps its time, so that it closes (and its records' fates are counted) with its window
             times = [int(v.record["timestamp"]) for vs in ent.records.values() for v in vs]
-            acc[0][3], tlast = min(times), max(times)
+            self.combine.set_min_timestamp(acc, min(times))
+            tlast = max(times)
         ent.acc, ent.imps, ent.last_ts = acc, imps, tlast
         ent.rank_close = self._closes(ent)[0]
         return True
@@ -499,10 +501,10 @@ class _Requests:
         elif cfg.ranking:
             # the click counts of this version travel with its ranking state, so that both reach
             # the aggregate in one element and are accepted (or found late) together
-            qid = acc[1]
-            attrs = {k: v for k, v in acc[2].items() if k != "\x00user"}
+            qid = request_query_id(acc)
+            attrs = {k: v for k, v in request_attributes(acc).items() if k != "\x00user"}
             labels = slice_labels(attrs, cfg.slice_specs)
-            out_q[qid].append(("req", rkey, system, ent.version, place, labels, acc[0], ent.rank_close,
+            out_q[qid].append(("req", rkey, system, ent.version, place, labels, request_state(acc), ent.rank_close,
                                self._closed_upto, ctr_msg, len(ent.kept)))
             if ent.query is not None and ent.query != qid:
                 out_q[ent.query].append(("drop", rkey, system, ent.version))
