@@ -32,6 +32,7 @@ from apache_beam.coders import FastPrimitivesCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 
+from ...accumulators.clicks import ctr_pos_add
 from ...io import cleaning, records
 from ...io import counters as cn
 from ..combiners import (RankingStateCombineFn, request_attributes, request_min_timestamp, request_query_id,
@@ -486,9 +487,7 @@ class _Requests:
                 else:
                     by_label = counts
                 for label in labels:
-                    c = by_label.setdefault(label, {}).setdefault(pos, [0, 0])
-                    c[0] += 1
-                    c[1] += clicked
+                    ctr_pos_add(by_label.setdefault(label, {}), pos, clicked)
             if counts or ent.ctr_emitted:
                 ctr_msg = ("ctr", rkey, ent.version, None if cfg.spec.windowed else place, counts)
                 ent.ctr_emitted = bool(counts)
