@@ -28,7 +28,9 @@ Off the in-process runner (issue 37 item 5)::
     python benchmarks/bench_engines.py --runner local --local-workers 2 --impressions 10000000 --cases ranking --dir DIR
 
 ``--runner flink`` or ``prism`` starts the engine with ``streameval cluster up`` (its state in a
-temporary directory; Flink: ``--taskmanagers``, ``--slots``) before the first run and stops it by
+temporary directory; Flink: ``--taskmanagers``, ``--slots``; the job runs with ``--parallelism``
+2, ``--flink-parallelism`` to change it: Flink fills one TaskManager's slots first, so both subtasks
+share a TaskManager) before the first run and stops it by
 PID after the last; every run appends the cluster's ``runner_args``. ``--runner local`` runs Beam's
 local runner with ``--workers N`` (``--local-workers``; N > 1: its multi-process mode). While each run
 goes, the peak RSS of each cluster process with all its descendants (``taskmanager-1``,
@@ -266,7 +268,9 @@ def main(argv=None) -> int:
     ap.add_argument("--local-workers", type=int, default=0,
                     help="--runner local: the job's --workers (default: the job's own default, in-process)")
     ap.add_argument("--taskmanagers", type=int, default=2, help="--runner flink: TaskManagers (default 2)")
-    ap.add_argument("--slots", type=int, default=1, help="--runner flink: slots per TaskManager (default 1)")
+    ap.add_argument("--slots", type=int, default=2, help="--runner flink: slots per TaskManager (default 2, as cluster up)")
+    ap.add_argument("--flink-parallelism", type=int, default=2,
+                    help="--runner flink: the job's --parallelism (default 2, as --local-workers 2)")
     ap.add_argument("--taskmanager-memory", default="2560m", help="--runner flink: each TaskManager's process memory")
     ap.add_argument("--job-args", default="", help="more options for every run of the job, e.g. \"--parallelism 2\" "
                                                    "(Flink: one task per slot of each stage)")
@@ -289,6 +293,10 @@ def main(argv=None) -> int:
     for n, _ in runs:  # the logs first: not while a cluster waits
         _logs(n, os.path.join(work, str(n)))
     runner_args, processes, state = _cluster(args, work)
+    if args.runner == "flink" and "--parallelism" not in args.job_args:
+        # Flink's own default parallelism, which cluster up keeps, is 1: one SDK worker process for the
+        # whole job, against --local-workers processes on the local runner
+        runner_args = [*runner_args, "--parallelism", str(args.flink_parallelism)]
     runner_args = [*runner_args, *args.job_args.split()]
     print(f"runner {args.runner}: {' '.join(runner_args) or '(defaults)'}", flush=True)
     print(f"{'case':<10} {'code':<4} {'engine':<9} {'impressions':>11} {'wall s':>8} {'cpu s':>8} {'impr/s':>10} "
