@@ -1238,6 +1238,28 @@ def test_up_with_parts_missing_from_the_cache_starts_nothing(tmp_path, monkeypat
     assert not (tmp_path / "state" / "cluster.json").exists()
 
 
+def test_the_job_server_launcher_compiles_against_the_cached_runner_or_says_why_not(tmp_path, monkeypatch):
+    """``job_server_launcher``: (folder, "") once compiled (once per source: a second call finds it), else
+    None and why, so that ``cluster up flink`` falls back to Beam's own driver and says so."""
+    version = engines.beam_version()
+    got, why = engines.job_server_launcher(tmp_path, version)
+    assert got is None and why.startswith("no unshaded runner classpath in the cache")
+    cached = engines.job_server_classpath()
+    if not (cached / ".complete").exists():
+        pytest.skip(f"the runner classpath is not in the cache ({cached})")
+    runner = engines.job_server_classpath(tmp_path, version)
+    runner.parent.mkdir(parents=True)
+    runner.symlink_to(cached, target_is_directory=True)
+    with monkeypatch.context() as m:
+        m.setenv("PATH", str(tmp_path / "nothing-here"))
+        got, why = engines.job_server_launcher(tmp_path, version)
+    assert got is None and why.startswith("no javac on PATH")
+    got, why = engines.job_server_launcher(tmp_path, version)
+    assert why == "" and (got / "streameval" / "flink" / "StreamevalFlinkJobServer.class").exists()
+    assert got.parent == runner.parent and (got / ".complete").exists()
+    assert engines.job_server_launcher(tmp_path, version) == (got, "")
+
+
 def test_stop_kills_what_a_dead_leader_left_in_its_group(tmp_path):
     """A process group whose leader died (a worker pool SIGKILLed alone) still holds its children
     (SDK workers): stopping it by the leader's PID kills them too; a PID that is no longer ours
