@@ -268,7 +268,8 @@ def main(argv=None) -> int:
     ap.add_argument("--local-workers", type=int, default=0,
                     help="--runner local: the job's --workers (default: the job's own default, in-process)")
     ap.add_argument("--taskmanagers", type=int, default=2, help="--runner flink: TaskManagers (default 2)")
-    ap.add_argument("--slots", type=int, default=2, help="--runner flink: slots per TaskManager (default 2, as cluster up)")
+    ap.add_argument("--slots", type=int, default=2,
+                    help="--runner flink: slots per TaskManager (default 2, as cluster up)")
     ap.add_argument("--flink-parallelism", type=int, default=2,
                     help="--runner flink: the job's --parallelism (default 2, as --local-workers 2)")
     ap.add_argument("--taskmanager-memory", default="2560m", help="--runner flink: each TaskManager's process memory")
