@@ -49,7 +49,7 @@ from .moments import (MeanMoments, MomentsState, exact_sum_floats, partials_add,
 from .online_states import (CalibrationBin, CalibrationState, ClickRequestState, CountArraysState, GaucState,
                             GaucSums, LabelCounts, OpeState, OpeSums)
 
-__all__ = ["AucOps", "HistAucOps", "LabelCounts", "CountArraysState",
+__all__ = ["merge_counted_sums", "AucOps", "HistAucOps", "LabelCounts", "CountArraysState",
            "GaucOps", "GaucState", "GaucSums", "ClickRequestOps", "ClickRequestState",
            "InterleavingRequestOps", "OpeOps", "OpeState", "OpeSums", "CountArrays", "exact_sum", "auc_result",
            "hist_auc_result", "gauc_group_sums", "CalibrationOps", "CalibrationState", "CalibrationBin",
@@ -88,15 +88,8 @@ def _add_counts(state: dict, counts) -> None:
 
 def _merge_counts(states) -> dict:
     out: dict = {}
-    pi, ni = _POSITIVES, _NEGATIVES
     for s in states:
-        for k, (p, n) in s.items():  # LabelCounts' fields (as _add_counts, inline)
-            o = out.get(k)
-            if o is None:
-                out[k] = [p, n]
-            else:
-                o[pi] += p
-                o[ni] += n
+        _add_counts(out, ((k, *counts) for k, counts in s.items()))  # LabelCounts' fields, in order
     return out
 
 
@@ -613,6 +606,18 @@ def check_probabilities(logging_prob, target_prob) -> tuple[float, float]:
 _OPE_N, _OPE_SUMS = (OpeState._fields.index(f) for f in ("n", "sums"))
 
 
+def merge_counted_sums(out, states) -> list:
+    """Merge ``states`` (lists of a named tuple with fields ``n``, a count, and ``sums``, lists of
+    Shewchuk partials) into ``out``, a fresh state of that named tuple; the merged state as a list
+    (:class:`OpeOps`, :class:`~.online_ope.DrOps`)."""
+    n = 0
+    for s in map(type(out)._make, states):
+        n += s.n
+        for into, other in zip(out.sums, s.sums):
+            partials_merge(into, other)
+    return list(out._replace(n=n))
+
+
 class OpeOps:
     """Sums for IPS and SNIPS: an :class:`OpeState` ``(n, sums)``, ``sums`` an :class:`OpeSums` of
     sum w, sum w^2, sum y, sum w y, sum y^2, with
@@ -652,13 +657,7 @@ class OpeOps:
 
     @staticmethod
     def merge(states) -> list:
-        out = OpeState._make(OpeOps.create())
-        n = 0
-        for s in map(OpeState._make, states):
-            n += s.n
-            for into, other in zip(out.sums, s.sums):
-                partials_merge(into, other)
-        return list(out._replace(n=n))
+        return merge_counted_sums(OpeState._make(OpeOps.create()), states)
 
     @staticmethod
     def extract(state: list) -> dict:

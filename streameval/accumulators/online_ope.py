@@ -15,8 +15,8 @@ import math
 from typing import NamedTuple
 
 from ..metrics import online_ope as mo
-from .online import check_probabilities
-from .moments import exact_sum, partials_add, partials_add_product, partials_add_square, partials_merge
+from .online import check_probabilities, merge_counted_sums
+from .moments import exact_sum, partials_add, partials_add_product, partials_add_square
 
 __all__ = ["DrOps", "DrState", "DrSums", "SwitchSums"]
 
@@ -106,13 +106,7 @@ class DrOps:
         return state
 
     def merge(self, states) -> list:
-        out = DrState._make(self.create())
-        n = 0
-        for s in map(DrState._make, states):
-            n += s.n
-            for into, other in zip(out.sums, s.sums):
-                partials_merge(into, other)
-        return list(out._replace(n=n))
+        return merge_counted_sums(DrState._make(self.create()), states)
 
     def extract(self, state: list) -> dict:
         """``{"dm": (V, n, se), "dr": ..., "sndr": ..., ("switch_dr", tau): ...}``; NaN with n = 0
