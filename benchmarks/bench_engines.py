@@ -227,7 +227,7 @@ def _cluster(args, work: str):
     if args.runner == "local":
         return (["--workers", str(args.local_workers)] if args.local_workers else []), {}, None
     state = tempfile.mkdtemp(prefix=f"cluster-{args.runner}-", dir=work)
-    extra = ["--taskmanagers", str(args.taskmanagers), "--slots", str(args.slots),
+    extra = ["--taskmanagers", str(args.taskmanagers), "--slots", str(args.slots), "--runner-on-classpath",
              "--taskmanager-memory", args.taskmanager_memory] if args.runner == "flink" else []
     done = subprocess.run([sys.executable, "-m", "streameval.cli", "cluster", "up", args.runner, "--state-dir", state,
                            *extra], capture_output=True, text=True, cwd=ROOT,

@@ -363,6 +363,21 @@ def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int,
     (conf / "log4j-console.properties").write_text(_LOG4J)
 
 
+def _launcher(args, jar: Path) -> tuple[Path | None, str]:
+    """With ``--runner-on-classpath``: Beam's runner on the Flink processes' own classpath and a job server
+    that stages no jars with each job (java/StreamevalFlinkJobServer.java; docs/deploy.md, "Jobs without
+    jars"): ``(the compiled launcher, "none")``; else ``(None, why the job server's classpath is staged)``
+    and Beam's own driver runs. Opt-in: with Beam's runner in the TaskManagers' own class loader, its cache
+    of SDK environments outlives a job's restart, and a job whose worker pool was killed hung after Flink
+    restarted it (a CI trial of 2026-12-07)."""
+    launcher, why = None, "the shaded job server jar or --job-server-jar"
+    if not getattr(args, "runner_on_classpath", False):
+        why = "the default; --runner-on-classpath stages none"
+    elif not args.no_job_server and not args.job_server_jar and jar.is_dir():
+        launcher, why = engines.job_server_launcher()
+    return launcher, ("none" if launcher is not None else f"the job server's classpath, staged with each job ({why})")
+
+
 def _runner_jars(folder: Path) -> list[str]:
     """Beam's Flink runner for the JobManager's and TaskManagers' classpath: the cached runner classpath
     (``folder``) without Flink's own jars and logging (the distribution's ``lib/`` has them), and Kafka's
@@ -401,13 +416,8 @@ def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
     conf = state / "flink-conf"
     rpc, rest = free_port(), free_port()
     _flink_config(conf, state, rpc, rest, args.slots, getattr(args, "taskmanager_memory", TASKMANAGER_MEMORY))
-    # Beam's runner on the Flink processes' own classpath, and a job server that stages no jars with each
-    # job (java/StreamevalFlinkJobServer.java; docs/deploy.md, "Jobs without jars"); else Beam's own driver
-    launcher, why = None, "the shaded job server jar or --job-server-jar"
-    if not args.no_job_server and not args.job_server_jar and jar.is_dir():
-        launcher, why = engines.job_server_launcher()
+    launcher, c.job_jars = _launcher(args, jar)
     runner = _runner_jars(jar) if launcher is not None else []
-    c.job_jars = "none" if launcher is not None else f"the job server's classpath, staged with each job ({why})"
     classpath = os.pathsep.join([f"{home / 'lib'}/*", *runner])
     log4j = f"-Dlog4j.configurationFile=file:{conf / 'log4j-console.properties'}"
     env = child_env()
@@ -569,6 +579,9 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--state-dir", required=True, help="folder for the cluster's state, config and logs")
     u.add_argument("--taskmanagers", type=int, default=2, help="Flink TaskManagers (default 2)")
     u.add_argument("--slots", type=int, default=2, help="task slots per TaskManager (default 2)")
+    u.add_argument("--runner-on-classpath", action="store_true",
+                   help="flink: Beam's runner on the Flink processes' classpath and a job server that stages no "
+                        "jars with each job (faster; a killed worker pool can hang a restarted job: docs/deploy.md)")
     u.add_argument("--taskmanager-memory", default=TASKMANAGER_MEMORY,
                    help=f"each TaskManager's process memory, in Flink's units (default {TASKMANAGER_MEMORY})")
     u.add_argument("--job-server-jar", default=None,
