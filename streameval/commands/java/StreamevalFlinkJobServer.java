@@ -4,9 +4,10 @@
 // (PipelineResources.detectClassPathResourcesToStage): 174 jars, 173 MB for Beam 2.62's runner, uploaded
 // to the JobManager's blob server and downloaded by each TaskManager that runs a task, which then loads
 // Beam's classes afresh in a new class loader (and compiles them again). On the 2-core machine the
-// upload alone took 16-19 s of every job (docs/benchmarks.md). `streameval cluster up flink` puts Beam's
-// runner on the Flink processes' own classpath instead (streameval/commands/cluster.py), so a job needs no
-// jars: this invoker is FlinkJobInvoker.invokeWithExecutor with an empty list of files to stage.
+// upload alone took 16-19 s of every job (docs/benchmarks.md). `streameval cluster up flink
+// --runner-on-classpath` puts Beam's runner on the Flink processes' own classpath instead
+// (streameval/commands/cluster.py), so a job needs no jars: this invoker is
+// FlinkJobInvoker.invokeWithExecutor with an empty list of files to stage.
 //
 // Compiled by `streameval cluster fetch` (streameval/commands/engines.py, job_server_launcher) against the
 // cached runner classpath; public API of Beam's runner only.
