@@ -1,8 +1,9 @@
 """Record accounting: every input record ends in exactly one place, and the counts must add up.
 
 The jobs count records with Beam counters (namespace :data:`streameval.io.counters.NAMESPACE`)
-named as below (every name is defined once, in :mod:`streameval.io.counters`), then call
-:func:`account` on the counter values: it returns the summary the job prints and writes
+named as below (every name is defined once, in :mod:`streameval.io.counters`; the batch job's
+stages pass their counts on as data and one step reports them all, :mod:`streameval.beam.counts_as_data`),
+then call :func:`account` on the counter values: it returns the summary the job prints and writes
 (``summary.json``) and the identities that do not hold. A job whose counts do not add up fails
 (exit status 1).
 

@@ -25,22 +25,26 @@ LOOKS = "looks"
 
 
 class _Evaluate(beam.DoFn):
-    def __init__(self, rules):
+    def __init__(self, rules, count: bool = True):
         self.rules = list(rules)
-        self.fired = Metrics.counter(NAMESPACE, ALERTS_FIRED)
+        self.fired = Metrics.counter(NAMESPACE, ALERTS_FIRED) if count else None
 
     def process(self, element):
         (metric, _), rows = element
         out = alert_rules.evaluate([r for r in self.rules if canonical_metric(r.metric) == metric], list(rows))
-        self.fired.inc(len(out))
+        if self.fired is not None:
+            self.fired.inc(len(out))
         yield from out
 
 
 class _WithRules(beam.PTransform):
     """A transform of a non-empty list of alert rules."""
 
-    def __init__(self, rules, label=None):
+    def __init__(self, rules, label=None, count: bool = True):
         super().__init__(label)
+        #: counts the alerts in the counter ``alerts_fired``; False: the job counts its output itself
+        #: (as data: streameval.beam.counts_as_data.count_elements)
+        self.count = bool(count)
         self.rules = list(rules)
         if not self.rules:
             raise ValueError("no alert rules")
@@ -56,7 +60,7 @@ class EvaluateAlerts(_WithRules):
                 | "RuleMetrics" >> beam.Filter(lambda r: canonical_metric(r["metric"]) in metrics)
                 | "ByMetricSlice" >> beam.Map(lambda r: ((canonical_metric(r["metric"]), r["slice"]), r))
                 | "Group" >> beam.GroupByKey()
-                | "Evaluate" >> beam.ParDo(_Evaluate(self.rules)))
+                | "Evaluate" >> beam.ParDo(_Evaluate(self.rules, self.count)))
 
 
 class _StreamAlertsFn(beam.DoFn):

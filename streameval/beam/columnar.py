@@ -25,7 +25,8 @@ for dead letter and counter for counter), with the Beam overhead paid per block 
    mean states (:class:`~streameval.accumulators.moments.MeanMoments`) per (window, slice, system).
 4. The states of all shards are merged per key (``CombinePerKey``) into metric rows.
 
-Counters are those of the per-record transforms (see :mod:`streameval.beam.accounting`).
+Counters are those of the per-record transforms (see :mod:`streameval.beam.accounting`); with
+``counts_as_data`` (the batch job) the stages emit them as elements (:mod:`streameval.beam.counts_as_data`).
 
 Modules, one per stage: :mod:`~streameval.beam.columnar_columns` (the blocks of columns, their codes,
 shards and form between stages), :mod:`~streameval.beam.columnar_read` (stage 1),
@@ -50,6 +51,7 @@ from ..metrics.kernel import MetricOptions
 from ..metrics.names import parse_metrics
 from ..metrics.prepare import DEFAULT_SCORE_PRECISION
 from .columnar_clean import _CleanShard
+from .counts_as_data import COUNTS, counts_tags
 from .columnar_columns import (AVRO_BYTES_PER_IMPRESSION, IMPRESSION_FIELDS, JUDGMENT_FIELDS, SHARD_IMPRESSIONS, SHARDS,
                                auto_shards, columns_records, freeze, impression_columns, impression_columns_arrow,
                                judgment_columns, judgment_columns_arrow, release_held, shard_of, thaw)
@@ -159,6 +161,11 @@ class ColumnarMetrics(beam.PTransform):
     ``max_windows_per_record`` (default 1,000): the most sliding windows (``window / every``) a record
     may count in; more is a ValueError naming the count (:func:`~streameval.beam.keys.check_windows_per_record`).
 
+    ``counts_as_data``: the stages' counter increments are not Beam counters but elements, in the
+    PCollections of ``.counts`` after application, which the job gives to
+    :class:`~streameval.beam.counts_as_data.PublishCounts` (the batch job does: Prism loses Beam
+    counter reports of concurrent bundles; that module says how).
+
     ``input_format`` (``auto``: Parquet for ``.parquet``/``.pq`` names, else Avro; ``avro``;
     ``parquet``) and ``impression_table`` / ``judgment_table``
     (:class:`streameval.io.parquet_blocks.TableOptions`: the column mapping of Parquet inputs, as
@@ -175,8 +182,9 @@ class ColumnarMetrics(beam.PTransform):
                  compare_baseline=None, complete=False, hot_query_fraction=None, input_format="auto",
                  impression_table=None, judgment_table=None, every=None,
                  max_windows_per_record=MAX_WINDOWS_PER_RECORD, label=None, ci_bounded="logit", srm_split=None,
-                 cluster="none", drift_reference=None, covariate=None, covariate_values=None):
+                 cluster="none", drift_reference=None, covariate=None, covariate_values=None, counts_as_data=False):
         super().__init__(label)
+        self.counts_as_data, self.counts = bool(counts_as_data), []  # .counts: PCollections, after application
         #: the reference scores of psi[score] / ks[score] (a streameval.metrics.threshold.DriftReference)
         self.drift_reference = drift_reference
         from .clusters import CLUSTERS
@@ -258,8 +266,38 @@ class ColumnarMetrics(beam.PTransform):
         self.decoder = decoder or default_decoder()
         if self.decoder not in DECODERS:
             raise ValueError(f"decoder must be one of {DECODERS}")
-        self.dead_letters = None
-        self.unjudged = None
+        self.dead_letters = self.unjudged = None
+
+    def _counted(self, fn):
+        """``fn`` (a ThreadedDoFn) counting as data when this transform does."""
+        fn.counts_as_data = self.counts_as_data
+        return fn
+
+    def _keep_counts(self, *outputs) -> None:
+        """With ``counts_as_data``: the counts of ``outputs`` (a read transform's ``.counts``, a
+        ParDo's outputs tagged ``COUNTS``) go to ``.counts``."""
+        if self.counts_as_data:
+            self.counts.extend(o.counts if isinstance(o, (ReadImpressionColumns, ReadJudgmentColumns)) else o[COUNTS]
+                               for o in outputs)
+
+    def _hot_queries(self, scored, means, hot_set, judgments, systems, shard_fn):
+        """The score stage's ``means`` with the hot-query stage's states (:class:`~streameval.beam.
+        columnar_hot.HotQueries`: each hot query counted once and, with ``complete``, completed;
+        ``judgments``, ``systems``: the resolved judgments and the job's systems, side inputs then)."""
+        from .columnar_hot import CompletingHotQueries, HotQueries
+
+        hot_markers = hot_set | "HotQueryMarkers" >> beam.Map(lambda q: (q, None)).with_output_types(_KV)
+        side = [beam.pvalue.AsMultiMap(judgments), beam.pvalue.AsList(systems)] if self.complete else []
+        hot_class = CompletingHotQueries if self.complete else HotQueries
+        hot_out = ((scored.hot | "HotAsKV" >> _as_kv(), hot_markers)
+                   | "HotSummaries" >> beam.Flatten()
+                   | "GroupHotQueries" >> beam.GroupByKey()
+                   | "HotQueries" >> beam.ParDo(self._counted(hot_class(
+                       self.specs, self.options, shard_fn.mm, self.shards, self.ci == "bootstrap",
+                       self.complete)), *side).with_outputs(*counts_tags(self.counts_as_data), main="states"))
+        self._keep_counts(hot_out)
+        return ((means | "MeansAsKV" >> _as_kv(), hot_out.states | "HotOutAsKV" >> _as_kv())
+                | "MeansAndHot" >> beam.Flatten())
 
     def expand(self, pbegin):
         from ..io import progress
@@ -267,7 +305,8 @@ class ColumnarMetrics(beam.PTransform):
         read = ReadImpressionColumns(self.impression_paths, self.shards,
                                      decoder=self.decoder, hold=self.in_process, threads=self.threads,
                                      time_range=self.time_range, input_format=self.input_format,
-                                     table_options=self.impression_table)
+                                     table_options=self.impression_table, counts_as_data=self.counts_as_data)
+        tags, counted = counts_tags(self.counts_as_data), self._counted
         chunks = (pbegin
                   | "ReadImpressions" >> read
                   | "ProgressImpressions" >> beam.Map(progress.Ticker("impressions", self.progress_total,
@@ -280,17 +319,18 @@ class ColumnarMetrics(beam.PTransform):
             hold_counts=self.in_process, reference=self.drift_reference) if self.online_specs else None
         cleaned = (chunks
                    | "GroupRequests" >> beam.GroupByKey()
-                   | "CleanRequests" >> beam.ParDo(_CleanShard(
+                   | "CleanRequests" >> beam.ParDo(counted(_CleanShard(
                        "CleanImpressions", self.ranking, self.ctr, self.window_micros, self.slice_specs,
                        self.order, self.shards, self.in_process, self.threads, self.lateness_micros, online,
                        self.complete, self.hot_fraction if self.ranking else 0.0, units=bool(self.srm_split),
                        cluster=self.cluster if self.ctr else "none", covariate=self.covariate if self.ctr else None,
-                       covariate_values=self.covariate_values))
+                       covariate_values=self.covariate_values)))
                    .with_outputs("dead_letters", "clicks", "systems", "hot_queries", "units", "cluster_clicks",
                                  "cuped_units",
-                                 *columnar_online.TAGS,
+                                 *columnar_online.TAGS, *tags,
                                  main="requests"))
         dead = [read.dead_letters, cleaned.dead_letters]
+        self._keep_counts(read, cleaned)
         rows = []
 
         if self.ctr:
@@ -319,26 +359,29 @@ class ColumnarMetrics(beam.PTransform):
         if self.judgment_paths:  # read and checked also when no ranking metric uses them (accounting)
             jread = ReadJudgmentColumns(self.judgment_paths, self.shards, self.grade_range,
                                         decoder=self.decoder, hold=self.in_process, threads=self.threads,
-                                        input_format=self.input_format, table_options=self.judgment_table)
+                                        input_format=self.input_format, table_options=self.judgment_table,
+                                        counts_as_data=self.counts_as_data)
             judgments = pbegin | "ReadJudgments" >> jread
             dead.append(jread.dead_letters)
             # judgments resolved per shard, then read by the scoring stage as a side input: the requests
             # cross the runner twice (one GroupByKey), not four times as through CoGroupByKey's Flatten
             resolved = (judgments
                         | "GroupJudgments" >> beam.GroupByKey()
-                        | "ResolveJudgments" >> beam.ParDo(_ResolveShard(self.policy, "ResolveJudgments",
-                                                                         self.in_process, self.threads))
+                        | "ResolveJudgments" >> beam.ParDo(counted(_ResolveShard(self.policy, "ResolveJudgments",
+                                                                                 self.in_process, self.threads)))
                         # a KV, for the multimap; out of process the frozen value is (rows, bytes): standard
                         # coders only, which a runner decodes itself to build the multimap (Prism 2.62
                         # refuses a pickled Python coder there: "unknown coder urn key")
                         .with_output_types(typing.Tuple[int, typing.Tuple[int, typing.Any if self.in_process
                                                                           else bytes]])
-                        .with_outputs("dead_letters", main="judgments"))
+                        .with_outputs("dead_letters", *tags, main="judgments"))
             dead.append(resolved.dead_letters)
+            self._keep_counts(jread, resolved)
         if online:
             rows.extend(columnar_online.online_rows(cleaned, online, self.group_rows, self.ci_level,
                                                     resolved.judgments if self.judgment_paths else None,
-                                                    threads=self.threads, ci_bounded=self.ci_bounded))
+                                                    threads=self.threads, ci_bounded=self.ci_bounded,
+                                                    counts=self.counts if self.counts_as_data else None))
         if self.ranking:
             requests, extra = cleaned.requests, []
             hot = self.hot_fraction > 0  # hot queries fanned out (columnar_hot)
@@ -356,32 +399,22 @@ class ColumnarMetrics(beam.PTransform):
                 fn_class = _HotCompletingScoreShard if self.complete else _HotScoreShard
             else:
                 fn_class = _CompletingScoreShard if self.complete else _ScoreShard
-            shard_fn = fn_class(
+            shard_fn = counted(fn_class(
                 self.specs, self.options, self.order, self.tie_break, self.score_precision, self.depth,
                 self.window_micros, self.slice_specs, self.threads,
                 (self.replicates, self.ci_seed) if self.ci == "bootstrap" else None,
-                (self.compare_baseline, self.replicates, self.ci_seed) if self.compare_baseline else None)
+                (self.compare_baseline, self.replicates, self.ci_seed) if self.compare_baseline else None))
             scored = (requests
                       | "GroupQueries" >> beam.GroupByKey()
                       | "ScoreShards" >> beam.ParDo(shard_fn, beam.pvalue.AsMultiMap(resolved.judgments), *extra)
-                      .with_outputs("dead_letters", "unjudged", "comparisons", "hot", main="means"))
+                      .with_outputs("dead_letters", "unjudged", "comparisons", "hot", *tags, main="means"))
             dead.append(scored.dead_letters)
+            self._keep_counts(scored)
             self.unjudged = scored.unjudged
             means = scored.means
             if hot:  # per hot query: counted once, completed (columnar_hot.HotQueries)
-                from .columnar_hot import HotQueries
-
-                hot_markers = hot_set | "HotQueryMarkers" >> beam.Map(lambda q: (q, None)).with_output_types(_KV)
-                side = [beam.pvalue.AsMultiMap(resolved.judgments), beam.pvalue.AsList(systems)] \
-                    if self.complete else []
-                hot_out = ((scored.hot | "HotAsKV" >> _as_kv(), hot_markers)
-                           | "HotSummaries" >> beam.Flatten()
-                           | "GroupHotQueries" >> beam.GroupByKey()
-                           | "HotQueries" >> beam.ParDo(HotQueries(
-                               self.specs, self.options, shard_fn.mm, self.shards, self.ci == "bootstrap",
-                               self.complete), *side))
-                means = ((means | "MeansAsKV" >> _as_kv(), hot_out | "HotOutAsKV" >> _as_kv())
-                         | "MeansAndHot" >> beam.Flatten())
+                means = self._hot_queries(scored, means, hot_set, resolved.judgments,
+                                          systems if self.complete else None, shard_fn)
             names = [s.name for s in self.specs]
             if self.slide is not None:  # a shard's sub-window states, in each sliding window holding them
                 means = means | "SlidingMeans" >> beam.FlatMap(slide_keys, self.slide)

@@ -49,11 +49,11 @@ from ..io import counters as cn
 from ..metrics.kernel import RankedLists
 from ..metrics.prepare import judgment_histogram
 from .columnar_columns import _concat, _encode, _factorize, _pick, _shards_of, shard_of, thaw
-from .threads import counter
+from .threads import ThreadedDoFn, counter
 from .transforms import ALL, NAMESPACE, empty_ranking_values
 
 __all__ = ["HOT_FRACTION", "HOT_MIN_REQUESTS", "fan_out", "element_key", "element_shard", "hot_summaries",
-           "HotQueries"]
+           "HotQueries", "CompletingHotQueries"]
 
 #: ``--hot-query-fraction``'s default: a query with more than this share of a request shard's requests
 #: is hot; and the fewest requests of a query in one request shard that make it hot
@@ -106,7 +106,7 @@ def hot_summaries(r: dict):
         yield q, {"systems": sorted(systems)}
 
 
-class HotQueries(beam.DoFn):
+class HotQueries(ThreadedDoFn):
     """Per hot query (``(query id, [summaries of :func:`hot_summaries`, None markers])``): counts it
     in ``queries_scored`` once and, with ``complete`` (side inputs: the resolved judgments by query
     shard and the job's systems), scores the empty rankings of the systems none of its elements
@@ -119,9 +119,12 @@ class HotQueries(beam.DoFn):
         self.queries = counter(NAMESPACE, cn.QUERIES_SCORED)
         self.completed = counter(NAMESPACE, cn.REQUESTS_COMPLETED)
 
-    def process(self, element, judgments=None, systems=None):
-        """``judgments``, ``systems``: side inputs with ``complete`` only (a multimap of the resolved
-        judgments by query shard, the list of the job's systems)."""
+    def process(self, element, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
+        """Without side inputs (not ``complete``: :class:`CompletingHotQueries`). The work runs here
+        (``threads`` 1)."""
+        yield from self._submit((element, None, None), window, timestamp)
+
+    def work(self, element, judgments=None, systems=None):
         query, parts = element
         scored: set = set()
         for p in parts:
@@ -161,3 +164,12 @@ class HotQueries(beam.DoFn):
         values = empty_ranking_values(self.specs, self.options, lists, k)
         self.completed.inc(k)
         return {s: values[:, i] for i, s in enumerate(missing)}
+
+
+class CompletingHotQueries(HotQueries):
+    """:class:`HotQueries` with ``complete``: side inputs ``judgments`` (a multimap of the resolved
+    judgments by query shard) and ``systems`` (the list of the job's systems)."""
+
+    def process(self, element, judgments, systems, window=beam.DoFn.WindowParam,
+                timestamp=beam.DoFn.TimestampParam):
+        yield from self._submit((element, judgments, systems), window, timestamp)

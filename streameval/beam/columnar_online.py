@@ -61,6 +61,7 @@ from .columnar_columns import (_HELD, _concat, _encode, _factorize, _group_bound
                                _pair_codes, _pick, _shards_of, _sorted_codes, _split, _take, _unique_codes, freeze, thaw)
 from .columnar_score import mean_states
 from .combiners import OpsCombineFn
+from .counts_as_data import COUNTS, counts_tags
 from .online import (
     LABEL_SOURCES,
     UNJUDGED_POLICIES,
@@ -313,7 +314,7 @@ class OnlineColumns:
             self.window_micros, self.slice_specs))
 
 
-class LabelShard(beam.DoFn):
+class LabelShard(ThreadedDoFn):
     """Labels from judgments: ``(query shard, frozen scored impressions)`` and the shard's resolved
     judgments (a multimap side input of the engine's judgment stage) -> the tagged outputs of
     :meth:`OnlineColumns.labelled_states`. An impression's label is ``grade >= relevance_level`` of
@@ -324,7 +325,11 @@ class LabelShard(beam.DoFn):
     def __init__(self, online: OnlineColumns):
         self.online = online
 
-    def process(self, element, judgments):
+    def process(self, element, judgments, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
+        """The work runs here (``threads`` 1); ``judgments``: the side input."""
+        yield from self._submit((element, judgments), window, timestamp)
+
+    def work(self, element, judgments):
         shard, parts = element
         ex = _concat([thaw(v) for v in parts])
         if not ex["n"]:
@@ -513,15 +518,20 @@ class CountsCombineFn(beam.CombineFn):
 
 
 def online_rows(outputs, online: OnlineColumns, group_rows: bool, ci_level: float, judgments=None,
-                threads: int = 1, ci_bounded: str = "logit") -> list:
+                threads: int = 1, ci_bounded: str = "logit", counts=None) -> list:
     """The metric rows (PCollections) of the clean stage's tagged ``outputs``; with labels from
     judgments, ``judgments`` is the engine's resolved judgments by query shard. ``threads``: the GAUC
-    shards worked on at once (:class:`GaucShard`)."""
+    shards worked on at once (:class:`GaucShard`). ``counts``: None, or a list to which the labelling
+    stage's counts are added (it then counts as data: :mod:`streameval.beam.counts_as_data`)."""
     if online.labels == "judgments" and online.scores:
+        label_fn = LabelShard(online)
+        label_fn.counts_as_data = counts is not None
         labelled = (outputs[TAG_EXAMPLES]
                     | "GroupExamples" >> beam.GroupByKey()
-                    | "LabelExamples" >> beam.ParDo(LabelShard(online), beam.pvalue.AsMultiMap(judgments))
-                    .with_outputs(*SCORE_TAGS))
+                    | "LabelExamples" >> beam.ParDo(label_fn, beam.pvalue.AsMultiMap(judgments))
+                    .with_outputs(*SCORE_TAGS, *counts_tags(counts is not None)))
+        if counts is not None:
+            counts.append(labelled[COUNTS])
         outputs = {TAG_REQUESTS: outputs[TAG_REQUESTS], TAG_INTERLEAVING: outputs[TAG_INTERLEAVING],
                    **{t: labelled[t] for t in SCORE_TAGS}}
     parts = []

@@ -19,6 +19,7 @@ from ..io.dead_letters import dead_letter
 from .columnar_columns import (_HELD, IMPRESSION_FIELDS, SHARDS, _judgment_records, _no_nul, _nonempty, _shards_of,
                                _split, _take, columns_records, impression_columns, impression_columns_arrow,
                                judgment_columns, judgment_columns_arrow)
+from .counts_as_data import COUNTS, counts_tags
 from .sources import UNREADABLE_PARQUET, read_avro_blocks, read_parquet_blocks, unreadable_letter
 from .threads import ThreadedDoFn, _collect, _pool, counter
 from .transforms import reason_key
@@ -337,8 +338,11 @@ class _Read(beam.PTransform):
 
     def __init__(self, paths, shards: int = SHARDS, grade_range=None, decoder: str | None = None,
                  hold: bool = False, threads: int = 1, label=None, time_range=None, input_format: str = "auto",
-                 table_options=None):
+                 table_options=None, counts_as_data: bool = False):
         super().__init__(label)
+        self.counts_as_data = bool(counts_as_data)
+        #: with counts_as_data: the stage's counts (streameval.beam.counts_as_data), after application
+        self.counts = None
         self.input_format = input_format
         self.table_options = table_options
         self.time_range = time_range
@@ -353,14 +357,18 @@ class _Read(beam.PTransform):
     def expand(self, pbegin):
         fn = self.fn(self.shards, self.grade_range, self.decoder, self.hold, self.threads, self.time_range,
                      self.input_format, self.table_options)
+        fn.counts_as_data = self.counts_as_data
         if self.hold and self.threads > 1:  # the in-process runner: the files' work starts now
             fn.start_early(self.paths, f"{os.getpid()}:{next(_early_tokens)}")
         read = (pbegin
                 | "Paths" >> beam.Create(self.paths)
                 | "Spread" >> beam.Reshuffle()
-                | "Blocks" >> beam.ParDo(fn).with_outputs("dead_letters", main="chunks"))
+                | "Blocks" >> beam.ParDo(fn).with_outputs("dead_letters", *counts_tags(self.counts_as_data),
+                                                          main="chunks"))
         #: dead letters: records failing the checks, and one per file that could not be read to its end
         self.dead_letters = read.dead_letters
+        if self.counts_as_data:
+            self.counts = read[COUNTS]
         return read.chunks
 
 
@@ -369,7 +377,8 @@ class ReadImpressionColumns(_Read):
     (block, shard); ``.dead_letters`` after application. Parquet files (``input_format`` ``auto``
     and a ``.parquet``/``.pq`` name, or ``parquet``) are converted with ``table_options``
     (:class:`streameval.io.parquet_blocks.TableOptions`). Counters ``impressions_read``,
-    ``impressions_valid``, ``rejected:impression:<reason>``, ``unreadable_files:impression``."""
+    ``impressions_valid``, ``rejected:impression:<reason>``, ``unreadable_files:impression``; with
+    ``counts_as_data`` they are ``.counts`` after application (:mod:`streameval.beam.counts_as_data`)."""
 
     fn = _ReadImpressionColumns
 

@@ -15,7 +15,13 @@ counts through :func:`counter`, whose increments are kept and applied on the DoF
 the outputs. An exception raised by the work is raised again from the DoFn (the bundle fails, as
 it would without threads). With ``threads`` 1 the work runs in ``process`` as a plain DoFn's.
 
-Layer 3 (Beam): imports apache_beam only.
+With ``counts_as_data`` on (the batch job), the increments are not applied to Beam's counters:
+the DoFn emits them, summed per bundle and window, as one element on the tag
+:data:`streameval.beam.counts_as_data.COUNTS`, for :class:`~streameval.beam.counts_as_data.PublishCounts`
+(why: that module's docstring). The work's outputs are then gathered per element also with
+``threads`` 1.
+
+Layer 4 (Beam): imports apache_beam and streameval.beam.counts_as_data only.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
+
+from .counts_as_data import COUNTS, add_counts, encode_counts, summarized
 
 __all__ = ["Counter", "counter", "Distribution", "distribution", "ThreadedDoFn", "default_threads"]
 
@@ -103,11 +111,35 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 def _collect(work, args):
     """Run ``work(*args)`` to its end on this (pool) thread: (outputs, counter increments)."""
+    outer = getattr(_local, "counts", None)
     _local.counts = {}
     try:
         return list(work(*args)), _local.counts
     finally:
-        _local.counts = None
+        _local.counts = outer
+
+
+class _Done:
+    """A finished piece of work, as a finished future: :meth:`result` gives its (outputs, increments)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def _apply(counts: dict) -> None:
+    """Apply increments gathered by :func:`_collect` to Beam's counters and distributions."""
+    for key, n in counts.items():
+        if len(key) == 3:  # a distribution's values
+            dist = Metrics.distribution(key[1], key[2])
+            for v in n:
+                dist.update(v)
+        else:
+            Metrics.counter(*key).inc(n)
 
 
 @beam.typehints.with_output_types(typing.Any)
@@ -123,9 +155,13 @@ class ThreadedDoFn(beam.DoFn):
     elements are waited for at a time, so a bundle's outputs are not all held at once."""
 
     threads = 1
+    #: True: the work's counter increments leave as data (:mod:`streameval.beam.counts_as_data`),
+    #: declare the tag ``COUNTS`` among the ParDo's outputs
+    counts_as_data = False
 
     def start_bundle(self):
         self._pending = collections.deque()
+        self._counts = {}  # counts_as_data: {window: [increments, earliest timestamp]}
 
     def work(self, *args):  # pragma: no cover (abstract)
         raise NotImplementedError
@@ -137,7 +173,10 @@ class ThreadedDoFn(beam.DoFn):
     def _submit(self, args, window, timestamp):
         """Outputs (as windowed values) of the elements finished by now; ``args``: :meth:`work`'s."""
         if self.threads <= 1:
-            yield from self._windowed(self.work(*args), window, timestamp)
+            if self.counts_as_data:
+                yield from self._finished(_Done(_collect(self.work, args)), window, timestamp)
+            else:
+                yield from self._windowed(self.work(*args), window, timestamp)
             return
         pending = self._pending
         pending.append((_pool(self.threads).submit(_collect, self.work, args), window, timestamp))
@@ -148,17 +187,29 @@ class ThreadedDoFn(beam.DoFn):
         pending = getattr(self, "_pending", None)
         while pending:
             yield from self._finished(*pending.popleft())
+        by_window = getattr(self, "_counts", None)
+        if by_window:
+            for window, (counts, timestamp) in by_window.items():
+                yield pvalue.TaggedOutput(COUNTS, WindowedValue(encode_counts(counts), timestamp, (window,)))
+            by_window.clear()
 
     def _finished(self, future, window, timestamp):
         outputs, counts = future.result()
-        for key, n in counts.items():
-            if len(key) == 3:  # a distribution's values
-                dist = Metrics.distribution(key[1], key[2])
-                for v in n:
-                    dist.update(v)
-            else:
-                Metrics.counter(*key).inc(n)
+        if self.counts_as_data:
+            self._count(counts, window, timestamp)
+        else:
+            _apply(counts)
         yield from self._windowed(outputs, window, timestamp)
+
+    def _count(self, counts, window, timestamp):
+        if not counts:
+            return
+        held = self._counts.get(window)
+        if held is None:
+            self._counts[window] = [add_counts({}, summarized(counts)), timestamp]
+        else:
+            add_counts(held[0], summarized(counts))
+            held[1] = min(held[1], timestamp)
 
     @staticmethod
     def _windowed(outputs, window, timestamp):

@@ -32,6 +32,7 @@ from streameval.beam.accounting import (account, check_inputs, stall_timeout_fro
                                         job_counters, job_distributions)
 from streameval.plan.alerts import check_rules_match, format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
+from streameval.beam.counts_as_data import PublishCounts, count_elements
 from streameval.beam.prometheus import write_textfile
 from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, exit_status, one_line
 from streameval.beam.arguments import (GDEVAL_ERR_MAX_GRADE, auto_err_max_grade, batch_window_spec,
@@ -114,12 +115,12 @@ def _text_pieces(requests):
         yield "\n".join(map(to_json_text, requests[i:i + UNJUDGED_PIECE]))
 
 
-def _write_unjudged(args, unjudged, rows, specs, pieces=False) -> None:
+def _write_unjudged(args, unjudged, rows, specs, pieces=False, counts=None) -> None:
     """``unjudged.jsonl``: the unjudged requests of systems with a judged request
     (:func:`streameval.beam.unjudged.listed_unjudged`; ``specs``: the ranking measures). ``pieces``:
     the columnar engine's lists of requests, one per shard, written as text elements of lines (an
-    empty list writes no line)."""
-    listed = listed_unjudged(unjudged, rows, [m.name for m in specs])
+    empty list writes no line). ``counts``: as :func:`_write_outputs`'."""
+    listed = listed_unjudged(unjudged, rows, [m.name for m in specs], counts=counts)
     if pieces:
         listed = listed | "UnjudgedJson" >> beam.FlatMap(_text_pieces)
     write_jsonl(listed, write_dir(args), "unjudged", "Unjudged", lines=pieces, shards=output_shards(args))
@@ -155,21 +156,29 @@ def _is_unreadable(letter) -> bool:
 
 
 def _write_outputs(rows, dead, out_dir: str, shards, rules=None, formats=DEFAULT_FORMATS, bigquery_table=None,
-                   table=None):
+                   table=None, counts=None):
     """The metric rows and dead letters (Avro and JSON lines; the dead letters in ``shards`` files, see
     :func:`output_shards`), the small list of damaged input files (``unreadable_files.jsonl``, which the
     launcher reads), a count of the rows written, and with alert ``rules`` the alerts they raise
     (``alerts.avro`` / ``alerts.jsonl``, counted ``alerts_fired``). ``formats`` (``--formats``) adds
     Parquet files of all three and a CSV file of the metric rows (those two as ``table``, the typed
-    table of :func:`metric_table`); ``bigquery_table`` appends the metric rows to that BigQuery table."""
-    rows = rows | "CountRows" >> beam.Map(_count_row)
+    table of :func:`metric_table`); ``bigquery_table`` appends the metric rows to that BigQuery table.
+    ``counts``: None (Beam counters), or a list to which the counts of rows written and alerts raised
+    are added as data (:mod:`streameval.beam.counts_as_data`)."""
+    if counts is None:
+        rows = rows | "CountRows" >> beam.Map(_count_row)
+    else:
+        rows = rows | "CountRows" >> beam.Map(_progress_row)
+        counts.append(count_elements(rows, NAMESPACE, cn.METRIC_ROWS_WRITTEN, "RowsWritten"))
     write_records(rows, out_dir, "metrics", "metric_result", "Metrics", formats=formats,
                   table=table if table is not None else MetricTable())
     if bigquery_table:
         write_bigquery(rows, bigquery_table)
     if rules:
-        write_records(rows | "Alerts" >> EvaluateAlerts(rules), out_dir, "alerts", "alert", "AlertRecords",
-                      formats=[f for f in formats if f != "csv"])
+        alerts = rows | "Alerts" >> EvaluateAlerts(rules, count=counts is None)
+        if counts is not None:
+            counts.append(count_elements(alerts, NAMESPACE, ALERTS_FIRED, "AlertsFired"))
+        write_records(alerts, out_dir, "alerts", "alert", "AlertRecords", formats=[f for f in formats if f != "csv"])
     write_records(dead, out_dir, "dead_letters", "dead_letter", "DeadLetters", shards=shards,
                   formats=[f for f in formats if f != "csv"])
     write_jsonl(dead | "UnreadableFiles" >> beam.Filter(_is_unreadable), out_dir, "unreadable_files", "Unreadable")
@@ -180,6 +189,11 @@ _ROWS_WRITTEN = Metrics.counter(NAMESPACE, cn.METRIC_ROWS_WRITTEN)
 
 def _count_row(row):
     _ROWS_WRITTEN.inc()
+    progress.add("rows")
+    return row
+
+
+def _progress_row(row):
     progress.add("rows")
     return row
 
@@ -425,14 +439,18 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         covariate=getattr(args, "covariate_attribute", None), covariate_values=getattr(args, "covariate_values", None),
         compare_baseline=args.compare_baseline if judgment_paths and ranking else None, complete=args.complete,
         hot_query_fraction=args.hot_query_fraction, input_format=fmt,
-        impression_table=getattr(args, "impression_table", None), judgment_table=getattr(args, "judgment_table", None))
+        impression_table=getattr(args, "impression_table", None), judgment_table=getattr(args, "judgment_table", None),
+        counts_as_data=True)
     rows = _skip_missing_slices(p | "Metrics" >> col, args)
+    counts = col.counts  # every count of the job as data, reported by one step (streameval.beam.counts_as_data)
     if col.unjudged is not None and getattr(args, "unjudged_file", True):
-        _write_unjudged(args, col.unjudged, rows, col.specs, pieces=True)
+        _write_unjudged(args, col.unjudged, rows, col.specs, pieces=True, counts=counts)
     if col.comparisons is not None:
         write_jsonl(col.comparisons, write_dir(args), "comparisons", "Comparisons", shards=output_shards(args))
+    formats, bigquery_table, table = _sink_args(args)
     _write_outputs(rows, col.dead_letters, write_dir(args), output_shards(args), getattr(args, "alert_rules", None),
-                   *_sink_args(args))
+                   formats, bigquery_table, table, counts=counts)
+    _ = tuple(counts) | "Counts" >> PublishCounts()
     return rows, col.dead_letters
 
 
