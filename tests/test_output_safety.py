@@ -319,7 +319,7 @@ def test_a_failed_second_run_leaves_the_first_runs_outputs(inputs, tmp_path, mon
     out = tmp_path / "o"
     assert batch.main(_args(inputs / "a.avro", inputs / "j.avro", out)) == 0
     before = _snapshot(out)
-    monkeypatch.setattr(batch, "_count_row", _raise_in_pipeline)
+    monkeypatch.setattr(batch, "_progress_row", _raise_in_pipeline)  # the step before the sinks
     capsys.readouterr()
     assert batch.main(_args(inputs / "b.avro", inputs / "j.avro", out)) == 1
     assert "the job failed" in capsys.readouterr().err

@@ -184,7 +184,7 @@ def run_pair(portable_runner, name: str, argv, expect: int = 0) -> tuple[dict, d
     return port, ref
 
 
-def _raise_in_pipeline(row):  # replaces batch._count_row: a stage of the pipeline raises
+def _raise_in_pipeline(row):  # replaces batch._progress_row: a stage of the pipeline raises
     raise RuntimeError("a stage of the pipeline raised (test)")
 
 
@@ -380,7 +380,7 @@ def test_rerun_replaces_every_output_and_a_failed_run_leaves_the_previous_one(
     assert_same(got, small_ref)
     assert sorted(got["manifest"]["outputs"]) == sorted(small_ref["manifest"]["outputs"])
 
-    monkeypatch.setattr(batch, "_count_row", _raise_in_pipeline)
+    monkeypatch.setattr(batch, "_progress_row", _raise_in_pipeline)
     capsys.readouterr()
     code = batch.main([*SMALL, "--output", out, "--quiet"])
     err = capsys.readouterr().err
