@@ -19,7 +19,7 @@ is reported once, by one step, whichever runner runs it. The launcher reads them
 An element of :data:`COUNTS` is bytes (JSON): ``[[namespace, name, n], ...]`` for counters and
 ``[namespace, name, count, sum, min, max]`` for distributions, under keys ``"c"`` and ``"d"``.
 
-Layer 4 (Beam): imports apache_beam only.
+Layer 3 (Beam): imports apache_beam only.
 """
 
 from __future__ import annotations

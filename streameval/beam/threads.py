@@ -21,7 +21,7 @@ the DoFn emits them, summed per bundle and window, as one element on the tag
 (why: that module's docstring). The work's outputs are then gathered per element also with
 ``threads`` 1.
 
-Layer 4 (Beam): imports apache_beam and streameval.beam.counts_as_data only.
+Layer 3 (Beam): imports apache_beam and streameval.beam.counts_as_data only.
 """
 
 from __future__ import annotations
