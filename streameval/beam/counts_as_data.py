@@ -71,7 +71,7 @@ def summarized(collected: dict) -> dict:
 def encode_counts(counts: dict) -> bytes:
     """``counts`` (the form of :func:`add_counts`' result) as one element of :data:`COUNTS`."""
     return json.dumps({
-        "c": sorted([k[0], k[1], int(n)] for k, n in counts.items() if len(k) == 2 and n),
+        "c": sorted([k[0], k[1], int(n)] for k, n in counts.items() if len(k) == 2),  # 0 too: a counter the job made
         "d": sorted([k[1], k[2], *map(int, v)] for k, v in counts.items() if len(k) == 3 and v[0]),
     }, separators=(",", ":")).encode()
 
@@ -145,7 +145,7 @@ class _Publish(beam.DoFn):
         for key, value in sorted(decode_counts(blob).items()):
             if len(key) == 3:
                 publish_distribution(key[1], key[2], *value)
-            elif value:
+            else:  # also 0: the counter is reported, as when a stage increments it by 0
                 Metrics.counter(*key).inc(value)
         return ()
 
