@@ -648,7 +648,13 @@ def test_a_process_killed_under_the_batch_job_on_flink(tmp_path, launch, capsys,
             assert_same(got, ref)
         elif victim == "worker_pool":
             assert code == 1 and len(errors) == 1, err
-            assert errors[0].startswith("error: the job failed: ") and "Connection refused" in errors[0], errors
+            # the killed pool's port refuses the restarted tasks, or another gRPC server has taken the freed
+            # port by then (servers opened on port 0, as Beam's runner opens its fn API servers for each
+            # restarted task, may get it) and answers that it has no worker pool: the fresh-clone CI trial
+            # of 0159e69, 48 refusals in the JobManager's log, then "UNIMPLEMENTED: Method not found:
+            # ...BeamFnExternalWorkerPool/StartWorker" on the last attempt
+            assert errors[0].startswith("error: the job failed: ") and (
+                "Connection refused" in errors[0] or "BeamFnExternalWorkerPool/StartWorker" in errors[0]), errors
             assert not any(line.startswith("Traceback") for line in err), err
             assert not (out / "manifest.json").exists() and not list(out.glob("metrics*"))
             with urllib.request.urlopen(f"{info['web_ui']}/jobs/overview", timeout=10) as r:
