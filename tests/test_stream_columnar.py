@@ -515,7 +515,7 @@ def test_a_shard_message_counts_in_its_open_windows_when_one_of_them_closed():
     the whole message was late: window 1 lost that shard's latest requests unless another message
     came before it closed; seen on Flink after a restore from a checkpoint.)"""
     from streameval.beam.streaming import StreamMetrics
-    from streameval.beam.streaming.coarse import _PartialAggregate
+    from streameval.beam.streaming.coarse_aggregate import _PartialAggregate
 
     cfg = StreamMetrics(judgments=object(), metrics=["map"], window="1h", allowed_lateness="10m").cfg
     agg = _PartialAggregate(cfg)

@@ -371,8 +371,8 @@ def build_pipeline(p, args, paths):
         ci_level=args.ci_level, intervals=args.intervals, ci_bounded=getattr(args, "ci_bounded", "logit"),
         timers=getattr(args, "timers_used", "one"),
         **(dict(ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed, hist_bins=args.hist_bins,
-                hist_range=hist_range(args.hist_range), cluster=args.cluster, source_watermark=not _event_blocks(args))
-             if columnar else {}))
+                hist_range=hist_range(args.hist_range), cluster=args.cluster, source_watermark=not _event_blocks(args),
+                flushes=isinstance(rep, ReplayColumns)) if columnar else {}))
     rows = srcs["impressions"] | "StreamMetrics" >> sm
     ranking_names = split_metric_names(args.metrics, diversity=True)[0]
     names = [s.name for s in parse_metrics(ranking_names, arithmetic="the Beam jobs", diversity=True)] \

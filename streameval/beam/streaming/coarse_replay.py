@@ -13,7 +13,7 @@ import pyarrow as pa
 from apache_beam.coders import FastPrimitivesCoder
 
 from ...io import records
-from .common import _when
+from .common import FLUSH, _when
 
 NO_TIME = np.iinfo(np.int64).min  # the replay step of records without a usable time (played first)
 
@@ -87,19 +87,24 @@ def column_plan(cfg: ColumnReplayConfig) -> ColumnReplayPlan:
 
 
 class _PlayStep(beam.DoFn):
-    """``(token, paths, step, block, step number, watermark, processing seconds)`` -> the step's
-    ``(path, block, rows, watermark)`` elements from the plan held in this process
-    (:func:`~.replay.held_plan`; read again from the files elsewhere), each with the step's timestamp;
-    the replay's processing time (:func:`~.replay.replay_clock`) moves to the element's."""
+    """``(token, paths, step, block, step number, watermark, processing seconds, next watermark)`` ->
+    the step's ``(path, block, rows, watermark)`` elements from the plan held in this process
+    (:func:`~.replay.held_plan`; read again from the files elsewhere), each with the step's timestamp,
+    then the flush of the watermark the replay moves to next (:data:`~.common.FLUSH`; none when it
+    stays); the replay's processing time (:func:`~.replay.replay_clock`) moves to the element's. Step
+    number None: the flush alone."""
 
     def process(self, element):
         from . import replay as _replay
 
-        token, paths, step_us, block, s, wm, ptime = element
+        token, paths, step_us, block, s, wm, ptime, nxt = element
         _replay._REPLAY_NOW[0] = float(ptime)
-        plan = _replay.held_plan(token, ColumnReplayConfig(tuple(paths), step_us, block), column_plan)
-        for path, payload, n in plan.steps[s]:
-            yield (path, payload, n, wm)
+        if s is not None:
+            plan = _replay.held_plan(token, ColumnReplayConfig(tuple(paths), step_us, block), column_plan)
+            for path, payload, n in plan.steps[s]:
+                yield (path, payload, n, wm)
+        if nxt is not None:
+            yield (None, (FLUSH, None), 0, nxt)
 
 
 class ReplayColumns(beam.PTransform):
@@ -109,7 +114,9 @@ class ReplayColumns(beam.PTransform):
     watermark of the previous step, then the watermark moves to the step's end and processing time
     advances by ``pace`` seconds. Records without a usable time play in the first step (the reader
     makes them dead letters). The files are read when the pipeline is built (a replay holds the log in
-    memory; :func:`column_plan`), and the plan stays in this process: the pipeline's ``TestStream``
+    memory; :func:`column_plan`), and the plan stays in this process: each step ends with a flush
+    (:data:`~.common.FLUSH`) of the watermark that follows, so give the shards ``flushes=True``
+    (:class:`~.coarse.ColumnarStreamMetrics`); the pipeline's ``TestStream``
     carries one small descriptor per step (the replay's token and files, the step), which
     :class:`_PlayStep` turns into the step's blocks, never the records themselves. ``self.counts``
     (records per kind) and ``self.unreadable`` (a dead letter per file that could not be read to its
@@ -139,16 +146,20 @@ class ReplayColumns(beam.PTransform):
         wm = None
         ptime = 0.0
         for s in sorted(plan.steps):
+            nxt = ms_floor((s + 1) * cfg.step) if s != NO_TIME else None
             # stamped with the step's start (records without a usable time: 0), never after a record
             stream = stream.add_elements([TimestampedValue(
-                (token, cfg.paths, cfg.step, cfg.block, s, wm, ptime),
+                (token, cfg.paths, cfg.step, cfg.block, s, wm, ptime, nxt),
                 _when(ms_floor(s * cfg.step) if s != NO_TIME else 0))])
-            if s != NO_TIME:
-                wm = ms_floor((s + 1) * cfg.step)
+            if nxt is not None:
+                wm = nxt
                 stream = stream.advance_watermark_to(_when(wm))
             if self.pace:
                 ptime += self.pace
                 stream = stream.advance_processing_time(self.pace)
+        # the last flush: every window closes
+        stream = stream.add_elements([TimestampedValue(
+            (token, cfg.paths, cfg.step, cfg.block, None, wm, ptime, END_OF_TIME_US), _when(wm or 0))])
         stream = stream.advance_watermark_to(_when(END_OF_TIME_US)).advance_watermark_to_infinity()
         return pbegin | "TestStream" >> stream | "Play" >> beam.ParDo(_PlayStep())
 

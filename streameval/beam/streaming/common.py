@@ -51,6 +51,11 @@ REASON_CLICK_UNMATCHED = "click matched no impression within the attribution del
 # process's tally of the transform (exact on runners that run the pipeline in this process, the
 # local runners): StreamMetrics.counts().
 
+#: a source's flush: the element ``(None, (FLUSH, None), 0, watermark)`` that a source which moves its
+#: watermark by steps sends before each move (:class:`~.coarse_replay.ReplayColumns`); the columnar
+#: engine's shards then score a window once, at the flush before the watermark passes its end
+FLUSH = "flush"
+
 _TALLY_LOCK = threading.Lock()
 _TALLIES: dict = {}  # run id -> {counter name: n}
 
