@@ -219,3 +219,65 @@ def test_a_replay_scores_each_window_once_at_its_flush(tmp_path, monkeypatch, ea
     else:
         # each of the log's 6 hours (and a request straddling two) scored once: about the impressions
         assert deferred < 1.2 * n < eager / 3, (deferred, n, eager)
+
+
+def test_a_piece_after_the_flush_of_its_window_is_scored_when_it_comes(tmp_path):
+    """Pieces and flushes may reach a shard out of order on a distributed runner. A shard that got the
+    flush of a window's end scores a later piece of that window at once (its outputs hold the
+    downstream watermark, so the on-time pane still has it); before the flush it only marks the
+    window dirty. The window's last partial equals that of a shard scoring every piece."""
+    import pyarrow as pa
+
+    from streameval.beam.streaming.coarse import ColumnarStreamMetrics, _ReadBlocks
+    from streameval.beam.streaming.common import FLUSH
+    from streameval.beam.streaming.live import ipc_bytes
+    from tests.test_stream import _Bag, _Timer, _Value
+
+    imps, judg, _ = _files(tmp_path, 120)
+    plan = column_plan(ColumnReplayConfig(tuple(imps), 3_600_000_000, 10**6))
+    first = sorted(s for s in plan.steps if s >= 0)[0]
+    table = pa.concat_tables([pa.ipc.open_stream(b).read_all() for _, (_, b), _ in plan.steps[first]])
+    end = (first + 1) * 3_600_000_000
+    cut = table.num_rows * 2 // 3
+
+    def pieces(t):  # the reader's shard pieces of Arrow rows (one request shard)
+        read = _ReadBlocks(1, None, "t", hold=False)
+        return [
+            v
+            for o in read.process(("p", ("arrow", ipc_bytes(t)), t.num_rows, None))
+            if not isinstance(o, beam.pvalue.TaggedOutput)
+            for _, v in [o]
+        ]
+
+    def shard(flushes):
+        p = beam.Pipeline(options=PipelineOptions(streaming=True))
+        _ = (
+            p
+            | ReplayColumns(imps, step="1h", pace=0)
+            | ColumnarStreamMetrics(judg, ["ndcg@10", "P@5"], "1h", request_shards=1, in_process=False, flushes=flushes)
+        )
+        return _shard_fn(p), _Bag(), _Value(), _Timer()
+
+    def feed(state, element):
+        fn, bag, meta, timer = state
+        return [o for o in fn.process((0, element), bag, meta, timer) if not isinstance(o, beam.pvalue.TaggedOutput)]
+
+    def last_part(outs, window):
+        parts = [m for _, msgs in outs for m in msgs if window in m[3]]
+        return {(s, m[1]): m[3][window] for (s, msgs) in outs for m in msgs if window in m[3]} if parts else None
+
+    early, late = pieces(table.slice(0, cut)), pieces(table.slice(cut))
+    eager, deferred = shard(False), shard(True)
+    want = None
+    for v in early + late:
+        want = last_part(feed(eager, v), first) or want
+    assert want
+    got = [feed(deferred, v) for v in early]
+    assert all(not outs for outs in got)  # held: the window is dirty until its flush
+    assert deferred[2].read()[6] == [first]
+    after_flush = last_part(feed(deferred, (FLUSH, end)), first)
+    assert after_flush and after_flush != want  # the flush scored what had come
+    got = None
+    for v in late:  # after the flush of its end: scored when it comes
+        got = last_part(feed(deferred, v), first) or got
+    assert got == want and deferred[2].read()[6] == []

@@ -208,8 +208,9 @@ class _ShardMeta(NamedTuple):
     empty partial); ``final``, the windows already counted (records kept for the retention);
     ``tally``, ``{window: [counts, dead letters]}`` of the open windows' requests as their latest
     cleaning and scoring found them (written out when the window is final); with a source that
-    flushes (:data:`FLUSH`), ``dirty``, the windows changed since they were last scored, and
-    ``flushed``, the latest flush's watermark (micros) or None. State: a list of the eight."""
+    flushes (:data:`FLUSH`), ``dirty``, the windows changed since they were last scored,
+    ``flushed``, the latest flush's watermark (micros) or None, and ``low``, at most the earliest
+    event time (micros) of the records held, or None. State: a list of the nine."""
 
     closed: int | None
     version: int
@@ -219,6 +220,7 @@ class _ShardMeta(NamedTuple):
     tally: dict
     dirty: list = []
     flushed: int | None = None
+    low: int | None = None
 
     @classmethod
     def read(cls, state) -> "_ShardMeta":
@@ -375,6 +377,19 @@ class _ShardFn(beam.DoFn):
             return
         closed = m.closed if wm is None else (wm if m.closed is None else max(m.closed, wm))
         new = thaw(frozen)
+        period = cfg.spec.period
+        if self.deferred and new["n"]:
+            passed = max(_INT64_MIN if closed is None else closed, _INT64_MIN if m.flushed is None else m.flushed)
+            low = int(new["timestamp"].min()) if m.low is None else min(m.low, int(new["timestamp"].min()))
+            if (low // period + 1) * period > passed:
+                # every record held and new is in a window that neither the watermark nor a flush has
+                # passed: none is late, and the windows the piece changes (its requests', its
+                # impressions' own) are scored at a flush: its impressions' own windows (a request's
+                # window is an earlier one's of its records, dirty since they came), no request key
+                pieces.add(freeze(new, hold=self.hold))
+                dirty = sorted(set(m.dirty).union(np.unique(new["timestamp"] // period).tolist()))
+                m._replace(closed=closed, dirty=dirty, low=low).write(meta)
+                return
         old = self._buffer(pieces)
         n_old = old["n"] if old is not None else 0
         both = _concat([old, new]) if old is not None else new
@@ -391,7 +406,9 @@ class _ShardFn(beam.DoFn):
                 both = _concat([old, new]) if old is not None else new
                 req, win = self._request_windows(both)
         pieces.add(freeze(new, hold=self.hold))
-        period = cfg.spec.period
+        if new["n"]:
+            low = int(new["timestamp"].min())
+            m = m._replace(low=low if m.low is None else min(m.low, low))
         # windows the piece changes: its requests' windows (ranking) and its impressions' own windows
         # (CTR counts an impression in the window of its own time)
         touched = np.union1d(win[req][n_old:], both["timestamp"][n_old:] // period)
@@ -547,11 +564,14 @@ class _ShardFn(beam.DoFn):
         if gone:
             buf = self._buffer(pieces, drop=True)  # the held pieces are dropped, the kept rows held again
             pieces.clear()
+            m = m._replace(low=None)
             if buf is not None and buf["n"]:
                 req, win = self._request_windows(buf)
                 keep = ~np.isin(win[req], np.array(gone, dtype=np.int64))
                 if keep.any():
-                    pieces.add(freeze(buf if keep.all() else _take(buf, keep), hold=self.hold))
+                    kept = buf if keep.all() else _take(buf, keep)
+                    pieces.add(freeze(kept, hold=self.hold))
+                    m = m._replace(low=int(kept["timestamp"].min()))
             for k in gone:
                 sent.pop(k, None)
             final = [k for k in final if k not in gone]

@@ -41,7 +41,8 @@ class ColumnReplayPlan(NamedTuple):
 def column_plan(cfg: ColumnReplayConfig) -> ColumnReplayPlan:
     """Read ``cfg``'s impression files into a :class:`ColumnReplayPlan`: each file's Arrow blocks
     (:func:`~streameval.beam.sources.read_avro_blocks`, the batch job's reader) cut by step of event
-    time, in blocks of at most ``cfg.block`` rows. Raises
+    time, a file's rows of a step in blocks of ``cfg.block`` rows (its last one smaller; the file's
+    Avro blocks joined: each block is a piece that the engine's shards buffer). Raises
     :class:`~streameval.beam.sources.InputUnavailableError` for a file the environment does not
     deliver."""
     from collections import defaultdict
@@ -57,6 +58,23 @@ def column_plan(cfg: ColumnReplayConfig) -> ColumnReplayPlan:
     total = 0
     for path in cfg.paths:
         n = 0
+        held: dict = defaultdict(list)  # step -> the file's Arrow tables of it not yet in a block
+
+        def put(s: int, done: bool = False) -> None:
+            """The file's held tables of step ``s`` as blocks of ``cfg.block`` rows (``done``: the
+            rest too)."""
+            tables = held.pop(s, [])
+            if not tables:
+                return
+            part = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+            a = 0
+            while part.num_rows - a >= cfg.block or (done and a < part.num_rows):
+                piece = part.slice(a, cfg.block)
+                per_step[s].append((str(path), ("arrow", ipc_bytes(piece)), piece.num_rows))
+                a += piece.num_rows
+            if a < part.num_rows:
+                held[s].append(part.slice(a))
+
         try:
             for block in read_avro_blocks(path, "impression", "datafusion"):
                 if isinstance(block, list):  # the fallback decoder's records
@@ -66,6 +84,7 @@ def column_plan(cfg: ColumnReplayConfig) -> ColumnReplayPlan:
                         t = usable_time(rec)
                         groups[NO_TIME if t is None else t // step_us].append(rec)
                     for s, recs in groups.items():
+                        put(s, done=True)  # the file's order within the step
                         per_step[s].append((str(path), ("records", recs), len(recs)))
                     continue
                 n += block.num_rows
@@ -76,12 +95,13 @@ def column_plan(cfg: ColumnReplayConfig) -> ColumnReplayPlan:
                 s_sorted = step[order]
                 cuts = np.flatnonzero(np.diff(s_sorted)) + 1
                 for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(order)].tolist()):
-                    part = block.take(pa.array(order[lo:hi]))
-                    for a in range(0, part.num_rows, cfg.block):
-                        piece = part.slice(a, cfg.block)
-                        per_step[int(s_sorted[lo])].append((str(path), ("arrow", ipc_bytes(piece)), piece.num_rows))
+                    s = int(s_sorted[lo])
+                    held[s].append(block.take(pa.array(order[lo:hi])))
+                    put(s)
         except avro.AvroInputError as e:
             unreadable.append(unreadable_letter(path, "impressions", e, n))
+        for s in list(held):  # the file's last blocks of each step (also after damage: what was read)
+            put(s, done=True)
         total += n
     return ColumnReplayPlan(dict(per_step), {"impressions": total, "judgments": 0, "clicks": 0}, unreadable)
 
