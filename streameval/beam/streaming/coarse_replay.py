@@ -5,6 +5,7 @@ process that read them, out of the pipeline graph)."""
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -49,7 +50,7 @@ def column_plan(cfg: ColumnReplayConfig) -> ColumnReplayPlan:
 
     from ...io import avro
     from ..sources import read_avro_blocks, unreadable_letter
-    from .live import event_micros, ipc_bytes
+    from .live import event_micros
     from .replay import usable_time
 
     step_us = cfg.step
@@ -59,22 +60,7 @@ def column_plan(cfg: ColumnReplayConfig) -> ColumnReplayPlan:
     for path in cfg.paths:
         n = 0
         held: dict = defaultdict(list)  # step -> the file's Arrow tables of it not yet in a block
-
-        def put(s: int, done: bool = False) -> None:
-            """The file's held tables of step ``s`` as blocks of ``cfg.block`` rows (``done``: the
-            rest too)."""
-            tables = held.pop(s, [])
-            if not tables:
-                return
-            part = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-            a = 0
-            while part.num_rows - a >= cfg.block or (done and a < part.num_rows):
-                piece = part.slice(a, cfg.block)
-                per_step[s].append((str(path), ("arrow", ipc_bytes(piece)), piece.num_rows))
-                a += piece.num_rows
-            if a < part.num_rows:
-                held[s].append(part.slice(a))
-
+        put = functools.partial(_put_blocks, per_step, held, str(path), cfg.block)
         try:
             for block in read_avro_blocks(path, "impression", "datafusion"):
                 if isinstance(block, list):  # the fallback decoder's records
@@ -104,6 +90,24 @@ def column_plan(cfg: ColumnReplayConfig) -> ColumnReplayPlan:
             put(s, done=True)
         total += n
     return ColumnReplayPlan(dict(per_step), {"impressions": total, "judgments": 0, "clicks": 0}, unreadable)
+
+
+def _put_blocks(per_step: dict, held: dict, path: str, block: int, s: int, done: bool = False) -> None:
+    """Move the file ``path``'s tables of step ``s`` from ``held`` to ``per_step`` as blocks of
+    ``block`` rows (``done``: the rest too, as a smaller block); see :func:`column_plan`."""
+    from .live import ipc_bytes
+
+    tables = held.pop(s, [])
+    if not tables:
+        return
+    part = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    a = 0
+    while part.num_rows - a >= block or (done and a < part.num_rows):
+        piece = part.slice(a, block)
+        per_step[s].append((path, ("arrow", ipc_bytes(piece)), piece.num_rows))
+        a += piece.num_rows
+    if a < part.num_rows:
+        held[s].append(part.slice(a))
 
 
 class _PlayStep(beam.DoFn):
