@@ -372,7 +372,7 @@ def build_pipeline(p, args, paths):
         timers=getattr(args, "timers_used", "one"),
         **(dict(ci=args.ci, replicates=args.replicates, ci_seed=args.ci_seed, hist_bins=args.hist_bins,
                 hist_range=hist_range(args.hist_range), cluster=args.cluster, source_watermark=not _event_blocks(args),
-                flushes=isinstance(rep, ReplayColumns)) if columnar else {}))
+                flushes=getattr(rep, "flushes", False)) if columnar else {}))
     rows = srcs["impressions"] | "StreamMetrics" >> sm
     ranking_names = split_metric_names(args.metrics, diversity=True)[0]
     names = [s.name for s in parse_metrics(ranking_names, arithmetic="the Beam jobs", diversity=True)] \

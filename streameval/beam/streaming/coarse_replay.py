@@ -146,6 +146,9 @@ class ReplayColumns(beam.PTransform):
     (records per kind) and ``self.unreadable`` (a dead letter per file that could not be read to its
     end) are known once the transform is applied."""
 
+    #: a flush precedes each move of the watermark (give the engine ``flushes=True``)
+    flushes = True
+
     def __init__(self, paths, step="1h", pace=1.0, block: int = 65_536, label=None):
         super().__init__(label)
         self.paths = list(paths)

@@ -58,6 +58,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from ...io import avro, records
 from ..sources import read_avro_blocks, unreadable_letter
 from . import replay as _replay
+from .common import FLUSH
 from .polling import SCHEMA_OF, poll
 from .replay import END_OF_TIME_US, ms_floor, usable_time
 from ...plan.windows import parse_duration
@@ -243,9 +244,15 @@ class FileWatcher:
                                                   self._sent_ms / 1000), Timestamp(micros=0))])
 
     def _watermark(self, us: int):
+        """The events that move the watermark to ``us``: in columnar mode the flush of ``us`` first
+        (:data:`~.common.FLUSH`: the engine's shards score the windows ending by then once), stamped
+        with the watermark it follows."""
+        if self.columnar:
+            yield ElementEvent([TimestampedValue(("impressions", (None, (FLUSH, None), 0, us), self._sent_ms / 1000),
+                                                 Timestamp(micros=self.watermark_us or 0))])
         self.watermark_us = us
         self.watermark_log.append((self._clock(), us))
-        return WatermarkEvent(Timestamp(micros=us))
+        yield WatermarkEvent(Timestamp(micros=us))
 
     def events(self):
         """The ``TestStream`` events (Python objects) of the live stream, until ``idle_stop`` or
@@ -266,7 +273,7 @@ class FileWatcher:
                 if self._max_event is not None and not self._sizes:
                     wm = ms_floor(self._max_event - self.delay)
                     if self.watermark_us is None or wm > self.watermark_us:
-                        yield self._watermark(wm)
+                        yield from self._watermark(wm)
                 elif self._sizes:
                     self.held_polls += 1
             except Exception as e:  # the environment does not deliver a file: stop, the job fails
@@ -281,7 +288,7 @@ class FileWatcher:
             if self.idle_stop is not None and self._clock() - last_new >= self.idle_stop:
                 break
             self._sleep(self.interval)
-        yield self._watermark(END_OF_TIME_US)
+        yield from self._watermark(END_OF_TIME_US)
 
     def stop(self) -> None:
         """Ends the stream at the next poll (every window closes, the job finishes)."""
@@ -392,6 +399,8 @@ class WatchFiles(beam.PTransform):
                  chunk: int = 10_000, max_pending: int | None = 40_000, label=None, columnar: bool = False):
         super().__init__(label)
         self.token = uuid.uuid4().hex
+        #: columnar mode: a flush precedes each move of the watermark (give the engine ``flushes=True``)
+        self.flushes = bool(columnar)
         self.watcher = FileWatcher(patterns, interval=interval,
                                    delay=parse_duration(delay, "delay", allow_zero=True), idle_stop=idle_stop,
                                    chunk=chunk, max_pending=max_pending,
