@@ -222,14 +222,19 @@ def test_a_replay_scores_each_window_once_at_its_flush(tmp_path, monkeypatch, ea
 
 
 def test_a_piece_after_the_flush_of_its_window_is_scored_when_it_comes(tmp_path):
-    """Pieces and flushes may reach a shard out of order on a distributed runner. A shard that got the
-    flush of a window's end scores a later piece of that window at once (its outputs hold the
-    downstream watermark, so the on-time pane still has it); before the flush it only marks the
-    window dirty. The window's last partial equals that of a shard scoring every piece."""
+    """Pieces and flushes may reach a shard out of order (bundles of the read stage finishing out of
+    order). Before a flush crosses a window's end the shard only marks the window dirty; a flush that
+    overtook the crossing one (timestamped at or after the window's end) leaves it dirty, as its
+    partial would come after the downstream watermark passed the end; the crossing flush scores it;
+    a piece after that is scored when it comes (its outputs hold the downstream watermark, so the
+    on-time pane still has it). The window's last partial equals that of a shard scoring every
+    piece."""
     import pyarrow as pa
 
     from streameval.beam.streaming.coarse import ColumnarStreamMetrics, _ReadBlocks
     from streameval.beam.streaming.common import FLUSH
+    from apache_beam.utils.timestamp import Timestamp
+
     from streameval.beam.streaming.live import ipc_bytes
     from tests.test_stream import _Bag, _Timer, _Value
 
@@ -237,7 +242,7 @@ def test_a_piece_after_the_flush_of_its_window_is_scored_when_it_comes(tmp_path)
     plan = column_plan(ColumnReplayConfig(tuple(imps), 3_600_000_000, 10**6))
     first = sorted(s for s in plan.steps if s >= 0)[0]
     table = pa.concat_tables([pa.ipc.open_stream(b).read_all() for _, (_, b), _ in plan.steps[first]])
-    end = (first + 1) * 3_600_000_000
+    start, end = first * 3_600_000_000, (first + 1) * 3_600_000_000
     cut = table.num_rows * 2 // 3
 
     def pieces(t):  # the reader's shard pieces of Arrow rows (one request shard)
@@ -258,9 +263,10 @@ def test_a_piece_after_the_flush_of_its_window_is_scored_when_it_comes(tmp_path)
         )
         return _shard_fn(p), _Bag(), _Value(), _Timer()
 
-    def feed(state, element):
+    def feed(state, element, at=start):
         fn, bag, meta, timer = state
-        return [o for o in fn.process((0, element), bag, meta, timer) if not isinstance(o, beam.pvalue.TaggedOutput)]
+        outs = fn.process((0, element), bag, meta, timer, Timestamp(micros=at))
+        return [o for o in outs if not isinstance(o, beam.pvalue.TaggedOutput)]
 
     def last_part(outs, window):
         parts = [m for _, msgs in outs for m in msgs if window in m[3]]
@@ -274,6 +280,8 @@ def test_a_piece_after_the_flush_of_its_window_is_scored_when_it_comes(tmp_path)
     assert want
     got = [feed(deferred, v) for v in early]
     assert all(not outs for outs in got)  # held: the window is dirty until its flush
+    assert deferred[2].read()[6] == [first]
+    assert not feed(deferred, (FLUSH, end + 3_600_000_000), at=end)  # overtook the crossing flush
     assert deferred[2].read()[6] == [first]
     after_flush = last_part(feed(deferred, (FLUSH, end)), first)
     assert after_flush and after_flush != want  # the flush scored what had come

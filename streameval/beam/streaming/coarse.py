@@ -365,7 +365,8 @@ class _ShardFn(beam.DoFn):
         return _concat(held) if held else None
 
     def process(self, element, pieces=beam.DoFn.StateParam(PIECES),
-                meta=beam.DoFn.StateParam(META), expiry=beam.DoFn.TimerParam(EXPIRY)):
+                meta=beam.DoFn.StateParam(META), expiry=beam.DoFn.TimerParam(EXPIRY),
+                timestamp=beam.DoFn.TimestampParam):
         shard, (wm, frozen) = element
         cfg = self.cfg
         m = _ShardMeta.read(meta)
@@ -373,7 +374,7 @@ class _ShardFn(beam.DoFn):
             self._noticed(m, frozen, meta, expiry)
             return
         if wm == FLUSH:  # the source's watermark moves to `frozen` next: the windows ending by then
-            yield from self._flush(shard, int(frozen), pieces, meta, expiry, m)
+            yield from self._flush(shard, int(frozen), timestamp.micros, pieces, meta, expiry, m)
             return
         closed = m.closed if wm is None else (wm if m.closed is None else max(m.closed, wm))
         new = thaw(frozen)
@@ -424,12 +425,17 @@ class _ShardFn(beam.DoFn):
             return
         yield from self._send(shard, both, req, win, n_old, touched, m, meta, expiry)
 
-    def _flush(self, shard, wm: int, pieces, meta, expiry, m: _ShardMeta):
-        """A source's flush (:data:`FLUSH`): its watermark moves to ``wm`` next, so the dirty windows
-        ending by then are scored and sent (data leaves from ``process``, never from a timer: see the
-        package's design notes). A piece arriving after the flush for a window ending by ``wm`` is
-        scored when it arrives (:meth:`process`)."""
-        due = [k for k in m.dirty if (k + 1) * self.cfg.spec.period <= wm]
+    def _flush(self, shard, wm: int, stamp: int, pieces, meta, expiry, m: _ShardMeta):
+        """A source's flush (:data:`FLUSH`, timestamped ``stamp``, micros): its watermark moves from
+        ``stamp`` to ``wm`` next, so the dirty windows ending after ``stamp`` and by ``wm`` are scored
+        and sent (data leaves from ``process``, never from a timer: see the package's design notes),
+        their partials timestamped before their end: the downstream watermark waits for them. A window
+        ending by ``stamp`` waits for the flush that crossed its end (a flush that overtook it on
+        the way, e.g. bundles of the read stage finishing out of order, would send it too late). A
+        piece arriving after a flush for a window ending by its ``wm`` is scored when it arrives
+        (:meth:`process`)."""
+        period = self.cfg.spec.period
+        due = [k for k in m.dirty if stamp < (k + 1) * period <= wm]
         m = m._replace(dirty=[k for k in m.dirty if k not in due],
                        flushed=wm if m.flushed is None else max(m.flushed, wm))
         both = self._buffer(pieces) if due else None
