@@ -114,9 +114,9 @@ class _PlayStep(beam.DoFn):
     """``(token, paths, step, block, step number, watermark, processing seconds, next watermark)`` ->
     the step's ``(path, block, rows, watermark)`` elements from the plan held in this process
     (:func:`~.replay.held_plan`; read again from the files elsewhere), each with the step's timestamp,
-    then the flush of the watermark the replay moves to next (:data:`~.common.FLUSH`; none when it
-    stays); the replay's processing time (:func:`~.replay.replay_clock`) moves to the element's. Step
-    number None: the flush alone."""
+    then, when ``next watermark`` is not None, the flush of it (:data:`~.common.FLUSH`); the replay's
+    processing time (:func:`~.replay.replay_clock`) moves to the element's. Step number None: the
+    flush alone (:class:`ReplayColumns` sends it so, stamped with the watermark it follows)."""
 
     def process(self, element):
         from . import replay as _replay
@@ -175,9 +175,13 @@ class ReplayColumns(beam.PTransform):
         for s in sorted(plan.steps):
             nxt = ms_floor((s + 1) * cfg.step) if s != NO_TIME else None
             # stamped with the step's start (records without a usable time: 0), never after a record
-            stream = stream.add_elements([TimestampedValue(
-                (token, cfg.paths, cfg.step, cfg.block, s, wm, ptime, nxt),
-                _when(ms_floor(s * cfg.step) if s != NO_TIME else 0))])
+            events = [TimestampedValue((token, cfg.paths, cfg.step, cfg.block, s, wm, ptime, None),
+                                       _when(ms_floor(s * cfg.step) if s != NO_TIME else 0))]
+            if nxt is not None:  # then the flush of the next watermark, stamped with the one it follows
+                # (the step's start before the first move): below the end of every window it closes
+                events.append(TimestampedValue((token, cfg.paths, cfg.step, cfg.block, None, wm, ptime, nxt),
+                                               _when(ms_floor(s * cfg.step) if wm is None else wm)))
+            stream = stream.add_elements(events)
             if nxt is not None:
                 wm = nxt
                 stream = stream.advance_watermark_to(_when(wm))
@@ -185,8 +189,9 @@ class ReplayColumns(beam.PTransform):
                 ptime += self.pace
                 stream = stream.advance_processing_time(self.pace)
         # the last flush: every window closes
-        stream = stream.add_elements([TimestampedValue(
-            (token, cfg.paths, cfg.step, cfg.block, None, wm, ptime, END_OF_TIME_US), _when(wm or 0))])
+        if wm is not None:
+            stream = stream.add_elements([TimestampedValue(
+                (token, cfg.paths, cfg.step, cfg.block, None, wm, ptime, END_OF_TIME_US), _when(wm))])
         stream = stream.advance_watermark_to(_when(END_OF_TIME_US)).advance_watermark_to_infinity()
         return pbegin | "TestStream" >> stream | "Play" >> beam.ParDo(_PlayStep())
 

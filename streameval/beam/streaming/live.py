@@ -158,6 +158,7 @@ class FileWatcher:
         self._sizes: dict = {}  # path -> size at the last poll (not read yet)
         self._done: set = set()
         self._max_event: int | None = None
+        self._min_block: int | None = None  # the earliest timestamp of a block sent (micros, ms-floored)
         #: polls after which the watermark stayed where it was because a matched file was pending
         self.held_polls = 0
         self.stopped = threading.Event()
@@ -211,6 +212,7 @@ class FileWatcher:
                         top = int(times.max())
                         self._max_event = top if self._max_event is None else max(self._max_event, top)
                     t0 = int(times.min()) if len(times) else 0
+                    self._min_block = ms_floor(t0) if self._min_block is None else min(self._min_block, ms_floor(t0))
                     yield ElementEvent([TimestampedValue((kind, (str(path), payload, size, self.watermark_us),
                                                           self._sent_ms / 1000), Timestamp(micros=ms_floor(t0)))])
         except avro.AvroInputError as e:  # damaged bytes: the records before the damage and a dead letter
@@ -247,9 +249,11 @@ class FileWatcher:
         """The events that move the watermark to ``us``: in columnar mode the flush of ``us`` first
         (:data:`~.common.FLUSH`: the engine's shards score the windows ending by then once), stamped
         with the watermark it follows."""
-        if self.columnar:
+        if self.columnar:  # stamped below the end of every window it closes: the watermark it follows, or
+            # before the first move the earliest block's time
+            at = self.watermark_us if self.watermark_us is not None else (self._min_block or 0)
             yield ElementEvent([TimestampedValue(("impressions", (None, (FLUSH, None), 0, us), self._sent_ms / 1000),
-                                                 Timestamp(micros=self.watermark_us or 0))])
+                                                 Timestamp(micros=at))])
         self.watermark_us = us
         self.watermark_log.append((self._clock(), us))
         yield WatermarkEvent(Timestamp(micros=us))
