@@ -65,6 +65,7 @@ test: $(VENV)/.installed-bench engines
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not engines" --durations=25
 	$(BIN)/python -m pytest -q -m "engines and not kafka" tests/test_engines.py --durations=10
 	$(BIN)/python benchmarks/run.py --quick
+	$(BIN)/python -m compileall -q streameval  # as an installed package is (PYTHONDONTWRITEBYTECODE=1 leaves it to compile at each start)
 	$(BIN)/python benchmarks/run.py --check
 
 # ruff, import-linter's contracts, mypy and vulture against their baselines (.ci/baselines/), module and
