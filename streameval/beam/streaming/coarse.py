@@ -380,9 +380,9 @@ class _ShardFn(beam.DoFn):
         new = thaw(frozen)
         period = cfg.spec.period
         if self.deferred and new["n"]:
-            passed = max(_INT64_MIN if closed is None else closed, _INT64_MIN if m.flushed is None else m.flushed)
-            low = int(new["timestamp"].min()) if m.low is None else min(m.low, int(new["timestamp"].min()))
-            if (low // period + 1) * period > passed:
+            low = int(new["timestamp"].min())
+            low = low if m.low is None else min(m.low, low)
+            if (low // period + 1) * period > self._passed(closed, m):
                 # every record held and new is in a window that neither the watermark nor a flush has
                 # passed: none is late, and the windows the piece changes (its requests', its
                 # impressions' own) are scored at a flush: its impressions' own windows (a request's
@@ -415,8 +415,7 @@ class _ShardFn(beam.DoFn):
         touched = np.union1d(win[req][n_old:], both["timestamp"][n_old:] // period)
         dirty = m.dirty
         if self.deferred:  # scored at the flush before the watermark passes their end (now, if one has)
-            passed = max(_INT64_MIN if closed is None else closed, _INT64_MIN if m.flushed is None else m.flushed)
-            later = (touched + 1) * period > passed
+            later = (touched + 1) * period > self._passed(closed, m)
             dirty = sorted(set(dirty) | set(touched[later].tolist()))
             touched = touched[~later]
         m = m._replace(closed=closed, dirty=dirty)
@@ -424,6 +423,12 @@ class _ShardFn(beam.DoFn):
             m.write(meta)
             return
         yield from self._send(shard, both, req, win, n_old, touched, m, meta, expiry)
+
+    @staticmethod
+    def _passed(closed: int | None, m: _ShardMeta) -> int:
+        """How far (micros) the watermark ``closed`` or a flush seen has passed: windows ending by
+        then are scored when a piece of theirs comes, not at a flush."""
+        return max(_INT64_MIN if closed is None else closed, _INT64_MIN if m.flushed is None else m.flushed)
 
     def _flush(self, shard, wm: int, stamp: int, pieces, meta, expiry, m: _ShardMeta):
         """A source's flush (:data:`FLUSH`, timestamped ``stamp``, micros): its watermark moves from
