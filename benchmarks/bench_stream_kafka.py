@@ -33,6 +33,13 @@ WINDOW_US = 30 * 60 * 1_000_000
 _ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
 
 
+def _default_sigint() -> None:
+    """(In the job's process, before exec) SIGINT back to its default action: a benchmark started in
+    the background of a non-interactive shell has SIGINT ignored, the job inherited that and ran on
+    after the SIGINT that should stop it (the job keeps an ignored signal ignored, as nohup wants)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _up(engine: str, work: str, *extra) -> tuple[dict, str]:
     state = tempfile.mkdtemp(prefix=f"cluster-{engine}-", dir=work)
     done = subprocess.run([sys.executable, "-m", "streameval.cli", "cluster", "up", engine, "--state-dir", state,
@@ -92,7 +99,8 @@ def run(root: str, runner: str, partitions: int, work: str, metrics: str, timeou
                                 "--judgments", os.path.join(root, "judgments.avro"), "--metrics", metrics,
                                 "--window", "30m", "--slices", "device", "--quiet", "--report-every", "30",
                                 "--output", out, *engine["runner_args"], *job_args],
-                               stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=_ENV, start_new_session=True)
+                               stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=_ENV, start_new_session=True,
+                               preexec_fn=_default_sigint)
         try:
             deadline = time.monotonic() + timeout
             while len(glob.glob(os.path.join(out, "metrics-*-final.jsonl"))) < len(pairs):
