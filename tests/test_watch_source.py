@@ -50,8 +50,11 @@ def _poll(fn, cfg, tracker, wm):
     if deferred:  # the runner checkpoints: the rest goes on in a residual restriction
         primary, residual = tracker.try_split(0)
         assert primary.stop_at == primary.polls and residual.stop_at is None
+        # due an interval after the poll (test_a_watch_resumed_before_its_time_waits_for_it); this
+        # runner waited the deferral
+        assert 0 < residual.due - time.time() <= cfg.interval
         tracker.check_done()
-        return out, WatchTracker(residual)
+        return out, WatchTracker(residual._replace(due=None))
     tracker.check_done()
     return out, None
 
@@ -123,6 +126,33 @@ def test_idle_stop_ends_the_restriction(tmp_path):
     assert out == [] and rest is None and tracker.current_restriction().finished
 
 
+def test_a_watch_resumed_before_its_time_waits_for_it(tmp_path):
+    """Beam 2.62's Flink runner resumes a deferred restriction at once once the source's upstream has
+    finished (it fires every pending processing-time timer): the watch polled every ~6 ms instead of
+    every interval, and each deferral left a state in the TaskManager's heap until it died (7,262 in
+    40 s; docs/deploy.md). A restriction resumed before its time now waits for it, then polls; one
+    resumed on time (or never deferred) does not wait."""
+    cfg = WatchConfig({"impressions": [str(tmp_path / "*.avro")]}, interval=0.4)
+    fn, wm = _WatchFn(), EventTimeWatermark(None)
+    tracker = WatchTracker(WatchState())
+    t0 = time.monotonic()
+    out, rest = _poll(fn, cfg, tracker, wm)
+    assert time.monotonic() - t0 < 0.2  # the first poll: no wait
+    early = rest.current_restriction()._replace(due=time.time() + 0.4)  # resumed at once: due in 0.4 s
+    t0 = time.monotonic()
+    _, rest = _poll(fn, cfg, WatchTracker(early), wm)
+    assert 0.35 <= time.monotonic() - t0 < 1.0 and rest.current_restriction().polls == 2
+    late = rest.current_restriction()._replace(due=time.time() - 5)  # resumed after its time: at once
+    t0 = time.monotonic()
+    _poll(fn, cfg, WatchTracker(late), wm)
+    assert time.monotonic() - t0 < 0.2
+    # a due far away waits at most one interval
+    far = rest.current_restriction()._replace(due=time.time() + 3600)
+    t0 = time.monotonic()
+    _poll(fn, cfg, WatchTracker(far), wm)
+    assert time.monotonic() - t0 < 1.0
+
+
 def test_tracker_and_coder():
     t = WatchTracker(WatchState(polls=2, done=("a",), sizes=(("b", 10),), last_new=1.5))
     assert not t.try_claim(WatchState(polls=4, reading=True))  # positions go one poll at a time
@@ -142,8 +172,10 @@ def test_tracker_and_coder():
     t.check_done()
     assert not t.is_bounded() and t.current_progress().fraction_completed == 1.0
     coder = WatchStateCoder()
-    for s in (residual, primary, WatchState(), WatchState(polls=1, reading=True)):
+    for s in (residual, primary, WatchState(), WatchState(polls=1, reading=True), residual._replace(due=12.5)):
         assert coder.decode(coder.encode(s)) == s
+    # a restriction checkpointed before ``due`` was added (six fields) still decodes
+    assert coder.decode(b'[3, ["a"], [], 1.5, null, false]') == WatchState(3, ("a",), (), 1.5, None, False, None)
     assert coder.is_deterministic()
 
 

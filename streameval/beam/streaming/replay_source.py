@@ -26,6 +26,7 @@ Beam's local runner (``BundleBasedDirectRunner``) runs no splittable DoFn; there
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -35,7 +36,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 
 from .replay import PLAY_ORDER, element_time, replay_steps
 from .sources import read_files
-from .watch_source import WATCH_KINDS, WatchRestrictions, WatchWatermarks
+from .watch_source import WATCH_KINDS, WatchRestrictions, WatchWatermarks, wait_due
 
 __all__ = ["ReplayConfig", "ReplayPlan", "ReplayEvents", "replay_plan"]
 
@@ -91,6 +92,7 @@ class _ReplayFn(beam.DoFn):
         plan = self._plan(cfg)
         while True:
             state = tracker.current_restriction()
+            wait_due(state, cfg.pace)  # a deferred step resumed early waits for its pace (see wait_due)
             i = state.polls  # steps played
             playing = state._replace(polls=i + 1, reading=True)
             if not tracker.try_claim(playing):
@@ -107,7 +109,8 @@ class _ReplayFn(beam.DoFn):
                                                                          Timestamp(micros=element_time(chunk))))
                 watermark.move_to((s + 1) * cfg.step)
             last = i + 1 >= len(plan.steps)
-            if not tracker.try_claim(playing._replace(reading=False, stop_at=i + 1 if last else None)):
+            due = time.time() + cfg.pace if cfg.pace > 0 and not last else None
+            if not tracker.try_claim(playing._replace(reading=False, stop_at=i + 1 if last else None, due=due)):
                 return  # not expected: nothing splits a step under way
             if last:
                 return
