@@ -809,12 +809,15 @@ def _stream_on_kafka(tmp_path, kafka, engine_info, engine: str, topic: str, imps
     with open(log, "w") as fo:
         job = subprocess.Popen([sys.executable, "-m", "streameval.cli", "stream", "--kafka-bootstrap",
                                 kafka["bootstrap_servers"], "--kafka-impressions", topic, "--kafka-expansion-service",
-                                expansion, "--metrics", metrics, "--window", "1d", "--report-every", "10", "--quiet",
+                                expansion, "--metrics", metrics, "--window", "1d", "--report-every", "5", "--quiet",
                                 "--output", str(out), *engine_info["runner_args"]],
                                stdout=fo, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    # the launcher's running totals while the job runs: on Flink from Flink's REST API (its job server
+    # reports counters only when a job ends: "nothing read yet" for the job's whole life until 2026-12-07)
+    totals = f"running totals: impressions read {len(imps)}, valid {len(imps)}, late 0, rejected 0"
     try:
         deadline = time.monotonic() + 420
-        while len(list(out.glob("metrics-*-final.jsonl"))) < len(days) * len(systems):
+        while len(list(out.glob("metrics-*-final.jsonl"))) < len(days) * len(systems) or totals not in log.read_text():
             assert job.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, f"final panes: {sorted(f.name for f in out.glob('*final.jsonl'))}\n" \
                                                 f"{log.read_text()[-3000:]}"

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from ..io import cleaning
 from ..io import counters as cn
 from ..io.counters import KINDS, NAMESPACE
+from . import flink_rest
 
 __all__ = ["job_counters", "job_distributions", "account", "POST_VALIDATION_REASONS", "KINDS", "format_accounting",
            "InputChecks", "check_inputs", "add_input_check_arguments", "cancel_on_interrupt"]
@@ -368,6 +369,18 @@ def job_counters(result, namespace: str = NAMESPACE, *, options=None) -> dict:
     return out
 
 
+def running_counters(result, namespace: str = NAMESPACE, *, options=None) -> dict:
+    """:func:`job_counters` of a job that is still running: on a Flink cluster (``--flink_master``),
+    whose job server reports a job's metrics only when it ends, Flink's own view of them
+    (:func:`streameval.beam.flink_rest.running_counters`) while the job service has none."""
+    counters = job_counters(result, namespace, options=options)
+    job = _portable_job(options)
+    if counters or job is None:
+        return counters
+    flink = flink_rest.running_counters(options, job[1], namespace)
+    return counters if flink is None else flink
+
+
 def job_distributions(result, namespace: str = NAMESPACE, *, options=None) -> dict:
     """``{distribution name: {"count", "sum", "min", "max"}}`` of ``namespace`` from a finished
     pipeline's result, the same name's values from several steps put together; ``{}`` for a runner
@@ -491,17 +504,17 @@ def _flink_progress(options, name: str):
     is seen standing still."""
     import json
 
-    base = _flink_master_url(options)
+    base = flink_rest.master_url(options)
     if base is None:
         return None
 
     def progress():
         try:
-            jids = _flink_named_jobs(base, name, _FLINK_LIVE)
+            jids = flink_rest.named_jobs(base, name, flink_rest.LIVE_STATES)
             if len(jids) != 1:
                 return None
             (jid,) = jids
-            job = _flink_rest(base, f"/jobs/{jid}")
+            job = flink_rest.get(base, f"/jobs/{jid}")
         except (OSError, ValueError, KeyError):
             return None
         return json.dumps([job.get("state"), sorted(
@@ -534,36 +547,6 @@ def reports_while_running(options) -> bool:
     return len(described.options) == 0
 
 
-def _flink_master_url(options) -> str | None:
-    """``http://HOST:PORT`` of ``--flink_master`` in ``options``, or None (none given, or ``[auto]``,
-    ``[local]``: no cluster to ask)."""
-    master = (options.get_all_options().get("flink_master") or "").strip() if options is not None else ""
-    if not master or master.startswith("["):
-        return None
-    return master.rstrip("/") if "://" in master else f"http://{master.rstrip('/')}"
-
-
-#: Flink's job states that hold the cluster's slots
-_FLINK_LIVE = ("CREATED", "RUNNING", "FAILING", "CANCELLING", "RESTARTING", "RECONCILING", "INITIALIZING",
-               "SUSPENDED")
-
-
-def _flink_rest(base: str, path: str):
-    """A JSON answer of the Flink REST API at ``base`` (``http://HOST:PORT``); OSError, ValueError."""
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen(base + path, timeout=10) as r:  # noqa: S310 (the job's own master)
-        return json.load(r)
-
-
-def _flink_named_jobs(base: str, name: str, states) -> list[str]:
-    """The ids of the Flink jobs named ``name`` (Beam's Flink runner names a job after the pipeline's
-    ``job_name``) in one of ``states``, from ``/jobs/overview``."""
-    return [j["jid"] for j in _flink_rest(base, "/jobs/overview").get("jobs", [])
-            if j.get("name") == name and j.get("state") in states]
-
-
 def _flink_jobs_left(options, timeout: float = 30.0, sleep=None) -> list[str] | None:
     """After the job service was asked to cancel the job of ``options``: the ids of the Flink jobs
     named after its ``job_name`` that the Flink cluster of ``--flink_master`` still runs ``timeout``
@@ -575,7 +558,7 @@ def _flink_jobs_left(options, timeout: float = 30.0, sleep=None) -> list[str] | 
     import time
     import urllib.request
 
-    base, job = _flink_master_url(options), _portable_job(options)
+    base, job = flink_rest.master_url(options), _portable_job(options)
     if base is None or job is None:
         return None
     _, name = job
@@ -585,7 +568,7 @@ def _flink_jobs_left(options, timeout: float = 30.0, sleep=None) -> list[str] | 
         deadline = time.monotonic() + timeout
         asked: set = set()
         while True:
-            left = _flink_named_jobs(base, name, _FLINK_LIVE)
+            left = flink_rest.named_jobs(base, name, flink_rest.LIVE_STATES)
             if not left or time.monotonic() >= deadline:
                 return left
             for jid in set(left) - asked:

@@ -78,7 +78,7 @@ from streameval.io.metric_table import MetricTable, slice_columns
 from streameval.beam.sources import (expand_inputs, failure_reason, runner_thread_errors_reported_once,
                                      set_file_system_options)
 from streameval.beam.accounting import (cancel_on_interrupt, check_inputs, format_accounting,
-                                        input_checks_from_args, job_counters)
+                                        input_checks_from_args, job_counters, running_counters)
 from streameval.beam.online import split_metric_names
 from streameval.beam.streaming.coarse import ColumnarStreamMetrics
 from streameval.beam.streaming.coarse_events import EventBlocks
@@ -542,7 +542,7 @@ def wait_reporting(result, every: float, out=None, sleep=time.sleep, options=Non
         while not PipelineState.is_terminal(result.state):
             sleep(every)
             try:
-                counters = job_counters(result, options=options)
+                counters = running_counters(result, options=options)
             except Exception as e:  # noqa: BLE001 - a runner that cannot report metrics while running
                 counters, note = {}, f" (metrics unavailable: {type(e).__name__})"
             else:
