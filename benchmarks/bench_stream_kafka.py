@@ -92,8 +92,7 @@ def run(root: str, runner: str, partitions: int, work: str, metrics: str, timeou
         peaks = bench_engines.Peaks({**engine["processes"], **{f"kafka:{k}": v for k, v in kafka["processes"].items()}},
                                     every=0.5)
         peaks.start()
-        log = open(os.path.join(work, f"stream-{runner}.log"), "w")
-        launched = time.time()
+        log, launched = open(os.path.join(work, f"stream-{runner}.log"), "w"), time.time()
         job = subprocess.Popen([sys.executable, "-m", "streameval.cli", "stream", "--kafka-bootstrap", bootstrap,
                                 "--kafka-impressions", topic, "--kafka-expansion-service", expansion,
                                 "--judgments", os.path.join(root, "judgments.avro"), "--metrics", metrics,
