@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from streameval.beam import accounting, flink_rest
 from streameval.beam.streaming.console import running_totals_line
+
+from .fake_rest import serve_json
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "flink_rest" / "running_watch_job.json").read_text())
 
@@ -29,25 +29,7 @@ class _Flink:
     def __init__(self, rec: dict):
         self.rec = rec
         self.asked: list = []
-        outer = self
-
-        class Rest(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server's name)
-                body = outer.answer(self.path)
-                if body is None:
-                    self.send_error(404)
-                    return
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Rest)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_json(self.answer)
 
     @property
     def options(self) -> PipelineOptions:

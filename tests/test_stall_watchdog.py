@@ -164,39 +164,25 @@ def test_flink_progress_is_the_named_running_jobs_vertex_io_from_the_rest_api():
     """On Flink (Beam's job server reports metrics only at the end) the watch reads the job's
     progress from Flink's REST API: the one running job named after the pipeline's job_name, its
     vertices' status and I/O counters (not their busy and idle times, which grow in a stuck task)."""
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     from apache_beam.options.pipeline_options import PipelineOptions
+
+    from .fake_rest import serve_json
 
     state = {"busy": 0.0, "records": 10, "jobs": [
         {"jid": "a1", "name": "streameval-x", "state": "RUNNING"},
         {"jid": "b2", "name": "streameval-x", "state": "FINISHED"},  # an earlier run of that name: not it
         {"jid": "c3", "name": "other", "state": "RUNNING"}]}
 
-    class Rest(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's name)
-            if self.path == "/jobs/overview":
-                body = {"jobs": state["jobs"]}
-            elif self.path == "/jobs/a1":
-                body = {"state": "RUNNING", "vertices": [
-                    {"id": "v1", "status": "RUNNING", "metrics": {"read-records": state["records"], "write-bytes": 5,
-                                                                  "accumulated-busy-time": state["busy"]}}]}
-            else:
-                self.send_error(404)
-                return
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def get(path):
+        if path == "/jobs/overview":
+            return {"jobs": state["jobs"]}
+        if path == "/jobs/a1":
+            return {"state": "RUNNING", "vertices": [
+                {"id": "v1", "status": "RUNNING", "metrics": {"read-records": state["records"], "write-bytes": 5,
+                                                              "accumulated-busy-time": state["busy"]}}]}
+        return None
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Rest)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_json(get)
     try:
         master = f"127.0.0.1:{server.server_address[1]}"
         progress = accounting._flink_progress(PipelineOptions(["--flink_master", master]), "streameval-x")
@@ -221,40 +207,23 @@ def test_a_flink_job_the_job_server_left_running_is_cancelled_through_flinks_res
     cluster (the engine tier's Kafka job went on for minutes after the launcher said it was
     cancelled): the launcher asks Flink itself (PATCH /jobs/ID?mode=cancel) and says so only when the
     job is gone; a job Flink will not cancel is named."""
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     from apache_beam.options.pipeline_options import PipelineOptions
+
+    from .fake_rest import serve_json
 
     jobs = {"a1": {"jid": "a1", "name": "streameval-x", "state": "RUNNING"},
             "b2": {"jid": "b2", "name": "other", "state": "RUNNING"}}
     stubborn = set()
     patched = []
 
-    class Rest(BaseHTTPRequestHandler):
-        def _send(self, body):
-            data = json.dumps(body).encode()
-            self.send_response(200 if body is not None else 202)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def patch(path):
+        jid = path.split("/")[2].split("?")[0]
+        patched.append(path)
+        if jid not in stubborn:
+            jobs[jid]["state"] = "CANCELED"
+        return {}
 
-        def do_GET(self):  # noqa: N802 (http.server's name)
-            self._send({"jobs": list(jobs.values())})
-
-        def do_PATCH(self):  # noqa: N802
-            jid = self.path.split("/")[2].split("?")[0]
-            patched.append(self.path)
-            if jid not in stubborn:
-                jobs[jid]["state"] = "CANCELED"
-            self._send({})
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Rest)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_json(lambda path: {"jobs": list(jobs.values())}, patch)
     try:
         options = PipelineOptions(["--job_endpoint", "127.0.0.1:1", "--job_name", "streameval-x",
                                    "--flink_master", f"127.0.0.1:{server.server_address[1]}"])
