@@ -510,10 +510,9 @@ def _flink_progress(options, name: str):
 
     def progress():
         try:
-            jids = flink_rest.named_jobs(base, name, flink_rest.LIVE_STATES)
-            if len(jids) != 1:
+            jid = flink_rest.one_job(base, name, flink_rest.LIVE_STATES)
+            if jid is None:
                 return None
-            (jid,) = jids
             job = flink_rest.get(base, f"/jobs/{jid}")
         except (OSError, ValueError, KeyError):
             return None

@@ -17,6 +17,7 @@ JSON). :func:`running_counters` puts the two together.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import urllib.parse
@@ -24,7 +25,7 @@ import urllib.request
 
 from ..io import counters as cn
 
-__all__ = ["LIVE_STATES", "master_url", "get", "named_jobs", "running_counters", "flink_name"]
+__all__ = ["LIVE_STATES", "master_url", "get", "named_jobs", "one_job", "running_counters", "flink_name"]
 
 #: Flink's job states that hold the cluster's slots
 LIVE_STATES = ("CREATED", "RUNNING", "FAILING", "CANCELLING", "RESTARTING", "RECONCILING", "INITIALIZING",
@@ -56,11 +57,19 @@ def named_jobs(base: str, name: str, states) -> list[str]:
             if j.get("name") == name and j.get("state") in states]
 
 
+def one_job(base: str, name: str, states) -> str | None:
+    """The id of the one Flink job named ``name`` in one of ``states`` (:func:`named_jobs`), or None
+    when there is none or more than one."""
+    jids = named_jobs(base, name, states)
+    return jids[0] if len(jids) == 1 else None
+
+
 def flink_name(text: str) -> str:
     """``text`` as Flink's REST API serves it in a metric's name (``.``, ``:``, ``,`` and spaces as ``_``)."""
     return _FILTERED.sub("_", text)
 
 
+@functools.lru_cache(maxsize=1)
 def _known_names() -> tuple[dict, list]:
     """(``{served name: counter name}`` of the fixed counter names of :mod:`streameval.io.counters`,
     ``[(served prefix, prefix)]`` of its families whose last part is free text: a rejection's reason,
@@ -105,10 +114,9 @@ def running_counters(options, name: str, namespace: str = cn.NAMESPACE) -> dict 
     if base is None:
         return None
     try:
-        jids = named_jobs(base, name, ("RUNNING",))
-        if len(jids) != 1:
+        jid = one_job(base, name, ("RUNNING",))
+        if jid is None:
             return None
-        (jid,) = jids
         job = get(base, f"/jobs/{jid}")
         out: dict = {}
         running: set = set()  # served names of the transforms the running vertices run
