@@ -228,7 +228,8 @@ def _cluster(args, work: str):
         return (["--workers", str(args.local_workers)] if args.local_workers else []), {}, None
     state = tempfile.mkdtemp(prefix=f"cluster-{args.runner}-", dir=work)
     extra = ["--taskmanagers", str(args.taskmanagers), "--slots", str(args.slots), "--runner-on-classpath",
-             "--taskmanager-memory", args.taskmanager_memory] if args.runner == "flink" else []
+             *(["--taskmanager-memory", args.taskmanager_memory] if args.taskmanager_memory else [])
+             ] if args.runner == "flink" else []
     done = subprocess.run([sys.executable, "-m", "streameval.cli", "cluster", "up", args.runner, "--state-dir", state,
                            *extra], capture_output=True, text=True, cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=ROOT))
@@ -272,7 +273,8 @@ def main(argv=None) -> int:
                     help="--runner flink: slots per TaskManager (default 2, as cluster up)")
     ap.add_argument("--flink-parallelism", type=int, default=2,
                     help="--runner flink: the job's --parallelism (default 2, as --local-workers 2)")
-    ap.add_argument("--taskmanager-memory", default="2560m", help="--runner flink: each TaskManager's process memory")
+    ap.add_argument("--taskmanager-memory", default=None,
+                    help="--runner flink: each TaskManager's process memory (default: cluster up's, sized per slot)")
     ap.add_argument("--job-args", default="", help="more options for every run of the job, e.g. \"--parallelism 2\" "
                                                    "(Flink: one task per slot of each stage)")
     ap.add_argument("--json", default=None, help="write every result to this file")

@@ -338,6 +338,15 @@ def test_flink_cluster_runs_its_taskmanagers(flink):
         # Beam's own job server by default (--runner-on-classpath: none)
         assert flink["job_jars"].startswith("the job server's classpath, staged with each job"), flink["job_jars"]
     assert all(processes.start_ticks(pid) is not None for pid in flink["processes"].values())
+    # sized per slot for Beam's data plane (docs/deploy.md, "TaskManager memory for Beam's Python stages")
+    from streameval.commands.cluster import SLOT_DIRECT_MB, SLOT_HEAP_MB
+    for tm in _flink_get(flink["web_ui"], "/taskmanagers")["taskmanagers"]:
+        mem = _flink_get(flink["web_ui"], f"/taskmanagers/{tm['id']}")["memoryConfiguration"]
+        assert mem["taskHeap"] == SLOT_HEAP_MB * tm["slotsNumber"] << 20, mem
+        assert mem["taskOffHeap"] == SLOT_DIRECT_MB * tm["slotsNumber"] << 20, mem
+    for i in (1, 2):
+        with open(f"/proc/{flink['processes'][f'taskmanager-{i}']}/cmdline", "rb") as f:
+            assert b"-XX:+ExitOnOutOfMemoryError" in f.read().split(b"\0")
     master = flink["runner_args"][flink["runner_args"].index("--flink_master") + 1] \
         if "--flink_master" in flink["runner_args"] else None
     assert master is None or f"http://{master}" == flink["web_ui"]

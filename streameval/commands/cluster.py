@@ -57,8 +57,28 @@ PARTS = {"flink": ("flink", "job_server", "expansion_service"), "prism": ("prism
          "dashboard": ("uplot",)}
 #: what ``fetch`` takes: the engines, and the dashboard's chart library (uPlot, from npm)
 FETCHABLE = (*ENGINES, "dashboard")
-#: each TaskManager's process memory (``--taskmanager-memory``; docs/deploy.md says how it is split)
-TASKMANAGER_MEMORY = "2560m"
+#: each TaskManager's process memory when ``--taskmanager-memory`` is given (docs/deploy.md says how it is
+#: split); without it the TaskManager is sized per slot (:func:`slot_memory`)
+TASKMANAGER_MEMORY = None
+#: heap per task slot for Beam's data plane (Beam 2.62): the runner queues up to 100 data messages of a
+#: bundle's output (``BeamFnDataInboundObserver``) until the SDK worker has finished the bundle, and
+#: Beam's Python SDK sends messages of 10 MB (its ``_DEFAULT_SIZE_FLUSH_THRESHOLD``) plus one element:
+#: about 1.1 GB per running stage. With 320 MB per slot the batch job's reading stage at 30 M impressions
+#: filled a 640 MB heap with 53 such messages and the gRPC thread decoding the next one ran out of it
+#: (the job then hung: docs/benchmarks.md)
+SLOT_HEAP_MB = 1280
+#: task off-heap (direct) memory per slot: gRPC's netty buffers of the data sent to the SDK worker,
+#: which Beam sends 100 messages at a time before it asks whether the worker takes more
+#: (``DirectStreamObserver``), each at least one element (a shard's group: up to about 500,000
+#: impressions, ``--shards auto``). With 512 MB for two slots the scoring stage at 30 M impressions ran
+#: out of it ("OutOfMemoryError: Direct buffer memory")
+SLOT_DIRECT_MB = 1024
+#: managed memory (the batch job's sorts of its groupings; they spill beyond it)
+MANAGED_MB = 512
+#: a TaskManager that runs out of memory exits (Flink restarts the job's tasks elsewhere, or fails the
+#: job). Without it a gRPC thread of Beam's data plane that ran out of heap died alone and left its
+#: task RUNNING, waiting for data that never came, until the launcher's stall watch (10 minutes)
+TASKMANAGER_JVM_OPTS = ("-XX:+ExitOnOutOfMemoryError",)
 #: the JVM options Flink 1.19's distribution gives every process it starts on Java 17 (``env.java.opts.all``
 #: of its conf/config.yaml, which the cache does not keep: only bin/ and lib/). Without them a task that
 #: ran out of memory took its TaskManager down: Flink's own handler could not update the error's message
@@ -321,8 +341,19 @@ logger.netty.level = OFF
 """
 
 
+def slot_memory(slots: int) -> dict:
+    """A TaskManager's memory options for ``slots`` task slots running Beam's Python stages:
+    :data:`SLOT_HEAP_MB` of task heap and :data:`SLOT_DIRECT_MB` of task off-heap memory per slot,
+    :data:`MANAGED_MB` of managed memory; Flink derives the process size from them (with its defaults
+    for metaspace and JVM overhead: about 6.4 GB of process memory for 2 slots, of which a small job
+    touches little)."""
+    return {"taskmanager.memory.task.heap.size": f"{SLOT_HEAP_MB * slots}m",
+            "taskmanager.memory.task.off-heap.size": f"{SLOT_DIRECT_MB * slots}m",
+            "taskmanager.memory.managed.size": f"{MANAGED_MB}m"}
+
+
 def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int,
-                  tm_memory: str = TASKMANAGER_MEMORY) -> None:
+                  tm_memory: str | None = TASKMANAGER_MEMORY) -> None:
     conf.mkdir(parents=True, exist_ok=True)
     tmp = state / "flink-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -334,14 +365,16 @@ def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int,
         # taskmanager.network.sort-shuffle.min-buffers (512) network buffers: neither the 3481 buffers
         # (108 MB) of a 1.5 GB TaskManager nor 8192 (256 MB) were enough ("Insufficient number of
         # network buffers: required 512"); 64 per partition, and 256 MB of network memory
-        "taskmanager.memory.process.size": tm_memory,
         "taskmanager.memory.network.min": "256m", "taskmanager.memory.network.max": "256m",
-        # Beam's data plane to the SDK workers (gRPC over netty) takes direct memory outside Flink's
-        # pools: with the defaults (no task off-heap memory, 128 MB of framework off-heap) the batch job at
-        # 10 M impressions failed its tasks with "OutOfMemoryError: Cannot reserve 2097152 bytes of direct
-        # buffer memory (allocated: 400844913, limit: 402653184)"; 512 MB more for it, the managed memory
-        # (sorts of the batch job's groupings) a quarter of Flink's memory instead of 0.4
-        "taskmanager.memory.task.off-heap.size": "512m", "taskmanager.memory.managed.fraction": 0.25,
+        # Beam's data plane to the SDK workers (gRPC over netty) takes heap and direct memory outside
+        # Flink's pools (SLOT_HEAP_MB, SLOT_DIRECT_MB): sized per slot, unless the process size is given.
+        # With it: 512 MB of task off-heap memory (with the defaults, no task off-heap memory and 128 MB of
+        # framework off-heap, the batch job at 10 M impressions failed its tasks with "OutOfMemoryError:
+        # Cannot reserve 2097152 bytes of direct buffer memory"), the managed memory a quarter of Flink's
+        # memory (the batch job's sorts; Flink's default is 0.4)
+        **(slot_memory(slots) if tm_memory is None else {
+            "taskmanager.memory.process.size": tm_memory, "taskmanager.memory.task.off-heap.size": "512m",
+            "taskmanager.memory.managed.fraction": 0.25}),
         "taskmanager.network.sort-shuffle.min-buffers": 64,
         "rest.address": HOST, "rest.bind-address": HOST, "rest.port": rest,
         "blob.server.port": "0", "taskmanager.rpc.port": "0", "taskmanager.data.port": "0",
@@ -358,6 +391,10 @@ def _flink_config(conf: Path, state: Path, rpc: int, rest: int, slots: int,
         "restart-strategy.exponential-delay.attempts-before-reset-backoff": 3,
         "restart-strategy.exponential-delay.jitter-factor": 0.0,
         "heartbeat.timeout": 20000,
+        # a job restarted when no TaskManager is left (each exits when out of memory: TASKMANAGER_JVM_OPTS;
+        # nothing starts them again on this cluster) waits this long for slots per attempt: Flink's 5
+        # minutes made the batch job at 30 M impressions on 2.5 GB TaskManagers fail after 11 minutes
+        "slot.request.timeout": 60000,
     }
     (conf / "config.yaml").write_text("".join(f"{k}: {v}\n" for k, v in settings.items()))
     (conf / "log4j-console.properties").write_text(_LOG4J)
@@ -432,7 +469,8 @@ def _up_flink(c: Cluster, logs: Path, state: Path, args) -> None:
     tm_jvm, tm_dyn = _bash_java_utils(home, conf, "GET_TM_RESOURCE_PARAMS")
     for i in range(1, args.taskmanagers + 1):
         name = f"taskmanager-{i}"
-        c.processes[name] = spawn(name, ["java", *tm_jvm, *FLINK_JAVA17_OPTS, log4j, "-cp", classpath,
+        c.processes[name] = spawn(name, ["java", *tm_jvm, *FLINK_JAVA17_OPTS, *TASKMANAGER_JVM_OPTS, log4j,
+                                          "-cp", classpath,
                                           "org.apache.flink.runtime.taskexecutor.TaskManagerRunner",
                                           "--configDir", conf, *tm_dyn,
                                           "-D", f"taskmanager.resource-id={name}"], logs, env, state / name)
@@ -583,7 +621,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="flink: Beam's runner on the Flink processes' classpath and a job server that stages no "
                         "jars with each job (faster; a killed worker pool can hang a restarted job: docs/deploy.md)")
     u.add_argument("--taskmanager-memory", default=TASKMANAGER_MEMORY,
-                   help=f"each TaskManager's process memory, in Flink's units (default {TASKMANAGER_MEMORY})")
+                   help=f"each TaskManager's process memory, in Flink's units (default: sized per slot, "
+                        f"{SLOT_HEAP_MB} MB of heap and {SLOT_DIRECT_MB} MB of direct memory each, for Beam's "
+                        f"data plane: docs/deploy.md)")
     u.add_argument("--job-server-jar", default=None,
                    help="Beam's Flink job server jar, or a folder of the unshaded runner's jars (its classpath) "
                         "(default: the one `cluster fetch` cached)")
