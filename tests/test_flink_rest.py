@@ -133,3 +133,24 @@ def test_served_names_map_back_to_the_counters():
     assert flink_rest._counter_name("element_impressions_clean") == "element_impressions:clean"
     assert flink_rest._counter_name("rejected_judgment_bad_grade") == "rejected:judgment:bad_grade"
     assert flink_rest._counter_name("something_else") == "something_else"
+
+
+def test_a_failed_job_says_when_no_taskmanager_is_left():
+    """A batch job whose TaskManagers all exited (each exits when out of memory) fails with Flink's bare
+    slot-request timeout; the launcher adds that the cluster has no TaskManager left, from Flink's
+    ``/overview``, and nothing when some are left, no cluster is named or none answers."""
+    left = {"n": 0}
+    server = serve_json(lambda path: {"taskmanagers": left["n"], "slots-total": 0} if path == "/overview" else None)
+    try:
+        opts = PipelineOptions(["--flink_master", f"127.0.0.1:{server.server_address[1]}"])
+        hint = flink_rest.no_taskmanager_hint(opts)
+        assert hint.startswith(f"; the Flink cluster at http://127.0.0.1:{server.server_address[1]} has no "
+                               "TaskManager left"), hint
+        assert "OutOfMemoryError" in hint
+        left["n"] = 2
+        assert flink_rest.no_taskmanager_hint(opts) == ""
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert flink_rest.no_taskmanager_hint(PipelineOptions([])) == ""
+    assert flink_rest.no_taskmanager_hint(PipelineOptions(["--flink_master", "127.0.0.1:1"])) == ""

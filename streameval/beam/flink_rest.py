@@ -25,7 +25,8 @@ import urllib.request
 
 from ..io import counters as cn
 
-__all__ = ["LIVE_STATES", "master_url", "get", "named_jobs", "one_job", "running_counters", "flink_name"]
+__all__ = ["LIVE_STATES", "master_url", "get", "named_jobs", "one_job", "running_counters", "flink_name",
+           "no_taskmanager_hint"]
 
 #: Flink's job states that hold the cluster's slots
 LIVE_STATES = ("CREATED", "RUNNING", "FAILING", "CANCELLING", "RESTARTING", "RECONCILING", "INITIALIZING",
@@ -62,6 +63,24 @@ def one_job(base: str, name: str, states) -> str | None:
     when there is none or more than one."""
     jids = named_jobs(base, name, states)
     return jids[0] if len(jids) == 1 else None
+
+
+def no_taskmanager_hint(options) -> str:
+    """``"; the Flink cluster at URL has no TaskManager left ..."`` when ``--flink_master`` in ``options``
+    names a cluster whose REST API counts no TaskManager, else ``""`` (no cluster named, none answering,
+    or TaskManagers left). A job whose TaskManagers all died fails with Flink's bare slot-request timeout
+    (``TimeoutException: Timeout has occurred: 60000 ms``), which does not say why."""
+    base = master_url(options)
+    if base is None:
+        return ""
+    try:
+        left = get(base, "/overview").get("taskmanagers")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if left != 0:
+        return ""
+    return (f"; the Flink cluster at {base} has no TaskManager left (one out of memory exits: its log says "
+            "'Terminating due to java.lang.OutOfMemoryError'; docs/deploy.md, TaskManager memory)")
 
 
 def flink_name(text: str) -> str:
