@@ -601,7 +601,12 @@ def test_a_process_killed_under_the_batch_job_on_flink(tmp_path, launch, capsys,
     the job's service and exits 1 with one ``error:`` line; nothing is published under --output.
     The worker pool (the one every TaskManager reaches: docs/deploy.md): Flink restarts the tasks,
     which cannot reach a pool any more, until its restart strategy gives up; the launcher exits 1
-    with one ``error:`` line (the refused connection) and nothing is published."""
+    with one ``error:`` line (the refused connection) and nothing is published.
+
+    The TaskManager case runs on a cluster of ``--runner-on-classpath`` (Beam's runner on the Flink
+    processes' classpath, a job server that stages no jars: docs/deploy.md, "Jobs without jars"), the
+    others on the default one (Beam's job server staging its classpath), which the shared cluster of
+    the other Flink tests runs too."""
     import signal
     import threading
     import time
@@ -613,7 +618,9 @@ def test_a_process_killed_under_the_batch_job_on_flink(tmp_path, launch, capsys,
     _need("flink", "java")
     _need_job_server(not engines.missing(["job_server"]))
     state = tmp_path / "state"
-    info = _up("flink", state, "--taskmanagers", "2", "--slots", "2")
+    on_classpath = ("--runner-on-classpath",) if victim == "taskmanager" else ()
+    info = _up("flink", state, "--taskmanagers", "2", "--slots", "2", *on_classpath)
+    assert (info["job_jars"] == "none") == bool(on_classpath), info["job_jars"]
     try:
         killed: list = []
 
