@@ -147,6 +147,11 @@ def test_a_failed_job_says_when_no_taskmanager_is_left():
         assert hint.startswith(f"; the Flink cluster at http://127.0.0.1:{server.server_address[1]} has no "
                                "TaskManager left"), hint
         assert "OutOfMemoryError" in hint
+        # the jobs' failure line: the runner's reason, then the hint
+        from streameval.beam.sources import failure_reason
+
+        timeout = RuntimeError("java.util.concurrent.TimeoutException: Timeout has occurred: 60000 ms")
+        assert failure_reason(timeout, opts) == f"{failure_reason(timeout)}{hint}"
         left["n"] = 2
         assert flink_rest.no_taskmanager_hint(opts) == ""
     finally:

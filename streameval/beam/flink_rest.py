@@ -68,7 +68,8 @@ def one_job(base: str, name: str, states) -> str | None:
 def no_taskmanager_hint(options) -> str:
     """``"; the Flink cluster at URL has no TaskManager left ..."`` when ``--flink_master`` in ``options``
     names a cluster whose REST API counts no TaskManager, else ``""`` (no cluster named, none answering,
-    or TaskManagers left). A job whose TaskManagers all died fails with Flink's bare slot-request timeout
+    or TaskManagers left); :func:`~streameval.beam.sources.failure_reason` adds it. A job whose
+    TaskManagers all died fails with Flink's bare slot-request timeout
     (``TimeoutException: Timeout has occurred: 60000 ms``), which does not say why."""
     base = master_url(options)
     if base is None:

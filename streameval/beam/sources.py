@@ -38,6 +38,7 @@ from apache_beam.io.filesystems import FileSystems
 from ..io import avro
 from ..io import counters as cn
 from ..io.counters import NAMESPACE  # noqa: F401 (re-exported: its former home)
+from .flink_rest import no_taskmanager_hint
 from .threads import counter
 from ..io.dead_letters import dead_letter
 
@@ -75,11 +76,17 @@ _UNAVAILABLE = re.compile(r"cannot read input file .*?(?=\s*\[while running|\n|$
 _GO_STACK = re.compile(r"goroutine \d+ \[[^\]]*\]:?$")
 
 
-def failure_reason(error: BaseException) -> str:
+def failure_reason(error: BaseException, options=None) -> str:
     """One line saying why a job failed, from the exception its runner raised: the
     :class:`InputUnavailableError` text (path and error) when one is in it, else the exception's last
     meaningful line. Runners wrap a worker's exception in their own (the portable runner sends the
-    worker's traceback as text), so the text is searched."""
+    worker's traceback as text), so the text is searched. With the job's ``options`` naming a Flink
+    cluster left without TaskManagers, that is said too
+    (:func:`streameval.beam.flink_rest.no_taskmanager_hint`)."""
+    return _failure_reason(error) + (no_taskmanager_hint(options) if options is not None else "")
+
+
+def _failure_reason(error: BaseException) -> str:
     text = f"{type(error).__name__}: {error}"
     found = _UNAVAILABLE.search(text)
     if found:

@@ -33,7 +33,6 @@ from streameval.beam.accounting import (account, check_inputs, stall_timeout_fro
 from streameval.plan.alerts import check_rules_match, format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
 from streameval.beam.counts_as_data import PublishCounts, count_elements
-from streameval.beam.flink_rest import no_taskmanager_hint
 from streameval.beam.prometheus import write_textfile
 from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, exit_status, one_line
 from streameval.beam.arguments import (GDEVAL_ERR_MAX_GRADE, auto_err_max_grade, batch_window_spec,
@@ -601,7 +600,7 @@ def _main(argv, held: list) -> int:
             stop = interrupts.stop_for(e)  # Ctrl-C or SIGTERM, which the runner may have wrapped
             if stop is not None:
                 raise stop  # streameval.cli says so in one line; close_output removes the run's folder
-            print(f"error: the job failed: {failure_reason(e)}{no_taskmanager_hint(options)}", file=sys.stderr)
+            print(f"error: the job failed: {failure_reason(e, options)}", file=sys.stderr)
             return 1  # close_output removes the run's folder: the previous run's outputs stay
         finally:
             release_held()

@@ -700,7 +700,7 @@ def _run(p, args, paths, sm, rep, exporter, checks, runner, start) -> int:
         stop = interrupts.stop_for(e)  # Ctrl-C or SIGTERM (not --watch's), which the runner may have wrapped
         if stop is not None:
             raise stop  # streameval.cli says so in one line; close_output removes what the run wrote
-        reason = failure_reason(e)
+        reason = failure_reason(e, p.options)
         print(f"error: the job failed: {reason}", file=sys.stderr)
         return 1  # close_output removes what the run wrote (--replay: its folder; the previous run's outputs stay)
     finally:
