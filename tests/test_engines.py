@@ -640,6 +640,8 @@ def test_a_process_killed_under_the_batch_job_on_flink(tmp_path, launch, capsys,
                 time.sleep(0.1)
 
         killer = threading.Thread(target=kill_when_running, daemon=True)
+        pool_log = Path(info["logs"]) / "worker_pool-1.log"
+        workers_before = pool_log.read_text(errors="replace").count("Starting worker with command")
         killer.start()
         out = tmp_path / "out"
         capsys.readouterr()
@@ -658,6 +660,11 @@ def test_a_process_killed_under_the_batch_job_on_flink(tmp_path, launch, capsys,
                 history = json.loads(r.read()).get("exceptionHistory", {}).get("entries", [])
             assert history, "Flink recorded no failure: the TaskManager died after the job's tasks"
             assert any(killed[0] in json.dumps(e) for e in history), history  # the lost TaskManager's
+            # Beam's runner on the classpath keeps a job's SDK worker between its stages (the jobs' default
+            # --environment_cache_millis, streameval.beam.flink_options.reuse_workers): one worker per
+            # TaskManager for the whole job, the restarted tasks' included (Beam's default: one per stage)
+            started = pool_log.read_text(errors="replace").count("Starting worker with command") - workers_before
+            assert 1 <= started <= 2, f"{started} SDK workers started for one job on 2 TaskManagers"
             got = read_output(out)
             code, ref = run_job(SAMPLE_COLUMNAR, str(tmp_path / "local"))
             assert code == 0

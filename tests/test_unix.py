@@ -160,6 +160,33 @@ def test_checkpoints_finish_bundles_before_the_barrier():
         == ["--checkpointing_interval", "2000", "--finish_bundle_before_checkpointing=true"]
 
 
+def test_flink_jobs_keep_their_sdk_workers_for_the_job():
+    """On Flink (``--runner FlinkRunner``, or a ``--flink_master``: ``cluster up flink``'s runner_args)
+    the jobs ask Beam's runner to keep a job's SDK workers between its stages
+    (``--environment_cache_millis``): with Beam's default each stage of the batch job started a worker
+    process of its own (7 at 10 M impressions, docs/benchmarks.md). Not added elsewhere (Prism, the
+    local runner); an explicit value is kept; the stream job's options get it too."""
+    from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
+
+    from streameval.beam.flink_options import ENVIRONMENT_CACHE_MS, reuse_workers
+    from streameval.jobs.stream_args import job_options
+
+    def cache(argv):
+        return int(PipelineOptions(argv).view_as(PortableOptions).environment_cache_millis)  # Beam declares no type
+
+    flink = ["--runner", "PortableRunner", "--job_endpoint", "127.0.0.1:8099", "--flink_master", "127.0.0.1:8081"]
+    assert cache(reuse_workers(flink)) == ENVIRONMENT_CACHE_MS > 0
+    assert cache(reuse_workers(["--runner", "FlinkRunner"])) == ENVIRONMENT_CACHE_MS
+    assert cache(reuse_workers(["--runner", "DirectRunner", "--runner=FlinkRunner"])) == ENVIRONMENT_CACHE_MS
+    prism = ["--runner", "PortableRunner", "--job_endpoint", "127.0.0.1:8073", "--environment_type", "EXTERNAL"]
+    assert reuse_workers(prism) == prism and reuse_workers(["--runner", "DirectRunner"]) == ["--runner", "DirectRunner"]
+    assert reuse_workers([*flink, "--environment_cache_millis=0"]) == [*flink, "--environment_cache_millis=0"]
+    assert cache(reuse_workers([*flink, "--environment_cache_millis", "5"])) == 5
+    stream = job_options("PortableRunner", flink[2:] + ["--checkpointing_interval", "2000"])
+    assert cache(stream) == ENVIRONMENT_CACHE_MS
+    assert PipelineOptions(stream).get_all_options().get("finish_bundle_before_checkpointing") is True
+
+
 def test_stream_that_ends_refuses_checkpointing(tmp_path):
     """With Flink's checkpoints on, a replay on Flink never ended (15 minutes, against 61 s without;
     docs/deploy.md): ``--checkpointing_interval`` with ``--replay`` or ``--watch-idle-stop`` is refused in

@@ -33,6 +33,7 @@ from streameval.beam.accounting import (account, check_inputs, stall_timeout_fro
 from streameval.plan.alerts import check_rules_match, format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
 from streameval.beam.counts_as_data import PublishCounts, count_elements
+from streameval.beam.flink_options import reuse_workers
 from streameval.beam.prometheus import write_textfile
 from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, exit_status, one_line
 from streameval.beam.arguments import (GDEVAL_ERR_MAX_GRADE, auto_err_max_grade, batch_window_spec,
@@ -514,7 +515,7 @@ def _main(argv, held: list) -> int:
             beam_args = [*beam_args, "--direct_num_workers", str(workers), "--direct_running_mode",
                          "multi_processing"]
         check_local_inputs(args)  # a CSV given as Avro, a glob that matches nothing (streameval.cli: before Beam)
-        options = PipelineOptions(["--runner", args.runner, *beam_args])
+        options = PipelineOptions(reuse_workers(["--runner", args.runner, *beam_args]))  # (Flink: workers kept)
         p = make_pipeline(options)  # checks the runner's name
         set_file_system_options(options)  # before any remote file is matched (credentials, endpoint)
         impression_paths = expand_inputs(args.impressions)

@@ -55,6 +55,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from streameval.beam.accounting import job_counters, stall_timeout_from_args, wait_for_job
 from streameval.beam.arguments import make_pipeline, unknown_arguments_error
+from streameval.beam.flink_options import reuse_workers
 from streameval import interrupts
 from streameval.exits import one_line
 from streameval.beam.sinks import holding_outputs, publish, read_metric_rows, start_output, write_records
@@ -408,7 +409,7 @@ def _main(argv, held: list) -> int:
         elif args.switch_tau:
             raise ValueError("--switch-tau needs --reward-model")
         stall = stall_timeout_from_args(args)
-        options = PipelineOptions(["--runner", args.runner, *beam_args])
+        options = PipelineOptions(reuse_workers(["--runner", args.runner, *beam_args]))  # (Flink: workers kept)
         p = make_pipeline(options)
         run = None
         if args.output:  # the inputs are read: refuse an output that overlaps them, lock it, give the run its folder

@@ -116,7 +116,7 @@ from streameval.jobs.stream_args import (
     check_local_inputs,
     check_prometheus,
     carries_state,
-    checkpoint_options,
+    job_options,
     engine_options,
     resume_from,
     resumed_summary,
@@ -626,7 +626,7 @@ def _main(argv, held: list) -> int:
         print("error: name a streaming runner with --runner (e.g. DataflowRunner, FlinkRunner, PrismRunner)",
               file=sys.stderr)
         return 2
-    options = PipelineOptions(["--runner", runner, *checkpoint_options(beam_args)])  # (Flink's checkpoints)
+    options = PipelineOptions(job_options(runner, beam_args))  # (Flink's checkpoints and workers)
     options.view_as(StandardOptions).streaming = True
     try:
         p = make_pipeline(options)

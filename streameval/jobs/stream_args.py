@@ -235,6 +235,15 @@ def checkpoint_options(beam_args: list) -> list:
     return list(beam_args)
 
 
+def job_options(runner: str, beam_args: list) -> list:
+    """The stream job's Beam options: ``--runner runner``, ``beam_args`` with :func:`checkpoint_options`'
+    addition and, on Flink, its SDK workers kept for the job
+    (:func:`streameval.beam.flink_options.reuse_workers`)."""
+    from streameval.beam.flink_options import reuse_workers
+
+    return reuse_workers(["--runner", runner, *checkpoint_options(beam_args)])
+
+
 def engine_options(args, beam_args, runner: str | None) -> str:
     """The stream transforms' ``timers`` for ``--event-timers`` (``"one"`` or ``"per_deadline"``; auto:
     per deadline on Flink, ``runner`` ``FlinkRunner`` or ``--flink_master`` naming a Flink cluster as
