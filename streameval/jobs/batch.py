@@ -33,7 +33,7 @@ from streameval.beam.accounting import (account, check_inputs, stall_timeout_fro
 from streameval.plan.alerts import check_rules_match, format_alert, load_rules
 from streameval.beam.alerts import ALERTS_FIRED, EvaluateAlerts
 from streameval.beam.counts_as_data import PublishCounts, count_elements
-from streameval.beam.flink_options import reuse_workers
+from streameval.beam.flink_options import on_flink, reuse_workers
 from streameval.beam.prometheus import write_textfile
 from streameval.exits import EXIT_ALERT, EXIT_FAILED, EXIT_INPUT_CHECK, EXIT_OK, EXIT_USAGE, exit_status, one_line
 from streameval.beam.arguments import (GDEVAL_ERR_MAX_GRADE, auto_err_max_grade, batch_window_spec,
@@ -157,7 +157,7 @@ def _is_unreadable(letter) -> bool:
 
 
 def _write_outputs(rows, dead, out_dir: str, shards, rules=None, formats=DEFAULT_FORMATS, bigquery_table=None,
-                   table=None, counts=None):
+                   table=None, counts=None, union_outputs=False):
     """The metric rows and dead letters (Avro and JSON lines; the dead letters in ``shards`` files, see
     :func:`output_shards`), the small list of damaged input files (``unreadable_files.jsonl``, which the
     launcher reads), a count of the rows written, and with alert ``rules`` the alerts they raise
@@ -165,7 +165,10 @@ def _write_outputs(rows, dead, out_dir: str, shards, rules=None, formats=DEFAULT
     Parquet files of all three and a CSV file of the metric rows (those two as ``table``, the typed
     table of :func:`metric_table`); ``bigquery_table`` appends the metric rows to that BigQuery table.
     ``counts``: None (Beam counters), or a list to which the counts of rows written and alerts raised
-    are added as data (:mod:`streameval.beam.counts_as_data`)."""
+    are added as data (:mod:`streameval.beam.counts_as_data`). ``union_outputs``: the runner writes each
+    fused stage's outputs as one data set that each output's consumer reads whole (Beam's Flink batch
+    translation): the dead letters are reshuffled first, so that each stage making them has one output
+    of them, not one per writer (:func:`streameval.beam.flink_options.on_flink`)."""
     if counts is None:
         rows = rows | "CountRows" >> beam.Map(_count_row)
     else:
@@ -180,6 +183,9 @@ def _write_outputs(rows, dead, out_dir: str, shards, rules=None, formats=DEFAULT
         if counts is not None:
             counts.append(count_elements(alerts, NAMESPACE, ALERTS_FIRED, "AlertsFired"))
         write_records(alerts, out_dir, "alerts", "alert", "AlertRecords", formats=[f for f in formats if f != "csv"])
+    if union_outputs:  # the writers' steps, fused into each stage, would each re-read the stage's whole output:
+        # the reading stage's 406 MB five times at 10 M impressions (docs/benchmarks.md, 2026-12-07)
+        dead = dead | "DeadLettersOnce" >> beam.Reshuffle()
     write_records(dead, out_dir, "dead_letters", "dead_letter", "DeadLetters", shards=shards,
                   formats=[f for f in formats if f != "csv"])
     write_jsonl(dead | "UnreadableFiles" >> beam.Filter(_is_unreadable), out_dir, "unreadable_files", "Unreadable")
@@ -199,7 +205,7 @@ def _progress_row(row):
     return row
 
 
-def _sink_args(args):
+def _sink_args(args) -> tuple[tuple[str, ...], str | None, MetricTable]:
     """(formats, BigQuery table, typed table) of ``args`` (defaults for callers that build args by hand)."""
     return (parse_formats(getattr(args, "formats", None) or ",".join(DEFAULT_FORMATS)),
             getattr(args, "bigquery_table", None), metric_table(args))
@@ -352,7 +358,7 @@ def build_pipeline(p: beam.Pipeline, args, impression_paths, judgment_paths):
     rows = _skip_missing_slices(tuple(row_parts) | "AllRows" >> beam.Flatten(), args)
     dead = tuple(dead_parts) | "AllDeadLetters" >> beam.Flatten()
     _write_outputs(rows, dead, write_dir(args), output_shards(args), getattr(args, "alert_rules", None),
-                   *_sink_args(args))
+                   *_sink_args(args), union_outputs=on_flink(p.options))
     return rows, dead
 
 
@@ -450,7 +456,7 @@ def _build_columnar(p: beam.Pipeline, args, impression_paths, judgment_paths):
         write_jsonl(col.comparisons, write_dir(args), "comparisons", "Comparisons", shards=output_shards(args))
     formats, bigquery_table, table = _sink_args(args)
     _write_outputs(rows, col.dead_letters, write_dir(args), output_shards(args), getattr(args, "alert_rules", None),
-                   formats, bigquery_table, table, counts=counts)
+                   formats, bigquery_table, table, counts=counts, union_outputs=on_flink(p.options))
     _ = tuple(counts) | "Counts" >> PublishCounts()
     return rows, col.dead_letters
 
