@@ -1,6 +1,8 @@
 import os
 import signal
 import sys
+import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -14,6 +16,7 @@ LOCAL_DATA = REPO / "tests" / "data"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_portable", "tests.fixtures_stream"]
+_SESSION_START = time.time()
 
 
 def data_path(*parts) -> Path:
@@ -116,3 +119,19 @@ def pytest_runtest_makereport(item, call):
             text = engine_log_excerpt(Path(value["logs"]))
             if text:
                 report.sections.append((f"{name} cluster's logs: errors and warnings", text))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Beam's ``Pipeline`` makes a folder in the temporary directory when it is constructed
+    (``beam-pipeline-temp*``) and removes it only in ``run()``: each test that builds a pipeline it
+    does not run (a construction error it expects, a graph it inspects) left one behind (2,773 of them
+    in /tmp on the development machine, 2026-12-07). When the whole session is over (the controller,
+    after pytest-xdist's workers), the empty ones made since it started are removed."""
+    if hasattr(session.config, "workerinput"):
+        return
+    for d in Path(tempfile.gettempdir()).glob("beam-pipeline-temp*"):
+        try:
+            if d.is_dir() and d.stat().st_mtime >= _SESSION_START - 1 and not any(d.iterdir()):
+                d.rmdir()
+        except OSError:
+            pass
