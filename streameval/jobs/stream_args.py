@@ -252,9 +252,9 @@ def engine_options(args, beam_args, runner: str | None) -> str:
     above 0, :mod:`streameval.beam.flink_options`) on a job that ends (``--replay``,
     ``--watch-idle-stop``): such a job never ended on Flink with checkpoints on; and for
     ``--savepoint_path`` with ``--replay`` (a replay starts from its files' beginning)."""
-    from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    from streameval.beam import flink_options  # noqa: F401  (declares --checkpointing_interval)
+    from streameval.beam.flink_options import on_flink  # (its module declares --checkpointing_interval)
 
     options = PipelineOptions(beam_args)
     ends = args.replay or (args.watch and args.watch_idle_stop is not None)
@@ -267,9 +267,7 @@ def engine_options(args, beam_args, runner: str | None) -> str:
                          "until stopped (Kafka, Pub/Sub, --watch)")
     if args.event_timers != "auto":
         return args.event_timers.replace("-", "_")
-    master = options.view_as(FlinkRunnerOptions).flink_master
-    flink = runner == "FlinkRunner" or (master and master not in ("[auto]", "[local]"))
-    return "per_deadline" if flink else "one"
+    return "per_deadline" if runner == "FlinkRunner" or on_flink(options) else "one"
 
 
 def resume_from(options) -> str | None:
