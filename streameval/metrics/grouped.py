@@ -317,7 +317,8 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     eval_pos[evaluated] = np.arange(len(evaluated))
 
     # -- qrels sorted by (query, docno); duplicates refused
-    jkey_s, jgrade_s, jqc = _sorted_qrels(jqc, jdc, jgrade, nd, qvocab, docno_of)
+    jgrade = np.asarray(jgrade, dtype=np.float64)
+    jkey_s, jgrade_s = _sorted_qrels(jqc, jdc, jgrade, nd, qvocab, docno_of)
     del jdc
 
     # -- the run's blocks of evaluated queries, one padded row each, a chunk of blocks at a time
@@ -349,7 +350,8 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     tasks = [(_chunk, (slice(b0, b1), lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_codes,
                        nd, jkey_s, jgrade_s, doubles, depth, qvocab, docno_of))
              for b0, b1 in zip(bounds[:-1], bounds[1:])]
-    tasks.append((lambda: judgment_histogram(eval_pos[jqc], jgrade_s, len(evaluated)), ()))
+    # (a histogram counts: the qrels in their own order, not sorted)
+    tasks.append((lambda: judgment_histogram(eval_pos[jqc], jgrade, len(evaluated)), ()))
     joff, hvals, hcounts = _run_tasks(tasks)[-1]
     return prepared_cls(
         qids=qvocab[evaluated],
@@ -360,20 +362,19 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
 
 
 def _sorted_qrels(jqc, jdc, jgrade, nd, qvocab, docno_of):
-    """The qrels' join keys (query code x ``nd`` + docno code) sorted, their grades (float64) and
-    query codes in that order; ValueError for a (query, docno) judged twice."""
+    """The qrels' join keys (query code x ``nd`` + docno code) sorted and their grades (float64
+    ``jgrade``) in that order; ValueError for a (query, docno) judged twice."""
     jkey = np.multiply(jqc, nd)
     jkey += jdc
-    jgrade = np.asarray(jgrade, dtype=np.float64)
     if len(jkey) >= 2 and not bool(np.all(jkey[1:] > jkey[:-1])):  # (qrels files are usually in order)
         jorder = np.argsort(jkey, kind="stable")  # (timsort: fast on qrels grouped by query)
-        jkey, jgrade, jqc = jkey[jorder], jgrade[jorder], jqc[jorder]
+        jkey, jgrade = jkey[jorder], jgrade[jorder]
     if len(jkey):
         dup = np.flatnonzero(jkey[1:] == jkey[:-1])
         if len(dup):
             key = jkey[dup[0]]
             raise judged_twice(docno_of(key % nd), qvocab[key // nd])
-    return jkey, jgrade, jqc
+    return jkey, jgrade
 
 
 def _join(keys: np.ndarray, cq: np.ndarray, nd: int, jkey_s: np.ndarray, jgrade_s: np.ndarray) -> np.ndarray:
