@@ -317,7 +317,6 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     eval_pos[evaluated] = np.arange(len(evaluated))
 
     # -- qrels sorted by (query, docno); duplicates refused
-    jgrade = np.asarray(jgrade, dtype=np.float64)
     jkey_s, jgrade_s = _sorted_qrels(jqc, jdc, jgrade, nd, qvocab, docno_of)
     del jdc
 
@@ -350,8 +349,7 @@ def prepare_grouped(rq, rd, score, jq, jd, jgrade, *, depth, complete, score_pre
     tasks = [(_chunk, (slice(b0, b1), lens, bstart, qrow, qpos, lens_cut, offsets, grades, score, run_codes,
                        nd, jkey_s, jgrade_s, doubles, depth, qvocab, docno_of))
              for b0, b1 in zip(bounds[:-1], bounds[1:])]
-    # (a histogram counts: the qrels in their own order, not sorted)
-    tasks.append((lambda: judgment_histogram(eval_pos[jqc], jgrade, len(evaluated)), ()))
+    tasks.append((lambda: judgment_histogram(eval_pos[jqc], jgrade, len(evaluated)), ()))  # (counts: any order)
     joff, hvals, hcounts = _run_tasks(tasks)[-1]
     return prepared_cls(
         qids=qvocab[evaluated],
