@@ -187,28 +187,6 @@ def test_flink_jobs_keep_their_sdk_workers_for_the_job():
     assert PipelineOptions(stream).get_all_options().get("finish_bundle_before_checkpointing") is True
 
 
-def test_stream_job_on_flink_takes_larger_bundles():
-    """On Flink the stream job asks for bundles of up to 50,000 elements (Beam's 1,000 made the Kafka
-    read wait for a round trip to the SDK workers every 1,000 records: 140 s against 73 s for 1 M
-    impressions, docs/benchmarks.md); Beam's 1 s limit on a bundle's time still closes them. Not on
-    Prism or the local runner; a given ``--max_bundle_size`` is kept."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from streameval.beam.flink_options import STREAM_BUNDLE_SIZE, stream_bundles
-    from streameval.jobs.stream_args import job_options
-
-    def size(argv):
-        return PipelineOptions(argv).get_all_options().get("max_bundle_size")
-
-    flink = ["--job_endpoint", "127.0.0.1:8099", "--flink_master", "127.0.0.1:8081"]
-    assert size(job_options("PortableRunner", flink)) == STREAM_BUNDLE_SIZE == 50_000
-    assert size(job_options("FlinkRunner", [])) == STREAM_BUNDLE_SIZE
-    assert size(job_options("PortableRunner", [*flink, "--max_bundle_size=200"])) == 200
-    assert size(job_options("PortableRunner", ["--job_endpoint", "127.0.0.1:8073"])) is None  # Prism
-    assert size(job_options("DirectRunner", [])) is None
-    assert stream_bundles(["--runner", "DirectRunner"]) == ["--runner", "DirectRunner"]
-
-
 def test_stream_that_ends_refuses_checkpointing(tmp_path):
     """With Flink's checkpoints on, a replay on Flink never ended (15 minutes, against 61 s without;
     docs/deploy.md): ``--checkpointing_interval`` with ``--replay`` or ``--watch-idle-stop`` is refused in

@@ -87,28 +87,6 @@ def reuse_workers(args: list) -> list:
     return list(args)
 
 
-#: elements of a bundle of the stream job on Flink (``--max_bundle_size``, which :func:`stream_bundles`
-#: sets; Beam's default 1,000): a bundle still closes after ``--max_bundle_time_mills`` (Beam's 1 s)
-STREAM_BUNDLE_SIZE = 50_000
-
-
-def stream_bundles(args: list) -> list:
-    """``args`` (the stream job's Beam options) with ``--max_bundle_size`` :data:`STREAM_BUNDLE_SIZE`
-    added when the job runs on Flink (:func:`on_flink`) and the option is not given.
-
-    Each bundle of an SDK stage costs the Flink task a round trip to its SDK worker, during which a
-    source chained to the stage reads nothing (its thread waits in the stage's ``finishBundle``),
-    and CPU: the stream job on 1 M impressions from Kafka (``--parallelism 2``) took 140 s from the
-    launch to its last final pane with Beam's 1,000 elements a bundle, 71.5 s of CPU in the
-    TaskManagers and 34.8 s in the Java SDK workers; with 50,000 (each bundle then closed by Beam's
-    1 s time limit, so a pane waits no longer than before) 73 s, and 37.1 s and 18.1 s of CPU
-    (docs/benchmarks.md, "Kafka on Flink: bundles"). A batch job is not concerned: on Flink each
-    task's partition is one bundle."""
-    if not _given(args, "max_bundle_size") and on_flink(PipelineOptions(list(args))):
-        return [*args, "--max_bundle_size", str(STREAM_BUNDLE_SIZE)]
-    return list(args)
-
-
 def on_flink(options: PipelineOptions) -> bool:
     """Whether a job of these options runs on Flink: ``--runner FlinkRunner``, or a ``--flink_master``
     naming a cluster (``cluster up flink``'s runner_args: a ``PortableRunner`` to Beam's Flink job
@@ -118,5 +96,4 @@ def on_flink(options: PipelineOptions) -> bool:
     return given.get("runner") == "FlinkRunner" or (bool(master) and not master.startswith("["))
 
 
-__all__ = ["FlinkJavaOptions", "OPTIONS", "ENVIRONMENT_CACHE_MS", "STREAM_BUNDLE_SIZE", "on_flink", "reuse_workers",
-           "stream_bundles"]
+__all__ = ["FlinkJavaOptions", "OPTIONS", "ENVIRONMENT_CACHE_MS", "on_flink", "reuse_workers"]

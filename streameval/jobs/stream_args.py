@@ -237,11 +237,11 @@ def checkpoint_options(beam_args: list) -> list:
 
 def job_options(runner: str, beam_args: list) -> list:
     """The stream job's Beam options: ``--runner runner``, ``beam_args`` with :func:`checkpoint_options`'
-    addition and, on Flink, its SDK workers kept for the job and larger bundles
-    (:func:`streameval.beam.flink_options.reuse_workers`, :func:`~streameval.beam.flink_options.stream_bundles`)."""
-    from streameval.beam.flink_options import reuse_workers, stream_bundles
+    addition and, on Flink, its SDK workers kept for the job
+    (:func:`streameval.beam.flink_options.reuse_workers`)."""
+    from streameval.beam.flink_options import reuse_workers
 
-    return stream_bundles(reuse_workers(["--runner", runner, *checkpoint_options(beam_args)]))
+    return reuse_workers(["--runner", runner, *checkpoint_options(beam_args)])
 
 
 def engine_options(args, beam_args, runner: str | None) -> str:
