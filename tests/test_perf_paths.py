@@ -67,11 +67,12 @@ def _random_lists(rng, n):
 def test_chunked_compute_is_bit_identical(monkeypatch, chunk):
     rng = np.random.default_rng(chunk)
     lists = _random_lists(rng, 300)
+    default = kernel.CHUNK_ITEMS
     for opts in (MetricOptions(), MetricOptions(gain="exponential", ideal="served", relevance_level=2)):
         whole = compute(lists, SPECS, opts)
         monkeypatch.setattr(kernel, "CHUNK_ITEMS", chunk)
         parts = compute(lists, SPECS, opts)
-        monkeypatch.setattr(kernel, "CHUNK_ITEMS", 1 << 19)
+        monkeypatch.setattr(kernel, "CHUNK_ITEMS", default)
         assert whole.tobytes() == parts.tobytes()
 
 
